@@ -1,0 +1,1 @@
+"""GSM8K and GPQA-Diamond through lm-eval, references and the hypothesis test."""

@@ -1,0 +1,1 @@
+"""Starting the torchrun job and the per-rank entry point."""

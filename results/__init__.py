@@ -1,0 +1,1 @@
+"""Run store, comparisons, waives and reports."""

@@ -1,0 +1,1 @@
+"""The engine that runs on every rank: model, KV cache, scheduler, executor."""

@@ -1,0 +1,1 @@
+"""Model building blocks: norms, rotary embedding, (tensor-)parallel linears, attention, MLP."""
