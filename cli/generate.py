@@ -1,0 +1,122 @@
+"""`specdec-eval generate`: prompts in, JSON lines out. How a user sanity-checks the engine."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..workers.config import SamplingParams
+from ..workers.errors import UserError
+from . import options as o
+from .progress import generation_progress
+
+
+def read_prompts(text: str, source: str) -> list:
+    """Plain lines are prompts; a line starting with '{' is JSON with "prompt" or "messages" (chat)."""
+    prompts: list = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        if not line.lstrip().startswith("{"):
+            prompts.append(line)
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UserError(f"{source}:{number}: not valid JSON ({e.msg})") from None
+        if "messages" in obj:
+            msgs = obj["messages"]
+            if not isinstance(msgs, list) or not all(isinstance(m, dict) and "content" in m for m in msgs):
+                raise UserError(f"{source}:{number}: 'messages' must be a list of {{role, content}} objects")
+            prompts.append(msgs)
+        elif isinstance(obj.get("prompt"), str):
+            prompts.append(obj["prompt"])
+        else:
+            raise UserError(f"{source}:{number}: JSON line needs a 'prompt' string or a 'messages' list")
+    if not prompts:
+        raise UserError(f"{source}: no prompts")
+    return prompts
+
+
+def generate(
+    prompts_file: Annotated[
+        str,
+        typer.Argument(
+            help="File of prompts, or '-' for stdin: plain lines, or JSON lines with 'prompt' "
+            "or 'messages' (chat template)."
+        ),
+    ] = "-",
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n", help="Tokens to generate.")] = 64,
+    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
+    top_p: Annotated[float, typer.Option("--top-p")] = 1.0,
+    top_k: Annotated[int, typer.Option("--top-k", help="0 = off.")] = 0,
+    stop: Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")] = None,
+    ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Keep going past EOS.")] = False,
+    chat: Annotated[bool, typer.Option("--chat", help="Wrap plain-line prompts in the chat template.")] = False,
+    model: o.Model = "smollm2",
+    kv_cache: o.KVCache = "v1",
+    dtype: o.DType = "auto",
+    device: o.Device = "auto",
+    device_memory: o.DeviceMemory = None,
+    block_size: o.BlockSize = 16,
+    block_reuse: o.BlockReuse = True,
+    max_batch_size: o.MaxBatch = 64,
+    max_num_tokens: o.MaxNumTokens = 4096,
+    max_seq_len: o.MaxSeqLen = None,
+    tp: o.TPSize = 1,
+    seed: o.Seed = 0,
+) -> None:
+    """Generate completions and print one JSON object per prompt (text, token ids, finish reason, stats).
+
+    Example:  echo "The capital of France is" | specdec-eval generate -n 16
+    """  # fmt: skip
+    from ..launch.dist import init_tp_group
+    from ..workers.engine import Engine
+
+    if prompts_file == "-":
+        text, source = sys.stdin.read(), "stdin"
+    else:
+        path = Path(prompts_file)
+        if not path.is_file():
+            raise UserError(f"prompts file not found: {prompts_file}")
+        text, source = path.read_text(encoding="utf-8"), prompts_file
+    prompts = read_prompts(text, source)
+    if chat:
+        prompts = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
+    sampling = SamplingParams(
+        max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+        stop=tuple(stop or ()), ignore_eos=ignore_eos,
+    )  # fmt: skip
+    o.check_single_process_tp(tp)
+    config = o.engine_config(
+        model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
+        block_size=block_size, block_reuse=block_reuse, max_batch_size=max_batch_size,
+        max_num_tokens=max_num_tokens, max_seq_len=max_seq_len, tp=tp, seed=seed,
+    )  # fmt: skip
+    tp_group = init_tp_group("cuda" if device == "cuda" else "cpu")
+    engine = Engine(config, tp_group)
+    with generation_progress(len(prompts), enabled=tp_group.is_leader) as progress:
+        outputs = engine.generate(prompts, sampling, progress=progress)
+    if not tp_group.is_leader:
+        return
+    for prompt, out in zip(prompts, outputs, strict=True):
+        record = {
+            "index": out.index,
+            "prompt": prompt,
+            "text": out.text,
+            "token_ids": out.token_ids,
+            "finish_reason": out.finish_reason,
+            "stats": out.stats,
+        }
+        print(json.dumps(record, ensure_ascii=False))
+    s = engine.last_stats
+    print(
+        f"{s.num_requests} requests, {s.num_output_tokens} tokens in {s.elapsed_s:.2f} s "
+        f"({s.output_tokens_per_s:.1f} tok/s), {s.num_steps} steps, kv {config.kv_cache.version}, "
+        f"{engine.device.type} {str(engine.dtype).removeprefix('torch.')}",
+        file=sys.stderr,
+    )

@@ -1,0 +1,47 @@
+"""`specdec-eval`: the composed Typer app. Each command lives in its own module."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from ..workers.errors import UserError
+from . import bench, engine_info, generate
+
+app = typer.Typer(
+    name="specdec-eval",
+    help="Accuracy regression tool for one-model Eagle3 speculative decoding.\n\n"
+    "Example: specdec-eval generate --model smollm2 prompts.txt",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("generate")(generate.generate)
+app.command("bench")(bench.bench)
+app.add_typer(engine_info.app, name="engine")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: a user error ends in one line on stderr and exit status 2."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except UserError as e:
+        print(f"specdec-eval: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        print("specdec-eval: aborted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:  # click's usage errors
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Engine options shared by every command, declared once; defaults come from the config dataclasses."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ..workers.config import DEVICES, DTYPES, KV_CACHE_VERSIONS, EngineConfig, KVCacheConfig, parse_bytes
+from ..workers.errors import UserError
+
+_E = EngineConfig()
+_K = KVCacheConfig()
+ENGINE = "Engine"
+
+Model = Annotated[
+    str,
+    typer.Option(
+        "--model",
+        "-m",
+        help="'smollm2' (embedded SmolLM2-135M-Instruct GGUF), 'tiny' (random test model), a Hugging Face "
+        "folder (config.json + safetensors) or a .gguf file.",
+        rich_help_panel=ENGINE,
+    ),
+]
+KVCache = Annotated[
+    str,
+    typer.Option("--kv-cache", help=f"KV-cache manager: {' | '.join(KV_CACHE_VERSIONS)}.", rich_help_panel=ENGINE),
+]
+DType = Annotated[
+    str, typer.Option("--dtype", help=f"{' | '.join(DTYPES)} (auto: float32 on CPU, bfloat16 on CUDA).",
+                      rich_help_panel=ENGINE),
+]  # fmt: skip
+Device = Annotated[str, typer.Option("--device", help=f"{' | '.join(DEVICES)}.", rich_help_panel=ENGINE)]
+DeviceMemory = Annotated[
+    str | None,
+    typer.Option(
+        "--device-memory",
+        help="Memory budget, e.g. 2GiB. CPU: stands in for device memory (default 4GiB); CUDA: caps it.",
+        rich_help_panel=ENGINE,
+    ),
+]
+BlockSize = Annotated[int, typer.Option("--block-size", help="Tokens per KV block.", rich_help_panel=ENGINE)]
+BlockReuse = Annotated[
+    bool, typer.Option("--block-reuse/--no-block-reuse", help="Reuse KV blocks of shared prompt prefixes.",
+                       rich_help_panel=ENGINE),
+]  # fmt: skip
+MaxBatch = Annotated[
+    int,
+    typer.Option("--max-batch-size", "--batch", help="Requests decoded together.", rich_help_panel=ENGINE),
+]
+MaxNumTokens = Annotated[
+    int, typer.Option("--max-num-tokens", help="Tokens one forward may carry.", rich_help_panel=ENGINE)
+]
+MaxSeqLen = Annotated[
+    int | None,
+    typer.Option("--max-seq-len", help="Prompt + output tokens per request.", rich_help_panel=ENGINE),
+]
+TPSize = Annotated[
+    int, typer.Option("--tp", help="Tensor-parallel size (needs that many processes, e.g. under torchrun).",
+                      rich_help_panel=ENGINE),
+]  # fmt: skip
+Seed = Annotated[int, typer.Option("--seed", help="Seed for sampling.", rich_help_panel=ENGINE)]
+
+
+def engine_config(
+    *,
+    model: str = _E.model,
+    kv_cache: str = _K.version,
+    dtype: str = _E.dtype,
+    device: str = _E.device,
+    device_memory: str | None = None,
+    block_size: int = _K.block_size,
+    block_reuse: bool = _K.enable_block_reuse,
+    max_batch_size: int = _E.max_batch_size,
+    max_num_tokens: int = _E.max_num_tokens,
+    max_seq_len: int | None = _E.max_seq_len,
+    tp: int = _E.tp_size,
+    seed: int = _E.seed,
+) -> EngineConfig:
+    return EngineConfig(
+        model=model,
+        dtype=dtype,
+        device=device,
+        tp_size=tp,
+        max_batch_size=max_batch_size,
+        max_num_tokens=max_num_tokens,
+        max_seq_len=max_seq_len,
+        kv_cache=KVCacheConfig(version=kv_cache, block_size=block_size, enable_block_reuse=block_reuse),
+        device_memory=parse_bytes(device_memory) if device_memory else None,
+        seed=seed,
+    )
+
+
+def check_single_process_tp(tp: int) -> None:
+    import os
+
+    if tp > 1 and int(os.environ.get("WORLD_SIZE", "1")) != tp:
+        raise UserError(
+            f"--tp {tp} needs {tp} processes; start this command with "
+            f"`torchrun --nproc-per-node {tp} -m specdec_eval.cli.main ...`"
+        )

@@ -1,0 +1,29 @@
+"""Progress display on stderr (rich), so stdout stays clean for JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+stderr = Console(stderr=True)
+
+
+@contextmanager
+def generation_progress(total: int, enabled: bool = True) -> Iterator[Callable | None]:
+    if not enabled:
+        yield None
+        return
+    columns = (
+        TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+    )  # fmt: skip
+    with Progress(*columns, console=stderr, transient=True) as bar:
+        task = bar.add_task("generate", total=total, rate="")
+
+        def update(done: int, total_: int, stats) -> None:
+            bar.update(task, completed=done, rate=f"{stats.output_tokens_per_s:.0f} tok/s")
+
+        yield update

@@ -1,0 +1,140 @@
+"""Attention metadata: built once per step from scheduler state and passed to attention explicitly.
+
+Primary fields describe the batch (how many new tokens each request brings, how long its KV is after this
+forward, where its blocks are). Everything attention needs (positions, slot mapping, the gather of cached keys,
+the mask) is derived from them in `on_update()`, so a spec-dec worker can change `seq_lens` / `kv_lens`, call
+`on_update()`, and later put the originals back with `restore_from_spec_dec()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+# The fields a spec-dec worker may save and mutate.
+SPEC_DEC_FIELDS = ("seq_lens", "kv_lens", "num_contexts", "block_tables")
+
+
+@dataclass
+class BatchEntry:
+    """One request's share of a forward: `num_new_tokens` tokens starting at KV position `start`."""
+
+    request_id: int
+    start: int
+    num_new_tokens: int
+    block_table: list[int]
+    is_context: bool
+
+
+@dataclass
+class AttentionMetadata:
+    block_size: int
+    device: torch.device
+    request_ids: list[int]
+    seq_lens: torch.Tensor  # [B] new tokens per request in this forward
+    kv_lens: torch.Tensor  # [B] KV length of each request after this forward
+    block_tables: torch.Tensor  # [B, max_blocks], padded with block 0
+    num_contexts: int  # the first num_contexts requests are context (prefill) requests
+    _saved: dict[str, object] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def prepare(cls, entries: list[BatchEntry], block_size: int, device: torch.device) -> AttentionMetadata:
+        """Build the metadata for one step. Context entries must come first (as the scheduler orders them)."""
+        num_contexts = sum(e.is_context for e in entries)
+        if any(e.is_context for e in entries[num_contexts:]):
+            raise ValueError("context requests must precede generation requests in a batch")
+        width = max(1, max(len(e.block_table) for e in entries))
+        tables = torch.zeros(len(entries), width, dtype=torch.int64)
+        for i, e in enumerate(entries):
+            tables[i, : len(e.block_table)] = torch.tensor(e.block_table, dtype=torch.int64)
+        meta = cls(
+            block_size=block_size,
+            device=device,
+            request_ids=[e.request_id for e in entries],
+            seq_lens=torch.tensor([e.num_new_tokens for e in entries], dtype=torch.int64),
+            kv_lens=torch.tensor([e.start + e.num_new_tokens for e in entries], dtype=torch.int64),
+            block_tables=tables,
+            num_contexts=num_contexts,
+        )
+        meta.on_update()
+        return meta
+
+    @property
+    def num_requests(self) -> int:
+        return int(self.seq_lens.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.seq_lens.sum())
+
+    @property
+    def num_generations(self) -> int:
+        return self.num_requests - self.num_contexts
+
+    def on_update(self) -> None:
+        """Recompute every derived tensor from seq_lens, kv_lens and block_tables."""
+        seq_lens, kv_lens, bs = self.seq_lens, self.kv_lens, self.block_size
+        if bool((seq_lens > kv_lens).any()):
+            raise ValueError(f"seq_lens {seq_lens.tolist()} exceed kv_lens {kv_lens.tolist()}")
+        num_req = self.num_requests
+        needed_blocks = int((kv_lens.max() + bs - 1) // bs) if num_req else 0
+        if needed_blocks > self.block_tables.shape[1]:
+            raise ValueError(f"kv_lens {kv_lens.tolist()} need {needed_blocks} blocks, tables hold fewer")
+        query_start = torch.zeros(num_req + 1, dtype=torch.int64)
+        query_start[1:] = torch.cumsum(seq_lens, 0)
+        batch_index = torch.repeat_interleave(torch.arange(num_req), seq_lens)
+        offset_in_seq = torch.arange(int(query_start[-1])) - query_start[batch_index]
+        positions = (kv_lens - seq_lens)[batch_index] + offset_in_seq
+        slot_mapping = self.block_tables[batch_index, positions // bs] * bs + positions % bs
+
+        max_q = int(seq_lens.max()) if num_req else 0
+        max_kv = int(kv_lens.max()) if num_req else 0
+        key_pos = torch.arange(max_kv)
+        gather_slots = self.block_tables[:, key_pos // bs] * bs + key_pos % bs  # [B, max_kv]
+        row = torch.arange(max_q)
+        q_pos = (kv_lens - seq_lens)[:, None] + row[None, :]  # [B, max_q]
+        mask = (key_pos[None, None, :] <= q_pos[:, :, None]) & (key_pos[None, None, :] < kv_lens[:, None, None])
+        valid_row = row[None, :] < seq_lens[:, None]
+        # Padding rows attend to key 0 so softmax stays finite; their outputs are never read.
+        mask[:, :, 0] |= ~valid_row
+
+        dev = self.device
+        self.query_start = query_start.to(dev)
+        self.positions = positions.to(dev)
+        self.slot_mapping = slot_mapping.to(dev)
+        self.batch_index = batch_index.to(dev)
+        self.offset_in_seq = offset_in_seq.to(dev)
+        self.gather_slots = gather_slots.to(dev)
+        self.attn_mask = mask[:, None, :, :].to(dev)  # [B, 1, max_q, max_kv]
+        self.max_q = max_q
+        self.last_token_index = (query_start[1:] - 1).to(dev)  # index of each request's last token
+
+    # --- spec-dec save / restore -------------------------------------------------------------------------
+
+    @property
+    def saved_fields(self) -> tuple[str, ...]:
+        return tuple(self._saved)
+
+    def prepare_for_spec_dec(self, *fields: str) -> None:
+        """Save the named fields so the draft loop can mutate them; refuses to nest."""
+        assert not self._saved, (
+            f"spec-dec state was never restored: fields {', '.join(self._saved)} are still saved "
+            f"from an earlier prepare_for_spec_dec()"
+        )
+        unknown = [f for f in fields if f not in SPEC_DEC_FIELDS]
+        if unknown:
+            raise ValueError(f"cannot save {unknown}; savable fields: {', '.join(SPEC_DEC_FIELDS)}")
+        for name in fields:
+            value = getattr(self, name)
+            self._saved[name] = value.clone() if isinstance(value, torch.Tensor) else value
+
+    def restore_from_spec_dec(self) -> tuple[str, ...]:
+        """Put the saved fields back and rebuild the derived tensors; returns the restored field names."""
+        restored = tuple(self._saved)
+        for name, value in self._saved.items():
+            setattr(self, name, value)
+        self._saved.clear()
+        if restored:
+            self.on_update()
+        return restored

@@ -1,0 +1,205 @@
+"""The Python API the evals and the CLI call: `Engine(config).generate(prompts, sampling) -> outputs`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .capacity import plan_capacity
+from .checkpoint import Checkpoint, load_checkpoint
+from .config import EngineConfig, SamplingParams
+from .device import resolve_device, resolve_dtype
+from .errors import UserError
+from .executor import Executor, allocate_kv_pool
+from .kv_cache import make_kv_cache_manager
+from .kv_cache.layout import KVLayout
+from .model import CausalLM
+from .parallel import TPGroup
+from .request import Request
+from .scheduler import Scheduler
+from .tokenizer import encode_chat, encode_prompt, eos_token_ids
+
+# A prompt is raw text, token ids, or chat messages ([{"role": ..., "content": ...}, ...]).
+Prompt = str | list[int] | list[dict[str, str]]
+
+
+@dataclass
+class GenerationOutput:
+    index: int
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str
+    finish_reason: str
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class GenerateStats:
+    """What one `generate` call did, for progress lines and benchmarks."""
+
+    num_requests: int = 0
+    num_prompt_tokens: int = 0
+    num_output_tokens: int = 0
+    num_steps: int = 0
+    num_preemptions: int = 0
+    elapsed_s: float = 0.0
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.num_output_tokens / self.elapsed_s if self.elapsed_s else 0.0
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, tp: TPGroup | None = None, checkpoint: Checkpoint | None = None) -> None:
+        self.config = config
+        self.tp = tp or TPGroup()
+        if config.tp_size != self.tp.size:
+            raise UserError(f"engine config asks for TP size {config.tp_size}, but the TP group has {self.tp.size}")
+        self.checkpoint = checkpoint or load_checkpoint(config.model)
+        self.model_config = self.checkpoint.config
+        self.model_config.check_tp_size(self.tp.size)
+        self.device = resolve_device(config.device, self.tp.rank)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        self.max_seq_len = min(config.max_seq_len or 4096, self.model_config.max_position_embeddings)
+
+        self.model = self._build_model()
+        self.tokenizer = self.checkpoint.load_tokenizer()
+        self.eos_ids = eos_token_ids(self.tokenizer, self.model_config)
+        self.kv_layout = self._size_kv_cache()
+        self.kv_manager = make_kv_cache_manager(
+            self.kv_layout,
+            enable_block_reuse=config.kv_cache.enable_block_reuse,
+            window_tokens=1,
+            max_batch_size=config.max_batch_size,
+        )
+        self.kv_pool = allocate_kv_pool(self.kv_layout, self.dtype, self.device)
+        self.last_stats = GenerateStats()
+
+    # --- construction ---------------------------------------------------------------------------------
+
+    def _build_model(self) -> CausalLM:
+        model = CausalLM(self.model_config, self.tp).to(self.dtype)
+        model.load_weights(self.checkpoint.tensors())
+        return model.to(self.device).eval()
+
+    @property
+    def weights_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.model.parameters())
+
+    def _size_kv_cache(self) -> KVLayout:
+        plan = plan_capacity(self.model_config, self.config, weights_bytes=self.weights_bytes)
+        self.memory = plan.memory
+        return plan.layout
+
+    # --- generation -----------------------------------------------------------------------------------
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            return encode_prompt(self.tokenizer, prompt)
+        if prompt and isinstance(prompt[0], dict):
+            return encode_chat(self.tokenizer, prompt)  # type: ignore[arg-type]
+        return [int(t) for t in prompt]  # type: ignore[union-attr]
+
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+        progress: Callable[[int, int, GenerateStats], None] | None = None,
+    ) -> list[GenerationOutput]:
+        """Run every prompt to completion with continuous batching; outputs come back in prompt order."""
+        sampling = sampling or SamplingParams()
+        params = [sampling] * len(prompts) if isinstance(sampling, SamplingParams) else list(sampling)
+        if len(params) != len(prompts):
+            raise UserError(f"{len(prompts)} prompts but {len(params)} sampling parameter sets")
+        pairs = enumerate(zip(prompts, params, strict=True))
+        requests = [self._make_request(i, self.encode(p), s) for i, (p, s) in pairs]
+        scheduler = Scheduler(
+            self.kv_manager,
+            max_batch_size=self.config.max_batch_size,
+            max_num_tokens=self.config.max_num_tokens,
+        )
+        executor = Executor(self.model, self.kv_pool, scheduler, self.kv_layout.block_size, self.device, self._on_token)
+        for r in requests:
+            scheduler.add(r)
+        stats = GenerateStats(len(requests), sum(len(r.prompt_token_ids) for r in requests))
+        start = time.perf_counter()
+        done = 0
+        try:
+            while scheduler.has_work:
+                executor.step()
+                for r in list(scheduler.running):
+                    if r.finish_reason is not None:
+                        scheduler.finish(r, r.finish_reason)
+                        done += 1
+                stats.num_steps = executor.num_steps
+                stats.num_output_tokens = sum(len(r.output_token_ids) for r in requests)
+                stats.elapsed_s = time.perf_counter() - start
+                if progress is not None:
+                    progress(done, len(requests), stats)
+        finally:
+            # An aborted call must not keep blocks reserved for requests nobody will finish.
+            for r in scheduler.running:
+                self.kv_manager.free(r.request_id)
+        stats.num_preemptions = scheduler.num_preemptions
+        self.last_stats = stats
+        return [self._output(r) for r in requests]
+
+    def _make_request(self, index: int, token_ids: list[int], params: SamplingParams) -> Request:
+        if not token_ids:
+            raise UserError(f"prompt {index} is empty")
+        limit = min(self.max_seq_len - 1, self.config.max_num_tokens)
+        if len(token_ids) > limit:
+            raise UserError(
+                f"prompt {index} has {len(token_ids)} tokens; this engine takes at most {limit} "
+                f"(max_seq_len {self.max_seq_len}, max_num_tokens {self.config.max_num_tokens})"
+            )
+        generator = None
+        if not params.greedy:
+            seed = params.seed if params.seed is not None else self.config.seed * 1_000_003 + index
+            generator = torch.Generator().manual_seed(seed)
+        max_new = min(params.max_new_tokens, self.max_seq_len - len(token_ids))
+        return Request(index, list(token_ids), params, max_new, generator)
+
+    def _on_token(self, req: Request, token: int) -> None:
+        """Apply the stop rules after each new token: EOS, stop strings, length."""
+        if req.first_token_time is None:
+            req.first_token_time = time.perf_counter()
+        if token in self.eos_ids and not req.sampling.ignore_eos:
+            req.finish_reason = "eos"
+        elif req.sampling.stop and self._hit_stop_string(req):
+            req.finish_reason = "stop"
+        elif len(req.output_token_ids) >= req.max_new_tokens:
+            req.finish_reason = "length"
+        if req.finish_reason is not None:
+            req.finish_time = time.perf_counter()
+
+    def _hit_stop_string(self, req: Request) -> bool:
+        text = self.tokenizer.decode(req.output_token_ids, skip_special_tokens=True)
+        return any(s in text for s in req.sampling.stop)
+
+    def _output(self, req: Request) -> GenerationOutput:
+        text = self.tokenizer.decode(req.output_token_ids, skip_special_tokens=True)
+        if req.finish_reason == "stop":
+            cut = min((text.find(s) for s in req.sampling.stop if s in text), default=len(text))
+            text = text[:cut]
+        end = req.finish_time or time.perf_counter()
+        return GenerationOutput(
+            index=req.request_id,
+            prompt_token_ids=req.prompt_token_ids,
+            token_ids=list(req.output_token_ids),
+            text=text,
+            finish_reason=req.finish_reason or "length",
+            stats={
+                "num_prompt_tokens": len(req.prompt_token_ids),
+                "num_output_tokens": len(req.output_token_ids),
+                "num_cached_tokens": req.num_cached_tokens,
+                "num_steps": req.num_steps,
+                "num_preemptions": req.num_preemptions,
+                "ttft_s": round((req.first_token_time or end) - req.arrival_time, 4),
+                "latency_s": round(end - req.arrival_time, 4),
+            },
+        )

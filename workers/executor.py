@@ -1,0 +1,73 @@
+"""One engine step on one screen: schedule, build attention metadata, run the target, sample, update requests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from .attn_metadata import AttentionMetadata, BatchEntry
+from .kv_cache.layout import KVLayout
+from .model import CausalLM
+from .request import Request
+from .sampling import sample_tokens
+from .scheduler import ScheduledBatch, Scheduler
+
+
+def allocate_kv_pool(layout: KVLayout, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """One tensor for every KV layer (target layers, then room for the draft layer), sliced per layer."""
+    slots = layout.num_blocks * layout.block_size
+    return torch.zeros(layout.num_layers, 2, slots, layout.num_kv_heads, layout.head_dim, dtype=dtype, device=device)
+
+
+class Executor:
+    def __init__(
+        self,
+        model: CausalLM,
+        kv_pool: torch.Tensor,
+        scheduler: Scheduler,
+        block_size: int,
+        device: torch.device,
+        on_token: Callable[[Request, int], None],
+    ) -> None:
+        self.model = model
+        self.kv_pool = kv_pool
+        self.scheduler = scheduler
+        self.block_size = block_size
+        self.device = device
+        # Called once per new token; decides whether the request is finished (engine owns stop rules).
+        self.on_token = on_token
+        self.num_steps = 0
+
+    @torch.inference_mode()
+    def step(self) -> ScheduledBatch:
+        batch = self.scheduler.schedule()
+        meta = AttentionMetadata.prepare(
+            [BatchEntry(i.request.request_id, i.start, i.num_new_tokens, self._table(i.request), i.is_context)
+             for i in batch.items],
+            self.block_size,
+            self.device,
+        )  # fmt: skip
+        input_ids = torch.tensor(
+            [t for i in batch.items for t in i.request.all_token_ids[i.start : i.start + i.num_new_tokens]],
+            dtype=torch.int64,
+            device=self.device,
+        )
+        hidden, _ = self.model(input_ids, meta, self.kv_pool)
+        logits = self.model.compute_logits(hidden[meta.last_token_index])
+        reqs = [i.request for i in batch.items]
+        tokens = sample_tokens(logits, [r.sampling for r in reqs], [r.generator for r in reqs])
+        # Every TP rank must continue with the same tokens: rank 0 decides.
+        tokens = self.model.tp.broadcast(tokens).tolist()
+        for item, token in zip(batch.items, tokens, strict=True):
+            req = item.request
+            req.num_computed_tokens = item.start + item.num_new_tokens
+            req.num_steps += 1
+            req.output_token_ids.append(token)
+            self.scheduler.kv.commit(req.request_id, req.all_token_ids[: req.num_computed_tokens])
+            self.on_token(req, token)
+        self.num_steps += 1
+        return batch
+
+    def _table(self, req: Request) -> list[int]:
+        return self.scheduler.kv.block_table(req.request_id)

@@ -1,0 +1,53 @@
+"""Paged KV cache bookkeeping (no torch): the block pool, the v1/v2 manager policies, and pool sizing."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from ..errors import UserError
+from .layout import KVLayout, size_kv_cache
+from .manager import KVCacheManager
+from .pool import BlockPool, NoFreeBlocks, block_hash
+from .v1 import KVCacheManagerV1
+from .v2 import KVCacheManagerV2
+
+# Read-only: the CLI offers these names as choices, and nothing should add to them at run time.
+KV_CACHE_MANAGERS: MappingProxyType[str, type[KVCacheManager]] = MappingProxyType(
+    {"v1": KVCacheManagerV1, "v2": KVCacheManagerV2}
+)
+
+
+def manager_class(version: str) -> type[KVCacheManager]:
+    try:
+        return KV_CACHE_MANAGERS[version]
+    except KeyError:
+        known = ", ".join(KV_CACHE_MANAGERS)
+        raise UserError(f"unknown kv-cache version {version!r} (known: {known})") from None
+
+
+def make_kv_cache_manager(
+    layout: KVLayout, *, enable_block_reuse: bool, window_tokens: int = 1, max_batch_size: int | None = None
+) -> KVCacheManager:
+    """The manager of `layout.version` over a pool of `layout.num_blocks` blocks."""
+    return manager_class(layout.version)(
+        layout.num_blocks,
+        layout.block_size,
+        enable_block_reuse=enable_block_reuse,
+        window_tokens=window_tokens,
+        max_batch_size=max_batch_size,
+    )
+
+
+__all__ = [
+    "KV_CACHE_MANAGERS",
+    "BlockPool",
+    "KVCacheManager",
+    "KVCacheManagerV1",
+    "KVCacheManagerV2",
+    "KVLayout",
+    "NoFreeBlocks",
+    "block_hash",
+    "make_kv_cache_manager",
+    "manager_class",
+    "size_kv_cache",
+]

@@ -1,0 +1,69 @@
+"""Paged attention over the block pool: write this step's K/V into their slots, gather each request's cached
+keys into a padded batch, and run scaled-dot-product attention with the metadata's mask."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..attn_metadata import AttentionMetadata
+from ..config import ModelConfig
+from ..parallel import TPGroup
+from .linear import ColumnParallelLinear, RowParallelLinear
+from .norm import RMSNorm
+from .rotary import apply_rotary
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, tp: TPGroup, in_features: int | None = None) -> None:
+        super().__init__()
+        cfg.check_tp_size(tp.size)
+        hidden = in_features or cfg.hidden_size
+        self.num_heads = cfg.num_attention_heads // tp.size
+        self.num_kv_heads = cfg.num_key_value_heads // tp.size
+        self.head_dim = cfg.head_dim
+        self.q_proj = ColumnParallelLinear(hidden, cfg.q_size, cfg.attention_bias, tp)
+        self.k_proj = ColumnParallelLinear(hidden, cfg.kv_size, cfg.attention_bias, tp)
+        self.v_proj = ColumnParallelLinear(hidden, cfg.kv_size, cfg.attention_bias, tp)
+        self.o_proj = RowParallelLinear(cfg.q_size, cfg.hidden_size, False, tp)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos_sin: tuple[torch.Tensor, torch.Tensor],
+        meta: AttentionMetadata,
+        kv_layer: torch.Tensor,
+    ) -> torch.Tensor:
+        """x: [T, hidden]; kv_layer: [2, num_slots, kv_heads, head_dim], this layer's view of the pool."""
+        t = x.shape[0]
+        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        cos, sin = cos_sin
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        kv_layer[0, meta.slot_mapping] = k
+        kv_layer[1, meta.slot_mapping] = v
+        out = paged_attention(q, kv_layer, meta)
+        return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
+
+
+def paged_attention(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    """q: [T, heads, d] for the flattened batch -> [T, heads, d]."""
+    num_req, heads, d = meta.num_requests, q.shape[1], q.shape[2]
+    keys = kv_layer[0][meta.gather_slots]  # [B, max_kv, kv_heads, d]
+    values = kv_layer[1][meta.gather_slots]
+    q_pad = q.new_zeros(num_req, meta.max_q, heads, d)
+    q_pad[meta.batch_index, meta.offset_in_seq] = q
+    out = F.scaled_dot_product_attention(
+        q_pad.transpose(1, 2),
+        keys.transpose(1, 2),
+        values.transpose(1, 2),
+        attn_mask=meta.attn_mask,
+        enable_gqa=keys.shape[2] != heads,
+    )
+    return out.transpose(1, 2)[meta.batch_index, meta.offset_in_seq]

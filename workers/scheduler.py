@@ -1,0 +1,118 @@
+"""Who runs this step. Continuous batching: running requests decode every step; waiting requests are admitted
+as context requests while the batch size, the per-step token budget and the KV cache allow. Hands the executor
+requests and token counts, never tensors."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from .kv_cache.manager import KVCacheManager
+from .request import Request, RequestStatus
+
+
+@dataclass
+class ScheduledRequest:
+    request: Request
+    start: int  # first KV position this step writes
+    num_new_tokens: int
+    is_context: bool
+
+
+@dataclass
+class ScheduledBatch:
+    items: list[ScheduledRequest]  # context requests first
+
+    @property
+    def num_contexts(self) -> int:
+        return sum(i.is_context for i in self.items)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(i.num_new_tokens for i in self.items)
+
+
+class Scheduler:
+    def __init__(
+        self, kv: KVCacheManager, *, max_batch_size: int, max_num_tokens: int, tokens_per_generation: int = 1
+    ) -> None:
+        self.kv = kv
+        self.max_batch_size = max_batch_size
+        self.max_num_tokens = max_num_tokens
+        # 1 without spec-dec; 1 + max_draft_len when each generation request carries draft tokens.
+        self.tokens_per_generation = tokens_per_generation
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.num_preemptions = 0
+
+    def add(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> ScheduledBatch:
+        generations = self._schedule_generations()
+        budget = self.max_num_tokens - len(generations) * self.tokens_per_generation
+        contexts = self._admit(budget, num_running=len(generations))
+        batch = ScheduledBatch(contexts + generations)
+        if not batch.items and self.waiting:
+            head = self.waiting[0]
+            raise RuntimeError(
+                f"request {head.request_id} ({head.num_tokens} tokens) cannot be admitted even with an empty "
+                f"batch: KV cache has {self.kv.num_free_blocks} free blocks of {self.kv.block_size} tokens"
+            )
+        return batch
+
+    def _schedule_generations(self) -> list[ScheduledRequest]:
+        items: list[ScheduledRequest] = []
+        i = 0
+        while i < len(self.running):
+            req = self.running[i]
+            needed = req.num_computed_tokens + self.tokens_per_generation
+            if self.kv.ensure_capacity(req.request_id, needed):
+                items.append(ScheduledRequest(req, req.num_computed_tokens, self.tokens_per_generation, False))
+                i += 1
+                continue
+            # Out of blocks (on-demand policies): give back the newest request's blocks and recompute it later.
+            # The victim is the last running request, never one already in `items`.
+            self._preempt(self.running.pop())
+        return items
+
+    def _preempt(self, req: Request) -> None:
+        self.kv.free(req.request_id)
+        req.status = RequestStatus.WAITING
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(req)
+
+    def _admit(self, budget: int, num_running: int) -> list[ScheduledRequest]:
+        items: list[ScheduledRequest] = []
+        while self.waiting and num_running + len(items) < self.max_batch_size:
+            req = self.waiting[0]
+            # After a preemption the earlier output is recomputed as part of the context.
+            tokens = req.all_token_ids
+            if len(tokens) > budget:
+                break
+            cached = self.kv.admit(req.request_id, tokens, req.max_total_tokens)
+            if cached is None:
+                break
+            if not self.kv.ensure_capacity(req.request_id, len(tokens)):
+                self.kv.free(req.request_id)
+                break
+            self.waiting.popleft()
+            req.status = RequestStatus.RUNNING
+            req.num_cached_tokens = cached
+            req.num_computed_tokens = cached
+            self.running.append(req)
+            items.append(ScheduledRequest(req, cached, len(tokens) - cached, True))
+            budget -= len(tokens) - cached
+        return items
+
+    def finish(self, req: Request, reason: str) -> None:
+        req.status = RequestStatus.FINISHED
+        req.finish_reason = reason
+        self.running.remove(req)
+        self.kv.free(req.request_id)
