@@ -75,6 +75,7 @@ def generate(
     Example:  echo "The capital of France is" | specdec-eval generate -n 16
     """  # fmt: skip
     from ..launch.dist import init_tp_group
+    from ..workers.checkpoint import load_checkpoint
     from ..workers.engine import Engine
 
     if prompts_file == "-":
@@ -91,6 +92,8 @@ def generate(
         max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
         stop=tuple(stop or ()), ignore_eos=ignore_eos,
     )  # fmt: skip
+    checkpoint = load_checkpoint(model)
+    checkpoint.config.check_tp_size(tp)
     o.check_single_process_tp(tp)
     config = o.engine_config(
         model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
@@ -98,7 +101,7 @@ def generate(
         max_num_tokens=max_num_tokens, max_seq_len=max_seq_len, tp=tp, seed=seed,
     )  # fmt: skip
     tp_group = init_tp_group("cuda" if device == "cuda" else "cpu")
-    engine = Engine(config, tp_group)
+    engine = Engine(config, tp_group, checkpoint)
     with generation_progress(len(prompts), enabled=tp_group.is_leader) as progress:
         outputs = engine.generate(prompts, sampling, progress=progress)
     if not tp_group.is_leader:

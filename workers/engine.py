@@ -54,7 +54,14 @@ class GenerateStats:
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, tp: TPGroup | None = None, checkpoint: Checkpoint | None = None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        tp: TPGroup | None = None,
+        checkpoint: Checkpoint | None = None,
+        tokenizer: Any = None,
+    ) -> None:
+        """checkpoint / tokenizer: pass already-loaded ones to share them between engines (tests, A/B)."""
         self.config = config
         self.tp = tp or TPGroup()
         if config.tp_size != self.tp.size:
@@ -67,7 +74,7 @@ class Engine:
         self.max_seq_len = min(config.max_seq_len or 4096, self.model_config.max_position_embeddings)
 
         self.model = self._build_model()
-        self.tokenizer = self.checkpoint.load_tokenizer()
+        self.tokenizer = tokenizer if tokenizer is not None else self.checkpoint.load_tokenizer()
         self.eos_ids = eos_token_ids(self.tokenizer, self.model_config)
         self.kv_layout = self._size_kv_cache()
         self.kv_manager = make_kv_cache_manager(

@@ -1,0 +1,39 @@
+"""Shared fixtures: checkpoints and tokenizers are loaded once per session and shared between engines."""
+
+from __future__ import annotations
+
+import pytest
+from specdec_eval.workers.checkpoint import load_checkpoint
+from specdec_eval.workers.config import EngineConfig, KVCacheConfig
+from specdec_eval.workers.engine import Engine
+
+# Small CPU budget: plenty for the tests, cheap to allocate.
+TEST_MEMORY = 1 * 2**30
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    ckpt = load_checkpoint("tiny")
+    return ckpt, ckpt.load_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    ckpt = load_checkpoint("smollm2")
+    return ckpt, ckpt.load_tokenizer()
+
+
+def make_engine(shared, kv: str = "v1", tp=None, **overrides) -> Engine:
+    """An engine over a shared (checkpoint, tokenizer) pair; `kv_*` overrides go to KVCacheConfig."""
+    ckpt, tokenizer = shared
+    if tp is not None:
+        overrides["tp_size"] = tp.size
+    kv_fields = {k.removeprefix("kv_"): overrides.pop(k) for k in list(overrides) if k.startswith("kv_")}
+    config = EngineConfig(
+        model=ckpt.source,
+        device="cpu",
+        device_memory=overrides.pop("device_memory", TEST_MEMORY),
+        kv_cache=KVCacheConfig(version=kv, **kv_fields),
+        **overrides,
+    )
+    return Engine(config, tp, checkpoint=ckpt, tokenizer=tokenizer)

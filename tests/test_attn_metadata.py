@@ -1,0 +1,63 @@
+"""Attention metadata: derived tensors, and the spec-dec save / restore hook."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from specdec_eval.workers.attn_metadata import AttentionMetadata, BatchEntry
+
+
+def _meta() -> AttentionMetadata:
+    entries = [
+        BatchEntry(request_id=7, start=0, num_new_tokens=5, block_table=[3, 4], is_context=True),
+        BatchEntry(request_id=9, start=10, num_new_tokens=1, block_table=[1, 2, 5], is_context=False),
+    ]
+    return AttentionMetadata.prepare(entries, block_size=4, device=torch.device("cpu"))
+
+
+def test_prepare_derives_positions_slots_and_mask():
+    m = _meta()
+    assert m.num_contexts == 1 and m.num_generations == 1 and m.num_tokens == 6
+    assert m.seq_lens.tolist() == [5, 1] and m.kv_lens.tolist() == [5, 11]
+    assert m.positions.tolist() == [0, 1, 2, 3, 4, 10]
+    # position p lives in block_table[p // 4] at offset p % 4
+    assert m.slot_mapping.tolist() == [12, 13, 14, 15, 16, 5 * 4 + 2]
+    assert m.last_token_index.tolist() == [4, 5]
+    mask = m.attn_mask[:, 0]
+    assert mask[0, 2].tolist()[:6] == [True, True, True, False, False, False]  # causal inside the prompt
+    assert mask[1, 0].sum() == 11  # the generation token sees its whole KV
+
+
+def test_context_after_generation_is_rejected():
+    entries = [
+        BatchEntry(1, 4, 1, [0, 1], is_context=False),
+        BatchEntry(2, 0, 3, [2], is_context=True),
+    ]
+    with pytest.raises(ValueError, match="precede"):
+        AttentionMetadata.prepare(entries, 4, torch.device("cpu"))
+
+
+def test_spec_dec_save_mutate_restore():
+    m = _meta()
+    positions = m.positions.clone()
+    m.prepare_for_spec_dec("seq_lens", "kv_lens", "num_contexts")
+    m.seq_lens = torch.tensor([1, 1])
+    m.kv_lens = m.kv_lens + 1
+    m.num_contexts = 0
+    m.on_update()
+    assert m.positions.tolist() == [5, 11]
+    assert m.restore_from_spec_dec() == ("seq_lens", "kv_lens", "num_contexts")
+    assert m.positions.tolist() == positions.tolist() and m.num_contexts == 1
+    assert m.saved_fields == ()
+
+
+def test_nested_prepare_names_the_unrestored_fields():
+    m = _meta()
+    m.prepare_for_spec_dec("seq_lens", "kv_lens")
+    with pytest.raises(AssertionError, match="seq_lens, kv_lens"):
+        m.prepare_for_spec_dec("seq_lens")
+
+
+def test_unknown_field_is_refused():
+    with pytest.raises(ValueError, match="positions"):
+        _meta().prepare_for_spec_dec("positions")

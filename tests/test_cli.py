@@ -1,0 +1,115 @@
+"""The command line as a user meets it: JSON lines out, progress on stderr, one-line errors with exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from specdec_eval.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(capsys, *argv: str, stdin: str | None = None, monkeypatch=None) -> tuple[int, str, str]:
+    if stdin is not None:
+        import io
+
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    try:
+        main(list(argv))
+        code = 0
+    except SystemExit as e:
+        code = e.code or 0
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_generate_plain_and_jsonl(capsys, monkeypatch):
+    prompts = 'hello there\n\n{"prompt": "one two three"}\n{"messages": [{"role": "user", "content": "hi"}]}\n'
+    code, out, err = run_cli(
+        capsys, "generate", "-", "--model", "tiny", "-n", "6", "--ignore-eos", "--device-memory", "512MiB",
+        stdin=prompts, monkeypatch=monkeypatch,
+    )  # fmt: skip
+    assert code == 0, err
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r["index"] for r in records] == [0, 1, 2]
+    assert all(len(r["token_ids"]) == 6 and r["finish_reason"] == "length" for r in records)
+    assert records[2]["prompt"] == [{"role": "user", "content": "hi"}]
+    assert {"num_prompt_tokens", "num_output_tokens", "latency_s"} <= set(records[0]["stats"])
+    assert "tok/s" in err and "kv v1" in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["generate", "-", "--model", "/no/such/model"], "model path not found"),
+        (["generate", "-", "--model", "tiny", "--kv-cache", "v3"], "unknown kv-cache version 'v3'"),
+        (["generate", "-", "--model", "tiny", "--tp", "3"], "TP size 3 does not divide"),
+        (["engine", "info", "--model", "tiny", "--tp", "3"], "TP size 3 does not divide"),
+        (["generate", "/no/prompts.txt", "--model", "tiny"], "prompts file not found"),
+        (["generate", "-", "--model", "tiny", "--device-memory", "lots"], "cannot read memory size"),
+        (["generate", "-", "--model", "tiny", "--device-memory", "1MiB"], "device memory budget"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, monkeypatch, argv, message):
+    code, out, err = run_cli(capsys, *argv, stdin="hello\n", monkeypatch=monkeypatch)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("specdec-eval: error: ") and message in err, err
+    assert out == ""
+
+
+def test_not_llama_config_is_exit_2(capsys, monkeypatch, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    code, _, err = run_cli(capsys, "generate", "-", "--model", str(tmp_path), stdin="x\n", monkeypatch=monkeypatch)
+    assert code == 2 and "not Llama-family" in err and err.count("\n") == 1
+
+
+def test_bad_jsonl_line_names_the_line(capsys, monkeypatch):
+    code, _, err = run_cli(capsys, "generate", "-", "--model", "tiny", stdin="ok\n{bad json\n", monkeypatch=monkeypatch)
+    assert code == 2 and "stdin:2: not valid JSON" in err
+
+
+def test_engine_info_json(capsys):
+    code, out, err = run_cli(capsys, "engine", "info", "--model", "tiny", "--device-memory", "1GiB", "--json")
+    assert code == 0, err
+    info = json.loads(out)
+    assert info["valid_tp_sizes"] == [1, 2]
+    v1, v2 = info["kv_cache"]["v1"], info["kv_cache"]["v2"]
+    assert v1["bytes_per_token"] == 2 * 6 * 2 * 16 * 4
+    assert v1["num_blocks"] > 0 and v2["num_blocks"] > 0
+
+
+def test_engine_info_matches_a_real_engine(tiny, capsys):
+    """The capacity `engine info` reports (no weights loaded) is what the engine really allocates."""
+    from .conftest import make_engine
+
+    engine = make_engine(tiny, "v2", device_memory=2**28)
+    code, out, _ = run_cli(capsys, "engine", "info", "--model", "tiny", "--device-memory", str(2**28), "--json")
+    assert code == 0
+    assert json.loads(out)["kv_cache"]["v2"]["num_blocks"] == engine.kv_layout.num_blocks
+
+
+def test_bench_prints_both_engines_and_ratio(capsys):
+    code, out, err = run_cli(capsys, "bench", "--model", "tiny", "--num-prompts", "4", "-n", "8", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["identical_outputs"] == "4/4"
+    assert result["ours_tokens_per_s"] > 0 and result["hf_tokens_per_s"] > 0 and result["speedup_vs_hf"] > 0
+
+
+def test_console_script_and_namespace(tmp_path):
+    """The installed console script runs, and installing created no bare top-level `cli`/`workers` packages."""
+    env = {**os.environ, "PYTHONPATH": ""}
+    exe = Path(sys.executable).with_name("specdec-eval")
+    proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert proc.returncode == 0 and "generate" in proc.stdout
+    probe = (
+        "import importlib.util as u; print([n for n in ('cli','workers','results','evals','launch') if u.find_spec(n)])"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr

@@ -1,0 +1,124 @@
+"""Engine behaviour on the tiny preset: v1 == v2, block reuse and preemption change no output, sampling,
+stop rules."""
+
+from __future__ import annotations
+
+import pytest
+from specdec_eval.workers.config import SamplingParams
+from specdec_eval.workers.errors import UserError
+
+from .conftest import make_engine
+from .prompts import RAW_PROMPTS
+
+GREEDY = SamplingParams(max_new_tokens=24, ignore_eos=True)
+# Prompts sharing a long prefix (as few-shot prompts do), so full KV blocks can be reused.
+SHARED_PREFIX = "Question: what is two plus two? Answer: four. " * 4
+PREFIXED = [SHARED_PREFIX + q for q in ("Question: three plus one?", "Question: five minus two?", "Q: 7?")]
+
+
+def _tokens(engine, prompts, params=GREEDY):
+    return [o.token_ids for o in engine.generate(prompts, params)]
+
+
+def test_v1_and_v2_identical(tiny):
+    prompts = RAW_PROMPTS + PREFIXED
+    assert _tokens(make_engine(tiny, "v1"), prompts) == _tokens(make_engine(tiny, "v2"), prompts)
+
+
+@pytest.mark.parametrize("kv", ["v1", "v2"])
+def test_block_reuse_changes_no_output(tiny, kv):
+    plain = make_engine(tiny, kv, kv_enable_block_reuse=False)
+    reuse = make_engine(tiny, kv)
+    expected = _tokens(plain, PREFIXED)
+    # One prompt alone first, so the others find its blocks; then all again in one batch.
+    first = reuse.generate(PREFIXED[:1], GREEDY)
+    rest = reuse.generate(PREFIXED, GREEDY)
+    assert [first[0].token_ids] == expected[:1]
+    assert [o.token_ids for o in rest] == expected
+    hits = [o.stats["num_cached_tokens"] for o in rest]
+    assert all(h >= 16 for h in hits), hits  # the shared prefix came from cached blocks
+    assert reuse.kv_manager.stats()["reuse_hit_tokens"] > 0
+    assert plain.kv_manager.stats()["reuse_hit_tokens"] == 0
+
+
+@pytest.mark.parametrize("kv", ["v1", "v2"])
+def test_small_kv_cache_still_completes_identically(tiny, kv):
+    """A pool that holds only a few requests at once: v1 admits fewer (whole-sequence reservation), v2 admits
+    on demand and preempts; outputs stay identical to a roomy pool."""
+    prompts = RAW_PROMPTS
+    expected = _tokens(make_engine(tiny, kv), prompts)
+    tight = make_engine(tiny, kv, kv_max_tokens=160, kv_block_size=8)
+    assert tight.kv_layout.max_tokens <= 176
+    assert _tokens(tight, prompts) == expected
+    if kv == "v2":
+        assert tight.last_stats.num_preemptions > 0  # the on-demand path really ran out and recovered
+
+
+def test_continuous_batching_respects_max_batch_size(tiny):
+    engine = make_engine(tiny, max_batch_size=3)
+    expected = _tokens(make_engine(tiny), RAW_PROMPTS)
+    assert _tokens(engine, RAW_PROMPTS) == expected
+    assert engine.last_stats.num_steps > GREEDY.max_new_tokens  # requests had to take turns
+
+
+def test_sampling_is_seeded_and_batch_invariant(tiny):
+    engine = make_engine(tiny)
+    params = SamplingParams(max_new_tokens=16, temperature=0.8, top_p=0.9, top_k=50, ignore_eos=True, seed=7)
+    alone = engine.generate([RAW_PROMPTS[0]], params)[0].token_ids
+    batched = engine.generate(RAW_PROMPTS[:5], [params] + [GREEDY] * 4)[0].token_ids
+    assert alone == batched
+    other = engine.generate([RAW_PROMPTS[0]], SamplingParams(**{**params.__dict__, "seed": 8}))[0].token_ids
+    assert other != alone
+
+
+def test_top_k_one_is_greedy(tiny):
+    engine = make_engine(tiny)
+    sampled = SamplingParams(max_new_tokens=16, temperature=1.3, top_k=1, ignore_eos=True)
+    assert _tokens(engine, RAW_PROMPTS[:4], sampled) == _tokens(
+        engine, RAW_PROMPTS[:4], SamplingParams(max_new_tokens=16, ignore_eos=True)
+    )
+
+
+def test_stop_rules(tiny):
+    engine = make_engine(tiny)
+    free = engine.generate([RAW_PROMPTS[1]], SamplingParams(max_new_tokens=24, ignore_eos=True))[0]
+    assert free.finish_reason == "length" and len(free.token_ids) == 24
+    stop = free.text[5:7]
+    assert stop
+    cut = engine.generate([RAW_PROMPTS[1]], SamplingParams(max_new_tokens=24, ignore_eos=True, stop=(stop,)))[0]
+    assert cut.finish_reason == "stop"
+    assert cut.text == free.text[: free.text.find(stop)]
+    eos = next(iter(engine.eos_ids))
+    forced = engine.generate([RAW_PROMPTS[1]], SamplingParams(max_new_tokens=24))[0]
+    if eos in free.token_ids:
+        assert forced.finish_reason == "eos" and forced.token_ids[-1] == eos
+    else:
+        assert forced.token_ids == free.token_ids
+
+
+def test_prompt_too_long_is_a_user_error(tiny):
+    engine = make_engine(tiny, max_seq_len=32)
+    with pytest.raises(UserError, match="at most 31"):
+        engine.generate(["x" * 100], GREEDY)
+    out = engine.generate(["x" * 20], SamplingParams(max_new_tokens=100, ignore_eos=True))[0]
+    assert len(out.prompt_token_ids) + len(out.token_ids) == 32  # output clamped to max_seq_len
+
+
+def test_aborted_generate_releases_kv(tiny, monkeypatch):
+    engine = make_engine(tiny)
+    free_before = engine.kv_manager.num_free_blocks
+    calls = {"n": 0}
+    original = engine.model.forward
+
+    def failing(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("boom")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(engine.model, "forward", failing)
+    with pytest.raises(RuntimeError, match="boom"):
+        engine.generate(RAW_PROMPTS[:4], GREEDY)
+    assert engine.kv_manager.num_free_blocks == free_before
+    monkeypatch.undo()
+    assert _tokens(engine, RAW_PROMPTS[:4]) == _tokens(make_engine(tiny), RAW_PROMPTS[:4])

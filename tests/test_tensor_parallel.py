@@ -1,0 +1,50 @@
+"""TP=2 over gloo (two processes, tiny preset) gives the same tokens as TP=1."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+import pytest
+import torch.multiprocessing as mp
+from specdec_eval.workers.config import SamplingParams
+
+from .conftest import make_engine
+from .prompts import RAW_PROMPTS
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, world: int, port: int, out_path: str, kv: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))  # fmt: skip
+    from specdec_eval.launch.dist import init_tp_group
+    from specdec_eval.workers.checkpoint import load_checkpoint
+
+    tp = init_tp_group("cpu", timeout_s=120)
+    ckpt = load_checkpoint("tiny")
+    engine = make_engine((ckpt, ckpt.load_tokenizer()), kv, tp=tp)
+    attn = engine.model.model.layers[0].self_attn
+    assert (attn.num_heads, attn.num_kv_heads) == (4 // world, 2 // world)  # really sharded
+    prompts = [engine.encode(p) for p in RAW_PROMPTS]
+    outs = engine.generate(prompts, SamplingParams(max_new_tokens=24, ignore_eos=True))
+    with open(f"{out_path}.{rank}", "w") as f:
+        json.dump([o.token_ids for o in outs], f)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kv", ["v1", "v2"])
+def test_tp2_equals_tp1(tiny, tmp_path, kv):
+    engine = make_engine(tiny)
+    prompts = [engine.encode(p) for p in RAW_PROMPTS]
+    expected = [o.token_ids for o in engine.generate(prompts, SamplingParams(max_new_tokens=24, ignore_eos=True))]
+    out = str(tmp_path / "tokens")
+    mp.start_processes(_rank_main, args=(2, _free_port(), out, kv), nprocs=2, join=True, start_method="spawn")
+    for rank in range(2):
+        with open(f"{out}.{rank}") as f:
+            assert json.load(f) == expected, f"rank {rank} differs from TP=1"
