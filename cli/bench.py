@@ -51,7 +51,7 @@ BENCH_PROMPTS = [
 def bench(
     num_prompts: Annotated[int, typer.Option("--num-prompts", help="Prompts (up to 32 built in).")] = 32,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n", help="Tokens per prompt.")] = 64,
-    skip_hf: Annotated[bool, typer.Option("--skip-hf", help="Only measure our engine.")] = False,
+    skip_hf: Annotated[bool, typer.Option("--skip-hf", help="Do not measure HF transformers.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
     model: o.Model = "smollm2",
     kv_cache: o.KVCache = "v1",
@@ -59,13 +59,18 @@ def bench(
     device: o.Device = "auto",
     device_memory: o.DeviceMemory = None,
     max_batch_size: o.MaxBatch = 64,
+    spec: o.Spec = "none",
+    draft_len: o.DraftLen = 3,
+    draft_model: o.DraftModel = "random",
 ) -> None:
-    """Tokens/s of our engine and of HF transformers `generate` (greedy, all prompts batched, EOS ignored so
-    both produce exactly prompts x max-new-tokens), and their ratio.
+    """Tokens/s of our engine and of HF transformers `generate` on the same prompts in the same run, and their
+    ratio (greedy, all prompts batched, EOS ignored so every side produces exactly prompts x max-new-tokens).
+    With --spec eagle3 it also measures our engine with speculative decoding, against our plain decoding.
 
-    Example:  specdec-eval bench --model smollm2 --num-prompts 32 -n 64
+    Examples:
+      specdec-eval bench --model smollm2 --num-prompts 32 -n 64
+      specdec-eval bench --spec eagle3 --draft-len 3 --skip-hf
     """
-
     from ..workers.config import SamplingParams
     from ..workers.engine import Engine
     from ..workers.errors import UserError
@@ -73,41 +78,62 @@ def bench(
 
     if not 1 <= num_prompts <= len(BENCH_PROMPTS):
         raise UserError(f"--num-prompts must be 1..{len(BENCH_PROMPTS)}, got {num_prompts}")
-    config = o.engine_config(
+    common = dict(
         model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
         max_batch_size=max_batch_size,
     )  # fmt: skip
-    engine = Engine(config)
+    spec_cfg = o.spec_config(spec, draft_len, draft_model)
+    engine = Engine(o.engine_config(**common))
     prompts = [engine.encode(p) for p in BENCH_PROMPTS[:num_prompts]]
-    sampling = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True)
-    engine.generate(prompts[:2], SamplingParams(max_new_tokens=4, ignore_eos=True))  # warm up kernels
-    stderr.print(f"bench: ours, {num_prompts} prompts x {max_new_tokens} tokens ...")
-    t0 = time.perf_counter()
-    ours = engine.generate(prompts, sampling)
-    ours_s = time.perf_counter() - t0
-    total = sum(len(x.token_ids) for x in ours)
     result = {
         "model": model, "device": engine.device.type, "dtype": str(engine.dtype).removeprefix("torch."),
         "kv_cache": kv_cache, "num_prompts": num_prompts, "max_new_tokens": max_new_tokens,
-        "ours_tokens_per_s": round(total / ours_s, 1), "ours_s": round(ours_s, 2),
     }  # fmt: skip
+
+    def timed(label: str, run) -> tuple[list[list[int]], float]:
+        run(prompts[:2], 4)  # warm up kernels and allocator
+        stderr.print(f"bench: {label}, {num_prompts} prompts x {max_new_tokens} tokens ...")
+        t0 = time.perf_counter()
+        tokens = run(prompts, max_new_tokens)
+        elapsed = time.perf_counter() - t0
+        return tokens, sum(len(t) for t in tokens) / elapsed
+
+    def ours(eng):
+        def run(ps, n):
+            params = SamplingParams(max_new_tokens=n, ignore_eos=True)
+            return [x.token_ids for x in eng.generate(ps, params)]
+
+        return run
+
+    plain_tokens, plain_rate = timed("ours", ours(engine))
+    result["ours_tokens_per_s"] = round(plain_rate, 1)
+    if spec_cfg is not None:
+        spec_engine = Engine(o.engine_config(**common, spec=spec_cfg), checkpoint=engine.checkpoint,
+                             tokenizer=engine.tokenizer)  # fmt: skip
+        spec_tokens, spec_rate = timed(f"ours + {spec} K={draft_len}", ours(spec_engine))
+        acc = spec_engine.last_stats.acceptance
+        result.update(
+            spec=f"{spec} K={draft_len} draft={draft_model}",
+            spec_tokens_per_s=round(spec_rate, 1),
+            spec_speedup_vs_plain=round(spec_rate / plain_rate, 2),
+            acceptance_length=round(acc["acceptance_length"], 3),
+            spec_identical_to_plain=f"{_same(spec_tokens, plain_tokens)}/{num_prompts}",
+        )  # fmt: skip
     if not skip_hf:
         hf = build_hf_model(engine.checkpoint, engine.dtype).to(engine.device)
         pad = engine.tokenizer.pad_token_id if engine.tokenizer.pad_token_id is not None else 0
-        hf_greedy(hf, prompts[:2], 4, pad)
-        stderr.print("bench: Hugging Face transformers generate ...")
-        t0 = time.perf_counter()
-        theirs = hf_greedy(hf, prompts, max_new_tokens, pad)
-        hf_s = time.perf_counter() - t0
-        hf_total = sum(len(x) for x in theirs)
-        same = sum(a.token_ids == b for a, b in zip(ours, theirs, strict=True))
+        hf_tokens, hf_rate = timed("Hugging Face transformers generate", lambda ps, n: hf_greedy(hf, ps, n, pad))
         result.update(
-            hf_tokens_per_s=round(hf_total / hf_s, 1), hf_s=round(hf_s, 2),
-            speedup_vs_hf=round((total / ours_s) / (hf_total / hf_s), 2),
-            identical_outputs=f"{same}/{num_prompts}",
+            hf_tokens_per_s=round(hf_rate, 1),
+            ours_speedup_vs_hf=round(plain_rate / hf_rate, 2),
+            identical_to_hf=f"{_same(plain_tokens, hf_tokens)}/{num_prompts}",
         )  # fmt: skip
     if as_json:
         print(json.dumps(result))
         return
     for key, value in result.items():
-        print(f"{key:>20}: {value}")
+        print(f"{key:>24}: {value}")
+
+
+def _same(a: list[list[int]], b: list[list[int]]) -> int:
+    return sum(x == y for x, y in zip(a, b, strict=True))

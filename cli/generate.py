@@ -69,10 +69,17 @@ def generate(
     max_seq_len: o.MaxSeqLen = None,
     tp: o.TPSize = 1,
     seed: o.Seed = 0,
+    spec: o.Spec = "none",
+    draft_len: o.DraftLen = 3,
+    draft_model: o.DraftModel = "random",
+    spec_guard: o.SpecGuard = "template",
+    capture_layers: o.CaptureLayers = None,
 ) -> None:
     """Generate completions and print one JSON object per prompt (text, token ids, finish reason, stats).
 
-    Example:  echo "The capital of France is" | specdec-eval generate -n 16
+    Examples:
+      echo "The capital of France is" | specdec-eval generate -n 16
+      specdec-eval generate prompts.txt --spec eagle3 --draft-len 3 --kv-cache v2
     """  # fmt: skip
     from ..launch.dist import init_tp_group
     from ..workers.checkpoint import load_checkpoint
@@ -99,6 +106,7 @@ def generate(
         model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
         block_size=block_size, block_reuse=block_reuse, max_batch_size=max_batch_size,
         max_num_tokens=max_num_tokens, max_seq_len=max_seq_len, tp=tp, seed=seed,
+        spec=o.spec_config(spec, draft_len, draft_model, spec_guard, capture_layers),
     )  # fmt: skip
     tp_group = init_tp_group("cuda" if device == "cuda" else "cpu")
     engine = Engine(config, tp_group, checkpoint)
@@ -123,3 +131,11 @@ def generate(
         f"{engine.device.type} {str(engine.dtype).removeprefix('torch.')}",
         file=sys.stderr,
     )
+    if s.acceptance:
+        a = s.acceptance
+        per_pos = ", ".join(f"{x:.2f}" for x in a["per_position_rate"])
+        print(
+            f"eagle3 K={a['max_draft_len']}: acceptance length {a['acceptance_length']:.3f} (incl. bonus token), "
+            f"acceptance rate {a['acceptance_rate']:.3f}, per position [{per_pos}], {a['num_cycles']} draft cycles",
+            file=sys.stderr,
+        )

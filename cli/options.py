@@ -6,7 +6,16 @@ from typing import Annotated
 
 import typer
 
-from ..workers.config import DEVICES, DTYPES, KV_CACHE_VERSIONS, EngineConfig, KVCacheConfig, parse_bytes
+from ..workers.config import (
+    DEVICES,
+    DTYPES,
+    KV_CACHE_VERSIONS,
+    SPEC_ALGORITHMS,
+    EngineConfig,
+    KVCacheConfig,
+    SpecConfig,
+    parse_bytes,
+)
 from ..workers.errors import UserError
 
 _E = EngineConfig()
@@ -62,6 +71,55 @@ TPSize = Annotated[
 ]  # fmt: skip
 Seed = Annotated[int, typer.Option("--seed", help="Seed for sampling.", rich_help_panel=ENGINE)]
 
+SPEC = "Speculative decoding"
+_S = SpecConfig()
+Spec = Annotated[
+    str, typer.Option("--spec", help=f"none | {' | '.join(SPEC_ALGORITHMS)} (one-model).", rich_help_panel=SPEC)
+]
+DraftLen = Annotated[int, typer.Option("--draft-len", "-k", help="Draft tokens per step (K).", rich_help_panel=SPEC)]
+DraftModel = Annotated[
+    str,
+    typer.Option(
+        "--draft-model",
+        help="'random' (seeded random Eagle3 head: a correctness canary, acceptance ~1) or an Eagle3 head folder "
+        "(config.json + model.safetensors or pytorch_model.bin).",
+        rich_help_panel=SPEC,
+    ),
+]
+SpecGuard = Annotated[
+    str,
+    typer.Option(
+        "--spec-guard",
+        help="template: restore spec-dec state after a failed forward; none: the historical unsafe behaviour.",
+        rich_help_panel=SPEC,
+    ),
+]
+CaptureLayers = Annotated[
+    str | None,
+    typer.Option("--capture-layers", help="Three target layer ids (input-of-layer), e.g. 2,15,27.",
+                 rich_help_panel=SPEC),
+]  # fmt: skip
+
+
+def spec_config(
+    spec: str = "none",
+    draft_len: int = _S.max_draft_len,
+    draft_model: str = _S.draft_model,
+    spec_guard: str = _S.guard,
+    capture_layers: str | None = None,
+) -> SpecConfig | None:
+    if spec == "none":
+        return None
+    layers = None
+    if capture_layers:
+        try:
+            layers = tuple(int(x) for x in capture_layers.split(","))
+        except ValueError:
+            raise UserError(f"--capture-layers wants three integers like 2,15,27, got {capture_layers!r}") from None
+    return SpecConfig(
+        algorithm=spec, max_draft_len=draft_len, draft_model=draft_model, guard=spec_guard, capture_layers=layers
+    )
+
 
 def engine_config(
     *,
@@ -77,6 +135,7 @@ def engine_config(
     max_seq_len: int | None = _E.max_seq_len,
     tp: int = _E.tp_size,
     seed: int = _E.seed,
+    spec: SpecConfig | None = None,
 ) -> EngineConfig:
     return EngineConfig(
         model=model,
@@ -89,6 +148,7 @@ def engine_config(
         kv_cache=KVCacheConfig(version=kv_cache, block_size=block_size, enable_block_reuse=block_reuse),
         device_memory=parse_bytes(device_memory) if device_memory else None,
         seed=seed,
+        spec=spec,
     )
 
 

@@ -12,7 +12,7 @@ def _meta() -> AttentionMetadata:
         BatchEntry(request_id=7, start=0, num_new_tokens=5, block_table=[3, 4], is_context=True),
         BatchEntry(request_id=9, start=10, num_new_tokens=1, block_table=[1, 2, 5], is_context=False),
     ]
-    return AttentionMetadata.prepare(entries, block_size=4, device=torch.device("cpu"))
+    return AttentionMetadata(block_size=4, device=torch.device("cpu")).prepare(entries)
 
 
 def test_prepare_derives_positions_slots_and_mask():
@@ -34,7 +34,7 @@ def test_context_after_generation_is_rejected():
         BatchEntry(2, 0, 3, [2], is_context=True),
     ]
     with pytest.raises(ValueError, match="precede"):
-        AttentionMetadata.prepare(entries, 4, torch.device("cpu"))
+        AttentionMetadata(4, torch.device("cpu")).prepare(entries)
 
 
 def test_spec_dec_save_mutate_restore():
@@ -61,3 +61,13 @@ def test_nested_prepare_names_the_unrestored_fields():
 def test_unknown_field_is_refused():
     with pytest.raises(ValueError, match="positions"):
         _meta().prepare_for_spec_dec("positions")
+
+
+def test_saved_state_survives_the_next_prepare():
+    """An unrestored save is still there after the next step's prepare(), and the next save names it."""
+    m = _meta()
+    m.prepare_for_spec_dec("seq_lens", "kv_lens")
+    m.prepare([BatchEntry(1, 0, 3, [0], is_context=True)])
+    assert m.saved_fields == ("seq_lens", "kv_lens")
+    with pytest.raises(AssertionError, match="seq_lens, kv_lens"):
+        m.prepare_for_spec_dec("seq_lens", "kv_lens")

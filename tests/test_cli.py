@@ -74,6 +74,28 @@ def test_bad_jsonl_line_names_the_line(capsys, monkeypatch):
     assert code == 2 and "stdin:2: not valid JSON" in err
 
 
+def test_generate_with_eagle3_prints_acceptance(capsys, monkeypatch):
+    argv = ["generate", "-", "--model", "tiny", "-n", "9", "--ignore-eos", "--spec", "eagle3", "-k", "3"]
+    code, out, err = run_cli(capsys, *argv, stdin="hello\nworld\n", monkeypatch=monkeypatch)
+    assert code == 0, err
+    records = [json.loads(line) for line in out.splitlines()]
+    assert all(len(r["token_ids"]) == 9 for r in records)
+    assert records[0]["stats"]["acceptance"]["max_draft_len"] == 3
+    assert "acceptance length" in err and "incl. bonus token" in err
+
+
+def test_bad_spec_options_are_exit_2(capsys, monkeypatch):
+    for argv, message in (
+        (["--spec", "medusa"], "unknown spec-dec algorithm"),
+        (["--spec", "eagle3", "-k", "0"], "max draft len"),
+        (["--spec", "eagle3", "--spec-guard", "maybe"], "unknown spec guard"),
+        (["--spec", "eagle3", "--draft-model", "/no/head"], "draft model folder not found"),
+        (["--spec", "eagle3", "--capture-layers", "1,x,3"], "--capture-layers"),
+    ):
+        code, _, err = run_cli(capsys, "generate", "-", "--model", "tiny", *argv, stdin="hi\n", monkeypatch=monkeypatch)
+        assert code == 2 and message in err and err.count("\n") == 1, (argv, err)
+
+
 def test_engine_info_json(capsys):
     code, out, err = run_cli(capsys, "engine", "info", "--model", "tiny", "--device-memory", "1GiB", "--json")
     assert code == 0, err
@@ -95,11 +117,14 @@ def test_engine_info_matches_a_real_engine(tiny, capsys):
 
 
 def test_bench_prints_both_engines_and_ratio(capsys):
-    code, out, err = run_cli(capsys, "bench", "--model", "tiny", "--num-prompts", "4", "-n", "8", "--json")
+    argv = ["bench", "--model", "tiny", "--num-prompts", "4", "-n", "8", "--json", "--spec", "eagle3", "-k", "2"]
+    code, out, err = run_cli(capsys, *argv)
     assert code == 0, err
     result = json.loads(out)
-    assert result["identical_outputs"] == "4/4"
-    assert result["ours_tokens_per_s"] > 0 and result["hf_tokens_per_s"] > 0 and result["speedup_vs_hf"] > 0
+    assert result["identical_to_hf"] == "4/4" and result["spec_identical_to_plain"] == "4/4"
+    assert result["ours_tokens_per_s"] > 0 and result["hf_tokens_per_s"] > 0 and result["ours_speedup_vs_hf"] > 0
+    assert result["spec_tokens_per_s"] > 0 and result["spec_speedup_vs_plain"] > 0
+    assert 1.0 <= result["acceptance_length"] <= 3.0
 
 
 def test_console_script_and_namespace(tmp_path):

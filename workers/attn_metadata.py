@@ -8,7 +8,7 @@ the mask) is derived from them in `on_update()`, so a spec-dec worker can change
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -27,38 +27,37 @@ class BatchEntry:
     is_context: bool
 
 
-@dataclass
 class AttentionMetadata:
-    block_size: int
-    device: torch.device
-    request_ids: list[int]
-    seq_lens: torch.Tensor  # [B] new tokens per request in this forward
-    kv_lens: torch.Tensor  # [B] KV length of each request after this forward
-    block_tables: torch.Tensor  # [B, max_blocks], padded with block 0
-    num_contexts: int  # the first num_contexts requests are context (prefill) requests
-    _saved: dict[str, object] = field(default_factory=dict, repr=False)
+    """One instance lives as long as its executor (as in engines that keep static buffers for graph capture);
+    `prepare()` rebuilds the batch fields every step but leaves spec-dec saved state alone, so state that a
+    worker saved and never restored is still there at the next step, where `prepare_for_spec_dec` trips on it."""
 
-    @classmethod
-    def prepare(cls, entries: list[BatchEntry], block_size: int, device: torch.device) -> AttentionMetadata:
-        """Build the metadata for one step. Context entries must come first (as the scheduler orders them)."""
+    def __init__(self, block_size: int, device: torch.device) -> None:
+        self.block_size = block_size
+        self.device = device
+        self.request_ids: list[int] = []
+        self.seq_lens = torch.zeros(0, dtype=torch.int64)  # [B] new tokens per request in this forward
+        self.kv_lens = torch.zeros(0, dtype=torch.int64)  # [B] KV length of each request after this forward
+        self.block_tables = torch.zeros(0, 1, dtype=torch.int64)  # [B, max_blocks], padded with block 0
+        self.num_contexts = 0  # the first num_contexts requests are context (prefill) requests
+        self._saved: dict[str, object] = {}
+
+    def prepare(self, entries: list[BatchEntry]) -> AttentionMetadata:
+        """Build this step's batch fields. Context entries must come first (as the scheduler orders them)."""
         num_contexts = sum(e.is_context for e in entries)
         if any(e.is_context for e in entries[num_contexts:]):
             raise ValueError("context requests must precede generation requests in a batch")
-        width = max(1, max(len(e.block_table) for e in entries))
+        width = max(1, max((len(e.block_table) for e in entries), default=1))
         tables = torch.zeros(len(entries), width, dtype=torch.int64)
         for i, e in enumerate(entries):
             tables[i, : len(e.block_table)] = torch.tensor(e.block_table, dtype=torch.int64)
-        meta = cls(
-            block_size=block_size,
-            device=device,
-            request_ids=[e.request_id for e in entries],
-            seq_lens=torch.tensor([e.num_new_tokens for e in entries], dtype=torch.int64),
-            kv_lens=torch.tensor([e.start + e.num_new_tokens for e in entries], dtype=torch.int64),
-            block_tables=tables,
-            num_contexts=num_contexts,
-        )
-        meta.on_update()
-        return meta
+        self.request_ids = [e.request_id for e in entries]
+        self.seq_lens = torch.tensor([e.num_new_tokens for e in entries], dtype=torch.int64)
+        self.kv_lens = torch.tensor([e.start + e.num_new_tokens for e in entries], dtype=torch.int64)
+        self.block_tables = tables
+        self.num_contexts = num_contexts
+        self.on_update()
+        return self
 
     @property
     def num_requests(self) -> int:

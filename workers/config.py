@@ -215,6 +215,35 @@ def parse_bytes(text: str | int) -> int:
 
 
 KV_CACHE_VERSIONS = ("v1", "v2")
+SPEC_ALGORITHMS = ("eagle3",)
+SPEC_GUARDS = ("template", "none")
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """One-model speculative decoding. `draft_model`: "random" (a seeded random Eagle3 head, for correctness
+    checks) or a folder with an Eagle3 checkpoint (config.json + model.safetensors or pytorch_model.bin)."""
+
+    algorithm: str = "eagle3"
+    max_draft_len: int = 3
+    draft_model: str = "random"
+    capture_layers: tuple[int, ...] | None = None  # input-of-layer ids; default (2, L//2, L-3)
+    # "template": SpecWorkerBase.forward restores saved state in `finally`. "none": the historical unsafe
+    # behaviour (no cleanup), kept on purpose so the harness can prove it catches the failure.
+    guard: str = "template"
+    draft_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in SPEC_ALGORITHMS:
+            raise UserError(f"unknown spec-dec algorithm {self.algorithm!r} (known: {', '.join(SPEC_ALGORITHMS)})")
+        if not 1 <= self.max_draft_len <= 16:
+            raise UserError(f"max draft len must be in 1..16, got {self.max_draft_len}")
+        if self.guard not in SPEC_GUARDS:
+            raise UserError(f"unknown spec guard {self.guard!r} (known: {', '.join(SPEC_GUARDS)})")
+        if self.capture_layers is not None and len(self.capture_layers) != 3:
+            raise UserError(f"Eagle3 captures three target layers, got {list(self.capture_layers)}")
+
+
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -257,7 +286,7 @@ class EngineConfig:
     max_seq_len: int | None = None  # prompt + output; default min(model limit, 4096)
     kv_cache: KVCacheConfig = field(default_factory=KVCacheConfig)
     device_memory: int | None = None  # CPU: memory budget in bytes (default 8 GiB); CUDA: total, if capped
-    num_extra_kv_layers: int = 0  # KV layers beyond the target's (the Eagle3 draft layer)
+    spec: SpecConfig | None = None  # None: plain decoding
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -273,8 +302,11 @@ class EngineConfig:
             raise UserError(f"max num tokens must be positive, got {self.max_num_tokens}")
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise UserError(f"max seq len must be at least 2, got {self.max_seq_len}")
-        if self.num_extra_kv_layers < 0:
-            raise UserError(f"num_extra_kv_layers must be >= 0, got {self.num_extra_kv_layers}")
+
+    @property
+    def num_extra_kv_layers(self) -> int:
+        """KV layers beyond the target's: the Eagle3 draft layer lives in the same pool."""
+        return 1 if self.spec is not None else 0
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,13 @@ from typing import Any
 
 import torch
 
+from .attn_metadata import AttentionMetadata
 from .capacity import plan_capacity
 from .checkpoint import Checkpoint, load_checkpoint
 from .config import EngineConfig, SamplingParams
 from .device import resolve_device, resolve_dtype
 from .errors import UserError
+from .events import EventLog
 from .executor import Executor, allocate_kv_pool
 from .kv_cache import make_kv_cache_manager
 from .kv_cache.layout import KVLayout
@@ -21,6 +23,9 @@ from .model import CausalLM
 from .parallel import TPGroup
 from .request import Request
 from .scheduler import Scheduler
+from .spec.eagle3 import Eagle3OneModelWorker
+from .spec.eagle3_head import Eagle3DraftModel, build_draft_model
+from .spec.metrics import AcceptanceStats
 from .tokenizer import encode_chat, encode_prompt, eos_token_ids
 
 # A prompt is raw text, token ids, or chat messages ([{"role": ..., "content": ...}, ...]).
@@ -47,6 +52,7 @@ class GenerateStats:
     num_steps: int = 0
     num_preemptions: int = 0
     elapsed_s: float = 0.0
+    acceptance: dict[str, Any] | None = None  # spec-dec only: AcceptanceStats.to_dict() over all requests
 
     @property
     def output_tokens_per_s(self) -> float:
@@ -80,10 +86,14 @@ class Engine:
         self.kv_manager = make_kv_cache_manager(
             self.kv_layout,
             enable_block_reuse=config.kv_cache.enable_block_reuse,
-            window_tokens=1,
+            window_tokens=1 + (config.spec.max_draft_len if config.spec else 0),
             max_batch_size=config.max_batch_size,
         )
         self.kv_pool = allocate_kv_pool(self.kv_layout, self.dtype, self.device)
+        self.attn_meta = AttentionMetadata(self.kv_layout.block_size, self.device)
+        self.events = EventLog(rank=self.tp.rank)
+        self.draft_model = self._build_draft_model() if config.spec else None
+        self.spec_worker = self._build_spec_worker() if config.spec else None
         self.last_stats = GenerateStats()
 
     # --- construction ---------------------------------------------------------------------------------
@@ -92,6 +102,16 @@ class Engine:
         model = CausalLM(self.model_config, self.tp).to(self.dtype)
         model.load_weights(self.checkpoint.tensors())
         return model.to(self.device).eval()
+
+    def _build_draft_model(self) -> Eagle3DraftModel:
+        spec = self.config.spec
+        draft = build_draft_model(self.model_config, spec.draft_model, spec.capture_layers, spec.draft_seed, self.tp)
+        return draft.to(self.dtype).to(self.device).eval()
+
+    def _build_spec_worker(self) -> Eagle3OneModelWorker:
+        return Eagle3OneModelWorker(
+            self.model, self.draft_model, self.kv_pool, self.kv_manager, self.config.spec, self.events, self.tp
+        )
 
     @property
     def weights_bytes(self) -> int:
@@ -124,12 +144,18 @@ class Engine:
             raise UserError(f"{len(prompts)} prompts but {len(params)} sampling parameter sets")
         pairs = enumerate(zip(prompts, params, strict=True))
         requests = [self._make_request(i, self.encode(p), s) for i, (p, s) in pairs]
+        k = self.config.spec.max_draft_len if self.config.spec else 0
         scheduler = Scheduler(
             self.kv_manager,
             max_batch_size=self.config.max_batch_size,
             max_num_tokens=self.config.max_num_tokens,
+            tokens_per_generation=1 + k,
+            kv_lookahead=max(0, k - 1),
         )
-        executor = Executor(self.model, self.kv_pool, scheduler, self.kv_layout.block_size, self.device, self._on_token)
+        executor = Executor(
+            self.model, self.kv_pool, scheduler, self.kv_layout.block_size, self.device, self._on_token, self.attn_meta,
+            self.spec_worker,
+        )  # fmt: skip
         for r in requests:
             scheduler.add(r)
         stats = GenerateStats(len(requests), sum(len(r.prompt_token_ids) for r in requests))
@@ -152,6 +178,11 @@ class Engine:
             for r in scheduler.running:
                 self.kv_manager.free(r.request_id)
         stats.num_preemptions = scheduler.num_preemptions
+        if self.config.spec:
+            total = AcceptanceStats(self.config.spec.max_draft_len)
+            for r in requests:
+                total.merge(r.spec_stats)
+            stats.acceptance = total.to_dict()
         self.last_stats = stats
         return [self._output(r) for r in requests]
 
@@ -169,7 +200,10 @@ class Engine:
             seed = params.seed if params.seed is not None else self.config.seed * 1_000_003 + index
             generator = torch.Generator().manual_seed(seed)
         max_new = min(params.max_new_tokens, self.max_seq_len - len(token_ids))
-        return Request(index, list(token_ids), params, max_new, generator)
+        req = Request(index, list(token_ids), params, max_new, generator)
+        if self.config.spec:
+            req.spec_stats = AcceptanceStats(self.config.spec.max_draft_len)
+        return req
 
     def _on_token(self, req: Request, token: int) -> None:
         """Apply the stop rules after each new token: EOS, stop strings, length."""
@@ -208,5 +242,6 @@ class Engine:
                 "num_preemptions": req.num_preemptions,
                 "ttft_s": round((req.first_token_time or end) - req.arrival_time, 4),
                 "latency_s": round(end - req.arrival_time, 4),
+                **({"acceptance": req.spec_stats.to_dict()} if req.spec_stats else {}),
             },
         )

@@ -12,6 +12,7 @@ from .model import CausalLM
 from .request import Request
 from .sampling import sample_tokens
 from .scheduler import ScheduledBatch, Scheduler
+from .spec.base import SpecStepInput, SpecWorkerBase
 
 
 def allocate_kv_pool(layout: KVLayout, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -29,6 +30,8 @@ class Executor:
         block_size: int,
         device: torch.device,
         on_token: Callable[[Request, int], None],
+        meta: AttentionMetadata,
+        spec_worker: SpecWorkerBase | None = None,
     ) -> None:
         self.model = model
         self.kv_pool = kv_pool
@@ -38,21 +41,23 @@ class Executor:
         # Called once per new token; decides whether the request is finished (engine owns stop rules).
         self.on_token = on_token
         self.num_steps = 0
+        self.spec_worker = spec_worker
+        self.meta = meta  # owned by the engine: it outlives one generate() call, as real engines' buffers do
 
     @torch.inference_mode()
     def step(self) -> ScheduledBatch:
         batch = self.scheduler.schedule()
-        meta = AttentionMetadata.prepare(
+        meta = self.meta.prepare(
             [BatchEntry(i.request.request_id, i.start, i.num_new_tokens, self._table(i.request), i.is_context)
-             for i in batch.items],
-            self.block_size,
-            self.device,
+             for i in batch.items]
         )  # fmt: skip
         input_ids = torch.tensor(
-            [t for i in batch.items for t in i.request.all_token_ids[i.start : i.start + i.num_new_tokens]],
-            dtype=torch.int64,
-            device=self.device,
+            [t for i in batch.items for t in self._step_tokens(i)], dtype=torch.int64, device=self.device
         )
+        if self.spec_worker is not None:
+            self._spec_step(batch, meta, input_ids)
+            self.num_steps += 1
+            return batch
         hidden, _ = self.model(input_ids, meta, self.kv_pool)
         logits = self.model.compute_logits(hidden[meta.last_token_index])
         reqs = [i.request for i in batch.items]
@@ -68,6 +73,34 @@ class Executor:
             self.on_token(req, token)
         self.num_steps += 1
         return batch
+
+    def _spec_step(self, batch: ScheduledBatch, meta: AttentionMetadata, input_ids: torch.Tensor) -> None:
+        result = self.spec_worker.forward(SpecStepInput(meta, input_ids, batch.items, self.num_steps))
+        rows = zip(
+            batch.items, result.emitted, result.num_computed, result.next_drafts, result.num_accepted, strict=True
+        )
+        for item, emitted, computed, drafts, accepted in rows:
+            req = item.request
+            req.num_steps += 1
+            req.num_computed_tokens = computed
+            req.draft_tokens = drafts
+            if accepted is not None:
+                req.spec_stats.record(item.num_new_tokens - 1, accepted)
+            for token in emitted:
+                req.output_token_ids.append(token)
+                self.on_token(req, token)
+                if req.finish_reason is not None:
+                    break  # tokens after a stop are never emitted, exactly as without spec-dec
+            if req.finish_reason is None:
+                self.scheduler.kv.commit(req.request_id, req.all_token_ids[:computed])
+
+    @staticmethod
+    def _step_tokens(item) -> list[int]:
+        req = item.request
+        if item.is_context:
+            return req.all_token_ids[item.start : item.start + item.num_new_tokens]
+        # A generation request feeds its last token, plus its draft tokens under spec-dec.
+        return req.all_token_ids[item.start : item.start + 1] + req.draft_tokens[: item.num_new_tokens - 1]
 
     def _table(self, req: Request) -> list[int]:
         return self.scheduler.kv.block_table(req.request_id)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .config import SamplingParams
+from .spec.metrics import AcceptanceStats
 
 
 class RequestStatus(enum.Enum):
@@ -30,6 +31,8 @@ class Request:
     num_cached_tokens: int = 0  # prompt tokens reused from cached blocks at the last admission
     finish_reason: str | None = None  # "eos" | "stop" | "length"
     text: str = ""
+    draft_tokens: list[int] = field(default_factory=list)  # K proposals for the next step (spec-dec)
+    spec_stats: AcceptanceStats | None = None
     num_steps: int = 0
     num_preemptions: int = 0
     arrival_time: float = field(default_factory=time.perf_counter)

@@ -34,13 +34,21 @@ class ScheduledBatch:
 
 class Scheduler:
     def __init__(
-        self, kv: KVCacheManager, *, max_batch_size: int, max_num_tokens: int, tokens_per_generation: int = 1
+        self,
+        kv: KVCacheManager,
+        *,
+        max_batch_size: int,
+        max_num_tokens: int,
+        tokens_per_generation: int = 1,
+        kv_lookahead: int = 0,
     ) -> None:
         self.kv = kv
         self.max_batch_size = max_batch_size
         self.max_num_tokens = max_num_tokens
         # 1 without spec-dec; 1 + max_draft_len when each generation request carries draft tokens.
         self.tokens_per_generation = tokens_per_generation
+        # KV positions past a step's tokens that the same step may write (the K-1 later draft steps).
+        self.kv_lookahead = kv_lookahead
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
@@ -70,7 +78,9 @@ class Scheduler:
         i = 0
         while i < len(self.running):
             req = self.running[i]
-            needed = req.num_computed_tokens + self.tokens_per_generation
+            # Never past the request's own limit: drafts beyond its last token are never needed.
+            limit = req.max_total_tokens + self.tokens_per_generation - 1
+            needed = min(req.num_computed_tokens + self.tokens_per_generation + self.kv_lookahead, limit)
             if self.kv.ensure_capacity(req.request_id, needed):
                 items.append(ScheduledRequest(req, req.num_computed_tokens, self.tokens_per_generation, False))
                 i += 1

@@ -1,0 +1,1 @@
+"""Speculative decoding: the Eagle3 draft head, verification, and the exception-safe spec-dec workers."""

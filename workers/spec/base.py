@@ -1,0 +1,100 @@
+"""SpecWorkerBase: the exception-safe template every spec-dec worker inherits.
+
+The failure this product exists to catch: a forward aborts half-way (a tolerated warmup OOM, a bad kernel)
+after the worker saved attention metadata for its draft loop; nobody restores it, and every later step dies at
+the "never restored" assertion ("Sampling failed"). Here `forward()` is a template method: it runs the
+subclass's `_forward_impl()` and, in `finally`, restores any saved metadata and applies any pending KV rewind,
+emitting `spec_state_restored` when the cleanup path had to act. Subclasses cannot override `forward`.
+
+guard "none" keeps the historical behaviour (no cleanup) on purpose, so the harness can show it catches it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..attn_metadata import AttentionMetadata
+from ..events import EventLog
+from ..kv_cache.manager import KVCacheManager
+from ..scheduler import ScheduledRequest
+
+
+@dataclass
+class SpecStepInput:
+    meta: AttentionMetadata
+    input_ids: torch.Tensor  # [T] flattened: context prompts, then [last token, d_1..d_K] per generation
+    items: list[ScheduledRequest]
+    step: int
+
+
+@dataclass
+class SpecStepResult:
+    emitted: list[list[int]]  # per item: tokens to append (accepted drafts + the target's token)
+    num_computed: list[int]  # per item: tokens whose KV (target and draft layer) is final after this step
+    next_drafts: list[list[int]]  # per item: K draft tokens for the next step
+    num_accepted: list[int | None]  # per item: accepted drafts (None for context requests)
+    stats: dict = field(default_factory=dict)
+
+
+class SpecWorkerBase:
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "forward" in cls.__dict__:
+            raise TypeError(
+                f"{cls.__name__} overrides forward(); implement _forward_impl() instead: forward() is the "
+                "exception-safe template that restores spec-dec state"
+            )
+
+    def __init__(self, kv_manager: KVCacheManager, events: EventLog, guard: str = "template") -> None:
+        self.kv_manager = kv_manager
+        self.events = events
+        self.guard = guard
+        self._pending_rewinds: dict[int, int] = {}  # request id -> KV length to rewind to after drafting
+
+    def forward(self, step: SpecStepInput) -> SpecStepResult:
+        leaked = step.meta.saved_fields
+        if leaked:
+            self.events.emit("spec_state_leak", fields=list(leaked), detected_at=f"step {step.step} start",
+                             worker=type(self).__name__)  # fmt: skip
+        cause: BaseException | None = None
+        try:
+            return self._forward_impl(step)
+        except BaseException as exc:
+            cause = exc
+            raise
+        finally:
+            if self.guard == "template":
+                self._cleanup(step, cause)
+
+    def _forward_impl(self, step: SpecStepInput) -> SpecStepResult:
+        raise NotImplementedError
+
+    # --- helpers for subclasses -----------------------------------------------------------------------
+
+    def schedule_rewind(self, request_id: int, num_tokens: int) -> None:
+        """KV past num_tokens is speculative; it is discarded after the draft loop (or by the cleanup)."""
+        self._pending_rewinds[request_id] = num_tokens
+
+    def apply_rewinds(self) -> list[int]:
+        done = []
+        for rid, n in self._pending_rewinds.items():
+            if self.kv_manager.has(rid):
+                self.kv_manager.rewind(rid, n)
+                done.append(rid)
+        self._pending_rewinds.clear()
+        return done
+
+    def _cleanup(self, step: SpecStepInput, cause: BaseException | None) -> None:
+        fields = step.meta.restore_from_spec_dec()
+        rewound = self.apply_rewinds()
+        if fields or rewound:
+            self.events.emit(
+                "spec_state_restored",
+                worker=type(self).__name__,
+                fields=list(fields),
+                rewound_requests=rewound,
+                cause=f"{type(cause).__name__}: {cause}" if cause is not None else None,
+                step=step.step,
+            )
