@@ -8,7 +8,7 @@ import socket
 
 import pytest
 import torch.multiprocessing as mp
-from specdec_eval.workers.config import SamplingParams
+from specdec_eval.workers.config import SamplingParams, SpecConfig
 
 from .conftest import make_engine
 from .prompts import RAW_PROMPTS
@@ -20,7 +20,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_main(rank: int, world: int, port: int, out_path: str, kv: str) -> None:
+def _rank_main(rank: int, world: int, port: int, out_path: str, kv: str, draft_len: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))  # fmt: skip
     from specdec_eval.launch.dist import init_tp_group
@@ -28,7 +28,8 @@ def _rank_main(rank: int, world: int, port: int, out_path: str, kv: str) -> None
 
     tp = init_tp_group("cpu", timeout_s=120)
     ckpt = load_checkpoint("tiny")
-    engine = make_engine((ckpt, ckpt.load_tokenizer()), kv, tp=tp)
+    spec = SpecConfig(max_draft_len=draft_len) if draft_len else None
+    engine = make_engine((ckpt, ckpt.load_tokenizer()), kv, tp=tp, spec=spec)
     attn = engine.model.model.layers[0].self_attn
     assert (attn.num_heads, attn.num_kv_heads) == (4 // world, 2 // world)  # really sharded
     prompts = [engine.encode(p) for p in RAW_PROMPTS]
@@ -38,13 +39,16 @@ def _rank_main(rank: int, world: int, port: int, out_path: str, kv: str) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kv", ["v1", "v2"])
-def test_tp2_equals_tp1(tiny, tmp_path, kv):
+@pytest.mark.parametrize("kv, draft_len", [("v1", 0), ("v2", 0), ("v1", 3), ("v2", 2)])
+def test_tp2_equals_tp1(tiny, tmp_path, kv, draft_len):
+    """Plain decoding, and Eagle3 (accept decisions made on rank 0 and broadcast), both equal TP=1 plain."""
     engine = make_engine(tiny)
     prompts = [engine.encode(p) for p in RAW_PROMPTS]
     expected = [o.token_ids for o in engine.generate(prompts, SamplingParams(max_new_tokens=24, ignore_eos=True))]
     out = str(tmp_path / "tokens")
-    mp.start_processes(_rank_main, args=(2, _free_port(), out, kv), nprocs=2, join=True, start_method="spawn")
+    mp.start_processes(
+        _rank_main, args=(2, _free_port(), out, kv, draft_len), nprocs=2, join=True, start_method="spawn"
+    )
     for rank in range(2):
         with open(f"{out}.{rank}") as f:
             assert json.load(f) == expected, f"rank {rank} differs from TP=1"
