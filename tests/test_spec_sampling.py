@@ -3,9 +3,9 @@
 Test: 1,500 independent samples of the first three generated tokens (temperature 1, top-k 4, tiny model) from
 plain decoding and 1,500 from Eagle3 with rejection sampling, compared with a chi-square test of homogeneity at
 significance level alpha = 0.01 (so a correct sampler fails this test with probability 1%; the seeds are fixed,
-so the outcome is deterministic). The draft proposes the target's greedy continuation, which is accepted in about
-a tenth of the draft positions, so both the accept and the resample paths are exercised. A negative control (a lossy verifier
-that accepts every draft) must be rejected by the same test, which shows the test has power."""
+so the outcome is deterministic). The draft proposes the target's greedy continuation, accepted at about a tenth
+of the draft positions, so both the accept and the resample paths run. A negative control (a lossy verifier that
+accepts every draft) must be rejected by the same test, which shows the test has power."""
 
 from __future__ import annotations
 
