@@ -23,6 +23,7 @@ def info(
     max_num_tokens: o.MaxNumTokens = 4096,
     tp: o.TPSize = 1,
     draft_layers: Annotated[int, typer.Option("--draft-layers", help="Extra KV layers (1 for Eagle3).")] = 0,
+    draft_len: Annotated[int, typer.Option("--draft-len", "-k", help="Draft tokens per step (0: no spec-dec).")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Model shape, parameter count, valid TP sizes, and KV capacity (blocks, tokens, bytes) under v1 and v2.
@@ -58,7 +59,17 @@ def info(
         report["device"] = plan.device
         report["dtype"] = plan.dtype
         report["memory"] = plan.memory_summary()
-        report["kv_cache"][version] = plan.layout_summary()
+        kv = plan.layout_summary()
+        # What the two reservation policies make of the same pool, for requests of the full max_seq_len.
+        seq_len = min(engine_cfg.max_seq_len or 4096, cfg.max_position_embeddings)
+        blocks_per_seq = -(-seq_len // block_size)
+        if version == "v1":
+            kv["policy"] = "whole sequence reserved at admission"
+            kv["full_length_requests_at_once"] = kv["num_blocks"] // blocks_per_seq
+        else:
+            kv["policy"] = "blocks on demand; one window reserved per live request, preempt when out"
+            kv["headroom_blocks_at_max_batch"] = max_batch_size * -(-(1 + draft_len) // block_size)
+        report["kv_cache"][version] = kv
     if as_json:
         print(json.dumps(report, indent=2))
         return
@@ -75,3 +86,9 @@ def info(
         print(f"kv {version}      {kv['num_blocks']:,} blocks x {kv['block_size']} tokens = "
               f"{kv['max_tokens']:,} tokens, {kv['total_gib']} GiB "
               f"({kv['bytes_per_token']:,} B/token, {kv['num_layers']} layers)")  # fmt: skip
+        if version == "v1":
+            print(f"           {kv['policy']}: {kv['full_length_requests_at_once']} requests of "
+                  f"{seq_len} tokens at once")  # fmt: skip
+        else:
+            print(f"           {kv['policy']}: {kv['headroom_blocks_at_max_batch']} blocks of headroom "
+                  f"at batch {max_batch_size}")  # fmt: skip
