@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-
 from specdec_eval.workers.checkpoint import Checkpoint
 from specdec_eval.workers.config import RopeConfig, SamplingParams
 from specdec_eval.workers.hf_reference import build_hf_model, hf_greedy
@@ -20,8 +19,14 @@ BASE = tiny_config()
 VARIANTS = {
     "llama3-rope-scaling": replace(
         BASE,
-        rope=RopeConfig(theta=500000.0, rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                        original_max_position_embeddings=64),
+        rope=RopeConfig(
+            theta=500000.0,
+            rope_type="llama3",
+            factor=8.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=64,
+        ),
     ),  # fmt: skip
     "tied-embeddings": replace(BASE, tie_word_embeddings=True),
     "qwen2-bias": replace(BASE, model_type="qwen2", attention_bias=True, rope=RopeConfig(theta=1000000.0)),
