@@ -6,6 +6,7 @@ it) is reproducible on any machine."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +24,10 @@ _DTYPES = {
 }
 
 
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
+    """auto: CUDA when available. Under torchrun each process takes the GPU of its LOCAL_RANK."""
+    if local_rank is None:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda":

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .attn_metadata import AttentionMetadata
+from .attn_metadata import AttentionMetadata, BatchEntry
 from .capacity import plan_capacity
 from .checkpoint import Checkpoint, load_checkpoint
 from .config import EngineConfig, SamplingParams
@@ -75,7 +75,7 @@ class Engine:
         self.checkpoint = checkpoint or load_checkpoint(config.model)
         self.model_config = self.checkpoint.config
         self.model_config.check_tp_size(self.tp.size)
-        self.device = resolve_device(config.device, self.tp.rank)
+        self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
         self.max_seq_len = min(config.max_seq_len or 4096, self.model_config.max_position_embeddings)
 
@@ -103,6 +103,26 @@ class Engine:
         model.load_weights(self.checkpoint.tensors())
         return model.to(self.device).eval()
 
+    @torch.inference_mode()
+    def _profile_forward(self) -> None:
+        """CUDA: one forward at the max context shape with a throw-away KV pool, so the allocator's peak (read by
+        `measure_memory`) includes activations before the real pool is sized from what is left."""
+        block = self.config.kv_cache.block_size
+        n = min(self.config.max_num_tokens, self.max_seq_len - 1)
+        blocks = -(-n // block)
+        cfg = self.model_config
+        pool = torch.zeros(
+            cfg.num_hidden_layers, 2, blocks * block, cfg.num_key_value_heads // self.tp.size, cfg.head_dim,
+            dtype=self.dtype, device=self.device,
+        )  # fmt: skip
+        torch.cuda.reset_peak_memory_stats(self.device)
+        meta = AttentionMetadata(block, self.device).prepare([BatchEntry(-1, 0, n, list(range(blocks)), True)])
+        hidden, _ = self.model(torch.zeros(n, dtype=torch.int64, device=self.device), meta, pool)
+        self.model.compute_logits(hidden[meta.last_token_index])
+        del pool, hidden
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()  # give the throw-away pool back, so mem_get_info sees it as free
+
     def _build_draft_model(self) -> Eagle3DraftModel:
         spec = self.config.spec
         draft = build_draft_model(self.model_config, spec.draft_model, spec.capture_layers, spec.draft_seed, self.tp)
@@ -118,6 +138,8 @@ class Engine:
         return sum(p.numel() * p.element_size() for p in self.model.parameters())
 
     def _size_kv_cache(self) -> KVLayout:
+        if self.device.type == "cuda":
+            self._profile_forward()
         plan = plan_capacity(self.model_config, self.config, weights_bytes=self.weights_bytes)
         self.memory = plan.memory
         return plan.layout
