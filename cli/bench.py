@@ -53,15 +53,15 @@ def bench(
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n", help="Tokens per prompt.")] = 64,
     skip_hf: Annotated[bool, typer.Option("--skip-hf", help="Do not measure HF transformers.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
-    model: o.Model = "smollm2",
-    kv_cache: o.KVCache = "v1",
-    dtype: o.DType = "auto",
-    device: o.Device = "auto",
+    model: o.Model = o.E.model,
+    kv_cache: o.KVCache = o.K.version,
+    dtype: o.DType = o.E.dtype,
+    device: o.Device = o.E.device,
     device_memory: o.DeviceMemory = None,
-    max_batch_size: o.MaxBatch = 64,
+    max_batch_size: o.MaxBatch = o.E.max_batch_size,
     spec: o.Spec = "none",
-    draft_len: o.DraftLen = 3,
-    draft_model: o.DraftModel = "random",
+    draft_len: o.DraftLen = o.S.max_draft_len,
+    draft_model: o.DraftModel = o.S.draft_model,
 ) -> None:
     """Tokens/s of our engine and of HF transformers `generate` on the same prompts in the same run, and their
     ratio (greedy, all prompts batched, EOS ignored so every side produces exactly prompts x max-new-tokens).

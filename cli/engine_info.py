@@ -14,14 +14,14 @@ app = typer.Typer(help="Inspect the engine without running it.", no_args_is_help
 
 @app.command("info")
 def info(
-    model: o.Model = "smollm2",
-    dtype: o.DType = "auto",
-    device: o.Device = "auto",
+    model: o.Model = o.E.model,
+    dtype: o.DType = o.E.dtype,
+    device: o.Device = o.E.device,
     device_memory: o.DeviceMemory = None,
-    block_size: o.BlockSize = 16,
-    max_batch_size: o.MaxBatch = 64,
-    max_num_tokens: o.MaxNumTokens = 4096,
-    tp: o.TPSize = 1,
+    block_size: o.BlockSize = o.K.block_size,
+    max_batch_size: o.MaxBatch = o.E.max_batch_size,
+    max_num_tokens: o.MaxNumTokens = o.E.max_num_tokens,
+    tp: o.TPSize = o.E.tp_size,
     draft_layers: Annotated[int, typer.Option("--draft-layers", help="Extra KV layers (1 for Eagle3).")] = 0,
     draft_len: Annotated[int, typer.Option("--draft-len", "-k", help="Draft tokens per step (0: no spec-dec).")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,

@@ -50,29 +50,31 @@ def generate(
             "or 'messages' (chat template)."
         ),
     ] = "-",
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n", help="Tokens to generate.")] = 64,
-    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
-    top_p: Annotated[float, typer.Option("--top-p")] = 1.0,
-    top_k: Annotated[int, typer.Option("--top-k", help="0 = off.")] = 0,
+    max_new_tokens: Annotated[
+        int, typer.Option("--max-new-tokens", "-n", help="Tokens to generate.")
+    ] = o.SP.max_new_tokens,
+    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = o.SP.temperature,
+    top_p: Annotated[float, typer.Option("--top-p")] = o.SP.top_p,
+    top_k: Annotated[int, typer.Option("--top-k", help="0 = off.")] = o.SP.top_k,
     stop: Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")] = None,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Keep going past EOS.")] = False,
     chat: Annotated[bool, typer.Option("--chat", help="Wrap plain-line prompts in the chat template.")] = False,
-    model: o.Model = "smollm2",
-    kv_cache: o.KVCache = "v1",
-    dtype: o.DType = "auto",
-    device: o.Device = "auto",
+    model: o.Model = o.E.model,
+    kv_cache: o.KVCache = o.K.version,
+    dtype: o.DType = o.E.dtype,
+    device: o.Device = o.E.device,
     device_memory: o.DeviceMemory = None,
-    block_size: o.BlockSize = 16,
-    block_reuse: o.BlockReuse = True,
-    max_batch_size: o.MaxBatch = 64,
-    max_num_tokens: o.MaxNumTokens = 4096,
+    block_size: o.BlockSize = o.K.block_size,
+    block_reuse: o.BlockReuse = o.K.enable_block_reuse,
+    max_batch_size: o.MaxBatch = o.E.max_batch_size,
+    max_num_tokens: o.MaxNumTokens = o.E.max_num_tokens,
     max_seq_len: o.MaxSeqLen = None,
-    tp: o.TPSize = 1,
-    seed: o.Seed = 0,
+    tp: o.TPSize = o.E.tp_size,
+    seed: o.Seed = o.E.seed,
     spec: o.Spec = "none",
-    draft_len: o.DraftLen = 3,
-    draft_model: o.DraftModel = "random",
-    spec_guard: o.SpecGuard = "template",
+    draft_len: o.DraftLen = o.S.max_draft_len,
+    draft_model: o.DraftModel = o.S.draft_model,
+    spec_guard: o.SpecGuard = o.S.guard,
     capture_layers: o.CaptureLayers = None,
 ) -> None:
     """Generate completions and print one JSON object per prompt (text, token ids, finish reason, stats).
@@ -83,6 +85,7 @@ def generate(
     """  # fmt: skip
     from ..launch.dist import init_tp_group
     from ..workers.checkpoint import load_checkpoint
+    from ..workers.device import resolve_device
     from ..workers.engine import Engine
 
     if prompts_file == "-":
@@ -108,7 +111,7 @@ def generate(
         max_num_tokens=max_num_tokens, max_seq_len=max_seq_len, tp=tp, seed=seed,
         spec=o.spec_config(spec, draft_len, draft_model, spec_guard, capture_layers),
     )  # fmt: skip
-    tp_group = init_tp_group("cuda" if device == "cuda" else "cpu")
+    tp_group = init_tp_group(resolve_device(device).type)  # NCCL on CUDA, gloo on CPU
     engine = Engine(config, tp_group, checkpoint)
     with generation_progress(len(prompts), enabled=tp_group.is_leader) as progress:
         outputs = engine.generate(prompts, sampling, progress=progress)

@@ -13,13 +13,16 @@ from ..workers.config import (
     SPEC_ALGORITHMS,
     EngineConfig,
     KVCacheConfig,
+    SamplingParams,
     SpecConfig,
     parse_bytes,
 )
 from ..workers.errors import UserError
 
-_E = EngineConfig()
-_K = KVCacheConfig()
+# Defaults come from the config dataclasses, never written twice.
+E = EngineConfig()
+K = KVCacheConfig()
+SP = SamplingParams()
 ENGINE = "Engine"
 
 Model = Annotated[
@@ -72,7 +75,7 @@ TPSize = Annotated[
 Seed = Annotated[int, typer.Option("--seed", help="Seed for sampling.", rich_help_panel=ENGINE)]
 
 SPEC = "Speculative decoding"
-_S = SpecConfig()
+S = SpecConfig()
 Spec = Annotated[
     str, typer.Option("--spec", help=f"none | {' | '.join(SPEC_ALGORITHMS)} (one-model).", rich_help_panel=SPEC)
 ]
@@ -103,9 +106,9 @@ CaptureLayers = Annotated[
 
 def spec_config(
     spec: str = "none",
-    draft_len: int = _S.max_draft_len,
-    draft_model: str = _S.draft_model,
-    spec_guard: str = _S.guard,
+    draft_len: int = S.max_draft_len,
+    draft_model: str = S.draft_model,
+    spec_guard: str = S.guard,
     capture_layers: str | None = None,
 ) -> SpecConfig | None:
     if spec == "none":
@@ -123,18 +126,18 @@ def spec_config(
 
 def engine_config(
     *,
-    model: str = _E.model,
-    kv_cache: str = _K.version,
-    dtype: str = _E.dtype,
-    device: str = _E.device,
+    model: str = E.model,
+    kv_cache: str = K.version,
+    dtype: str = E.dtype,
+    device: str = E.device,
     device_memory: str | None = None,
-    block_size: int = _K.block_size,
-    block_reuse: bool = _K.enable_block_reuse,
-    max_batch_size: int = _E.max_batch_size,
-    max_num_tokens: int = _E.max_num_tokens,
-    max_seq_len: int | None = _E.max_seq_len,
-    tp: int = _E.tp_size,
-    seed: int = _E.seed,
+    block_size: int = K.block_size,
+    block_reuse: bool = K.enable_block_reuse,
+    max_batch_size: int = E.max_batch_size,
+    max_num_tokens: int = E.max_num_tokens,
+    max_seq_len: int | None = E.max_seq_len,
+    tp: int = E.tp_size,
+    seed: int = E.seed,
     spec: SpecConfig | None = None,
 ) -> EngineConfig:
     return EngineConfig(
