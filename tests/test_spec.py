@@ -150,3 +150,15 @@ def test_spec_outputs_stop_like_plain_decoding(tiny):
         assert [(x.token_ids, x.text, x.finish_reason) for x in a] == [
             (x.token_ids, x.text, x.finish_reason) for x in b
         ]
+
+
+@pytest.mark.parametrize("kv", ["v1", "v2"])
+def test_spec_with_a_small_kv_cache(tiny, kv):
+    """Draft KV and rewinds under pressure: v1 admits fewer requests, v2 preempts; outputs equal plain
+    decoding and every block is back in the pool afterwards."""
+    expected = _tokens(make_engine(tiny), RAW_PROMPTS)
+    engine = make_engine(tiny, kv, kv_max_tokens=200, kv_block_size=8, spec=SpecConfig(max_draft_len=3))
+    assert _tokens(engine, RAW_PROMPTS) == expected
+    assert engine.kv_manager.num_free_blocks == engine.kv_manager.num_blocks
+    if kv == "v2":
+        assert engine.last_stats.num_preemptions > 0
