@@ -8,7 +8,8 @@ from specdec_eval.workers.spec.eagle3 import Eagle3OneModelWorker
 def clone_worker(cls, engine):
     """Replace the engine's Eagle3 worker by an instance of a test subclass with the same parts."""
     w = engine.spec_worker
-    engine.spec_worker = cls(w.target, w.draft, w.kv_pool, w.kv_manager, engine.config.spec, w.events, w.tp)
+    engine.spec_worker = cls(w.target, w.draft, w.kv_pool, w.kv_manager, engine.config.spec, w.events, w.tp, w.faults)
+    engine.executor.spec_worker = engine.spec_worker
     return engine.spec_worker
 
 

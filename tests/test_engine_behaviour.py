@@ -104,21 +104,41 @@ def test_prompt_too_long_is_a_user_error(tiny):
     assert len(out.prompt_token_ids) + len(out.token_ids) == 32  # output clamped to max_seq_len
 
 
-def test_aborted_generate_releases_kv(tiny, monkeypatch):
-    engine = make_engine(tiny)
-    free_before = engine.kv_manager.num_free_blocks
+def _failing_forward(engine, monkeypatch, fail_calls):
     calls = {"n": 0}
     original = engine.model.forward
 
     def failing(*args, **kwargs):
         calls["n"] += 1
-        if calls["n"] == 3:
-            raise RuntimeError("boom")
+        if calls["n"] in fail_calls:
+            raise RuntimeError(f"boom {calls['n']}")
         return original(*args, **kwargs)
 
     monkeypatch.setattr(engine.model, "forward", failing)
-    with pytest.raises(RuntimeError, match="boom"):
-        engine.generate(RAW_PROMPTS[:4], GREEDY)
-    assert engine.kv_manager.num_free_blocks == free_before
+
+
+def test_a_failed_forward_is_retried_and_recovers(tiny, monkeypatch):
+    expected = _tokens(make_engine(tiny), RAW_PROMPTS[:4])
+    engine = make_engine(tiny)
+    _failing_forward(engine, monkeypatch, {3})
+    outs = engine.generate(RAW_PROMPTS[:4], GREEDY)
+    assert [o.token_ids for o in outs] == expected
+    assert all(o.finish_reason == "length" for o in outs)
+    errors = engine.events.of_type("forward_error")
+    assert len(errors) == 1 and "boom 3" in errors[0]["error"] and sorted(errors[0]["request_ids"]) == [0, 1, 2, 3]
+    assert len(engine.events.of_type("request_retried")) == 4
+    assert engine.last_stats.num_retries == 4 and engine.last_stats.num_failed == 0
+    assert engine.kv_manager.num_free_blocks == engine.kv_manager.num_blocks
+
+
+def test_a_request_that_keeps_failing_ends_as_an_error_not_an_answer(tiny, monkeypatch):
+    engine = make_engine(tiny, max_retries=2)
+    _failing_forward(engine, monkeypatch, set(range(2, 1000)))  # every forward after the first one
+    outs = engine.generate(RAW_PROMPTS[:3], GREEDY)  # returns: never hangs, never raises
+    assert all(o.finish_reason == "error" and "boom" in o.error for o in outs)
+    assert engine.last_stats.num_failed == 3
+    failed = engine.events.of_type("request_failed")
+    assert sorted(e["request_id"] for e in failed) == [0, 1, 2] and all(e["retries"] == 2 for e in failed)
+    assert engine.kv_manager.num_free_blocks == engine.kv_manager.num_blocks
     monkeypatch.undo()
-    assert _tokens(engine, RAW_PROMPTS[:4]) == _tokens(make_engine(tiny), RAW_PROMPTS[:4])
+    assert _tokens(engine, RAW_PROMPTS[:3]) == _tokens(make_engine(tiny), RAW_PROMPTS[:3])

@@ -94,30 +94,32 @@ def _failing_engine(tiny, guard, kv="v1"):
 @pytest.mark.parametrize("kv", ["v1", "v2"])
 def test_guard_template_restores_state_after_a_failure(tiny, tiny_reference, kv):
     prompts, expected = tiny_reference
-    engine, worker = _failing_engine(tiny, "template", kv)
-    with pytest.raises(RuntimeError, match="injected failure in draft step 1"):
-        engine.generate(prompts[:4], GREEDY)
+    engine, _ = _failing_engine(tiny, "template", kv)
+    outs = engine.generate(prompts[:4], GREEDY)
     assert engine.attn_meta.saved_fields == ()
     restored = engine.events.of_type("spec_state_restored")
     assert len(restored) == 1
     assert restored[0]["fields"] == ["seq_lens", "kv_lens", "num_contexts"]
     assert "injected failure" in restored[0]["cause"] and restored[0]["rewound_requests"]
-    # Serving goes on with identical outputs, and nothing leaked.
-    assert _tokens(engine, prompts[:4]) == expected[:4]
+    # The failed batch was recomputed: outputs identical to the fault-free run, nothing failed or leaked.
+    assert [o.token_ids for o in outs] == expected[:4]
+    assert engine.last_stats.num_failed == 0 and len(engine.events.of_type("forward_error")) == 1
     assert engine.events.of_type("spec_state_leak") == []
+    assert engine.kv_manager.num_free_blocks == engine.kv_manager.num_blocks
 
 
 def test_guard_none_leaves_the_state_and_the_next_step_names_it(tiny, tiny_reference):
     prompts, _ = tiny_reference
     engine, _ = _failing_engine(tiny, "none")
-    with pytest.raises(RuntimeError, match="injected failure"):
-        engine.generate(prompts[:4], GREEDY)
-    assert engine.attn_meta.saved_fields == ("seq_lens", "kv_lens", "num_contexts")
+    outs = engine.generate(prompts[:4], GREEDY)  # never hangs: retries are bounded
     assert engine.events.of_type("spec_state_restored") == []
-    with pytest.raises(AssertionError, match="never restored: fields seq_lens, kv_lens, num_contexts"):
-        engine.generate(prompts[:4], GREEDY)
+    # Every later step dies at the stale-state assertion, which names the fields; the requests fail.
+    assert all(o.finish_reason == "error" for o in outs)
+    assert all("never restored: fields seq_lens, kv_lens, num_contexts" in o.error for o in outs)
     leak = engine.events.of_type("spec_state_leak")
     assert leak and leak[0]["fields"] == ["seq_lens", "kv_lens", "num_contexts"]
+    assert len(engine.events.of_type("request_failed")) == 4
+    assert engine.attn_meta.saved_fields == ("seq_lens", "kv_lens", "num_contexts")
 
 
 def test_a_subclass_may_not_override_forward():

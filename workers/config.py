@@ -288,6 +288,8 @@ class EngineConfig:
     device_memory: int | None = None  # CPU: memory budget in bytes (default 8 GiB); CUDA: total, if capped
     spec: SpecConfig | None = None  # None: plain decoding
     seed: int = 0
+    inject: tuple[str, ...] = ()  # fault injection specs, see workers/faults.py
+    max_retries: int = 2  # a request in a batch whose forward raised is recomputed at most this often
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -300,6 +302,8 @@ class EngineConfig:
             raise UserError(f"max batch size must be positive, got {self.max_batch_size}")
         if self.max_num_tokens < 1:
             raise UserError(f"max num tokens must be positive, got {self.max_num_tokens}")
+        if self.max_retries < 0:
+            raise UserError(f"max retries must be >= 0, got {self.max_retries}")
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise UserError(f"max seq len must be at least 2, got {self.max_seq_len}")
 

@@ -17,6 +17,7 @@ from .device import resolve_device, resolve_dtype
 from .errors import UserError
 from .events import EventLog
 from .executor import Executor, allocate_kv_pool
+from .faults import FaultInjector
 from .kv_cache import make_kv_cache_manager
 from .kv_cache.layout import KVLayout
 from .model import CausalLM
@@ -38,8 +39,9 @@ class GenerationOutput:
     prompt_token_ids: list[int]
     token_ids: list[int]
     text: str
-    finish_reason: str
+    finish_reason: str  # "eos" | "stop" | "length" | "error" (an error is never a normal answer)
     stats: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
 
 
 @dataclass
@@ -53,6 +55,8 @@ class GenerateStats:
     num_preemptions: int = 0
     elapsed_s: float = 0.0
     acceptance: dict[str, Any] | None = None  # spec-dec only: AcceptanceStats.to_dict() over all requests
+    num_failed: int = 0  # requests that ended with finish reason "error"
+    num_retries: int = 0
 
     @property
     def output_tokens_per_s(self) -> float:
@@ -92,8 +96,17 @@ class Engine:
         self.kv_pool = allocate_kv_pool(self.kv_layout, self.dtype, self.device)
         self.attn_meta = AttentionMetadata(self.kv_layout.block_size, self.device)
         self.events = EventLog(rank=self.tp.rank)
+        self.faults = FaultInjector.from_strings(config.inject, self.events, config.seed) if config.inject else None
         self.draft_model = self._build_draft_model() if config.spec else None
         self.spec_worker = self._build_spec_worker() if config.spec else None
+        # One executor for the engine's life: its step count and attention metadata outlive a generate() call.
+        self.executor = Executor(
+            self.model, self.kv_pool, None, self.kv_layout.block_size, self.device, self._on_token, self.attn_meta,
+            self.spec_worker,
+        )  # fmt: skip
+        if self.faults is not None and self.faults.wants("target_forward"):
+            middle = self.model.model.layers[self.model_config.num_hidden_layers // 2]
+            middle.register_forward_pre_hook(lambda *_: self.faults.check("target_forward", self.executor.num_steps))
         self.last_stats = GenerateStats()
 
     # --- construction ---------------------------------------------------------------------------------
@@ -130,8 +143,9 @@ class Engine:
 
     def _build_spec_worker(self) -> Eagle3OneModelWorker:
         return Eagle3OneModelWorker(
-            self.model, self.draft_model, self.kv_pool, self.kv_manager, self.config.spec, self.events, self.tp
-        )
+            self.model, self.draft_model, self.kv_pool, self.kv_manager, self.config.spec, self.events, self.tp,
+            self.faults,
+        )  # fmt: skip
 
     @property
     def weights_bytes(self) -> int:
@@ -174,31 +188,35 @@ class Engine:
             tokens_per_generation=1 + k,
             kv_lookahead=max(0, k - 1),
         )
-        executor = Executor(
-            self.model, self.kv_pool, scheduler, self.kv_layout.block_size, self.device, self._on_token, self.attn_meta,
-            self.spec_worker,
-        )  # fmt: skip
+        executor = self.executor
+        executor.scheduler = scheduler
         for r in requests:
             scheduler.add(r)
         stats = GenerateStats(len(requests), sum(len(r.prompt_token_ids) for r in requests))
-        start = time.perf_counter()
-        done = 0
+        start, first_step = time.perf_counter(), executor.num_steps
         try:
             while scheduler.has_work:
-                executor.step()
+                try:
+                    executor.step()
+                except Exception as exc:
+                    if scheduler.last_batch is None:
+                        raise  # nothing was being served: not a serving error
+                    self._on_step_error(scheduler, scheduler.last_batch, exc)
                 for r in list(scheduler.running):
                     if r.finish_reason is not None:
                         scheduler.finish(r, r.finish_reason)
-                        done += 1
-                stats.num_steps = executor.num_steps
+                stats.num_steps = executor.num_steps - first_step
                 stats.num_output_tokens = sum(len(r.output_token_ids) for r in requests)
                 stats.elapsed_s = time.perf_counter() - start
                 if progress is not None:
-                    progress(done, len(requests), stats)
+                    progress(sum(r.is_finished for r in requests), len(requests), stats)
         finally:
             # An aborted call must not keep blocks reserved for requests nobody will finish.
-            for r in scheduler.running:
-                self.kv_manager.free(r.request_id)
+            for r in scheduler.running + list(scheduler.waiting):
+                if self.kv_manager.has(r.request_id):
+                    self.kv_manager.free(r.request_id)
+        stats.num_failed = sum(r.finish_reason == "error" for r in requests)
+        stats.num_retries = sum(r.num_retries for r in requests)
         stats.num_preemptions = scheduler.num_preemptions
         if self.config.spec:
             total = AcceptanceStats(self.config.spec.max_draft_len)
@@ -207,6 +225,27 @@ class Engine:
             stats.acceptance = total.to_dict()
         self.last_stats = stats
         return [self._output(r) for r in requests]
+
+    def _on_step_error(self, scheduler: Scheduler, batch, exc: Exception) -> None:
+        """A forward raised: only the requests of that batch are affected. Each is recomputed (bounded by
+        max_retries) or fails with finish reason "error"; both are recorded as events, never hidden."""
+        error = f"{type(exc).__name__}: {exc}"
+        step = self.executor.num_steps
+        self.executor.num_steps += 1  # the failed step counts, so a fault due "@STEP" does not fire forever
+        self.events.emit(
+            "forward_error", error=error, request_ids=[i.request.request_id for i in batch.items], step=step
+        )
+        for item in batch.items:
+            req = item.request
+            if req.is_finished:
+                continue
+            req.num_retries += 1
+            if req.num_retries <= self.config.max_retries:
+                scheduler.requeue(req)
+                self.events.emit("request_retried", request_id=req.request_id, attempt=req.num_retries, reason=error)
+            else:
+                scheduler.fail(req, error)
+                self.events.emit("request_failed", request_id=req.request_id, reason=error, retries=req.num_retries - 1)
 
     def _make_request(self, index: int, token_ids: list[int], params: SamplingParams) -> Request:
         if not token_ids:
@@ -256,12 +295,14 @@ class Engine:
             token_ids=list(req.output_token_ids),
             text=text,
             finish_reason=req.finish_reason or "length",
+            error=req.error,
             stats={
                 "num_prompt_tokens": len(req.prompt_token_ids),
                 "num_output_tokens": len(req.output_token_ids),
                 "num_cached_tokens": req.num_cached_tokens,
                 "num_steps": req.num_steps,
                 "num_preemptions": req.num_preemptions,
+                "num_retries": req.num_retries,
                 "ttft_s": round((req.first_token_time or end) - req.arrival_time, 4),
                 "latency_s": round(end - req.arrival_time, 4),
                 **({"acceptance": req.spec_stats.to_dict()} if req.spec_stats else {}),

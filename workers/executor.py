@@ -26,7 +26,7 @@ class Executor:
         self,
         model: CausalLM,
         kv_pool: torch.Tensor,
-        scheduler: Scheduler,
+        scheduler: Scheduler | None,  # set per generate() call
         block_size: int,
         device: torch.device,
         on_token: Callable[[Request, int], None],

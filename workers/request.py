@@ -29,7 +29,9 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0  # tokens whose KV is in the cache
     num_cached_tokens: int = 0  # prompt tokens reused from cached blocks at the last admission
-    finish_reason: str | None = None  # "eos" | "stop" | "length"
+    finish_reason: str | None = None  # "eos" | "stop" | "length" | "error"
+    error: str | None = None  # why a request failed (finish_reason "error")
+    num_retries: int = 0
     text: str = ""
     draft_tokens: list[int] = field(default_factory=list)  # K proposals for the next step (spec-dec)
     spec_stats: AcceptanceStats | None = None

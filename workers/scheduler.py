@@ -52,6 +52,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
+        self.last_batch: ScheduledBatch | None = None
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)
@@ -61,10 +62,12 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> ScheduledBatch:
+        self.last_batch = None
         generations = self._schedule_generations()
         budget = self.max_num_tokens - len(generations) * self.tokens_per_generation
         contexts = self._admit(budget, num_running=len(generations))
         batch = ScheduledBatch(contexts + generations)
+        self.last_batch = batch  # what a failed step was serving, for its error handling
         if not batch.items and self.waiting:
             head = self.waiting[0]
             raise RuntimeError(
@@ -91,12 +94,30 @@ class Scheduler:
         return items
 
     def _preempt(self, req: Request) -> None:
-        self.kv.free(req.request_id)
-        req.status = RequestStatus.WAITING
-        req.num_computed_tokens = 0
         req.num_preemptions += 1
         self.num_preemptions += 1
+        self.requeue(req)
+
+    def requeue(self, req: Request) -> None:
+        """Give back the request's KV and recompute it (prompt and output so far) when it is admitted again."""
+        if req in self.running:
+            self.running.remove(req)
+        if self.kv.has(req.request_id):
+            self.kv.free(req.request_id)
+        req.status = RequestStatus.WAITING
+        req.num_computed_tokens = 0
+        req.draft_tokens = []
         self.waiting.appendleft(req)
+
+    def fail(self, req: Request, reason: str) -> None:
+        """The request cannot be completed: it ends with finish reason "error", never as a normal answer."""
+        if req in self.running:
+            self.running.remove(req)
+        if self.kv.has(req.request_id):
+            self.kv.free(req.request_id)
+        req.status = RequestStatus.FINISHED
+        req.finish_reason = "error"
+        req.error = reason
 
     def _admit(self, budget: int, num_running: int) -> list[ScheduledRequest]:
         items: list[ScheduledRequest] = []

@@ -17,6 +17,7 @@ import torch
 
 from ..attn_metadata import AttentionMetadata
 from ..events import EventLog
+from ..faults import FaultInjector
 from ..kv_cache.manager import KVCacheManager
 from ..scheduler import ScheduledRequest
 
@@ -47,13 +48,18 @@ class SpecWorkerBase:
                 "exception-safe template that restores spec-dec state"
             )
 
-    def __init__(self, kv_manager: KVCacheManager, events: EventLog, guard: str = "template") -> None:
+    def __init__(
+        self, kv_manager: KVCacheManager, events: EventLog, guard: str = "template", faults: FaultInjector | None = None
+    ) -> None:
         self.kv_manager = kv_manager
         self.events = events
         self.guard = guard
+        self.faults = faults
+        self.step = 0  # the engine step being served (for events and fault injection)
         self._pending_rewinds: dict[int, int] = {}  # request id -> KV length to rewind to after drafting
 
     def forward(self, step: SpecStepInput) -> SpecStepResult:
+        self.step = step.step
         leaked = step.meta.saved_fields
         if leaked:
             self.events.emit("spec_state_leak", fields=list(leaked), detected_at=f"step {step.step} start",
@@ -72,6 +78,11 @@ class SpecWorkerBase:
         raise NotImplementedError
 
     # --- helpers for subclasses -----------------------------------------------------------------------
+
+    def fault_point(self, point: str, arg: int | None = None) -> None:
+        """Where `--inject` may raise (prepare_for_spec_dec, draft_step:K, restore)."""
+        if self.faults is not None:
+            self.faults.check(point, self.step, arg)
 
     def schedule_rewind(self, request_id: int, num_tokens: int) -> None:
         """KV past num_tokens is speculative; it is discarded after the draft loop (or by the cleanup)."""

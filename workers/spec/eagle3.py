@@ -15,6 +15,7 @@ import torch
 
 from ..config import SpecConfig
 from ..events import EventLog
+from ..faults import FaultInjector
 from ..kv_cache.manager import KVCacheManager
 from ..model import CausalLM
 from ..parallel import TPGroup
@@ -33,8 +34,9 @@ class Eagle3OneModelWorker(SpecWorkerBase):
         spec: SpecConfig,
         events: EventLog,
         tp: TPGroup,
+        faults: FaultInjector | None = None,
     ) -> None:
-        super().__init__(kv_manager, events, spec.guard)
+        super().__init__(kv_manager, events, spec.guard, faults)
         self.target = target
         self.draft = draft
         self.kv_pool = kv_pool
@@ -46,6 +48,7 @@ class Eagle3OneModelWorker(SpecWorkerBase):
     # Hooks a test or a fault injector can wrap (the draft loop calls them by name).
     def draft_step_hook(self, index: int) -> None:
         """Called before draft step `index` (0 = the pass over all positions)."""
+        self.fault_point("draft_step", index)
 
     def _forward_impl(self, step: SpecStepInput) -> SpecStepResult:
         meta, items = step.meta, step.items
@@ -66,7 +69,9 @@ class Eagle3OneModelWorker(SpecWorkerBase):
             self.schedule_rewind(it.request.request_id, n)
 
         meta.prepare_for_spec_dec("seq_lens", "kv_lens", "num_contexts")
+        self.fault_point("prepare_for_spec_dec")
         drafts = self._draft(step, captured, emitted, num_accepted, num_computed)
+        self.fault_point("restore")
         meta.restore_from_spec_dec()
         self.apply_rewinds()
         return SpecStepResult(emitted, num_computed, drafts, num_accepted)
