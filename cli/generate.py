@@ -76,6 +76,8 @@ def generate(
     draft_model: o.DraftModel = o.S.draft_model,
     spec_guard: o.SpecGuard = o.S.guard,
     capture_layers: o.CaptureLayers = None,
+    inject: o.Inject = None,
+    max_retries: o.MaxRetries = o.E.max_retries,
 ) -> None:
     """Generate completions and print one JSON object per prompt (text, token ids, finish reason, stats).
 
@@ -110,6 +112,7 @@ def generate(
         block_size=block_size, block_reuse=block_reuse, max_batch_size=max_batch_size,
         max_num_tokens=max_num_tokens, max_seq_len=max_seq_len, tp=tp, seed=seed,
         spec=o.spec_config(spec, draft_len, draft_model, spec_guard, capture_layers),
+        inject=inject, max_retries=max_retries,
     )  # fmt: skip
     tp_group = init_tp_group(resolve_device(device).type)  # NCCL on CUDA, gloo on CPU
     engine = Engine(config, tp_group, checkpoint)
@@ -124,6 +127,7 @@ def generate(
             "text": out.text,
             "token_ids": out.token_ids,
             "finish_reason": out.finish_reason,
+            **({"error": out.error} if out.error else {}),
             "stats": out.stats,
         }
         print(json.dumps(record, ensure_ascii=False))
@@ -134,6 +138,11 @@ def generate(
         f"{engine.device.type} {str(engine.dtype).removeprefix('torch.')}",
         file=sys.stderr,
     )
+    counts = engine.events.counts()
+    if counts:
+        print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), file=sys.stderr)
+    if s.num_failed:
+        print(f'{s.num_failed} of {s.num_requests} requests FAILED (finish_reason "error")', file=sys.stderr)
     if s.acceptance:
         a = s.acceptance
         per_pos = ", ".join(f"{x:.2f}" for x in a["per_position_rate"])
@@ -142,3 +151,5 @@ def generate(
             f"acceptance rate {a['acceptance_rate']:.3f}, per position [{per_pos}], {a['num_cycles']} draft cycles",
             file=sys.stderr,
         )
+    if s.num_failed:
+        raise typer.Exit(1)  # failed requests are never a normal result

@@ -25,7 +25,9 @@ app.add_typer(engine_info.app, name="engine")
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: a user error ends in one line on stderr and exit status 2."""
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)  # typer.Exit(n) comes back as a return value when standalone_mode is off
     except UserError as e:
         print(f"specdec-eval: error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -74,6 +74,21 @@ TPSize = Annotated[
 ]  # fmt: skip
 Seed = Annotated[int, typer.Option("--seed", help="Seed for sampling.", rich_help_panel=ENGINE)]
 
+FAULTS = "Faults"
+Inject = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--inject",
+        help="Inject a fault: POINT[:K][@STEP|@random][xCOUNT], POINT one of warmup_oom, prepare_for_spec_dec, "
+        "draft_step, target_forward, restore (repeatable). Example: draft_step:1@3",
+        rich_help_panel=FAULTS,
+    ),
+]
+MaxRetries = Annotated[
+    int, typer.Option("--max-retries", help="Recompute a request whose batch failed at most this often.",
+                      rich_help_panel=FAULTS),
+]  # fmt: skip
+
 SPEC = "Speculative decoding"
 S = SpecConfig()
 Spec = Annotated[
@@ -139,6 +154,8 @@ def engine_config(
     tp: int = E.tp_size,
     seed: int = E.seed,
     spec: SpecConfig | None = None,
+    inject: list[str] | None = None,
+    max_retries: int = E.max_retries,
 ) -> EngineConfig:
     return EngineConfig(
         model=model,
@@ -152,6 +169,8 @@ def engine_config(
         device_memory=parse_bytes(device_memory) if device_memory else None,
         seed=seed,
         spec=spec,
+        inject=tuple(inject or ()),
+        max_retries=max_retries,
     )
 
 

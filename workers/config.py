@@ -302,6 +302,11 @@ class EngineConfig:
             raise UserError(f"max batch size must be positive, got {self.max_batch_size}")
         if self.max_num_tokens < 1:
             raise UserError(f"max num tokens must be positive, got {self.max_num_tokens}")
+        if self.inject:
+            from .faults import FaultSpec  # late: faults.py imports nothing from here, but keep config light
+
+            for text in self.inject:
+                FaultSpec.parse(text, self.seed)
         if self.max_retries < 0:
             raise UserError(f"max retries must be >= 0, got {self.max_retries}")
         if self.max_seq_len is not None and self.max_seq_len < 2:
