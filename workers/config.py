@@ -290,6 +290,9 @@ class EngineConfig:
     seed: int = 0
     inject: tuple[str, ...] = ()  # fault injection specs, see workers/faults.py
     max_retries: int = 2  # a request in a batch whose forward raised is recomputed at most this often
+    # General warmup at the max shapes after the KV pool is sized: "on", "off", or "auto" (on for CUDA only:
+    # on this CPU a 4096-token context forward costs seconds each start).
+    warmup: str = "auto"
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -307,6 +310,8 @@ class EngineConfig:
 
             for text in self.inject:
                 FaultSpec.parse(text, self.seed)
+        if self.warmup not in ("auto", "on", "off"):
+            raise UserError(f"warmup must be auto, on or off, got {self.warmup!r}")
         if self.max_retries < 0:
             raise UserError(f"max retries must be >= 0, got {self.max_retries}")
         if self.max_seq_len is not None and self.max_seq_len < 2:

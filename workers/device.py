@@ -57,10 +57,10 @@ class MemoryReport:
 
 
 def activation_estimate(cfg: ModelConfig, engine: EngineConfig, dtype_bytes: int, tp_size: int) -> int:
-    """Peak activation bytes of a forward at the max shapes (CPU stand-in for a profiling run): per token the
-    residual stream and a few temporaries, q/k/v, the MLP's three intermediates; per request a float32 logits row."""
-    per_token = 4 * cfg.hidden_size + (cfg.q_size + 2 * cfg.kv_size + 3 * cfg.intermediate_size) // tp_size
-    return engine.max_num_tokens * per_token * dtype_bytes + engine.max_batch_size * cfg.vocab_size * 4 * 2
+    """Activation bytes of a forward at the max shapes: the CPU stand-in for a profiling run."""
+    from .memory import forward_activation_bytes
+
+    return forward_activation_bytes(cfg, engine.max_num_tokens, engine.max_batch_size, dtype_bytes, tp_size)
 
 
 def measure_memory(

@@ -20,6 +20,7 @@ from .executor import Executor, allocate_kv_pool
 from .faults import FaultInjector
 from .kv_cache import make_kv_cache_manager
 from .kv_cache.layout import KVLayout
+from .memory import MemoryBudget
 from .model import CausalLM
 from .parallel import TPGroup
 from .request import Request
@@ -28,6 +29,7 @@ from .spec.eagle3 import Eagle3OneModelWorker
 from .spec.eagle3_head import Eagle3DraftModel, build_draft_model
 from .spec.metrics import AcceptanceStats
 from .tokenizer import encode_chat, encode_prompt, eos_token_ids
+from .warmup import general_warmup
 
 # A prompt is raw text, token ids, or chat messages ([{"role": ..., "content": ...}, ...]).
 Prompt = str | list[int] | list[dict[str, str]]
@@ -86,6 +88,9 @@ class Engine:
         self.model = self._build_model()
         self.tokenizer = tokenizer if tokenizer is not None else self.checkpoint.load_tokenizer()
         self.eos_ids = eos_token_ids(self.tokenizer, self.model_config)
+        self.events = EventLog(rank=self.tp.rank)
+        self.faults = FaultInjector.from_strings(config.inject, self.events, config.seed) if config.inject else None
+        self.draft_model = self._build_draft_model() if config.spec else None
         self.kv_layout = self._size_kv_cache()
         self.kv_manager = make_kv_cache_manager(
             self.kv_layout,
@@ -95,9 +100,6 @@ class Engine:
         )
         self.kv_pool = allocate_kv_pool(self.kv_layout, self.dtype, self.device)
         self.attn_meta = AttentionMetadata(self.kv_layout.block_size, self.device)
-        self.events = EventLog(rank=self.tp.rank)
-        self.faults = FaultInjector.from_strings(config.inject, self.events, config.seed) if config.inject else None
-        self.draft_model = self._build_draft_model() if config.spec else None
         self.spec_worker = self._build_spec_worker() if config.spec else None
         # One executor for the engine's life: its step count and attention metadata outlive a generate() call.
         self.executor = Executor(
@@ -107,7 +109,19 @@ class Engine:
         if self.faults is not None and self.faults.wants("target_forward"):
             middle = self.model.model.layers[self.model_config.num_hidden_layers // 2]
             middle.register_forward_pre_hook(lambda *_: self.faults.check("target_forward", self.executor.num_steps))
+        self.memory_budget = MemoryBudget(
+            self.device,
+            self.memory.total_bytes,
+            self.weights_bytes + self.kv_layout.total_bytes,
+            self.events,
+            self.faults,
+        )
+        self.executor.memory = self.memory_budget
+        if self.spec_worker is not None:
+            self.spec_worker.memory = self.memory_budget
         self.last_stats = GenerateStats()
+        if config.warmup == "on" or (config.warmup == "auto" and self.device.type == "cuda"):
+            general_warmup(self)
 
     # --- construction ---------------------------------------------------------------------------------
 
@@ -149,7 +163,9 @@ class Engine:
 
     @property
     def weights_bytes(self) -> int:
-        return sum(p.numel() * p.element_size() for p in self.model.parameters())
+        """Target and draft head parameters on this rank."""
+        modules = [self.model] + ([self.draft_model] if self.draft_model is not None else [])
+        return sum(p.numel() * p.element_size() for m in modules for p in m.parameters())
 
     def _size_kv_cache(self) -> KVLayout:
         if self.device.type == "cuda":

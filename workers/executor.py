@@ -8,6 +8,7 @@ import torch
 
 from .attn_metadata import AttentionMetadata, BatchEntry
 from .kv_cache.layout import KVLayout
+from .memory import MemoryBudget, forward_activation_bytes
 from .model import CausalLM
 from .request import Request
 from .sampling import sample_tokens
@@ -42,6 +43,7 @@ class Executor:
         self.on_token = on_token
         self.num_steps = 0
         self.spec_worker = spec_worker
+        self.memory: MemoryBudget | None = None  # set by the engine
         self.meta = meta  # owned by the engine: it outlives one generate() call, as real engines' buffers do
 
     @torch.inference_mode()
@@ -58,6 +60,10 @@ class Executor:
             self._spec_step(batch, meta, input_ids)
             self.num_steps += 1
             return batch
+        if self.memory is not None:
+            cfg, tp = self.model.config, self.model.tp.size
+            need = forward_activation_bytes(cfg, meta.num_tokens, meta.num_requests, self.kv_pool.element_size(), tp)
+            self.memory.check(need, "target forward", last_of_forward=True)
         hidden, _ = self.model(input_ids, meta, self.kv_pool)
         logits = self.model.compute_logits(hidden[meta.last_token_index])
         reqs = [i.request for i in batch.items]

@@ -19,6 +19,7 @@ from ..attn_metadata import AttentionMetadata
 from ..events import EventLog
 from ..faults import FaultInjector
 from ..kv_cache.manager import KVCacheManager
+from ..memory import MemoryBudget
 from ..scheduler import ScheduledRequest
 
 
@@ -56,6 +57,7 @@ class SpecWorkerBase:
         self.guard = guard
         self.faults = faults
         self.step = 0  # the engine step being served (for events and fault injection)
+        self.memory: MemoryBudget | None = None  # set by the engine: activation requests go through it
         self._pending_rewinds: dict[int, int] = {}  # request id -> KV length to rewind to after drafting
 
     def forward(self, step: SpecStepInput) -> SpecStepResult:
@@ -83,6 +85,10 @@ class SpecWorkerBase:
         """Where `--inject` may raise (prepare_for_spec_dec, draft_step:K, restore)."""
         if self.faults is not None:
             self.faults.check(point, self.step, arg)
+
+    def need_memory(self, requested: int, what: str, last_of_forward: bool = False) -> None:
+        if self.memory is not None:
+            self.memory.check(requested, what, last_of_forward)
 
     def schedule_rewind(self, request_id: int, num_tokens: int) -> None:
         """KV past num_tokens is speculative; it is discarded after the draft loop (or by the cleanup)."""

@@ -17,6 +17,7 @@ from ..config import SpecConfig
 from ..events import EventLog
 from ..faults import FaultInjector
 from ..kv_cache.manager import KVCacheManager
+from ..memory import draft_activation_bytes, forward_activation_bytes
 from ..model import CausalLM
 from ..parallel import TPGroup
 from .base import SpecStepInput, SpecStepResult, SpecWorkerBase
@@ -52,6 +53,8 @@ class Eagle3OneModelWorker(SpecWorkerBase):
 
     def _forward_impl(self, step: SpecStepInput) -> SpecStepResult:
         meta, items = step.meta, step.items
+        num_tokens, num_rows = meta.num_tokens, meta.num_contexts + meta.num_generations * (self.K + 1)
+        self.need_memory(self._target_bytes(num_tokens, num_rows), "target forward")
         hidden, captured = self.target(step.input_ids, meta, self.kv_pool, self.capture_layers)
         starts = meta.query_start.tolist()
         rows: list[int] = []
@@ -70,11 +73,24 @@ class Eagle3OneModelWorker(SpecWorkerBase):
 
         meta.prepare_for_spec_dec("seq_lens", "kv_lens", "num_contexts")
         self.fault_point("prepare_for_spec_dec")
+        # The draft pass allocates after the save: an OOM here is the failure this product exists to catch.
+        self.need_memory(self._draft_bytes(num_tokens, len(items)), "Eagle3 draft pass", last_of_forward=True)
         drafts = self._draft(step, captured, emitted, num_accepted, num_computed)
         self.fault_point("restore")
         meta.restore_from_spec_dec()
         self.apply_rewinds()
         return SpecStepResult(emitted, num_computed, drafts, num_accepted)
+
+    def _target_bytes(self, num_tokens: int, rows: int) -> int:
+        dtype_bytes = self.kv_pool.element_size()
+        return forward_activation_bytes(self.target.config, num_tokens, rows, dtype_bytes, self.tp.size)
+
+    def _draft_bytes(self, num_tokens: int, rows: int) -> int:
+        hc = self.draft.config
+        dtype_bytes = self.kv_pool.element_size()
+        return draft_activation_bytes(
+            hc.layer, hc.target_hidden_size, hc.draft_vocab_size, num_tokens, rows, dtype_bytes, self.tp.size
+        )
 
     def _verify(self, items, logits: torch.Tensor) -> list[list[int]]:
         """Rank 0 decides; every rank receives the same emitted tokens (never decide per rank under TP)."""
