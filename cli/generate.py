@@ -78,12 +78,14 @@ def generate(
     capture_layers: o.CaptureLayers = None,
     inject: o.Inject = None,
     max_retries: o.MaxRetries = o.E.max_retries,
+    warmup: o.Warmup = o.E.warmup,
 ) -> None:
     """Generate completions and print one JSON object per prompt (text, token ids, finish reason, stats).
 
     Examples:
       echo "The capital of France is" | specdec-eval generate -n 16
       specdec-eval generate prompts.txt --spec eagle3 --draft-len 3 --kv-cache v2
+      specdec-eval generate p.txt --spec eagle3 --spec-guard none --warmup on --inject warmup_oom   # the canary
     """  # fmt: skip
     from ..launch.dist import init_tp_group
     from ..workers.checkpoint import load_checkpoint
@@ -112,7 +114,7 @@ def generate(
         block_size=block_size, block_reuse=block_reuse, max_batch_size=max_batch_size,
         max_num_tokens=max_num_tokens, max_seq_len=max_seq_len, tp=tp, seed=seed,
         spec=o.spec_config(spec, draft_len, draft_model, spec_guard, capture_layers),
-        inject=inject, max_retries=max_retries,
+        inject=inject, max_retries=max_retries, warmup=warmup,
     )  # fmt: skip
     tp_group = init_tp_group(resolve_device(device).type)  # NCCL on CUDA, gloo on CPU
     engine = Engine(config, tp_group, checkpoint)

@@ -7,7 +7,7 @@ import sys
 import typer
 
 from ..workers.errors import UserError
-from . import bench, engine_info, generate
+from . import bench, engine_info, generate, selftest
 
 app = typer.Typer(
     name="specdec-eval",
@@ -19,6 +19,7 @@ app = typer.Typer(
 )
 app.command("generate")(generate.generate)
 app.command("bench")(bench.bench)
+app.command("selftest")(selftest.selftest)
 app.add_typer(engine_info.app, name="engine")
 
 

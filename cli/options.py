@@ -84,6 +84,11 @@ Inject = Annotated[
         rich_help_panel=FAULTS,
     ),
 ]
+Warmup = Annotated[
+    str,
+    typer.Option("--warmup", help="General warmup at the max shapes after KV sizing: auto (CUDA only) | on | off.",
+                 rich_help_panel=FAULTS),
+]  # fmt: skip
 MaxRetries = Annotated[
     int, typer.Option("--max-retries", help="Recompute a request whose batch failed at most this often.",
                       rich_help_panel=FAULTS),
@@ -156,6 +161,7 @@ def engine_config(
     spec: SpecConfig | None = None,
     inject: list[str] | None = None,
     max_retries: int = E.max_retries,
+    warmup: str = E.warmup,
 ) -> EngineConfig:
     return EngineConfig(
         model=model,
@@ -171,6 +177,7 @@ def engine_config(
         spec=spec,
         inject=tuple(inject or ()),
         max_retries=max_retries,
+        warmup=warmup,
     )
 
 

@@ -28,7 +28,36 @@ class EventLog:
         return [e for e in self.events if e["type"] == type]
 
     def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for e in self.events:
-            out[e["type"]] = out.get(e["type"], 0) + 1
-        return out
+        return count_events(self.events)
+
+
+# Events that make a run fail whatever its accuracy (DESIGN.md, "Events").
+FAILING_EVENTS = ("spec_state_leak", "request_failed")
+
+
+def merge_event_files(paths: list[str | Path]) -> list[dict[str, Any]]:
+    """Rank 0's view: every rank's JSON lines, in time order (rank breaks ties). A torn last line from a rank
+    that died mid-write is skipped, never fatal."""
+    events: list[dict[str, Any]] = []
+    for path in paths:
+        p = Path(path)
+        if not p.exists():
+            continue
+        for line in p.read_text(encoding="utf-8").splitlines():
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return sorted(events, key=lambda e: (e.get("ts", 0.0), e.get("rank", 0)))
+
+
+def count_events(events: list[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for e in events:
+        out[e["type"]] = out.get(e["type"], 0) + 1
+    return out
+
+
+def failing_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Events that fail a run on their own: any spec_state_leak, any unrecovered request_failed."""
+    return [e for e in events if e["type"] in FAILING_EVENTS]
