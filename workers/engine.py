@@ -195,15 +195,8 @@ class Engine:
         if len(params) != len(prompts):
             raise UserError(f"{len(prompts)} prompts but {len(params)} sampling parameter sets")
         pairs = enumerate(zip(prompts, params, strict=True))
-        requests = [self._make_request(i, self.encode(p), s) for i, (p, s) in pairs]
-        k = self.config.spec.max_draft_len if self.config.spec else 0
-        scheduler = Scheduler(
-            self.kv_manager,
-            max_batch_size=self.config.max_batch_size,
-            max_num_tokens=self.config.max_num_tokens,
-            tokens_per_generation=1 + k,
-            kv_lookahead=max(0, k - 1),
-        )
+        requests = [self.make_request(i, self.encode(p), s) for i, (p, s) in pairs]
+        scheduler = self.new_scheduler()
         executor = self.executor
         executor.scheduler = scheduler
         for r in requests:
@@ -242,6 +235,17 @@ class Engine:
         self.last_stats = stats
         return [self._output(r) for r in requests]
 
+    def new_scheduler(self) -> Scheduler:
+        """A scheduler for one generate() call (or one warmup shape) over this engine's KV cache."""
+        k = self.config.spec.max_draft_len if self.config.spec else 0
+        return Scheduler(
+            self.kv_manager,
+            max_batch_size=self.config.max_batch_size,
+            max_num_tokens=self.config.max_num_tokens,
+            tokens_per_generation=1 + k,
+            kv_lookahead=max(0, k - 1),  # the K-1 draft steps write past the verified tokens
+        )
+
     def _on_step_error(self, scheduler: Scheduler, batch, exc: Exception) -> None:
         """A forward raised: only the requests of that batch are affected. Each is recomputed (bounded by
         max_retries) or fails with finish reason "error"; both are recorded as events, never hidden."""
@@ -263,7 +267,7 @@ class Engine:
                 scheduler.fail(req, error)
                 self.events.emit("request_failed", request_id=req.request_id, reason=error, retries=req.num_retries - 1)
 
-    def _make_request(self, index: int, token_ids: list[int], params: SamplingParams) -> Request:
+    def make_request(self, index: int, token_ids: list[int], params: SamplingParams) -> Request:
         if not token_ids:
             raise UserError(f"prompt {index} is empty")
         limit = min(self.max_seq_len - 1, self.config.max_num_tokens)

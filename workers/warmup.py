@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING
 import torch
 
 from .config import SamplingParams
-from .request import Request
-from .scheduler import Scheduler
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -69,20 +67,10 @@ def general_warmup(engine: Engine) -> list[dict]:
 
 def _run_shape(engine: Engine, num_tokens: int, num_gen: int) -> None:
     """A context batch of `num_tokens` dummy tokens, or `num_gen` one-token requests taken to a generation step."""
-    k = engine.config.spec.max_draft_len if engine.config.spec else 0
-    scheduler = Scheduler(
-        engine.kv_manager, max_batch_size=engine.config.max_batch_size, max_num_tokens=engine.config.max_num_tokens,
-        tokens_per_generation=1 + k, kv_lookahead=max(0, k - 1),
-    )  # fmt: skip
+    scheduler = engine.new_scheduler()
     lengths = [num_tokens] if num_gen == 0 else [1] * num_gen
     for i, n in enumerate(lengths):
-        req = Request(-1 - i, [0] * n, _WARMUP, max_new_tokens=_WARMUP.max_new_tokens)
-        req.spec_stats = None
-        if engine.config.spec:
-            from .spec.metrics import AcceptanceStats
-
-            req.spec_stats = AcceptanceStats(k)
-        scheduler.add(req)
+        scheduler.add(engine.make_request(-1 - i, [0] * n, _WARMUP))  # negative ids never meet real requests
     executor = engine.executor
     executor.scheduler = scheduler
     budget = engine.memory_budget
