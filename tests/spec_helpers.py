@@ -10,6 +10,7 @@ def clone_worker(cls, engine):
     w = engine.spec_worker
     engine.spec_worker = cls(w.target, w.draft, w.kv_pool, w.kv_manager, engine.config.spec, w.events, w.tp, w.faults)
     engine.executor.spec_worker = engine.spec_worker
+    engine.spec_worker.memory = engine.memory_budget
     return engine.spec_worker
 
 
