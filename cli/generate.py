@@ -42,6 +42,13 @@ def read_prompts(text: str, source: str) -> list:
     return prompts
 
 
+def _rank_events_path(events: str | None, tp: int) -> str | None:
+    if not events or tp == 1:
+        return events
+    p = Path(events)
+    return str(p.with_name(f"{p.stem}.rank{{rank}}{p.suffix or '.jsonl'}"))
+
+
 def generate(
     prompts_file: Annotated[
         str,
@@ -79,6 +86,7 @@ def generate(
     inject: o.Inject = None,
     max_retries: o.MaxRetries = o.E.max_retries,
     warmup: o.Warmup = o.E.warmup,
+    events: o.EventsPath = None,
 ) -> None:
     """Generate completions and print one JSON object per prompt (text, token ids, finish reason, stats).
 
@@ -91,6 +99,7 @@ def generate(
     from ..workers.checkpoint import load_checkpoint
     from ..workers.device import resolve_device
     from ..workers.engine import Engine
+    from ..workers.events import merge_event_files
 
     if prompts_file == "-":
         text, source = sys.stdin.read(), "stdin"
@@ -114,12 +123,14 @@ def generate(
         block_size=block_size, block_reuse=block_reuse, max_batch_size=max_batch_size,
         max_num_tokens=max_num_tokens, max_seq_len=max_seq_len, tp=tp, seed=seed,
         spec=o.spec_config(spec, draft_len, draft_model, spec_guard, capture_layers),
-        inject=inject, max_retries=max_retries, warmup=warmup,
+        inject=inject, max_retries=max_retries, warmup=warmup, events_path=_rank_events_path(events, tp),
     )  # fmt: skip
     tp_group = init_tp_group(resolve_device(device).type)  # NCCL on CUDA, gloo on CPU
     engine = Engine(config, tp_group, checkpoint)
     with generation_progress(len(prompts), enabled=tp_group.is_leader) as progress:
         outputs = engine.generate(prompts, sampling, progress=progress)
+    if events and tp > 1:
+        tp_group.barrier()  # every rank has written its last event before rank 0 merges the files
     if not tp_group.is_leader:
         return
     for prompt, out in zip(prompts, outputs, strict=True):
@@ -140,6 +151,9 @@ def generate(
         f"{engine.device.type} {str(engine.dtype).removeprefix('torch.')}",
         file=sys.stderr,
     )
+    if events and tp > 1:  # rank 0 merges every rank's file into the one the user named
+        merged = merge_event_files([_rank_events_path(events, tp).format(rank=r) for r in range(tp)])
+        Path(events).write_text("".join(json.dumps(e) + "\n" for e in merged), encoding="utf-8")
     counts = engine.events.counts()
     if counts:
         print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), file=sys.stderr)

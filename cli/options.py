@@ -89,6 +89,11 @@ Warmup = Annotated[
     typer.Option("--warmup", help="General warmup at the max shapes after KV sizing: auto (CUDA only) | on | off.",
                  rich_help_panel=FAULTS),
 ]  # fmt: skip
+EventsPath = Annotated[
+    str | None,
+    typer.Option("--events", help="Write events as JSON lines to this file (one file per rank: events.rank{rank}.jsonl "
+                 "beside it under torchrun).", rich_help_panel=FAULTS),
+]  # fmt: skip
 MaxRetries = Annotated[
     int, typer.Option("--max-retries", help="Recompute a request whose batch failed at most this often.",
                       rich_help_panel=FAULTS),
@@ -162,6 +167,7 @@ def engine_config(
     inject: list[str] | None = None,
     max_retries: int = E.max_retries,
     warmup: str = E.warmup,
+    events_path: str | None = None,
 ) -> EngineConfig:
     return EngineConfig(
         model=model,
@@ -178,6 +184,7 @@ def engine_config(
         inject=tuple(inject or ()),
         max_retries=max_retries,
         warmup=warmup,
+        events_path=events_path,
     )
 
 

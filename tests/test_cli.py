@@ -84,6 +84,21 @@ def test_generate_with_eagle3_prints_acceptance(capsys, monkeypatch):
     assert "acceptance length" in err and "incl. bonus token" in err
 
 
+def test_generate_writes_events_and_exits_1_on_failed_requests(capsys, monkeypatch, tmp_path):
+    events = tmp_path / "events.jsonl"
+    argv = ["generate", "-", "--model", "tiny", "-n", "6", "--spec", "eagle3", "--spec-guard", "none",
+            "--inject", "draft_step:1@2", "--events", str(events)]  # fmt: skip
+    code, out, err = run_cli(capsys, *argv, stdin="hello\nworld\n", monkeypatch=monkeypatch)
+    assert code == 1
+    records = [json.loads(line) for line in out.splitlines()]
+    assert all(r["finish_reason"] == "error" and "never restored" in r["error"] for r in records)
+    lines = [json.loads(line) for line in events.read_text().splitlines()]
+    types = {e["type"] for e in lines}
+    assert {"fault_injected", "forward_error", "spec_state_leak", "request_failed"} <= types
+    assert all({"ts", "rank", "type"} <= set(e) for e in lines)
+    assert "2 of 2 requests FAILED" in err
+
+
 def test_bad_spec_options_are_exit_2(capsys, monkeypatch):
     for argv, message in (
         (["--spec", "medusa"], "unknown spec-dec algorithm"),

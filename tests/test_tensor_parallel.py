@@ -52,3 +52,25 @@ def test_tp2_equals_tp1(tiny, tmp_path, kv, draft_len):
     for rank in range(2):
         with open(f"{out}.{rank}") as f:
             assert json.load(f) == expected, f"rank {rank} differs from TP=1"
+
+
+@pytest.mark.slow
+def test_generate_under_torchrun_tp2_merges_events(tmp_path):
+    """The README's tensor-parallel command: same tokens as one process, per-rank event files merged by rank 0."""
+    import subprocess
+    import sys
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hello\nworld\n")
+    events = tmp_path / "events.jsonl"
+    common = ["generate", str(prompts), "--model", "tiny", "-n", "6", "--spec", "eagle3", "--inject", "draft_step:1@2"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
+           "-m", "specdec_eval.cli.main", *common, "--tp", "2", "--events", str(events)]  # fmt: skip
+    tp2 = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert tp2.returncode == 0, tp2.stderr[-2000:]
+    one = subprocess.run([sys.executable, "-m", "specdec_eval.cli.main", *common], capture_output=True, text=True)
+    tokens = [[json.loads(line)["token_ids"] for line in p.stdout.splitlines()] for p in (tp2, one)]
+    assert tokens[0] == tokens[1] and len(tokens[0]) == 2
+    merged = [json.loads(line) for line in events.read_text().splitlines()]
+    assert sorted({e["rank"] for e in merged}) == [0, 1]
+    assert sum(e["type"] == "fault_injected" for e in merged) == 2  # the fault fired on both ranks, same step

@@ -293,6 +293,8 @@ class EngineConfig:
     # General warmup at the max shapes after the KV pool is sized: "on", "off", or "auto" (on for CUDA only:
     # on this CPU a 4096-token context forward costs seconds each start).
     warmup: str = "auto"
+    # Append events as JSON lines here; "{rank}" is replaced by the rank, so each rank writes its own file.
+    events_path: str | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:

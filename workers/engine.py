@@ -88,7 +88,8 @@ class Engine:
         self.model = self._build_model()
         self.tokenizer = tokenizer if tokenizer is not None else self.checkpoint.load_tokenizer()
         self.eos_ids = eos_token_ids(self.tokenizer, self.model_config)
-        self.events = EventLog(rank=self.tp.rank)
+        events_path = config.events_path.format(rank=self.tp.rank) if config.events_path else None
+        self.events = EventLog(rank=self.tp.rank, path=events_path)
         self.faults = FaultInjector.from_strings(config.inject, self.events, config.seed) if config.inject else None
         self.draft_model = self._build_draft_model() if config.spec else None
         self.kv_layout = self._size_kv_cache()

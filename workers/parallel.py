@@ -45,6 +45,10 @@ class TPGroup:
         dist.all_gather(parts, x.contiguous(), group=self.group)
         return torch.cat(parts, dim=-1)
 
+    def barrier(self) -> None:
+        if self.size > 1:
+            dist.barrier(group=self.group)
+
     def broadcast(self, x: torch.Tensor) -> torch.Tensor:
         """Make every rank hold rank 0's decision (sampled tokens, accepted lengths)."""
         if self.size > 1:
