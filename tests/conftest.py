@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from specdec_eval.workers.checkpoint import load_checkpoint
 from specdec_eval.workers.config import EngineConfig, KVCacheConfig
 from specdec_eval.workers.engine import Engine
 
-# Small CPU budget: plenty for the tests, cheap to allocate.
-TEST_MEMORY = 1 * 2**30
+# CPU budgets: plenty for the tests, cheap to allocate (the KV pool takes most of what weights leave).
+TEST_MEMORY = {"preset:tiny": 256 * 2**20}
+DEFAULT_TEST_MEMORY = 1 * 2**30  # SmolLM2: 0.6 GiB of fp32 weights, ~0.25 GiB of KV
+
+
+@pytest.fixture(autouse=True)
+def _collect_engines():
+    """An engine and its executor reference each other; collect them after every test, so that the KV pools
+    and weights of finished tests do not pile up until the cyclic GC happens to run."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +43,7 @@ def make_engine(shared, kv: str = "v1", tp=None, **overrides) -> Engine:
     config = EngineConfig(
         model=ckpt.source,
         device="cpu",
-        device_memory=overrides.pop("device_memory", TEST_MEMORY),
+        device_memory=overrides.pop("device_memory", TEST_MEMORY.get(ckpt.source, DEFAULT_TEST_MEMORY)),
         kv_cache=KVCacheConfig(version=kv, **kv_fields),
         **overrides,
     )
