@@ -95,7 +95,7 @@ def generate(
       specdec-eval generate prompts.txt --spec eagle3 --draft-len 3 --kv-cache v2
       specdec-eval generate p.txt --spec eagle3 --spec-guard none --warmup on --inject warmup_oom   # the canary
     """  # fmt: skip
-    from ..launch.dist import init_tp_group
+    from ..launch.dist import tp_session
     from ..workers.checkpoint import load_checkpoint
     from ..workers.device import resolve_device
     from ..workers.engine import Engine
@@ -125,47 +125,47 @@ def generate(
         spec=o.spec_config(spec, draft_len, draft_model, spec_guard, capture_layers),
         inject=inject, max_retries=max_retries, warmup=warmup, events_path=_rank_events_path(events, tp),
     )  # fmt: skip
-    tp_group = init_tp_group(resolve_device(device).type)  # NCCL on CUDA, gloo on CPU
-    engine = Engine(config, tp_group, checkpoint)
-    with generation_progress(len(prompts), enabled=tp_group.is_leader) as progress:
-        outputs = engine.generate(prompts, sampling, progress=progress)
-    if events and tp > 1:
-        tp_group.barrier()  # every rank has written its last event before rank 0 merges the files
-    if not tp_group.is_leader:
-        return
-    for prompt, out in zip(prompts, outputs, strict=True):
-        record = {
-            "index": out.index,
-            "prompt": prompt,
-            "text": out.text,
-            "token_ids": out.token_ids,
-            "finish_reason": out.finish_reason,
-            **({"error": out.error} if out.error else {}),
-            "stats": out.stats,
-        }
-        print(json.dumps(record, ensure_ascii=False))
-    s = engine.last_stats
-    print(
-        f"{s.num_requests} requests, {s.num_output_tokens} tokens in {s.elapsed_s:.2f} s "
-        f"({s.output_tokens_per_s:.1f} tok/s), {s.num_steps} steps, kv {config.kv_cache.version}, "
-        f"{engine.device.type} {str(engine.dtype).removeprefix('torch.')}",
-        file=sys.stderr,
-    )
-    if events and tp > 1:  # rank 0 merges every rank's file into the one the user named
-        merged = merge_event_files([_rank_events_path(events, tp).format(rank=r) for r in range(tp)])
-        Path(events).write_text("".join(json.dumps(e) + "\n" for e in merged), encoding="utf-8")
-    counts = engine.events.counts()
-    if counts:
-        print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), file=sys.stderr)
-    if s.num_failed:
-        print(f'{s.num_failed} of {s.num_requests} requests FAILED (finish_reason "error")', file=sys.stderr)
-    if s.acceptance:
-        a = s.acceptance
-        per_pos = ", ".join(f"{x:.2f}" for x in a["per_position_rate"])
+    with tp_session(resolve_device(device).type) as tp_group:  # NCCL on CUDA, gloo on CPU
+        engine = Engine(config, tp_group, checkpoint)
+        with generation_progress(len(prompts), enabled=tp_group.is_leader) as progress:
+            outputs = engine.generate(prompts, sampling, progress=progress)
+        if events and tp > 1:
+            tp_group.barrier()  # every rank has written its last event before rank 0 merges the files
+        if not tp_group.is_leader:
+            return
+        for prompt, out in zip(prompts, outputs, strict=True):
+            record = {
+                "index": out.index,
+                "prompt": prompt,
+                "text": out.text,
+                "token_ids": out.token_ids,
+                "finish_reason": out.finish_reason,
+                **({"error": out.error} if out.error else {}),
+                "stats": out.stats,
+            }
+            print(json.dumps(record, ensure_ascii=False))
+        s = engine.last_stats
         print(
-            f"eagle3 K={a['max_draft_len']}: acceptance length {a['acceptance_length']:.3f} (incl. bonus token), "
-            f"acceptance rate {a['acceptance_rate']:.3f}, per position [{per_pos}], {a['num_cycles']} draft cycles",
+            f"{s.num_requests} requests, {s.num_output_tokens} tokens in {s.elapsed_s:.2f} s "
+            f"({s.output_tokens_per_s:.1f} tok/s), {s.num_steps} steps, kv {config.kv_cache.version}, "
+            f"{engine.device.type} {str(engine.dtype).removeprefix('torch.')}",
             file=sys.stderr,
         )
+        if events and tp > 1:  # rank 0 merges every rank's file into the one the user named
+            merged = merge_event_files([_rank_events_path(events, tp).format(rank=r) for r in range(tp)])
+            Path(events).write_text("".join(json.dumps(e) + "\n" for e in merged), encoding="utf-8")
+        counts = engine.events.counts()
+        if counts:
+            print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), file=sys.stderr)
+        if s.num_failed:
+            print(f'{s.num_failed} of {s.num_requests} requests FAILED (finish_reason "error")', file=sys.stderr)
+        if s.acceptance:
+            a = s.acceptance
+            per_pos = ", ".join(f"{x:.2f}" for x in a["per_position_rate"])
+            print(
+                f"eagle3 K={a['max_draft_len']}: acceptance length {a['acceptance_length']:.3f} (incl. bonus token), "
+                f"acceptance rate {a['acceptance_rate']:.3f}, per position [{per_pos}], {a['num_cycles']} draft cycles",
+                file=sys.stderr,
+            )
     if s.num_failed:
         raise typer.Exit(1)  # failed requests are never a normal result

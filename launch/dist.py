@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -30,3 +32,19 @@ def init_tp_group(device_type: str, timeout_s: float = 300.0) -> TPGroup:
             torch.cuda.set_device(local_rank_from_env())
         dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
     return TPGroup.from_default_group()
+
+
+def shutdown_tp_group() -> None:
+    """Leave the process group cleanly. A gloo group left alive at interpreter exit can abort the process
+    ("terminate called without an active exception") while its background threads are torn down."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def tp_session(device_type: str, timeout_s: float = 300.0) -> Iterator[TPGroup]:
+    """init_tp_group for the duration of a block, always followed by shutdown_tp_group."""
+    try:
+        yield init_tp_group(device_type, timeout_s)
+    finally:
+        shutdown_tp_group()

@@ -23,10 +23,15 @@ def _free_port() -> int:
 def _rank_main(rank: int, world: int, port: int, out_path: str, kv: str, draft_len: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))  # fmt: skip
-    from specdec_eval.launch.dist import init_tp_group
+    from specdec_eval.launch.dist import tp_session
+
+    with tp_session("cpu", timeout_s=120) as tp:
+        _generate_on_rank(tp, rank, world, out_path, kv, draft_len)
+
+
+def _generate_on_rank(tp, rank: int, world: int, out_path: str, kv: str, draft_len: int) -> None:
     from specdec_eval.workers.checkpoint import load_checkpoint
 
-    tp = init_tp_group("cpu", timeout_s=120)
     ckpt = load_checkpoint("tiny")
     spec = SpecConfig(max_draft_len=draft_len) if draft_len else None
     engine = make_engine((ckpt, ckpt.load_tokenizer()), kv, tp=tp, spec=spec)
