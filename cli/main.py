@@ -7,7 +7,7 @@ import sys
 import typer
 
 from ..workers.errors import UserError
-from . import bench, engine_info, generate, selftest
+from . import bench, engine_info, generate, selftest, waives
 
 app = typer.Typer(
     name="specdec-eval",
@@ -20,6 +20,9 @@ app = typer.Typer(
 app.command("generate")(generate.generate)
 app.command("bench")(bench.bench)
 app.command("selftest")(selftest.selftest)
+app.command("waive")(waives.waive)
+app.command("unwaive")(waives.unwaive)
+app.command("waives")(waives.waives_check)
 app.add_typer(engine_info.app, name="engine")
 
 

@@ -1,0 +1,138 @@
+"""`specdec-eval waive | unwaive | waives`: edit and check a TensorRT-LLM-format waives.txt.
+
+Only the lines a command adds, rewrites or removes change; every other byte of the file stays as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..results.waives import MARKERS, WaiveEntry, WaivesFile
+from ..workers.errors import UserError
+
+WaivesPath = Annotated[Path, typer.Option("--file", "-f", help="The waives file.", dir_okay=False)]
+GPU = Annotated[
+    str | None, typer.Option("--gpu", help="Only on this GPU or stage (written as 'full:GPU/'); omit for every GPU.")
+]
+
+
+def _read(path: Path) -> WaivesFile:
+    try:
+        return WaivesFile.read(path)
+    except OSError as e:
+        raise UserError(str(e)) from None
+
+
+def _write(waives: WaivesFile, path: Path) -> None:
+    try:
+        waives.write(path)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def _where(gpu: str | None) -> str:
+    return f" on {gpu}" if gpu else " on every GPU"
+
+
+# Docstrings become --help, rendered as rich markup: '\\[' keeps a test id's '[...]' from being read as a tag.
+
+
+def waive(
+    test: Annotated[str, typer.Argument(help="The test id, exactly as pytest names it.")],
+    bug: Annotated[str, typer.Option("--bug", help="Bug URL or reason, written in parentheses after the marker.")],
+    gpu: GPU = None,
+    waives_file: WaivesPath = Path("waives.txt"),
+    marker: Annotated[str, typer.Option("--marker", help=f"One of {', '.join(MARKERS)}.")] = "SKIP",
+) -> None:
+    """Waive a test: add one line 'TEST SKIP (BUG)' to the waives file (created if missing).
+
+    The line goes where it keeps the file sorted; nothing happens if the test is already waived on that GPU.
+
+    Example:  specdec-eval waive "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3\\[v2_kv_cache-one_model-tp1]"
+    --bug https://nvbugs/123 --gpu H100
+    """
+    marker = marker.upper()
+    if marker not in MARKERS:
+        raise UserError(f"unknown marker {marker!r}; expected one of {', '.join(MARKERS)}")
+    waives = _read(waives_file) if waives_file.exists() else WaivesFile(path=waives_file)
+    try:
+        added = waives.waive(test, bug, gpu=gpu, marker=marker)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    entry = next(e for e in waives.entries if test.strip() in e.test_ids and e.gpu == gpu)
+    if not added:
+        print(f"already waived{_where(gpu)}: {waives_file}:{entry.line_no}: {entry.text}")
+        return
+    _write(waives, waives_file)
+    print(f"waived{_where(gpu)}: {waives_file}:{entry.line_no}: {entry.text}")
+
+
+def unwaive(
+    test: Annotated[str, typer.Argument(help="The test id, exactly as it appears in the waives file.")],
+    gpu: GPU = None,
+    waives_file: WaivesPath = Path("waives.txt"),
+) -> None:
+    """Remove the waive of a test: its line, or only its id where a line lists several tests.
+
+    Without --gpu only lines without 'full:' are touched; with --gpu only 'full:GPU/' lines. Exit status 1
+    when nothing matched.
+
+    Example: specdec-eval unwaive "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3\\[v2_kv_cache-one_model-tp1]"
+    --gpu H100
+    """
+    waives = _read(waives_file)
+    removed = waives.unwaive(test, gpu=gpu)
+    if not removed:
+        others = sorted({e.gpu or "every GPU" for e in waives.entries if test in e.test_ids})
+        hint = f" (it is waived on: {', '.join(others)})" if others else ""
+        print(f"specdec-eval: {test} is not waived{_where(gpu)} in {waives_file}{hint}", file=sys.stderr)
+        raise typer.Exit(1)
+    _write(waives, waives_file)
+    for entry in removed:
+        kept = " (other test ids on the line kept)" if len(set(entry.test_ids)) > 1 else ""
+        print(f"removed {waives_file}:{entry.line_no}: {entry.text}{kept}")
+
+
+def _entry_json(entry: WaiveEntry) -> dict:
+    return {
+        "line": entry.line_no,
+        "gpu": entry.gpu,
+        "test_ids": entry.test_ids,
+        "marker": entry.marker,
+        "reason": entry.reason,
+        "comment": entry.comment,
+    }
+
+
+def waives_check(
+    waives_file: WaivesPath = Path("waives.txt"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print entries and problems as JSON.")] = False,
+) -> None:
+    """Validate the waives file and list its waives, one row per test id. Exit status 1 if there are problems.
+
+    Problems: lines without a marker, unknown markers, text after the marker that is neither '(reason)' nor a
+    '# comment', and the same test waived twice for the same GPU.
+
+    Example:  specdec-eval waives -f tests/waives.txt --json
+    """
+    waives = _read(waives_file)
+    problems = waives.validate()
+    if as_json:
+        report = {"file": str(waives_file), "entries": [_entry_json(e) for e in waives.entries], "problems": problems}
+        print(json.dumps(report, indent=2))
+    else:
+        rows = [(str(e.line_no), e.gpu or "*", e.marker, t, e.reason or e.comment or "") for e in waives.entries
+                for t in e.test_ids]  # fmt: skip
+        header = ("LINE", "GPU", "MARKER", "TEST", "REASON")
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+        for line, gpu, marker, test, reason in [header, *rows]:
+            print(f"{line:<{widths[0]}}  {gpu:<{widths[1]}}  {marker:<{widths[2]}}  {test}  {reason}".rstrip())
+        for problem in problems:
+            print(f"{waives_file}: {problem}", file=sys.stderr)
+    if problems:
+        raise typer.Exit(1)
