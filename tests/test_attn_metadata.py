@@ -23,9 +23,22 @@ def test_prepare_derives_positions_slots_and_mask():
     # position p lives in block_table[p // 4] at offset p % 4
     assert m.slot_mapping.tolist() == [12, 13, 14, 15, 16, 5 * 4 + 2]
     assert m.last_token_index.tolist() == [4, 5]
-    mask = m.attn_mask[:, 0]
-    assert mask[0, 2].tolist()[:6] == [True, True, True, False, False, False]  # causal inside the prompt
-    assert mask[1, 0].sum() == 11  # the generation token sees its whole KV
+    # the context request attends alone, causally, over exactly its own 5 keys
+    (view,) = m.context_views
+    assert (view.token_start, view.token_end, view.mask) == (0, 5, None)
+    assert view.key_slots.tolist() == [12, 13, 14, 15, 16]
+    # the generation request: one padded row over its 11 keys, all visible
+    assert m.gen_token_start == 5 and m.gen_max_q == 1
+    assert m.gen_gather_slots.tolist() == [[4, 5, 6, 7, 8, 9, 10, 11, 20, 21, 22]]
+    assert m.gen_attn_mask[0, 0, 0].sum() == 11
+
+
+def test_context_with_reused_prefix_gets_an_offset_causal_mask():
+    entries = [BatchEntry(request_id=1, start=4, num_new_tokens=2, block_table=[0, 1], is_context=True)]
+    m = AttentionMetadata(block_size=4, device=torch.device("cpu")).prepare(entries)
+    (view,) = m.context_views
+    assert view.mask.tolist() == [[True] * 5 + [False], [True] * 6]  # queries at positions 4 and 5
+    assert m.gen_max_q == 0
 
 
 def test_context_after_generation_is_rejected():

@@ -17,6 +17,16 @@ SPEC_DEC_FIELDS = ("seq_lens", "kv_lens", "num_contexts", "block_tables")
 
 
 @dataclass
+class ContextView:
+    """Where one context request's tokens sit in the flattened batch, and the KV slots it attends to."""
+
+    token_start: int
+    token_end: int
+    key_slots: torch.Tensor  # [kv_len] slot of each key position
+    mask: torch.Tensor | None  # [n, kv_len] bool; None = plain causal over a sequence that starts at 0
+
+
+@dataclass
 class BatchEntry:
     """One request's share of a forward: `num_new_tokens` tokens starting at KV position `start`."""
 
@@ -87,27 +97,52 @@ class AttentionMetadata:
         positions = (kv_lens - seq_lens)[batch_index] + offset_in_seq
         slot_mapping = self.block_tables[batch_index, positions // bs] * bs + positions % bs
 
-        max_q = int(seq_lens.max()) if num_req else 0
-        max_kv = int(kv_lens.max()) if num_req else 0
-        key_pos = torch.arange(max_kv)
-        gather_slots = self.block_tables[:, key_pos // bs] * bs + key_pos % bs  # [B, max_kv]
-        row = torch.arange(max_q)
-        q_pos = (kv_lens - seq_lens)[:, None] + row[None, :]  # [B, max_q]
-        mask = (key_pos[None, None, :] <= q_pos[:, :, None]) & (key_pos[None, None, :] < kv_lens[:, None, None])
-        valid_row = row[None, :] < seq_lens[:, None]
-        # Padding rows attend to key 0 so softmax stays finite; their outputs are never read.
-        mask[:, :, 0] |= ~valid_row
-
         dev = self.device
         self.query_start = query_start.to(dev)
         self.positions = positions.to(dev)
         self.slot_mapping = slot_mapping.to(dev)
-        self.batch_index = batch_index.to(dev)
-        self.offset_in_seq = offset_in_seq.to(dev)
-        self.gather_slots = gather_slots.to(dev)
-        self.attn_mask = mask[:, None, :, :].to(dev)  # [B, 1, max_q, max_kv]
-        self.max_q = max_q
         self.last_token_index = (query_start[1:] - 1).to(dev)  # index of each request's last token
+        self._build_context_views(query_start)
+        self._build_generation_batch(query_start)
+
+    def _build_context_views(self, query_start: torch.Tensor) -> None:
+        """One attention call per context request over exactly its own keys: a prefill of L tokens costs
+        L x kv_len, never (batch x longest prompt) as a padded batch would."""
+        bs, dev = self.block_size, self.device
+        views = []
+        for i in range(self.num_contexts):
+            n, kv = int(self.seq_lens[i]), int(self.kv_lens[i])
+            key_pos = torch.arange(kv)
+            slots = (self.block_tables[i, key_pos // bs] * bs + key_pos % bs).to(dev)
+            mask = None
+            if n != kv:  # a reused prefix or a chunk: queries start at kv - n, not at 0
+                q_pos = torch.arange(kv - n, kv)
+                mask = (key_pos[None, :] <= q_pos[:, None]).to(dev)
+            views.append(ContextView(int(query_start[i]), int(query_start[i]) + n, slots, mask))
+        self.context_views = views
+
+    def _build_generation_batch(self, query_start: torch.Tensor) -> None:
+        """Generation requests (1 + K new tokens each) as one padded batch over their gathered keys."""
+        bs, dev, c = self.block_size, self.device, self.num_contexts
+        seq_lens, kv_lens = self.seq_lens[c:], self.kv_lens[c:]
+        num_gen = int(seq_lens.shape[0])
+        self.gen_token_start = int(query_start[c])
+        self.gen_max_q = int(seq_lens.max()) if num_gen else 0
+        if not num_gen:
+            return
+        max_kv = int(kv_lens.max())
+        key_pos = torch.arange(max_kv)
+        batch_index = torch.repeat_interleave(torch.arange(num_gen), seq_lens)
+        offset_in_seq = torch.arange(int(seq_lens.sum())) - (query_start[c:-1] - query_start[c])[batch_index]
+        row = torch.arange(self.gen_max_q)
+        q_pos = (kv_lens - seq_lens)[:, None] + row[None, :]  # [G, max_q]
+        mask = (key_pos[None, None, :] <= q_pos[:, :, None]) & (key_pos[None, None, :] < kv_lens[:, None, None])
+        # Padding rows attend to key 0 so softmax stays finite; their outputs are never read.
+        mask[:, :, 0] |= ~(row[None, :] < seq_lens[:, None])
+        self.gen_gather_slots = (self.block_tables[c:, key_pos // bs] * bs + key_pos % bs).to(dev)  # [G, max_kv]
+        self.gen_batch_index = batch_index.to(dev)
+        self.gen_offset_in_seq = offset_in_seq.to(dev)
+        self.gen_attn_mask = mask[:, None, :, :].to(dev)  # [G, 1, max_q, max_kv]
 
     # --- spec-dec save / restore -------------------------------------------------------------------------
 

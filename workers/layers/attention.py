@@ -53,17 +53,28 @@ class Attention(nn.Module):
 
 
 def paged_attention(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-    """q: [T, heads, d] for the flattened batch -> [T, heads, d]."""
-    num_req, heads, d = meta.num_requests, q.shape[1], q.shape[2]
-    keys = kv_layer[0][meta.gather_slots]  # [B, max_kv, kv_heads, d]
-    values = kv_layer[1][meta.gather_slots]
-    q_pad = q.new_zeros(num_req, meta.max_q, heads, d)
-    q_pad[meta.batch_index, meta.offset_in_seq] = q
-    out = F.scaled_dot_product_attention(
-        q_pad.transpose(1, 2),
-        keys.transpose(1, 2),
-        values.transpose(1, 2),
-        attn_mask=meta.attn_mask,
-        enable_gqa=keys.shape[2] != heads,
-    )
-    return out.transpose(1, 2)[meta.batch_index, meta.offset_in_seq]
+    """q: [T, heads, d] for the flattened batch -> [T, heads, d]. Context requests attend one by one; generation
+    requests (a few query tokens each) as one padded batch."""
+    out = torch.empty_like(q)
+    heads = q.shape[1]
+    gqa = kv_layer.shape[2] != heads
+    for view in meta.context_views:
+        keys = kv_layer[0][view.key_slots].transpose(0, 1)[None]  # [1, kv_heads, kv_len, d]
+        values = kv_layer[1][view.key_slots].transpose(0, 1)[None]
+        query = q[view.token_start : view.token_end].transpose(0, 1)[None]
+        o = F.scaled_dot_product_attention(
+            query, keys, values, attn_mask=view.mask, is_causal=view.mask is None, enable_gqa=gqa
+        )
+        out[view.token_start : view.token_end] = o[0].transpose(0, 1)
+    if meta.gen_max_q:
+        g0, d = meta.gen_token_start, q.shape[2]
+        keys = kv_layer[0][meta.gen_gather_slots]  # [G, max_kv, kv_heads, d]
+        values = kv_layer[1][meta.gen_gather_slots]
+        q_pad = q.new_zeros(keys.shape[0], meta.gen_max_q, heads, d)
+        q_pad[meta.gen_batch_index, meta.gen_offset_in_seq] = q[g0:]
+        o = F.scaled_dot_product_attention(
+            q_pad.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=meta.gen_attn_mask,
+            enable_gqa=gqa,
+        )  # fmt: skip
+        out[g0:] = o.transpose(1, 2)[meta.gen_batch_index, meta.gen_offset_in_seq]
+    return out
