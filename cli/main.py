@@ -7,7 +7,7 @@ import sys
 import typer
 
 from ..workers.errors import UserError
-from . import bench, engine_info, generate, selftest, waives
+from . import bench, engine_info, generate, run, selftest, waives
 
 app = typer.Typer(
     name="specdec-eval",
@@ -18,6 +18,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("generate")(generate.generate)
+app.command("run")(run.run)
 app.command("bench")(bench.bench)
 app.command("selftest")(selftest.selftest)
 app.command("waive")(waives.waive)

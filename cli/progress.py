@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 stderr = Console(stderr=True)
 
@@ -18,12 +18,12 @@ def generation_progress(total: int, enabled: bool = True) -> Iterator[Callable |
         return
     columns = (
         TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
+        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
     )  # fmt: skip
     with Progress(*columns, console=stderr, transient=True) as bar:
         task = bar.add_task("generate", total=total, rate="")
 
         def update(done: int, total_: int, stats) -> None:
-            bar.update(task, completed=done, rate=f"{stats.output_tokens_per_s:.0f} tok/s")
+            bar.update(task, completed=done, total=total_, rate=f"{stats.output_tokens_per_s:.0f} tok/s")
 
         yield update
