@@ -17,7 +17,6 @@ from lm_eval.api.registry import register_model
 from ..workers.config import EngineConfig, KVCacheConfig, SamplingParams, SpecConfig
 from ..workers.engine import Engine, GenerationOutput
 from ..workers.errors import UserError
-from ..workers.scoring import score_continuation
 
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's own backends default to this when a task names no max_gen_toks
 # lm-eval spells the same limit four ways (lm_eval.models.utils.normalize_gen_kwargs); first one present wins.
@@ -47,6 +46,7 @@ class SpecDecLM(LM):
         engine: Engine | None = None,
         max_gen_toks: int | dict[str, int] = DEFAULT_MAX_GEN_TOKS,
         progress: Callable | None = None,
+        cache: Any = None,  # evals.resume.GenerationCache: finished generations of this run, for resume
         **engine_args: Any,
     ) -> None:
         super().__init__()
@@ -54,6 +54,7 @@ class SpecDecLM(LM):
         # one limit for every task, or per lm-eval task name (a task's own gen_kwargs still win)
         self.max_gen_toks = dict(max_gen_toks) if isinstance(max_gen_toks, dict) else int(max_gen_toks)
         self.progress = progress
+        self.cache = cache
         # (lm-eval task name, doc id) -> the engine's output, for per-sample records (tokens, acceptance)
         self.outputs: dict[tuple[str, int], GenerationOutput] = {}
 
@@ -72,13 +73,35 @@ class SpecDecLM(LM):
             return []
         prompts = [req.args[0] for req in requests]
         sampling = [sampling_from_gen_kwargs(req.args[1], self._max_for(req.metadata[0])) for req in requests]
-        outputs = self.engine.generate(prompts, sampling, progress=self.progress)
+        outputs = self._generate(prompts, sampling)
         for req, out in zip(requests, outputs, strict=True):
             task, doc_id = req.metadata[0], req.metadata[1]
             self.outputs[(task, int(doc_id))] = out
         # A failed request is never scored as a wrong answer: the caller checks outputs for "error" and fails
         # the run; lm-eval gets an empty string so it can finish its bookkeeping.
         return [out.text if out.finish_reason != "error" else "" for out in outputs]
+
+    def _generate(self, prompts: list, sampling: list[SamplingParams]) -> list[GenerationOutput]:
+        """Reuse outputs this run already finished (resume); generate the rest, persisting each as it finishes."""
+        cached = [self.cache.get(p, s) if self.cache else None for p, s in zip(prompts, sampling, strict=True)]
+        todo = [i for i, c in enumerate(cached) if c is None]
+        self.num_reused = len(prompts) - len(todo)
+        fresh: list[GenerationOutput] = []
+        if todo:
+            todo_prompts, todo_sampling = [prompts[i] for i in todo], [sampling[i] for i in todo]
+            if hasattr(self.engine, "world"):  # torchrun job: each replica leader persists its own share
+                folder = str(self.cache.folder) if self.cache and self.cache.folder else None
+                fresh = self.engine.generate(todo_prompts, todo_sampling, self.progress, cache_dir=folder)
+            else:
+
+                def keep(out: GenerationOutput) -> None:
+                    if self.cache is not None:
+                        self.cache.put(todo_prompts[out.index], todo_sampling[out.index], out)
+
+                fresh = self.engine.generate(todo_prompts, todo_sampling, progress=self.progress, on_output=keep)
+        for i, out in zip(todo, fresh, strict=True):
+            cached[i] = out
+        return cached  # type: ignore[return-value]
 
     def _max_for(self, task: str) -> int:
         if isinstance(self.max_gen_toks, dict):
@@ -88,12 +111,7 @@ class SpecDecLM(LM):
     # --- scoring ---------------------------------------------------------------------------------------
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        results = []
-        for req in requests:
-            context, continuation = req.args
-            context_ids, continuation_ids = self._split_encode(context, continuation)
-            results.append(score_continuation(self.engine, context_ids, continuation_ids))
-        return results
+        return self.engine.score([self._split_encode(*req.args) for req in requests])
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         results = []
@@ -101,7 +119,7 @@ class SpecDecLM(LM):
             (text,) = req.args
             ids = self.engine.tokenizer.encode(text, add_special_tokens=False)
             prefix = [self.engine.tokenizer.bos_token_id or sorted(self.engine.eos_ids)[0]]
-            results.append(score_continuation(self.engine, prefix, ids)[0])
+            results.append(self.engine.score([(prefix, ids)])[0][0])
         return results
 
     def _split_encode(self, context: str, continuation: str) -> tuple[list[int], list[int]]:

@@ -1,8 +1,9 @@
 """Reference accuracies in YAML, one file per task: model key -> list of entries, first match wins.
 
 An entry matches when every selection key agrees with the run, exactly as TensorRT-LLM's harness looks them
-up: a key absent from the entry stands for its default (dtype "auto", everything else none). One key of ours
-is a wildcard when absent: the KV-cache manager version, since v1 and v2 must give the same outputs.
+up: a key absent from the entry stands for its default (dtype "auto", everything else none). Keys of ours are
+wildcards when absent: the KV-cache manager version (v1 and v2 must give the same outputs), and the shots and
+output length (the runner always passes them; an entry names them only when it was recorded with other values).
 An entry may override alpha, beta, sigma, num_samples and higher_is_better; `command` and `source` record
 where the number came from.
 """
@@ -27,7 +28,7 @@ SELECTION_DEFAULTS: dict[str, Any] = {
     "spec_dec_algo": None,
     "extra_acc_spec": None,
 }
-WILDCARD_KEYS = ("kv_cache",)
+WILDCARD_KEYS = ("kv_cache", "num_fewshot", "max_output_len")
 OVERRIDES = ("alpha", "beta", "sigma", "num_samples", "higher_is_better", "floor")
 
 

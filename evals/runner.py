@@ -89,7 +89,10 @@ def selection_for(engine: Engine, spec: TaskSpec, options: EvalOptions) -> dict[
     }
 
 
-def evaluate(engine: Engine, options: EvalOptions, progress: Callable | None = None) -> list[TaskResult]:
+def evaluate(
+    engine: Engine, options: EvalOptions, progress: Callable | None = None, cache=None
+) -> list[TaskResult]:
+    """cache: an evals.resume.GenerationCache; outputs found there are reused instead of generated again."""
     from .lm_adapter import SpecDecLM
 
     references = {spec.name: _reference(engine, spec, options) for spec in options.tasks}
@@ -98,6 +101,7 @@ def evaluate(engine: Engine, options: EvalOptions, progress: Callable | None = N
         engine=engine,
         max_gen_toks={spec.lm_eval_name: options.max_output_for(spec) for spec in options.tasks},
         progress=progress,
+        cache=cache,
     )
     raw = _run_lm_eval(lm, options, sources)
     results = []
@@ -200,15 +204,8 @@ def _samples(spec: TaskSpec, entries: list[dict[str, Any]], lm) -> list[dict[str
 
 
 def _acceptance_of(out) -> AcceptanceStats | None:
-    acc = (out.stats.get("acceptance") if out is not None else None) or None
-    if not acc:
-        return None
-    stats = AcceptanceStats(len(acc["per_position_rate"]))
-    stats.num_cycles = acc["num_cycles"]
-    stats.num_draft_tokens = acc["num_draft_tokens"]
-    stats.num_accepted = acc["num_accepted_drafts"]
-    stats.accepted_per_position = [round(r * acc["num_cycles"]) for r in acc["per_position_rate"]]
-    return stats
+    acc = out.stats.get("acceptance") if out is not None else None
+    return AcceptanceStats.from_dict(acc) if acc else None
 
 
 def _score(spec: TaskSpec, samples: list[dict[str, Any]], reference: Reference | None, options: EvalOptions):

@@ -41,9 +41,9 @@ TASKS = {
     t.name: t
     for t in (
         TaskSpec("gsm8k", "gsm8k", 256, 0.0),
-        TaskSpec("gpqa_diamond", "gpqa_diamond", 1024, 25.0),
+        TaskSpec("gpqa_diamond", "gpqa_diamond", 512, 25.0),
         TaskSpec("gsm8k_smoke", "gsm8k", 256, 0.0, smoke=True),
-        TaskSpec("gpqa_diamond_smoke", "gpqa_diamond", 1024, 25.0, smoke=True),
+        TaskSpec("gpqa_diamond_smoke", "gpqa_diamond", 512, 25.0, smoke=True),
     )
 }
 FILTERS = {"gsm8k": ("strict-match", "flexible-extract"), "gpqa_diamond": ("strict-match", "flexible-extract")}

@@ -88,8 +88,8 @@ class Engine:
         self.model = self._build_model()
         self.tokenizer = tokenizer if tokenizer is not None else self.checkpoint.load_tokenizer()
         self.eos_ids = eos_token_ids(self.tokenizer, self.model_config)
-        events_path = config.events_path.format(rank=self.tp.rank) if config.events_path else None
-        self.events = EventLog(rank=self.tp.rank, path=events_path)
+        events_path = config.events_path.format(rank=self.tp.job_rank) if config.events_path else None
+        self.events = EventLog(rank=self.tp.job_rank, path=events_path)
         self.faults = FaultInjector.from_strings(config.inject, self.events, config.seed) if config.inject else None
         self.draft_model = self._build_draft_model() if config.spec else None
         self.kv_layout = self._size_kv_cache()
@@ -189,8 +189,10 @@ class Engine:
         prompts: Sequence[Prompt],
         sampling: SamplingParams | Sequence[SamplingParams] | None = None,
         progress: Callable[[int, int, GenerateStats], None] | None = None,
+        on_output: Callable[[GenerationOutput], None] | None = None,
     ) -> list[GenerationOutput]:
-        """Run every prompt to completion with continuous batching; outputs come back in prompt order."""
+        """Run every prompt to completion with continuous batching; outputs come back in prompt order.
+        on_output, if given, sees each output as soon as its request finishes (to persist work for resume)."""
         sampling = sampling or SamplingParams()
         params = [sampling] * len(prompts) if isinstance(sampling, SamplingParams) else list(sampling)
         if len(params) != len(prompts):
@@ -204,6 +206,7 @@ class Engine:
             scheduler.add(r)
         stats = GenerateStats(len(requests), sum(len(r.prompt_token_ids) for r in requests))
         start, first_step = time.perf_counter(), executor.num_steps
+        reported: set[int] = set()
         try:
             while scheduler.has_work:
                 try:
@@ -215,6 +218,11 @@ class Engine:
                 for r in list(scheduler.running):
                     if r.finish_reason is not None:
                         scheduler.finish(r, r.finish_reason)
+                if on_output is not None:
+                    for r in requests:
+                        if r.is_finished and r.request_id not in reported and r.finish_reason != "error":
+                            reported.add(r.request_id)
+                            on_output(self._output(r))
                 stats.num_steps = executor.num_steps - first_step
                 stats.num_output_tokens = sum(len(r.output_token_ids) for r in requests)
                 stats.elapsed_s = time.perf_counter() - start
@@ -235,6 +243,12 @@ class Engine:
             stats.acceptance = total.to_dict()
         self.last_stats = stats
         return [self._output(r) for r in requests]
+
+    def score(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
+        """(log p(continuation | context), greedy?) for each (context ids, continuation ids) pair."""
+        from .scoring import score_continuation
+
+        return [score_continuation(self, context, continuation) for context, continuation in pairs]
 
     def new_scheduler(self) -> Scheduler:
         """A scheduler for one generate() call (or one warmup shape) over this engine's KV cache."""

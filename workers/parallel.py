@@ -19,6 +19,7 @@ class TPGroup:
     size: int = 1
     group: Any = None  # torch.distributed ProcessGroup; None means the default group
     src_rank: int = 0  # global rank of this group's rank 0 (the one that decides and broadcasts)
+    global_rank: int | None = None  # this process's rank in the whole job (None: same as rank)
 
     @classmethod
     def from_default_group(cls) -> TPGroup:
@@ -26,6 +27,11 @@ class TPGroup:
         if not (dist.is_available() and dist.is_initialized()):
             return cls()
         return cls(rank=dist.get_rank(), size=dist.get_world_size())
+
+    @property
+    def job_rank(self) -> int:
+        """This process's rank in the whole job: what events and logs are labelled with."""
+        return self.rank if self.global_rank is None else self.global_rank
 
     @property
     def is_leader(self) -> bool:

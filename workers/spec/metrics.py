@@ -38,6 +38,12 @@ class AcceptanceStats:
         for i, n in enumerate(other.accepted_per_position):
             self.accepted_per_position[i] += n
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AcceptanceStats:
+        """Inverse of to_dict (exact: the counts travel, not the rounded rates)."""
+        return cls(d["max_draft_len"], d["num_cycles"], d["num_draft_tokens"], d["num_accepted_drafts"],
+                   list(d["accepted_per_position"]))  # fmt: skip
+
     @property
     def acceptance_length(self) -> float:
         return 1.0 + self.num_accepted / self.num_cycles if self.num_cycles else 0.0
@@ -58,6 +64,7 @@ class AcceptanceStats:
             "num_cycles": self.num_cycles,
             "num_draft_tokens": self.num_draft_tokens,
             "num_accepted_drafts": self.num_accepted,
+            "accepted_per_position": list(self.accepted_per_position),
             "max_draft_len": self.max_draft_len,
             "note": "acceptance_length includes the bonus token",
         }

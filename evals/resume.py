@@ -1,0 +1,52 @@
+"""Finished generations of a run, kept as they complete, so an interrupted run resumes without recomputing them.
+
+Each writer (the process, or each replica leader of a torchrun job) appends JSON lines to its own file in the
+run's partial/ folder; a torn last line from a killed process is skipped. The key is a hash of the prompt and the
+sampling parameters, so a cached output is only reused for exactly the same request."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ..workers.config import SamplingParams
+from ..workers.engine import GenerationOutput
+
+
+def request_key(prompt: Any, sampling: SamplingParams) -> str:
+    text = json.dumps([prompt, asdict(sampling)], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class GenerationCache:
+    def __init__(self, folder: str | Path | None, writer: str = "rank0", load: bool = True) -> None:
+        self.folder = Path(folder) if folder else None
+        self.writer = writer
+        self.entries: dict[str, GenerationOutput] = {}
+        if self.folder is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            if load:
+                self._load()
+
+    def _load(self) -> None:
+        for path in sorted(self.folder.glob("generations.*.jsonl")):
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a torn last line of a killed writer
+                self.entries[rec.pop("key")] = GenerationOutput(**rec)
+
+    def get(self, prompt: Any, sampling: SamplingParams) -> GenerationOutput | None:
+        return self.entries.get(request_key(prompt, sampling))
+
+    def put(self, prompt: Any, sampling: SamplingParams, output: GenerationOutput) -> None:
+        key = request_key(prompt, sampling)
+        self.entries[key] = output
+        if self.folder is None:
+            return
+        with (self.folder / f"generations.{self.writer}.jsonl").open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"key": key, **asdict(output)}) + "\n")

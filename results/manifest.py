@@ -1,0 +1,49 @@
+"""What a run's manifest records about where it ran: the code's commit, installed versions, devices."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+CODE_DIR = Path(__file__).resolve().parent.parent  # the checkout this package runs from (editable install)
+
+
+def git_state(repo: Path = CODE_DIR) -> dict[str, Any]:
+    """Commit and dirty flag of the code that ran; None values outside a git checkout."""
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+def versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": sys.version.split()[0]}
+    for dist in ("specdec-eval", "torch", "transformers", "lm_eval", "datasets", "gguf"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def devices() -> dict[str, Any]:
+    info: dict[str, Any] = {"host": platform.node(), "cpu": platform.processor() or platform.machine()}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except ImportError:
+        pass
+    return info
