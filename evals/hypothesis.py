@@ -51,6 +51,18 @@ class HypothesisTest:
             return True
         return self.threshold > self.floor
 
+    @property
+    def floor_warning(self) -> str:
+        if self.floor > 0:
+            return (
+                f"threshold {self.threshold:.3f} is at or below chance level {self.floor:.3f}: a model answering at "
+                "random passes this gate at this n; rely on the lossless gate"
+            )
+        return (
+            f"threshold {self.threshold:.3f} is at or below the floor {self.floor:.3f}: this gate cannot fail at "
+            "this n; rely on the lossless gate"
+        )
+
     def passes(self, accuracy: float) -> bool:
         return accuracy >= self.threshold if self.higher_is_better else accuracy <= self.threshold
 
@@ -80,8 +92,5 @@ class HypothesisTest:
         if accuracy is not None:
             lines += [f"Evaluated {name}: {accuracy:.3f}", f"Verdict: {self.verdict(accuracy)}", rule]
         if not self.can_fail:
-            lines.append(
-                f"threshold {self.threshold:.3f} is at or below the floor {self.floor:.3f}: this gate cannot fail "
-                "at this n; rely on the lossless gate"
-            )
+            lines.append(self.floor_warning)
         return "\n".join(lines)

@@ -84,14 +84,12 @@ def selection_for(engine: Engine, spec: TaskSpec, options: EvalOptions) -> dict[
         "spec_dec_algo": "Eagle3" if c.spec else None,
         "extra_acc_spec": "chat_template" if options.apply_chat_template else None,
         "kv_cache": c.kv_cache.version,
-        "num_fewshot": options.num_fewshot,
+        "num_fewshot": spec.num_fewshot if options.num_fewshot is None else options.num_fewshot,
         "max_output_len": options.max_output_for(spec),
     }
 
 
-def evaluate(
-    engine: Engine, options: EvalOptions, progress: Callable | None = None, cache=None
-) -> list[TaskResult]:
+def evaluate(engine: Engine, options: EvalOptions, progress: Callable | None = None, cache=None) -> list[TaskResult]:
     """cache: an evals.resume.GenerationCache; outputs found there are reused instead of generated again."""
     from .lm_adapter import SpecDecLM
 

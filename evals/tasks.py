@@ -31,6 +31,7 @@ class TaskSpec:
     max_output_len: int  # TensorRT-LLM uses 256 for GSM8K; GPQA CoT needs room to reason
     floor: float  # the score of a model that gets nothing right: 0, or chance level for 4 choices
     smoke: bool = False
+    num_fewshot: int = 0  # lm-eval's own default for the task
 
     @property
     def lm_eval_name(self) -> str:
@@ -40,9 +41,9 @@ class TaskSpec:
 TASKS = {
     t.name: t
     for t in (
-        TaskSpec("gsm8k", "gsm8k", 256, 0.0),
+        TaskSpec("gsm8k", "gsm8k", 256, 0.0, num_fewshot=5),
         TaskSpec("gpqa_diamond", "gpqa_diamond", 512, 25.0),
-        TaskSpec("gsm8k_smoke", "gsm8k", 256, 0.0, smoke=True),
+        TaskSpec("gsm8k_smoke", "gsm8k", 256, 0.0, smoke=True, num_fewshot=5),
         TaskSpec("gpqa_diamond_smoke", "gpqa_diamond", 512, 25.0, smoke=True),
     )
 }

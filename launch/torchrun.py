@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -77,8 +78,6 @@ class RankFailure:
 
 
 def _signal_name(num: int) -> str:
-    import signal
-
     try:
         return signal.Signals(num).name
     except ValueError:
@@ -96,8 +95,11 @@ def parse_failures(stderr_lines: list[str]) -> list[RankFailure]:
     as its detail when torchrun has no error file for it."""
     failures: list[RankFailure] = []
     current: dict | None = None
+    root_index = None
     for line in stderr_lines:
-        if m := _RANK.match(line):
+        if "Root Cause" in line:
+            root_index = len(failures)  # the next rank block is the first observed failure
+        elif m := _RANK.match(line):
             current = {"rank": int(m.group(1)), "exitcode": None, "detail": ""}
             failures.append(RankFailure(**current))
         elif current is not None and (m := _EXIT.match(line)):
@@ -113,7 +115,10 @@ def parse_failures(stderr_lines: list[str]) -> list[RankFailure]:
     for f in failures:
         if not f.detail and last_exception and f.exitcode is not None and f.exitcode > 0:
             f.detail = last_exception[:200]
-    return failures
+    if root_index is not None and root_index < len(failures):
+        failures.insert(0, failures.pop(root_index))
+    # Ranks torchrun itself stopped (SIGTERM) after the root cause are consequences, not failures to report.
+    return [f for i, f in enumerate(failures) if i == 0 or f.exitcode != -signal.SIGTERM]
 
 
 def start(spec: TorchrunSpec) -> tuple[int, list[RankFailure]]:
