@@ -183,7 +183,7 @@ def run(
     if gpus > 1 or nnodes > 1 or dry_run:
         rank_args = lambda tp_, device_: rank_args_from_context(ctx, tp_, device_)  # noqa: E731
         summary = _launch(options, gpus, tp, nnodes, node_rank, rdzv_endpoint, rdzv_backend, dry_run, device, model,
-                          rank_args)  # fmt: skip
+                          rank_args, out, config_for)  # fmt: skip
         if summary is None:
             return
     else:
@@ -193,7 +193,11 @@ def run(
             source_for(spec_, options.data_dir)  # missing data: one clear error before the model loads
         from ..workers.engine import Engine
 
-        summary = _drive(Engine(config_for(1, device)), options, out, resume)
+        config = config_for(1, device)
+        if config.spec is not None and find_baseline(out, baseline_config(config), options) is None:
+            print("lossless gate: running the non-speculative baseline first (reused by later runs)", file=sys.stderr)
+            _drive(Engine(baseline_config(config)), options, out, resume)  # its own run folder; freed after
+        summary = _drive(Engine(config), options, out, resume)
     if json_out:
         print(json.dumps(summary, indent=2))
     else:
@@ -210,7 +214,7 @@ def _drive(engine, options, out: str, resume: bool | None) -> dict[str, Any]:
     from ..results import store
 
     world_size = engine.world.layout.world_size if hasattr(engine, "world") else 1
-    config = run_config(engine, options)
+    config = run_config(engine.config, options)
     git = mf.git_state()
     key = store.config_key({**config, "commit": git["commit"]})
     run = store.find_unfinished(out, key) if resume is not False else None
@@ -235,18 +239,45 @@ def _drive(engine, options, out: str, resume: bool | None) -> dict[str, Any]:
     summary = summarise(results, engine, time.time() - started)
     summary.update(run_id=run.run_id, run_dir=str(run.path), test_id=manifest["test_id"], world_size=world_size,
                    reused_generations=len(cache.entries) if resumed else 0)  # fmt: skip
-    run.write_samples([s for r in results for s in r.samples])
+    samples = [s for r in results for s in r.samples]
+    if engine.config.spec is not None:
+        _lossless_gate(summary, samples, engine, options, out, results)
+    run.write_samples(samples)
     run.write_events(engine.events.events)
     run.write_summary(summary)
     run.write_manifest({**manifest, "finished": time.time(), "elapsed_s": round(time.time() - started, 1)})
     return summary
 
 
-def run_config(engine, options) -> dict[str, Any]:
+def _lossless_gate(summary, samples, engine, options, out, results) -> None:
+    """Compare every spec-dec sample with the non-speculative baseline run of the same configuration."""
+    from ..results.lossless import lossless_check
+    from ..workers.device import resolve_dtype
+
+    base = find_baseline(out, baseline_config(engine.config), options)
+    dtype = str(resolve_dtype(engine.config.dtype, engine.local.device if hasattr(engine, "local") else engine.device))
+    dtype = dtype.removeprefix("torch.")
+    if base is None:
+        for t in summary["tasks"].values():
+            t["lossless"] = {"verdict": "NO-BASELINE", "reason": f"no finished baseline run under {out}"}
+        return
+    tolerances = {r.task: (r.reference.entry.get("lossless_tolerance") if r.reference else None) for r in results}
+    per_task = lossless_check(samples, base.samples(), dtype)
+    for task, check in per_task.items():
+        if tolerances.get(task) is not None and check["verdict"] == "UNCALIBRATED":
+            check = lossless_check([s for s in samples if s["task"] == task], base.samples(), dtype,
+                                   tolerances[task])[task]  # fmt: skip
+        check["baseline_run"] = base.run_id
+        summary["tasks"][task]["lossless"] = check
+        if check["verdict"] == "FAIL":
+            summary["verdict"] = "FAIL"
+
+
+def run_config(engine_config, options) -> dict[str, Any]:
     """Everything that affects the samples: the engine configuration and the evaluation options."""
     from dataclasses import asdict
 
-    engine_cfg = asdict(engine.config)
+    engine_cfg = asdict(engine_config)
     engine_cfg.pop("events_path", None)
     return {
         "engine": engine_cfg,
@@ -273,7 +304,62 @@ def test_id(engine, options) -> str:
     return f"accuracy/test_specdec.py::{cls}::{test}[{'-'.join(params)}]"
 
 
-def _launch(options, gpus, tp, nnodes, node_rank, rdzv_endpoint, rdzv_backend, dry_run, device, model, rank_args):
+SPEC_FLAGS = {"--spec": True, "--draft-len": True, "-k": True, "--draft-model": True, "--spec-guard": True,
+              "--inject": True}  # fmt: skip
+
+
+def strip_flags(args: list[str], flags: dict[str, bool]) -> list[str]:
+    """args without the given flags (and their values, for flags that take one)."""
+    out, i = [], 0
+    while i < len(args):
+        name = args[i].split("=", 1)[0]
+        if name in flags:
+            i += 1 if ("=" in args[i] or not flags[name]) else 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
+def baseline_config(config):
+    """The non-speculative twin of a spec-dec configuration: same model, KV cache, dtype, batch and seed; no
+    draft and no injected faults (the baseline is the clean reference the spec-dec outputs must equal)."""
+    from dataclasses import replace
+
+    return replace(config, spec=None, inject=())
+
+
+def _run_key(config, options) -> str:
+    from ..results import manifest as mf
+    from ..results import store
+
+    return store.config_key({**run_config(config, options), "commit": mf.git_state()["commit"]})
+
+
+def find_baseline(out: str, config, options):
+    """The newest finished run of exactly this (non-speculative) configuration at this commit, if any."""
+    from ..results import store
+
+    key = _run_key(config, options)
+    finished = [r for r in store.list_runs(out) if r.is_finished and r.manifest().get("config_key") == key]
+    return finished[-1] if finished else None
+
+
+def _launch(
+    options,
+    gpus,
+    tp,
+    nnodes,
+    node_rank,
+    rdzv_endpoint,
+    rdzv_backend,
+    dry_run,
+    device,
+    model,
+    rank_args,
+    out,
+    config_for,
+):
     from ..evals.tasks import source_for
     from ..launch import job
     from ..launch.layout import plan_layout
@@ -288,9 +374,15 @@ def _launch(options, gpus, tp, nnodes, node_rank, rdzv_endpoint, rdzv_backend, d
     if not dry_run:
         for spec_ in options.tasks:
             source_for(spec_, options.data_dir)  # missing data: one clear error before any rank starts
-    spec = TorchrunSpec(gpus, nnodes, node_rank, rdzv_endpoint, rdzv_backend,
-                        rank_args(layout.tp, resolved))  # fmt: skip
+    args = rank_args(layout.tp, resolved)
+    spec = TorchrunSpec(gpus, nnodes, node_rank, rdzv_endpoint, rdzv_backend, args)
+    config = config_for(layout.tp, resolved)
     try:
+        if config.spec is not None and not dry_run and find_baseline(out, baseline_config(config), options) is None:
+            print("lossless gate: running the non-speculative baseline job first", file=sys.stderr)
+            base_args = [*strip_flags(args, SPEC_FLAGS), "--spec", "none"]
+            job.launch(TorchrunSpec(gpus, nnodes, node_rank, rdzv_endpoint, rdzv_backend, base_args), layout,
+                       resolved, dry_run)  # fmt: skip
         return job.launch(spec, layout, resolved, dry_run)
     except job.JobFailed as e:
         print(f"specdec-eval: error: run failed: {e}", file=sys.stderr)
@@ -358,6 +450,15 @@ def print_report(summary: dict[str, Any]) -> None:
         print(t["report"], file=out)
         scores = ", ".join(f"{k} {v:.2f}" for k, v in t["filter_scores"].items())
         print(f"filters: {scores}; score = their mean = {t['score']:.2f}", file=out)
+        if t.get("lossless"):
+            ls = t["lossless"]
+            line = f"lossless: {ls['verdict']} ({ls['reason']})"
+            if ls.get("num_pairs"):
+                line += f"; identical {ls['identical']}/{ls['num_pairs']}, McNemar p {ls['mcnemar_p']:.3g}"
+                line += f" vs baseline run {ls['baseline_run']}"
+            print(line, file=out)
+            for d in ls.get("divergences", [])[:10]:
+                print(f"  divergent doc {d['doc_id']}: first differing token at {d['position']}", file=out)
         if t["acceptance"]:
             a = t["acceptance"]
             per_pos = ", ".join(f"{x:.2f}" for x in a["per_position_rate"])
@@ -368,7 +469,8 @@ def print_report(summary: dict[str, Any]) -> None:
         ref = "no ref"
         if t["reference"] is not None:
             ref = f"ref {t['reference']:.2f} thr {t['threshold']:.2f} theta {t['theta']:.2f}"
-        print(f"{name:<20} {t['score']:6.2f}  {ref:<32} {t['verdict']}", file=out)
+        lossless = f"  lossless {t['lossless']['verdict']}" if t.get("lossless") else ""
+        print(f"{name:<20} {t['score']:6.2f}  {ref:<32} {t['verdict']}{lossless}", file=out)
     if summary["events"]:
         print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["events"].items())), file=out)
     print(f"run {summary['verdict']} in {summary['elapsed_s']:.0f} s ({summary['world_size']} rank(s))", file=out)

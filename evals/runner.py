@@ -185,6 +185,8 @@ def _samples(spec: TaskSpec, entries: list[dict[str, Any]], lm) -> list[dict[str
                 "output": None if spec.family == "gpqa_diamond" else output_text,
                 "output_hash": _hash(",".join(map(str, out.token_ids))) if out is not None else None,
                 "num_output_tokens": len(out.token_ids) if out is not None else 0,
+                # token ids, not text: what output identity and the first divergence are measured on
+                "output_token_ids": list(out.token_ids) if out is not None else [],
                 "finish_reason": out.finish_reason if out is not None else "missing",
                 "error": out.error if out is not None else "no engine output for this document",
                 "_acceptance": _acceptance_of(out),

@@ -6,6 +6,9 @@ Points (where the engine calls `FaultInjector.check`):
   draft_step[:K]        before draft step K (0 = the pass over all positions; any step when K is omitted)
   target_forward        half-way through the target model's layers
   restore               just before the worker restores the saved metadata
+  emit_rejected_draft   a deliberate spec-dec bug, not an error: a rejected first draft token is emitted in
+                        place of the target's token (what a broken verify would do). It raises nothing; it exists
+                        to prove that the lossless gate catches output changes that accuracy does not.
 
 STEP is the engine step (counted from 0 over the engine's life; warmup steps count too); omitted: the first
 time the point is reached; `@random`: a step drawn from [0, 16) by a generator seeded with the engine seed, so
@@ -24,7 +27,8 @@ import torch
 from .errors import UserError
 from .events import EventLog
 
-FAULT_POINTS = ("warmup_oom", "prepare_for_spec_dec", "draft_step", "target_forward", "restore")
+FAULT_POINTS = ("warmup_oom", "prepare_for_spec_dec", "draft_step", "target_forward", "restore", "emit_rejected_draft")
+BEHAVIOUR_POINTS = ("emit_rejected_draft",)  # change results instead of raising
 _SYNTAX = re.compile(r"^(?P<point>[a-z_]+)(?::(?P<arg>\d+))?(?:@(?P<step>\d+|random))?(?:x(?P<count>\d+))?$")
 
 
@@ -77,6 +81,13 @@ class FaultInjector:
 
     def check(self, point: str, step: int, arg: int | None = None) -> None:
         """Raise here if a fault is due at this point and step."""
+        if self.due(point, step, arg):
+            if point == "warmup_oom":
+                raise torch.OutOfMemoryError(f"injected out-of-memory ({point})")
+            raise InjectedFault(f"injected fault at {point}{'' if arg is None else f':{arg}'} step {step}")
+
+    def due(self, point: str, step: int, arg: int | None = None) -> bool:
+        """Whether a fault fires here now (counted and recorded as a `fault_injected` event)."""
         for i, spec in enumerate(self.specs):
             if spec.point != point or self.remaining[i] == 0:
                 continue
@@ -86,6 +97,5 @@ class FaultInjector:
                 continue
             self.remaining[i] -= 1
             self.events.emit("fault_injected", point=point, step=step, arg=arg, spec=spec.text)
-            if point == "warmup_oom":
-                raise torch.OutOfMemoryError(f"injected out-of-memory ({spec.text})")
-            raise InjectedFault(f"injected fault at {point}{'' if arg is None else f':{arg}'} step {step}")
+            return True
+        return False

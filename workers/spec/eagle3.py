@@ -63,6 +63,8 @@ class Eagle3OneModelWorker(SpecWorkerBase):
         logits = self.target.compute_logits(hidden[rows])
 
         emitted = self._verify(items, logits)
+        if self.faults is not None and self.faults.wants("emit_rejected_draft"):
+            emitted = self._emit_rejected_draft(items, emitted)
         num_accepted = [None if it.is_context else len(e) - 1 for it, e in zip(items, emitted, strict=True)]
         num_computed = [
             it.start + it.num_new_tokens if it.is_context else it.start + 1 + n
@@ -80,6 +82,19 @@ class Eagle3OneModelWorker(SpecWorkerBase):
         meta.restore_from_spec_dec()
         self.apply_rewinds()
         return SpecStepResult(emitted, num_computed, drafts, num_accepted)
+
+    def _emit_rejected_draft(self, items, emitted: list[list[int]]) -> list[list[int]]:
+        """The deliberate bug of the `emit_rejected_draft` fault: the first request whose first draft was rejected
+        gets that draft token instead of the target's (same count of tokens, so the KV bookkeeping still holds)."""
+        for r, item in enumerate(items):
+            drafts = item.request.draft_tokens
+            if item.is_context or not drafts or len(emitted[r]) != 1 or emitted[r][0] == drafts[0]:
+                continue
+            if self.faults.due("emit_rejected_draft", self.step):
+                emitted = [list(e) for e in emitted]
+                emitted[r] = [drafts[0]]
+            break
+        return emitted
 
     def _target_bytes(self, num_tokens: int, rows: int) -> int:
         dtype_bytes = self.kv_pool.element_size()

@@ -1,0 +1,82 @@
+"""The losslessness gate: a spec-dec run checked sample by sample against its non-speculative baseline.
+
+Greedy speculative decoding must reproduce the baseline's tokens exactly, so a spec-dec bug (a wrong KV rewind,
+a stale position, a rejected draft leaking out) shows up as a divergent sample long before it moves accuracy.
+In float32 any divergence fails. In bf16/fp16 even two non-speculative runs can differ once batch composition
+changes the reduction order, so a tolerance (the largest divergent fraction accepted) must be calibrated: run
+the baseline twice with different --max-batch-size and `specdec-eval compare` them; the divergent fraction
+observed, with headroom, is the tolerance to store as `lossless_tolerance` in the reference entry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+EXACT_DTYPES = ("float32", "float64")
+SCORED_FILTERS = ("strict-match", "flexible-extract")
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    """Index of the first differing token; the shorter length if one is a prefix of the other; None if equal."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _score(sample: dict[str, Any]) -> float:
+    """A sample's contribution to the task score: the mean of its filters' correctness."""
+    return sum(bool(sample.get(f"correct[{f}]")) for f in SCORED_FILTERS) / len(SCORED_FILTERS)
+
+
+def lossless_check(
+    spec_samples: list[dict[str, Any]],
+    base_samples: list[dict[str, Any]],
+    dtype: str,
+    tolerance: float | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Per task: identical-output rate, first divergence of each divergent sample, accuracy of both sides on the
+    divergent subset, the exact McNemar p-value (flexible-extract) and the lossless verdict."""
+    from .paired import mcnemar_exact
+
+    base = {(s["task"], s["doc_id"]): s for s in base_samples}
+    out: dict[str, dict[str, Any]] = {}
+    for task in sorted({s["task"] for s in spec_samples}):
+        pairs = [(s, base.get((task, s["doc_id"]))) for s in spec_samples if s["task"] == task]
+        missing = [s["doc_id"] for s, b in pairs if b is None]
+        pairs = [(s, b) for s, b in pairs if b is not None]
+        mismatched = [s["doc_id"] for s, b in pairs if s.get("prompt_hash") != b.get("prompt_hash")]
+        divergent = []
+        for s, b in pairs:
+            pos = first_divergence(list(s["output_token_ids"]), list(b["output_token_ids"]))
+            if pos is not None:
+                divergent.append({"doc_id": s["doc_id"], "position": pos, "spec": _score(s), "baseline": _score(b)})
+        key = "correct[flexible-extract]"
+        b_only = sum(bool(b[key]) and not bool(s[key]) for s, b in pairs)
+        s_only = sum(bool(s[key]) and not bool(b[key]) for s, b in pairs)
+        n, d = len(pairs), len(divergent)
+        if mismatched or missing or n == 0:
+            verdict, why = "FAIL", f"not comparable: {len(missing)} unpaired, {len(mismatched)} different prompts"
+        elif d == 0:
+            verdict, why = "PASS", "every output identical to the baseline"
+        elif dtype in EXACT_DTYPES:
+            verdict, why = "FAIL", f"{d} of {n} outputs differ from the baseline in {dtype} (any divergence fails)"
+        elif tolerance is None:
+            verdict, why = "UNCALIBRATED", f"{d} of {n} differ; no calibrated lossless_tolerance for {dtype}"
+        else:
+            ok = d / n <= tolerance
+            verdict = "PASS" if ok else "FAIL"
+            why = f"{d} of {n} differ ({d / n:.4f} {'<=' if ok else '>'} tolerance {tolerance:.4f} for {dtype})"
+        out[task] = {
+            "num_pairs": n,
+            "identical": n - d,
+            "divergent": d,
+            "identical_rate": round((n - d) / n, 6) if n else 0.0,
+            "divergences": divergent,
+            "divergent_accuracy_spec": round(100 * sum(x["spec"] for x in divergent) / d, 4) if d else None,
+            "divergent_accuracy_baseline": round(100 * sum(x["baseline"] for x in divergent) / d, 4) if d else None,
+            "mcnemar_p": mcnemar_exact(b_only, s_only),
+            "verdict": verdict,
+            "reason": why,
+        }
+    return out
