@@ -7,7 +7,7 @@ import sys
 import typer
 
 from ..workers.errors import UserError
-from . import bench, engine_info, generate, run, selftest, waives
+from . import ab, bench, engine_info, generate, run, selftest, waives
 
 app = typer.Typer(
     name="specdec-eval",
@@ -19,6 +19,7 @@ app = typer.Typer(
 )
 app.command("generate")(generate.generate)
 app.command("run")(run.run)
+app.command("ab", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(ab.ab)
 app.command("bench")(bench.bench)
 app.command("selftest")(selftest.selftest)
 app.command("waive")(waives.waive)

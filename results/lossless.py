@@ -16,14 +16,6 @@ EXACT_DTYPES = ("float32", "float64")
 SCORED_FILTERS = ("strict-match", "flexible-extract")
 
 
-def first_divergence(a: list[int], b: list[int]) -> int | None:
-    """Index of the first differing token; the shorter length if one is a prefix of the other; None if equal."""
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def _score(sample: dict[str, Any]) -> float:
     """A sample's contribution to the task score: the mean of its filters' correctness."""
     return sum(bool(sample.get(f"correct[{f}]")) for f in SCORED_FILTERS) / len(SCORED_FILTERS)
@@ -37,7 +29,7 @@ def lossless_check(
 ) -> dict[str, dict[str, Any]]:
     """Per task: identical-output rate, first divergence of each divergent sample, accuracy of both sides on the
     divergent subset, the exact McNemar p-value (flexible-extract) and the lossless verdict."""
-    from .paired import mcnemar_exact
+    from .paired import first_divergence, mcnemar_exact
 
     base = {(s["task"], s["doc_id"]): s for s in base_samples}
     out: dict[str, dict[str, Any]] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -12,8 +13,10 @@ from typing import Any
 CODE_DIR = Path(__file__).resolve().parent.parent  # the checkout this package runs from (editable install)
 
 
-def git_state(repo: Path = CODE_DIR) -> dict[str, Any]:
-    """Commit and dirty flag of the code that ran; None values outside a git checkout."""
+def git_state(repo: Path | None = None) -> dict[str, Any]:
+    """Commit and dirty flag of the code that ran; None values outside a git checkout. `ab` runs a side from
+    an installed copy and names its worktree in SPECDEC_EVAL_SOURCE_DIR."""
+    repo = repo or Path(os.environ.get("SPECDEC_EVAL_SOURCE_DIR") or CODE_DIR)
 
     def git(*args: str) -> str | None:
         try:
