@@ -1,4 +1,5 @@
-# Fresh machine:  make run   (set up, then generate with the embedded default model)
+# Fresh machine:  make run   (set up, then the main job: a GSM8K accuracy + lossless run of the embedded default
+#                             model with one-model Eagle3, against its reference and its non-speculative baseline)
 #                 make test  (set up, lint, then the whole test suite; what CI runs)
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -12,8 +13,12 @@ $(STAMP): pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
 	touch $(STAMP)
 
+DATA ?= ../shared/data
+# Real GSM8K when the data folder is there; otherwise the shipped smoke problems (never scored against references).
+RUN_TASKS := $(if $(wildcard $(DATA)/gsm8k),--tasks gsm8k --data-dir $(DATA),--tasks gsm8k_smoke)
+
 run: setup
-	$(BIN)/specdec-eval generate examples/prompts.jsonl --model smollm2 --max-new-tokens 48
+	$(BIN)/specdec-eval run $(RUN_TASKS) --limit 10 --spec eagle3 --model smollm2
 
 lint: setup
 	$(BIN)/ruff check .

@@ -7,7 +7,7 @@ import sys
 import typer
 
 from ..workers.errors import UserError
-from . import ab, bench, engine_info, generate, run, selftest, waives
+from . import ab, bench, engine_info, generate, lm_eval_cmd, report, results_cmds, run, selftest, waives
 
 app = typer.Typer(
     name="specdec-eval",
@@ -20,6 +20,12 @@ app = typer.Typer(
 app.command("generate")(generate.generate)
 app.command("run")(run.run)
 app.command("ab", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(ab.ab)
+app.command("runs")(results_cmds.runs)
+app.command("compare")(results_cmds.compare)
+app.command("decide")(results_cmds.decide)
+app.command("report")(report.report)
+app.command("lm-eval", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+            add_help_option=False)(lm_eval_cmd.lm_eval_cmd)  # fmt: skip
 app.command("bench")(bench.bench)
 app.command("selftest")(selftest.selftest)
 app.command("waive")(waives.waive)

@@ -14,7 +14,7 @@ from typing import Any
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from ..workers.config import EngineConfig, KVCacheConfig, SamplingParams, SpecConfig
+from ..workers.config import EngineConfig, KVCacheConfig, SamplingParams, SpecConfig, parse_bytes
 from ..workers.engine import Engine, GenerationOutput
 from ..workers.errors import UserError
 
@@ -61,6 +61,11 @@ class SpecDecLM(LM):
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> SpecDecLM:
         args = dict(kv.split("=", 1) for kv in arg_string.split(",") if kv.strip())
+        return cls.create_from_arg_obj(args, additional_config)
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> SpecDecLM:
+        args = dict(arg_dict)
         # lm-eval's own --device / --batch_size defaults are meant for its HF backend; ours come from model_args.
         ignored = ("batch_size", "max_batch_size", "device")
         args.update({k: v for k, v in (additional_config or {}).items() if v is not None and k not in ignored})
@@ -158,7 +163,7 @@ def engine_config_from_args(args: dict[str, Any]) -> EngineConfig:
     """EngineConfig from lm-eval --model_args strings: model, kv_cache, dtype, device, spec, draft_len,
     draft_model, max_batch_size, max_seq_len, seed."""
     known = {"model", "kv_cache", "dtype", "device", "spec", "draft_len", "draft_model", "max_batch_size",
-             "max_seq_len", "seed"}  # fmt: skip
+             "max_seq_len", "seed", "device_memory"}  # fmt: skip
     unknown = set(args) - known
     if unknown:
         raise UserError(f"unknown specdec model_args: {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
@@ -179,4 +184,5 @@ def engine_config_from_args(args: dict[str, Any]) -> EngineConfig:
         max_seq_len=int(args["max_seq_len"]) if args.get("max_seq_len") else defaults.max_seq_len,
         seed=int(args.get("seed", defaults.seed)),
         spec=spec,
+        device_memory=parse_bytes(str(args["device_memory"])) if args.get("device_memory") else None,
     )

@@ -38,7 +38,8 @@ class GenerationCache:
                     rec = json.loads(line)
                 except json.JSONDecodeError:
                     continue  # a torn last line of a killed writer
-                self.entries[rec.pop("key")] = GenerationOutput(**rec)
+                key = rec.pop("key")
+                self.entries[key] = GenerationOutput(**rec)
 
     def get(self, prompt: Any, sampling: SamplingParams) -> GenerationOutput | None:
         return self.entries.get(request_key(prompt, sampling))

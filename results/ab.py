@@ -76,6 +76,9 @@ def run_side(side: Side, run_args: list[str], out_root: Path) -> Path:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(side.site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env[SOURCE_DIR_ENV] = str(side.worktree)
+    # `python -m` would put the current folder first on sys.path; inside a checkout that would import the
+    # checkout's code instead of this side's (Python >= 3.11 honours PYTHONSAFEPATH).
+    env["PYTHONSAFEPATH"] = "1"
     cmd = [sys.executable, "-m", "specdec_eval.cli.main", "run", *run_args, "--out", str(out_root), "--fresh",
            "--json"]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)

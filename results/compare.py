@@ -1,0 +1,277 @@
+"""Compare two finished runs sample by sample (DESIGN.md, "Results and decisions").
+
+Per task: accuracy of each run and the delta, an exact McNemar test on per-sample correctness, how many outputs
+are token-for-token identical and where the others first diverge, and the acceptance-length delta. Per run pair:
+event-count deltas, and which configuration and environment keys differ. The result is a JSON-able dict;
+`render_compare` turns it into text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .paired import first_divergence, mcnemar_exact, pair_samples
+from .store import Run
+
+REGRESSION, IMPROVEMENT, NO_CHANGE = "regression", "improvement", "no significant change"
+FILTERS = ("strict-match", "flexible-extract")
+# Manifest keys that describe where and with what a run ran, rather than what it was asked to do.
+ENVIRONMENT_KEYS = ("commit", "dirty", "versions", "devices", "world_size")
+_MISSING = object()
+
+
+def compare_runs(run_a: Run, run_b: Run, alpha: float = 0.05, filter: str = "flexible-extract") -> dict[str, Any]:
+    """Compare run B against run A (A is the baseline). Both must be finished.
+
+    Raises FileNotFoundError for an unfinished run and ValueError when the runs prompted differently.
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
+    for run, which in ((run_a, "A"), (run_b, "B")):
+        if not run.is_finished:
+            raise FileNotFoundError(f"run {which} ({run.run_id}) is unfinished: it has no summary.json")
+    summary_a, summary_b = run_a.summary(), run_b.summary()
+    manifest_a, manifest_b = run_a.manifest(), run_b.manifest()
+    pairs = pair_samples(run_a.samples(), run_b.samples())
+    tasks_a, tasks_b = summary_a.get("tasks", {}), summary_b.get("tasks", {})
+    tasks: dict[str, Any] = {}
+    for task in [t for t in tasks_a if t in tasks_b]:
+        tasks[task] = _compare_task(
+            pairs.get(task, []), tasks_a[task], tasks_b[task], pairs.unpaired.get(task), alpha, filter
+        )
+    verdicts = [t["verdict"] for t in tasks.values()]
+    verdict = REGRESSION if REGRESSION in verdicts else IMPROVEMENT if IMPROVEMENT in verdicts else NO_CHANGE
+    return {
+        "verdict": verdict,
+        "alpha": alpha,
+        "filter": filter,
+        "run_a": _run_info(run_a, manifest_a, summary_a),
+        "run_b": _run_info(run_b, manifest_b, summary_b),
+        "tasks": tasks,
+        "only_in_a": [t for t in tasks_a if t not in tasks_b],
+        "only_in_b": [t for t in tasks_b if t not in tasks_a],
+        "events": _event_deltas(summary_a.get("events") or {}, summary_b.get("events") or {}),
+        "config_diff": diff_dicts(manifest_a.get("config") or {}, manifest_b.get("config") or {}),
+        "environment_diff": diff_dicts(
+            {k: manifest_a.get(k) for k in ENVIRONMENT_KEYS}, {k: manifest_b.get(k) for k in ENVIRONMENT_KEYS}
+        ),
+    }
+
+
+def _run_info(run: Run, manifest: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "path": str(run.path),
+        "test_id": manifest.get("test_id"),
+        "commit": manifest.get("commit"),
+        "dirty": manifest.get("dirty"),
+        "verdict": summary.get("verdict"),
+    }
+
+
+def _compare_task(
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]],
+    summary_a: dict[str, Any],
+    summary_b: dict[str, Any],
+    unpaired: dict[str, list[Any]] | None,
+    alpha: float,
+    filter: str,
+) -> dict[str, Any]:
+    column = f"correct[{filter}]"
+    missing = [x for pair in pairs for x in pair if column not in x]
+    if missing:
+        known = sorted(k[len("correct[") : -1] for k in missing[0] if k.startswith("correct["))
+        raise ValueError(
+            f"task {missing[0]['task']!r} has no per-sample correctness for filter {filter!r} "
+            f"(it has: {', '.join(known) or 'none'})"
+        )
+    b = sum(bool(x.get(column)) and not bool(y.get(column)) for x, y in pairs)
+    c = sum(not bool(x.get(column)) and bool(y.get(column)) for x, y in pairs)
+    p = mcnemar_exact(b, c)
+    verdict = NO_CHANGE
+    if p < alpha:
+        verdict = REGRESSION if b > c else IMPROVEMENT
+    n = len(pairs)
+    score_a, score_b = summary_a.get("score"), summary_b.get("score")
+    filters_a, filters_b = summary_a.get("filter_scores") or {}, summary_b.get("filter_scores") or {}
+    return {
+        "n": n,
+        "unpaired": unpaired or {"only_a": [], "only_b": []},
+        "accuracy_a": {"score": score_a, "filters": filters_a},
+        "accuracy_b": {"score": score_b, "filters": filters_b},
+        "delta": _delta(score_a, score_b),
+        "filter_deltas": {f: _delta(filters_a.get(f), filters_b.get(f)) for f in filters_a if f in filters_b},
+        # The McNemar test sees only the paired docs: their accuracy under the tested filter, for reference.
+        "paired_accuracy": {
+            "a": _pct(sum(bool(x.get(column)) for x, _ in pairs), n),
+            "b": _pct(sum(bool(y.get(column)) for _, y in pairs), n),
+        },
+        "mcnemar": {"filter": filter, "b": b, "c": c, "p": p},
+        "verdict": verdict,
+        "outputs": _output_identity(pairs),
+        "acceptance": _acceptance_delta(summary_a.get("acceptance"), summary_b.get("acceptance")),
+    }
+
+
+def _output_identity(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    """Token-level identity. Runs recorded before output_token_ids existed fall back to output_hash, without a
+    divergence position."""
+    divergences: list[dict[str, Any]] = []
+    identical = 0
+    for x, y in pairs:
+        ids_x, ids_y = x.get("output_token_ids"), y.get("output_token_ids")
+        if ids_x is None or ids_y is None:
+            same, position = x.get("output_hash") == y.get("output_hash"), None
+        else:
+            position = first_divergence(ids_x, ids_y)
+            same = position is None
+        if same:
+            identical += 1
+        else:
+            divergences.append({"doc_id": x["doc_id"], "position": position})
+    n = len(pairs)
+    return {
+        "identical": identical,
+        "divergent": n - identical,
+        "identical_rate": identical / n if n else None,
+        "first_divergence": divergences,
+    }
+
+
+def _acceptance_delta(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any]:
+    length_a = (a or {}).get("acceptance_length")
+    length_b = (b or {}).get("acceptance_length")
+    return {"a": length_a, "b": length_b, "delta": _delta(length_a, length_b)}
+
+
+def _event_deltas(a: dict[str, int], b: dict[str, int]) -> dict[str, dict[str, int]]:
+    return {t: {"a": a.get(t, 0), "b": b.get(t, 0), "delta": b.get(t, 0) - a.get(t, 0)} for t in sorted({*a, *b})}
+
+
+def _delta(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round(b - a, 6)
+
+
+def _pct(k: int, n: int) -> float | None:
+    return 100.0 * k / n if n else None
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys; lists and scalars are leaves. An empty dict is a leaf too."""
+    if not isinstance(obj, dict) or (not obj and prefix):
+        return {prefix: obj}
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def diff_dicts(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Dotted keys whose values differ, sorted: [{"key", "a", "b"}], None where a side lacks the key (with
+    "missing": "a" or "b")."""
+    flat_a, flat_b = flatten(a), flatten(b)
+    out = []
+    for key in sorted({*flat_a, *flat_b}):
+        va, vb = flat_a.get(key, _MISSING), flat_b.get(key, _MISSING)
+        if va == vb:
+            continue
+        row: dict[str, Any] = {"key": key, "a": None if va is _MISSING else va, "b": None if vb is _MISSING else vb}
+        if va is _MISSING or vb is _MISSING:
+            row["missing"] = "a" if va is _MISSING else "b"
+        out.append(row)
+    return out
+
+
+# --- text ---------------------------------------------------------------------------------------------------------
+
+_MAX_POSITIONS = 10
+
+
+def _num(x: float | None, digits: int = 2) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def _signed(x: float | None, digits: int = 2) -> str:
+    return "n/a" if x is None else f"{x:+.{digits}f}"
+
+
+def _commit(info: dict[str, Any]) -> str:
+    commit = (info.get("commit") or "unknown")[:10]
+    return commit + ("*" if info.get("dirty") else "")
+
+
+def _value(row: dict[str, Any], side: str) -> str:
+    return "(absent)" if row.get("missing") == side else repr(row[side])
+
+
+def render_compare(result: dict[str, Any]) -> str:
+    """The comparison as text, one block per task, then events, configuration and environment differences."""
+    a, b = result["run_a"], result["run_b"]
+    lines = [
+        f"A: {a['run_id']}  commit {_commit(a)}  {a.get('verdict') or ''}".rstrip(),
+        f"B: {b['run_id']}  commit {_commit(b)}  {b.get('verdict') or ''}".rstrip(),
+    ]
+    if a.get("test_id") == b.get("test_id"):
+        lines.append(f"test: {a.get('test_id')}")
+    else:
+        lines.append(f"test: A {a.get('test_id')}  B {b.get('test_id')}")
+    for name, t in result["tasks"].items():
+        acc_a, acc_b = t["accuracy_a"], t["accuracy_b"]
+        lines.append("")
+        lines.append(
+            f"{name}: {t['n']} paired samples; score A {_num(acc_a['score'])} -> B {_num(acc_b['score'])} "
+            f"({_signed(t['delta'])})"
+        )
+        for f in acc_a["filters"]:
+            if f in acc_b["filters"]:
+                lines.append(
+                    f"  {f}: A {_num(acc_a['filters'][f])} -> B {_num(acc_b['filters'][f])} "
+                    f"({_signed(t['filter_deltas'].get(f))})"
+                )
+        unpaired = t["unpaired"]
+        if unpaired["only_a"] or unpaired["only_b"]:
+            lines.append(
+                f"  unpaired docs: {len(unpaired['only_a'])} only in A, {len(unpaired['only_b'])} only in B "
+                "(left out of the test)"
+            )
+        m, paired = t["mcnemar"], t["paired_accuracy"]
+        lines.append(
+            f"  McNemar on {m['filter']} (paired accuracy A {_num(paired['a'])} -> B {_num(paired['b'])}): "
+            f"{m['b']} right only in A, {m['c']} right only in B, p = {m['p']:.4g} -> {t['verdict']}"
+        )
+        out = t["outputs"]
+        rate = "n/a" if out["identical_rate"] is None else f"{100 * out['identical_rate']:.1f}%"
+        lines.append(f"  outputs: {out['identical']}/{t['n']} token-identical ({rate})")
+        if out["first_divergence"]:
+            shown = out["first_divergence"][:_MAX_POSITIONS]
+            where = ", ".join(f"doc {d['doc_id']} @ {'?' if d['position'] is None else d['position']}" for d in shown)
+            more = len(out["first_divergence"]) - len(shown)
+            lines.append(f"  first divergence (doc @ token): {where}" + (f", ... {more} more" if more else ""))
+        acc = t["acceptance"]
+        if acc["a"] is not None or acc["b"] is not None:
+            lines.append(
+                f"  acceptance length: A {_num(acc['a'], 3)} -> B {_num(acc['b'], 3)} ({_signed(acc['delta'], 3)})"
+            )
+    for key, label in (("only_in_a", "A"), ("only_in_b", "B")):
+        if result[key]:
+            lines.append(f"tasks only in {label} (not compared): {', '.join(result[key])}")
+    changed = {k: v for k, v in result["events"].items() if v["delta"]}
+    lines.append("")
+    if result["events"]:
+        lines.append(
+            "events: "
+            + ", ".join(f"{k} {v['a']} -> {v['b']} ({v['delta']:+d})" for k, v in result["events"].items())
+            + ("" if changed else " (no change)")
+        )
+    else:
+        lines.append("events: none in either run")
+    for key, label in (("config_diff", "configuration"), ("environment_diff", "environment")):
+        rows = result[key]
+        if not rows:
+            lines.append(f"{label}: identical")
+            continue
+        lines.append(f"{label} differs in {len(rows)} key(s):")
+        lines += [f"  {r['key']}: {_value(r, 'a')} -> {_value(r, 'b')}" for r in rows]
+    lines.append("")
+    lines.append(f"verdict: {result['verdict']} (alpha {result['alpha']}, McNemar on {result['filter']})")
+    return "\n".join(lines)

@@ -1,0 +1,198 @@
+"""Recommend waive / unwaive / keep for one test from its recorded runs, and say why.
+
+Rules, over the finished runs of the test id on the GPU (any GPU when gpu is None), newest first:
+
+1. The newest run fails (verdict FAIL, a task verdict FAIL, or any spec_state_leak / request_failed event):
+   "waive" unless already waived, then "keep". The signature quotes why it failed.
+2. Else, when waived: "unwaive" if the k most recent runs all pass, otherwise "keep" (too few runs, or one of them
+   failed). NO-GATE and REPORT task verdicts count as passing (the reference gate did not fail), and the reason
+   says so, because such a task did not prove the accuracy either.
+3. Else (passing and not waived): "keep".
+
+GPU scope: with a gpu, a waive covering every GPU (no `full:` prefix) counts as waived, but only lines written for
+exactly that GPU are removed: a pass on one GPU does not lift a waive for every GPU. `apply_decision` writes and
+removes lines for exactly `decision.gpu` (None: the line without `full:`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .runs_table import FAILING_EVENTS, run_rows
+from .store import Run
+from .waives import WaiveEntry, WaivesFile
+
+WAIVE, UNWAIVE, KEEP = "waive", "unwaive", "keep"
+PASSING_TASK_VERDICTS = ("PASS", "NO-GATE", "REPORT")
+# A waive reason is free text in parentheses: brackets are dropped, anything else that might not read back as
+# such (a '#' starts a comment, quotes, newlines) becomes a space.
+_BRACKETS = str.maketrans("", "", "()[]{}")
+_UNSAFE_REASON = re.compile(r"[^0-9A-Za-z .,:;=<>_+\-/'@%*]")
+
+
+@dataclass
+class Decision:
+    test_id: str
+    gpu: str | None
+    action: str  # "waive" | "unwaive" | "keep"
+    reason: str
+    currently_waived: bool
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    signature: str | None = None  # why the newest run failed (for a waive)
+    waive_lines: list[str] = field(default_factory=list)  # "line N: TEXT" of the waives that apply now
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_fails(row: dict[str, Any]) -> bool:
+    """A run fails on its verdict, on any task verdict outside PASS / NO-GATE / REPORT, on a failed lossless gate,
+    or on a failing event."""
+    if row["verdict"] != "PASS" or row["num_failing_events"]:
+        return True
+    return any(t["verdict"] not in PASSING_TASK_VERDICTS or t.get("lossless") == "FAIL" for t in row["tasks"].values())
+
+
+def failure_signature(row: dict[str, Any]) -> str:
+    """The first failing task as "task score X < threshold Y", else the first failed lossless gate as
+    "task lossless FAIL: why", else the first failing event as "type: message"."""
+    for name, t in row["tasks"].items():
+        if t["verdict"] in PASSING_TASK_VERDICTS:
+            continue
+        if t["score"] is not None and t["threshold"] is not None:
+            return f"{name} score {t['score']:.2f} < threshold {t['threshold']:.2f}"
+        return f"{name} verdict {t['verdict']} (score {t['score']})"
+    for name, t in row["tasks"].items():
+        if t.get("lossless") == "FAIL":
+            return f"{name} lossless FAIL: {t.get('lossless_reason') or 'outputs differ from the baseline'}"
+    for event in Run(Path(row["path"])).events():
+        if event.get("type") in FAILING_EVENTS:
+            return f"{event['type']}: {_event_message(event)}"
+    if row["failing_events"]:
+        kinds = ", ".join(f"{k} x{v}" for k, v in row["failing_events"].items())
+        return f"failing events {kinds}"
+    return f"run verdict {row['verdict']}"
+
+
+def _event_message(event: dict[str, Any]) -> str:
+    for key in ("message", "reason", "error"):
+        if event.get(key):
+            return str(event[key])
+    rest = {k: v for k, v in event.items() if k not in ("ts", "rank", "type")}
+    return ", ".join(f"{k}={v}" for k, v in rest.items()) or "(no details)"
+
+
+def _evidence(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "run_id": row["run_id"],
+        "started": row["started"],
+        "commit": row["commit"],
+        "gpu": row["gpu"],
+        "verdict": row["verdict"],
+        "tasks": {
+            n: {"score": t["score"], "threshold": t["threshold"], "verdict": t["verdict"], "lossless": t["lossless"]}
+            for n, t in row["tasks"].items()
+        },
+        "failing_events": row["failing_events"],
+        "passes": not run_fails(row),
+    }
+
+
+def _read_waives(path: str | Path) -> WaivesFile:
+    path = Path(path)
+    return WaivesFile.read(path) if path.exists() else WaivesFile(path=path)
+
+
+def _where(gpu: str | None) -> str:
+    return f"on {gpu}" if gpu else "on any GPU"
+
+
+def decide(test_id: str, gpu: str | None, root: str | Path, waives_path: str | Path, k: int = 3) -> Decision:
+    """Recommend an action for test_id on gpu (None: runs on any GPU, and only waives without `full:`)."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    waives = _read_waives(waives_path)
+    applying = waives.find(test_id, gpu)
+    exact = [e for e in applying if e.gpu == gpu]
+    waived = bool(applying)
+    rows = [r for r in reversed(run_rows(root, test_id=test_id, gpu=gpu)) if r["finished"]]
+
+    def decision(action: str, reason: str, evidence_rows: list[dict[str, Any]], signature: str | None = None):
+        return Decision(test_id, gpu, action, reason, waived, [_evidence(r) for r in evidence_rows], signature,
+                        [f"line {e.line_no}: {e.text}" for e in applying])  # fmt: skip
+
+    if not rows:
+        return decision(KEEP, f"no finished runs of this test {_where(gpu)} under {root}", [])
+    newest = rows[0]
+    if run_fails(newest):
+        signature = failure_signature(newest)
+        if waived:
+            return decision(KEEP, f"the newest run {newest['run_id']} fails ({signature}); already waived "
+                                  f"({_lines(applying)})", rows[:k], signature)  # fmt: skip
+        return decision(WAIVE, f"the newest run {newest['run_id']} fails: {signature}", rows[:k], signature)
+    recent = rows[:k]
+    if not waived:
+        return decision(KEEP, f"the newest run {newest['run_id']} passes and the test is not waived", recent)
+    failed = next((r for r in recent if run_fails(r)), None)
+    if failed is not None:
+        passing = recent.index(failed)
+        return decision(KEEP, f"only {passing} of {k} required passing runs: {failed['run_id']} fails "
+                              f"({failure_signature(failed)})", recent)  # fmt: skip
+    if len(recent) < k:
+        return decision(KEEP, f"only {len(recent)} of {k} required passing runs {_where(gpu)}", recent)
+    if not exact:
+        return decision(KEEP, f"the {k} most recent runs on {gpu} pass, but the waive applies to every GPU "
+                              f"({_lines(applying)}); decide without --gpu to lift it", recent)  # fmt: skip
+    reason = f"the {k} most recent runs {_where(gpu)} pass"
+    ungated = _ungated(recent)
+    if ungated:
+        reason += f" ({ungated}: passing, but not gated against the reference)"
+    still = [e for e in applying if e.gpu != gpu]
+    if still:
+        reason += f"; still waived on every GPU by {_lines(still)}"
+    return decision(UNWAIVE, reason, recent)
+
+
+def _lines(entries: list[WaiveEntry]) -> str:
+    return ", ".join(f"line {e.line_no}" for e in entries)
+
+
+def _ungated(rows: list[dict[str, Any]]) -> str:
+    """Text like "gpqa_diamond NO-GATE in 2 of 3 runs" for tasks whose verdict was not PASS in some of the runs."""
+    counts: dict[tuple[str, str], int] = {}
+    for row in rows:
+        for name, t in row["tasks"].items():
+            if t["verdict"] != "PASS":
+                counts[(name, t["verdict"])] = counts.get((name, t["verdict"]), 0) + 1
+    return ", ".join(f"{name} {verdict} in {n} of {len(rows)} runs" for (name, verdict), n in counts.items())
+
+
+def waive_reason(decision: Decision, bug_url: str | None) -> str:
+    """The text in parentheses on a written waive line: the bug URL, else the failure signature."""
+    if bug_url and bug_url.strip():
+        return bug_url.strip()
+    text = (decision.signature or decision.reason).translate(_BRACKETS)
+    signature = " ".join(_UNSAFE_REASON.sub(" ", text).split())
+    return f"specdec-eval decide: {signature}"[:200].rstrip()
+
+
+def apply_decision(decision: Decision, waives_path: str | Path, bug_url: str | None = None) -> list[str]:
+    """Edit the waives file as the decision says; every other byte stays as it was. Returns the changed lines as
+    "+TEXT" / "-TEXT" (empty for "keep", or when the file already says what the decision wants)."""
+    waives = _read_waives(waives_path)
+    if decision.action == WAIVE:
+        if not waives.waive(decision.test_id, waive_reason(decision, bug_url), gpu=decision.gpu):
+            return []
+        entry = next(e for e in waives.entries if decision.test_id in e.test_ids and e.gpu == decision.gpu)
+        waives.write(waives_path)
+        return [f"+{entry.text}"]
+    if decision.action == UNWAIVE:
+        removed = waives.unwaive(decision.test_id, gpu=decision.gpu)
+        if not removed:
+            return []
+        waives.write(waives_path)
+        return [f"-{e.text}" for e in removed]
+    return []
