@@ -39,7 +39,7 @@ def test_dry_run_prints_the_torchrun_command_for_two_nodes_of_four():
     lines = p.stdout.splitlines()
     assert lines[0] == (
         "torchrun --nnodes=2 --nproc-per-node=4 --node-rank=1 --rdzv-backend=c10d --rdzv-endpoint=node0:29500 "
-        "--max-restarts=0 -m specdec_eval.cli.main run --model tiny --tasks gsm8k --limit 50 --tp 2 --device cpu"
+        "--max-restarts=0 -m specdec_eval.cli.main run --tasks gsm8k --limit 50 --model tiny --tp 2 --device cpu"
     )
     assert len(lines) == 1 + 8 and "rank 5: node 1 local rank 1, replica 2, TP rank 1 of ranks 4,5" in lines[6]
     assert "8 CPU ranks over gloo: 8 ranks = TP 2 x DP 4" in p.stderr
@@ -94,8 +94,9 @@ def _run(out: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProce
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "model, extra",
-    [("tiny", ["--tasks", "gsm8k_smoke,gpqa_diamond_smoke", "--max-output-len", "24"]),  # TP 2 x DP 2
-     ("smollm2", ["--tasks", "gsm8k", "--limit", "4", "--max-output-len", "24", "--data-dir", DATA])],  # DP 4
+    [("tiny", ["--tasks", "gsm8k_smoke,gpqa_diamond_smoke", "--max-output-len", "24", "--device-memory", "256MiB"]),
+     ("smollm2", ["--tasks", "gsm8k", "--limit", "4", "--max-output-len", "24", "--data-dir", DATA,
+                  "--device-memory", "1GiB"])],  # DP 4
 )  # fmt: skip
 def test_four_cpu_ranks_give_the_same_samples_as_one(tmp_path, model, extra):
     common = ["--model", model, "--no-reference", *extra]
