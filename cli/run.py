@@ -433,6 +433,7 @@ def summarise(results, engine, elapsed_s: float) -> dict[str, Any]:
             "acceptance": r.acceptance,
             "data": r.data_origin,
             "report": r.report,
+            "filter_mismatches": r.filter_mismatches,
         }
     verdicts = [t["verdict"] for t in tasks.values()]
     verdict = "FAIL" if "FAIL" in verdicts or failing else "PASS"
@@ -448,6 +449,9 @@ def print_report(summary: dict[str, Any]) -> None:
     for name, t in summary["tasks"].items():
         print(f"\n{name}: {t['num_samples']} samples from {t['data']}", file=out)
         print(t["report"], file=out)
+        for m in t.get("filter_mismatches", [])[:5]:
+            print(f"warning: doc {m['doc_id']} {m['filter']}: our filter gives {m['ours']}, lm-eval's "
+                  f"{m['lm_eval']} (lm-eval's is scored)", file=out)  # fmt: skip
         scores = ", ".join(f"{k} {v:.2f}" for k, v in t["filter_scores"].items())
         print(f"filters: {scores}; score = their mean = {t['score']:.2f}", file=out)
         if t.get("lossless"):

@@ -34,9 +34,11 @@ def main() -> None:
     start = time.time()
 
     def progress(done: int, total: int, stats) -> None:
-        if done % 25 == 0 or done == total:
+        if done >= progress.next or done == total:
+            progress.next = done + 25
             print(f"{done}/{total} done, {stats.output_tokens_per_s:.1f} tok/s, {time.time() - start:.0f}s", flush=True)
 
+    progress.next = 0
     options = EvalOptions(parse_tasks(args.task), data_dir=args.data_dir, limit=args.limit, no_reference=True)
     (result,) = evaluate(engine, options, progress)
     elapsed = time.time() - start
@@ -46,6 +48,7 @@ def main() -> None:
     summary = {
         "task": result.task, "num_samples": result.num_samples, "score": result.score,
         "filter_scores": result.filter_scores, "elapsed_s": round(elapsed, 1), "data": result.data_origin,
+        "filter_mismatches": result.filter_mismatches,
         "command": "python " + " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
     }  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
