@@ -227,6 +227,8 @@ class Engine:
                 stats.num_output_tokens = sum(len(r.output_token_ids) for r in requests)
                 stats.elapsed_s = time.perf_counter() - start
                 if progress is not None:
+                    if self.config.spec:
+                        stats.acceptance = self._acceptance(requests)  # live, for the progress line
                     progress(sum(r.is_finished for r in requests), len(requests), stats)
         finally:
             # An aborted call must not keep blocks reserved for requests nobody will finish.
@@ -237,10 +239,7 @@ class Engine:
         stats.num_retries = sum(r.num_retries for r in requests)
         stats.num_preemptions = scheduler.num_preemptions
         if self.config.spec:
-            total = AcceptanceStats(self.config.spec.max_draft_len)
-            for r in requests:
-                total.merge(r.spec_stats)
-            stats.acceptance = total.to_dict()
+            stats.acceptance = self._acceptance(requests)
         self.last_stats = stats
         return [self._output(r) for r in requests]
 
@@ -249,6 +248,12 @@ class Engine:
         from .scoring import score_continuation
 
         return [score_continuation(self, context, continuation) for context, continuation in pairs]
+
+    def _acceptance(self, requests: list[Request]) -> dict[str, Any]:
+        total = AcceptanceStats(self.config.spec.max_draft_len)
+        for r in requests:
+            total.merge(r.spec_stats)
+        return total.to_dict()
 
     def new_scheduler(self) -> Scheduler:
         """A scheduler for one generate() call (or one warmup shape) over this engine's KV cache."""
