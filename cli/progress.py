@@ -17,6 +17,8 @@ def _rate(stats) -> str:
     text = f"{stats.output_tokens_per_s:.0f} tok/s"
     if stats.acceptance and stats.acceptance.get("num_cycles"):
         text += f", AL {stats.acceptance['acceptance_length']:.2f}"
+    if getattr(stats, "running_score", None) is not None:
+        text += f", score so far {stats.running_score:.1f}"
     return text
 
 

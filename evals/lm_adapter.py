@@ -8,6 +8,7 @@ Registered as `specdec`: `specdec-eval lm-eval run --model specdec --model_args 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from lm_eval.api.registry import register_model
 from ..workers.config import EngineConfig, KVCacheConfig, SamplingParams, SpecConfig, parse_bytes
 from ..workers.engine import Engine, GenerationOutput
 from ..workers.errors import UserError
+from . import gsm8k
 
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's own backends default to this when a task names no max_gen_toks
 # lm-eval spells the same limit four ways (lm_eval.models.utils.normalize_gen_kwargs); first one present wins.
@@ -78,6 +80,7 @@ class SpecDecLM(LM):
             return []
         prompts = [req.args[0] for req in requests]
         sampling = [sampling_from_gen_kwargs(req.args[1], self._max_for(req.metadata[0])) for req in requests]
+        self.running = RunningScore([getattr(req, "doc", None) for req in requests])
         outputs = self._generate(prompts, sampling)
         for req, out in zip(requests, outputs, strict=True):
             task, doc_id = req.metadata[0], req.metadata[1]
@@ -91,19 +94,25 @@ class SpecDecLM(LM):
         cached = [self.cache.get(p, s) if self.cache else None for p, s in zip(prompts, sampling, strict=True)]
         todo = [i for i, c in enumerate(cached) if c is None]
         self.num_reused = len(prompts) - len(todo)
+        running = getattr(self, "running", None) or RunningScore([])
+        for i, c in enumerate(cached):
+            if c is not None:
+                running.add(i, c.text)
+        progress = running.wrap(self.progress)
         fresh: list[GenerationOutput] = []
         if todo:
             todo_prompts, todo_sampling = [prompts[i] for i in todo], [sampling[i] for i in todo]
+
+            def seen(out: GenerationOutput) -> None:  # each output as soon as it finishes
+                running.add(todo[out.index], out.text)
+                if self.cache is not None and not hasattr(self.engine, "world"):
+                    self.cache.put(todo_prompts[out.index], todo_sampling[out.index], out)
+
             if hasattr(self.engine, "world"):  # torchrun job: each replica leader persists its own share
                 folder = str(self.cache.folder) if self.cache and self.cache.folder else None
-                fresh = self.engine.generate(todo_prompts, todo_sampling, self.progress, cache_dir=folder)
+                fresh = self.engine.generate(todo_prompts, todo_sampling, progress, cache_dir=folder, on_output=seen)
             else:
-
-                def keep(out: GenerationOutput) -> None:
-                    if self.cache is not None:
-                        self.cache.put(todo_prompts[out.index], todo_sampling[out.index], out)
-
-                fresh = self.engine.generate(todo_prompts, todo_sampling, progress=self.progress, on_output=keep)
+                fresh = self.engine.generate(todo_prompts, todo_sampling, progress=progress, on_output=seen)
         for i, out in zip(todo, fresh, strict=True):
             cached[i] = out
         return cached  # type: ignore[return-value]
@@ -157,6 +166,40 @@ class SpecDecLM(LM):
     def get_model_info(self) -> dict[str, Any]:
         c = self.engine.config
         return {"model": c.model, "kv_cache": c.kv_cache.version, "spec": c.spec.algorithm if c.spec else None}
+
+
+class RunningScore:
+    """A live score for the progress line while generation runs: GSM8K flexible-extract, or the last (X) letter
+    for GPQA, on the outputs finished so far. Only a progress hint: the reported score is lm-eval's."""
+
+    _LETTER = re.compile(r"\(([A-D])\)")
+
+    def __init__(self, docs: list) -> None:
+        self.docs = docs
+        self.correct: dict[int, bool] = {}
+
+    def add(self, i: int, text: str) -> None:
+        doc = self.docs[i] if i < len(self.docs) else None
+        answer = str(doc.get("answer", "")) if isinstance(doc, dict) else ""
+        if "####" in answer:
+            self.correct[i] = gsm8k.is_correct(gsm8k.extract(text, "flexible-extract"), answer)
+        elif re.fullmatch(r"\([A-D]\)", answer):
+            letters = self._LETTER.findall(text)
+            self.correct[i] = bool(letters) and f"({letters[-1]})" == answer
+
+    @property
+    def score(self) -> float | None:
+        return 100.0 * sum(self.correct.values()) / len(self.correct) if self.correct else None
+
+    def wrap(self, progress: Callable | None) -> Callable | None:
+        if progress is None:
+            return None
+
+        def update(done: int, total: int, stats) -> None:
+            stats.running_score = self.score
+            progress(done, total, stats)
+
+        return update
 
 
 def engine_config_from_args(args: dict[str, Any]) -> EngineConfig:

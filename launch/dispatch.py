@@ -74,7 +74,9 @@ def _gather(obj: Any, world: World) -> list[Any] | None:
     return out
 
 
-def _serve(engine: Engine, world: World, command: tuple, progress: Callable | None = None) -> Any:
+def _serve(
+    engine: Engine, world: World, command: tuple, progress: Callable | None = None, seen: Callable | None = None
+) -> Any:
     """This rank's share of one command; only replica leaders return results (TP partners computed the same)."""
     kind = command[0]
     dp, idx = world.layout.dp, world.dp_index
@@ -91,6 +93,13 @@ def _serve(engine: Engine, world: World, command: tuple, progress: Callable | No
             def on_output(out, cache=cache) -> None:
                 i = mine[out.index]
                 cache.put(prompts[i], sampling[i] if isinstance(sampling, list) else sampling, out)
+                if seen is not None:  # rank 0's own share feeds the running score
+                    seen(type(out)(**{**out.__dict__, "index": i}))
+
+        elif seen is not None:
+
+            def on_output(out) -> None:
+                seen(type(out)(**{**out.__dict__, "index": mine[out.index]}))
 
         outputs = engine.generate([prompts[i] for i in mine], params, progress=progress, on_output=on_output)
         outputs = outputs if mine else []
@@ -133,14 +142,19 @@ class ShardedEngine:
         return self.local.encode(prompt)
 
     def generate(
-        self, prompts: Sequence, sampling, progress: Callable | None = None, cache_dir: str | None = None
+        self,
+        prompts: Sequence,
+        sampling,
+        progress: Callable | None = None,
+        cache_dir: str | None = None,
+        on_output: Callable | None = None,
     ) -> list[GenerationOutput]:
         """Every replica serves its share; each replica leader persists its finished outputs under cache_dir."""
         sampling = list(sampling) if not hasattr(sampling, "max_new_tokens") else sampling
         command = ("generate", list(prompts), sampling, cache_dir)
         _broadcast(command, self.world)
         scaled = _scaled_progress(progress, self.world.layout.dp, len(prompts))
-        gathered = _gather(_serve(self.local, self.world, command, scaled), self.world)
+        gathered = _gather(_serve(self.local, self.world, command, scaled, on_output), self.world)
         outputs: list[GenerationOutput | None] = [None] * len(prompts)
         stats = []
         for item in gathered:

@@ -59,6 +59,7 @@ class GenerateStats:
     acceptance: dict[str, Any] | None = None  # spec-dec only: AcceptanceStats.to_dict() over all requests
     num_failed: int = 0  # requests that ended with finish reason "error"
     num_retries: int = 0
+    running_score: float | None = None  # set by an evaluation layer for its progress line (0-100, so far)
 
     @property
     def output_tokens_per_s(self) -> float:
