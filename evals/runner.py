@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -195,13 +196,22 @@ def _samples(spec: TaskSpec, entries: list[dict[str, Any]], lm) -> list[dict[str
             }
             by_doc[doc_id] = rec
         extracted = entry["filtered_resps"][0] if isinstance(entry["filtered_resps"], list) else entry["filtered_resps"]
-        rec[f"extracted[{filt}]"] = str(extracted)
+        rec[f"extracted[{filt}]"] = gpqa_letter(str(extracted)) if spec.family == "gpqa_diamond" else str(extracted)
         rec[f"correct[{filt}]"] = bool(entry.get("exact_match", 0.0))
         if spec.family == "gsm8k" and rec["output"] is not None:
             # Our own filters on the same generation: must agree with lm-eval's (checked in _check_against_lm_eval)
             ours = gsm8k.extract(rec["output"], filt)
             rec[f"ours[{filt}]"] = (ours, gsm8k.is_correct(ours, target))
     return [by_doc[k] for k in sorted(by_doc)]
+
+
+def gpqa_letter(extracted: str) -> str:
+    """What a GPQA record may keep of an extraction: the letter. lm-eval's strict-match captures whatever follows
+    "The answer is ", which can quote a choice's text, and GPQA text must never be stored."""
+    m = re.match(r"\(?([A-D])\)?(?![A-Za-z])", extracted.strip())
+    if m:
+        return f"({m.group(1)})"
+    return extracted if extracted == "[invalid]" else "[other]"
 
 
 def _acceptance_of(out) -> AcceptanceStats | None:

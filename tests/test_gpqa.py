@@ -430,3 +430,11 @@ def test_no_real_gpqa_question_in_the_repository():
     scanned, hits = _find_hits(REPO, needles)
     assert scanned >= 20
     assert not hits, "real GPQA question text found in: " + "; ".join(hits)
+
+
+def test_gpqa_records_keep_only_the_letter_of_an_extraction():
+    """lm-eval's strict-match keeps whatever follows "The answer is ", which may quote a choice: never stored."""
+    from specdec_eval.evals.runner import gpqa_letter
+
+    assert [gpqa_letter(x) for x in ["(D) some quoted choice", "(C", "B.", "[invalid]", "because of text"]] == [
+        "(D)", "(C)", "(B)", "[invalid]", "[other]"]  # fmt: skip
