@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -215,8 +216,8 @@ def _drive(engine, options, out: str, resume: bool | None) -> dict[str, Any]:
 
     world_size = engine.world.layout.world_size if hasattr(engine, "world") else 1
     config = run_config(engine.config, options)
-    git = mf.git_state()
-    key = store.config_key({**config, "commit": git["commit"]})
+    git = dict(_git_state())
+    key = _run_key(engine.config, options)
     run = store.find_unfinished(out, key) if resume is not False else None
     if resume and run is None:
         raise UserError(f"--resume: no unfinished run of this configuration under {out}")
@@ -329,11 +330,18 @@ def baseline_config(config):
     return replace(config, spec=None, inject=())
 
 
-def _run_key(config, options) -> str:
+@functools.lru_cache(maxsize=1)
+def _git_state() -> dict[str, Any]:
+    """Read once per process: a commit made while a run is going must not change which baseline it pairs with."""
     from ..results import manifest as mf
+
+    return mf.git_state()
+
+
+def _run_key(config, options) -> str:
     from ..results import store
 
-    return store.config_key({**run_config(config, options), "commit": mf.git_state()["commit"]})
+    return store.config_key({**run_config(config, options), "commit": _git_state()["commit"]})
 
 
 def find_baseline(out: str, config, options):
