@@ -15,10 +15,6 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-# Flags of `specdec-eval run` that belong to the launcher, not to the ranks: (name, takes a value).
-LAUNCHER_FLAGS = {"--gpus": True, "--nnodes": True, "--node-rank": True, "--rdzv-endpoint": True,
-                  "--rdzv-backend": True, "--dry-run": False, "--tp": True, "--device": True}  # fmt: skip
-
 
 @dataclass
 class TorchrunSpec:
@@ -48,20 +44,6 @@ class TorchrunSpec:
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "torch.distributed.run", *self.torchrun_args()]
-
-
-def rank_args_from(argv: list[str], tp: int, device: str) -> list[str]:
-    """The user's `run` arguments minus the launcher's own flags, plus the resolved --tp and --device."""
-    out, i = [], 0
-    while i < len(argv):
-        arg = argv[i]
-        name = arg.split("=", 1)[0]
-        if name in LAUNCHER_FLAGS:
-            i += 1 if ("=" in arg or not LAUNCHER_FLAGS[name]) else 2
-            continue
-        out.append(arg)
-        i += 1
-    return [*out, "--tp", str(tp), "--device", device]
 
 
 @dataclass

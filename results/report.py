@@ -229,6 +229,14 @@ def _figure(width: float, height: float):
     return fig
 
 
+def _empty_plot(fig, ax, message: str) -> str:
+    """A plot with nothing to show still renders, saying why."""
+    ax.text(0.5, 0.5, message, ha="center", va="center", fontsize=13, color="#6e7781")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    return _png(fig)
+
+
 def _png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
@@ -296,10 +304,7 @@ def _plot_acceptance(run: RunData) -> str:
             series.append((r.task, rates, _al(r.info)))
     ax.set_title(f"{run.label} acceptance per draft position")
     if not series:
-        ax.text(0.5, 0.5, "no speculative decoding", ha="center", va="center", fontsize=13, color="#6e7781")
-        ax.set_xticks([])
-        ax.set_yticks([])
-        return _png(fig)
+        return _empty_plot(fig, ax, "no speculative decoding")
     k = max(len(rates) for _, rates, _ in series)
     width = 0.8 / len(series)
     for j, (task, rates, al) in enumerate(series):
@@ -323,10 +328,7 @@ def _plot_events(run: RunData) -> str:
     ax = fig.add_subplot(1, 1, 1)
     ax.set_title(f"{run.label} events over time")
     if not events:
-        ax.text(0.5, 0.5, "no events", ha="center", va="center", fontsize=13, color="#6e7781")
-        ax.set_xticks([])
-        ax.set_yticks([])
-        return _png(fig)
+        return _empty_plot(fig, ax, "no events")
     stamps = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
     start = run.manifest.get("started")
     if not isinstance(start, (int, float)):
