@@ -29,8 +29,9 @@ def test_prepare_derives_positions_slots_and_mask():
     assert view.key_slots.tolist() == [12, 13, 14, 15, 16]
     # the generation request: one padded row over its 11 keys, all visible
     assert m.gen_token_start == 5 and m.gen_max_q == 1
-    assert m.gen_gather_slots.tolist() == [[4, 5, 6, 7, 8, 9, 10, 11, 20, 21, 22]]
-    assert m.gen_attn_mask[0, 0, 0].sum() == 11
+    # whole blocks are gathered (3 blocks = 12 key positions); the mask hides the 12th, past kv_len
+    assert m.gen_key_blocks.tolist() == [1, 2, 5]
+    assert m.gen_attn_mask[0, 0, 0].tolist() == [0.0] * 11 + [float("-inf")]
 
 
 def test_context_with_reused_prefix_gets_an_offset_causal_mask():

@@ -68,12 +68,14 @@ def paged_attention(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMeta
         out[view.token_start : view.token_end] = o[0].transpose(0, 1)
     if meta.gen_max_q:
         g0, d = meta.gen_token_start, q.shape[2]
-        keys = kv_layer[0][meta.gen_gather_slots]  # [G, max_kv, kv_heads, d]
-        values = kv_layer[1][meta.gen_gather_slots]
+        num_gen = meta.num_generations
+        blocks = kv_layer.view(2, -1, meta.block_size, kv_layer.shape[2], d)  # [2, num_blocks, block, kv_heads, d]
+        keys = blocks[0].index_select(0, meta.gen_key_blocks).view(num_gen, -1, kv_layer.shape[2], d)
+        values = blocks[1].index_select(0, meta.gen_key_blocks).view(num_gen, -1, kv_layer.shape[2], d)
         q_pad = q.new_zeros(keys.shape[0], meta.gen_max_q, heads, d)
         q_pad[meta.gen_batch_index, meta.gen_offset_in_seq] = q[g0:]
         o = F.scaled_dot_product_attention(
-            q_pad.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=meta.gen_attn_mask,
+            q_pad.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=meta.gen_attn_mask.to(q.dtype),
             enable_gqa=gqa,
         )  # fmt: skip
         out[g0:] = o.transpose(1, 2)[meta.gen_batch_index, meta.gen_offset_in_seq]
