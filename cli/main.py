@@ -7,7 +7,7 @@ import sys
 import typer
 
 from ..workers.errors import UserError
-from . import ab, bench, engine_info, generate, lm_eval_cmd, report, results_cmds, run, selftest, waives
+from . import ab, bench, draft, engine_info, generate, lm_eval_cmd, report, results_cmds, run, selftest, waives
 
 app = typer.Typer(
     name="specdec-eval",
@@ -32,6 +32,7 @@ app.command("waive")(waives.waive)
 app.command("unwaive")(waives.unwaive)
 app.command("waives")(waives.waives_check)
 app.add_typer(engine_info.app, name="engine")
+app.add_typer(draft.app, name="draft")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -109,8 +109,9 @@ DraftModel = Annotated[
     str,
     typer.Option(
         "--draft-model",
-        help="'random' (seeded random Eagle3 head: a correctness canary, acceptance ~1) or an Eagle3 head folder "
-        "(config.json + model.safetensors or pytorch_model.bin).",
+        help="'auto' (the trained head that ships for smollm2; random for tiny), 'random' (seeded random Eagle3 "
+        "head: a correctness canary, acceptance ~1) or an Eagle3 head folder (config.json + model.safetensors "
+        "or pytorch_model.bin).",
         rich_help_panel=SPEC,
     ),
 ]

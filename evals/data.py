@@ -100,3 +100,15 @@ def _hub_or_error(name: str, hub: tuple[str, str], root: Path | None, layout: st
             f"Pass --data-dir DIR holding {layout}, or make {hub[0]} available to `datasets`."
         ) from None
     return DataSource(f"hub:{hub[0]}/{hub[1]}", hub=hub)
+
+
+def load_gsm8k_split(data_dir: str | None, split: str) -> list[dict]:
+    """GSM8K rows ({"question", "answer"}) of one split, from wherever gsm8k_source finds them."""
+    import datasets
+
+    src = gsm8k_source(data_dir)
+    if src.hub is not None:
+        rows = datasets.load_dataset(*src.hub, split=split)
+    else:
+        rows = datasets.load_dataset(src.builder, data_files={split: src.files[split]}, split=split)
+    return [{"question": r["question"], "answer": r["answer"]} for r in rows]

@@ -118,3 +118,15 @@ def _hf_checkpoint(folder: Path) -> Checkpoint:
         _tensors=partial(hf_reader.iter_tensors, folder, config),
         _tokenizer=partial(hf_reader.load_tokenizer, folder),
     )
+
+
+def preset_of(checkpoint: Checkpoint) -> str | None:
+    """'smollm2' or 'tiny' when the checkpoint is one of the presets (however it was named), else None."""
+    if checkpoint.source == "preset:tiny":
+        return "tiny"
+    try:
+        if checkpoint.source == f"gguf:{smollm2_path().resolve()}":
+            return "smollm2"
+    except UserError:
+        pass
+    return None

@@ -221,12 +221,13 @@ SPEC_GUARDS = ("template", "none")
 
 @dataclass(frozen=True)
 class SpecConfig:
-    """One-model speculative decoding. `draft_model`: "random" (a seeded random Eagle3 head, for correctness
-    checks) or a folder with an Eagle3 checkpoint (config.json + model.safetensors or pytorch_model.bin)."""
+    """One-model speculative decoding. `draft_model`: "auto" (the head that ships for the embedded model, the
+    random head for `tiny`), "random" (a seeded random Eagle3 head, for correctness checks) or a folder with an
+    Eagle3 checkpoint (config.json + model.safetensors or pytorch_model.bin)."""
 
     algorithm: str = "eagle3"
     max_draft_len: int = 3
-    draft_model: str = "random"
+    draft_model: str = "auto"
     capture_layers: tuple[int, ...] | None = None  # input-of-layer ids; default (2, L//2, L-3)
     # "template": SpecWorkerBase.forward restores saved state in `finally`. "none": the historical unsafe
     # behaviour (no cleanup), kept on purpose so the harness can prove it catches the failure.

@@ -11,7 +11,7 @@ import torch
 
 from .attn_metadata import AttentionMetadata, BatchEntry
 from .capacity import plan_capacity
-from .checkpoint import Checkpoint, load_checkpoint
+from .checkpoint import Checkpoint, load_checkpoint, preset_of
 from .config import EngineConfig, SamplingParams
 from .device import resolve_device, resolve_dtype
 from .errors import UserError
@@ -26,7 +26,7 @@ from .parallel import TPGroup
 from .request import Request
 from .scheduler import Scheduler
 from .spec.eagle3 import Eagle3OneModelWorker
-from .spec.eagle3_head import Eagle3DraftModel, build_draft_model
+from .spec.eagle3_head import Eagle3DraftModel, build_draft_model, resolve_draft_model
 from .spec.metrics import AcceptanceStats
 from .tokenizer import encode_chat, encode_prompt, eos_token_ids
 from .warmup import general_warmup
@@ -154,7 +154,8 @@ class Engine:
 
     def _build_draft_model(self) -> Eagle3DraftModel:
         spec = self.config.spec
-        draft = build_draft_model(self.model_config, spec.draft_model, spec.capture_layers, spec.draft_seed, self.tp)
+        head = resolve_draft_model(spec.draft_model, preset_of(self.checkpoint) or self.config.model)
+        draft = build_draft_model(self.model_config, head, spec.capture_layers, spec.draft_seed, self.tp)
         return draft.to(self.dtype).to(self.device).eval()
 
     def _build_spec_worker(self) -> Eagle3OneModelWorker:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 
@@ -14,6 +15,14 @@ from .request import Request
 from .sampling import sample_tokens
 from .scheduler import ScheduledBatch, Scheduler
 from .spec.base import SpecStepInput, SpecWorkerBase
+
+
+class FeatureTap(Protocol):
+    """Receives what the target computed in a plain-decoding step (see workers/spec/train/collect.py)."""
+
+    capture_layers: tuple[int, ...]
+
+    def record(self, items, meta: AttentionMetadata, input_ids, hidden, captured, model: CausalLM) -> None: ...
 
 
 def allocate_kv_pool(layout: KVLayout, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -45,6 +54,8 @@ class Executor:
         self.spec_worker = spec_worker
         self.memory: MemoryBudget | None = None  # set by the engine
         self.meta = meta  # owned by the engine: it outlives one generate() call, as real engines' buffers do
+        # Draft-head training sets this to record the target's captured layers and predictions (plain decoding).
+        self.feature_tap: FeatureTap | None = None
 
     @torch.inference_mode()
     def step(self) -> ScheduledBatch:
@@ -64,7 +75,10 @@ class Executor:
             cfg, tp = self.model.config, self.model.tp.size
             need = forward_activation_bytes(cfg, meta.num_tokens, meta.num_requests, self.kv_pool.element_size(), tp)
             self.memory.check(need, "target forward", last_of_forward=True)
-        hidden, _ = self.model(input_ids, meta, self.kv_pool)
+        tap = self.feature_tap
+        hidden, captured = self.model(input_ids, meta, self.kv_pool, tap.capture_layers if tap else ())
+        if tap is not None:
+            tap.record(batch.items, meta, input_ids, hidden, captured, self.model)
         logits = self.model.compute_logits(hidden[meta.last_token_index])
         reqs = [i.request for i in batch.items]
         tokens = sample_tokens(logits, [r.sampling for r in reqs], [r.generator for r in reqs])

@@ -233,8 +233,9 @@ def read_head_folder(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     raise UserError(f"draft model folder {folder} has no model.safetensors or pytorch_model.bin")
 
 
-def save_head_folder(model: Eagle3DraftModel, folder: Path) -> Path:
-    """Write a head in the published layout (config.json + model.safetensors)."""
+def save_head_folder(model: Eagle3DraftModel, folder: Path, dtype: torch.dtype | None = None) -> Path:
+    """Write a head in the published layout (config.json + model.safetensors); floating tensors in `dtype`
+    when given (published heads are float16; loading casts to the engine's dtype)."""
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -248,10 +249,34 @@ def save_head_folder(model: Eagle3DraftModel, folder: Path) -> Path:
         eagle_config={"eagle_aux_hidden_state_layer_ids": list(hc.capture_layers), "use_aux_hidden_state": True},
         norm_before_residual=hc.norm_before_residual,
     )
+    if dtype is not None:
+        cfg["torch_dtype"] = str(dtype).removeprefix("torch.")
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if "rotary" not in k}
+    state = {
+        k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).detach().contiguous().cpu()
+        for k, v in model.state_dict().items()
+        if "rotary" not in k
+    }
     save_file(state, str(folder / "model.safetensors"))
     return folder
+
+
+# Heads that ship with the package, by the engine's model name (reproduce with `specdec-eval draft train`).
+SHIPPED_HEADS = {"smollm2": Path(__file__).parent / "heads" / "smollm2-eagle3"}
+
+
+def resolve_draft_model(draft_model: str, model: str) -> str:
+    """'auto' means the shipped head of the embedded model, the random canary for the `tiny` test model, and
+    an error for anything else (a silent random head would report acceptance 1 as if it were a finding)."""
+    if draft_model != "auto":
+        return draft_model
+    if model in SHIPPED_HEADS:
+        return str(SHIPPED_HEADS[model])
+    if model == "tiny":
+        return "random"
+    raise UserError(
+        f"no Eagle3 head ships for model {model!r}; pass --draft-model FOLDER (or 'random', the correctness canary)"
+    )
 
 
 def build_draft_model(
