@@ -35,7 +35,7 @@ test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: setup
-	$(BIN)/specdec-eval bench --model smollm2 --num-prompts 32 --max-new-tokens 64
+	$(BIN)/specdec-eval bench --model smollm2 --spec eagle3 --prompts gsm8k --data-dir ../shared/data
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -49,8 +49,23 @@ BENCH_PROMPTS = [
 
 
 def bench(
-    num_prompts: Annotated[int, typer.Option("--num-prompts", help="Prompts (up to 32 built in).")] = 32,
+    num_prompts: Annotated[int, typer.Option("--num-prompts", help="Prompts at the largest batch size.")] = 32,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n", help="Tokens per prompt.")] = 64,
+    batch_sizes: Annotated[
+        str, typer.Option("--batch-sizes", help="Comma-separated; batch B serves the prompts B at a time.")
+    ] = "1,32",
+    batch1_prompts: Annotated[
+        int, typer.Option("--batch1-prompts", help="Prompts measured one at a time at batch 1 (it is slow).")
+    ] = 4,
+    prompts_from: Annotated[
+        str,
+        typer.Option(
+            "--prompts",
+            help="builtin (varied self-written prompts) or gsm8k (5-shot GSM8K test "
+            "prompts, what the shipped draft head was trained for; needs the data).",
+        ),
+    ] = "builtin",  # fmt: skip
+    data_dir: Annotated[str | None, typer.Option("--data-dir", help="For --prompts gsm8k.")] = None,
     skip_hf: Annotated[bool, typer.Option("--skip-hf", help="Do not measure HF transformers.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
     model: o.Model = o.E.model,
@@ -58,81 +73,133 @@ def bench(
     dtype: o.DType = o.E.dtype,
     device: o.Device = o.E.device,
     device_memory: o.DeviceMemory = None,
-    max_batch_size: o.MaxBatch = o.E.max_batch_size,
     spec: o.Spec = "none",
     draft_len: o.DraftLen = o.S.max_draft_len,
     draft_model: o.DraftModel = o.S.draft_model,
 ) -> None:
-    """Tokens/s of our engine and of HF transformers `generate` on the same prompts in the same run, and their
-    ratio (greedy, all prompts batched, EOS ignored so every side produces exactly prompts x max-new-tokens).
-    With --spec eagle3 it also measures our engine with speculative decoding, against our plain decoding.
+    """Tokens/s of our engine and of HF transformers `generate` on the same prompts in the same run, at each
+    batch size, and their ratios (greedy, EOS ignored so every side produces exactly prompts x max-new-tokens).
+    With --spec eagle3 it also measures our engine with speculative decoding against our plain decoding, with
+    the acceptance length. Peak memory: CUDA max allocated per side; on CPU the process's peak RSS after it.
 
     Examples:
-      specdec-eval bench --model smollm2 --num-prompts 32 -n 64
-      specdec-eval bench --spec eagle3 --draft-len 3 --skip-hf
+      specdec-eval bench                                        # batch 1 and 32: ours vs HF
+      specdec-eval bench --spec eagle3 --prompts gsm8k --data-dir ../shared/data --json
+      specdec-eval bench --batch-sizes 8 --num-prompts 8 --skip-hf
     """
-    from ..workers.config import SamplingParams
-    from ..workers.engine import Engine
     from ..workers.errors import UserError
-    from ..workers.hf_reference import build_hf_model, hf_greedy
 
-    if not 1 <= num_prompts <= len(BENCH_PROMPTS):
-        raise UserError(f"--num-prompts must be 1..{len(BENCH_PROMPTS)}, got {num_prompts}")
-    common = dict(
-        model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
-        max_batch_size=max_batch_size,
+    try:
+        sizes = sorted({int(b) for b in batch_sizes.split(",")})
+    except ValueError:
+        raise UserError(f"--batch-sizes wants integers like 1,32, got {batch_sizes!r}") from None
+    if sizes[0] < 1 or num_prompts < 1 or batch1_prompts < 1:
+        raise UserError("batch sizes, --num-prompts and --batch1-prompts must be positive")
+    if prompts_from not in ("builtin", "gsm8k"):
+        raise UserError(f"--prompts must be builtin or gsm8k, got {prompts_from!r}")
+    if prompts_from == "builtin" and max(num_prompts, sizes[-1]) > len(BENCH_PROMPTS):
+        raise UserError(f"the builtin set has {len(BENCH_PROMPTS)} prompts; use fewer or --prompts gsm8k")
+    common = dict(model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
+                  max_batch_size=max(sizes))  # fmt: skip
+    result = run_bench(
+        common, o.spec_config(spec, draft_len, draft_model), sizes, max(num_prompts, sizes[-1]), batch1_prompts,
+        max_new_tokens, prompts_from, data_dir, skip_hf,
     )  # fmt: skip
-    spec_cfg = o.spec_config(spec, draft_len, draft_model)
-    engine = Engine(o.engine_config(**common))
-    prompts = [engine.encode(p) for p in BENCH_PROMPTS[:num_prompts]]
-    result = {
-        "model": model, "device": engine.device.type, "dtype": str(engine.dtype).removeprefix("torch."),
-        "kv_cache": kv_cache, "num_prompts": num_prompts, "max_new_tokens": max_new_tokens,
-    }  # fmt: skip
-
-    def timed(label: str, run) -> tuple[list[list[int]], float]:
-        run(prompts[:2], 4)  # warm up kernels and allocator
-        stderr.print(f"bench: {label}, {num_prompts} prompts x {max_new_tokens} tokens ...")
-        t0 = time.perf_counter()
-        tokens = run(prompts, max_new_tokens)
-        elapsed = time.perf_counter() - t0
-        return tokens, sum(len(t) for t in tokens) / elapsed
-
-    def ours(eng):
-        def run(ps, n):
-            params = SamplingParams(max_new_tokens=n, ignore_eos=True)
-            return [x.token_ids for x in eng.generate(ps, params)]
-
-        return run
-
-    plain_tokens, plain_rate = timed("ours", ours(engine))
-    result["ours_tokens_per_s"] = round(plain_rate, 1)
-    if spec_cfg is not None:
-        spec_engine = Engine(o.engine_config(**common, spec=spec_cfg), checkpoint=engine.checkpoint,
-                             tokenizer=engine.tokenizer)  # fmt: skip
-        spec_tokens, spec_rate = timed(f"ours + {spec} K={draft_len}", ours(spec_engine))
-        acc = spec_engine.last_stats.acceptance
-        result.update(
-            spec=f"{spec} K={draft_len} draft={draft_model}",
-            spec_tokens_per_s=round(spec_rate, 1),
-            spec_speedup_vs_plain=round(spec_rate / plain_rate, 2),
-            acceptance_length=round(acc["acceptance_length"], 3),
-            spec_identical_to_plain=f"{_same(spec_tokens, plain_tokens)}/{num_prompts}",
-        )  # fmt: skip
-    if not skip_hf:
-        hf = build_hf_model(engine.checkpoint, engine.dtype).to(engine.device)
-        pad = engine.tokenizer.pad_token_id if engine.tokenizer.pad_token_id is not None else 0
-        hf_tokens, hf_rate = timed("Hugging Face transformers generate", lambda ps, n: hf_greedy(hf, ps, n, pad))
-        result.update(
-            hf_tokens_per_s=round(hf_rate, 1),
-            ours_speedup_vs_hf=round(plain_rate / hf_rate, 2),
-            identical_to_hf=f"{_same(plain_tokens, hf_tokens)}/{num_prompts}",
-        )  # fmt: skip
     if as_json:
         print(json.dumps(result))
         return
     for key, value in result.items():
-        print(f"{key:>24}: {value}")
+        if key != "rows":
+            print(f"{key:>22}: {value}")
+    for row in result["rows"]:
+        print("  " + "  ".join(f"{k} {v}" for k, v in row.items()))
+
+
+def bench_prompts(source: str, count: int, data_dir: str | None) -> list[str]:
+    if source == "builtin":
+        return BENCH_PROMPTS[:count]
+    from ..evals.data import load_gsm8k_split
+    from ..workers.spec.train.prompts import fewshot_prompts
+
+    test = load_gsm8k_split(data_dir, "test")
+    return fewshot_prompts(test, count, 5, seed=1234, shots_from=load_gsm8k_split(data_dir, "train"))
+
+
+def run_bench(common, spec_cfg, sizes, num_prompts, batch1_prompts, max_new_tokens, source, data_dir, skip_hf):
+    from ..workers.config import SamplingParams
+    from ..workers.engine import Engine
+    from ..workers.hf_reference import build_hf_model, hf_greedy
+
+    engine = Engine(o.engine_config(**common))
+    texts = bench_prompts(source, num_prompts, data_dir)
+    prompts = [engine.encode(p) for p in texts]
+    result: dict = {
+        "model": common["model"], "device": engine.device.type, "dtype": str(engine.dtype).removeprefix("torch."),
+        "kv_cache": common["kv_cache"], "prompts": source, "max_new_tokens": max_new_tokens,
+        "prompt_tokens_mean": round(sum(map(len, prompts)) / len(prompts), 1),
+    }  # fmt: skip
+    if spec_cfg is not None:
+        result["spec"] = f"{spec_cfg.algorithm} K={spec_cfg.max_draft_len} draft={spec_cfg.draft_model}"
+
+    def ours(eng):
+        def run(ps, n):
+            return [x.token_ids for x in eng.generate(ps, SamplingParams(max_new_tokens=n, ignore_eos=True))]
+
+        return run
+
+    sides = {"ours": ours(engine)}
+    spec_engine = None
+    if spec_cfg is not None:
+        spec_engine = Engine(o.engine_config(**common, spec=spec_cfg), checkpoint=engine.checkpoint,
+                             tokenizer=engine.tokenizer)  # fmt: skip
+        sides["spec"] = ours(spec_engine)
+    if not skip_hf:
+        hf = build_hf_model(engine.checkpoint, engine.dtype).to(engine.device)
+        pad = engine.tokenizer.pad_token_id if engine.tokenizer.pad_token_id is not None else 0
+        sides["hf"] = lambda ps, n: hf_greedy(hf, ps, n, pad)
+
+    rows = []
+    for size in sizes:
+        group = prompts[: batch1_prompts if size == 1 else max(size, min(num_prompts, len(prompts)))]
+        row: dict = {"batch": size, "prompts": len(group)}
+        outputs = {}
+        for name, run in sides.items():
+            run(group[:1], 2)  # warm up kernels and allocator
+            _reset_peak(engine.device)
+            stderr.print(f"bench: {name}, batch {size}, {len(group)} prompts x {max_new_tokens} tokens ...")
+            t0 = time.perf_counter()
+            outputs[name] = [t for i in range(0, len(group), size) for t in run(group[i : i + size], max_new_tokens)]
+            elapsed = time.perf_counter() - t0
+            row[f"{name}_tok_s"] = round(sum(map(len, outputs[name])) / elapsed, 1)
+            row[f"{name}_peak_mib"] = _peak_mib(engine.device)
+            if name == "spec":
+                row["acceptance_length"] = round(spec_engine.last_stats.acceptance["acceptance_length"], 3)
+        if "hf" in sides:
+            row["ours_vs_hf"] = round(row["ours_tok_s"] / row["hf_tok_s"], 2)
+            row["ours_identical_to_hf"] = f"{_same(outputs['ours'], outputs['hf'])}/{len(group)}"
+        if "spec" in sides:
+            row["spec_vs_plain"] = round(row["spec_tok_s"] / row["ours_tok_s"], 2)
+            row["spec_identical_to_plain"] = f"{_same(outputs['spec'], outputs['ours'])}/{len(group)}"
+        rows.append(row)
+    result["rows"] = rows
+    return result
+
+
+def _reset_peak(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peak_mib(device) -> float:
+    import resource
+
+    import torch
+
+    if device.type == "cuda":
+        return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
 
 
 def _same(a: list[list[int]], b: list[list[int]]) -> int:

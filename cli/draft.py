@@ -25,7 +25,8 @@ def train(
         Path | None,
         typer.Option(
             "--work-dir",
-            help="Collected data and checkpoints; rerunning with the same folder resumes (default: runs/draft-train/OUT-NAME).",
+            help="Collected data and checkpoints; rerunning with the same folder resumes"
+            " (default: runs/draft-train/OUT-NAME).",
         ),
     ] = None,  # fmt: skip
     model: o.Model = T.model,

@@ -1,5 +1,7 @@
 """Measure a reference accuracy on a full task with non-speculative greedy decoding, and write the summary and
 per-sample records (no GPQA text) to a folder. Same code path as `specdec-eval run --no-reference`.
+Finished generations are kept in OUT/partial/, so a measurement that was stopped (a full set takes hours on a
+2-core CPU) continues where it stopped when the same command runs again.
 
   python scripts/measure_reference.py --model smollm2 --task gsm8k --data-dir ../shared/data --out refs/gsm8k
 """
@@ -13,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from specdec_eval.evals.resume import GenerationCache
 from specdec_eval.evals.runner import EvalOptions, evaluate
 from specdec_eval.evals.tasks import parse_tasks
 from specdec_eval.workers.config import EngineConfig, KVCacheConfig
@@ -40,14 +43,19 @@ def main() -> None:
 
     progress.next = 0
     options = EvalOptions(parse_tasks(args.task), data_dir=args.data_dir, limit=args.limit, no_reference=True)
-    (result,) = evaluate(engine, options, progress)
+    cache = GenerationCache(out / "partial")
+    resumed = len(cache.entries)
+    if resumed:
+        print(f"resuming: {len(cache.entries)} finished generations in {out / 'partial'}", flush=True)
+    (result,) = evaluate(engine, options, progress, cache)
     elapsed = time.time() - start
     with (out / "samples.jsonl").open("w") as f:
         for s in result.samples:
             f.write(json.dumps(s) + "\n")
     summary = {
         "task": result.task, "num_samples": result.num_samples, "score": result.score,
-        "filter_scores": result.filter_scores, "elapsed_s": round(elapsed, 1), "data": result.data_origin,
+        "filter_scores": result.filter_scores, "elapsed_s": round(elapsed, 1),
+        "resumed_generations": resumed, "data": result.data_origin,
         "filter_mismatches": result.filter_mismatches,
         "command": "python " + " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
     }  # fmt: skip

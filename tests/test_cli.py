@@ -131,15 +131,25 @@ def test_engine_info_matches_a_real_engine(tiny, capsys):
     assert json.loads(out)["kv_cache"]["v2"]["num_blocks"] == engine.kv_layout.num_blocks
 
 
-def test_bench_prints_both_engines_and_ratio(capsys):
-    argv = ["bench", "--model", "tiny", "--num-prompts", "4", "-n", "8", "--json", "--spec", "eagle3", "-k", "2"]
+def test_bench_measures_each_batch_size_for_every_side(capsys):
+    argv = ["bench", "--model", "tiny", "--num-prompts", "4", "--batch1-prompts", "2", "--batch-sizes", "1,4",
+            "-n", "8", "--json", "--spec", "eagle3", "-k", "2"]  # fmt: skip
     code, out, err = run_cli(capsys, *argv)
     assert code == 0, err
     result = json.loads(out)
-    assert result["identical_to_hf"] == "4/4" and result["spec_identical_to_plain"] == "4/4"
-    assert result["ours_tokens_per_s"] > 0 and result["hf_tokens_per_s"] > 0 and result["ours_speedup_vs_hf"] > 0
-    assert result["spec_tokens_per_s"] > 0 and result["spec_speedup_vs_plain"] > 0
-    assert 1.0 <= result["acceptance_length"] <= 3.0
+    one, four = result["rows"]
+    assert (one["batch"], one["prompts"], four["batch"], four["prompts"]) == (1, 2, 4, 4)
+    for row in (one, four):
+        n = row["prompts"]
+        assert row["ours_identical_to_hf"] == f"{n}/{n}" and row["spec_identical_to_plain"] == f"{n}/{n}"
+        assert row["ours_tok_s"] > 0 and row["hf_tok_s"] > 0 and row["spec_tok_s"] > 0
+        assert row["ours_vs_hf"] > 0 and row["spec_vs_plain"] > 0 and row["ours_peak_mib"] > 0
+        assert 1.0 <= row["acceptance_length"] <= 3.0
+
+
+def test_bench_rejects_bad_batch_sizes(capsys):
+    code, _, err = run_cli(capsys, "bench", "--model", "tiny", "--batch-sizes", "1,x")
+    assert code == 2 and "--batch-sizes" in err
 
 
 def test_console_script_and_namespace(tmp_path):

@@ -39,8 +39,8 @@ def hf_greedy(model, prompts: list[list[int]], max_new_tokens: int, pad_token_id
         ids[i, width - len(p) :] = torch.tensor(p)
         mask[i, width - len(p) :] = 1
     out = model.generate(
-        input_ids=ids,
-        attention_mask=mask,
+        input_ids=ids.to(model.device),
+        attention_mask=mask.to(model.device),
         max_new_tokens=max_new_tokens,
         do_sample=False,
         pad_token_id=pad_token_id,

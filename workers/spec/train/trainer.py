@@ -85,9 +85,7 @@ def train_draft(cfg: DraftTrainConfig, docs: list[dict], work_dir: Path, out_dir
     def on_collect(done: int, total: int, tokens: int) -> None:
         log(f"collect: {done}/{total} prompts, {tokens} tokens, {time.perf_counter() - t0:.0f} s")
 
-    shards = collect_shards(
-        engine, prompts, data_dir, layers, cfg.collect_batch, cfg.max_new_tokens, on_collect
-    )
+    shards = collect_shards(engine, prompts, data_dir, layers, cfg.collect_batch, cfg.max_new_tokens, on_collect)
     collect_s = time.perf_counter() - t0
     sequences = [s for p in shards for s in torch.load(p, weights_only=True)["sequences"]]
     num_tokens = sum(len(s["tokens"]) for s in sequences)
