@@ -173,11 +173,11 @@ def _samples(spec: TaskSpec, entries: list[dict[str, Any]], lm) -> list[dict[str
     for entry in entries:
         doc_id = int(entry["doc_id"])
         filt = entry.get("filter", "none")
+        target = str(entry["target"])  # per entry: lm-eval lists each document once per filter
         rec = by_doc.get(doc_id)
         if rec is None:
             out = lm.outputs.get((spec.lm_eval_name, doc_id))
             output_text = out.text if out is not None else ""
-            target = str(entry["target"])
             rec = {
                 "task": spec.name,
                 "doc_id": doc_id,

@@ -199,3 +199,29 @@ def test_specific_extractions():
     assert gsm8k.final_answer(RNEG) == "-3"
     with pytest.raises(ValueError, match="unknown GSM8K filter"):
         gsm8k.extract("18", "nope")
+
+
+def test_per_sample_cross_check_uses_each_documents_own_target():
+    """lm-eval lists a document once per filter (all strict-match entries, then all flexible-extract ones); our
+    cross-check once read the target of whichever document was seen last and reported false mismatches."""
+    from types import SimpleNamespace
+
+    from specdec_eval.evals.runner import _samples
+    from specdec_eval.evals.tasks import TASKS
+
+    spec = TASKS["gsm8k"]
+    answers = {0: ("She pays 12 dollars.\n#### 12\n", "12"), 1: ("So 7 + 3 = 10.\n#### 10\n", "10")}
+    outputs = {
+        (spec.lm_eval_name, d): SimpleNamespace(
+            text=text, token_ids=[1, 2], finish_reason="stop", error=None, stats={}
+        )  # fmt: skip
+        for d, (text, _) in answers.items()
+    }
+    entries = [
+        {"doc_id": d, "filter": f, "target": gold, "filtered_resps": [gold], "exact_match": 1.0}
+        for f in gsm8k.FILTERS
+        for d, (_, gold) in answers.items()
+    ]
+    for rec in _samples(spec, entries, SimpleNamespace(outputs=outputs)):
+        for f in gsm8k.FILTERS:
+            assert tuple(rec[f"ours[{f}]"]) == (rec[f"extracted[{f}]"], rec[f"correct[{f}]"]) == (rec["target"], True)
