@@ -16,6 +16,7 @@ from ..attn_metadata import AttentionMetadata
 from ..config import ModelConfig
 from ..errors import UserError
 from ..layers.attention import Attention
+from ..layers.linear import linear
 from ..layers.mlp import SwiGLU
 from ..layers.norm import RMSNorm
 from ..layers.rotary import RotaryEmbedding
@@ -114,7 +115,7 @@ class Eagle3DraftModel(nn.Module):
 
     def fuse(self, captured: list[torch.Tensor]) -> torch.Tensor:
         """Target features for the first draft pass: fc(low | mid | high)."""
-        return self.fc(torch.cat(captured, dim=-1))
+        return linear(torch.cat(captured, dim=-1), self.fc.weight)
 
     def forward(
         self,
@@ -135,7 +136,7 @@ class Eagle3DraftModel(nn.Module):
 
     def propose(self, hidden: torch.Tensor) -> torch.Tensor:
         """Greedy draft token (as a target id) for each row of pre-norm hidden states."""
-        draft_ids = torch.argmax(self.lm_head(self.norm(hidden)).float(), dim=-1)
+        draft_ids = torch.argmax(linear(self.norm(hidden), self.lm_head.weight).float(), dim=-1)
         return draft_ids + self.d2t[draft_ids]
 
     # --- weights ----------------------------------------------------------------------------------------
