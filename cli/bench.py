@@ -80,7 +80,8 @@ def bench(
     """Tokens/s of our engine and of HF transformers `generate` on the same prompts in the same run, at each
     batch size, and their ratios (greedy, EOS ignored so every side produces exactly prompts x max-new-tokens).
     Two rates per side: end to end (prefill included: with 5-shot GSM8K prompts of ~1000 tokens, prefill is most
-    of the time at 64 new tokens) and decode (the same run minus a one-token run of the same prompts).
+    of the time at 64 new tokens) and decode (the same run minus a one-token run of the same prompts). Prefix
+    reuse is off on our side, so every side prefills every prompt in full.
     With --spec eagle3 it also measures our engine with speculative decoding against our plain decoding, with
     the acceptance length. Peak memory: CUDA max allocated per side; on CPU the process's peak RSS after it.
 
@@ -102,7 +103,10 @@ def bench(
     if prompts_from == "builtin" and max(num_prompts, sizes[-1]) > len(BENCH_PROMPTS):
         raise UserError(f"the builtin set has {len(BENCH_PROMPTS)} prompts; use fewer or --prompts gsm8k")
     common = dict(model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
-                  max_batch_size=max(sizes))  # fmt: skip
+                  max_batch_size=max(sizes),
+                  # HF has no prefix cache; without this our repeated prompts (warm-up, the one-token run) would
+                  # skip their prefill and the decode rate, a difference of two runs, would be meaningless
+                  block_reuse=False)  # fmt: skip
     result = run_bench(
         common, o.spec_config(spec, draft_len, draft_model), sizes, max(num_prompts, sizes[-1]), batch1_prompts,
         max_new_tokens, prompts_from, data_dir, skip_hf,
