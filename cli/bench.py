@@ -76,6 +76,7 @@ def bench(
     spec: o.Spec = "none",
     draft_len: o.DraftLen = o.S.max_draft_len,
     draft_model: o.DraftModel = o.S.draft_model,
+    decode_copy: o.DecodeCopy = o.K.decode_copy,
 ) -> None:
     """Tokens/s of our engine and of HF transformers `generate` on the same prompts in the same run, at each
     batch size, and their ratios (greedy, EOS ignored so every side produces exactly prompts x max-new-tokens).
@@ -103,7 +104,7 @@ def bench(
     if prompts_from == "builtin" and max(num_prompts, sizes[-1]) > len(BENCH_PROMPTS):
         raise UserError(f"the builtin set has {len(BENCH_PROMPTS)} prompts; use fewer or --prompts gsm8k")
     common = dict(model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
-                  max_batch_size=max(sizes),
+                  max_batch_size=max(sizes), decode_copy=decode_copy,
                   # HF has no prefix cache; without this our repeated prompts (warm-up, the one-token run) would
                   # skip their prefill and the decode rate, a difference of two runs, would be meaningless
                   block_reuse=False)  # fmt: skip

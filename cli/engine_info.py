@@ -70,6 +70,12 @@ def info(
             kv["policy"] = "blocks on demand; one window reserved per live request, preempt when out"
             kv["headroom_blocks_at_max_batch"] = max_batch_size * -(-(1 + draft_len) // block_size)
         report["kv_cache"][version] = kv
+    wanted = engine_cfg.kv_cache.decode_copy
+    # workers/kv_cache/decode_copy.py: bounded by the pool's token capacity, not part of the budget above.
+    report["decode_copy"] = {
+        "enabled": wanted if wanted is not None else report["device"] == "cpu",
+        "max_gib": report["kv_cache"]["v1"]["total_gib"],
+    }
     if as_json:
         print(json.dumps(report, indent=2))
         return
@@ -92,3 +98,9 @@ def info(
         else:
             print(f"           {kv['policy']}: {kv['headroom_blocks_at_max_batch']} blocks of headroom "
                   f"at batch {max_batch_size}")  # fmt: skip
+    copy = report["decode_copy"]
+    if copy["enabled"]:
+        print(f"decode     a contiguous copy of the decoding requests' KV (no per-step block gather), at most "
+              f"the pool's size ({copy['max_gib']} GiB) on top of the total above")  # fmt: skip
+    else:
+        print("decode     gathers each decoding request's KV blocks every step (no decode copy)")

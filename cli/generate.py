@@ -73,6 +73,7 @@ def generate(
     device_memory: o.DeviceMemory = None,
     block_size: o.BlockSize = o.K.block_size,
     block_reuse: o.BlockReuse = o.K.enable_block_reuse,
+    decode_copy: o.DecodeCopy = o.K.decode_copy,
     max_batch_size: o.MaxBatch = o.E.max_batch_size,
     max_num_tokens: o.MaxNumTokens = o.E.max_num_tokens,
     max_seq_len: o.MaxSeqLen = None,
@@ -120,7 +121,7 @@ def generate(
     o.check_single_process_tp(tp)
     config = o.engine_config(
         model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
-        block_size=block_size, block_reuse=block_reuse, max_batch_size=max_batch_size,
+        block_size=block_size, block_reuse=block_reuse, decode_copy=decode_copy, max_batch_size=max_batch_size,
         max_num_tokens=max_num_tokens, max_seq_len=max_seq_len, tp=tp, seed=seed,
         spec=o.spec_config(spec, draft_len, draft_model, spec_guard, capture_layers),
         inject=inject, max_retries=max_retries, warmup=warmup, events_path=_rank_events_path(events, tp),

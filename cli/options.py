@@ -57,6 +57,12 @@ BlockReuse = Annotated[
     bool, typer.Option("--block-reuse/--no-block-reuse", help="Reuse KV blocks of shared prompt prefixes.",
                        rich_help_panel=ENGINE),
 ]  # fmt: skip
+DecodeCopy = Annotated[
+    bool | None,
+    typer.Option("--decode-copy/--no-decode-copy",
+                 help="Decode over a contiguous copy of each request's KV instead of gathering its blocks every "
+                 "step (default: on for CPU, off for CUDA).", rich_help_panel=ENGINE),
+]  # fmt: skip
 MaxBatch = Annotated[
     int,
     typer.Option("--max-batch-size", "--batch", help="Requests decoded together.", rich_help_panel=ENGINE),
@@ -159,6 +165,7 @@ def engine_config(
     device_memory: str | None = None,
     block_size: int = K.block_size,
     block_reuse: bool = K.enable_block_reuse,
+    decode_copy: bool | None = K.decode_copy,
     max_batch_size: int = E.max_batch_size,
     max_num_tokens: int = E.max_num_tokens,
     max_seq_len: int | None = E.max_seq_len,
@@ -178,7 +185,9 @@ def engine_config(
         max_batch_size=max_batch_size,
         max_num_tokens=max_num_tokens,
         max_seq_len=max_seq_len,
-        kv_cache=KVCacheConfig(version=kv_cache, block_size=block_size, enable_block_reuse=block_reuse),
+        kv_cache=KVCacheConfig(
+            version=kv_cache, block_size=block_size, enable_block_reuse=block_reuse, decode_copy=decode_copy
+        ),
         device_memory=parse_bytes(device_memory) if device_memory else None,
         seed=seed,
         spec=spec,

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .kv_cache.decode_copy import DecodeCopy
+
 # The fields a spec-dec worker may save and mutate.
 SPEC_DEC_FIELDS = ("seq_lens", "kv_lens", "num_contexts", "block_tables")
 
@@ -42,9 +44,12 @@ class AttentionMetadata:
     `prepare()` rebuilds the batch fields every step but leaves spec-dec saved state alone, so state that a
     worker saved and never restored is still there at the next step, where `prepare_for_spec_dec` trips on it."""
 
-    def __init__(self, block_size: int, device: torch.device) -> None:
+    def __init__(self, block_size: int, device: torch.device, decode_copy: DecodeCopy | None = None) -> None:
         self.block_size = block_size
         self.device = device
+        # Set (CPU): decoding requests attend over a contiguous copy of their KV, not a per-step gather.
+        self.decode_copy = decode_copy
+        self.uses_decode_copy = False
         self.request_ids: list[int] = []
         self.seq_lens = torch.zeros(0, dtype=torch.int64)  # [B] new tokens per request in this forward
         self.kv_lens = torch.zeros(0, dtype=torch.int64)  # [B] KV length of each request after this forward
@@ -62,6 +67,8 @@ class AttentionMetadata:
         for i, e in enumerate(entries):
             tables[i, : len(e.block_table)] = torch.tensor(e.block_table, dtype=torch.int64)
         self.request_ids = [e.request_id for e in entries]
+        if self.decode_copy is not None:
+            self.decode_copy.keep_only({e.request_id for e in entries if not e.is_context})
         self.seq_lens = torch.tensor([e.num_new_tokens for e in entries], dtype=torch.int64)
         self.kv_lens = torch.tensor([e.start + e.num_new_tokens for e in entries], dtype=torch.int64)
         self.block_tables = tables
@@ -128,6 +135,7 @@ class AttentionMetadata:
         num_gen = int(seq_lens.shape[0])
         self.gen_token_start = int(query_start[c])
         self.gen_max_q = int(seq_lens.max()) if num_gen else 0
+        self.uses_decode_copy = False
         if not num_gen:
             return
         # Keys are gathered whole blocks at a time (one index per block, not per token): copying 16-token rows
@@ -147,6 +155,27 @@ class AttentionMetadata:
         # Additive float mask: CPU SDPA is measurably faster with it than with a boolean one.
         additive = torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))
         self.gen_attn_mask = additive[:, None, :, :].to(dev)  # [G, 1, max_q, num_blocks * block_size]
+        if self.decode_copy is not None:
+            self._build_decode_copy_batch(batch_index, additive, num_blocks)
+
+    def _build_decode_copy_batch(self, batch_index: torch.Tensor, additive: torch.Tensor, num_blocks: int) -> None:
+        """The generation batch laid out by decode-copy row: row r holds the request that owns it; rows nobody
+        owns attend to key 0 only, so their softmax stays finite (their outputs are never read)."""
+        c, dev = self.num_contexts, self.device
+        request_ids = self.request_ids[c:]
+        rows = self.decode_copy.assign(request_ids, num_blocks * self.block_size)
+        if rows is None:
+            return
+        row_index = torch.tensor(rows, dtype=torch.int64)
+        mask = torch.full((self.decode_copy.num_rows, *additive.shape[1:]), float("-inf"))
+        mask[:, :, 0] = 0.0
+        mask[row_index] = additive
+        self.uses_decode_copy = True
+        self.copy_request_ids = request_ids
+        self.copy_rows = rows
+        self.copy_tables = self.block_tables[c:, :num_blocks].to(dev)  # [G, num_blocks]
+        self.copy_row_of_token = row_index[batch_index].to(dev)  # [generation tokens]
+        self.copy_attn_mask = mask[:, None, None].to(dev)  # [rows, 1, 1, max_q, num_blocks * block_size]
 
     # --- spec-dec save / restore -------------------------------------------------------------------------
 

@@ -260,6 +260,10 @@ class KVCacheConfig:
     max_total_bytes: int | None = None  # v2: byte quota (TensorRT-LLM's max_gpu_total_bytes)
     max_util_for_resume: float = 0.95  # v2: quota = max_tokens * bytes_per_token / this
     enable_block_reuse: bool = True
+    # Decoding requests attend over a contiguous copy of their KV kept across steps instead of gathering their
+    # blocks every step (workers/kv_cache/decode_copy.py). None: on for CPU, where the gather bounds a decode
+    # step, off for CUDA, where the gather is cheap and the copy's memory would come out of the pool's.
+    decode_copy: bool | None = None
 
     def __post_init__(self) -> None:
         if self.version not in KV_CACHE_VERSIONS:

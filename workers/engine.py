@@ -19,6 +19,7 @@ from .events import EventLog
 from .executor import Executor, allocate_kv_pool
 from .faults import FaultInjector
 from .kv_cache import make_kv_cache_manager
+from .kv_cache.decode_copy import DecodeCopy
 from .kv_cache.layout import KVLayout
 from .memory import MemoryBudget
 from .model import CausalLM
@@ -101,7 +102,7 @@ class Engine:
             max_batch_size=config.max_batch_size,
         )
         self.kv_pool = allocate_kv_pool(self.kv_layout, self.dtype, self.device)
-        self.attn_meta = AttentionMetadata(self.kv_layout.block_size, self.device)
+        self.attn_meta = AttentionMetadata(self.kv_layout.block_size, self.device, self._decode_copy())
         self.spec_worker = self._build_spec_worker() if config.spec else None
         # One executor for the engine's life: its step count and attention metadata outlive a generate() call.
         self.executor = Executor(
@@ -151,6 +152,13 @@ class Engine:
         del pool, hidden
         torch.cuda.synchronize(self.device)
         torch.cuda.empty_cache()  # give the throw-away pool back, so mem_get_info sees it as free
+
+    def _decode_copy(self) -> DecodeCopy | None:
+        wanted = self.config.kv_cache.decode_copy
+        if wanted is False or (wanted is None and self.device.type != "cpu"):
+            return None
+        # Bounded by the pool's token capacity: the copy never holds more than the live requests' KV.
+        return DecodeCopy(max_tokens=self.kv_layout.max_tokens)
 
     def _build_draft_model(self) -> Eagle3DraftModel:
         spec = self.config.spec

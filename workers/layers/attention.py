@@ -1,5 +1,6 @@
-"""Paged attention over the block pool: write this step's K/V into their slots, gather each request's cached
-keys into a padded batch, and run scaled-dot-product attention with the metadata's mask."""
+"""Paged attention over the block pool: write this step's K/V into their slots, then attend. Context requests
+attend one by one over their gathered keys; decoding requests as one padded batch, over either a per-step gather
+of their blocks or (CPU) the decode copy, a contiguous copy of their KV kept across steps."""
 
 from __future__ import annotations
 
@@ -66,7 +67,9 @@ def paged_attention(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMeta
             query, keys, values, attn_mask=view.mask, is_causal=view.mask is None, enable_gqa=gqa
         )
         out[view.token_start : view.token_end] = o[0].transpose(0, 1)
-    if meta.gen_max_q:
+    if meta.gen_max_q and meta.uses_decode_copy:
+        out[meta.gen_token_start :] = _decode_copy_attention(q[meta.gen_token_start :], kv_layer, meta)
+    elif meta.gen_max_q:
         g0, d = meta.gen_token_start, q.shape[2]
         num_gen = meta.num_generations
         blocks = kv_layer.view(2, -1, meta.block_size, kv_layer.shape[2], d)  # [2, num_blocks, block, kv_heads, d]
@@ -80,3 +83,33 @@ def paged_attention(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMeta
         )  # fmt: skip
         out[g0:] = o.transpose(1, 2)[meta.gen_batch_index, meta.gen_offset_in_seq]
     return out
+
+
+def _decode_copy_attention(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    """q: [generation tokens, heads, d]. Attention over meta.decode_copy's rows, keys a view of the copy.
+
+    Written as two batched matmuls with the query heads of each KV head stacked (GQA), so each key and value is
+    read once per step; SDPA on this CPU is slower here, and slower still on the strided gathered batch."""
+    copy = meta.decode_copy
+    data = copy.layer(kv_layer, meta.copy_request_ids, meta.copy_rows, meta.copy_tables, meta.block_size)
+    # This step's tokens are already in the pool; append them to their rows (refilled rows have them already).
+    new_slots = meta.slot_mapping[meta.gen_token_start :]
+    rows, positions = meta.copy_row_of_token, meta.positions[meta.gen_token_start :]
+    data[0][rows, :, positions] = kv_layer[0, new_slots]
+    data[1][rows, :, positions] = kv_layer[1, new_slots]
+
+    num_rows, num_keys, max_q = copy.num_rows, copy.num_keys, meta.gen_max_q
+    heads, d = q.shape[1], q.shape[2]
+    kv_heads = data.shape[2]
+    group = heads // kv_heads
+    keys, values = data[0, :num_rows, :, :num_keys], data[1, :num_rows, :, :num_keys]  # [rows, kv_heads, keys, d]
+    q_pad = q.new_zeros(num_rows, max_q, heads, d)
+    q_pad[rows, meta.gen_offset_in_seq] = q * d**-0.5
+    # Head h uses KV head h // group: stack each KV head's `group` query heads (and all query rows) together.
+    q_grouped = q_pad.view(num_rows, max_q, kv_heads, group, d).permute(0, 2, 3, 1, 4)
+    scores = torch.matmul(q_grouped.reshape(num_rows, kv_heads, group * max_q, d), keys.transpose(-1, -2))
+    scores = scores.view(num_rows, kv_heads, group, max_q, num_keys) + meta.copy_attn_mask
+    probs = torch.softmax(scores, dim=-1).view(num_rows, kv_heads, group * max_q, num_keys)
+    o = torch.matmul(probs, values).view(num_rows, kv_heads, group, max_q, d)
+    o = o.permute(0, 3, 1, 2, 4).reshape(num_rows, max_q, heads, d)
+    return o[rows, meta.gen_offset_in_seq]
