@@ -81,8 +81,9 @@ def bench(
     """Tokens/s of our engine and of HF transformers `generate` on the same prompts in the same run, at each
     batch size, and their ratios (greedy, EOS ignored so every side produces exactly prompts x max-new-tokens).
     Two rates per side: end to end (prefill included: with 5-shot GSM8K prompts of ~1000 tokens, prefill is most
-    of the time at 64 new tokens) and decode (the same run minus a one-token run of the same prompts). Prefix
-    reuse is off on our side, so every side prefills every prompt in full.
+    of the time at 64 new tokens) and decode (tokens after every request of a batch had its first token, over the
+    time after that moment, within the same run: no difference of two noisy runs). Prefix reuse is off on our
+    side, so every side prefills every prompt in full.
     With --spec eagle3 it also measures our engine with speculative decoding against our plain decoding, with
     the acceptance length. Peak memory: CUDA max allocated per side; on CPU the process's peak RSS after it.
 
@@ -105,8 +106,8 @@ def bench(
         raise UserError(f"the builtin set has {len(BENCH_PROMPTS)} prompts; use fewer or --prompts gsm8k")
     common = dict(model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
                   max_batch_size=max(sizes), decode_copy=decode_copy,
-                  # HF has no prefix cache; without this our repeated prompts (warm-up, the one-token run) would
-                  # skip their prefill and the decode rate, a difference of two runs, would be meaningless
+                  # HF has no prefix cache; without this our repeated prompts (the warm-up ones) would skip
+                  # their prefill and the end-to-end rate would compare unlike work
                   block_reuse=False)  # fmt: skip
     result = run_bench(
         common, o.spec_config(spec, draft_len, draft_model), sizes, max(num_prompts, sizes[-1]), batch1_prompts,
@@ -135,7 +136,7 @@ def bench_prompts(source: str, count: int, data_dir: str | None) -> list[str]:
 def run_bench(common, spec_cfg, sizes, num_prompts, batch1_prompts, max_new_tokens, source, data_dir, skip_hf):
     from ..workers.config import SamplingParams
     from ..workers.engine import Engine
-    from ..workers.hf_reference import build_hf_model, hf_greedy
+    from ..workers.hf_reference import FirstTokenClock, build_hf_model, hf_greedy
 
     engine = Engine(o.engine_config(**common))
     texts = bench_prompts(source, num_prompts, data_dir)
@@ -153,9 +154,10 @@ def run_bench(common, spec_cfg, sizes, num_prompts, batch1_prompts, max_new_toke
     def ours(eng):
         def run(ps, n):
             out = [x.token_ids for x in eng.generate(ps, SamplingParams(max_new_tokens=n, ignore_eos=True))]
-            if eng.last_stats.acceptance:
-                cycles.append(eng.last_stats.acceptance)
-            return out
+            stats = eng.last_stats
+            if stats.acceptance:
+                cycles.append(stats.acceptance)
+            return out, stats.decode_tokens, stats.decode_s
 
         return run
 
@@ -168,7 +170,14 @@ def run_bench(common, spec_cfg, sizes, num_prompts, batch1_prompts, max_new_toke
     if not skip_hf:
         hf = build_hf_model(engine.checkpoint, engine.dtype).to(engine.device)
         pad = engine.tokenizer.pad_token_id if engine.tokenizer.pad_token_id is not None else 0
-        sides["hf"] = lambda ps, n: hf_greedy(hf, ps, n, pad)
+
+        def hf_run(ps, n):
+            clock = FirstTokenClock()
+            out = hf_greedy(hf, ps, n, pad, clock)
+            decode_s = time.perf_counter() - clock.first_token_time if clock.first_token_time else 0.0
+            return out, len(ps) * (n - 1), decode_s
+
+        sides["hf"] = hf_run
 
     rows = []
     for size in sizes:
@@ -181,15 +190,12 @@ def run_bench(common, spec_cfg, sizes, num_prompts, batch1_prompts, max_new_toke
             stderr.print(f"bench: {name}, batch {size}, {len(group)} prompts x {max_new_tokens} tokens ...")
 
             cycles.clear()
-            outputs[name], elapsed = _timed(run, group, size, max_new_tokens)
-            if name == "spec":  # over every chunk of the timed run, before the one-token run adds its own
+            outputs[name], elapsed, decode_tokens, decode_s = _timed(run, group, size, max_new_tokens)
+            if name == "spec":  # over every chunk of the timed run
                 accepted, steps = (sum(c[k] for c in cycles) for k in ("num_accepted_drafts", "num_cycles"))
                 row["acceptance_length"] = round(1 + accepted / max(steps, 1), 3)
-            _, first_token_s = _timed(run, group, size, 1)  # prefill + one token: what the decode rate below leaves out
             row[f"{name}_tok_s"] = round(sum(map(len, outputs[name])) / elapsed, 1)
-            row[f"{name}_decode_tok_s"] = round(
-                len(group) * (max_new_tokens - 1) / max(elapsed - first_token_s, 1e-9), 1
-            )
+            row[f"{name}_decode_tok_s"] = round(decode_tokens / max(decode_s, 1e-9), 1)
             row[f"{name}_peak_mib"] = _peak_mib(engine.device)
         if "hf" in sides:
             row["ours_vs_hf"] = round(row["ours_tok_s"] / row["hf_tok_s"], 2)
@@ -205,10 +211,16 @@ def run_bench(common, spec_cfg, sizes, num_prompts, batch1_prompts, max_new_toke
 
 
 def _timed(run, prompts, batch, n):
-    """Outputs and seconds for `prompts` served `batch` at a time, n tokens each."""
+    """`prompts` served `batch` at a time, n tokens each: outputs, seconds, and the decode part (tokens and seconds
+    after every request of a chunk had its first token), summed over the chunks."""
     t0 = time.perf_counter()
-    out = [t for i in range(0, len(prompts), batch) for t in run(prompts[i : i + batch], n)]
-    return out, time.perf_counter() - t0
+    out, decode_tokens, decode_s = [], 0, 0.0
+    for i in range(0, len(prompts), batch):
+        tokens, chunk_decode_tokens, chunk_decode_s = run(prompts[i : i + batch], n)
+        out += tokens
+        decode_tokens += chunk_decode_tokens
+        decode_s += chunk_decode_s
+    return out, time.perf_counter() - t0, decode_tokens, decode_s
 
 
 def _reset_peak(device) -> None:

@@ -61,10 +61,22 @@ class GenerateStats:
     num_failed: int = 0  # requests that ended with finish reason "error"
     num_retries: int = 0
     running_score: float | None = None  # set by an evaluation layer for its progress line (0-100, so far)
+    # When every request had its first token (prefill over), and the output tokens at that moment: the rest of
+    # the call is pure decoding, which `decode_tokens_per_s` measures within this one call.
+    all_started_s: float | None = None
+    tokens_when_all_started: int = 0
 
     @property
     def output_tokens_per_s(self) -> float:
         return self.num_output_tokens / self.elapsed_s if self.elapsed_s else 0.0
+
+    @property
+    def decode_s(self) -> float:
+        return self.elapsed_s - self.all_started_s if self.all_started_s is not None else 0.0
+
+    @property
+    def decode_tokens(self) -> int:
+        return self.num_output_tokens - self.tokens_when_all_started if self.all_started_s is not None else 0
 
 
 class Engine:
@@ -236,6 +248,8 @@ class Engine:
                 stats.num_steps = executor.num_steps - first_step
                 stats.num_output_tokens = sum(len(r.output_token_ids) for r in requests)
                 stats.elapsed_s = time.perf_counter() - start
+                if stats.all_started_s is None and all(r.first_token_time is not None for r in requests):
+                    stats.all_started_s, stats.tokens_when_all_started = stats.elapsed_s, stats.num_output_tokens
                 if progress is not None:
                     if self.config.spec:
                         stats.acceptance = self._acceptance(requests)  # live, for the progress line

@@ -5,6 +5,8 @@ Built from our own config and checkpoint tensors, so both sides run identical we
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from .checkpoint import Checkpoint
@@ -29,8 +31,27 @@ def build_hf_model(checkpoint: Checkpoint, dtype: torch.dtype = torch.float32):
     return model.to(dtype).eval()
 
 
+class FirstTokenClock:
+    """A `generate` streamer that only notes when the first new tokens arrived (the end of prefill): `generate`
+    hands it the prompt first, then each step's tokens."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.first_token_time: float | None = None
+
+    def put(self, value) -> None:
+        self.calls += 1
+        if self.calls == 2:
+            self.first_token_time = time.perf_counter()
+
+    def end(self) -> None:
+        pass
+
+
 @torch.inference_mode()
-def hf_greedy(model, prompts: list[list[int]], max_new_tokens: int, pad_token_id: int = 0) -> list[list[int]]:
+def hf_greedy(
+    model, prompts: list[list[int]], max_new_tokens: int, pad_token_id: int = 0, clock: FirstTokenClock | None = None
+) -> list[list[int]]:
     """Greedy `generate` over left-padded prompts, exactly max_new_tokens each (EOS disabled)."""
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
@@ -44,5 +65,6 @@ def hf_greedy(model, prompts: list[list[int]], max_new_tokens: int, pad_token_id
         max_new_tokens=max_new_tokens,
         do_sample=False,
         pad_token_id=pad_token_id,
+        streamer=clock,
     )
     return [row[width:].tolist() for row in out]
