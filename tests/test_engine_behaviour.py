@@ -142,3 +142,13 @@ def test_a_request_that_keeps_failing_ends_as_an_error_not_an_answer(tiny, monke
     assert engine.kv_manager.num_free_blocks == engine.kv_manager.num_blocks
     monkeypatch.undo()
     assert _tokens(engine, RAW_PROMPTS[:3]) == _tokens(make_engine(tiny), RAW_PROMPTS[:3])
+
+
+def test_stats_split_prefill_from_decode(tiny):
+    """The decode part of a call (what `bench` reports as the decode rate) starts once every request has its
+    first token: with all prompts in one batch, that leaves n - 1 tokens per request."""
+    engine = make_engine(tiny)
+    engine.generate(RAW_PROMPTS, GREEDY)
+    stats = engine.last_stats
+    assert stats.decode_tokens == len(RAW_PROMPTS) * (GREEDY.max_new_tokens - 1)
+    assert 0 < stats.all_started_s < stats.elapsed_s and stats.decode_s == stats.elapsed_s - stats.all_started_s
