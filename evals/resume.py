@@ -2,12 +2,16 @@
 
 Each writer (the process, or each replica leader of a torchrun job) appends JSON lines to its own file in the
 run's partial/ folder; a torn last line from a killed process is skipped. The key is a hash of the prompt and the
-sampling parameters, so a cached output is only reused for exactly the same request."""
+sampling parameters, so a cached output is only reused for exactly the same request. Output text is stored
+zlib-compressed and base64-encoded, never in plain text: a model's answer can quote its GPQA question, and GPQA
+text must not sit in readable files (the run folder lives inside the checkout)."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import zlib
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,8 @@ class GenerationCache:
                 except json.JSONDecodeError:
                     continue  # a torn last line of a killed writer
                 key = rec.pop("key")
+                if "text_z" in rec:  # older files kept "text" in plain; both load
+                    rec["text"] = _unpack(rec.pop("text_z"))
                 self.entries[key] = GenerationOutput(**rec)
 
     def get(self, prompt: Any, sampling: SamplingParams) -> GenerationOutput | None:
@@ -49,5 +55,15 @@ class GenerationCache:
         self.entries[key] = output
         if self.folder is None:
             return
+        record = asdict(output)
+        record["text_z"] = _pack(record.pop("text"))
         with (self.folder / f"generations.{self.writer}.jsonl").open("a", encoding="utf-8") as f:
-            f.write(json.dumps({"key": key, **asdict(output)}) + "\n")
+            f.write(json.dumps({"key": key, **record}) + "\n")
+
+
+def _pack(text: str) -> str:
+    return base64.b64encode(zlib.compress(text.encode("utf-8"))).decode("ascii")
+
+
+def _unpack(packed: str) -> str:
+    return zlib.decompress(base64.b64decode(packed)).decode("utf-8")

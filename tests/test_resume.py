@@ -53,3 +53,21 @@ def test_killed_run_resumes_without_regenerating(tmp_path):
     lines = [json.loads(x) for p in root.glob("*/partial/generations.*.jsonl") for x in p.read_text().splitlines()]
     assert len(lines) == len({rec["key"] for rec in lines}) == 8
     assert _finished_samples(root) == _finished_samples(tmp_path / "full")
+
+
+def test_cache_keeps_no_output_text_in_plain_and_still_loads_older_plain_files(tmp_path):
+    """A model's answer can quote its GPQA question; the resume cache must not hold it readably."""
+    from specdec_eval.evals.resume import GenerationCache, request_key
+    from specdec_eval.workers.config import SamplingParams
+    from specdec_eval.workers.engine import GenerationOutput
+
+    quoted = "Which of these molecules is chiral? The answer is (B)."
+    params = SamplingParams(max_new_tokens=8)
+    out = GenerationOutput(0, [1, 2], [3, 4], quoted, "length")
+    GenerationCache(tmp_path).put("prompt", params, out)
+    (written,) = tmp_path.glob("generations.*.jsonl")
+    assert "chiral" not in written.read_text()
+    older = {"key": request_key("other", params), **{**out.__dict__, "text": "plain"}}
+    (tmp_path / "generations.old.jsonl").write_text(json.dumps(older) + "\n")
+    cache = GenerationCache(tmp_path)
+    assert cache.get("prompt", params) == out and cache.get("other", params).text == "plain"
