@@ -62,7 +62,7 @@ class GenerateStats:
     num_retries: int = 0
     running_score: float | None = None  # set by an evaluation layer for its progress line (0-100, so far)
     # When every request had its first token (prefill over), and the output tokens at that moment: the rest of
-    # the call is pure decoding, which `decode_tokens_per_s` measures within this one call.
+    # the call is pure decoding, which `decode_tokens` / `decode_s` measure within this one call.
     all_started_s: float | None = None
     tokens_when_all_started: int = 0
 
