@@ -1,0 +1,128 @@
+"""What the run pipeline needs from any engine (DESIGN.md, "Seams"): one `typing.Protocol` and the values that cross
+it. Three engines implement it with the same signatures: the local `Engine` (workers/engine.py), the torchrun
+`ShardedEngine` (launch/dispatch.py), and an engine reached over HTTP (an OpenAI-compatible endpoint). Callers never
+tell them apart by their attributes: what differs between them is in `identity`.
+
+A prompt is raw text, token ids, or chat messages ([{"role": ..., "content": ...}, ...]).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .config import SamplingParams
+
+Prompt = str | list[int] | list[dict[str, str]]
+
+
+@dataclass
+class GenerationOutput:
+    index: int  # position of its prompt in the generate() call
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str
+    finish_reason: str  # "eos" | "stop" | "length" | "error" | "aborted" (an error is never a normal answer)
+    stats: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass
+class GenerateStats:
+    """What one `generate` call did, for progress lines and benchmarks."""
+
+    num_requests: int = 0
+    num_prompt_tokens: int = 0
+    num_output_tokens: int = 0
+    num_steps: int = 0
+    num_preemptions: int = 0
+    elapsed_s: float = 0.0
+    acceptance: dict[str, Any] | None = None  # spec-dec only: AcceptanceStats.to_dict() over all requests
+    num_failed: int = 0  # requests that ended with finish reason "error"
+    num_retries: int = 0
+    running_score: float | None = None  # set by an evaluation layer for its progress line (0-100, so far)
+    # When every request had its first token (prefill over), and the output tokens at that moment: the rest of
+    # the call is pure decoding, which `decode_tokens` / `decode_s` measure within this one call.
+    all_started_s: float | None = None
+    tokens_when_all_started: int = 0
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.num_output_tokens / self.elapsed_s if self.elapsed_s else 0.0
+
+    @property
+    def decode_s(self) -> float:
+        return self.elapsed_s - self.all_started_s if self.all_started_s is not None else 0.0
+
+    @property
+    def decode_tokens(self) -> int:
+        return self.num_output_tokens - self.tokens_when_all_started if self.all_started_s is not None else 0
+
+
+@dataclass(frozen=True)
+class EngineIdentity:
+    """Who produced a run's samples: what the manifest records, what picks a reference entry, and what the run key
+    hashes (`config`: everything that shapes outputs)."""
+
+    kind: str  # "local" | "torchrun" | "endpoint"
+    model: str  # what was asked for: a preset, a path, or the served model id
+    spec: str | None  # speculative-decoding algorithm ("eagle3"), None for plain decoding
+    max_draft_len: int  # 0 without speculative decoding
+    kv_cache: str | None  # "v1" | "v2"; None when the engine does not say (an endpoint)
+    dtype: str  # as configured ("auto", "bfloat16", ...): the reference selection key
+    resolved_dtype: str | None  # what ran ("float32"); exactness of the lossless gate depends on it
+    tp_size: int
+    world_size: int
+    config: dict[str, Any]
+    server: dict[str, Any] | None = None  # endpoint: base URL without credentials, server header, version
+
+
+class OutputSink(Protocol):
+    """Receives each finished output as soon as its request finishes (to persist work for resume).
+
+    A torchrun engine hands a copy of the sink to every replica leader, which writes through `for_replica(rank)`:
+    a sink must therefore pickle cheaply and open its own writer per replica."""
+
+    def put(self, prompt: Prompt, sampling: SamplingParams, output: GenerationOutput) -> None: ...
+
+    def for_replica(self, rank: int) -> OutputSink: ...
+
+
+ProgressFn = Callable[[int, int, GenerateStats], None]  # (finished requests, all requests, stats so far)
+
+
+class InferenceEngine(Protocol):
+    """What the run pipeline and the lm-eval adapter use. `generate` answers one output per prompt, in prompt
+    order; a request that could not be completed has finish reason "error" and an `error`, never an empty answer."""
+
+    @property
+    def identity(self) -> EngineIdentity: ...
+
+    @property
+    def tokenizer(self) -> Any: ...  # a Hugging Face tokenizer (chat template, loglikelihood splits)
+
+    @property
+    def last_stats(self) -> GenerateStats: ...
+
+    def encode(self, prompt: Prompt) -> list[int]: ...
+
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+        progress: ProgressFn | None = None,
+        sink: OutputSink | None = None,
+    ) -> list[GenerationOutput]: ...
+
+    def score(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]: ...
+
+    def collect_events(self) -> list[dict[str, Any]]: ...  # every rank's events so far, in time order
+
+    def reported_acceptance(self) -> dict[str, Any] | None:
+        """Acceptance counters the engine itself reports over its life so far (our engine's own counters, or a
+        server's metrics), as `AcceptanceStats.to_dict()` plus a "source" key naming where they came from; None
+        when it reports none (plain decoding, or a server that exports no spec-decode metrics)."""
+        ...
+
+    def close(self) -> None: ...  # release ranks, connections, memory
