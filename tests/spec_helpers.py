@@ -8,23 +8,22 @@ from specdec_eval.workers.spec.eagle3 import Eagle3OneModelWorker
 def clone_worker(cls, engine):
     """Replace the engine's Eagle3 worker by an instance of a test subclass with the same parts."""
     w = engine.spec_worker
-    engine.spec_worker = cls(w.target, w.draft, w.kv_pool, w.kv_manager, engine.config.spec, w.events, w.tp, w.faults)
-    engine.executor.spec_worker = engine.spec_worker
-    engine.spec_worker.memory = engine.memory_budget
-    return engine.spec_worker
+    worker = cls(w.target, w.draft, w.kv, w.kv_manager, engine.config.spec, w.events, w.tp, w.memory, w.faults)
+    engine.spec_worker = engine.executor.spec = worker
+    return worker
 
 
 class OracleWorker(Eagle3OneModelWorker):
     """Runs the real draft loop (so the draft KV is written as usual), then proposes the target's own greedy
-    continuation, known in advance: every draft must be accepted."""
+    continuation, known in advance (by prompt index): every draft must be accepted."""
 
     reference: dict[int, list[int]] = {}
 
-    def _draft(self, step, captured, emitted, num_accepted, num_computed):
-        super()._draft(step, captured, emitted, num_accepted, num_computed)
+    def _draft(self, step):
+        super()._draft(step)
         drafts = []
-        for item, new in zip(step.items, emitted, strict=True):
-            ref = self.reference[item.request.request_id]
+        for item, new in zip(step.items, step.emitted, strict=True):
+            ref = self.reference[item.request.index]
             have = len(item.request.output_token_ids) + len(new)
             drafts.append([(ref + [0] * (self.K + 1))[have + i] for i in range(self.K)])
         return drafts

@@ -8,8 +8,9 @@ from dataclasses import replace
 
 import pytest
 from specdec_eval.workers.checkpoint import Checkpoint
-from specdec_eval.workers.config import RopeConfig, SamplingParams
+from specdec_eval.workers.config import SamplingParams
 from specdec_eval.workers.hf_reference import build_hf_model, hf_greedy
+from specdec_eval.workers.model_config import RopeConfig
 from specdec_eval.workers.presets import random_state_dict, tiny_config, tiny_tokenizer
 
 from .conftest import make_engine

@@ -12,8 +12,8 @@ import torch
 from specdec_eval.workers import checkpoint as ckpt_mod
 from specdec_eval.workers import gguf_reader, presets
 from specdec_eval.workers.checkpoint import Checkpoint, load_checkpoint, smollm2_path, tiny_checkpoint
-from specdec_eval.workers.config import ModelConfig, RopeConfig
 from specdec_eval.workers.errors import UserError
+from specdec_eval.workers.model_config import ModelConfig, RopeConfig
 from specdec_eval.workers.tokenizer import encode_chat, encode_prompt, eos_token_ids
 
 

@@ -7,8 +7,9 @@ import pytest
 import torch
 from specdec_eval.workers.attn_metadata import AttentionMetadata, BatchEntry
 from specdec_eval.workers.config import SamplingParams, SpecConfig
-from specdec_eval.workers.kv_cache.decode_copy import DecodeCopy
 from specdec_eval.workers.layers.attention import paged_attention
+from specdec_eval.workers.layers.decode_copy import DecodeCopy
+from specdec_eval.workers.layers.paged_kv import LayerKV, PagedKV
 
 from .conftest import make_engine
 from .prompts import RAW_PROMPTS
@@ -20,19 +21,28 @@ def _pool(seed: int) -> torch.Tensor:
     return torch.randn(2, NUM_BLOCKS * BLOCK, KV_HEADS, D, generator=torch.Generator().manual_seed(seed))
 
 
-def _attend(meta: AttentionMetadata, pool: torch.Tensor, seed: int) -> torch.Tensor:
+def _attend(meta: AttentionMetadata, pool: torch.Tensor, seed: int, copy: DecodeCopy | None = None, layer: int = 0):
     q = torch.randn(meta.num_tokens, HEADS, D, generator=torch.Generator().manual_seed(seed))
-    return paged_attention(q, pool, meta)
+    # The pool given here serves as KV layer `layer` (the copy keeps one tensor per layer index).
+    return paged_attention(q, LayerKV(layer, pool, PagedKV(pool[None], copy)), meta)
 
 
-def _both(entries, copy: DecodeCopy, pool, seed):
+def _prepare(entries, copy: DecodeCopy | None = None) -> AttentionMetadata:
+    """Metadata of one step, as the executor builds it (the copy trims its rows at the start of each step)."""
+    meta = AttentionMetadata(BLOCK, torch.device("cpu")).prepare(entries)
+    if copy is not None:
+        copy.begin_step(meta)
+    return meta
+
+
+def _both(entries, copy: DecodeCopy, pool, seed, layer: int = 0):
     """Write this step's new K/V into the pool (as the model does before attending), then attend both ways."""
-    plain = AttentionMetadata(BLOCK, torch.device("cpu")).prepare(entries)
-    with_copy = AttentionMetadata(BLOCK, torch.device("cpu"), copy).prepare(entries)
-    assert with_copy.uses_decode_copy
+    plain = _prepare(entries)
+    with_copy = _prepare(entries, copy)
+    assert copy.plan(with_copy) is not None
     gen = torch.Generator().manual_seed(100 + seed)
     pool[:, plain.slot_mapping] = torch.randn(2, plain.num_tokens, KV_HEADS, D, generator=gen)
-    return _attend(plain, pool, seed), _attend(with_copy, pool, seed)
+    return _attend(plain, pool, seed), _attend(with_copy, pool, seed, copy, layer)
 
 
 def test_copy_attention_equals_gather_attention_as_rows_change_hands():
@@ -58,11 +68,11 @@ def test_a_layer_that_missed_a_step_refills_from_the_pool():
     pools = [_pool(1), _pool(2)]
     copy = DecodeCopy(max_tokens=10_000)
     entries = [BatchEntry(3, 7, 1, [4, 5], False)]
-    meta = AttentionMetadata(BLOCK, torch.device("cpu"), copy).prepare(entries)
-    _attend(meta, pools[0], seed=0)  # only layer 0 runs: the forward "stopped" before layer 1
+    meta = _prepare(entries, copy)
+    _attend(meta, pools[0], seed=0, copy=copy, layer=0)  # only layer 0 runs: the forward "stopped" before layer 1
     entries = [BatchEntry(3, 8, 1, [4, 5, 6], False)]
-    for pool in pools:
-        plain_out, copy_out = _both(entries, copy, pool, seed=1)
+    for layer, pool in enumerate(pools):
+        plain_out, copy_out = _both(entries, copy, pool, seed=1, layer=layer)
         torch.testing.assert_close(copy_out, plain_out, rtol=1e-5, atol=1e-6)
 
 
@@ -71,7 +81,7 @@ def test_a_request_back_in_prefill_loses_its_row_and_is_refilled():
     _both([BatchEntry(3, 7, 1, [4, 5], False)], copy, pool, seed=0)
     assert copy.row_of == {3: 0}
     # preempted and recomputed: it comes back as a context request, into other blocks with other values
-    AttentionMetadata(BLOCK, torch.device("cpu"), copy).prepare([BatchEntry(3, 0, 8, [7, 8], True)])
+    _prepare([BatchEntry(3, 0, 8, [7, 8], True)], copy)
     assert copy.row_of == {}
     plain_out, copy_out = _both([BatchEntry(3, 8, 1, [7, 8, 9], False)], copy, pool, seed=1)  # row 0 again
     torch.testing.assert_close(copy_out, plain_out, rtol=1e-5, atol=1e-6)
@@ -80,12 +90,12 @@ def test_a_request_back_in_prefill_loses_its_row_and_is_refilled():
 def test_over_its_bound_the_step_uses_the_gather_path_and_the_copy_is_dropped():
     copy = DecodeCopy(max_tokens=8 * 256)  # rows are allocated 8 at a time, key positions 256 at a time
     small = [BatchEntry(1, 9, 1, [0, 1, 2], False)]
-    assert AttentionMetadata(BLOCK, torch.device("cpu"), copy).prepare(small).uses_decode_copy
+    assert copy.plan(_prepare(small, copy)) is not None
     long_table = list(range(80))  # 320 key positions: 8 x 512 > the bound
-    meta = AttentionMetadata(BLOCK, torch.device("cpu"), copy).prepare([BatchEntry(1, 300, 1, long_table, False)])
-    assert not meta.uses_decode_copy and copy.row_of == {}
+    meta = _prepare([BatchEntry(1, 300, 1, long_table, False)], copy)
+    assert copy.plan(meta) is None and copy.row_of == {}
     pool = torch.randn(2, 80 * BLOCK, KV_HEADS, D)
-    assert torch.isfinite(_attend(meta, pool, seed=0)).all()
+    assert torch.isfinite(_attend(meta, pool, seed=0, copy=copy)).all()
 
 
 @pytest.mark.parametrize("kv", ["v1", "v2"])
@@ -98,5 +108,5 @@ def test_engine_outputs_equal_with_and_without_the_copy(tiny, kv):
         for on in (True, False):
             engine = make_engine(tiny, kv, kv_decode_copy=on, **extra)
             outs.append([o.token_ids for o in engine.generate(RAW_PROMPTS, greedy)])
-            assert (engine.attn_meta.decode_copy is not None) == on
+            assert (engine.kv.decode_copy is not None) == on
         assert outs[0] == outs[1]

@@ -7,6 +7,7 @@ import pytest
 import torch
 from specdec_eval.cli.main import main
 from specdec_eval.workers.attn_metadata import AttentionMetadata, BatchEntry
+from specdec_eval.workers.layers.paged_kv import PagedKV
 from specdec_eval.workers.presets import tiny_config
 from specdec_eval.workers.spec.eagle3_head import build_draft_model
 from specdec_eval.workers.spec.train import trainer
@@ -46,9 +47,9 @@ def test_collected_features_equal_one_forward_over_the_whole_sequence(tiny, tmp_
         assert s["labels"][p - 1 :].tolist() == ids[p:]
         # the recording (prefill chunk + one row per decode step) equals a single forward over the sequence
         meta = AttentionMetadata(16, torch.device("cpu")).prepare([BatchEntry(0, 0, n, list(range(n // 16 + 1)), True)])
-        pool = torch.zeros(engine.kv_pool.shape[0], 2, (n // 16 + 1) * 16, 2, 16)
+        pool = torch.zeros(engine.kv.pool.shape[0], 2, (n // 16 + 1) * 16, 2, 16)
         with torch.inference_mode():
-            hidden, captured = engine.model(torch.tensor(ids[:-1]), meta, pool, layers)
+            hidden, captured = engine.model(torch.tensor(ids[:-1]), meta, PagedKV(pool), layers)
             labels = engine.model.compute_logits(hidden).argmax(-1)
         torch.testing.assert_close(s["features"].float(), torch.cat(captured, -1), atol=2e-2, rtol=1e-2)
         assert s["labels"].tolist() == labels.tolist()
@@ -92,7 +93,7 @@ def test_ttt_logits_equal_the_draft_loop_over_a_paged_cache(tiny):
 
     for j, (rows, logits) in enumerate(per_step):
         for r, a in enumerate(rows.tolist()):
-            pool = torch.zeros(2, 64, cfg.num_key_value_heads, cfg.head_dim, dtype=torch.float64)
+            pool = PagedKV(torch.zeros(1, 2, 64, cfg.num_key_value_heads, cfg.head_dim, dtype=torch.float64)).layer(0)
             meta = AttentionMetadata(16, torch.device("cpu")).prepare([BatchEntry(0, 0, a + 1, [0, 1, 2, 3], True)])
             out = head(embed[tokens[1 : a + 2]], head.fuse([features[: a + 1]]), meta, pool)[a : a + 1]
             for i in range(1, j + 1):

@@ -38,7 +38,7 @@ def test_guard_template_survives_every_fault(tiny, fault_free, kv, point):
     assert len(ev.of_type("forward_error")) == 1
     assert ev.of_type("spec_state_leak") == [] and ev.of_type("request_failed") == []
     assert [o.token_ids for o in outs] == fault_free
-    assert engine.attn_meta.saved_fields == ()
+    assert engine.executor.meta.saved_fields == ()
     assert engine.kv_manager.num_free_blocks == engine.kv_manager.num_blocks
     if point in LEAVES_STATE:
         assert ev.of_type("spec_state_restored")[0]["fields"] == ["seq_lens", "kv_lens", "num_contexts"]

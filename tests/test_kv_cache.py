@@ -15,7 +15,7 @@ from collections import Counter, deque
 from dataclasses import dataclass
 
 import pytest
-from specdec_eval.workers.config import KV_CACHE_VERSIONS, KVCacheConfig, ModelConfig
+from specdec_eval.workers.config import KVCacheConfig
 from specdec_eval.workers.errors import UserError
 from specdec_eval.workers.kv_cache import (
     KV_CACHE_MANAGERS,
@@ -30,6 +30,7 @@ from specdec_eval.workers.kv_cache import (
     manager_class,
     size_kv_cache,
 )
+from specdec_eval.workers.model_config import ModelConfig
 
 BS = 4  # tokens per block: small, so block boundaries come up often
 W = 4  # window: 1 + max_draft_len 3
@@ -555,7 +556,12 @@ def test_sizing_budget_below_one_block_is_a_user_error(cfg: KVCacheConfig) -> No
 
 
 def test_registry_matches_config_versions_and_builds_managers() -> None:
-    assert set(KV_CACHE_MANAGERS) == set(KV_CACHE_VERSIONS)
+    # The config validates against the registry itself: every registered version is accepted, nothing else.
+    assert set(KV_CACHE_MANAGERS) == {"v1", "v2"}
+    for version in KV_CACHE_MANAGERS:
+        assert KVCacheConfig(version=version).version == version
+    with pytest.raises(UserError, match="known: v1, v2"):
+        KVCacheConfig(version="v3")
     for version, cls in (("v1", KVCacheManagerV1), ("v2", KVCacheManagerV2)):
         layout = size(KVCacheConfig(version=version, max_tokens=1024, max_util_for_resume=1.0))
         mgr = make_kv_cache_manager(layout, enable_block_reuse=True, window_tokens=4, max_batch_size=8)

@@ -96,7 +96,7 @@ def test_guard_template_restores_state_after_a_failure(tiny, tiny_reference, kv)
     prompts, expected = tiny_reference
     engine, _ = _failing_engine(tiny, "template", kv)
     outs = engine.generate(prompts[:4], GREEDY)
-    assert engine.attn_meta.saved_fields == ()
+    assert engine.executor.meta.saved_fields == ()
     restored = engine.events.of_type("spec_state_restored")
     assert len(restored) == 1
     assert restored[0]["fields"] == ["seq_lens", "kv_lens", "num_contexts"]
@@ -119,7 +119,7 @@ def test_guard_none_leaves_the_state_and_the_next_step_names_it(tiny, tiny_refer
     leak = engine.events.of_type("spec_state_leak")
     assert leak and leak[0]["fields"] == ["seq_lens", "kv_lens", "num_contexts"]
     assert len(engine.events.of_type("request_failed")) == 4
-    assert engine.attn_meta.saved_fields == ("seq_lens", "kv_lens", "num_contexts")
+    assert engine.executor.meta.saved_fields == ("seq_lens", "kv_lens", "num_contexts")
 
 
 def test_a_subclass_may_not_override_forward():

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-import specdec_eval.workers.spec.eagle3 as eagle3_module
+import specdec_eval.workers.spec.verify as verify_module
 import torch
 from specdec_eval.workers.config import SamplingParams, SpecConfig
 from specdec_eval.workers.sampling import target_probs
@@ -87,6 +87,6 @@ def test_a_lossy_verifier_is_caught(tiny, plain_samples, monkeypatch):
         bonus = target_probs(logits[len(drafts)].cpu(), params)  # right distribution, wrong acceptance
         return list(drafts) + [int(torch.multinomial(bonus, 1, generator=generator))]
 
-    monkeypatch.setattr(eagle3_module, "verify", accept_everything)
+    monkeypatch.setattr(verify_module, "verify", accept_everything)
     stat, df, p = chi_square_homogeneity(plain_samples, _samples(_spec_engine(tiny), seed0=10_000))
     assert p < ALPHA, f"the test failed to notice a lossy verifier (chi2={stat:.1f}, df={df}, p={p:.3f})"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from specdec_eval.workers.config import SamplingParams, SpecConfig
 from specdec_eval.workers.memory import draft_activation_bytes, forward_activation_bytes
-from specdec_eval.workers.warmup import max_shapes
 
 from .conftest import make_engine
 from .prompts import RAW_PROMPTS
@@ -29,7 +28,7 @@ def _engine(tiny, kv, guard="template", **kw):
 
 def test_clean_warmup_runs_both_max_shapes(tiny, fault_free):
     engine = _engine(tiny, "v1")
-    assert max_shapes(engine) == [(256, 0), (64, 64)]
+    assert engine.warmup_shapes() == [(256, 0), (64, 64)]
     assert engine.events.counts() == {}
     assert engine.kv_manager.num_free_blocks == engine.kv_manager.num_blocks
     assert [o.token_ids for o in engine.generate(PROMPTS, PARAMS)] == fault_free
@@ -59,7 +58,7 @@ def test_same_budget_v2_quota_ooms_where_v1_does_not(tiny, fault_free):
     worker saved its metadata. The guarded worker restores it and serving is unaffected."""
     v1 = _engine(tiny, "v1")
     cfg, head = v1.model_config, v1.draft_model.config
-    tokens = max_shapes(v1)[0][0]
+    tokens = v1.warmup_shapes()[0][0]
     target_need = forward_activation_bytes(cfg, tokens, 1, 4, 1)
     draft_need = draft_activation_bytes(head.layer, cfg.hidden_size, head.draft_vocab_size, tokens, 1, 4, 1)
     assert draft_need > target_need  # the draft pass is the larger allocation of a one-model forward

@@ -3,19 +3,22 @@
 Primary fields describe the batch (how many new tokens each request brings, how long its KV is after this
 forward, where its blocks are). Everything attention needs (positions, slot mapping, the gather of cached keys,
 the mask) is derived from them in `on_update()`, so a spec-dec worker can change `seq_lens` / `kv_lens`, call
-`on_update()`, and later put the originals back with `restore_from_spec_dec()`.
+`on_update()`, and later put the originals back with `restore_from_spec_dec()`. The metadata is a value: indices
+and masks only; state that outlives a step (the KV pool, the decode copy) lives beside the pool (`PagedKV`).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
 
-from .kv_cache.decode_copy import DecodeCopy
-
 # The fields a spec-dec worker may save and mutate.
 SPEC_DEC_FIELDS = ("seq_lens", "kv_lens", "num_contexts", "block_tables")
+# Every on_update() gets a version unique in the process, so attention-side caches keyed on it (the decode copy's
+# plan) can never mistake one metadata object's derived tensors for another's.
+_VERSIONS = itertools.count(1)
 
 
 @dataclass
@@ -44,13 +47,12 @@ class AttentionMetadata:
     `prepare()` rebuilds the batch fields every step but leaves spec-dec saved state alone, so state that a
     worker saved and never restored is still there at the next step, where `prepare_for_spec_dec` trips on it."""
 
-    def __init__(self, block_size: int, device: torch.device, decode_copy: DecodeCopy | None = None) -> None:
+    def __init__(self, block_size: int, device: torch.device) -> None:
         self.block_size = block_size
         self.device = device
-        # Set (CPU): decoding requests attend over a contiguous copy of their KV, not a per-step gather.
-        self.decode_copy = decode_copy
-        self.uses_decode_copy = False
-        self.request_ids: list[int] = []
+        self.version = 0  # changes with every on_update()
+        self.request_ids: list = []
+        self.decoding_request_ids: list = []  # the generation requests of the batch as prepared (not as mutated)
         self.seq_lens = torch.zeros(0, dtype=torch.int64)  # [B] new tokens per request in this forward
         self.kv_lens = torch.zeros(0, dtype=torch.int64)  # [B] KV length of each request after this forward
         self.block_tables = torch.zeros(0, 1, dtype=torch.int64)  # [B, max_blocks], padded with block 0
@@ -67,8 +69,7 @@ class AttentionMetadata:
         for i, e in enumerate(entries):
             tables[i, : len(e.block_table)] = torch.tensor(e.block_table, dtype=torch.int64)
         self.request_ids = [e.request_id for e in entries]
-        if self.decode_copy is not None:
-            self.decode_copy.keep_only({e.request_id for e in entries if not e.is_context})
+        self.decoding_request_ids = [e.request_id for e in entries if not e.is_context]
         self.seq_lens = torch.tensor([e.num_new_tokens for e in entries], dtype=torch.int64)
         self.kv_lens = torch.tensor([e.start + e.num_new_tokens for e in entries], dtype=torch.int64)
         self.block_tables = tables
@@ -111,6 +112,7 @@ class AttentionMetadata:
         self.last_token_index = (query_start[1:] - 1).to(dev)  # index of each request's last token
         self._build_context_views(query_start)
         self._build_generation_batch(query_start)
+        self.version = next(_VERSIONS)
 
     def _build_context_views(self, query_start: torch.Tensor) -> None:
         """One attention call per context request over exactly its own keys: a prefill of L tokens costs
@@ -135,7 +137,6 @@ class AttentionMetadata:
         num_gen = int(seq_lens.shape[0])
         self.gen_token_start = int(query_start[c])
         self.gen_max_q = int(seq_lens.max()) if num_gen else 0
-        self.uses_decode_copy = False
         if not num_gen:
             return
         # Keys are gathered whole blocks at a time (one index per block, not per token): copying 16-token rows
@@ -154,28 +155,9 @@ class AttentionMetadata:
         self.gen_offset_in_seq = offset_in_seq.to(dev)
         # Additive float mask: CPU SDPA is measurably faster with it than with a boolean one.
         additive = torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))
+        self.gen_num_blocks = num_blocks
+        self.gen_additive_mask = additive  # [G, max_q, num_blocks * block_size], on the CPU (the decode copy's plan)
         self.gen_attn_mask = additive[:, None, :, :].to(dev)  # [G, 1, max_q, num_blocks * block_size]
-        if self.decode_copy is not None:
-            self._build_decode_copy_batch(batch_index, additive, num_blocks)
-
-    def _build_decode_copy_batch(self, batch_index: torch.Tensor, additive: torch.Tensor, num_blocks: int) -> None:
-        """The generation batch laid out by decode-copy row: row r holds the request that owns it; rows nobody
-        owns attend to key 0 only, so their softmax stays finite (their outputs are never read)."""
-        c, dev = self.num_contexts, self.device
-        request_ids = self.request_ids[c:]
-        rows = self.decode_copy.assign(request_ids, num_blocks * self.block_size)
-        if rows is None:
-            return
-        row_index = torch.tensor(rows, dtype=torch.int64)
-        mask = torch.full((self.decode_copy.num_rows, *additive.shape[1:]), float("-inf"))
-        mask[:, :, 0] = 0.0
-        mask[row_index] = additive
-        self.uses_decode_copy = True
-        self.copy_request_ids = request_ids
-        self.copy_rows = rows
-        self.copy_tables = self.block_tables[c:, :num_blocks].to(dev)  # [G, num_blocks]
-        self.copy_row_of_token = row_index[batch_index].to(dev)  # [generation tokens]
-        self.copy_attn_mask = mask[:, None, None].to(dev)  # [rows, 1, 1, max_q, num_blocks * block_size]
 
     # --- spec-dec save / restore -------------------------------------------------------------------------
 

@@ -12,7 +12,6 @@ from .config import EngineConfig, SamplingParams
 from .engine import Engine
 from .events import failing_events
 from .memory import draft_activation_bytes, forward_activation_bytes
-from .warmup import max_shapes
 
 STALE_FIELDS = ["seq_lens", "kv_lens", "num_contexts"]
 
@@ -20,8 +19,8 @@ STALE_FIELDS = ["seq_lens", "kv_lens", "num_contexts"]
 def _budget_quota(engine: Engine) -> dict[str, int]:
     """A v2 byte quota that fits the target forward of the max context shape but not the draft pass after it."""
     cfg, head = engine.model_config, engine.draft_model.config
-    tokens = max_shapes(engine)[0][0]
-    dtype_bytes, tp = engine.kv_pool.element_size(), engine.tp.size
+    tokens = engine.warmup_shapes()[0][0]
+    dtype_bytes, tp = engine.kv.element_size, engine.tp.size
     target = forward_activation_bytes(cfg, tokens, 1, dtype_bytes, tp)
     draft = draft_activation_bytes(
         head.layer, head.target_hidden_size, head.draft_vocab_size, tokens, 1, dtype_bytes, tp

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import EngineConfig, ModelConfig
+from .config import EngineConfig
 from .device import (
     MemoryReport,
     activation_estimate,
@@ -17,6 +17,7 @@ from .device import (
     resolve_dtype,
 )
 from .kv_cache.layout import KVLayout, size_kv_cache
+from .model_config import ModelConfig
 
 GIB = 2**30
 

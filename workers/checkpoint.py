@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from . import gguf_reader, hf_reader, presets
-from .config import ModelConfig
 from .errors import UserError
+from .model_config import ModelConfig
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -6,13 +6,13 @@ it) is reproducible on any machine."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
-from .config import EngineConfig, ModelConfig
+from .config import EngineConfig
 from .errors import UserError
+from .model_config import ModelConfig
 
 DEFAULT_CPU_BUDGET = 4 * 2**30
 
@@ -24,16 +24,15 @@ _DTYPES = {
 }
 
 
-def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
-    """auto: CUDA when available. Under torchrun each process takes the GPU of its LOCAL_RANK."""
-    if local_rank is None:
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+def resolve_device(name: str) -> torch.device:
+    """auto: CUDA when available. Under torchrun launch/ has made each process's GPU (its local rank) the current
+    CUDA device before any engine is built."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda":
         if not torch.cuda.is_available():
             raise UserError("--device cuda was asked for, but this torch build sees no CUDA device")
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
+        return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
 

@@ -1,82 +1,46 @@
-"""The Python API the evals and the CLI call: `Engine(config).generate(prompts, sampling) -> outputs`."""
+"""The local engine: `Engine(config)`, an `InferenceEngine` (workers/interface.py).
+
+Two ways in, one loop: `add_request` / `step` / `abort` (what a server drives, so a request that arrives while
+others decode joins the running batch at the next step, like vLLM's engine core), and `generate(prompts)`, a thin
+loop over them that returns outputs in prompt order.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 import torch
 
-from .attn_metadata import AttentionMetadata, BatchEntry
+from .attn_metadata import AttentionMetadata
 from .capacity import plan_capacity
 from .checkpoint import Checkpoint, load_checkpoint, preset_of
 from .config import EngineConfig, SamplingParams
-from .device import resolve_device, resolve_dtype
+from .device import dtype_name, resolve_device, resolve_dtype
 from .errors import UserError
 from .events import EventLog
-from .executor import Executor, allocate_kv_pool
+from .executor import Executor, StepOutput
 from .faults import FaultInjector
+from .interface import EngineIdentity, GenerateStats, GenerationOutput, OutputSink, ProgressFn, Prompt
 from .kv_cache import make_kv_cache_manager
-from .kv_cache.decode_copy import DecodeCopy
 from .kv_cache.layout import KVLayout
+from .layers.paged_kv import PagedKV
 from .memory import MemoryBudget
 from .model import CausalLM
 from .parallel import TPGroup
+from .profiling import profile_forward
 from .request import Request
 from .scheduler import Scheduler
-from .spec.eagle3 import Eagle3OneModelWorker
+from .spec import spec_worker_class
 from .spec.eagle3_head import Eagle3DraftModel, build_draft_model, resolve_draft_model
 from .spec.metrics import AcceptanceStats
+from .stopping import StopRules
 from .tokenizer import encode_chat, encode_prompt, eos_token_ids
-from .warmup import general_warmup
+from .warmup import general_warmup, max_shapes
 
-# A prompt is raw text, token ids, or chat messages ([{"role": ..., "content": ...}, ...]).
-Prompt = str | list[int] | list[dict[str, str]]
-
-
-@dataclass
-class GenerationOutput:
-    index: int
-    prompt_token_ids: list[int]
-    token_ids: list[int]
-    text: str
-    finish_reason: str  # "eos" | "stop" | "length" | "error" (an error is never a normal answer)
-    stats: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-
-
-@dataclass
-class GenerateStats:
-    """What one `generate` call did, for progress lines and benchmarks."""
-
-    num_requests: int = 0
-    num_prompt_tokens: int = 0
-    num_output_tokens: int = 0
-    num_steps: int = 0
-    num_preemptions: int = 0
-    elapsed_s: float = 0.0
-    acceptance: dict[str, Any] | None = None  # spec-dec only: AcceptanceStats.to_dict() over all requests
-    num_failed: int = 0  # requests that ended with finish reason "error"
-    num_retries: int = 0
-    running_score: float | None = None  # set by an evaluation layer for its progress line (0-100, so far)
-    # When every request had its first token (prefill over), and the output tokens at that moment: the rest of
-    # the call is pure decoding, which `decode_tokens` / `decode_s` measure within this one call.
-    all_started_s: float | None = None
-    tokens_when_all_started: int = 0
-
-    @property
-    def output_tokens_per_s(self) -> float:
-        return self.num_output_tokens / self.elapsed_s if self.elapsed_s else 0.0
-
-    @property
-    def decode_s(self) -> float:
-        return self.elapsed_s - self.all_started_s if self.all_started_s is not None else 0.0
-
-    @property
-    def decode_tokens(self) -> int:
-        return self.num_output_tokens - self.tokens_when_all_started if self.all_started_s is not None else 0
+__all__ = ["Engine", "GenerateStats", "GenerationOutput", "Prompt"]
 
 
 class Engine:
@@ -100,8 +64,8 @@ class Engine:
         self.max_seq_len = min(config.max_seq_len or 4096, self.model_config.max_position_embeddings)
 
         self.model = self._build_model()
-        self.tokenizer = tokenizer if tokenizer is not None else self.checkpoint.load_tokenizer()
-        self.eos_ids = eos_token_ids(self.tokenizer, self.model_config)
+        self._tokenizer = tokenizer if tokenizer is not None else self.checkpoint.load_tokenizer()
+        self.eos_ids = eos_token_ids(self._tokenizer, self.model_config)
         events_path = config.events_path.format(rank=self.tp.job_rank) if config.events_path else None
         self.events = EventLog(rank=self.tp.job_rank, path=events_path)
         self.faults = FaultInjector.from_strings(config.inject, self.events, config.seed) if config.inject else None
@@ -110,33 +74,38 @@ class Engine:
         self.kv_manager = make_kv_cache_manager(
             self.kv_layout,
             enable_block_reuse=config.kv_cache.enable_block_reuse,
-            window_tokens=1 + (config.spec.max_draft_len if config.spec else 0),
+            window_tokens=1 + self.max_draft_len,
             max_batch_size=config.max_batch_size,
         )
-        self.kv_pool = allocate_kv_pool(self.kv_layout, self.dtype, self.device)
-        self.attn_meta = AttentionMetadata(self.kv_layout.block_size, self.device, self._decode_copy())
-        self.spec_worker = self._build_spec_worker() if config.spec else None
-        # One executor for the engine's life: its step count and attention metadata outlive a generate() call.
-        self.executor = Executor(
-            self.model, self.kv_pool, None, self.kv_layout.block_size, self.device, self._on_token, self.attn_meta,
-            self.spec_worker,
-        )  # fmt: skip
-        if self.faults is not None and self.faults.wants("target_forward"):
-            middle = self.model.model.layers[self.model_config.num_hidden_layers // 2]
-            middle.register_forward_pre_hook(lambda *_: self.faults.check("target_forward", self.executor.num_steps))
-        self.memory_budget = MemoryBudget(
-            self.device,
-            self.memory.total_bytes,
-            self.weights_bytes + self.kv_layout.total_bytes,
-            self.events,
-            self.faults,
+        self.kv = PagedKV.allocate(self.kv_layout, self.dtype, self.device, self._wants_decode_copy())
+        held = self.weights_bytes + self.kv_layout.total_bytes
+        self.memory_budget = MemoryBudget(self.device, self.memory.total_bytes, held, self.events, self.faults)
+        self.spec_worker = None
+        if config.spec is not None:
+            self.spec_worker = spec_worker_class(config.spec.algorithm)(
+                self.model, self.draft_model, self.kv, self.kv_manager, config.spec, self.events, self.tp,
+                self.memory_budget, self.faults,
+            )  # fmt: skip
+        # One scheduler and one executor for the engine's life: requests of any caller share the running batch.
+        k = self.max_draft_len
+        self.scheduler = Scheduler(
+            self.kv_manager,
+            max_batch_size=config.max_batch_size,
+            max_num_tokens=config.max_num_tokens,
+            tokens_per_generation=1 + k,
+            kv_lookahead=max(0, k - 1),  # the K-1 draft steps write past the verified tokens
         )
-        self.executor.memory = self.memory_budget
-        if self.spec_worker is not None:
-            self.spec_worker.memory = self.memory_budget
+        self.stop_rules = StopRules(self._tokenizer, self.eos_ids)
+        self.executor = Executor(
+            self.model, self.kv, self.scheduler, AttentionMetadata(self.kv_layout.block_size, self.device),
+            self.stop_rules, self.memory_budget, self.events, self.faults, self.spec_worker, config.max_retries,
+            AcceptanceStats(k) if k else None,
+        )  # fmt: skip
         self.last_stats = GenerateStats()
+        self._next_request_id = 0
         if config.warmup == "on" or (config.warmup == "auto" and self.device.type == "cuda"):
-            general_warmup(self)
+            general_warmup(self.executor, self.warmup_shapes(), self.memory_budget, self._warmup_request,
+                           stop_on_oom=self.tp.size > 1)  # fmt: skip
 
     # --- construction ---------------------------------------------------------------------------------
 
@@ -145,44 +114,15 @@ class Engine:
         model.load_weights(self.checkpoint.tensors())
         return model.to(self.device).eval()
 
-    @torch.inference_mode()
-    def _profile_forward(self) -> None:
-        """CUDA: one forward at the max context shape with a throw-away KV pool, so the allocator's peak (read by
-        `measure_memory`) includes activations before the real pool is sized from what is left."""
-        block = self.config.kv_cache.block_size
-        n = min(self.config.max_num_tokens, self.max_seq_len - 1)
-        blocks = -(-n // block)
-        cfg = self.model_config
-        pool = torch.zeros(
-            cfg.num_hidden_layers, 2, blocks * block, cfg.num_key_value_heads // self.tp.size, cfg.head_dim,
-            dtype=self.dtype, device=self.device,
-        )  # fmt: skip
-        torch.cuda.reset_peak_memory_stats(self.device)
-        meta = AttentionMetadata(block, self.device).prepare([BatchEntry(-1, 0, n, list(range(blocks)), True)])
-        hidden, _ = self.model(torch.zeros(n, dtype=torch.int64, device=self.device), meta, pool)
-        self.model.compute_logits(hidden[meta.last_token_index])
-        del pool, hidden
-        torch.cuda.synchronize(self.device)
-        torch.cuda.empty_cache()  # give the throw-away pool back, so mem_get_info sees it as free
-
-    def _decode_copy(self) -> DecodeCopy | None:
-        wanted = self.config.kv_cache.decode_copy
-        if wanted is False or (wanted is None and self.device.type != "cpu"):
-            return None
-        # Bounded by the pool's token capacity: the copy never holds more than the live requests' KV.
-        return DecodeCopy(max_tokens=self.kv_layout.max_tokens)
-
     def _build_draft_model(self) -> Eagle3DraftModel:
         spec = self.config.spec
         head = resolve_draft_model(spec.draft_model, preset_of(self.checkpoint) or self.config.model)
         draft = build_draft_model(self.model_config, head, spec.capture_layers, spec.draft_seed, self.tp)
         return draft.to(self.dtype).to(self.device).eval()
 
-    def _build_spec_worker(self) -> Eagle3OneModelWorker:
-        return Eagle3OneModelWorker(
-            self.model, self.draft_model, self.kv_pool, self.kv_manager, self.config.spec, self.events, self.tp,
-            self.faults,
-        )  # fmt: skip
+    def _wants_decode_copy(self) -> bool:
+        wanted = self.config.kv_cache.decode_copy
+        return wanted if wanted is not None else self.device.type == "cpu"
 
     @property
     def weights_bytes(self) -> int:
@@ -192,172 +132,79 @@ class Engine:
 
     def _size_kv_cache(self) -> KVLayout:
         if self.device.type == "cuda":
-            self._profile_forward()
+            # The allocator's peak after one forward at the max context shape includes activations before the
+            # pool is sized from what is left.
+            profile_forward(self.model, self.config, self.max_seq_len, self.tp.size, self.dtype, self.device)
         plan = plan_capacity(self.model_config, self.config, weights_bytes=self.weights_bytes)
         self.memory = plan.memory
         return plan.layout
 
-    # --- generation -----------------------------------------------------------------------------------
+    @property
+    def max_draft_len(self) -> int:
+        return self.config.spec.max_draft_len if self.config.spec else 0
+
+    def warmup_shapes(self) -> list[tuple[int, int]]:
+        """(num_tokens, num_generation_requests) of the general warmup: pure context, then pure generation."""
+        return max_shapes(self.config, self.kv_manager.num_free_blocks * self.kv_layout.block_size,
+                          self.max_seq_len, self.max_draft_len)  # fmt: skip
+
+    def _warmup_request(self, index: int, token_ids: list[int], params: SamplingParams) -> Request:
+        return self.make_request(index, token_ids, params, request_id=-1 - index)  # never meets a real request
+
+    # --- the engine interface -------------------------------------------------------------------------
+
+    @property
+    def identity(self) -> EngineIdentity:
+        return identity_of(self.config, dtype_name(self.dtype))
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
 
     def encode(self, prompt: Prompt) -> list[int]:
         if isinstance(prompt, str):
-            return encode_prompt(self.tokenizer, prompt)
+            return encode_prompt(self._tokenizer, prompt)
         if prompt and isinstance(prompt[0], dict):
-            return encode_chat(self.tokenizer, prompt)  # type: ignore[arg-type]
+            return encode_chat(self._tokenizer, prompt)  # type: ignore[arg-type]
         return [int(t) for t in prompt]  # type: ignore[union-attr]
 
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
-        progress: Callable[[int, int, GenerateStats], None] | None = None,
-        on_output: Callable[[GenerationOutput], None] | None = None,
-    ) -> list[GenerationOutput]:
-        """Run every prompt to completion with continuous batching; outputs come back in prompt order.
-        on_output, if given, sees each output as soon as its request finishes (to persist work for resume)."""
-        sampling = sampling or SamplingParams()
-        params = [sampling] * len(prompts) if isinstance(sampling, SamplingParams) else list(sampling)
-        if len(params) != len(prompts):
-            raise UserError(f"{len(prompts)} prompts but {len(params)} sampling parameter sets")
-        pairs = enumerate(zip(prompts, params, strict=True))
-        requests = [self.make_request(i, self.encode(p), s) for i, (p, s) in pairs]
-        scheduler = self.new_scheduler()
-        executor = self.executor
-        executor.scheduler = scheduler
-        for r in requests:
-            scheduler.add(r)
-        stats = GenerateStats(len(requests), sum(len(r.prompt_token_ids) for r in requests))
-        start, first_step = time.perf_counter(), executor.num_steps
-        reported: set[int] = set()
-        try:
-            while scheduler.has_work:
-                try:
-                    executor.step()
-                except Exception as exc:
-                    if scheduler.last_batch is None:
-                        raise  # nothing was being served: not a serving error
-                    self._on_step_error(scheduler, scheduler.last_batch, exc)
-                for r in list(scheduler.running):
-                    if r.finish_reason is not None:
-                        scheduler.finish(r, r.finish_reason)
-                if on_output is not None:
-                    for r in requests:
-                        if r.is_finished and r.request_id not in reported and r.finish_reason != "error":
-                            reported.add(r.request_id)
-                            on_output(self._output(r))
-                stats.num_steps = executor.num_steps - first_step
-                stats.num_output_tokens = sum(len(r.output_token_ids) for r in requests)
-                stats.elapsed_s = time.perf_counter() - start
-                if stats.all_started_s is None and all(r.first_token_time is not None for r in requests):
-                    stats.all_started_s, stats.tokens_when_all_started = stats.elapsed_s, stats.num_output_tokens
-                if progress is not None:
-                    if self.config.spec:
-                        stats.acceptance = self._acceptance(requests)  # live, for the progress line
-                    progress(sum(r.is_finished for r in requests), len(requests), stats)
-        finally:
-            # An aborted call must not keep blocks reserved for requests nobody will finish.
-            for r in scheduler.running + list(scheduler.waiting):
-                if self.kv_manager.has(r.request_id):
-                    self.kv_manager.free(r.request_id)
-        stats.num_failed = sum(r.finish_reason == "error" for r in requests)
-        stats.num_retries = sum(r.num_retries for r in requests)
-        stats.num_preemptions = scheduler.num_preemptions
-        if self.config.spec:
-            stats.acceptance = self._acceptance(requests)
-        self.last_stats = stats
-        return [self._output(r) for r in requests]
+    def collect_events(self) -> list[dict[str, Any]]:
+        return self.events.events
 
-    def score(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
-        """(log p(continuation | context), greedy?) for each (context ids, continuation ids) pair."""
-        from .scoring import score_continuation
+    def reported_acceptance(self) -> dict[str, Any] | None:
+        total = self.executor.acceptance
+        return None if total is None else {**total.to_dict(), "source": "engine counters"}
 
-        return [score_continuation(self, context, continuation) for context, continuation in pairs]
+    def close(self) -> None:
+        for req in self.scheduler.running + list(self.scheduler.waiting):
+            self.scheduler.abort(req)
 
-    def _acceptance(self, requests: list[Request]) -> dict[str, Any]:
-        total = AcceptanceStats(self.config.spec.max_draft_len)
-        for r in requests:
-            total.merge(r.spec_stats)
-        return total.to_dict()
+    # --- requests one at a time (serving) -------------------------------------------------------------
 
-    def new_scheduler(self) -> Scheduler:
-        """A scheduler for one generate() call (or one warmup shape) over this engine's KV cache."""
-        k = self.config.spec.max_draft_len if self.config.spec else 0
-        return Scheduler(
-            self.kv_manager,
-            max_batch_size=self.config.max_batch_size,
-            max_num_tokens=self.config.max_num_tokens,
-            tokens_per_generation=1 + k,
-            kv_lookahead=max(0, k - 1),  # the K-1 draft steps write past the verified tokens
-        )
-
-    def _on_step_error(self, scheduler: Scheduler, batch, exc: Exception) -> None:
-        """A forward raised: only the requests of that batch are affected. Each is recomputed (bounded by
-        max_retries) or fails with finish reason "error"; both are recorded as events, never hidden."""
-        error = f"{type(exc).__name__}: {exc}"
-        step = self.executor.num_steps
-        self.executor.num_steps += 1  # the failed step counts, so a fault due "@STEP" does not fire forever
-        self.events.emit(
-            "forward_error", error=error, request_ids=[i.request.request_id for i in batch.items], step=step
-        )
-        for item in batch.items:
-            req = item.request
-            if req.is_finished:
-                continue
-            req.num_retries += 1
-            if req.num_retries <= self.config.max_retries:
-                scheduler.requeue(req)
-                self.events.emit("request_retried", request_id=req.request_id, attempt=req.num_retries, reason=error)
-            else:
-                scheduler.fail(req, error)
-                self.events.emit("request_failed", request_id=req.request_id, reason=error, retries=req.num_retries - 1)
-
-    def make_request(self, index: int, token_ids: list[int], params: SamplingParams) -> Request:
-        if not token_ids:
-            raise UserError(f"prompt {index} is empty")
-        limit = min(self.max_seq_len - 1, self.config.max_num_tokens)
-        if len(token_ids) > limit:
-            raise UserError(
-                f"prompt {index} has {len(token_ids)} tokens; this engine takes at most {limit} "
-                f"(max_seq_len {self.max_seq_len}, max_num_tokens {self.config.max_num_tokens})"
-            )
-        generator = None
-        if not params.greedy:
-            seed = params.seed if params.seed is not None else self.config.seed * 1_000_003 + index
-            generator = torch.Generator().manual_seed(seed)
-        max_new = min(params.max_new_tokens, self.max_seq_len - len(token_ids))
-        req = Request(index, list(token_ids), params, max_new, generator)
-        if self.config.spec:
-            req.spec_stats = AcceptanceStats(self.config.spec.max_draft_len)
+    def add_request(self, prompt: Prompt, sampling: SamplingParams | None = None, index: int = 0) -> Request:
+        """Queue a request; it joins the running batch at the next step."""
+        req = self.make_request(index, self.encode(prompt), sampling or SamplingParams())
+        self.scheduler.add(req)
         return req
 
-    def _on_token(self, req: Request, token: int) -> None:
-        """Apply the stop rules after each new token: EOS, stop strings, length."""
-        if req.first_token_time is None:
-            req.first_token_time = time.perf_counter()
-        if token in self.eos_ids and not req.sampling.ignore_eos:
-            req.finish_reason = "eos"
-        elif req.sampling.stop and self._hit_stop_string(req):
-            req.finish_reason = "stop"
-        elif len(req.output_token_ids) >= req.max_new_tokens:
-            req.finish_reason = "length"
-        if req.finish_reason is not None:
-            req.finish_time = time.perf_counter()
+    def step(self) -> StepOutput:
+        return self.executor.step()
 
-    def _hit_stop_string(self, req: Request) -> bool:
-        text = self.tokenizer.decode(req.output_token_ids, skip_special_tokens=True)
-        return any(s in text for s in req.sampling.stop)
+    def abort(self, req: Request) -> bool:
+        """Stop a request now (its client went away): its KV blocks go back at once."""
+        return self.scheduler.abort(req)
 
-    def _output(self, req: Request) -> GenerationOutput:
-        text = self.tokenizer.decode(req.output_token_ids, skip_special_tokens=True)
-        if req.finish_reason == "stop":
-            cut = min((text.find(s) for s in req.sampling.stop if s in text), default=len(text))
-            text = text[:cut]
+    @property
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_work
+
+    def output_of(self, req: Request) -> GenerationOutput:
         end = req.finish_time or time.perf_counter()
         return GenerationOutput(
-            index=req.request_id,
+            index=req.index,
             prompt_token_ids=req.prompt_token_ids,
             token_ids=list(req.output_token_ids),
-            text=text,
+            text=self.stop_rules.final_text(req),
             finish_reason=req.finish_reason or "length",
             error=req.error,
             stats={
@@ -372,3 +219,116 @@ class Engine:
                 **({"acceptance": req.spec_stats.to_dict()} if req.spec_stats else {}),
             },
         )
+
+    # --- a batch of prompts ---------------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+        progress: ProgressFn | None = None,
+        sink: OutputSink | None = None,
+    ) -> list[GenerationOutput]:
+        """Run every prompt to completion with continuous batching; outputs come back in prompt order. The sink,
+        if given, receives each output as soon as its request finishes (to persist work for resume)."""
+        params = per_prompt(sampling, len(prompts))
+        tokens = [self.encode(p) for p in prompts]
+        requests = [self.make_request(i, t, s) for i, (t, s) in enumerate(zip(tokens, params, strict=True))]
+        for r in requests:
+            self.scheduler.add(r)
+        stats = GenerateStats(len(requests), sum(len(t) for t in tokens))
+        start, first_step = time.perf_counter(), self.executor.num_steps
+        reported: set[int] = set()
+        try:
+            while not all(r.is_finished for r in requests):
+                self.step()
+                if sink is not None:
+                    for r in requests:
+                        if r.is_finished and r.index not in reported and r.finish_reason != "error":
+                            reported.add(r.index)
+                            sink.put(prompts[r.index], params[r.index], self.output_of(r))
+                self._update_stats(stats, requests, start, first_step)
+                if progress is not None:
+                    if self.config.spec:
+                        stats.acceptance = _acceptance_of(requests, self.max_draft_len)  # live, for the progress line
+                    progress(sum(r.is_finished for r in requests), len(requests), stats)
+        finally:
+            for r in requests:  # an interrupted call must not keep blocks reserved for requests nobody will finish
+                self.scheduler.abort(r)
+        stats.num_failed = sum(r.finish_reason == "error" for r in requests)
+        stats.num_retries = sum(r.num_retries for r in requests)
+        stats.num_preemptions = sum(r.num_preemptions for r in requests)
+        if self.config.spec:
+            stats.acceptance = _acceptance_of(requests, self.max_draft_len)
+        self.last_stats = stats
+        return [self.output_of(r) for r in requests]
+
+    def _update_stats(self, stats: GenerateStats, requests: list[Request], start: float, first_step: int) -> None:
+        stats.num_steps = self.executor.num_steps - first_step
+        stats.num_output_tokens = sum(len(r.output_token_ids) for r in requests)
+        stats.elapsed_s = time.perf_counter() - start
+        if stats.all_started_s is None and all(r.first_token_time is not None for r in requests):
+            stats.all_started_s, stats.tokens_when_all_started = stats.elapsed_s, stats.num_output_tokens
+
+    @torch.inference_mode()
+    def score(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
+        """(log p(continuation | context), greedy?) for each (context ids, continuation ids) pair."""
+        from .scoring import score_continuation
+
+        limit = min(self.max_seq_len, self.config.max_num_tokens) + 1
+        return [score_continuation(self.executor, context, continuation, limit) for context, continuation in pairs]
+
+    def make_request(
+        self, index: int, token_ids: list[int], params: SamplingParams, request_id: int | None = None
+    ) -> Request:
+        if not token_ids:
+            raise UserError(f"prompt {index} is empty")
+        limit = min(self.max_seq_len - 1, self.config.max_num_tokens)
+        if len(token_ids) > limit:
+            raise UserError(
+                f"prompt {index} has {len(token_ids)} tokens; this engine takes at most {limit} "
+                f"(max_seq_len {self.max_seq_len}, max_num_tokens {self.config.max_num_tokens})"
+            )
+        generator = None
+        if not params.greedy:
+            seed = params.seed if params.seed is not None else self.default_seed(index)
+            generator = torch.Generator().manual_seed(seed)
+        if request_id is None:
+            request_id, self._next_request_id = self._next_request_id, self._next_request_id + 1
+        max_new = min(params.max_new_tokens, self.max_seq_len - len(token_ids))
+        req = Request(request_id, list(token_ids), params, max_new, generator, index=index)
+        if self.config.spec:
+            req.spec_stats = AcceptanceStats(self.config.spec.max_draft_len)
+        return req
+
+    def default_seed(self, index: int) -> int:
+        """The sampling seed of prompt `index` of a call when its parameters name none."""
+        return self.config.seed * 1_000_003 + index
+
+
+def identity_of(config: EngineConfig, resolved_dtype: str | None = None) -> EngineIdentity:
+    """What a local engine of this configuration reports (also computed without building one, to find runs)."""
+    record = asdict(config)
+    record.pop("events_path", None)  # where events go does not shape outputs
+    spec = config.spec
+    return EngineIdentity(
+        kind="local", model=config.model, spec=spec.algorithm if spec else None,
+        max_draft_len=spec.max_draft_len if spec else 0, kv_cache=config.kv_cache.version, dtype=config.dtype,
+        resolved_dtype=resolved_dtype, tp_size=config.tp_size, world_size=config.tp_size, config=record,
+    )  # fmt: skip
+
+
+def per_prompt(sampling: SamplingParams | Sequence[SamplingParams] | None, n: int) -> list[SamplingParams]:
+    """One SamplingParams per prompt."""
+    sampling = sampling or SamplingParams()
+    params = [sampling] * n if isinstance(sampling, SamplingParams) else list(sampling)
+    if len(params) != n:
+        raise UserError(f"{n} prompts but {len(params)} sampling parameter sets")
+    return params
+
+
+def _acceptance_of(requests: list[Request], max_draft_len: int) -> dict[str, Any]:
+    total = AcceptanceStats(max_draft_len)
+    for r in requests:
+        total.merge(r.spec_stats)
+    return total.to_dict()

@@ -1,20 +1,34 @@
-"""One engine step on one screen: schedule, build attention metadata, run the target, sample, update requests."""
+"""One engine step, plain or speculative, top to bottom in `Executor.step`:
+
+schedule -> attention metadata -> target forward (capturing what the spec worker needs) -> verify (plain decoding
+is the K = 0 case of the same pure function) -> optional draft (the spec worker's exception-safe template) -> one
+commit loop -> retire. The fault points are the named calls in it: `target_forward` (half-way through the
+target's layers), `emit_rejected_draft` (after verification); the draft loop has its own (prepare_for_spec_dec,
+draft_step:K, restore). A forward that raises while serving fails only its batch: each request is recomputed
+(bounded by max_retries) or fails with finish reason "error", both recorded as events.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
 from .attn_metadata import AttentionMetadata, BatchEntry
-from .kv_cache.layout import KVLayout
+from .events import EventLog
+from .faults import FaultInjector, emit_rejected_draft
+from .layers.paged_kv import PagedKV
 from .memory import MemoryBudget, forward_activation_bytes
 from .model import CausalLM
 from .request import Request
-from .sampling import sample_tokens
-from .scheduler import ScheduledBatch, Scheduler
-from .spec.base import SpecStepInput, SpecWorkerBase
+from .scheduler import ScheduledBatch, ScheduledRequest, Scheduler
+from .spec.base import DraftInput, SpecWorkerBase
+from .spec.metrics import AcceptanceStats
+from .spec.verify import verify_batch
+from .stopping import StopRules
 
 
 class FeatureTap(Protocol):
@@ -25,102 +39,161 @@ class FeatureTap(Protocol):
     def record(self, items, meta: AttentionMetadata, input_ids, hidden, captured, model: CausalLM) -> None: ...
 
 
-def allocate_kv_pool(layout: KVLayout, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """One tensor for every KV layer (target layers, then room for the draft layer), sliced per layer."""
-    slots = layout.num_blocks * layout.block_size
-    return torch.zeros(layout.num_layers, 2, slots, layout.num_kv_heads, layout.head_dim, dtype=dtype, device=device)
+@dataclass
+class StepOutput:
+    """What one step did: the tokens each request got, and the requests that finished in it."""
+
+    new_tokens: dict[int, list[int]]  # request id -> tokens appended this step
+    finished: list[Request]
+    failed: bool = False  # the forward raised (its requests were requeued or failed)
 
 
 class Executor:
     def __init__(
         self,
         model: CausalLM,
-        kv_pool: torch.Tensor,
-        scheduler: Scheduler | None,  # set per generate() call
-        block_size: int,
-        device: torch.device,
-        on_token: Callable[[Request, int], None],
+        kv: PagedKV,
+        scheduler: Scheduler,
         meta: AttentionMetadata,
+        stop: StopRules,
+        memory: MemoryBudget,
+        events: EventLog,
+        faults: FaultInjector | None = None,
         spec_worker: SpecWorkerBase | None = None,
+        max_retries: int = 2,
+        acceptance: AcceptanceStats | None = None,
     ) -> None:
         self.model = model
-        self.kv_pool = kv_pool
+        self.kv = kv
         self.scheduler = scheduler
-        self.block_size = block_size
-        self.device = device
-        # Called once per new token; decides whether the request is finished (engine owns stop rules).
-        self.on_token = on_token
-        self.num_steps = 0
-        self.spec_worker = spec_worker
-        self.memory: MemoryBudget | None = None  # set by the engine
-        self.meta = meta  # owned by the engine: it outlives one generate() call, as real engines' buffers do
-        # Draft-head training sets this to record the target's captured layers and predictions (plain decoding).
-        self.feature_tap: FeatureTap | None = None
+        self.meta = meta  # owned for the engine's life, as real engines keep their buffers
+        self.stop = stop
+        self.memory = memory
+        self.events = events
+        self.faults = faults
+        self.spec = spec_worker
+        self.max_retries = max_retries
+        self.acceptance = acceptance  # every draft cycle verified over the engine's life, warmup excluded
+        self.num_steps = 0  # engine steps so far, warmup included (fault schedules count them)
+        self.feature_tap: FeatureTap | None = None  # draft-head training records plain steps (see `tap`)
+
+    @contextlib.contextmanager
+    def tap(self, recorder: FeatureTap) -> Iterator[None]:
+        """Record what the target computes in every step of the block (draft-head training)."""
+        self.feature_tap = recorder
+        try:
+            yield
+        finally:
+            self.feature_tap = None
 
     @torch.inference_mode()
-    def step(self) -> ScheduledBatch:
+    def step(self, recover: bool = True) -> StepOutput:
+        """Run one step. recover=False (the general warmup) lets a failed forward raise to the caller."""
         batch = self.scheduler.schedule()
-        meta = self.meta.prepare(
-            [BatchEntry(i.request.request_id, i.start, i.num_new_tokens, self._table(i.request), i.is_context)
-             for i in batch.items]
-        )  # fmt: skip
-        input_ids = torch.tensor(
-            [t for i in batch.items for t in self._step_tokens(i)], dtype=torch.int64, device=self.device
-        )
-        if self.spec_worker is not None:
-            self._spec_step(batch, meta, input_ids)
-            self.num_steps += 1
-            return batch
-        if self.memory is not None:
-            cfg, tp = self.model.config, self.model.tp.size
-            need = forward_activation_bytes(cfg, meta.num_tokens, meta.num_requests, self.kv_pool.element_size(), tp)
-            self.memory.check(need, "target forward", last_of_forward=True)
-        tap = self.feature_tap
-        hidden, captured = self.model(input_ids, meta, self.kv_pool, tap.capture_layers if tap else ())
-        if tap is not None:
-            tap.record(batch.items, meta, input_ids, hidden, captured, self.model)
-        logits = self.model.compute_logits(hidden[meta.last_token_index])
-        reqs = [i.request for i in batch.items]
-        tokens = sample_tokens(logits, [r.sampling for r in reqs], [r.generator for r in reqs])
-        # Every TP rank must continue with the same tokens: rank 0 decides.
-        tokens = self.model.tp.broadcast(tokens).tolist()
-        for item, token in zip(batch.items, tokens, strict=True):
-            req = item.request
-            req.num_computed_tokens = item.start + item.num_new_tokens
-            req.num_steps += 1
-            req.output_token_ids.append(token)
-            self.scheduler.kv.commit(req.request_id, req.all_token_ids[: req.num_computed_tokens])
-            self.on_token(req, token)
+        if not batch.items:
+            return StepOutput({}, [])
+        try:
+            emitted, drafts = self._forward(batch, self.num_steps)
+        except Exception as exc:
+            if not recover:
+                raise
+            self._recover(batch, exc)
+            return StepOutput({}, [], failed=True)
+        new_tokens = self._commit(batch, emitted, drafts)
         self.num_steps += 1
-        return batch
+        return StepOutput(new_tokens, self.scheduler.retire_finished())
 
-    def _spec_step(self, batch: ScheduledBatch, meta: AttentionMetadata, input_ids: torch.Tensor) -> None:
-        result = self.spec_worker.forward(SpecStepInput(meta, input_ids, batch.items, self.num_steps))
-        rows = zip(
-            batch.items, result.emitted, result.num_computed, result.next_drafts, result.num_accepted, strict=True
-        )
-        for item, emitted, computed, drafts, accepted in rows:
+    def _forward(self, batch: ScheduledBatch, step: int) -> tuple[list[list[int]], list[list[int]] | None]:
+        """The step's computation: target forward, verification, and the optional draft. Returns the emitted
+        tokens of each request (accepted drafts plus the target's token) and the next drafts."""
+        meta = self.meta.prepare([_entry(i, self.scheduler) for i in batch.items])
+        self.kv.begin_step(meta)
+        input_ids = torch.tensor([t for i in batch.items for t in _step_tokens(i)], dtype=torch.int64,
+                                 device=meta.device)  # fmt: skip
+        rows = _verify_rows(batch, meta)
+        cfg, tp = self.model.config, self.model.tp.size
+        need = forward_activation_bytes(cfg, meta.num_tokens, len(rows), self.kv.element_size, tp)
+        self.memory.check(need, "target forward", step, last_of_forward=self.spec is None)
+        hidden, captured = self.model(input_ids, meta, self.kv, self._capture_layers(),
+                                      halfway=lambda: self._fault("target_forward", step))  # fmt: skip
+        if self.feature_tap is not None:
+            self.feature_tap.record(batch.items, meta, input_ids, hidden, captured, self.model)
+        logits = self.model.compute_logits(hidden[rows])
+        emitted = verify_batch(batch.items, logits, self.model.tp)  # rank 0 decides, every rank receives
+        if self.faults is not None and self.faults.wants("emit_rejected_draft"):
+            emitted = emit_rejected_draft(batch.items, emitted, self.faults, step)
+        if self.spec is None:
+            return emitted, None
+        return emitted, self.spec.forward(DraftInput(meta, input_ids, batch.items, captured, emitted, step))
+
+    def _commit(self, batch: ScheduledBatch, emitted, drafts) -> dict[int, list[int]]:
+        """One commit loop for plain and speculative steps: progress, acceptance, tokens with the stop rules
+        (tokens after a stop are never emitted), and the KV cache's record of what is final."""
+        new_tokens: dict[int, list[int]] = {}
+        for r, (item, tokens) in enumerate(zip(batch.items, emitted, strict=True)):
             req = item.request
+            accepted = None if item.is_context else len(tokens) - 1
+            computed = item.start + item.num_new_tokens if item.is_context else item.start + 1 + accepted
             req.num_steps += 1
             req.num_computed_tokens = computed
-            req.draft_tokens = drafts
-            if accepted is not None:
+            req.draft_tokens = drafts[r] if drafts is not None else []
+            if accepted is not None and req.spec_stats is not None:
                 req.spec_stats.record(item.num_new_tokens - 1, accepted)
-            for token in emitted:
-                req.output_token_ids.append(token)
-                self.on_token(req, token)
-                if req.finish_reason is not None:
-                    break  # tokens after a stop are never emitted, exactly as without spec-dec
-            if req.finish_reason is None:
-                self.scheduler.kv.commit(req.request_id, req.all_token_ids[:computed])
+                if self.acceptance is not None and not req.is_warmup:
+                    self.acceptance.record(item.num_new_tokens - 1, accepted)
+            kept = self.stop.append(req, tokens)
+            new_tokens[req.request_id] = kept
+            final = min(computed, req.num_tokens)
+            self.scheduler.kv.commit(req.request_id, req.all_token_ids[:final])
+        return new_tokens
 
-    @staticmethod
-    def _step_tokens(item) -> list[int]:
-        req = item.request
-        if item.is_context:
-            return req.all_token_ids[item.start : item.start + item.num_new_tokens]
-        # A generation request feeds its last token, plus its draft tokens under spec-dec.
-        return req.all_token_ids[item.start : item.start + 1] + req.draft_tokens[: item.num_new_tokens - 1]
+    def _recover(self, batch: ScheduledBatch, exc: Exception) -> None:
+        error = f"{type(exc).__name__}: {exc}"
+        step = self.num_steps
+        self.num_steps += 1  # the failed step counts, so a fault due "@STEP" does not fire forever
+        self.events.emit("forward_error", error=error, request_ids=[i.request.request_id for i in batch.items],
+                         step=step)  # fmt: skip
+        for item in batch.items:
+            req = item.request
+            if req.is_finished:
+                continue
+            req.num_retries += 1
+            if req.num_retries <= self.max_retries:
+                self.scheduler.requeue(req)
+                self.events.emit("request_retried", request_id=req.request_id, attempt=req.num_retries, reason=error)
+            else:
+                self.scheduler.fail(req, error)
+                self.events.emit("request_failed", request_id=req.request_id, reason=error, retries=req.num_retries - 1)
 
-    def _table(self, req: Request) -> list[int]:
-        return self.scheduler.kv.block_table(req.request_id)
+    def _capture_layers(self) -> tuple[int, ...]:
+        if self.spec is not None:
+            return self.spec.capture_layers
+        return self.feature_tap.capture_layers if self.feature_tap is not None else ()
+
+    def _fault(self, point: str, step: int) -> None:
+        if self.faults is not None:
+            self.faults.check(point, step)
+
+
+def _entry(item: ScheduledRequest, scheduler: Scheduler) -> BatchEntry:
+    req = item.request
+    table = scheduler.kv.block_table(req.request_id)
+    return BatchEntry(req.request_id, item.start, item.num_new_tokens, table, item.is_context)
+
+
+def _step_tokens(item: ScheduledRequest) -> list[int]:
+    req = item.request
+    if item.is_context:
+        return req.all_token_ids[item.start : item.start + item.num_new_tokens]
+    # A generation request feeds its last token, plus its draft tokens under spec-dec.
+    return req.all_token_ids[item.start : item.start + 1] + req.draft_tokens[: item.num_new_tokens - 1]
+
+
+def _verify_rows(batch: ScheduledBatch, meta: AttentionMetadata) -> list[int]:
+    """Rows whose logits are needed: a context request's last token; every token of a generation request (its
+    last token and its K drafts; K = 0 without spec-dec)."""
+    starts = meta.query_start.tolist()
+    rows: list[int] = []
+    for r, item in enumerate(batch.items):
+        rows.extend([starts[r + 1] - 1] if item.is_context else range(starts[r], starts[r + 1]))
+    return rows

@@ -99,3 +99,17 @@ class FaultInjector:
             self.events.emit("fault_injected", point=point, step=step, arg=arg, spec=spec.text)
             return True
         return False
+
+
+def emit_rejected_draft(items, emitted: list[list[int]], faults: FaultInjector, step: int) -> list[list[int]]:
+    """The deliberate bug of the `emit_rejected_draft` fault: the first request whose first draft was rejected
+    gets that draft token instead of the target's (same count of tokens, so the KV bookkeeping still holds)."""
+    for r, item in enumerate(items):
+        drafts = item.request.draft_tokens
+        if item.is_context or not drafts or len(emitted[r]) != 1 or emitted[r][0] == drafts[0]:
+            continue
+        if faults.due("emit_rejected_draft", step):
+            emitted = [list(e) for e in emitted]
+            emitted[r] = [drafts[0]]
+        break
+    return emitted

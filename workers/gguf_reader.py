@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from .config import ModelConfig, RopeConfig
 from .errors import UserError
+from .model_config import ModelConfig, RopeConfig
 
 if TYPE_CHECKING:
     from gguf import GGUFReader

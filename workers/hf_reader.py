@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .config import ModelConfig
 from .errors import UserError
+from .model_config import ModelConfig
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

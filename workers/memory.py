@@ -7,11 +7,14 @@ they do not fit, the same torch.OutOfMemoryError is raised, so warmup OOMs are r
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 
-from .config import ModelConfig
 from .events import EventLog
 from .faults import FaultInjector
+from .model_config import ModelConfig
 
 
 def forward_activation_bytes(cfg: ModelConfig, num_tokens: int, logit_rows: int, dtype_bytes: int, tp: int) -> int:
@@ -45,7 +48,7 @@ class MemoryBudget:
         self.held_bytes = held_bytes  # weights + KV pool, for the engine's life
         self.events = events
         self.faults = faults
-        self.warmup_step: int | None = None  # set while the general warmup runs a shape
+        self.in_warmup = False  # true while the general warmup runs its shapes (`warmup()`)
         self.last_request: tuple[int, int] = (0, 0)  # (requested, free) of the last check
 
     @property
@@ -54,14 +57,23 @@ class MemoryBudget:
             return torch.cuda.mem_get_info(self.device)[0]
         return self.total_bytes - self.held_bytes
 
-    def check(self, requested: int, what: str, last_of_forward: bool = False) -> None:
-        """Ask for `requested` activation bytes. Raises torch.OutOfMemoryError when they do not fit (CPU), or
-        when `--inject warmup_oom` is due (at the last allocation of a warmup forward: for spec-dec that is
-        the draft pass, after the worker saved its attention metadata)."""
+    @contextlib.contextmanager
+    def warmup(self) -> Iterator[None]:
+        """While the general warmup runs: `--inject warmup_oom` may fire."""
+        self.in_warmup = True
+        try:
+            yield
+        finally:
+            self.in_warmup = False
+
+    def check(self, requested: int, what: str, step: int, last_of_forward: bool = False) -> None:
+        """Ask for `requested` activation bytes in engine step `step`. Raises torch.OutOfMemoryError when they
+        do not fit (CPU), or when `--inject warmup_oom` is due (at the last allocation of a warmup forward: for
+        spec-dec that is the draft pass, after the worker saved its attention metadata)."""
         free = self.free_bytes
         self.last_request = (requested, free)
-        if self.warmup_step is not None and last_of_forward and self.faults is not None:
-            self.faults.check("warmup_oom", self.warmup_step)
+        if self.in_warmup and last_of_forward and self.faults is not None:
+            self.faults.check("warmup_oom", step)
         if self.device.type != "cuda" and requested > free:
             raise torch.OutOfMemoryError(
                 f"CPU memory budget: {what} needs {requested / 2**20:.1f} MiB, {free / 2**20:.1f} MiB free "

@@ -6,19 +6,20 @@ tokens of a whole mixed batch plus the step's `AttentionMetadata`; it never sees
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
 
 from .attn_metadata import AttentionMetadata
-from .config import ModelConfig
 from .errors import UserError
 from .layers.attention import Attention
 from .layers.linear import VocabParallelLMHead
 from .layers.mlp import SwiGLU
 from .layers.norm import RMSNorm
+from .layers.paged_kv import PagedKV
 from .layers.rotary import RotaryEmbedding
+from .model_config import ModelConfig
 from .parallel import TPGroup
 
 
@@ -60,23 +61,28 @@ class CausalLM(nn.Module):
         self,
         input_ids: torch.Tensor,
         meta: AttentionMetadata,
-        kv_cache: torch.Tensor,
+        kv: PagedKV,
         capture_layers: tuple[int, ...] = (),
+        halfway: Callable[[], None] | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Run the decoder over the flattened batch.
 
-        kv_cache: [num_kv_layers, 2, num_slots, kv_heads, head_dim]; layer i uses kv_cache[i].
+        kv: the KV pool (layer i uses kv.layer(i)) and its decode copy.
         capture_layers: indices i whose *input* residual stream is returned (Eagle3's auxiliary features;
         equal to Hugging Face `hidden_states[i]`).
+        halfway: called before the middle layer (where a fault point aborts a forward with half its KV written).
         Returns the final-normed hidden states [T, hidden] and the captured states in the order asked.
         """
         h = self.model.embed_tokens(input_ids)
         cos_sin = self.rotary.cos_sin(meta.positions, h.dtype)
         captured: dict[int, torch.Tensor] = {}
+        middle = len(self.model.layers) // 2
         for i, layer in enumerate(self.model.layers):
+            if i == middle and halfway is not None:
+                halfway()
             if i in capture_layers:
                 captured[i] = h
-            h = layer(h, cos_sin, meta, kv_cache[i])
+            h = layer(h, cos_sin, meta, kv.layer(i))
         return self.model.norm(h), [captured[i] for i in capture_layers]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .config import ModelConfig, RopeConfig
+from .model_config import ModelConfig, RopeConfig
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

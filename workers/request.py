@@ -20,16 +20,17 @@ class RequestStatus(enum.Enum):
 
 @dataclass
 class Request:
-    request_id: int
+    request_id: int  # unique over the engine's life (warmup requests are negative)
     prompt_token_ids: list[int]
     sampling: SamplingParams
     max_new_tokens: int  # sampling.max_new_tokens, clamped to the engine's max_seq_len
     generator: torch.Generator | None = None  # per request, so sampling does not depend on batch composition
+    index: int = 0  # position of the prompt in its generate() call (what outputs are ordered and seeded by)
     output_token_ids: list[int] = field(default_factory=list)
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0  # tokens whose KV is in the cache
     num_cached_tokens: int = 0  # prompt tokens reused from cached blocks at the last admission
-    finish_reason: str | None = None  # "eos" | "stop" | "length" | "error"
+    finish_reason: str | None = None  # "eos" | "stop" | "length" | "error" | "aborted"
     error: str | None = None  # why a request failed (finish_reason "error")
     num_retries: int = 0
     text: str = ""
@@ -52,6 +53,11 @@ class Request:
     @property
     def max_total_tokens(self) -> int:
         return len(self.prompt_token_ids) + self.max_new_tokens
+
+    @property
+    def is_warmup(self) -> bool:
+        """A dummy request of the general warmup (negative id): never counted in metrics."""
+        return self.request_id < 0
 
     @property
     def is_finished(self) -> bool:

@@ -52,7 +52,6 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
-        self.last_batch: ScheduledBatch | None = None
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)
@@ -62,12 +61,10 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> ScheduledBatch:
-        self.last_batch = None
         generations = self._schedule_generations()
         budget = self.max_num_tokens - len(generations) * self.tokens_per_generation
         contexts = self._admit(budget, num_running=len(generations))
         batch = ScheduledBatch(contexts + generations)
-        self.last_batch = batch  # what a failed step was serving, for its error handling
         if not batch.items and self.waiting:
             head = self.waiting[0]
             raise RuntimeError(
@@ -147,3 +144,25 @@ class Scheduler:
         req.finish_reason = reason
         self.running.remove(req)
         self.kv.free(req.request_id)
+
+    def retire_finished(self) -> list[Request]:
+        """Release every running request whose stop rules fired this step (in running order)."""
+        done = [r for r in self.running if r.finish_reason is not None]
+        for r in done:
+            self.finish(r, r.finish_reason)
+        return done
+
+    def abort(self, req: Request, reason: str = "aborted") -> bool:
+        """Drop a request wherever it is (a client went away, a generate call was interrupted): its KV blocks go
+        back at once. False when it had already finished."""
+        if req.is_finished:
+            return False
+        if req in self.waiting:
+            self.waiting.remove(req)
+        if req in self.running:
+            self.running.remove(req)
+        if self.kv.has(req.request_id):
+            self.kv.free(req.request_id)
+        req.status = RequestStatus.FINISHED
+        req.finish_reason = reason
+        return True

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .config import ModelConfig
 from .errors import UserError
+from .model_config import ModelConfig
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

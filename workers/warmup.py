@@ -7,44 +7,52 @@ its saved state behind when the worker is not guarded."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import torch
 
-from .config import SamplingParams
-
-if TYPE_CHECKING:
-    from .engine import Engine
+from .config import EngineConfig, SamplingParams
+from .executor import Executor
+from .memory import MemoryBudget
+from .request import Request
 
 log = logging.getLogger("specdec_eval.warmup")
 _WARMUP = SamplingParams(max_new_tokens=2, ignore_eos=True)
 
 
-def max_shapes(engine: Engine) -> list[tuple[int, int]]:
-    """(num_tokens, num_generation_requests): the pure-context shape, then the pure-generation shape."""
-    cfg, k = engine.config, (engine.config.spec.max_draft_len if engine.config.spec else 0)
-    free_tokens = engine.kv_manager.num_free_blocks * engine.kv_layout.block_size - 2 * k - 1
-    tokens = max(1, min(cfg.max_num_tokens, engine.max_seq_len - 1, free_tokens))
-    batch = max(1, min(cfg.max_batch_size, tokens // (1 + k)))
+def max_shapes(config: EngineConfig, free_tokens: int, max_seq_len: int, max_draft_len: int) -> list[tuple[int, int]]:
+    """(num_tokens, num_generation_requests): the pure-context shape, then the pure-generation shape, within what
+    the KV pool's `free_tokens` can hold."""
+    k = max_draft_len
+    tokens = max(1, min(config.max_num_tokens, max_seq_len - 1, free_tokens - 2 * k - 1))
+    batch = max(1, min(config.max_batch_size, tokens // (1 + k)))
     return [(tokens, 0), (batch, batch)]
 
 
-def general_warmup(engine: Engine) -> list[dict]:
-    """Run the max shapes; return the warmup_oom events it recorded."""
+def general_warmup(
+    executor: Executor,
+    shapes: list[tuple[int, int]],
+    memory: MemoryBudget,
+    new_request: Callable[[int, list[int], SamplingParams], Request],
+    stop_on_oom: bool = False,
+) -> list[dict]:
+    """Run the shapes through the executor; return the warmup_oom events it recorded. stop_on_oom: under TP a skip
+    on one rank would leave its peers waiting in a collective, so an OOM is raised instead."""
+    events = executor.events
     oom_events = []
-    for num_tokens, num_gen in max_shapes(engine):
+    for num_tokens, num_gen in shapes:
         log.info("Run warmup with %d tokens, include %d generation tokens", num_tokens, num_gen)
         try:
-            _run_shape(engine, num_tokens, num_gen)
+            _run_shape(executor, memory, new_request, num_tokens, num_gen)
         except torch.OutOfMemoryError as exc:
-            if engine.tp.size > 1:
-                raise  # skipping on one rank would leave its peers waiting in a collective
+            if stop_on_oom:
+                raise
             log.warning(
                 "OOM during general warmup with %d tokens, %d generation tokens. Skipping.", num_tokens, num_gen
             )
-            requested, free = engine.memory_budget.last_request
+            requested, free = memory.last_request
             oom_events.append(
-                engine.events.emit(
+                events.emit(
                     "warmup_oom",
                     phase="general",
                     num_tokens=num_tokens,
@@ -54,33 +62,27 @@ def general_warmup(engine: Engine) -> list[dict]:
                     error=str(exc),
                 )  # fmt: skip
             )
-            if engine.device.type == "cuda":
+            if memory.device.type == "cuda":
                 torch.cuda.empty_cache()
         except Exception as exc:
             # Not an OOM, e.g. the stale-state assertion left by an earlier unguarded OOM. Recorded, not hidden:
             # the same failure will meet the first real request, where it fails the run.
-            engine.events.emit("forward_error", phase="warmup", error=f"{type(exc).__name__}: {exc}",
-                               request_ids=[], num_tokens=num_tokens, num_gen_tokens=num_gen)  # fmt: skip
+            events.emit("forward_error", phase="warmup", error=f"{type(exc).__name__}: {exc}",
+                        request_ids=[], num_tokens=num_tokens, num_gen_tokens=num_gen)  # fmt: skip
             log.error("warmup with %d tokens failed: %s", num_tokens, exc)
     return oom_events
 
 
-def _run_shape(engine: Engine, num_tokens: int, num_gen: int) -> None:
+def _run_shape(executor: Executor, memory: MemoryBudget, new_request, num_tokens: int, num_gen: int) -> None:
     """A context batch of `num_tokens` dummy tokens, or `num_gen` one-token requests taken to a generation step."""
-    scheduler = engine.new_scheduler()
     lengths = [num_tokens] if num_gen == 0 else [1] * num_gen
-    for i, n in enumerate(lengths):
-        scheduler.add(engine.make_request(-1 - i, [0] * n, _WARMUP))  # negative ids never meet real requests
-    executor = engine.executor
-    executor.scheduler = scheduler
-    budget = engine.memory_budget
+    requests = [new_request(i, [0] * n, _WARMUP) for i, n in enumerate(lengths)]
+    for req in requests:
+        executor.scheduler.add(req)
     try:
-        steps = 1 if num_gen == 0 else 2  # generation shape: the contexts first, then the generation step
-        for _ in range(steps):
-            budget.warmup_step = executor.num_steps
-            executor.step()
+        with memory.warmup():
+            for _ in range(1 if num_gen == 0 else 2):  # generation shape: the contexts first, then the generation
+                executor.step(recover=False)
     finally:
-        budget.warmup_step = None
-        for req in scheduler.running + list(scheduler.waiting):
-            if engine.kv_manager.has(req.request_id):
-                engine.kv_manager.free(req.request_id)
+        for req in requests:
+            executor.scheduler.abort(req)

@@ -10,8 +10,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..config import KVCacheConfig, ModelConfig
+from ..config import KVCacheConfig
 from ..errors import UserError
+from ..model_config import ModelConfig
 
 
 @dataclass(frozen=True)

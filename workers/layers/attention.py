@@ -9,10 +9,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attn_metadata import AttentionMetadata
-from ..config import ModelConfig
+from ..model_config import ModelConfig
 from ..parallel import TPGroup
+from .decode_copy import CopyPlan
 from .linear import ColumnParallelLinear, RowParallelLinear
 from .norm import RMSNorm
+from .paged_kv import LayerKV
 from .rotary import apply_rotary
 
 
@@ -36,9 +38,9 @@ class Attention(nn.Module):
         x: torch.Tensor,
         cos_sin: tuple[torch.Tensor, torch.Tensor],
         meta: AttentionMetadata,
-        kv_layer: torch.Tensor,
+        kv: LayerKV,
     ) -> torch.Tensor:
-        """x: [T, hidden]; kv_layer: [2, num_slots, kv_heads, head_dim], this layer's view of the pool."""
+        """x: [T, hidden]; kv: this layer's view of the pool (and of the decode copy)."""
         t = x.shape[0]
         q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
@@ -47,15 +49,16 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         cos, sin = cos_sin
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        kv_layer[0, meta.slot_mapping] = k
-        kv_layer[1, meta.slot_mapping] = v
-        out = paged_attention(q, kv_layer, meta)
+        kv.data[0, meta.slot_mapping] = k
+        kv.data[1, meta.slot_mapping] = v
+        out = paged_attention(q, kv, meta)
         return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
 
 
-def paged_attention(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+def paged_attention(q: torch.Tensor, kv: LayerKV, meta: AttentionMetadata) -> torch.Tensor:
     """q: [T, heads, d] for the flattened batch -> [T, heads, d]. Context requests attend one by one; generation
     requests (a few query tokens each) as one padded batch."""
+    kv_layer = kv.data
     out = torch.empty_like(q)
     heads = q.shape[1]
     gqa = kv_layer.shape[2] != heads
@@ -67,8 +70,9 @@ def paged_attention(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMeta
             query, keys, values, attn_mask=view.mask, is_causal=view.mask is None, enable_gqa=gqa
         )
         out[view.token_start : view.token_end] = o[0].transpose(0, 1)
-    if meta.gen_max_q and meta.uses_decode_copy:
-        out[meta.gen_token_start :] = _decode_copy_attention(q[meta.gen_token_start :], kv_layer, meta)
+    plan = kv.copy_plan(meta) if meta.gen_max_q else None
+    if plan is not None:
+        out[meta.gen_token_start :] = _decode_copy_attention(q[meta.gen_token_start :], kv, plan, meta)
     elif meta.gen_max_q:
         g0, d = meta.gen_token_start, q.shape[2]
         num_gen = meta.num_generations
@@ -85,20 +89,19 @@ def paged_attention(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMeta
     return out
 
 
-def _decode_copy_attention(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-    """q: [generation tokens, heads, d]. Attention over meta.decode_copy's rows, keys a view of the copy.
+def _decode_copy_attention(q: torch.Tensor, kv: LayerKV, plan: CopyPlan, meta: AttentionMetadata) -> torch.Tensor:
+    """q: [generation tokens, heads, d]. Attention over the decode copy's rows, keys a view of the copy.
 
     Written as two batched matmuls with the query heads of each KV head stacked (GQA), so each key and value is
     read once per step; SDPA on this CPU is slower here, and slower still on the strided gathered batch."""
-    copy = meta.decode_copy
-    data = copy.layer(kv_layer, meta.copy_request_ids, meta.copy_rows, meta.copy_tables, meta.block_size)
+    data = kv.copy_data(plan, meta.block_size)
     # This step's tokens are already in the pool; append them to their rows (refilled rows have them already).
     new_slots = meta.slot_mapping[meta.gen_token_start :]
-    rows, positions = meta.copy_row_of_token, meta.positions[meta.gen_token_start :]
-    data[0][rows, :, positions] = kv_layer[0, new_slots]
-    data[1][rows, :, positions] = kv_layer[1, new_slots]
+    rows, positions = plan.row_of_token, meta.positions[meta.gen_token_start :]
+    data[0][rows, :, positions] = kv.data[0, new_slots]
+    data[1][rows, :, positions] = kv.data[1, new_slots]
 
-    num_rows, num_keys, max_q = copy.num_rows, copy.num_keys, meta.gen_max_q
+    num_rows, num_keys, max_q = plan.num_rows, plan.num_keys, meta.gen_max_q
     heads, d = q.shape[1], q.shape[2]
     kv_heads = data.shape[2]
     group = heads // kv_heads
@@ -108,7 +111,7 @@ def _decode_copy_attention(q: torch.Tensor, kv_layer: torch.Tensor, meta: Attent
     # Head h uses KV head h // group: stack each KV head's `group` query heads (and all query rows) together.
     q_grouped = q_pad.view(num_rows, max_q, kv_heads, group, d).permute(0, 2, 3, 1, 4)
     scores = torch.matmul(q_grouped.reshape(num_rows, kv_heads, group * max_q, d), keys.transpose(-1, -2))
-    scores = scores.view(num_rows, kv_heads, group, max_q, num_keys) + meta.copy_attn_mask
+    scores = scores.view(num_rows, kv_heads, group, max_q, num_keys) + plan.attn_mask
     probs = torch.softmax(scores, dim=-1).view(num_rows, kv_heads, group * max_q, num_keys)
     o = torch.matmul(probs, values).view(num_rows, kv_heads, group, max_q, d)
     o = o.permute(0, 3, 1, 2, 4).reshape(num_rows, max_q, heads, d)

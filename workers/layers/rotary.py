@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from ..config import RopeConfig
+from ..model_config import RopeConfig
 
 
 def inverse_frequencies(rope: RopeConfig, head_dim: int) -> torch.Tensor:

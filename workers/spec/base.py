@@ -1,17 +1,19 @@
 """SpecWorkerBase: the exception-safe template every spec-dec worker inherits.
 
-The failure this product exists to catch: a forward aborts half-way (a tolerated warmup OOM, a bad kernel)
-after the worker saved attention metadata for its draft loop; nobody restores it, and every later step dies at
-the "never restored" assertion ("Sampling failed"). Here `forward()` is a template method: it runs the
-subclass's `_forward_impl()` and, in `finally`, restores any saved metadata and applies any pending KV rewind,
-emitting `spec_state_restored` when the cleanup path had to act. Subclasses cannot override `forward`.
+A spec worker adds drafting to the engine step (workers/executor.py owns the step: target forward, verification,
+commit); it never runs the target itself. The failure this product exists to catch: a forward aborts half-way (a
+tolerated warmup OOM, a bad kernel) after the worker saved attention metadata for its draft loop; nobody restores
+it, and every later step dies at the "never restored" assertion ("Sampling failed"). Here `forward()` is a template
+method: it runs the subclass's `_forward_impl()` and, in `finally`, restores any saved metadata and applies any
+pending KV rewind, emitting `spec_state_restored` when the cleanup path had to act. Subclasses cannot override
+`forward`.
 
 guard "none" keeps the historical behaviour (no cleanup) on purpose, so the harness can show it catches it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -24,20 +26,28 @@ from ..scheduler import ScheduledRequest
 
 
 @dataclass
-class SpecStepInput:
+class DraftInput:
+    """What the step hands the spec worker after verification."""
+
     meta: AttentionMetadata
     input_ids: torch.Tensor  # [T] flattened: context prompts, then [last token, d_1..d_K] per generation
     items: list[ScheduledRequest]
+    captured: list[torch.Tensor]  # the target's captured layers, [T, H] each
+    emitted: list[list[int]]  # per item: accepted drafts + the target's token
     step: int
 
+    @property
+    def num_accepted(self) -> list[int | None]:
+        """Accepted drafts per item (None for context requests, which carried no drafts)."""
+        return [None if it.is_context else len(e) - 1 for it, e in zip(self.items, self.emitted, strict=True)]
 
-@dataclass
-class SpecStepResult:
-    emitted: list[list[int]]  # per item: tokens to append (accepted drafts + the target's token)
-    num_computed: list[int]  # per item: tokens whose KV (target and draft layer) is final after this step
-    next_drafts: list[list[int]]  # per item: K draft tokens for the next step
-    num_accepted: list[int | None]  # per item: accepted drafts (None for context requests)
-    stats: dict = field(default_factory=dict)
+    @property
+    def num_computed(self) -> list[int]:
+        """Per item: tokens whose KV (target and draft layer) is final after this step."""
+        return [
+            it.start + it.num_new_tokens if it.is_context else it.start + len(e)
+            for it, e in zip(self.items, self.emitted, strict=True)
+        ]
 
 
 class SpecWorkerBase:
@@ -49,18 +59,26 @@ class SpecWorkerBase:
                 "exception-safe template that restores spec-dec state"
             )
 
+    capture_layers: tuple[int, ...] = ()  # target layers whose inputs the draft needs (the step captures them)
+
     def __init__(
-        self, kv_manager: KVCacheManager, events: EventLog, guard: str = "template", faults: FaultInjector | None = None
+        self,
+        kv_manager: KVCacheManager,
+        events: EventLog,
+        memory: MemoryBudget,
+        guard: str = "template",
+        faults: FaultInjector | None = None,
     ) -> None:
         self.kv_manager = kv_manager
         self.events = events
+        self.memory = memory  # activation requests go through it
         self.guard = guard
         self.faults = faults
         self.step = 0  # the engine step being served (for events and fault injection)
-        self.memory: MemoryBudget | None = None  # set by the engine: activation requests go through it
         self._pending_rewinds: dict[int, int] = {}  # request id -> KV length to rewind to after drafting
 
-    def forward(self, step: SpecStepInput) -> SpecStepResult:
+    def forward(self, step: DraftInput) -> list[list[int]]:
+        """The next K draft tokens of every item."""
         self.step = step.step
         leaked = step.meta.saved_fields
         if leaked:
@@ -76,7 +94,7 @@ class SpecWorkerBase:
             if self.guard == "template":
                 self._cleanup(step, cause)
 
-    def _forward_impl(self, step: SpecStepInput) -> SpecStepResult:
+    def _forward_impl(self, step: DraftInput) -> list[list[int]]:
         raise NotImplementedError
 
     # --- helpers for subclasses -----------------------------------------------------------------------
@@ -87,8 +105,7 @@ class SpecWorkerBase:
             self.faults.check(point, self.step, arg)
 
     def need_memory(self, requested: int, what: str, last_of_forward: bool = False) -> None:
-        if self.memory is not None:
-            self.memory.check(requested, what, last_of_forward)
+        self.memory.check(requested, what, self.step, last_of_forward)
 
     def schedule_rewind(self, request_id: int, num_tokens: int) -> None:
         """KV past num_tokens is speculative; it is discarded after the draft loop (or by the cleanup)."""
@@ -103,7 +120,7 @@ class SpecWorkerBase:
         self._pending_rewinds.clear()
         return done
 
-    def _cleanup(self, step: SpecStepInput, cause: BaseException | None) -> None:
+    def _cleanup(self, step: DraftInput, cause: BaseException | None) -> None:
         fields = step.meta.restore_from_spec_dec()
         rewound = self.apply_rewinds()
         if fields or rewound:

@@ -13,13 +13,14 @@ import torch
 from torch import nn
 
 from ..attn_metadata import AttentionMetadata
-from ..config import ModelConfig
 from ..errors import UserError
 from ..layers.attention import Attention
 from ..layers.linear import linear
 from ..layers.mlp import SwiGLU
 from ..layers.norm import RMSNorm
+from ..layers.paged_kv import LayerKV
 from ..layers.rotary import RotaryEmbedding
+from ..model_config import ModelConfig
 from ..parallel import TPGroup
 
 
@@ -122,7 +123,7 @@ class Eagle3DraftModel(nn.Module):
         embeds: torch.Tensor,
         hidden: torch.Tensor,
         meta: AttentionMetadata,
-        kv_layer: torch.Tensor,
+        kv: LayerKV,
     ) -> torch.Tensor:
         """embeds: target embeddings of the tokens; hidden: fused target features (first pass) or the previous
         draft output. Returns the pre-norm output, which the next draft step consumes."""
@@ -131,7 +132,7 @@ class Eagle3DraftModel(nn.Module):
         x = torch.cat([layer.input_layernorm(embeds), normed_h], dim=-1)
         residual = normed_h if self.config.norm_before_residual else hidden
         cos_sin = self.rotary.cos_sin(meta.positions, hidden.dtype)
-        h = residual + layer.self_attn(x, cos_sin, meta, kv_layer)
+        h = residual + layer.self_attn(x, cos_sin, meta, kv)
         return h + layer.mlp(layer.post_attention_layernorm(h))
 
     def propose(self, hidden: torch.Tensor) -> torch.Tensor:

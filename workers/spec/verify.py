@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from ..config import SamplingParams
+from ..parallel import TPGroup
 from ..sampling import target_probs
 
 
@@ -50,3 +51,23 @@ def verify(
     if params.greedy:
         return greedy_verify(logits, drafts)
     return rejection_verify(logits, drafts, params, generator)
+
+
+def verify_batch(items, logits: torch.Tensor, tp: TPGroup) -> list[list[int]]:
+    """Verify every scheduled request of a step. `logits` holds, in batch order, one row per context request (its
+    last token) and 1 + K rows per generation request ([last, d_1..d_K]; K = 0 without spec-dec). Rank 0 decides;
+    every rank receives the same emitted tokens (never decide per rank under TP)."""
+    width = 1 + max(1 if item.is_context else item.num_new_tokens for item in items)
+    packed = torch.full((len(items), width), -1, dtype=torch.int64, device=logits.device)
+    if tp.is_leader:
+        row = 0
+        for r, item in enumerate(items):
+            req = item.request
+            n_rows = 1 if item.is_context else item.num_new_tokens
+            drafts = [] if item.is_context else req.draft_tokens[: n_rows - 1]
+            out = verify(logits[row : row + n_rows], drafts, req.sampling, req.generator)
+            packed[r, 0] = len(out)
+            packed[r, 1 : 1 + len(out)] = torch.tensor(out)
+            row += n_rows
+    packed = tp.broadcast(packed).tolist()
+    return [p[1 : 1 + p[0]] for p in packed]

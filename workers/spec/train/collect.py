@@ -35,11 +35,12 @@ class FeatureRecorder:
         starts = meta.query_start.tolist()
         for r, item in enumerate(items):
             s, e = starts[r], starts[r + 1]
-            self.chunks.setdefault(item.request.request_id, {})[item.start] = (features[s:e], labels[s:e])
+            self.chunks.setdefault(item.request.index, {})[item.start] = (features[s:e], labels[s:e])
 
-    def take(self, request_id: int, num_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Features [n, 3H] and labels [n] for positions 0..n-1 of one request."""
-        chunks = self.chunks.pop(request_id)
+    def take(self, index: int, num_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features [n, 3H] and labels [n] for positions 0..n-1 of the request of prompt `index` (one generate call
+        per recorder)."""
+        chunks = self.chunks.pop(index)
         width = next(iter(chunks.values()))[0].shape[1]
         features = torch.empty(num_positions, width, dtype=torch.float16)
         labels = torch.full((num_positions,), -1, dtype=torch.int32)
@@ -48,7 +49,7 @@ class FeatureRecorder:
             end = min(start + len(f), num_positions)
             features[start:end], labels[start:end] = f[: end - start], lab[: end - start]
         if bool((labels < 0).any()):
-            raise RuntimeError(f"request {request_id}: some positions were never computed (prefix reuse on?)")
+            raise RuntimeError(f"prompt {index}: some positions were never computed (prefix reuse on?)")
         return features, labels
 
 
@@ -75,11 +76,8 @@ def collect_shards(
         else:
             batch = prompts[first : first + shard_size]
             recorder = FeatureRecorder(capture_layers)
-            engine.executor.feature_tap = recorder
-            try:
+            with engine.executor.tap(recorder):
                 outputs = engine.generate(batch, sampling)
-            finally:
-                engine.executor.feature_tap = None
             sequences = []
             for out in outputs:
                 ids = list(out.prompt_token_ids) + list(out.token_ids)
