@@ -110,8 +110,8 @@ def bench(
                   # their prefill and the end-to-end rate would compare unlike work
                   block_reuse=False)  # fmt: skip
     result = run_bench(
-        common, o.spec_config(spec, draft_len, draft_model), sizes, max(num_prompts, sizes[-1]), batch1_prompts,
-        max_new_tokens, prompts_from, data_dir, skip_hf,
+        common, dict(spec=spec, draft_len=draft_len, draft_model=draft_model), sizes, max(num_prompts, sizes[-1]),
+        batch1_prompts, max_new_tokens, prompts_from, data_dir, skip_hf,
     )  # fmt: skip
     if as_json:
         print(json.dumps(result))
@@ -146,8 +146,10 @@ def run_bench(common, spec_cfg, sizes, num_prompts, batch1_prompts, max_new_toke
         "kv_cache": common["kv_cache"], "prompts": source, "max_new_tokens": max_new_tokens,
         "prompt_tokens_mean": round(sum(map(len, prompts)) / len(prompts), 1),
     }  # fmt: skip
-    if spec_cfg is not None:
-        result["spec"] = f"{spec_cfg.algorithm} K={spec_cfg.max_draft_len} draft={spec_cfg.draft_model}"
+    spec_engine_cfg = o.engine_config(**common, **spec_cfg)
+    if spec_engine_cfg.spec is not None:
+        s = spec_engine_cfg.spec
+        result["spec"] = f"{s.algorithm} K={s.max_draft_len} draft={s.draft_model}"
 
     cycles: list[dict] = []  # acceptance counters of every spec-dec generate call, summed per measurement
 
@@ -163,9 +165,8 @@ def run_bench(common, spec_cfg, sizes, num_prompts, batch1_prompts, max_new_toke
 
     sides = {"ours": ours(engine)}
     spec_engine = None
-    if spec_cfg is not None:
-        spec_engine = Engine(o.engine_config(**common, spec=spec_cfg), checkpoint=engine.checkpoint,
-                             tokenizer=engine.tokenizer)  # fmt: skip
+    if spec_engine_cfg.spec is not None:
+        spec_engine = Engine(spec_engine_cfg, checkpoint=engine.checkpoint, tokenizer=engine.tokenizer)
         sides["spec"] = ours(spec_engine)
     if not skip_hf:
         hf = build_hf_model(engine.checkpoint, engine.dtype).to(engine.device)

@@ -96,7 +96,8 @@ def generate(
       specdec-eval generate prompts.txt --spec eagle3 --draft-len 3 --kv-cache v2
       specdec-eval generate p.txt --spec eagle3 --spec-guard none --warmup on --inject warmup_oom   # the canary
     """  # fmt: skip
-    from ..launch.dist import tp_session
+    from ..launch.dist import RankEnv, world_session
+    from ..launch.layout import Layout
     from ..workers.checkpoint import load_checkpoint
     from ..workers.device import resolve_device
     from ..workers.engine import Engine
@@ -118,15 +119,21 @@ def generate(
     )  # fmt: skip
     checkpoint = load_checkpoint(model)
     checkpoint.config.check_tp_size(tp)
-    o.check_single_process_tp(tp)
+    env = RankEnv.from_environ()
+    if tp > 1 and env.world_size != tp:
+        raise UserError(
+            f"--tp {tp} needs {tp} processes; start this command with "
+            f"`torchrun --nproc-per-node {tp} -m specdec_eval.cli.main ...`"
+        )
     config = o.engine_config(
         model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
         block_size=block_size, block_reuse=block_reuse, decode_copy=decode_copy, max_batch_size=max_batch_size,
         max_num_tokens=max_num_tokens, max_seq_len=max_seq_len, tp=tp, seed=seed,
-        spec=o.spec_config(spec, draft_len, draft_model, spec_guard, capture_layers),
+        spec=spec, draft_len=draft_len, draft_model=draft_model, spec_guard=spec_guard, capture_layers=capture_layers,
         inject=inject, max_retries=max_retries, warmup=warmup, events_path=_rank_events_path(events, tp),
     )  # fmt: skip
-    with tp_session(resolve_device(device).type) as tp_group:  # NCCL on CUDA, gloo on CPU
+    with world_session(env, resolve_device(device).type, Layout(tp, tp)) as world:  # NCCL on CUDA, gloo on CPU
+        tp_group = world.tp
         engine = Engine(config, tp_group, checkpoint)
         with generation_progress(len(prompts), enabled=tp_group.is_leader) as progress:
             outputs = engine.generate(prompts, sampling, progress=progress)

@@ -9,15 +9,15 @@ import typer
 from ..workers.config import (
     DEVICES,
     DTYPES,
-    KV_CACHE_VERSIONS,
-    SPEC_ALGORITHMS,
     EngineConfig,
     KVCacheConfig,
     SamplingParams,
     SpecConfig,
-    parse_bytes,
+    from_options,
 )
 from ..workers.errors import UserError
+from ..workers.kv_cache import KV_CACHE_MANAGERS
+from ..workers.spec import SPEC_ALGORITHMS
 
 # Defaults come from the config dataclasses, never written twice.
 E = EngineConfig()
@@ -37,7 +37,7 @@ Model = Annotated[
 ]
 KVCache = Annotated[
     str,
-    typer.Option("--kv-cache", help=f"KV-cache manager: {' | '.join(KV_CACHE_VERSIONS)}.", rich_help_panel=ENGINE),
+    typer.Option("--kv-cache", help=f"KV-cache manager: {' | '.join(KV_CACHE_MANAGERS)}.", rich_help_panel=ENGINE),
 ]
 DType = Annotated[
     str, typer.Option("--dtype", help=f"{' | '.join(DTYPES)} (auto: float32 on CPU, bfloat16 on CUDA).",
@@ -136,73 +136,5 @@ CaptureLayers = Annotated[
 ]  # fmt: skip
 
 
-def spec_config(
-    spec: str = "none",
-    draft_len: int = S.max_draft_len,
-    draft_model: str = S.draft_model,
-    spec_guard: str = S.guard,
-    capture_layers: str | None = None,
-) -> SpecConfig | None:
-    if spec == "none":
-        return None
-    layers = None
-    if capture_layers:
-        try:
-            layers = tuple(int(x) for x in capture_layers.split(","))
-        except ValueError:
-            raise UserError(f"--capture-layers wants three integers like 2,15,27, got {capture_layers!r}") from None
-    return SpecConfig(
-        algorithm=spec, max_draft_len=draft_len, draft_model=draft_model, guard=spec_guard, capture_layers=layers
-    )
-
-
-def engine_config(
-    *,
-    model: str = E.model,
-    kv_cache: str = K.version,
-    dtype: str = E.dtype,
-    device: str = E.device,
-    device_memory: str | None = None,
-    block_size: int = K.block_size,
-    block_reuse: bool = K.enable_block_reuse,
-    decode_copy: bool | None = K.decode_copy,
-    max_batch_size: int = E.max_batch_size,
-    max_num_tokens: int = E.max_num_tokens,
-    max_seq_len: int | None = E.max_seq_len,
-    tp: int = E.tp_size,
-    seed: int = E.seed,
-    spec: SpecConfig | None = None,
-    inject: list[str] | None = None,
-    max_retries: int = E.max_retries,
-    warmup: str = E.warmup,
-    events_path: str | None = None,
-) -> EngineConfig:
-    return EngineConfig(
-        model=model,
-        dtype=dtype,
-        device=device,
-        tp_size=tp,
-        max_batch_size=max_batch_size,
-        max_num_tokens=max_num_tokens,
-        max_seq_len=max_seq_len,
-        kv_cache=KVCacheConfig(
-            version=kv_cache, block_size=block_size, enable_block_reuse=block_reuse, decode_copy=decode_copy
-        ),
-        device_memory=parse_bytes(device_memory) if device_memory else None,
-        seed=seed,
-        spec=spec,
-        inject=tuple(inject or ()),
-        max_retries=max_retries,
-        warmup=warmup,
-        events_path=events_path,
-    )
-
-
-def check_single_process_tp(tp: int) -> None:
-    import os
-
-    if tp > 1 and int(os.environ.get("WORLD_SIZE", "1")) != tp:
-        raise UserError(
-            f"--tp {tp} needs {tp} processes; start this command with "
-            f"`torchrun --nproc-per-node {tp} -m specdec_eval.cli.main ...`"
-        )
+# The one config builder (workers/config.py); commands call it with their flags' values.
+engine_config = from_options

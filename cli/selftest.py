@@ -52,7 +52,7 @@ def selftest(
         raise UserError(f"--num-prompts must be 1..{len(BENCH_PROMPTS)}, got {num_prompts}")
     base = o.engine_config(
         model=model, kv_cache=kv_cache, device=device, device_memory=device_memory, max_num_tokens=max_num_tokens,
-        spec=o.spec_config("eagle3", draft_len),
+        spec="eagle3", draft_len=draft_len,
     )  # fmt: skip
     stderr.print(f"selftest: canary A/B on {model}, kv {kv_cache}, K={draft_len}, mode {mode} ...")
     report = run_canary(base, BENCH_PROMPTS[:num_prompts], max_new_tokens, mode)

@@ -1,23 +1,29 @@
 """Our engine as an lm-eval `LM`. Every generate_until request of every task goes to the engine in one call
 (continuous batching over all of them); outputs come back in request order, as lm-eval requires.
 
+Any `InferenceEngine` (workers/interface.py) works: the local engine, the torchrun one, or an HTTP endpoint.
+
 Registered as `specdec`: `specdec-eval lm-eval run --model specdec --model_args model=smollm2,spec=eagle3 ...`
 (lm-eval has no plugin discovery, so its own `lm_eval` executable only sees models it imports itself; our
-`lm-eval` subcommand imports this module first, then hands over to lm-eval's command line).
+`lm-eval` subcommand imports this module first, then hands over to lm-eval's command line). `--model_args` keys
+are the command-line flags' names (`kv_cache=v2,spec=eagle3,draft_len=3`), built by the one config builder.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
+import typing
 from collections.abc import Callable
 from typing import Any
 
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from ..workers.config import EngineConfig, KVCacheConfig, SamplingParams, SpecConfig, parse_bytes
-from ..workers.engine import Engine, GenerationOutput
+from ..workers.config import EngineConfig, SamplingParams, from_options
+from ..workers.engine import Engine
 from ..workers.errors import UserError
+from ..workers.interface import GenerationOutput, InferenceEngine, OutputSink, Prompt
 from . import gsm8k
 
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's own backends default to this when a task names no max_gen_toks
@@ -45,18 +51,22 @@ def sampling_from_gen_kwargs(gen_kwargs: dict[str, Any], default_max: int) -> Sa
 class SpecDecLM(LM):
     def __init__(
         self,
-        engine: Engine | None = None,
+        engine: InferenceEngine | None = None,
         max_gen_toks: int | dict[str, int] = DEFAULT_MAX_GEN_TOKS,
         progress: Callable | None = None,
         cache: Any = None,  # evals.resume.GenerationCache: finished generations of this run, for resume
+        record_failures: bool = False,
         **engine_args: Any,
     ) -> None:
+        """record_failures: the run pipeline records failed requests itself (and fails the run); anywhere else
+        (lm-eval's own command line, a notebook) a failed request raises: it never reaches lm-eval as an answer."""
         super().__init__()
         self.engine = engine if engine is not None else Engine(engine_config_from_args(engine_args))
         # one limit for every task, or per lm-eval task name (a task's own gen_kwargs still win)
         self.max_gen_toks = dict(max_gen_toks) if isinstance(max_gen_toks, dict) else int(max_gen_toks)
         self.progress = progress
         self.cache = cache
+        self.record_failures = record_failures
         # (lm-eval task name, doc id) -> the engine's output, for per-sample records (tokens, acceptance)
         self.outputs: dict[tuple[str, int], GenerationOutput] = {}
 
@@ -85,8 +95,15 @@ class SpecDecLM(LM):
         for req, out in zip(requests, outputs, strict=True):
             task, doc_id = req.metadata[0], req.metadata[1]
             self.outputs[(task, int(doc_id))] = out
-        # A failed request is never scored as a wrong answer: the caller checks outputs for "error" and fails
-        # the run; lm-eval gets an empty string so it can finish its bookkeeping.
+        failed = [(req, out) for req, out in zip(requests, outputs, strict=True) if out.finish_reason == "error"]
+        if failed and not self.record_failures:
+            req, out = failed[0]
+            raise RequestsFailed(
+                f"{len(failed)} of {len(outputs)} requests failed (first: task {req.metadata[0]} doc "
+                f"{req.metadata[1]}: {out.error}); a failed request is never scored as an answer"
+            )
+        # Recorded: the pipeline marks these samples failed and fails the run; lm-eval gets a placeholder so that it
+        # can finish its bookkeeping, and its score of them is never reported.
         return [out.text if out.finish_reason != "error" else "" for out in outputs]
 
     def _generate(self, prompts: list, sampling: list[SamplingParams]) -> list[GenerationOutput]:
@@ -98,21 +115,11 @@ class SpecDecLM(LM):
         for i, c in enumerate(cached):
             if c is not None:
                 running.add(i, c.text)
-        progress = running.wrap(self.progress)
         fresh: list[GenerationOutput] = []
         if todo:
-            todo_prompts, todo_sampling = [prompts[i] for i in todo], [sampling[i] for i in todo]
-
-            def seen(out: GenerationOutput) -> None:  # each output as soon as it finishes
-                running.add(todo[out.index], out.text)
-                if self.cache is not None and not hasattr(self.engine, "world"):
-                    self.cache.put(todo_prompts[out.index], todo_sampling[out.index], out)
-
-            if hasattr(self.engine, "world"):  # torchrun job: each replica leader persists its own share
-                folder = str(self.cache.folder) if self.cache and self.cache.folder else None
-                fresh = self.engine.generate(todo_prompts, todo_sampling, progress, cache_dir=folder, on_output=seen)
-            else:
-                fresh = self.engine.generate(todo_prompts, todo_sampling, progress=progress, on_output=seen)
+            sink = _RecordingSink(self.cache, running, todo)
+            fresh = self.engine.generate([prompts[i] for i in todo], [sampling[i] for i in todo],
+                                         running.wrap(self.progress), sink)  # fmt: skip
         for i, out in zip(todo, fresh, strict=True):
             cached[i] = out
         return cached  # type: ignore[return-value]
@@ -158,14 +165,35 @@ class SpecDecLM(LM):
 
     @property
     def tokenizer_name(self) -> str:
-        return str(getattr(self.engine.tokenizer, "name_or_path", "") or self.engine.config.model).replace("/", "__")
+        return str(getattr(self.engine.tokenizer, "name_or_path", "") or self.engine.identity.model).replace("/", "__")
 
     def chat_template(self, chat_template: bool | str = False) -> str | None:
         return getattr(self.engine.tokenizer, "chat_template", None) if chat_template else None
 
     def get_model_info(self) -> dict[str, Any]:
-        c = self.engine.config
-        return {"model": c.model, "kv_cache": c.kv_cache.version, "spec": c.spec.algorithm if c.spec else None}
+        i = self.engine.identity
+        return {"model": i.model, "kv_cache": i.kv_cache, "spec": i.spec}
+
+
+class RequestsFailed(RuntimeError):
+    """The engine could not complete some requests (after its retries)."""
+
+
+class _RecordingSink:
+    """Each finished output goes to the run's generation cache (for resume) and to the running score. Replica
+    leaders of a torchrun job write through their own cache writer; the running score is rank 0's."""
+
+    def __init__(self, cache: Any, running: RunningScore | None, todo: list[int]) -> None:
+        self.cache, self.running, self.todo = cache, running, todo
+
+    def put(self, prompt: Prompt, sampling: SamplingParams, output: GenerationOutput) -> None:
+        if self.running is not None:
+            self.running.add(self.todo[output.index], output.text)
+        if self.cache is not None:
+            self.cache.put(prompt, sampling, output)
+
+    def for_replica(self, rank: int) -> OutputSink:
+        return _RecordingSink(self.cache.for_replica(rank) if self.cache is not None else None, None, self.todo)
 
 
 class RunningScore:
@@ -203,29 +231,35 @@ class RunningScore:
 
 
 def engine_config_from_args(args: dict[str, Any]) -> EngineConfig:
-    """EngineConfig from lm-eval --model_args strings: model, kv_cache, dtype, device, spec, draft_len,
-    draft_model, max_batch_size, max_seq_len, seed."""
-    known = {"model", "kv_cache", "dtype", "device", "spec", "draft_len", "draft_model", "max_batch_size",
-             "max_seq_len", "seed", "device_memory"}  # fmt: skip
-    unknown = set(args) - known
+    """EngineConfig from lm-eval `--model_args` strings, keyed like the command-line flags (model, kv_cache, dtype,
+    device, device_memory, spec, draft_len, draft_model, max_batch_size, max_seq_len, seed, ...); each value is
+    converted to the type its flag takes."""
+    # One lm-eval process is one engine: tensor parallelism needs `specdec-eval run --gpus N`.
+    params = [p for p in inspect.signature(from_options).parameters if p != "tp"]
+    hints = typing.get_type_hints(from_options)
+    unknown = set(args) - set(params)
     if unknown:
-        raise UserError(f"unknown specdec model_args: {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
-    spec = None
-    if args.get("spec") not in (None, "", "none"):
-        spec = SpecConfig(
-            algorithm=str(args["spec"]),
-            max_draft_len=int(args.get("draft_len", SpecConfig().max_draft_len)),
-            draft_model=str(args.get("draft_model", SpecConfig().draft_model)),
-        )
-    defaults = EngineConfig()
-    return EngineConfig(
-        model=str(args.get("model", defaults.model)),
-        kv_cache=KVCacheConfig(version=str(args.get("kv_cache", KVCacheConfig().version))),
-        dtype=str(args.get("dtype", defaults.dtype)),
-        device=str(args.get("device", defaults.device)),
-        max_batch_size=int(args.get("max_batch_size", defaults.max_batch_size)),
-        max_seq_len=int(args["max_seq_len"]) if args.get("max_seq_len") else defaults.max_seq_len,
-        seed=int(args.get("seed", defaults.seed)),
-        spec=spec,
-        device_memory=parse_bytes(str(args["device_memory"])) if args.get("device_memory") else None,
-    )
+        raise UserError(f"unknown specdec model_args: {', '.join(sorted(unknown))}; known: {', '.join(params)}")
+    return from_options(**{k: _convert(k, v, hints[k]) for k, v in args.items()})
+
+
+def _convert(key: str, value: Any, hint: Any) -> Any:
+    """A --model_args string as the builder's parameter type (int, bool, str, optional, a list of strings)."""
+    if not isinstance(value, str):
+        return value
+    kinds = [t for t in typing.get_args(hint) or (hint,) if t is not type(None)]
+    if value.lower() in ("", "none") and type(None) in typing.get_args(hint):
+        return None
+    kind = kinds[0]
+    try:
+        if kind is bool:
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(value)
+            return value.lower() in ("true", "1", "yes")
+        if kind is int:
+            return int(value)
+        if typing.get_origin(kind) is not None:  # Sequence[str]: several values separated by '|'
+            return tuple(v for v in value.split("|") if v)
+        return value
+    except ValueError:
+        raise UserError(f"specdec model_args {key}={value!r}: expected {getattr(kind, '__name__', kind)}") from None

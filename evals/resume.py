@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..workers.config import SamplingParams
-from ..workers.engine import GenerationOutput
+from ..workers.interface import GenerationOutput
 
 
 def request_key(prompt: Any, sampling: SamplingParams) -> str:
@@ -49,6 +49,10 @@ class GenerationCache:
 
     def get(self, prompt: Any, sampling: SamplingParams) -> GenerationOutput | None:
         return self.entries.get(request_key(prompt, sampling))
+
+    def for_replica(self, rank: int) -> GenerationCache:
+        """The writer a replica leader of a torchrun job uses: the same folder, its own file (no entries loaded)."""
+        return GenerationCache(self.folder, f"rank{rank}", load=False)
 
     def put(self, prompt: Any, sampling: SamplingParams, output: GenerationOutput) -> None:
         key = request_key(prompt, sampling)

@@ -12,19 +12,19 @@ import os
 import re
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 # lm-eval draws a tqdm bar per task; ours is the progress callback. tqdm reads this when it is first imported.
 os.environ.setdefault("TQDM_DISABLE", "1")
 
-from ..workers.engine import Engine  # noqa: E402
-from ..workers.errors import UserError
+from ..workers.errors import UserError  # noqa: E402
+from ..workers.interface import InferenceEngine
 from ..workers.spec.metrics import AcceptanceStats
 from . import gsm8k
 from .references import Reference, lookup
-from .tasks import FILTERS, TaskSpec, source_for, write_task_yamls
+from .tasks import FILTERS, TaskSpec, parse_tasks, source_for, write_task_yamls
 
 DEFAULT_FEWSHOT_SEED = 1234  # lm-eval's fewshot_random_seed default: the GSM8K shots every lm-eval user gets
 
@@ -43,6 +43,14 @@ class EvalOptions:
 
     def max_output_for(self, spec: TaskSpec) -> int:
         return self.max_output_len or spec.max_output_len
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (a torchrun job's payload); tasks by name."""
+        return {**{k: v for k, v in asdict(self).items() if k != "tasks"}, "tasks": [t.name for t in self.tasks]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EvalOptions:
+        return cls(**{**d, "tasks": parse_tasks(list(d["tasks"]))})
 
 
 @dataclass
@@ -64,34 +72,36 @@ class TaskResult:
     filter_mismatches: list[dict[str, Any]] = field(default_factory=list)  # our GSM8K filters vs lm-eval's
 
 
-def model_key_for(engine: Engine, explicit: str | None) -> str:
+def model_key_for(engine: InferenceEngine, explicit: str | None) -> str:
     """The references' model key: --model-key, else a known name for the presets, else the checkpoint's
     Hugging Face name (config.json _name_or_path) or folder name."""
     if explicit:
         return explicit
-    model = engine.config.model
+    model = engine.identity.model
     if model == "smollm2":
         return "HuggingFaceTB/SmolLM2-135M-Instruct"
     name = getattr(engine.tokenizer, "name_or_path", "") or ""
     return name if name and "/" in name and not os.path.isabs(name) else Path(model).name
 
 
-def selection_for(engine: Engine, spec: TaskSpec, options: EvalOptions) -> dict[str, Any]:
+def selection_for(engine: InferenceEngine, spec: TaskSpec, options: EvalOptions) -> dict[str, Any]:
     """The keys that pick a reference entry (see references.py for the matching rules)."""
-    c = engine.config
+    i = engine.identity
     return {
-        "dtype": c.dtype,
+        "dtype": i.dtype,
         "quant_algo": None,
         "kv_cache_quant_algo": None,
-        "spec_dec_algo": "Eagle3" if c.spec else None,
+        "spec_dec_algo": "Eagle3" if i.spec == "eagle3" else i.spec,
         "extra_acc_spec": "chat_template" if options.apply_chat_template else None,
-        "kv_cache": c.kv_cache.version,
+        "kv_cache": i.kv_cache,
         "num_fewshot": spec.num_fewshot if options.num_fewshot is None else options.num_fewshot,
         "max_output_len": options.max_output_for(spec),
     }
 
 
-def evaluate(engine: Engine, options: EvalOptions, progress: Callable | None = None, cache=None) -> list[TaskResult]:
+def evaluate(
+    engine: InferenceEngine, options: EvalOptions, progress: Callable | None = None, cache=None
+) -> list[TaskResult]:
     """cache: an evals.resume.GenerationCache; outputs found there are reused instead of generated again."""
     from .lm_adapter import SpecDecLM
 
@@ -102,6 +112,7 @@ def evaluate(engine: Engine, options: EvalOptions, progress: Callable | None = N
         max_gen_toks={spec.lm_eval_name: options.max_output_for(spec) for spec in options.tasks},
         progress=progress,
         cache=cache,
+        record_failures=True,
     )
     raw = _run_lm_eval(lm, options, sources)
     results = []
@@ -112,7 +123,7 @@ def evaluate(engine: Engine, options: EvalOptions, progress: Callable | None = N
         result.data_origin = sources[spec.name].origin
         stats = [s.pop("_acceptance") for s in samples if s.get("_acceptance")]
         if stats:
-            total = AcceptanceStats(engine.config.spec.max_draft_len)
+            total = AcceptanceStats(engine.identity.max_draft_len)
             for st in stats:
                 total.merge(st)
             result.acceptance = total.to_dict()
@@ -121,7 +132,7 @@ def evaluate(engine: Engine, options: EvalOptions, progress: Callable | None = N
     return results
 
 
-def _reference(engine: Engine, spec: TaskSpec, options: EvalOptions) -> Reference | None:
+def _reference(engine: InferenceEngine, spec: TaskSpec, options: EvalOptions) -> Reference | None:
     if options.no_reference or spec.smoke:
         return None  # the smoke suite is never scored against the real references
     selection = selection_for(engine, spec, options)

@@ -1,9 +1,9 @@
-"""Data-parallel serving under torchrun: rank 0 drives the evaluation, every replica serves a share.
+"""Data-parallel serving under torchrun: rank 0 drives, every replica serves a share.
 
-Rank 0 runs lm-eval as in a single process, but its engine is a `ShardedEngine`: each generate / score call is
-broadcast on a control group (gloo, so it also works beside NCCL), every TP group serves the requests whose index
-falls to its replica (round robin), and the replica leaders send their results back to rank 0, which puts them
-in request order. The other ranks sit in `serve_forever` until rank 0 sends "stop".
+Rank 0's engine is a `ShardedEngine`, an `InferenceEngine` (workers/interface.py) like the local one: each call is
+broadcast on the control group (gloo, so it also works beside NCCL), every TP group serves the requests whose index
+falls to its replica (round robin), and the replica leaders send their results back to rank 0, which puts them in
+request order. The other ranks sit in `serve_forever` until rank 0 sends "stop".
 
 If any rank raises or dies, its process exits non-zero and torchrun's agent ends the whole job, so no collective
 waits forever; the control group's timeout bounds the rest.
@@ -11,55 +11,24 @@ waits forever; the control group's timeout bounds the rest.
 
 from __future__ import annotations
 
-import datetime
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch.distributed as dist
 
-from ..workers.engine import Engine, GenerateStats, GenerationOutput
-from ..workers.parallel import TPGroup
+from ..workers.config import SamplingParams
+from ..workers.engine import Engine, per_prompt
+from ..workers.interface import (
+    EngineIdentity,
+    GenerateStats,
+    GenerationOutput,
+    OutputSink,
+    ProgressFn,
+    Prompt,
+)
 from ..workers.spec.metrics import AcceptanceStats
-from .layout import Layout
-
-
-@dataclass
-class World:
-    rank: int
-    layout: Layout
-    tp: TPGroup
-    control: Any  # gloo process group spanning every rank
-
-    @property
-    def dp_index(self) -> int:
-        return self.layout.dp_index_of(self.rank)
-
-    @property
-    def is_replica_leader(self) -> bool:
-        return self.tp.is_leader
-
-
-def init_world(device_type: str, layout_for: Callable[[int], Layout], timeout_s: float) -> World:
-    """Start the default group (NCCL on CUDA, gloo on CPU), then one TP group per replica and the control group.
-    Every rank creates every group, in the same order, as torch.distributed requires."""
-    import os
-
-    import torch
-
-    backend = "nccl" if device_type == "cuda" else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    timeout = datetime.timedelta(seconds=timeout_s)
-    dist.init_process_group(backend=backend, timeout=timeout)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    layout = layout_for(world)
-    groups = [dist.new_group(layout.tp_group_of(d * layout.tp), timeout=timeout) for d in range(layout.dp)]
-    mine = layout.tp_group_of(rank)
-    tp = TPGroup(rank=mine.index(rank), size=layout.tp, group=groups[layout.dp_index_of(rank)], src_rank=mine[0],
-                 global_rank=rank)  # fmt: skip
-    control = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else dist.group.WORLD
-    return World(rank, layout, tp, control)
+from .dist import World
 
 
 def _broadcast(obj: Any, world: World) -> Any:
@@ -74,37 +43,31 @@ def _gather(obj: Any, world: World) -> list[Any] | None:
     return out
 
 
-def _serve(
-    engine: Engine, world: World, command: tuple, progress: Callable | None = None, seen: Callable | None = None
-) -> Any:
+class _Reindexed:
+    """A sink for one replica's share: outputs come back with their index in the whole call."""
+
+    def __init__(self, sink: OutputSink, mine: list[int], prompts: list, params: list) -> None:
+        self.sink, self.mine, self.prompts, self.params = sink, mine, prompts, params
+
+    def put(self, prompt: Prompt, sampling: SamplingParams, output: GenerationOutput) -> None:
+        i = self.mine[output.index]
+        self.sink.put(self.prompts[i], self.params[i], replace(output, index=i))
+
+    def for_replica(self, rank: int) -> OutputSink:
+        return self
+
+
+def _serve(engine: Engine, world: World, command: tuple, progress: ProgressFn | None = None) -> Any:
     """This rank's share of one command; only replica leaders return results (TP partners computed the same)."""
     kind = command[0]
     dp, idx = world.layout.dp, world.dp_index
     if kind == "generate":
-        _, prompts, sampling, cache_dir = command
+        _, prompts, params, seeded, sinks = command
         mine = [i for i in range(len(prompts)) if i % dp == idx]
-        params = [sampling[i] for i in mine] if isinstance(sampling, list) else sampling
-        on_output = None
-        if cache_dir and world.is_replica_leader:  # finished work survives a rank failure, for --resume
-            from ..evals.resume import GenerationCache
-
-            cache = GenerationCache(cache_dir, f"rank{world.rank}", load=False)
-
-            def on_output(out, cache=cache) -> None:
-                i = mine[out.index]
-                cache.put(prompts[i], sampling[i] if isinstance(sampling, list) else sampling, out)
-                if seen is not None:  # rank 0's own share feeds the running score
-                    seen(type(out)(**{**out.__dict__, "index": i}))
-
-        elif seen is not None:
-
-            def on_output(out) -> None:
-                seen(type(out)(**{**out.__dict__, "index": mine[out.index]}))
-
-        outputs = engine.generate([prompts[i] for i in mine], params, progress=progress, on_output=on_output)
-        outputs = outputs if mine else []
-        for i, out in zip(mine, outputs, strict=True):
-            out.index = i
+        sink = sinks.get(world.rank) if world.is_replica_leader else None  # persists finished work, for resume
+        share = _Reindexed(sink, mine, prompts, params) if sink is not None else None
+        outputs = engine.generate([prompts[i] for i in mine], [seeded[i] for i in mine], progress, share)
+        outputs = [replace(out, index=i) for i, out in zip(mine, outputs, strict=True)]
         return (outputs, engine.last_stats) if world.is_replica_leader else None
     if kind == "score":
         _, pairs = command
@@ -112,7 +75,9 @@ def _serve(
         results = list(zip(mine, engine.score([pairs[i] for i in mine]), strict=True))
         return results if world.is_replica_leader else None
     if kind == "events":
-        return engine.events.events
+        return engine.collect_events()
+    if kind == "acceptance":
+        return engine.reported_acceptance() if world.is_replica_leader else None
     raise ValueError(f"unknown command {kind!r}")
 
 
@@ -126,35 +91,54 @@ def serve_forever(engine: Engine, world: World) -> None:
 
 
 class ShardedEngine:
-    """Rank 0's handle on every replica, with the parts of Engine's interface the evaluation uses."""
+    """Rank 0's handle on every replica: the same interface as the local engine."""
 
     def __init__(self, engine: Engine, world: World) -> None:
-        self.local = engine
-        self.world = world
-        self.config = engine.config
-        self.tokenizer = engine.tokenizer
-        self.eos_ids = engine.eos_ids
-        self.max_seq_len = engine.max_seq_len
-        self.events = engine.events  # replaced by every rank's events in collect_events()
+        self._local = engine
+        self._world = world
+        self._events: list[dict[str, Any]] = []
         self.last_stats = GenerateStats()
 
-    def encode(self, prompt) -> list[int]:
-        return self.local.encode(prompt)
+    @property
+    def identity(self) -> EngineIdentity:
+        return replace(self._local.identity, kind="torchrun", world_size=self._world.layout.world_size)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._local.tokenizer
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        return self._local.encode(prompt)
+
+    def _call(self, command: tuple, progress: ProgressFn | None = None) -> list[Any]:
+        _broadcast(command, self._world)
+        return _gather(_serve(self._local, self._world, command, progress), self._world)
 
     def generate(
         self,
-        prompts: Sequence,
-        sampling,
-        progress: Callable | None = None,
-        cache_dir: str | None = None,
-        on_output: Callable | None = None,
+        prompts: Sequence[Prompt],
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+        progress: ProgressFn | None = None,
+        sink: OutputSink | None = None,
     ) -> list[GenerationOutput]:
-        """Every replica serves its share; each replica leader persists its finished outputs under cache_dir."""
-        sampling = list(sampling) if not hasattr(sampling, "max_new_tokens") else sampling
-        command = ("generate", list(prompts), sampling, cache_dir)
-        _broadcast(command, self.world)
-        scaled = _scaled_progress(progress, self.world.layout.dp, len(prompts))
-        gathered = _gather(_serve(self.local, self.world, command, scaled, on_output), self.world)
+        """Every replica serves its share; each replica leader hands its finished outputs to its own copy of the
+        sink as they finish (rank 0 to the sink itself)."""
+        layout = self._world.layout
+        leaders = [d * layout.tp for d in range(layout.dp)]
+        sinks = {r: (sink if r == 0 else sink.for_replica(r)) for r in leaders} if sink is not None else {}
+        params = per_prompt(sampling, len(prompts))
+        # Seeds follow the prompt's index in the whole call, so a replica samples exactly what one process would
+        # (sinks still see the parameters as asked, which is what resume looks them up by).
+        seeded = [
+            p if p.greedy or p.seed is not None else replace(p, seed=self._local.default_seed(i))
+            for i, p in enumerate(params)
+        ]
+        # Rank 0 keeps its own sink object (the broadcast carries copies): its share reaches the real one.
+        command = ("generate", list(prompts), params, seeded, {r: s for r, s in sinks.items() if r != 0})
+        _broadcast(command, self._world)
+        local = ("generate", list(prompts), params, seeded, sinks)
+        scaled = _scaled_progress(progress, layout.dp, len(prompts))
+        gathered = _gather(_serve(self._local, self._world, local, scaled), self._world)
         outputs: list[GenerationOutput | None] = [None] * len(prompts)
         stats = []
         for item in gathered:
@@ -164,31 +148,36 @@ class ShardedEngine:
             stats.append(st)
             for out in outs:
                 outputs[out.index] = out
-        self.last_stats = merge_stats(stats, self.config.spec.max_draft_len if self.config.spec else 0)
+        self.last_stats = merge_stats(stats, self._local.max_draft_len)
         return outputs  # type: ignore[return-value]
 
-    def score(self, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
-        command = ("score", pairs)
-        _broadcast(command, self.world)
-        gathered = _gather(_serve(self.local, self.world, command), self.world)
+    def score(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
         results: list = [None] * len(pairs)
-        for item in gathered:
+        for item in self._call(("score", list(pairs))):
             for i, r in item or []:
                 results[i] = r
         return results
 
     def collect_events(self) -> list[dict[str, Any]]:
-        _broadcast(("events",), self.world)
-        gathered = _gather(_serve(self.local, self.world, ("events",)), self.world)
-        merged = sorted((e for evs in gathered for e in evs), key=lambda e: (e.get("ts", 0.0), e.get("rank", 0)))
-        self.events.events = merged
-        return merged
+        """Every rank's events, merged in time order."""
+        gathered = self._call(("events",))
+        self._events = sorted((e for evs in gathered for e in evs), key=lambda e: (e.get("ts", 0.0), e.get("rank", 0)))
+        return self._events
 
-    def stop(self) -> None:
-        _broadcast(("stop",), self.world)
+    def reported_acceptance(self) -> dict[str, Any] | None:
+        reports = [r for r in self._call(("acceptance",)) if r is not None]
+        if not reports:
+            return None
+        total = AcceptanceStats(self._local.max_draft_len)
+        for r in reports:
+            total.merge(AcceptanceStats.from_dict(r))
+        return {**total.to_dict(), "source": f"engine counters of {len(reports)} replicas"}
+
+    def close(self) -> None:
+        _broadcast(("stop",), self._world)
 
 
-def _scaled_progress(progress: Callable | None, dp: int, total: int) -> Callable | None:
+def _scaled_progress(progress: ProgressFn | None, dp: int, total: int) -> ProgressFn | None:
     """Rank 0 only sees its own replica; with round-robin shards the others advance at about the same pace."""
     if progress is None:
         return None
@@ -212,8 +201,7 @@ def merge_stats(stats: list[GenerateStats], max_draft_len: int) -> GenerateStats
         out.num_failed += s.num_failed
         out.num_retries += s.num_retries
         if acceptance is not None and s.acceptance:
-            a = s.acceptance
-            acceptance.merge(AcceptanceStats.from_dict(a))
+            acceptance.merge(AcceptanceStats.from_dict(s.acceptance))
     if acceptance is not None:
         out.acceptance = acceptance.to_dict()
     return out

@@ -1,5 +1,9 @@
-"""`specdec-eval run` as a job: the launcher side (build and start torchrun, read the verdict back) and the rank
-side (join the process group, build this rank's engine, drive or serve)."""
+"""`specdec-eval run --gpus N` (and `serve --gpus N`) as a torchrun job, the launcher side: write the job file that
+every rank reads, start torchrun with an explicit environment, and read rank 0's result back.
+
+A job is data, not an argv to rebuild: the engine configuration, the TP size, and a driver (`module:function`)
+that rank 0 calls with its `ShardedEngine` and the job's payload (launch/ never imports the driver's folder). The
+per-rank entry is launch/rank_main.py."""
 
 from __future__ import annotations
 
@@ -7,19 +11,34 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..workers.config import EngineConfig
 from ..workers.errors import UserError
-from .layout import Layout, plan_layout
+from .layout import Layout
 from .torchrun import TorchrunSpec, start
 
-RESULT_FILE_ENV = "SPECDEC_EVAL_RESULT_FILE"  # where rank 0 leaves the summary for the launcher
 
+@dataclass
+class Job:
+    driver: str  # "module:function", called on rank 0 as function(engine, payload) -> result dict
+    engine: EngineConfig  # tp_size is set per rank from the layout
+    tp: int
+    payload: dict[str, Any] = field(default_factory=dict)
+    rank_timeout_s: float = 600.0
 
-def in_torchrun_job() -> bool:
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    def to_json(self, result_file: str | None) -> str:
+        return json.dumps({"driver": self.driver, "engine": self.engine.to_dict(), "tp": self.tp,
+                           "payload": self.payload, "rank_timeout_s": self.rank_timeout_s,
+                           "result_file": result_file})  # fmt: skip
+
+    @classmethod
+    def from_json(cls, text: str) -> tuple[Job, str | None]:
+        d = json.loads(text)
+        job = cls(d["driver"], EngineConfig.from_dict(d["engine"]), d["tp"], d["payload"], d["rank_timeout_s"])
+        return job, d.get("result_file")
 
 
 def resolve_job_device(device: str, gpus: int) -> str:
@@ -42,13 +61,13 @@ def describe_ranks(layout: Layout, nproc_per_node: int) -> list[str]:
         lines.append(
             f"rank {rank}: node {rank // nproc_per_node} local rank {rank % nproc_per_node}, "
             f"replica {layout.dp_index_of(rank)}, TP rank {group.index(rank)} of ranks {','.join(map(str, group))}"
-            + (" (drives the evaluation)" if rank == 0 else "")
+            + (" (drives the job)" if rank == 0 else "")
         )
     return lines
 
 
-def launch(spec: TorchrunSpec, layout: Layout, device: str, dry_run: bool) -> dict[str, Any] | None:
-    """Start the job and wait; returns rank 0's summary, or None for a dry run. A failed job raises JobFailed."""
+def launch(job: Job, spec: TorchrunSpec, layout: Layout, device: str, dry_run: bool) -> dict[str, Any] | None:
+    """Start the job and wait; returns rank 0's result, or None for a dry run. A failed job raises JobFailed."""
     backend = "NCCL" if device == "cuda" else "gloo"
     what = "GPU" if device == "cuda" else "CPU"
     note = "" if device == "cuda" else " (no CUDA here: the same job runs as CPU ranks)"
@@ -57,14 +76,14 @@ def launch(spec: TorchrunSpec, layout: Layout, device: str, dry_run: bool) -> di
         print(spec.display())
         for line in describe_ranks(layout, spec.nproc_per_node):
             print("  " + line)
+        print(f"{spec.job_file}: {job.to_json(None)}")
         return None
     with tempfile.TemporaryDirectory(prefix="specdec-job-") as tmp:
-        result_file = Path(tmp) / "summary.json"
-        os.environ[RESULT_FILE_ENV] = str(result_file)
-        try:
-            code, failures = start(spec)
-        finally:
-            os.environ.pop(RESULT_FILE_ENV, None)
+        result_file = Path(tmp) / "result.json"
+        job_file = Path(tmp) / "job.json"
+        job_file.write_text(job.to_json(str(result_file)), encoding="utf-8")
+        spec.job_file = str(job_file)
+        code, failures = start(spec, dict(os.environ))
         if code != 0:
             if failures:
                 raise JobFailed("; ".join(f.describe() for f in failures), code)
@@ -78,40 +97,3 @@ class JobFailed(Exception):
     def __init__(self, message: str, code: int) -> None:
         super().__init__(message)
         self.code = code or 1
-
-
-def rank_main(
-    config_for: Callable[[int], Any],
-    num_heads: int,
-    num_kv_heads: int,
-    tp: int | None,
-    device: str,
-    drive: Callable[[Any], dict[str, Any]],
-    timeout_s: float,
-    checkpoint: Any = None,
-) -> dict[str, Any] | None:
-    """One rank of the job. config_for(tp_size) gives the engine config; drive(engine) runs the evaluation on rank
-    0 and returns its summary, which is also left in the launcher's result file."""
-    import torch.distributed as dist
-
-    from ..workers.engine import Engine
-    from .dispatch import ShardedEngine, init_world, serve_forever
-
-    world = init_world(device, lambda n: plan_layout(n, num_heads, num_kv_heads, tp), timeout_s)
-    try:
-        engine = Engine(config_for(world.layout.tp), world.tp, checkpoint)
-        if world.rank != 0:
-            serve_forever(engine, world)
-            return None
-        sharded = ShardedEngine(engine, world)
-        try:
-            summary = drive(sharded)
-        finally:
-            sharded.stop()
-        path = os.environ.get(RESULT_FILE_ENV)
-        if path:
-            Path(path).write_text(json.dumps(summary), encoding="utf-8")
-        return summary
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()

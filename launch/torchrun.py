@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass
@@ -23,7 +23,7 @@ class TorchrunSpec:
     node_rank: int | None = None
     rdzv_endpoint: str | None = None
     rdzv_backend: str | None = None
-    rank_args: list[str] = field(default_factory=list)  # the `specdec-eval run` arguments every rank gets
+    job_file: str = "JOB.json"  # the serialised job every rank reads (launch/rank_main.py)
 
     def torchrun_args(self) -> list[str]:
         args = [f"--nnodes={self.nnodes}", f"--nproc-per-node={self.nproc_per_node}"]
@@ -36,7 +36,7 @@ class TorchrunSpec:
         if self.rdzv_endpoint:
             args.append(f"--rdzv-endpoint={self.rdzv_endpoint}")
         args.append("--max-restarts=0")  # an accuracy run that lost a rank is not retried behind the user's back
-        return [*args, "-m", "specdec_eval.cli.main", "run", *self.rank_args]
+        return [*args, "-m", "specdec_eval.launch.rank_main", self.job_file]
 
     def display(self) -> str:
         """The command a torchrun user would type (torchrun is `python -m torch.distributed.run`)."""
@@ -103,9 +103,10 @@ def parse_failures(stderr_lines: list[str]) -> list[RankFailure]:
     return [f for i, f in enumerate(failures) if i == 0 or f.exitcode != -signal.SIGTERM]
 
 
-def start(spec: TorchrunSpec) -> tuple[int, list[RankFailure]]:
-    """Run the job; stderr is relayed live and kept for the failure summary. Returns (exit code, failures)."""
-    proc = subprocess.Popen(spec.argv(), stderr=subprocess.PIPE, text=True, bufsize=1)
+def start(spec: TorchrunSpec, env: dict[str, str]) -> tuple[int, list[RankFailure]]:
+    """Run the job with exactly this environment; stderr is relayed live and kept for the failure summary.
+    Returns (exit code, failures)."""
+    proc = subprocess.Popen(spec.argv(), stderr=subprocess.PIPE, text=True, bufsize=1, env=env)
     lines: list[str] = []
 
     def relay() -> None:

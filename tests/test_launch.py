@@ -37,11 +37,17 @@ def test_dry_run_prints_the_torchrun_command_for_two_nodes_of_four():
     p = subprocess.run(CLI + args, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
+    # Every rank reads the serialised job (no argv rebuilt for ranks); the dry run shows it after the rank map.
     assert lines[0] == (
         "torchrun --nnodes=2 --nproc-per-node=4 --node-rank=1 --rdzv-backend=c10d --rdzv-endpoint=node0:29500 "
-        "--max-restarts=0 -m specdec_eval.cli.main run --tasks gsm8k --limit 50 --model tiny --tp 2 --device cpu"
+        "--max-restarts=0 -m specdec_eval.launch.rank_main JOB.json"
     )
-    assert len(lines) == 1 + 8 and "rank 5: node 1 local rank 1, replica 2, TP rank 1 of ranks 4,5" in lines[6]
+    assert len(lines) == 1 + 8 + 1 and "rank 5: node 1 local rank 1, replica 2, TP rank 1 of ranks 4,5" in lines[6]
+    assert lines[-1].startswith("JOB.json: ")
+    job = json.loads(lines[-1].removeprefix("JOB.json: "))
+    assert job["driver"] == "specdec_eval.cli.run:job_driver" and job["tp"] == 2
+    assert (job["engine"]["model"], job["engine"]["tp_size"], job["engine"]["device"]) == ("tiny", 2, "cpu")
+    assert job["payload"]["options"]["tasks"] == ["gsm8k"] and job["payload"]["options"]["limit"] == 50
     assert "8 CPU ranks over gloo: 8 ranks = TP 2 x DP 4" in p.stderr
 
 

@@ -21,12 +21,12 @@ def _free_port() -> int:
 
 
 def _rank_main(rank: int, world: int, port: int, out_path: str, kv: str, draft_len: int) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank))  # fmt: skip
-    from specdec_eval.launch.dist import tp_session
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    from specdec_eval.launch.dist import RankEnv, world_session
+    from specdec_eval.launch.layout import Layout
 
-    with tp_session("cpu", timeout_s=120) as tp:
-        _generate_on_rank(tp, rank, world, out_path, kv, draft_len)
+    with world_session(RankEnv(rank, world, rank), "cpu", Layout(world, world), timeout_s=120) as w:
+        _generate_on_rank(w.tp, rank, world, out_path, kv, draft_len)
 
 
 def _generate_on_rank(tp, rank: int, world: int, out_path: str, kv: str, draft_len: int) -> None:

@@ -1,0 +1,43 @@
+"""What `specdec-eval run` prints: per task the hypothesis-test report, filters, gates and acceptance; then one
+line per task and the run's verdict."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+def print_report(summary: dict[str, Any]) -> None:
+    out = sys.stdout
+    for name, t in summary["tasks"].items():
+        print(f"\n{name}: {t['num_samples']} samples from {t['data']}", file=out)
+        print(t["report"], file=out)
+        for m in t.get("filter_mismatches", [])[:5]:
+            print(f"warning: doc {m['doc_id']} {m['filter']}: our filter gives {m['ours']}, lm-eval's "
+                  f"{m['lm_eval']} (lm-eval's is scored)", file=out)  # fmt: skip
+        scores = ", ".join(f"{k} {v:.2f}" for k, v in t["filter_scores"].items())
+        print(f"filters: {scores}; score = their mean = {t['score']:.2f}", file=out)
+        if t.get("lossless"):
+            ls = t["lossless"]
+            line = f"lossless: {ls['verdict']} ({ls['reason']})"
+            if ls.get("num_pairs"):
+                line += f"; identical {ls['identical']}/{ls['num_pairs']}, McNemar p {ls['mcnemar_p']:.3g}"
+                line += f" vs baseline run {ls['baseline_run']}"
+            print(line, file=out)
+            for d in ls.get("divergences", [])[:10]:
+                print(f"  divergent doc {d['doc_id']}: first differing token at {d['position']}", file=out)
+        if t["acceptance"]:
+            a = t["acceptance"]
+            per_pos = ", ".join(f"{x:.2f}" for x in a["per_position_rate"])
+            print(f"acceptance length {a['acceptance_length']:.3f} (incl. bonus token), rate "
+                  f"{a['acceptance_rate']:.3f}, per position [{per_pos}]", file=out)  # fmt: skip
+    print("", file=out)
+    for name, t in summary["tasks"].items():
+        ref = "no ref"
+        if t["reference"] is not None:
+            ref = f"ref {t['reference']:.2f} thr {t['threshold']:.2f} theta {t['theta']:.2f}"
+        lossless = f"  lossless {t['lossless']['verdict']}" if t.get("lossless") else ""
+        print(f"{name:<20} {t['score']:6.2f}  {ref:<32} {t['verdict']}{lossless}", file=out)
+    if summary["events"]:
+        print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["events"].items())), file=out)
+    print(f"run {summary['verdict']} in {summary['elapsed_s']:.0f} s ({summary['world_size']} rank(s))", file=out)
