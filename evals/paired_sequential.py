@@ -173,13 +173,15 @@ class PairedSequentialDesign:
         looked = np.zeros(m, dtype=bool)
         looked[look_every - 1 :: look_every] = True
         looked[-1] = True
+        bounds = [_crossings(k, self.step_worse, self.step_better, self.upper, self.lower) for k in range(1, m + 1)]
+        worse_max, same_min = (np.array(side) for side in zip(*bounds, strict=True))
         worse_runs, pairs = 0, 0
         chunk = max(1, 4_000_000 // m)  # bounds the memory of one block of simulated runs
         for done in range(0, sims, chunk):
             size = min(chunk, sims - done)
-            llr = np.cumsum(np.where(rng.random((size, m)) < p, self.step_better, self.step_worse), axis=1)
-            worse = (llr >= self.upper - 1e-12) & looked
-            stop = (worse | (llr <= self.lower + 1e-12)) & looked
+            better = np.cumsum(rng.random((size, m)) < p, axis=1)  # pairs favouring B after each pair
+            worse = (better <= worse_max) & looked
+            stop = (worse | (better >= same_min)) & looked
             stop[:, -1] = True
             first = np.argmax(stop, axis=1)
             worse_runs += int(worse[np.arange(size), first].sum())

@@ -68,7 +68,7 @@ class Decision:
     n_max: int
     score: float
     reason: str
-    boundary_fail: float  # FAIL when score < this (0-100 scale)
+    boundary_fail: float | None  # FAIL when score < this (0-100 scale); None: no FAIL possible at this look
     boundary_pass: float | None  # PASS when score >= this; None: no PASS possible at this look
     z: float
     look: int  # 1-based
@@ -148,15 +148,15 @@ class AccuracySequentialDesign:
         return 1.0 / (self.sigma**2 / n + self.sigma**2 / n_ref)
 
     def boundaries(self) -> list[dict[str, Any]]:
-        """One row per look, on the score scale: FAIL below `fail_below`, PASS at or above `pass_at`."""
+        """One row per look, on the score scale: FAIL below `fail_below`, PASS at or above `pass_at` (None where
+        that side cannot stop at this look)."""
         sd = 1.0 / np.sqrt(self._info(np.asarray(self.looks, dtype=float)))
         rows = []
         for k, n in enumerate(self.looks):
-            fail = self.ref + self.z_fail[k] * sd[k]
-            passing = self.ref + self.z_pass[k] * sd[k]
+            fail, passing = (self.ref + z * sd[k] for z in (self.z_fail[k], self.z_pass[k]))
             rows.append({
                 "look": k + 1, "n": n, "z_fail": float(self.z_fail[k]), "z_pass": float(self.z_pass[k]),
-                "fail_below": float(fail), "pass_at": float(passing) if math.isfinite(passing) else None,
+                "fail_below": _finite(fail), "pass_at": _finite(passing),
             })  # fmt: skip
         return rows
 
@@ -171,18 +171,18 @@ class AccuracySequentialDesign:
         row = self.boundaries()[k]
         z = (score - self.ref) * math.sqrt(self._info(np.asarray([float(n)]))[0])
         at = f"at {n}/{self.n_max}"
+        lower, upper = _shown(row["fail_below"], "-inf"), _shown(row["pass_at"], "inf")
         if z < self.z_fail[k]:
             verdict = FAIL
-            reason = f"FAIL {at}: score {score:.2f} < {row['fail_below']:.2f}, the FAIL boundary of this look"
+            reason = f"FAIL {at}: score {score:.2f} < {lower}, the FAIL boundary of this look"
         elif z >= self.z_pass[k]:
             verdict = PASS if self.can_fail else NO_GATE
-            reason = f"{verdict} {at}: score {score:.2f} >= {row['pass_at']:.2f}, the PASS boundary of this look"
+            reason = f"{verdict} {at}: score {score:.2f} >= {upper}, the PASS boundary of this look"
             if not self.can_fail:
                 reason += f" ({self.fixed.floor_warning})"
         else:
             verdict = CONTINUE
-            upper = f"{row['pass_at']:.2f}" if row["pass_at"] is not None else "inf"
-            reason = f"CONTINUE {at}: score {score:.2f} lies in [{row['fail_below']:.2f}, {upper})"
+            reason = f"CONTINUE {at}: score {score:.2f} lies in [{lower}, {upper})"
         if verdict != CONTINUE:
             reason += f"; fixed-n threshold at {self.n_max}: {self.fixed.threshold:.3f}"
         return Decision(verdict, n, self.n_max, score, reason, row["fail_below"], row["pass_at"], float(z), k + 1)
@@ -229,6 +229,14 @@ class AccuracySequentialDesign:
             "fail_spending": self.fail_spending, "pass_spending": self.pass_spending,
             "fixed_threshold": self.fixed.threshold, "can_fail": self.can_fail, "boundaries": self.boundaries(),
         }  # fmt: skip
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def _shown(x: float | None, infinite: str) -> str:
+    return infinite if x is None else f"{x:.2f}"
 
 
 def _check_looks(looks: tuple[int, ...], n_max: int) -> None:

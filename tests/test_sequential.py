@@ -199,6 +199,19 @@ def test_floor_turns_pass_into_no_gate():
     assert {d.decide(n, 1.18).verdict for n in d.looks} <= {"CONTINUE", "NO-GATE"}
 
 
+def test_a_full_set_reference_and_sides_that_never_stop_early():
+    fixed = HypothesisTest(74.2, 300).threshold
+    # a subset run against a reference measured on all 1319: the reference's noise is smaller, the gate tighter
+    tighter = AccuracySequentialDesign.for_batches(74.2, 300, 100, n_ref=1319)
+    assert tighter.boundaries()[-1]["fail_below"] > fixed and tighter.to_dict()["n_ref"] == 1319
+    # spending nothing before the last look: no early stop on either side, and the last look is the fixed gate
+    late = AccuracySequentialDesign.for_batches(74.2, 300, 100, fail_spending="none", pass_spending="none")
+    first = late.boundaries()[0]
+    assert first["fail_below"] is None and first["pass_at"] is None
+    assert late.decide(100, 0.0).verdict == "CONTINUE" and "[-inf, inf)" in late.decide(100, 0.0).reason
+    assert late.boundaries()[-1]["fail_below"] == pytest.approx(fixed, abs=1e-6)
+
+
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="last look"):
         AccuracySequentialDesign(74.2, 1319, (64, 128))
