@@ -2,10 +2,13 @@
 
 An entry matches when every selection key agrees with the run, exactly as TensorRT-LLM's harness looks them
 up: a key absent from the entry stands for its default (dtype "auto", everything else none). Keys of ours are
-wildcards when absent: the KV-cache manager version (v1 and v2 must give the same outputs), and the shots and
-output length (the runner always passes them; an entry names them only when it was recorded with other values).
+wildcards when absent: the KV-cache manager version (v1 and v2 must give the same outputs), the shots and
+output length (the runner always passes them; an entry names them only when it was recorded with other values),
+and whether the prompts went through the chat template (an entry recorded with it names it).
 An entry may override alpha, beta, sigma, num_samples and higher_is_better; `command` and `source` record
-where the number came from.
+where the number came from. `score_filter` (a scoring key) names the one lm-eval filter the reference was scored
+with, where it is not the mean of the task's filters (TensorRT-LLM scores GPT-OSS's GSM8K on flexible-extract
+alone: its strict-match score is some 30 points lower).
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ SELECTION_DEFAULTS: dict[str, Any] = {
     "spec_dec_algo": None,
     "extra_acc_spec": None,
 }
-WILDCARD_KEYS = ("kv_cache", "num_fewshot", "max_output_len")
+WILDCARD_KEYS = ("kv_cache", "num_fewshot", "max_output_len", "apply_chat_template")
 OVERRIDES = ("alpha", "beta", "sigma", "num_samples", "higher_is_better", "floor")
+SCORING_KEYS = ("score_filter",)  # how the run's score must be computed to compare with this entry
 
 
 @dataclass
@@ -38,6 +42,11 @@ class Reference:
     model_key: str
     accuracy: float
     entry: dict[str, Any]
+
+    @property
+    def score_filter(self) -> str | None:
+        """The lm-eval filter the reference was scored with; None: the mean of the task's filters."""
+        return self.entry.get("score_filter")
 
     def hypothesis_test(self, num_samples: int, floor: float = 0.0) -> HypothesisTest:
         """The test for a run that evaluated num_samples samples (n is what was evaluated, not the full set,

@@ -1,0 +1,325 @@
+"""The acceptance-length gate: catches a drafter that collapsed, which every accuracy gate misses (greedy
+speculative decoding is lossless, so a drafter accepting nothing still scores the same).
+
+References live in TensorRT-LLM's layout (`references/acceptance_length.yaml`): a mapping from test id to
+`{ref_al: float, min_al: float}`, plus optional keys of ours beside them: `ref_per_position: [r0, r1, ...]`,
+`max_draft_len`, `model`, `draft_model`, `task`, `engine`, `definition`, `source`. `ref_al: null` marks a stub
+still to be measured.
+
+Acceptance length (AL) here is ours (workers/spec/metrics.py): 1 + accepted drafts / draft cycles, bonus token
+included; the per-position rate i is the fraction of cycles whose draft i was accepted (they sum to AL - 1).
+TensorRT-LLM's accuracy harness ((accepted + requests with drafts) / requests with drafts, summed over
+iterations) and vLLM's (1 + accepted / drafts) are the same quantity.
+
+The gate (`acceptance_gate`) FAILs
+- below `min_al`: TensorRT-LLM's collapse tripwire (`min_al = 0.95 ref_al` as its populate switch writes it);
+- when |AL - ref_al| > rtol * ref_al: a move in either direction, as vLLM's acceptance test checks it (a rise
+  means the drafter, the verifier or the metric changed, and the reference no longer describes the run);
+- when a per-position rate falls below ref * (1 - rtol), where per-position references exist (one-sided, as
+  vLLM checks them).
+
+`populate` writes a run's AL into the file by editing only that entry's lines, so every other byte (comments,
+other entries, line endings) stays as it was, and a populate with unchanged values leaves the file identical.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..results.store import atomic_write
+from ..workers.errors import UserError
+from .references import REFERENCE_DIR
+
+ACCEPTANCE_PATH = REFERENCE_DIR / "acceptance_length.yaml"
+MIN_AL_FRACTION = 0.95  # TensorRT-LLM's populate: min_al = 0.95 * ref_al
+DEFAULT_RTOL = 0.05  # vLLM's acceptance test
+EARLY_MIN_CYCLES = 256
+EARLY_FRACTION = 0.5
+
+
+def load_acceptance_references(path: Path = ACCEPTANCE_PATH) -> dict[str, dict[str, Any]]:
+    """test id -> entry; {} when the file does not exist. Bad YAML or a malformed entry is a user error."""
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise UserError(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected 'test id: {{ref_al: ..., min_al: ...}}' at the top level")
+    for test_id, entry in data.items():
+        if not isinstance(entry, dict):
+            raise UserError(f"{path}: entry '{test_id}' must be a mapping with ref_al and min_al")
+        for key in ("ref_al", "min_al"):
+            if entry.get(key) is not None and not _is_number(entry[key]):
+                raise UserError(f"{path}: '{test_id}' {key} must be a number or null, got {entry[key]!r}")
+        rates = entry.get("ref_per_position")
+        if rates is not None and not (isinstance(rates, list) and all(_is_number(r) for r in rates)):
+            raise UserError(f"{path}: '{test_id}' ref_per_position must be a list of numbers")
+    return data
+
+
+def find_acceptance_reference(refs: Mapping[str, Mapping[str, Any]], **conditions: Any) -> str | None:
+    """The first test id whose entry names every given condition with the given value (e.g. model=...,
+    max_draft_len=3, task="mt_bench"): how an endpoint run finds a published figure for its server."""
+    for test_id, entry in refs.items():
+        if entry.get("ref_al") is not None and all(entry.get(k) == v for k, v in conditions.items()):
+            return test_id
+    return None
+
+
+def acceptance_gate(
+    test_id: str, acceptance: Mapping[str, Any], refs: Mapping[str, Mapping[str, Any]], rtol: float = DEFAULT_RTOL
+) -> dict[str, Any]:
+    """The verdict of a run's acceptance (AcceptanceStats.to_dict()) against the entry for test_id."""
+    if not 0 <= rtol < 1:
+        raise ValueError(f"rtol must lie in [0, 1), got {rtol}")
+    al, rates = _measured(acceptance)
+    entry = refs.get(test_id) or {}
+    ref_al, min_al = _float_or_none(entry.get("ref_al")), _float_or_none(entry.get("min_al"))
+    ref_rates = [float(r) for r in entry.get("ref_per_position") or []]
+    result = {"verdict": "NO-REFERENCE", "acceptance_length": al, "ref_al": ref_al, "min_al": min_al,
+              "rtol": rtol, "reason": "", "per_position": [], "test_id": test_id}  # fmt: skip
+    if ref_al is None:
+        stub = f"the reference for {test_id} is a stub (ref_al: null): populate it from a run"
+        result["reason"] = stub if entry else f"no acceptance-length reference for {test_id}"
+        result["per_position"] = _positions(rates, [], rtol, checked=False)
+        return result
+    if min_al is None:
+        min_al = result["min_al"] = MIN_AL_FRACTION * ref_al
+    k_ref, k_run = entry.get("max_draft_len"), acceptance.get("max_draft_len")
+    if k_ref is not None and k_run is not None and int(k_ref) != int(k_run):
+        result["reason"] = f"the reference was measured with max_draft_len {k_ref}, this run used {k_run}"
+        result["per_position"] = _positions(rates, [], rtol, checked=False)
+        return result
+    result["per_position"] = positions = _positions(rates, ref_rates, rtol, checked=True)
+    failures = _failures(al, ref_al, min_al, rtol, positions, acceptance)
+    result["verdict"] = "FAIL" if failures else "PASS"
+    band = f"ref_al {ref_al:.3f} +- {rtol:.0%}, min_al {min_al:.3f}"
+    result["reason"] = "; ".join(failures) if failures else f"acceptance length {al:.3f} within {band}"
+    return result
+
+
+def _failures(al, ref_al, min_al, rtol, positions, acceptance) -> list[str]:
+    if not acceptance.get("num_cycles", 1):
+        return ["no draft cycles: the run drafted nothing"]
+    failures = []
+    if al < min_al:
+        failures.append(f"acceptance length {al:.3f} < min_al {min_al:.3f} (ref_al {ref_al:.3f}): collapse tripwire")
+    move = (al - ref_al) / ref_al
+    if abs(move) > rtol:
+        failures.append(f"acceptance length {al:.3f} moved {move:+.1%} from ref_al {ref_al:.3f} (tolerance "
+                        f"+-{rtol:.0%}; a rise fails too: re-measure the reference if it is intended)")  # fmt: skip
+    for p in positions:
+        if p["verdict"] == "FAIL":
+            failures.append(f"position {p['position']} rate {p['rate']:.4f} < {p['ref'] * (1 - rtol):.4f} "
+                            f"= ref {p['ref']:.4f} x (1 - {rtol:g})")  # fmt: skip
+    return failures
+
+
+def _positions(rates: list[float], refs: list[float], rtol: float, checked: bool) -> list[dict[str, Any]]:
+    rows = []
+    for i, rate in enumerate(rates):
+        ref = refs[i] if i < len(refs) else None
+        if ref is None or not checked:
+            verdict = "NO-REFERENCE"
+        else:
+            verdict = "FAIL" if rate < ref * (1 - rtol) else "PASS"
+        rows.append({"position": i, "rate": rate, "ref": ref, "verdict": verdict})
+    return rows
+
+
+def acceptance_early_fail(
+    test_id: str,
+    acceptance: Mapping[str, Any],
+    refs: Mapping[str, Mapping[str, Any]],
+    min_cycles: int = EARLY_MIN_CYCLES,
+    fraction: float = EARLY_FRACTION,
+) -> dict[str, Any] | None:
+    """After the first batch(es): the FAIL verdict when the acceptance gate can already fail, else None.
+
+    The rule is deliberately crude and conservative: with at least `min_cycles` draft cycles, FAIL when the
+    accepted drafts per cycle (AL - 1) are below `fraction` of what min_al demands, i.e.
+    AL < 1 + fraction * (min_al - 1). A random or collapsed drafter sits at AL ~ 1.0, far below; a healthy one
+    moves by a few hundredths between batches of a few hundred cycles, so it cannot get there. Everything else
+    (a drop of a few percent, a rise, per-position rates) waits for the full run's `acceptance_gate`."""
+    al, _ = _measured(acceptance)
+    entry = refs.get(test_id) or {}
+    ref_al = _float_or_none(entry.get("ref_al"))
+    cycles = int(acceptance.get("num_cycles", 0))
+    if ref_al is None or cycles < min_cycles:
+        return None
+    result = acceptance_gate(test_id, acceptance, refs)
+    if result["verdict"] == "NO-REFERENCE":
+        return None
+    limit = 1 + fraction * (result["min_al"] - 1)
+    if al >= limit:
+        return None
+    result["verdict"] = "FAIL"
+    result["reason"] = (f"early FAIL after {cycles} draft cycles: acceptance length {al:.3f} < {limit:.3f}, "
+                        f"the point where the drafter keeps under {fraction:.0%} of the accepted drafts that "
+                        f"min_al {result['min_al']:.3f} requires (ref_al {ref_al:.3f})")  # fmt: skip
+    return result
+
+
+def _measured(acceptance: Mapping[str, Any]) -> tuple[float, list[float]]:
+    """AL and per-position rates, from the exact counts when present (to_dict rounds the rates)."""
+    cycles = acceptance.get("num_cycles")
+    if cycles and "num_accepted_drafts" in acceptance:
+        al = 1.0 + acceptance["num_accepted_drafts"] / cycles
+        rates = [n / cycles for n in acceptance.get("accepted_per_position", [])]
+        return al, rates or [float(r) for r in acceptance.get("per_position_rate", [])]
+    if "acceptance_length" not in acceptance:
+        raise ValueError("acceptance stats need acceptance_length or num_cycles and num_accepted_drafts")
+    return float(acceptance["acceptance_length"]), [float(r) for r in acceptance.get("per_position_rate", [])]
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _float_or_none(x: Any) -> float | None:
+    return float(x) if _is_number(x) else None
+
+
+# --- populate: line edits ------------------------------------------------------------------------------------
+
+_VALUE_LINE = re.compile(r"^(?P<head>\s+(?P<key>[A-Za-z_][\w-]*):)(?P<sep>[ \t]*)(?P<value>[^#\r\n]*?)"
+                         r"(?P<tail>[ \t]*(#[^\r\n]*)?)(?P<end>\r?\n?)$")  # fmt: skip
+
+
+def populate(path: Path, test_id: str, al: float, per_position: list[float] | None = None) -> bool:
+    """Write ref_al = al and min_al = 0.95 al (and ref_per_position, when given) for test_id, as TensorRT-LLM's
+    populate switch does, but by editing only that entry's lines. A missing entry is appended at the end.
+    Returns whether the file changed; with the values already there, not one byte is written."""
+    if not _is_number(al) or al < 1:
+        raise ValueError(f"an acceptance length is a number >= 1 (it includes the bonus token), got {al}")
+    path = Path(path)
+    text = path.read_bytes().decode("utf-8") if path.exists() else ""
+    values: dict[str, Any] = {"ref_al": float(al), "min_al": float(f"{MIN_AL_FRACTION * al:.12g}")}
+    if per_position is not None:
+        values["ref_per_position"] = [round(float(r), 4) for r in per_position]
+    before = _parse(path, text)
+    if _holds(before.get(test_id), values):
+        return False
+    lines = text.splitlines(keepends=True)
+    start = _entry_line(lines, test_id)
+    new_text = "".join(_append_entry(lines, test_id, values) if start is None else _edit_entry(lines, start, values))
+    after = _parse(path, new_text)
+    kept = {k: v for k, v in after.items() if k != test_id} == {k: v for k, v in before.items() if k != test_id}
+    if not kept or not _holds(after.get(test_id), values):
+        raise ValueError(f"{path}: could not edit the entry for {test_id} in place; edit it by hand")
+    atomic_write(path, new_text.encode("utf-8"))
+    return True
+
+
+def _parse(path: Path, text: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as e:
+        raise UserError(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected 'test id: {{ref_al: ..., min_al: ...}}' at the top level")
+    return data
+
+
+def _holds(entry: Any, values: dict[str, Any]) -> bool:
+    """Whether the entry already has these values (floats equal to 1e-9: a min_al TensorRT-LLM wrote with all
+    its digits counts as the same)."""
+    if not isinstance(entry, dict):
+        return False
+    for key, want in values.items():
+        have = entry.get(key)
+        if isinstance(want, list):
+            if not isinstance(have, list) or len(have) != len(want) or not all(map(_close, have, want)):
+                return False
+        elif not _close(have, want):
+            return False
+    return True
+
+
+def _close(have: Any, want: float) -> bool:
+    return _is_number(have) and math.isclose(have, want, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _entry_line(lines: list[str], test_id: str) -> int | None:
+    """Index of the top-level `test_id:` line."""
+    for i, line in enumerate(lines):
+        if not line.strip() or line[:1] in (" ", "\t", "#"):
+            continue
+        try:
+            parsed = yaml.safe_load(line)
+        except yaml.YAMLError:
+            continue
+        if isinstance(parsed, dict) and test_id in parsed:
+            return i
+    return None
+
+
+def _edit_entry(lines: list[str], start: int, values: dict[str, Any]) -> list[str]:
+    """Rewrite the value of each key of `values` in the entry's body; add missing ref_al / min_al right under
+    the test id and other missing keys at the end of the body. Comments after a value are kept."""
+    end = start + 1
+    while end < len(lines) and (lines[end][:1] in (" ", "\t") or not lines[end].strip()):
+        end += 1
+    while end > start + 1 and not lines[end - 1].strip():  # trailing blank lines belong to what follows
+        end -= 1
+    newline = _newline(lines[start])
+    body = [line if line.endswith(("\n", "\r")) else line + newline for line in lines[start + 1 : end]]
+    matches = [_VALUE_LINE.match(line) for line in body]
+    indent = next((m.group("head")[: -len(m.group("key")) - 1] for m in matches if m), "  ")
+    remaining = dict(values)
+    out: list[str] = []
+    in_old_list = False
+    for line, m in zip(body, matches, strict=True):
+        if in_old_list and line.strip().startswith("-"):
+            continue  # the block-style items of a list now written in flow style
+        in_old_list = False
+        if m and m.group("key") in remaining:
+            value = remaining.pop(m.group("key"))
+            out.append(f"{m.group('head')} {_scalar(value)}{m.group('tail')}{m.group('end') or newline}")
+            in_old_list = not m.group("value").strip()
+        else:
+            out.append(line)
+    first = [f"{indent}{k}: {_scalar(remaining.pop(k))}{newline}" for k in ("ref_al", "min_al") if k in remaining]
+    last = [f"{indent}{k}: {_scalar(v)}{newline}" for k, v in remaining.items()]
+    header = lines[start] if lines[start].endswith(("\n", "\r")) else lines[start] + newline
+    return lines[:start] + [header] + first + out + last + lines[end:]
+
+
+def _append_entry(lines: list[str], test_id: str, values: dict[str, Any]) -> list[str]:
+    newline = _newline(lines[0]) if lines else "\n"
+    out = list(lines)
+    if out and not out[-1].endswith(("\n", "\r")):
+        out[-1] += newline
+    out.append(f"{_key(test_id)}:{newline}")
+    out += [f"  {key}: {_scalar(value)}{newline}" for key, value in values.items()]
+    return out
+
+
+def _key(test_id: str) -> str:
+    """test_id as a YAML key: plain when it reads back as itself, else double-quoted."""
+    try:
+        if yaml.safe_load(f"{test_id}: 0") == {test_id: 0}:
+            return test_id
+    except yaml.YAMLError:
+        pass
+    return json.dumps(test_id)
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(repr(float(v)) for v in value) + "]"
+    return repr(float(value))
+
+
+def _newline(line: str) -> str:
+    return "\r\n" if line.endswith("\r\n") else "\n"
