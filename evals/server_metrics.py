@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -187,8 +187,7 @@ def acceptance_delta(before: Counters | None, after: Counters | None, max_draft_
     """The run's acceptance in our layout plus "source" and "scope"; None when the server reports none.
 
     `before` None means the first scrape found no series: Prometheus counters that a server creates at their first
-    increment were then zero. A draining source (`after.drains`) is already the run's total. `max_draft_len`: the K
-    the user declared, used only where the server does not tell."""
+    increment were then zero. `max_draft_len`: the K the user declared, used only where the server does not tell."""
     if after is None:
         return None
     if after.average_length is not None:
@@ -199,7 +198,7 @@ def acceptance_delta(before: Counters | None, after: Counters | None, max_draft_
             average_length=after.average_length,
             max_draft_len=max_draft_len or 0,
         )
-    if after.drains or before is None:
+    if before is None:
         d = after
     else:
         d = _subtract(after, before)
@@ -294,9 +293,9 @@ def _layout(
 
 
 class ServerAcceptance:
-    """Scrapes one server's acceptance: `start()` before a run, `delta()` after it (any number of times: each
-    delta is since `start`). Probes /metrics, /prometheus/metrics, /server_info, /get_server_info once and keeps the
-    first that reports acceptance; `source` names it, or says NOT_REPORTED."""
+    """Scrapes one server's acceptance: `start()` before a run, then `delta()` (since start) or `delta_since(mark)`
+    (since a `checkpoint()`), any number of times. Probes /metrics, /prometheus/metrics, /server_info and
+    /get_server_info until one reports acceptance, then keeps it; `source` names it, or says NOT_REPORTED."""
 
     PATHS = ("/metrics", "/prometheus/metrics", "/server_info", "/get_server_info")
 
@@ -317,24 +316,34 @@ class ServerAcceptance:
         self.verify = verify
         self._path: str | None = None  # where acceptance was found
         self._before: Counters | None = None
-        self._drained: Counters | None = None
+        self._drained: Counters | None = None  # a draining source: the sum of its reads since start
 
     @property
     def source(self) -> str:
         return f"{self._before.source} at {self._path}" if self._before and self._path else NOT_REPORTED
 
     def start(self) -> None:
-        self._before = self.snapshot()
         self._drained = None
+        self._before = self.checkpoint()
+
+    def checkpoint(self) -> Counters | None:
+        """The server's counters now, cumulative (for a draining source: the sum of its reads since start)."""
+        counters = self.snapshot()
+        if counters is None or not counters.drains:
+            return counters
+        # A draining source returns only what happened since its previous read: what the first read returns is
+        # the server's past (not counted); later reads add up.
+        if self._drained is None:
+            self._drained = Counters(counters.source, cycles=0.0, draft_tokens=0.0, accepted=0.0)
+        else:
+            self._drained = _add(self._drained, counters)
+        return replace(self._drained)
 
     def delta(self) -> dict[str, Any] | None:
-        after = self.snapshot()
-        if after is not None and after.drains:
-            # Each read of a draining source returns only what happened since the previous read (the read in
-            # `start` emptied it): the run's total is the sum of every read since.
-            self._drained = after if self._drained is None else _add(self._drained, after)
-            after = self._drained
-        result = acceptance_delta(self._before, after, self.max_draft_len)
+        return self.delta_since(self._before)
+
+    def delta_since(self, mark: Counters | None) -> dict[str, Any] | None:
+        result = acceptance_delta(mark, self.checkpoint(), self.max_draft_len)
         if result is not None:
             result["source"] = f"{result['source']} at {self._path}"
         return result
@@ -386,7 +395,6 @@ def _add(a: Counters, b: Counters) -> Counters:
         cycles=(a.cycles or 0.0) + (b.cycles or 0.0),
         draft_tokens=(a.draft_tokens or 0.0) + (b.draft_tokens or 0.0),
         accepted=(a.accepted or 0.0) + (b.accepted or 0.0),
-        drains=True,
     )
 
 

@@ -243,3 +243,14 @@ def test_scraper_of_a_dead_server_says_not_reported(serve):
     scraper = ServerAcceptance(server.url, timeout_s=2)
     scraper.start()
     assert scraper.source == NOT_REPORTED and scraper.delta() is None
+
+
+@pytest.mark.slow
+def test_llama_cpp_reports_no_acceptance(tmp_path):
+    from .llama_server import LlamaServer, require_llama_cpp
+
+    require_llama_cpp()
+    with LlamaServer(tmp_path) as server:
+        scraper = ServerAcceptance(server.url)
+        scraper.start()
+        assert scraper.source == NOT_REPORTED and scraper.delta() is None
