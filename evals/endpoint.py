@@ -38,7 +38,7 @@ from ..workers.interface import (
 from ..workers.tokenizer import encode_chat, encode_prompt
 from .endpoint_config import EndpointConfig, EndpointURL, load_local_tokenizer
 from .endpoint_requests import Answer, call_with_retries, chat_message_str, gen_kwargs, read_choice
-from .server_metrics import ServerAcceptance
+from .server_metrics import ResponseTally, ServerAcceptance
 
 PROBE_TIMEOUT_S = 30.0
 
@@ -60,11 +60,12 @@ class EndpointEngine:
         self._secrets = (*self.url.secrets, *([config.resolved_api_key()] if config.resolved_api_key() else []))
         served, server = self._probe()
         self._backend = self._make_backend(served)
-        self.metrics = ServerAcceptance(self.url.root, self._headers, served, config.max_draft_len or None,
-                                        verify=config.verify_tls)  # fmt: skip
+        k = config.max_draft_len or None
+        self.metrics = ServerAcceptance(self.url.root, self._headers, served, k, verify=config.verify_tls)
         self.metrics.start()
         server["acceptance_source"] = self.metrics.source
         self.events = EventLog(rank=0)
+        self._tally = ResponseTally()  # per-response acceptance (SGLang's meta_info), when the server adds it
         self._last_stats = GenerateStats()
         self._identity = EngineIdentity(
             kind="endpoint",
@@ -201,16 +202,20 @@ class EndpointEngine:
             if not ids:
                 raise UserError(f"prompt {i} is empty")
         stats = GenerateStats(num_requests=len(prompts), num_prompt_tokens=sum(map(len, prompt_ids)))
-        mark = self.metrics.checkpoint()
+        mark, tally = self.metrics.checkpoint(), ResponseTally()
         outputs: list[GenerationOutput | None] = [None] * len(prompts)
         start = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=self.config.concurrency, thread_name_prefix="endpoint") as pool:
-            futures = {
-                pool.submit(self._request, i, prompts[i], params[i]): i for i in range(len(prompts))
-            }  # fmt: skip
+        pool = ThreadPoolExecutor(max_workers=self.config.concurrency, thread_name_prefix="endpoint")
+        futures = {pool.submit(self._request, i, prompts[i], params[i]): i for i in range(len(prompts))}
+        finished = False
+        try:
             for future in as_completed(futures):
                 i = futures[future]
-                out = self._output(i, prompt_ids[i], params[i], future.result())
+                answer, text = future.result()
+                if answer.response is not None:
+                    tally.add(answer.response)
+                    self._tally.add(answer.response)
+                out = self._output(i, prompt_ids[i], params[i], answer, text)
                 outputs[i] = out
                 stats.num_output_tokens += out.stats.get("num_output_tokens", 0)
                 stats.num_retries += out.stats.get("num_retries", 0)
@@ -220,7 +225,12 @@ class EndpointEngine:
                     sink.put(prompts[i], params[i], out)  # failures are not persisted: a resume retries them
                 if progress is not None:
                     progress(sum(o is not None for o in outputs), len(outputs), stats)
-        stats.acceptance = self.metrics.delta_since(mark)
+            finished = True
+        finally:
+            # Interrupted (Ctrl-C, a failing sink): queued requests are dropped and requests in flight are not
+            # waited for (they may take an hour); what was finished has already reached the sink.
+            pool.shutdown(wait=finished, cancel_futures=True)
+        stats.acceptance = self.metrics.delta_since(mark) or tally.result(self.config.max_draft_len)
         self._last_stats = stats
         return outputs  # type: ignore[return-value]
 
@@ -257,8 +267,9 @@ class EndpointEngine:
             return str(text)
         return prompt
 
-    def _output(self, index: int, prompt_ids: list[int], params: SamplingParams, result) -> GenerationOutput:
-        answer, text = result
+    def _output(
+        self, index: int, prompt_ids: list[int], params: SamplingParams, answer: Answer, text: str | None
+    ) -> GenerationOutput:
         choice = None
         if answer.error is None:
             try:
@@ -302,8 +313,9 @@ class EndpointEngine:
 
     def reported_acceptance(self) -> dict[str, Any] | None:
         """The server's spec-decode acceptance since this engine connected (evals/server_metrics.py), or None
-        when it reports none (`identity.server["acceptance_source"]` then says so)."""
-        return self.metrics.delta()
+        when it reports none (`identity.server["acceptance_source"]` then says so). A server that reports it per
+        response instead (SGLang's meta_info) is summed over this engine's responses."""
+        return self.metrics.delta() or self._tally.result(self.config.max_draft_len)
 
     def close(self) -> None:
         """Nothing is held between calls: lm-eval's backend opens a connection per request."""
