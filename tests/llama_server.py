@@ -1,0 +1,114 @@
+"""llama.cpp's OpenAI-compatible server (the llama-cpp-python package, `server` extra) as a real third-party peer for
+the endpoint tests: started on a free port over the embedded SmolLM2 GGUF, waited for, and stopped.
+
+scripts/setup.sh installs it (the `peer` extra). Tests that need it call `require_llama_cpp()`: it skips with the
+reason when the package is missing, and fails instead under CI=true, where the peer must be there."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+# Server options (python -m llama_cpp.server --help): a short context keeps the "prompt beyond the context" test
+# cheap; one thread, because llama.cpp's threads spin while they wait for each other: on the two shared cores of
+# the test machines, 2 threads made 16 tokens take 3-17 s instead of 0.5-0.8 s; one seed; no per-token logits of
+# the prompt (only echo logprobs need them).
+N_CTX = 512
+SERVER_OPTIONS = ("--n_ctx", str(N_CTX), "--n_threads", "1", "--n_threads_batch", "1", "--seed", "0",
+                  "--logits_all", "false", "--verbose", "false")  # fmt: skip
+SERVED_MODEL = "smollm2-135m-q4_1"
+START_TIMEOUT_S = 120.0
+SERVER_PACKAGES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
+
+
+def llama_cpp_missing() -> list[str]:
+    return [name for name in SERVER_PACKAGES if importlib.util.find_spec(name) is None]
+
+
+def require_llama_cpp() -> None:
+    missing = llama_cpp_missing()
+    if not missing:
+        return
+    reason = (
+        f"llama.cpp's server is not installed (missing: {', '.join(missing)}); "
+        "scripts/setup.sh installs it: pip install -e '.[peer]'"
+    )
+    if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
+        pytest.fail(reason + " (CI must run the llama.cpp peer tests)")
+    pytest.skip(reason)
+
+
+def smollm2_gguf() -> Path:
+    from specdec_eval.workers.checkpoint import smollm2_path
+
+    return smollm2_path()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaServer:
+    """`with LlamaServer(log_dir) as server:` runs the server until the block ends; `server.url` is its root."""
+
+    def __init__(self, log_dir: Path, api_key: str | None = None, model: Path | None = None) -> None:
+        self.log_path = Path(log_dir) / "llama-server.log"
+        self.api_key = api_key
+        self.model = model or smollm2_gguf()
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model), "--model_alias", SERVED_MODEL,
+               "--host", "127.0.0.1", "--port", str(self.port), *SERVER_OPTIONS]  # fmt: skip
+        if self.api_key:
+            cmd += ["--api_key", self.api_key]
+        return cmd
+
+    def start(self) -> LlamaServer:
+        log = self.log_path.open("wb")
+        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"llama.cpp server exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(self.url + "/v1/models", headers=headers, timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise RuntimeError(f"llama.cpp server not ready after {START_TIMEOUT_S:.0f} s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=15)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+
+    def __enter__(self) -> LlamaServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
