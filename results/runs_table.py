@@ -17,10 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..event_types import FAILING_EVENTS
 from .store import Run, list_runs
 
-# Events that fail a run whatever its accuracy (the engine's list, workers/events.py; results/ never imports it).
-FAILING_EVENTS = ("spec_state_leak", "request_failed")
 _BRAND_WORDS = {"NVIDIA", "GEFORCE", "TESLA", "QUADRO", "AMD", "INSTINCT", "RADEON"}
 UNFINISHED = "unfinished"
 
