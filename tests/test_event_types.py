@@ -6,9 +6,10 @@ import ast
 import re
 from pathlib import Path
 
-from specdec_eval import event_types
 from specdec_eval.results import runs_table
 from specdec_eval.workers import events
+
+from specdec_eval import event_types
 
 ROOT = Path(__file__).resolve().parent.parent
 
