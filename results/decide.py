@@ -23,7 +23,7 @@ from typing import Any
 
 from .runs_table import FAILING_EVENTS, run_rows
 from .store import Run
-from .waives import WaiveEntry, WaivesFile
+from .waives import WaiveEntry, WaivesFile, edit_waives
 
 WAIVE, UNWAIVE, KEEP = "waive", "unwaive", "keep"
 PASSING_TASK_VERDICTS = ("PASS", "NO-GATE", "REPORT")
@@ -180,19 +180,15 @@ def waive_reason(decision: Decision, bug_url: str | None) -> str:
 
 
 def apply_decision(decision: Decision, waives_path: str | Path, bug_url: str | None = None) -> list[str]:
-    """Edit the waives file as the decision says; every other byte stays as it was. Returns the changed lines as
-    "+TEXT" / "-TEXT" (empty for "keep", or when the file already says what the decision wants)."""
-    waives = _read_waives(waives_path)
-    if decision.action == WAIVE:
-        if not waives.waive(decision.test_id, waive_reason(decision, bug_url), gpu=decision.gpu):
-            return []
-        entry = next(e for e in waives.entries if decision.test_id in e.test_ids and e.gpu == decision.gpu)
-        waives.write(waives_path)
-        return [f"+{entry.text}"]
-    if decision.action == UNWAIVE:
-        removed = waives.unwaive(decision.test_id, gpu=decision.gpu)
-        if not removed:
-            return []
-        waives.write(waives_path)
-        return [f"-{e.text}" for e in removed]
-    return []
+    """Edit the waives file as the decision says, under the file's lock (`edit_waives`); every other byte stays as
+    it was. Returns the changed lines as "+TEXT" / "-TEXT" (empty for "keep", or when the file already says what
+    the decision wants)."""
+    if decision.action not in (WAIVE, UNWAIVE):
+        return []
+    with edit_waives(waives_path, create=True) as waives:
+        if decision.action == WAIVE:
+            if not waives.waive(decision.test_id, waive_reason(decision, bug_url), gpu=decision.gpu):
+                return []
+            entry = next(e for e in waives.entries if decision.test_id in e.test_ids and e.gpu == decision.gpu)
+            return [f"+{entry.text}"]
+        return [f"-{e.text}" for e in waives.unwaive(decision.test_id, gpu=decision.gpu)]
