@@ -114,8 +114,10 @@ def compare(
     root: LegacyRoot = None,
 ) -> None:
     """Compare run B against run A sample by sample: accuracy deltas, exact McNemar test on the discordant pairs,
-    token-identical outputs and first divergence positions, acceptance length, event counts, and which
-    configuration and environment keys differ. Exit status 1 when B is a significant regression.
+    token-identical outputs and first divergence positions, acceptance length (overall, and the per-request
+    difference with a seeded 95% paired bootstrap interval; an interval below 0 is flagged as ACCEPTANCE DROP),
+    event counts, and which configuration and environment keys differ. Exit status 1 when B is a significant
+    accuracy regression.
 
     Examples:
       specdec-eval compare 20261202-175148 20261202-175223
