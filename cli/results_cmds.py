@@ -18,7 +18,7 @@ from ..workers.errors import UserError
 
 Out = Annotated[
     Path | None,
-    typer.Option("--out", help=f"The run store `run --out` writes to: one folder per run [default: {DEFAULT_ROOT}].",
+    typer.Option("--out", help=f"The run store `run --out` writes to: one folder per run (default: {DEFAULT_ROOT}).",
                  file_okay=False, show_default=False),
 ]  # fmt: skip
 # The old name of --out, kept working for scripts and hidden from --help.
