@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from ..results.atomic import atomic_write
 from ..results.store import DEFAULT_ROOT, Run, open_run
 from ..workers.errors import UserError
 
@@ -27,8 +28,9 @@ def report(
     """Report on finished runs: one self-contained HTML page and a Markdown summary.
 
     The page embeds plots and tables and loads nothing from the network:
-    scores with 95% intervals against reference and threshold,
-    acceptance per draft position, events over time.
+    each gate's verdict in words (accuracy, lossless, acceptance length, early stops) and the gate that decided
+    each run, scores with 95% intervals against reference and threshold,
+    acceptance per draft position, events over time (plots with nothing to show are left out).
     The Markdown summary on stdout fits a pull-request comment.
     No sample text is ever included.
 
@@ -44,7 +46,7 @@ def report(
     for ref in runs:
         try:
             run = open_run(ref, root)
-        except FileNotFoundError as e:
+        except (FileNotFoundError, ValueError) as e:  # no such run, several, or one that cannot be read
             raise UserError(str(e)) from None
         if not run.is_finished:
             raise UserError(f"run {run.run_id} is not finished (no summary.json); resume it with the same command")
@@ -65,7 +67,6 @@ def report(
 
 def _write(path: Path, text: str) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        atomic_write(path, text.encode("utf-8"))  # a reader (a CI artefact upload) never sees half a page
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror or e}") from None

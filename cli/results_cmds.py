@@ -12,11 +12,17 @@ import typer
 from ..results.compare import REGRESSION, compare_runs, render_compare
 from ..results.decide import apply_decision
 from ..results.decide import decide as decide_test
-from ..results.runs_table import format_tasks, run_rows
+from ..results.runs_table import format_tasks, runs_table
 from ..results.store import DEFAULT_ROOT, open_run
 from ..workers.errors import UserError
 
-Root = Annotated[Path, typer.Option("--root", help="The run store: one folder per run.", file_okay=False)]
+Out = Annotated[
+    Path | None,
+    typer.Option("--out", help=f"The run store `run --out` writes to: one folder per run (default: {DEFAULT_ROOT}).",
+                 file_okay=False, show_default=False),
+]  # fmt: skip
+# The old name of --out, kept working for scripts and hidden from --help.
+LegacyRoot = Annotated[Path | None, typer.Option("--root", hidden=True, file_okay=False)]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 GpuFilter = Annotated[
     str | None,
@@ -26,29 +32,51 @@ GpuFilter = Annotated[
 # Docstrings become --help, rendered as rich markup: '\\[' keeps a test id's '[...]' from being read as a tag.
 
 
+def _store(out: Path | None, root: Path | None) -> Path:
+    """The run store from --out, or from its old name --root."""
+    if out is not None and root is not None and out != root:
+        raise UserError(f"--root is the old name of --out; give one of them (got --out {out} and --root {root})")
+    return out or root or Path(DEFAULT_ROOT)
+
+
 def _check_root(root: Path) -> None:
     if not root.is_dir():
-        raise UserError(f"no run store at {root} (--root)")
+        raise UserError(f"no run store at {root} (--out)")
+
+
+def _warn_unreadable(unreadable: list[dict[str, Any]]) -> None:
+    for u in unreadable:
+        print(f"warning: cannot read run {u['path']}: {u['reason']}", file=sys.stderr)
 
 
 def runs(
-    root: Root = Path(DEFAULT_ROOT),
+    out: Out = None,
     test_id: Annotated[str | None, typer.Option("--test-id", help="Only runs of exactly this test id.")] = None,
     commit: Annotated[str | None, typer.Option("--commit", help="Only runs of commits starting with this.")] = None,
     gpu: GpuFilter = None,
     as_json: AsJson = False,
+    root: LegacyRoot = None,
 ) -> None:
     """List recorded runs, oldest first: id, start time, commit (* = dirty tree), test id, GPU, task scores,
-    verdict, failing events. Unfinished runs show as 'unfinished'.
+    verdict, failing events. Unfinished runs show as 'unfinished' ('running' while a process writes them).
+    Runs that cannot be read (a broken manifest, a cut-off summary) get one warning line each on stderr, and
+    their own "unreadable" list under --json ({"runs": [...], "unreadable": [...]}).
 
     Examples:
       specdec-eval runs --gpu H200
+      specdec-eval runs --out /data/runs --commit 1a2b3c
       specdec-eval runs --test-id "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3\\[v2_kv_cache-one_model-tp1]" --json
     """  # noqa: E501
+    root = _store(out, root)
     _check_root(root)
-    rows = run_rows(root, test_id=test_id, commit=commit, gpu=gpu)
+    try:
+        table = runs_table(root, test_id=test_id, commit=commit, gpu=gpu)
+    except OSError as e:
+        raise UserError(f"cannot read the run store {root}: {e.strerror or e}") from None
+    rows = table.rows
+    _warn_unreadable(table.unreadable)
     if as_json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"runs": rows, "unreadable": table.unreadable}, indent=2))
         return
     if not rows:
         print(f"no runs under {root} match", file=sys.stderr)
@@ -62,7 +90,7 @@ def runs(
         table.add_column(name, overflow="fold", no_wrap=name not in ("TEST", "TASKS"), min_width=len(name))
     for row in rows:
         failing = ", ".join(f"{k} {v}" for k, v in row["failing_events"].items()) or "0"
-        verdict = row["verdict"] or "?"
+        verdict = "running" if row.get("live") else row["verdict"] or "?"
         style = {"PASS": "green", "FAIL": "red"}.get(verdict, "yellow")
         started = (row["started"] or "?").replace("T", " ").removesuffix("Z")
         cells = [row["run_id"], started, row["commit"], row["test_id"] or "?", row["gpu"],
@@ -75,18 +103,21 @@ def runs(
 
 
 def compare(
-    run_a: Annotated[str, typer.Argument(help="Baseline run: folder path, or id (or unique id prefix) under --root.")],
+    run_a: Annotated[str, typer.Argument(help="Baseline run: folder path, or id (or unique id prefix) under --out.")],
     run_b: Annotated[str, typer.Argument(help="Run compared against the baseline.")],
-    root: Root = Path(DEFAULT_ROOT),
+    out: Out = None,
     alpha: Annotated[float, typer.Option("--alpha", help="Significance level of the McNemar test.")] = 0.05,
     filter_name: Annotated[
         str, typer.Option("--filter", help="Correctness the test uses: flexible-extract | strict-match.")
     ] = "flexible-extract",
     as_json: AsJson = False,
+    root: LegacyRoot = None,
 ) -> None:
     """Compare run B against run A sample by sample: accuracy deltas, exact McNemar test on the discordant pairs,
-    token-identical outputs and first divergence positions, acceptance length, event counts, and which
-    configuration and environment keys differ. Exit status 1 when B is a significant regression.
+    token-identical outputs and first divergence positions, acceptance length (overall, and the per-request
+    difference with a seeded 95% paired bootstrap interval; an interval below 0 is flagged as ACCEPTANCE DROP),
+    event counts, and which configuration and environment keys differ. Exit status 1 when B is a significant
+    accuracy regression.
 
     Examples:
       specdec-eval compare 20261202-175148 20261202-175223
@@ -94,6 +125,7 @@ def compare(
     """
     if not 0.0 < alpha < 1.0:
         raise UserError(f"--alpha must be between 0 and 1, got {alpha}")
+    root = _store(out, root)
     try:
         a, b = open_run(run_a, root), open_run(run_b, root)
         result = compare_runs(a, b, alpha=alpha, filter=filter_name)
@@ -107,7 +139,7 @@ def compare(
 def decide(
     test_id: Annotated[str, typer.Argument(help="The test id, as the runs' manifests and waives.txt name it.")],
     gpu: GpuFilter = None,
-    root: Root = Path(DEFAULT_ROOT),
+    out: Out = None,
     waives: Annotated[Path, typer.Option("--waives", help="The waives file.", dir_okay=False)] = Path("waives.txt"),
     k: Annotated[int, typer.Option("--k", help="Passing runs in a row needed to lift a waive.", min=1)] = 3,
     apply: Annotated[bool, typer.Option("--apply", help="Edit the waives file as recommended.")] = False,
@@ -115,18 +147,22 @@ def decide(
         str | None, typer.Option("--bug", help="Bug URL for a new waive line (default: the failure signature).")
     ] = None,
     as_json: AsJson = False,
+    root: LegacyRoot = None,
 ) -> None:
     """Recommend waive / unwaive / keep for a test from its recorded runs, with the reason and the runs behind it.
 
     Waive: the newest run fails (verdict, task verdict, lossless gate, a spec_state_leak / request_failed event).
     Unwaive: the test is waived and the --k newest runs all pass (NO-GATE and REPORT count as passing).
     Keep: anything else. Without --gpu, runs on any GPU count and only waives without 'full:' are edited.
+    A run that cannot be read (broken manifest, cut-off summary) and may be of this test is named on stderr; one
+    not older than the passing runs keeps the waive (it may be the failure).
 
     Examples:
       specdec-eval decide "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3\\[v2_kv_cache-one_model-tp1]" --gpu H200
       specdec-eval decide "accuracy/test_specdec.py::TestSmolLM2_135M::test_auto_dtype\\[v1_kv_cache-tp1]" --gpu H200
       --apply --bug https://nvbugs/123
     """  # noqa: E501
+    root = _store(out, root)
     _check_root(root)
     if waives.is_dir():
         raise UserError(f"waives file is a directory: {waives}")
@@ -137,6 +173,7 @@ def decide(
         raise UserError(str(e)) from None
     if not waives.exists() and not changed:
         print(f"note: {waives} does not exist; the test counts as not waived", file=sys.stderr)
+    _warn_unreadable(decision.unreadable)
     if as_json:
         print(json.dumps({**decision.to_dict(), "applied": changed}, indent=2))
         return

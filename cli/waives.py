@@ -1,18 +1,22 @@
 """`specdec-eval waive | unwaive | waives`: edit and check a TensorRT-LLM-format waives.txt.
 
-Only the lines a command adds, rewrites or removes change; every other byte of the file stays as it was.
+Only the lines a command adds, rewrites or removes change; every other byte of the file stays as it was. `waive`
+and `unwaive` hold the file's lock (a `.<name>.lock` file beside it) from reading to writing, so commands run at
+the same time on one file never lose each other's lines.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ..results.waives import MARKERS, WaiveEntry, WaivesFile
+from ..results.waives import MARKERS, WaiveEntry, WaivesFile, check_one_line, edit_waives
 from ..workers.errors import UserError
 
 WaivesPath = Annotated[Path, typer.Option("--file", "-f", help="The waives file.", dir_okay=False)]
@@ -28,11 +32,18 @@ def _read(path: Path) -> WaivesFile:
         raise UserError(str(e)) from None
 
 
-def _write(waives: WaivesFile, path: Path) -> None:
+@contextmanager
+def _editing(path: Path, create: bool) -> Iterator[WaivesFile]:
+    """The waives file under its lock for one read-modify-write (results.waives.edit_waives); errors in one line."""
     try:
-        waives.write(path)
+        with edit_waives(path, create=create) as waives:
+            yield waives
+    except ValueError as e:
+        raise UserError(str(e)) from None
     except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+        if isinstance(e, (FileNotFoundError, IsADirectoryError)) and e.filename is None:
+            raise UserError(str(e)) from None  # our own message, naming the file
+        raise UserError(f"cannot edit {path}: {e.strerror or e}") from None
 
 
 def _where(gpu: str | None) -> str:
@@ -59,17 +70,16 @@ def waive(
     marker = marker.upper()
     if marker not in MARKERS:
         raise UserError(f"unknown marker {marker!r}; expected one of {', '.join(MARKERS)}")
-    waives = _read(waives_file) if waives_file.exists() else WaivesFile(path=waives_file)
-    try:
+    for value, option in ((test, "TEST"), (bug, "--bug"), (gpu, "--gpu")):
+        if value is not None:
+            try:
+                check_one_line(value, option)
+            except ValueError as e:
+                raise UserError(str(e)) from None
+    with _editing(waives_file, create=True) as waives:
         added = waives.waive(test, bug, gpu=gpu, marker=marker)
-    except ValueError as e:
-        raise UserError(str(e)) from None
-    entry = next(e for e in waives.entries if test.strip() in e.test_ids and e.gpu == gpu)
-    if not added:
-        print(f"already waived{_where(gpu)}: {waives_file}:{entry.line_no}: {entry.text}")
-        return
-    _write(waives, waives_file)
-    print(f"waived{_where(gpu)}: {waives_file}:{entry.line_no}: {entry.text}")
+        entry = next(e for e in waives.entries if test.strip() in e.test_ids and e.gpu == gpu)
+    print(f"{'waived' if added else 'already waived'}{_where(gpu)}: {waives_file}:{entry.line_no}: {entry.text}")
 
 
 def unwaive(
@@ -85,14 +95,13 @@ def unwaive(
     Example: specdec-eval unwaive "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3\\[v2_kv_cache-one_model-tp1]"
     --gpu H100
     """
-    waives = _read(waives_file)
-    removed = waives.unwaive(test, gpu=gpu)
-    if not removed:
+    with _editing(waives_file, create=False) as waives:
+        removed = waives.unwaive(test, gpu=gpu)
         others = sorted({e.gpu or "every GPU" for e in waives.entries if test in e.test_ids})
+    if not removed:
         hint = f" (it is waived on: {', '.join(others)})" if others else ""
         print(f"specdec-eval: {test} is not waived{_where(gpu)} in {waives_file}{hint}", file=sys.stderr)
         raise typer.Exit(1)
-    _write(waives, waives_file)
     for entry in removed:
         kept = " (other test ids on the line kept)" if len(set(entry.test_ids)) > 1 else ""
         print(f"removed {waives_file}:{entry.line_no}: {entry.text}{kept}")

@@ -1,16 +1,20 @@
 """Compare two finished runs sample by sample (DESIGN.md, "Results and decisions").
 
 Per task: accuracy of each run and the delta, an exact McNemar test on per-sample correctness, how many outputs
-are token-for-token identical and where the others first diverge, and the acceptance-length delta. Per run pair:
-event-count deltas, and which configuration and environment keys differ. The result is a JSON-able dict;
-`render_compare` turns it into text.
+are token-for-token identical and where the others first diverge, and the acceptance length: each run's overall
+figure (accepted tokens per step, from its summary) and the per-request difference over the paired samples with
+a seeded paired bootstrap interval; an interval entirely below 0 is flagged as a significant drop (a drafter that
+got worse, or collapsed, while greedy outputs and so accuracy stay the same). Per run pair: event-count deltas,
+and which configuration and environment keys differ. The result is a JSON-able dict; `render_compare` turns it
+into text.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from .paired import first_divergence, mcnemar_exact, pair_samples
+from .paired import first_divergence, mcnemar_exact, pair_samples, paired_mean_difference
 from .store import Run
 
 REGRESSION, IMPROVEMENT, NO_CHANGE = "regression", "improvement", "no significant change"
@@ -20,9 +24,18 @@ ENVIRONMENT_KEYS = ("commit", "dirty", "versions", "devices", "world_size")
 _MISSING = object()
 
 
-def compare_runs(run_a: Run, run_b: Run, alpha: float = 0.05, filter: str = "flexible-extract") -> dict[str, Any]:
+def compare_runs(
+    run_a: Run,
+    run_b: Run,
+    alpha: float = 0.05,
+    filter: str = "flexible-extract",
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Compare run B against run A (A is the baseline). Both must be finished.
 
+    confidence, resamples, seed: the paired bootstrap interval of the per-request acceptance-length difference.
     Raises FileNotFoundError for an unfinished run and ValueError when the runs prompted differently.
     """
     if not 0.0 < alpha < 1.0:
@@ -35,9 +48,10 @@ def compare_runs(run_a: Run, run_b: Run, alpha: float = 0.05, filter: str = "fle
     pairs = pair_samples(run_a.samples(), run_b.samples())
     tasks_a, tasks_b = summary_a.get("tasks", {}), summary_b.get("tasks", {})
     tasks: dict[str, Any] = {}
+    bootstrap = {"confidence": confidence, "resamples": resamples, "seed": seed}
     for task in [t for t in tasks_a if t in tasks_b]:
         tasks[task] = _compare_task(
-            pairs.get(task, []), tasks_a[task], tasks_b[task], pairs.unpaired.get(task), alpha, filter
+            pairs.get(task, []), tasks_a[task], tasks_b[task], pairs.unpaired.get(task), alpha, filter, bootstrap
         )
     verdicts = [t["verdict"] for t in tasks.values()]
     verdict = REGRESSION if REGRESSION in verdicts else IMPROVEMENT if IMPROVEMENT in verdicts else NO_CHANGE
@@ -48,6 +62,10 @@ def compare_runs(run_a: Run, run_b: Run, alpha: float = 0.05, filter: str = "fle
         "run_a": _run_info(run_a, manifest_a, summary_a),
         "run_b": _run_info(run_b, manifest_b, summary_b),
         "tasks": tasks,
+        # tasks whose per-request acceptance length fell significantly (the verdict above is about accuracy)
+        "acceptance_drops": [
+            t for t, r in tasks.items() if (r["acceptance"]["per_request"] or {}).get("significant_drop")
+        ],
         "only_in_a": [t for t in tasks_a if t not in tasks_b],
         "only_in_b": [t for t in tasks_b if t not in tasks_a],
         "events": _event_deltas(summary_a.get("events") or {}, summary_b.get("events") or {}),
@@ -76,6 +94,7 @@ def _compare_task(
     unpaired: dict[str, list[Any]] | None,
     alpha: float,
     filter: str,
+    bootstrap: dict[str, Any],
 ) -> dict[str, Any]:
     column = f"correct[{filter}]"
     missing = [x for pair in pairs for x in pair if column not in x]
@@ -109,7 +128,7 @@ def _compare_task(
         "mcnemar": {"filter": filter, "b": b, "c": c, "p": p},
         "verdict": verdict,
         "outputs": _output_identity(pairs),
-        "acceptance": _acceptance_delta(summary_a.get("acceptance"), summary_b.get("acceptance")),
+        "acceptance": _acceptance(pairs, summary_a.get("acceptance"), summary_b.get("acceptance"), bootstrap),
     }
 
 
@@ -138,10 +157,27 @@ def _output_identity(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict
     }
 
 
-def _acceptance_delta(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any]:
+def _acceptance(
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]],
+    a: dict[str, Any] | None,
+    b: dict[str, Any] | None,
+    bootstrap: dict[str, Any],
+) -> dict[str, Any]:
+    """The runs' overall acceptance lengths and, over the pairs where both samples carry one (spec-dec on both
+    sides), the per-request difference B - A with its paired bootstrap interval (None when no pair has both)."""
     length_a = (a or {}).get("acceptance_length")
     length_b = (b or {}).get("acceptance_length")
-    return {"a": length_a, "b": length_b, "delta": _delta(length_a, length_b)}
+    both = [(x["acceptance_length"], y["acceptance_length"]) for x, y in pairs
+            if _finite(x.get("acceptance_length")) and _finite(y.get("acceptance_length"))]  # fmt: skip
+    per_request = None
+    if both:
+        per_request = paired_mean_difference([p[0] for p in both], [p[1] for p in both], **bootstrap)
+        per_request["unpaired"] = len(pairs) - len(both)  # pairs where a side has no acceptance length
+    return {"a": length_a, "b": length_b, "delta": _delta(length_a, length_b), "per_request": per_request}
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _event_deltas(a: dict[str, int], b: dict[str, int]) -> dict[str, dict[str, int]]:
@@ -247,11 +283,7 @@ def render_compare(result: dict[str, Any]) -> str:
             where = ", ".join(f"doc {d['doc_id']} @ {'?' if d['position'] is None else d['position']}" for d in shown)
             more = len(out["first_divergence"]) - len(shown)
             lines.append(f"  first divergence (doc @ token): {where}" + (f", ... {more} more" if more else ""))
-        acc = t["acceptance"]
-        if acc["a"] is not None or acc["b"] is not None:
-            lines.append(
-                f"  acceptance length: A {_num(acc['a'], 3)} -> B {_num(acc['b'], 3)} ({_signed(acc['delta'], 3)})"
-            )
+        lines += _acceptance_lines(t["acceptance"])
     for key, label in (("only_in_a", "A"), ("only_in_b", "B")):
         if result[key]:
             lines.append(f"tasks only in {label} (not compared): {', '.join(result[key])}")
@@ -274,4 +306,27 @@ def render_compare(result: dict[str, Any]) -> str:
         lines += [f"  {r['key']}: {_value(r, 'a')} -> {_value(r, 'b')}" for r in rows]
     lines.append("")
     lines.append(f"verdict: {result['verdict']} (alpha {result['alpha']}, McNemar on {result['filter']})")
+    if result.get("acceptance_drops"):
+        lines.append(f"ACCEPTANCE DROP: per-request acceptance length fell significantly in "
+                     f"{', '.join(result['acceptance_drops'])}")  # fmt: skip
     return "\n".join(lines)
+
+
+def _acceptance_lines(acc: dict[str, Any]) -> list[str]:
+    lines = []
+    if acc["a"] is not None or acc["b"] is not None:
+        lines.append(
+            f"  acceptance length: A {_num(acc['a'], 3)} -> B {_num(acc['b'], 3)} ({_signed(acc['delta'], 3)})"
+        )
+    p = acc.get("per_request")
+    if p:
+        ci = "no interval (fewer than 2 pairs)"
+        if p["ci"] is not None:
+            ci = f"{100 * p['confidence']:.0f}% CI [{p['ci'][0]:+.3f}, {p['ci'][1]:+.3f}]"
+        flag = "  SIGNIFICANT DROP" if p["significant_drop"] else "  significant rise" if p["significant_rise"] else ""
+        lines.append(
+            f"  per request ({p['n']} paired): A {_num(p['mean_a'], 3)} -> B {_num(p['mean_b'], 3)}, "
+            f"mean difference {_signed(p['mean_delta'], 3)}, {ci} (paired bootstrap, {p['resamples']} resamples, "
+            f"seed {p['seed']}){flag}"
+        )
+    return lines

@@ -2,12 +2,18 @@
 
 Rules, over the finished runs of the test id on the GPU (any GPU when gpu is None), newest first:
 
-1. The newest run fails (verdict FAIL, a task verdict FAIL, or any spec_state_leak / request_failed event):
-   "waive" unless already waived, then "keep". The signature quotes why it failed.
+1. The newest run fails (verdict FAIL, a task verdict FAIL, a failed lossless or acceptance gate, or any
+   spec_state_leak / request_failed event): "waive" unless already waived, then "keep". The signature quotes why
+   it failed.
 2. Else, when waived: "unwaive" if the k most recent runs all pass, otherwise "keep" (too few runs, or one of them
    failed). NO-GATE and REPORT task verdicts count as passing (the reference gate did not fail), and the reason
    says so, because such a task did not prove the accuracy either.
 3. Else (passing and not waived): "keep".
+
+Unreadable runs (a broken manifest, a summary cut off: see results/store.py) are never skipped silently. One that
+may be a run of this test (its manifest cannot be read, or says so) and is not older than the evidence a decision
+rests on turns an "unwaive" into "keep": the run nobody can read may be the failure. They are listed in
+`Decision.unreadable` and named in the reason of any decision they could change.
 
 GPU scope: with a gpu, a waive covering every GPU (no `full:` prefix) counts as waived, but only lines written for
 exactly that GPU are removed: a pass on one GPU does not lift a waive for every GPU. `apply_decision` writes and
@@ -21,9 +27,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .runs_table import FAILING_EVENTS, run_rows
-from .store import Run
-from .waives import WaiveEntry, WaivesFile
+from .runs_table import FAILING_EVENTS, runs_table
+from .store import Run, UnreadableRunError
+from .waives import WaiveEntry, WaivesFile, edit_waives
 
 WAIVE, UNWAIVE, KEEP = "waive", "unwaive", "keep"
 PASSING_TASK_VERDICTS = ("PASS", "NO-GATE", "REPORT")
@@ -43,6 +49,7 @@ class Decision:
     evidence: list[dict[str, Any]] = field(default_factory=list)
     signature: str | None = None  # why the newest run failed (for a waive)
     waive_lines: list[str] = field(default_factory=list)  # "line N: TEXT" of the waives that apply now
+    unreadable: list[dict[str, Any]] = field(default_factory=list)  # runs that may be of this test but cannot be read
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,7 +60,10 @@ def run_fails(row: dict[str, Any]) -> bool:
     or on a failing event."""
     if row["verdict"] != "PASS" or row["num_failing_events"]:
         return True
-    return any(t["verdict"] not in PASSING_TASK_VERDICTS or t.get("lossless") == "FAIL" for t in row["tasks"].values())
+    return any(
+        t["verdict"] not in PASSING_TASK_VERDICTS or t.get("lossless") == "FAIL" or t.get("acceptance_gate") == "FAIL"
+        for t in row["tasks"].values()
+    )
 
 
 def failure_signature(row: dict[str, Any]) -> str:
@@ -68,7 +78,14 @@ def failure_signature(row: dict[str, Any]) -> str:
     for name, t in row["tasks"].items():
         if t.get("lossless") == "FAIL":
             return f"{name} lossless FAIL: {t.get('lossless_reason') or 'outputs differ from the baseline'}"
-    for event in Run(Path(row["path"])).events():
+    for name, t in row["tasks"].items():
+        if t.get("acceptance_gate") == "FAIL":
+            return f"{name} acceptance FAIL: {t.get('acceptance_reason') or 'acceptance length out of its band'}"
+    try:
+        events = Run(Path(row["path"])).events()
+    except (OSError, UnreadableRunError):
+        events = []  # the counts below still say what failed
+    for event in events:
         if event.get("type") in FAILING_EVENTS:
             return f"{event['type']}: {_event_message(event)}"
     if row["failing_events"]:
@@ -93,7 +110,13 @@ def _evidence(row: dict[str, Any]) -> dict[str, Any]:
         "gpu": row["gpu"],
         "verdict": row["verdict"],
         "tasks": {
-            n: {"score": t["score"], "threshold": t["threshold"], "verdict": t["verdict"], "lossless": t["lossless"]}
+            n: {
+                "score": t["score"],
+                "threshold": t["threshold"],
+                "verdict": t["verdict"],
+                "lossless": t["lossless"],
+                "acceptance_gate": t.get("acceptance_gate"),
+            }
             for n, t in row["tasks"].items()
         },
         "failing_events": row["failing_events"],
@@ -118,21 +141,24 @@ def decide(test_id: str, gpu: str | None, root: str | Path, waives_path: str | P
     applying = waives.find(test_id, gpu)
     exact = [e for e in applying if e.gpu == gpu]
     waived = bool(applying)
-    rows = [r for r in reversed(run_rows(root, test_id=test_id, gpu=gpu)) if r["finished"]]
+    table = runs_table(root, test_id=test_id, gpu=gpu)
+    rows = [r for r in reversed(table.rows) if r["finished"]]
 
     def decision(action: str, reason: str, evidence_rows: list[dict[str, Any]], signature: str | None = None):
         return Decision(test_id, gpu, action, reason, waived, [_evidence(r) for r in evidence_rows], signature,
-                        [f"line {e.line_no}: {e.text}" for e in applying])  # fmt: skip
+                        [f"line {e.line_no}: {e.text}" for e in applying], table.unreadable)  # fmt: skip
 
     if not rows:
-        return decision(KEEP, f"no finished runs of this test {_where(gpu)} under {root}", [])
+        return decision(KEEP, f"no finished runs of this test {_where(gpu)} under {root}{_note(table.unreadable)}", [])
     newest = rows[0]
     if run_fails(newest):
         signature = failure_signature(newest)
+        newer = _unreadable_since(table.unreadable, newest)
         if waived:
             return decision(KEEP, f"the newest run {newest['run_id']} fails ({signature}); already waived "
-                                  f"({_lines(applying)})", rows[:k], signature)  # fmt: skip
-        return decision(WAIVE, f"the newest run {newest['run_id']} fails: {signature}", rows[:k], signature)
+                                  f"({_lines(applying)}){_note(newer)}", rows[:k], signature)  # fmt: skip
+        reason = f"the newest run {newest['run_id']} fails: {signature}{_note(newer)}"
+        return decision(WAIVE, reason, rows[:k], signature)
     recent = rows[:k]
     if not waived:
         return decision(KEEP, f"the newest run {newest['run_id']} passes and the test is not waived", recent)
@@ -143,6 +169,12 @@ def decide(test_id: str, gpu: str | None, root: str | Path, waives_path: str | P
                               f"({failure_signature(failed)})", recent)  # fmt: skip
     if len(recent) < k:
         return decision(KEEP, f"only {len(recent)} of {k} required passing runs {_where(gpu)}", recent)
+    blocking = _unreadable_since(table.unreadable, recent[-1])
+    if blocking:
+        u = blocking[-1]
+        return decision(KEEP, f"the {k} most recent readable runs {_where(gpu)} pass, but {len(blocking)} run(s) "
+                              f"among or after them cannot be read (newest: {u['run_id']}: {u['reason']}); "
+                              "not lifting a waive on evidence that may hide a failure", recent)  # fmt: skip
     if not exact:
         return decision(KEEP, f"the {k} most recent runs on {gpu} pass, but the waive applies to every GPU "
                               f"({_lines(applying)}); decide without --gpu to lift it", recent)  # fmt: skip
@@ -154,6 +186,20 @@ def decide(test_id: str, gpu: str | None, root: str | Path, waives_path: str | P
     if still:
         reason += f"; still waived on every GPU by {_lines(still)}"
     return decision(UNWAIVE, reason, recent)
+
+
+def _unreadable_since(unreadable: list[dict[str, Any]], oldest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Unreadable runs that started at or after `oldest` (a run row); one whose start is unknown counts too."""
+    since = oldest["started_ts"]
+    return [u for u in unreadable if u["started_ts"] is None or since is None or u["started_ts"] >= since]
+
+
+def _note(unreadable: list[dict[str, Any]]) -> str:
+    if not unreadable:
+        return ""
+    u = unreadable[-1]
+    return f"; note: {len(unreadable)} run(s) that may be of this test cannot be read (newest: {u['run_id']}: " \
+           f"{u['reason']})"  # fmt: skip
 
 
 def _lines(entries: list[WaiveEntry]) -> str:
@@ -180,19 +226,15 @@ def waive_reason(decision: Decision, bug_url: str | None) -> str:
 
 
 def apply_decision(decision: Decision, waives_path: str | Path, bug_url: str | None = None) -> list[str]:
-    """Edit the waives file as the decision says; every other byte stays as it was. Returns the changed lines as
-    "+TEXT" / "-TEXT" (empty for "keep", or when the file already says what the decision wants)."""
-    waives = _read_waives(waives_path)
-    if decision.action == WAIVE:
-        if not waives.waive(decision.test_id, waive_reason(decision, bug_url), gpu=decision.gpu):
-            return []
-        entry = next(e for e in waives.entries if decision.test_id in e.test_ids and e.gpu == decision.gpu)
-        waives.write(waives_path)
-        return [f"+{entry.text}"]
-    if decision.action == UNWAIVE:
-        removed = waives.unwaive(decision.test_id, gpu=decision.gpu)
-        if not removed:
-            return []
-        waives.write(waives_path)
-        return [f"-{e.text}" for e in removed]
-    return []
+    """Edit the waives file as the decision says, under the file's lock (`edit_waives`); every other byte stays as
+    it was. Returns the changed lines as "+TEXT" / "-TEXT" (empty for "keep", or when the file already says what
+    the decision wants)."""
+    if decision.action not in (WAIVE, UNWAIVE):
+        return []
+    with edit_waives(waives_path, create=True) as waives:
+        if decision.action == WAIVE:
+            if not waives.waive(decision.test_id, waive_reason(decision, bug_url), gpu=decision.gpu):
+                return []
+            entry = next(e for e in waives.entries if decision.test_id in e.test_ids and e.gpu == decision.gpu)
+            return [f"+{entry.text}"]
+        return [f"-{e.text}" for e in waives.unwaive(decision.test_id, gpu=decision.gpu)]

@@ -1,50 +1,77 @@
-"""Sample-by-sample pairing of two runs: the exact McNemar test and where two generations part ways.
+"""Sample-by-sample pairing of two runs: the exact McNemar test, a paired bootstrap interval of a mean
+difference, and where two generations part ways.
 
 Two runs of the same evaluation see the same documents, so their per-sample correctness is paired data. Only the
 discordant pairs carry information about a difference: b (A right, B wrong) and c (A wrong, B right). Under
 "no difference" each discordant pair is a fair coin, so min(b, c) is compared with Bin(b + c, 1/2).
+
+Per-request measurements (the acceptance length of each request under spec-dec) are paired the same way; the
+interval of their mean difference comes from resampling the pairs (scipy's BCa bootstrap, seeded, so the same two
+runs always give the same interval).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from typing import Any
-
-# Up to this many discordant pairs the tail is summed exactly in integers; above it, in log space.
-_EXACT_MAX_N = 1000
-# Terms of the log-space tail smaller than this fraction of the largest one no longer change a float.
-_NEGLIGIBLE = math.log(1e-20)
 
 
 def mcnemar_exact(b: int, c: int) -> float:
     """Two-sided exact McNemar p-value: min(1, 2 * P[X <= min(b, c)]) with X ~ Bin(b + c, 1/2); 1.0 if b + c == 0.
 
-    b: pairs that A got right and B wrong; c: pairs that A got wrong and B right.
+    b: pairs that A got right and B wrong; c: pairs that A got wrong and B right. This is scipy's exact binomial
+    test of min(b, c) successes in b + c trials at p = 1/2 (for a symmetric distribution its two-sided p-value,
+    the outcomes no likelier than the one observed, is twice the smaller tail).
     """
     if b < 0 or c < 0:
         raise ValueError(f"discordant counts cannot be negative: b={b}, c={c}")
-    n, k = b + c, min(b, c)
-    if n == 0:
+    if b + c == 0:
         return 1.0
-    if n <= _EXACT_MAX_N:
-        tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n  # int / int: correctly rounded
+    from scipy.stats import binomtest
+
+    return float(binomtest(min(b, c), b + c, 0.5, alternative="two-sided").pvalue)
+
+
+def paired_mean_difference(
+    a: Sequence[float], b: Sequence[float], confidence: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> dict[str, Any]:
+    """Mean of b[i] - a[i] over pairs, with a paired bootstrap confidence interval (BCa, `resamples` resamples of
+    the pairs, seeded). `ci` is None with fewer than two pairs; a constant difference has the point interval.
+
+    "significant_drop" / "significant_rise": the whole interval lies below / above 0.
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired samples differ in length: {len(a)} vs {len(b)}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
+    import numpy as np
+
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    d = xb - xa
+    out: dict[str, Any] = {
+        "n": int(d.size),
+        "mean_a": float(xa.mean()) if d.size else None,
+        "mean_b": float(xb.mean()) if d.size else None,
+        "mean_delta": float(d.mean()) if d.size else None,
+        "ci": None,
+        "confidence": confidence,
+        "resamples": resamples,
+        "seed": seed,
+        "significant_drop": False,
+        "significant_rise": False,
+    }
+    if d.size < 2:
+        return out
+    if np.ptp(d) == 0.0:  # every pair differs by the same amount: no spread to resample (BCa would give NaN)
+        lo = hi = float(d[0])
     else:
-        tail = math.exp(_log_binomial_tail(n, k) - n * math.log(2.0))
-    return min(1.0, 2.0 * tail)
+        from scipy.stats import bootstrap
 
-
-def _log_binomial_tail(n: int, k: int) -> float:
-    """log(sum_{i<=k} C(n, i)) for k <= n / 2, where the terms grow with i: start from the largest term (i = k) and
-    walk down with the ratio C(n, i-1) / C(n, i) = i / (n - i + 1) until the terms stop mattering."""
-    log_top = math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-    total, rel = 1.0, 0.0  # the sum relative to the top term, and log(term / top term)
-    for i in range(k, 0, -1):
-        rel += math.log(i / (n - i + 1))
-        if rel < _NEGLIGIBLE:
-            break
-        total += math.exp(rel)
-    return log_top + math.log(total)
+        res = bootstrap((d,), np.mean, n_resamples=resamples, confidence_level=confidence, method="BCa",
+                        vectorized=True, random_state=np.random.default_rng(seed))  # fmt: skip
+        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    out.update(ci=[lo, hi], significant_drop=hi < 0.0, significant_rise=lo > 0.0)
+    return out
 
 
 def first_divergence(a_ids: Sequence[int] | None, b_ids: Sequence[int] | None) -> int | None:

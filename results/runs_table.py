@@ -12,15 +12,14 @@ GPU short names (`gpu_of`) are what waives.txt's `full:<GPU>/` prefix and the `-
 
 from __future__ import annotations
 
-import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .store import Run, list_runs
+from ..event_types import FAILING_EVENTS
+from .store import Run, UnreadableRun, scan_runs
 
-# Events that fail a run whatever its accuracy (the engine's list, workers/events.py; results/ never imports it).
-FAILING_EVENTS = ("spec_state_leak", "request_failed")
 _BRAND_WORDS = {"NVIDIA", "GEFORCE", "TESLA", "QUADRO", "AMD", "INSTINCT", "RADEON"}
 UNFINISHED = "unfinished"
 
@@ -57,7 +56,10 @@ def short_commit(commit: str | None, dirty: bool | None) -> str:
 
 
 def run_row(run: Run) -> dict[str, Any]:
-    """One run as a row. An unfinished run (no summary.json) has verdict "unfinished" and no tasks."""
+    """One run as a row. An unfinished run (no summary.json) has verdict "unfinished" and no tasks; `live` says
+    whether a process holds its writer's lock (it is running), else it was interrupted and can be resumed.
+
+    Raises UnreadableRunError (a ValueError) when a file of the run cannot be read."""
     manifest = run.manifest()
     finished = run.is_finished
     summary = run.summary() if finished else {}
@@ -78,6 +80,9 @@ def run_row(run: Run) -> dict[str, Any]:
             # the losslessness gate of a spec-dec run against its baseline (None when not run)
             "lossless": (t.get("lossless") or {}).get("verdict"),
             "lossless_reason": (t.get("lossless") or {}).get("reason"),
+            # the acceptance-length gate against its reference band (None when not run)
+            "acceptance_gate": (t.get("acceptance_gate") or {}).get("verdict"),
+            "acceptance_reason": (t.get("acceptance_gate") or {}).get("reason"),
         }
         for name, t in (summary.get("tasks") or {}).items()
     }
@@ -95,6 +100,7 @@ def run_row(run: Run) -> dict[str, Any]:
         "tasks": tasks,
         "verdict": summary.get("verdict") if finished else UNFINISHED,
         "finished": finished,
+        "live": (not finished) and run.is_locked(),
         "elapsed_s": manifest.get("elapsed_s"),
         "events": counts,
         "failing_events": failing,
@@ -102,27 +108,82 @@ def run_row(run: Run) -> dict[str, Any]:
     }
 
 
+@dataclass
+class RunsTable:
+    """Rows of the readable runs (oldest first) and the runs that could not be read, as dicts."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    unreadable: list[dict[str, Any]] = field(default_factory=list)
+
+
+def runs_table(
+    root: str | Path, test_id: str | None = None, commit: str | None = None, gpu: str | None = None
+) -> RunsTable:
+    """The runs under root, oldest first (newest last), and the unreadable ones with their reason.
+
+    Filters: test_id and gpu (short name, see `gpu_of`) match exactly, commit matches as a prefix of the full
+    commit. An unreadable run is kept unless what can still be read of it (its manifest, when only the summary is
+    broken) contradicts a filter: a run that cannot say what it ran might be any run.
+    """
+    scan = scan_runs(root)
+    table = RunsTable()
+    broken = list(scan.unreadable)
+    for run in scan.runs:
+        try:
+            row = run_row(run)
+        except (ValueError, TypeError, KeyError, AttributeError) as e:  # a file of an unexpected shape
+            reason = str(e).removeprefix(f"{run.path}/") if isinstance(e, ValueError) else f"unexpected content ({e})"
+            broken.append(UnreadableRun(run.path, reason, _manifest_or_none(run)))
+            continue
+        if _matches(row, test_id, commit, gpu):
+            table.rows.append(row)
+    for u in broken:
+        entry = unreadable_entry(u)
+        if u.manifest is None or _matches(entry, test_id, commit, gpu):
+            table.unreadable.append(entry)
+    table.rows.sort(key=lambda r: (r["started_ts"] or 0.0, r["run_id"]))
+    table.unreadable.sort(key=lambda u: (u["started_ts"] or 0.0, u["run_id"]))
+    return table
+
+
 def run_rows(
     root: str | Path, test_id: str | None = None, commit: str | None = None, gpu: str | None = None
 ) -> list[dict[str, Any]]:
-    """Rows of the runs under root, oldest first (newest last). Filters: test_id and gpu (short name, see
-    `gpu_of`) match exactly, commit matches as a prefix of the full commit. Runs whose manifest or summary
-    cannot be read (not JSON) are left out."""
-    rows = []
-    for run in list_runs(root):
-        try:
-            row = run_row(run)
-        except (json.JSONDecodeError, UnicodeDecodeError, FileNotFoundError):
-            continue
-        if test_id is not None and row["test_id"] != test_id:
-            continue
-        if gpu is not None and row["gpu"] != gpu:
-            continue
-        if commit is not None and not (row["commit_full"] or "").lower().startswith(commit.lower()):
-            continue
-        rows.append(row)
-    rows.sort(key=lambda r: (r["started_ts"] or 0.0, r["run_id"]))
-    return rows
+    """The rows of `runs_table` (readable runs only: use `runs_table` to learn about the others)."""
+    return runs_table(root, test_id, commit, gpu).rows
+
+
+def unreadable_entry(u: UnreadableRun) -> dict[str, Any]:
+    """An unreadable run as a dict; test id, commit and GPU are None unless its manifest could be read."""
+    m = u.manifest
+    return {
+        "run_id": u.run_id,
+        "path": str(u.path),
+        "reason": u.reason,
+        "started": iso_time(u.started),
+        "started_ts": u.started,
+        "test_id": m.get("test_id") if m else None,
+        "commit": short_commit(m.get("commit"), m.get("dirty")) if m else None,
+        "commit_full": m.get("commit") if m else None,
+        "gpu": gpu_of(m) if m else None,
+    }
+
+
+def _manifest_or_none(run: Run) -> dict[str, Any] | None:
+    try:
+        manifest = run.manifest()
+        gpu_of(manifest)  # the fields a filter reads must be readable too
+        return manifest
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def _matches(row: dict[str, Any], test_id: str | None, commit: str | None, gpu: str | None) -> bool:
+    if test_id is not None and row["test_id"] != test_id:
+        return False
+    if gpu is not None and row["gpu"] != gpu:
+        return False
+    return commit is None or (row["commit_full"] or "").lower().startswith(commit.lower())
 
 
 def format_tasks(row: dict[str, Any]) -> str:

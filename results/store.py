@@ -5,37 +5,46 @@
   events.jsonl     every rank's events, merged
   summary.json     per task score, reference, threshold, theta, verdict; acceptance; event counts
   partial/         finished generations of an unfinished run (what --resume reuses)
+  .lock            the writer's lock (see below)
 
-Every file is written atomically (temp file + rename), so a killed run never leaves a torn file behind. A run
-is finished when summary.json exists.
+A run id is `YYYYMMDD-HHMMSS-<config key>[-N]` (UTC start time). Every file is written atomically
+(results/atomic.py), so a killed run never leaves a torn file behind. A run is finished when summary.json exists.
+
+Unreadable runs. A folder that looks like a run (it has manifest.json, or a run id as its name) but whose
+manifest or summary cannot be read (missing, not UTF-8 JSON, not an object, a summary without `verdict` and
+`tasks`) is never trusted and never silently dropped: `scan_runs(root)` returns it in `.unreadable` with the
+reason, and `runs` / `decide` report it. `list_runs` returns only the readable runs.
+
+One writer per run. Each run folder has an advisory lock (`fcntl.flock` on `<run>/.lock`, results/locks.py), held
+by the process that writes the run for as long as it keeps the `Run` object that holds it (or until
+`run.release()`, the end of a `with run:` block, or the process's death: the OS releases it, so a SIGKILLed run
+can be resumed at once). `new_run(root, key)` returns a new run already locked; `Run.try_lock()` /
+`Run.is_locked()` take and probe the lock. Which run a command writes (resume a free unfinished one, refuse to
+repeat a live one, or start anew) is results/claims.py: `acquire_run`, `claim_unfinished`, `busy_runs`.
 """
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import json
-import os
-import tempfile
+import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import locks
+from .atomic import atomic_open, atomic_write
+
 DEFAULT_ROOT = "runs"
+LOCK_NAME = ".lock"
+STORE_LOCK_NAME = ".store.lock"
+_RUN_ID = re.compile(r"(\d{8}-\d{6})-([0-9A-Za-z]+)(?:-(\d+))?")
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+class UnreadableRunError(ValueError):
+    """A run file that exists but cannot be read (not JSON, not UTF-8, torn, wrong shape). One-line message."""
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -48,13 +57,32 @@ def config_key(config: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
 
 
+def parse_run_id(run_id: str) -> tuple[float | None, str | None]:
+    """(start time as a UNIX timestamp, config key) from a run id; (None, None) for another name."""
+    m = _RUN_ID.fullmatch(run_id)
+    if m is None:
+        return None, None
+    try:
+        started = float(calendar.timegm(time.strptime(m.group(1), "%Y%m%d-%H%M%S")))
+    except (ValueError, OverflowError):
+        return None, m.group(2)
+    return started, m.group(2)
+
+
 @dataclass
 class Run:
     path: Path
+    # The writer's lock when this process holds it (new_run, claim_unfinished, acquire_run, try_lock).
+    lock: locks.FileLock | None = field(default=None, compare=False, repr=False)
 
     @property
     def run_id(self) -> str:
         return self.path.name
+
+    @property
+    def key(self) -> str | None:
+        """The config key in the run id."""
+        return parse_run_id(self.run_id)[1]
 
     @property
     def is_finished(self) -> bool:
@@ -64,11 +92,50 @@ class Run:
     def partial_dir(self) -> Path:
         return self.path / "partial"
 
+    # --- the writer's lock -----------------------------------------------------------------------------------
+
+    def try_lock(self, wait_s: float = 0.0) -> locks.FileLock | None:
+        """Take the writer's lock (kept in `self.lock` as well); None when another holder has it."""
+        if self.lock is not None and self.lock.held:
+            return self.lock
+        self.lock = locks.try_lock(self.path / LOCK_NAME, wait_s)
+        return self.lock
+
+    def is_locked(self) -> bool:
+        """Whether a writer holds this run's lock (another process, or this one through another Run object)."""
+        return locks.is_locked(self.path / LOCK_NAME)
+
+    def holder_pid(self) -> int | None:
+        return locks.holder_pid(self.path / LOCK_NAME)
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    # --- files -----------------------------------------------------------------------------------------------
+
     def manifest(self) -> dict[str, Any]:
         return _read_json(self.path / "manifest.json")
 
     def summary(self) -> dict[str, Any]:
         return _read_json(self.path / "summary.json")
+
+    def problem(self) -> str | None:
+        """Why this run cannot be read (its manifest, and its summary when it has one), or None if it can."""
+        try:
+            self.manifest()
+            if self.is_finished:
+                check_summary(self.summary(), self.path / "summary.json")
+        except (OSError, ValueError) as e:
+            return str(e)
+        return None
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         write_json(self.path / "manifest.json", manifest)
@@ -83,30 +150,52 @@ class Run:
         path = self.path / "events.jsonl"
         if not path.exists():
             return []
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        text = _read_text(path)
+        out = []
+        for no, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UnreadableRunError(f"{path}: line {no} is not JSON ({e.msg})") from None
+            if not isinstance(event, dict):
+                raise UnreadableRunError(f"{path}: line {no} is not a JSON object")
+            out.append(event)
+        return out
 
     def write_samples(self, samples: list[dict[str, Any]]) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         table = pa.Table.from_pylist([_flat(s) for s in samples])
-        path = self.path / "samples.parquet"
-        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=".samples.")
-        os.close(fd)
-        try:
-            pq.write_table(table, tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_open(self.path / "samples.parquet") as f:
+            pq.write_table(table, f)
 
     def samples(self) -> list[dict[str, Any]]:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         path = self.path / "samples.parquet"
         if not path.exists():
             return []
-        return [_unflat(r) for r in pq.read_table(path).to_pylist()]
+        try:
+            rows = pq.read_table(path).to_pylist()
+        except (pa.ArrowException, OSError) as e:
+            raise UnreadableRunError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
+        return [_unflat(r) for r in rows]
+
+
+def check_summary(summary: dict[str, Any], path: Path | str = "summary.json") -> None:
+    """UnreadableRunError unless the summary has the shape every reader relies on: a verdict and task objects."""
+    if not isinstance(summary.get("verdict"), str):
+        raise UnreadableRunError(f"{path}: no 'verdict' (cut off or not written by specdec-eval)")
+    tasks = summary.get("tasks")
+    if not isinstance(tasks, dict) or not all(isinstance(t, dict) for t in tasks.values()):
+        raise UnreadableRunError(f"{path}: 'tasks' is not an object of task objects")
+    events = summary.get("events")
+    if events is not None and not (isinstance(events, dict) and all(isinstance(n, int) for n in events.values())):
+        raise UnreadableRunError(f"{path}: 'events' is not an object of counts")
 
 
 def _flat(sample: dict[str, Any]) -> dict[str, Any]:
@@ -126,47 +215,157 @@ def _unflat(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UnreadableRunError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    except IsADirectoryError:
+        raise UnreadableRunError(f"{path}: is a folder, not a file") from None
+    except PermissionError:
+        raise UnreadableRunError(f"{path}: permission denied") from None
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
-    return json.loads(path.read_text(encoding="utf-8"))
+    text = _read_text(path)
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        what = "empty" if not text.strip() else f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
+        raise UnreadableRunError(f"{path}: {what}") from None
+    if not isinstance(obj, dict):
+        raise UnreadableRunError(f"{path}: holds a JSON {type(obj).__name__}, not an object")
+    return obj
 
 
-def new_run(root: str | Path, key: str) -> Run:
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    path = Path(root) / f"{stamp}-{key}"
-    n = 1
-    while path.exists():
-        n += 1
-        path = Path(root) / f"{stamp}-{key}-{n}"
-    path.mkdir(parents=True)
-    return Run(path)
+# --- listing -------------------------------------------------------------------------------------------------
 
 
-def find_unfinished(root: str | Path, key: str) -> Run | None:
-    """The newest unfinished run of the same configuration key: what an identical command resumes."""
-    for run in reversed(list_runs(root)):
-        if not run.is_finished and run.path.name.split("-")[2:3] == [key]:
-            return run
-    return None
+@dataclass
+class UnreadableRun:
+    """A run folder that cannot be read, and why. `manifest` is set when only the summary is broken."""
+
+    path: Path
+    reason: str
+    manifest: dict[str, Any] | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def started(self) -> float | None:
+        """The start time from the manifest, else from the run id; None when neither tells."""
+        started = (self.manifest or {}).get("started")
+        return float(started) if isinstance(started, (int, float)) else parse_run_id(self.run_id)[0]
+
+
+@dataclass
+class RunScan:
+    runs: list[Run] = field(default_factory=list)  # readable runs, oldest first
+    unreadable: list[UnreadableRun] = field(default_factory=list)
+
+
+def scan_runs(root: str | Path) -> RunScan:
+    """Every run under root, oldest first (folder names start with a UTC timestamp): the readable ones and the
+    unreadable ones with their reason. A run-id-named folder without a manifest whose lock is held is a run being
+    created this instant and is left out; hidden folders and folders that look like neither are ignored."""
+    base = Path(root)
+    scan = RunScan()
+    if not base.is_dir():
+        return scan
+    for path in sorted(p for p in base.iterdir() if not p.name.startswith(".")):
+        has_manifest = (path / "manifest.json").exists()
+        if not path.is_dir() or not (has_manifest or _RUN_ID.fullmatch(path.name)):
+            continue
+        run = Run(path)
+        problem = run.problem()
+        if problem is None:
+            scan.runs.append(run)
+        elif not has_manifest and run.is_locked():
+            continue  # new_run made the folder and holds its lock; the manifest comes next
+        else:
+            try:
+                manifest = run.manifest()
+            except (OSError, ValueError):
+                manifest = None
+            reason = problem.removeprefix(f"{path}/").removeprefix(f"{path}: ")
+            if not has_manifest:
+                reason = "no manifest.json"
+            scan.unreadable.append(UnreadableRun(path, reason, manifest))
+    return scan
 
 
 def list_runs(root: str | Path) -> list[Run]:
-    """Runs under root, oldest first (folder names start with a UTC timestamp)."""
-    base = Path(root)
-    if not base.is_dir():
-        return []
-    return [Run(p) for p in sorted(base.iterdir()) if (p / "manifest.json").exists()]
+    """The readable runs under root, oldest first. `scan_runs` also returns the unreadable ones."""
+    return scan_runs(root).runs
 
 
 def open_run(ref: str | Path, root: str | Path = DEFAULT_ROOT) -> Run:
-    """A run by folder path or by id under root (a unique prefix of the id is enough)."""
+    """A run by folder path or by id under root (a unique prefix of the id is enough).
+
+    FileNotFoundError when nothing or several runs match; UnreadableRunError when the run cannot be read."""
     path = Path(ref)
     if (path / "manifest.json").exists():
-        return Run(path)
-    matches = [r for r in list_runs(root) if r.run_id.startswith(str(ref))]
-    if len(matches) != 1:
-        raise FileNotFoundError(
-            f"no run '{ref}' under {root}" if not matches else f"'{ref}' matches {len(matches)} runs under {root}"
-        )
+        run = Run(path)
+        problem = run.problem()
+        if problem is not None:
+            raise UnreadableRunError(f"run {run.run_id} cannot be read: {problem}")
+        return run
+    scan = scan_runs(root)
+    matches = [r for r in scan.runs if r.run_id.startswith(str(ref))]
+    broken = [u for u in scan.unreadable if u.run_id.startswith(str(ref))]
+    if len(matches) + len(broken) == 1 and broken:
+        raise UnreadableRunError(f"run {broken[0].run_id} cannot be read: {broken[0].reason}")
+    if len(matches) + len(broken) != 1:
+        n = len(matches) + len(broken)
+        raise FileNotFoundError(f"no run '{ref}' under {root}" if not n else f"'{ref}' matches {n} runs under {root}")
     return matches[0]
+
+
+def find_unfinished(root: str | Path, key: str) -> Run | None:
+    """The newest readable unfinished run of the configuration key (not locked: `claim_unfinished` locks)."""
+    return next((r for r in reversed(list_runs(root)) if not r.is_finished and r.key == key), None)
+
+
+def find_finished(root: str | Path, key: str) -> Run | None:
+    """The newest readable finished run of the configuration key (e.g. the lossless gate's baseline); runs that
+    cannot be read are skipped here (`scan_runs` reports them)."""
+    return next((r for r in reversed(list_runs(root)) if r.is_finished and r.key == key), None)
+
+
+# --- creating a run ------------------------------------------------------------------------------------------
+
+
+def store_lock(root: str | Path) -> locks.FileLock:
+    """The store-wide lock (`<root>/.store.lock`) under which runs are claimed and created; held for milliseconds."""
+    base = Path(root)
+    base.mkdir(parents=True, exist_ok=True)
+    return locks.lock(base / STORE_LOCK_NAME)
+
+
+def create_run(root: str | Path, key: str) -> Run:
+    """A new run folder for the configuration key, locked (callers hold `store_lock`; `new_run` does)."""
+    if not _RUN_ID.fullmatch(f"00000000-000000-{key}"):
+        raise ValueError(f"a run key is letters and digits, got {key!r}")
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    path = Path(root) / f"{stamp}-{key}"
+    n = 1
+    while True:
+        try:
+            path.mkdir(parents=True)  # atomic: of two processes, one gets the folder
+            break
+        except FileExistsError:
+            n += 1
+            path = Path(root) / f"{stamp}-{key}-{n}"
+    run = Run(path)
+    run.lock = locks.lock(path / LOCK_NAME)  # only an is_locked probe can hold it now, for microseconds
+    return run
+
+
+def new_run(root: str | Path, key: str) -> Run:
+    """A new run folder for the configuration key, its writer's lock held by the returned Run."""
+    with store_lock(root):
+        return create_run(root, key)

@@ -18,9 +18,14 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
+import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from . import locks
+from .atomic import atomic_write
 
 MARKERS = ("SKIP", "XFAIL", "UNSTABLE", "TIMEOUT", "ISOLATION")
 GPU_PREFIX = "full:"
@@ -206,6 +211,24 @@ def parse_line(raw: str, line_no: int) -> WaiveEntry | InvalidLine | None:
     return WaiveEntry(gpu, ids, marker, reason, comment, line_no, raw, problem, spans)
 
 
+# Unicode categories refused in text written into a waive line: control characters (newline, carriage return,
+# tab, NUL, ESC, NEL, ...), format characters (bidi overrides, zero-width), line and paragraph separators, and lone
+# surrogates (bytes that were not UTF-8). A newline in a reason would start a second, valid waive line.
+_NOT_ONE_LINE = ("Cc", "Cf", "Cs", "Zl", "Zp")
+
+
+def check_one_line(text: str, what: str) -> None:
+    """ValueError (one line, the character shown as U+XXXX) if `text` holds a character that is not printable
+    text on one line."""
+    for i, ch in enumerate(text):
+        if unicodedata.category(ch) in _NOT_ONE_LINE:
+            name = unicodedata.name(ch, "control character")
+            raise ValueError(
+                f"cannot write this waive as one line: {what} holds U+{ord(ch):04X} ({name.lower()}) at "
+                f"position {i + 1}; a waive is one line of printable text"
+            )
+
+
 def format_line(test_id: str, reason: str | None, gpu: str | None = None, marker: str = "SKIP") -> str:
     """The text of one waive line, without a line ending."""
     prefix = f"{GPU_PREFIX}{gpu}/" if gpu else ""
@@ -243,23 +266,13 @@ class WaivesFile:
         return "".join(self.lines)
 
     def write(self, path: str | os.PathLike | None = None) -> Path:
-        """Write atomically: a temporary file in the same folder, then os.replace over the target."""
+        """Write atomically (results/atomic.py). Not a lock: `edit_waives` holds one around read, edit and write."""
         target = Path(path) if path is not None else self.path
         if target is None:
             raise ValueError("no path to write the waives file to")
-        # Keep the permissions of the file being replaced (mkstemp creates 0600); a new file gets 0644.
-        mode = target.stat().st_mode & 0o7777 if target.exists() else 0o644
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(self.render().encode(_ENCODING, _ERRORS))
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, mode)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        # Keep the permissions of the file being replaced; a new file gets the default (0666 minus the umask).
+        mode = target.stat().st_mode & 0o7777 if target.exists() else None
+        atomic_write(target, self.render().encode(_ENCODING, _ERRORS), mode)
         self.path = target
         return target
 
@@ -293,6 +306,10 @@ class WaivesFile:
 
         The line goes before the first waive line whose text sorts after it, else at the end of the file.
         """
+        check_one_line(test_id, "the test id")
+        check_one_line(reason_or_url or "", "the reason")
+        if gpu is not None:
+            check_one_line(gpu, "the GPU name")
         test_id, reason_or_url = test_id.strip(), (reason_or_url or "").strip()
         if marker not in MARKERS:
             raise ValueError(f"unknown marker {marker!r} (expected one of {', '.join(MARKERS)})")
@@ -360,3 +377,31 @@ class WaivesFile:
                 else:
                     first[key] = e.line_no
         return [f"line {no}: {msg}" for no, msg in sorted(problems, key=lambda p: p[0])]
+
+
+def lock_path(path: str | os.PathLike) -> Path:
+    """The sidecar lock file of a waives file: `.<name>.lock` in the same folder."""
+    path = Path(path)
+    return path.parent / f".{path.name}.lock"
+
+
+@contextmanager
+def edit_waives(path: str | os.PathLike, create: bool = False) -> Iterator[WaivesFile]:
+    """Read, edit and write a waives file under its lock, so that concurrent editors never lose each other's lines.
+
+    Holds an exclusive `fcntl.flock` on the sidecar `lock_path(path)` for the whole block: the file is read after
+    the lock is taken and, if the block changed it, written back (atomically) before the lock is released.
+    create: a missing file reads as empty (and is written only if the block adds something); otherwise
+    FileNotFoundError. The folder must exist.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"waives file is a directory: {path}")
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"folder of the waives file not found: {path.parent}")
+    with locks.lock(lock_path(path)):
+        waives = WaivesFile.read(path) if (path.exists() or not create) else WaivesFile(path=path)
+        before = waives.render()
+        yield waives
+        if waives.render() != before:
+            waives.write(path)

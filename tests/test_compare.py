@@ -58,7 +58,13 @@ def test_identical_runs_show_no_change(tmp_path):
     assert t["n"] == N and t["mcnemar"] == {"filter": "flexible-extract", "b": 0, "c": 0, "p": 1.0}
     assert t["outputs"] == {"identical": N, "divergent": 0, "identical_rate": 1.0, "first_divergence": []}
     assert t["delta"] == 0.0 and t["accuracy_a"]["score"] == pytest.approx(67.5)
-    assert t["acceptance"] == {"a": 2.5, "b": 2.5, "delta": 0.0}
+    assert t["acceptance"] == {
+        "a": 2.5, "b": 2.5, "delta": 0.0,
+        "per_request": {"n": N, "mean_a": 2.0, "mean_b": 2.0, "mean_delta": 0.0, "ci": [0.0, 0.0], "confidence": 0.95,
+                        "resamples": 2000, "seed": 0, "significant_drop": False, "significant_rise": False,
+                        "unpaired": 0},
+    }  # fmt: skip
+    assert result["acceptance_drops"] == []
     assert result["config_diff"] == [] and result["environment_diff"] == [] and result["events"] == {}
     assert json.loads(json.dumps(result)) == result  # JSON-able as is
     text = render_compare(result)

@@ -183,7 +183,11 @@ def test_wilson_interval():
 def test_html_is_self_contained(built):
     html, _ = built
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
-    assert len(images) == 6  # 2 task score plots + 2 acceptance plots + 2 event timelines
+    # 2 task score plots + 1 acceptance plot and 1 event timeline (of the spec-dec run: the baseline has neither
+    # acceptance nor events, and plots with nothing to show are left out)
+    assert len(images) == 4
+    alts = re.findall(r'<img class="plot" alt="([^"]+)"', html)
+    assert alts == ["gpqa_diamond scores", "gsm8k scores", "#2 acceptance", "#2 events"]  # summary keys sorted
     assert all(base64.b64decode(b)[:8] == b"\x89PNG\r\n\x1a\n" for b in images)
     # Nothing is fetched: every src/href is a data: URL, and no URL at all appears in the page.
     for attr in re.findall(r'\b(?:src|href)\s*=\s*["\']?([^"\'\s>]*)', html, flags=re.IGNORECASE):
@@ -207,7 +211,9 @@ def test_html_tables(built):
         "0123456789ab (dirty)",
         "2× NVIDIA H200",
         "eagle3 (K=3)",
-        "divergent: 2, identical: 38, verdict: FAIL",  # the 'lossless' entry, rendered generically
+        "FAIL</span> 38/40 identical to the baseline",  # the 'lossless' entry, in words
+        "FAIL</span> 60.00 &lt; threshold 72.50 (reference 76.00)",  # the accuracy gate, in words
+        "PASS</span> 75.00 ≥ threshold 72.50 (reference 76.00)",
         "0.800, 0.500, 0.200",
         "request_retried",
     ):
@@ -232,7 +238,7 @@ def test_markdown(built):
     for row in (
         "| #1 | gsm8k | 75.00 | 76.00 | 72.50 | PASS | — | — |",
         "| #1 | gpqa_diamond | 30.00 | 33.00 | 25.00 | PASS | — | — |",
-        "| #2 | gsm8k | 60.00 | 76.00 | 72.50 | FAIL | 2.50 | divergent: 2, identical: 38, verdict: FAIL |",
+        "| #2 | gsm8k | 60.00 | 76.00 | 72.50 | FAIL | 2.50 | FAIL, 38/40 identical to the baseline |",
         "| #2 | gpqa_diamond | 35.00 | 33.00 | 25.00 | PASS | 2.10 | — |",
     ):
         assert row in lines, row
@@ -304,8 +310,10 @@ def test_real_run_end_to_end(tmp_path, capsys):
     _report_cli([*(p.name for p in run_dirs), "--root", str(root), "--out", str(out)])
     md = capsys.readouterr().out
     html = out.read_text(encoding="utf-8")
-    # one score plot per task, one acceptance plot and one event timeline per run
-    assert len(re.findall(r'src="data:image/png;base64,', html)) == 2 + 2 * len(run_dirs)
+    # one score plot per task, an acceptance plot per spec-dec run and an event timeline per run with events
+    with_events = [p for p in run_dirs if open_run(p).events()]
+    assert spec_runs[0] in with_events  # the injected fault is an event
+    assert len(re.findall(r'src="data:image/png;base64,', html)) == 2 + len(spec_runs) + len(with_events)
     assert "forward_error" in html and "eagle3 (K=3)" in html and spec_runs[0].name in html
     assert "| #1 | gsm8k_smoke |" in md and "| #1 | gpqa_diamond_smoke |" in md
     assert "forward_error 1" in md

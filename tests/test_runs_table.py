@@ -146,7 +146,7 @@ def test_rows_newest_last_with_filters(tmp_path):
     assert row["commit"] == "feedface00*" and row["gpu"] == "H100" and row["started"] == "2026-09-21T14:16:20Z"
     assert row["tasks"] == {
         "gsm8k": {"score": 50.0, "reference": 55.0, "threshold": 40.0, "verdict": "PASS", "num_samples": 10,
-                  "lossless": None, "lossless_reason": None}
+                  "lossless": None, "lossless_reason": None, "acceptance_gate": None, "acceptance_reason": None}
     }  # fmt: skip
     assert row["verdict"] == "PASS" and row["finished"] and row["num_failing_events"] == 0
     assert [r["gpu"] for r in run_rows(tmp_path, gpu="H200")] == ["H200", "H200"]
@@ -184,9 +184,12 @@ def test_cli_runs_table_and_json(cli, tmp_path):
     assert TEST in first and "gpqa_diamond 30.30 NO-GATE" in first and "H200" in first and "0123456789" in first
     assert "gsm8k 41.20 PASS" in second
     assert "unfinished" in third
-    rows = json.loads(cli("runs", "--root", str(tmp_path), "--json").stdout)
-    assert [r["verdict"] for r in rows] == ["PASS", "unfinished"]
+    listing = json.loads(cli("runs", "--root", str(tmp_path), "--json").stdout)
+    rows = listing["runs"]
+    assert [r["verdict"] for r in rows] == ["PASS", "unfinished"] and listing["unreadable"] == []
     assert rows[0]["tasks"]["gpqa_diamond"]["score"] == 30.3
-    assert json.loads(cli("runs", "--root", str(tmp_path), "--gpu", "B200", "--json").stdout) == []
+    assert json.loads(cli("runs", "--root", str(tmp_path), "--gpu", "B200", "--json").stdout) == {
+        "runs": [], "unreadable": []
+    }  # fmt: skip
     result = cli("runs", "--root", str(tmp_path / "missing"))
     assert result.exit_code == 2 and "no run store" in result.stderr

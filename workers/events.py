@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..event_types import FAILING_EVENTS  # events that fail a run whatever its accuracy (DESIGN.md, "Events")
+
 
 class EventLog:
     def __init__(self, rank: int = 0, path: str | Path | None = None) -> None:
@@ -29,10 +31,6 @@ class EventLog:
 
     def counts(self) -> dict[str, int]:
         return count_events(self.events)
-
-
-# Events that make a run fail whatever its accuracy (DESIGN.md, "Events").
-FAILING_EVENTS = ("spec_state_leak", "request_failed")
 
 
 def merge_event_files(paths: list[str | Path]) -> list[dict[str, Any]]:

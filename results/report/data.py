@@ -1,0 +1,120 @@
+"""What a report reads from finished runs: their manifest, summary and events, and per task a 95% interval of
+the score computed from the per-sample correctness flags (never from sample text).
+
+Confidence interval of a score. A task's score is the mean of its filters' scores (strict-match and
+flexible-extract for GSM8K), i.e. the mean over samples of x_i = (fraction of the scored filters that marked
+sample i correct), a value in [0, 1]. For any variable in [0, 1] with mean p, Var(x) <= p(1 - p), the Bernoulli
+variance; so the Wilson score interval computed at p = mean(x_i) and n = number of samples is a (slightly
+conservative) 95% interval for the score, and exact Wilson whenever the filters agree on every sample. Unlike
+the normal approximation, it does not collapse to a zero-width interval at a score of 0 or 100. (scipy's
+`binomtest(...).proportion_ci(method="wilson")` computes the same interval, but only for a whole number of
+successes, which a mean of filter fractions need not be.)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..store import Run
+
+Z95 = 1.959963984540054
+
+
+def wilson_interval(p: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion p (0..1) observed over n trials; (0, 1) when n is 0."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = min(max(p, 0.0), 1.0)
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1.0 - p) / n + z * z / (4.0 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass
+class TaskRow:
+    run_index: int
+    run_id: str
+    task: str
+    info: dict[str, Any]  # the task's entry in summary.json
+    n: int  # samples behind the interval
+    p: float | None  # the score as a fraction, from the samples (else from the summary)
+    ci: tuple[float, float] | None  # 95% interval, in score units (0..100)
+
+
+@dataclass
+class RunData:
+    index: int  # 1-based position in the report: "#1", "#2", ...
+    run: Run
+    manifest: dict[str, Any]
+    summary: dict[str, Any]
+    events: list[dict[str, Any]]
+    tasks: list[TaskRow] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        return str(self.summary.get("run_id") or self.manifest.get("run_id") or self.run.run_id)
+
+    @property
+    def label(self) -> str:
+        return f"#{self.index}"
+
+    @property
+    def verdict(self) -> str:
+        return str(self.summary.get("verdict", "?"))
+
+    @property
+    def engine(self) -> dict[str, Any]:
+        return (self.manifest.get("config") or {}).get("engine") or {}
+
+    def event_counts(self) -> dict[str, int]:
+        counts = self.summary.get("events")
+        if isinstance(counts, dict) and counts:
+            return counts
+        out: dict[str, int] = {}
+        for e in self.events:
+            out[str(e.get("type", "?"))] = out.get(str(e.get("type", "?")), 0) + 1
+        return out
+
+
+def load_run(index: int, run: Run) -> RunData:
+    """A finished run's data; ValueError for an unfinished one."""
+    if not run.is_finished:
+        raise ValueError(f"run {run.run_id} is not finished (no summary.json)")
+    data = RunData(index, run, run.manifest(), run.summary(), run.events())
+    per_task = _sample_scores(run, data.summary.get("tasks") or {})
+    for task, info in (data.summary.get("tasks") or {}).items():
+        info = info if isinstance(info, dict) else {}
+        n, p = per_task.get(task, (0, None))
+        if n == 0 and isinstance(info.get("score"), (int, float)) and info.get("num_samples"):
+            n, p = int(info["num_samples"]), float(info["score"]) / 100.0
+        ci = None
+        if n > 0 and p is not None:
+            lo, hi = wilson_interval(p, n)
+            ci = (100.0 * lo, 100.0 * hi)
+        data.tasks.append(TaskRow(index, data.run_id, str(task), info, n, p, ci))
+    return data
+
+
+def _sample_scores(run: Run, tasks: dict[str, Any]) -> dict[str, tuple[int, float]]:
+    """Per task: (samples, mean over samples of the fraction of scored filters that marked the sample correct).
+
+    Only correctness flags are read; no sample text is kept.
+    """
+    sums: dict[str, list[float]] = {}
+    for row in run.samples():
+        task = row.get("task")
+        info = tasks.get(task)
+        if not isinstance(info, dict):
+            continue
+        filters = list((info.get("filter_scores") or {}).keys())
+        if not filters:
+            filters = [k[len("correct[") : -1] for k in row if k.startswith("correct[") and k.endswith("]")]
+        flags = [row.get(f"correct[{f}]") for f in filters]
+        flags = [bool(v) for v in flags if v is not None]
+        if not flags:
+            continue
+        sums.setdefault(task, []).append(sum(flags) / len(flags))
+    return {task: (len(xs), sum(xs) / len(xs)) for task, xs in sums.items()}

@@ -1,0 +1,214 @@
+"""Each gate's verdict in words, per task and run, and which gate decided a run (the report's banner).
+
+The gates a task's summary entry can carry:
+
+- accuracy: `verdict` with `score`, `threshold`, `reference`: PASS / FAIL against the threshold, NO-GATE when the
+  threshold is at or below the floor (accuracy cannot fail at this n), REPORT without a reference; a failed
+  request fails the task whatever its score (`num_failed_requests`).
+- lossless: `lossless` {verdict, identical, num_pairs, divergences, baseline_run, reason}: the spec-dec outputs
+  against the non-speculative baseline.
+- acceptance: `acceptance_gate` {verdict PASS | FAIL | NO-REFERENCE, acceptance_length, ref_al, min_al, rtol,
+  reason, per_position [{position, rate, ref, verdict}], test_id}: the acceptance length against its band,
+  [max(min_al, ref_al * (1 - rtol)), ref_al * (1 + rtol)].
+- `stopped` {n, of, reason}: a sequential test stopped the task early.
+
+Every function returns plain text; the HTML and Markdown renderers escape it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...event_types import FAILING_EVENTS
+from .data import RunData
+from .text import num
+
+PASS, FAIL = "PASS", "FAIL"
+_MAX_DIVERGENT = 5
+
+
+@dataclass
+class GateText:
+    verdict: str  # the gate's own verdict, for the badge
+    text: str  # the verdict in words
+
+
+def accuracy_gate(info: dict[str, Any]) -> GateText:
+    verdict = str(info.get("verdict", "?"))
+    score, threshold, reference = info.get("score"), info.get("threshold"), info.get("reference")
+    ref = f" (reference {num(reference)})" if isinstance(reference, (int, float)) else ""
+    failed = info.get("num_failed_requests") or 0
+    if failed:
+        n = info.get("num_samples")
+        of = f" of {n}" if n else ""
+        return GateText(FAIL, f"FAIL: {failed}{of} requests failed (a failed request is never scored as an answer)")
+    if verdict in (PASS, FAIL) and isinstance(threshold, (int, float)) and isinstance(score, (int, float)):
+        # from the numbers: a task's verdict may also carry another gate's FAIL
+        if score >= threshold:
+            return GateText(PASS, f"PASS: {num(score)} ≥ threshold {num(threshold)}{ref}")
+        return GateText(FAIL, f"FAIL: {num(score)} < threshold {num(threshold)}{ref}")
+    if verdict == "NO-GATE":
+        n = info.get("num_samples")
+        at = f" n = {n}" if n else " this n"
+        return GateText(verdict, f"NO-GATE: threshold {num(threshold)} is at or below the floor, so accuracy cannot "
+                                 f"fail at{at} (score {num(score)}){ref}")  # fmt: skip
+    if verdict == "REPORT":
+        return GateText(verdict, f"REPORT: no reference, score {num(score)} only")
+    return GateText(verdict, f"{verdict}: score {num(score)}, threshold {num(threshold)}{ref}")
+
+
+def lossless_gate(info: dict[str, Any]) -> GateText | None:
+    """None when the task had no lossless gate (not spec-dec)."""
+    ls = info.get("lossless")
+    if not isinstance(ls, dict):
+        return None
+    verdict = str(ls.get("verdict", "?"))
+    identical, divergent = ls.get("identical"), ls.get("divergent")
+    n = ls.get("num_pairs")
+    if n is None and isinstance(identical, int) and isinstance(divergent, int):
+        n = identical + divergent
+    base = f"baseline {ls['baseline_run']}" if ls.get("baseline_run") else "the baseline"
+    if verdict in (PASS, FAIL) and isinstance(identical, int) and n:
+        text = f"{verdict}, {identical}/{n} identical to {base}"
+        firsts = [d for d in ls.get("divergences") or [] if isinstance(d, dict)]
+        if firsts:
+            shown = ", ".join(f"doc {d.get('doc_id')} @ token {d.get('position')}" for d in firsts[:_MAX_DIVERGENT])
+            more = f" (+{len(firsts) - _MAX_DIVERGENT} more)" if len(firsts) > _MAX_DIVERGENT else ""
+            text += f"; first divergent: {shown}{more}"
+        return GateText(verdict, text)
+    reason = ls.get("reason")
+    return GateText(verdict, f"{verdict}: {reason}" if reason else verdict)
+
+
+def acceptance_band(g: dict[str, Any]) -> tuple[float | None, float | None]:
+    """(low, high) of the acceptance-length band; None where the gate has no bound on that side."""
+    ref, min_al, rtol = g.get("ref_al"), g.get("min_al"), g.get("rtol")
+    lows = [x for x in (min_al,) if isinstance(x, (int, float))]
+    high = None
+    if isinstance(ref, (int, float)) and isinstance(rtol, (int, float)):
+        lows.append(ref * (1.0 - rtol))
+        high = ref * (1.0 + rtol)
+    return (max(lows) if lows else None), high
+
+
+def acceptance_gate(info: dict[str, Any]) -> GateText | None:
+    """None when the task had no acceptance gate."""
+    g = info.get("acceptance_gate")
+    if not isinstance(g, dict):
+        return None
+    verdict = str(g.get("verdict", "?"))
+    al = g.get("acceptance_length")
+    lo, hi = acceptance_band(g)
+    if lo is not None or hi is not None:
+        band = f"[{num(lo)}, {num(hi) if hi is not None else '∞'}]"
+        parts = [f"ref {num(g['ref_al'])} ± {100 * g['rtol']:.0f}%"] if hi is not None else []
+        if isinstance(g.get("min_al"), (int, float)):
+            parts.append(f"min {num(g['min_al'])}")
+        where = "within" if verdict == PASS else "outside" if verdict == FAIL else "vs"
+        text = f"{verdict}: AL {num(al)} {where} {band}" + (f" ({', '.join(parts)})" if parts else "")
+    else:
+        text = f"{verdict}: AL {num(al)}, no reference band"
+    positions = [p for p in g.get("per_position") or [] if isinstance(p, dict)]
+    failing = [p for p in positions if p.get("verdict") == FAIL]
+    if failing:
+        text += "; " + ", ".join(f"position {p.get('position')} rate {num(p.get('rate'), 3)} < ref "
+                                 f"{num(p.get('ref'), 3)}" for p in failing)  # fmt: skip
+    if g.get("reason") and verdict != PASS:
+        text += f" — {g['reason']}"
+    return GateText(verdict, text)
+
+
+def stopped_text(info: dict[str, Any]) -> str | None:
+    s = info.get("stopped")
+    if not isinstance(s, dict):
+        return None
+    reason = f": {s['reason']}" if s.get("reason") else ""
+    return f"stopped early at {s.get('n')} of {s.get('of')} samples{reason}"
+
+
+# --- which gate decided -------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunDecision:
+    verdict: str
+    decided_by: list[str] = field(default_factory=list)  # "the accuracy gate on gsm8k", ...
+    notes: list[str] = field(default_factory=list)  # "accuracy cannot fail at this n", ...
+
+    @property
+    def sentence(self) -> str:
+        """E.g. "PASS (decided by the lossless gate; accuracy cannot fail at this n)"."""
+        if self.verdict == FAIL and not self.decided_by:
+            inner = "recorded as FAIL; no failing gate found in the summary"
+        elif self.decided_by:
+            inner = "decided by " + _and(self.decided_by)
+        else:
+            inner = "no gate could fail"
+        return f"{self.verdict} ({'; '.join([inner, *self.notes])})"
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _on(tasks: list[str], every: list[str]) -> str:
+    return "" if tasks == every else f" on {', '.join(tasks)}"
+
+
+def decide_run(run: RunData) -> RunDecision:
+    """Which gates failed a run (FAIL), or which gates with the power to fail passed it (PASS)."""
+    every = [t.task for t in run.tasks]
+    passed: dict[str, list[str]] = {"accuracy": [], "lossless": [], "acceptance": []}
+    failed: list[str] = []
+    no_gate, no_ref, stopped = [], [], []
+    for t in run.tasks:
+        gates = {"accuracy": accuracy_gate(t.info), "lossless": lossless_gate(t.info),
+                 "acceptance": acceptance_gate(t.info)}  # fmt: skip
+        for name, gate in gates.items():
+            if gate is None:
+                continue
+            if gate.verdict == FAIL:
+                what = (
+                    "failed requests"
+                    if name == "accuracy" and t.info.get("num_failed_requests")
+                    else f"the {name} gate"
+                )
+                failed.append(f"{what} on {t.task}: {gate.text.removeprefix('FAIL: ').removeprefix('FAIL, ')}")
+            elif gate.verdict == PASS:
+                passed[name].append(t.task)
+        verdict = t.info.get("verdict")
+        (no_gate if verdict == "NO-GATE" else no_ref if verdict == "REPORT" else []).append(t.task)
+        if stopped_text(t.info):
+            stopped.append(t.task)
+    failing_events = run.summary.get("failing_events")
+    if isinstance(failing_events, int) and failing_events:
+        kinds = {k: v for k, v in run.event_counts().items() if k in FAILING_EVENTS}
+        failed.append(f"failing events: {', '.join(f'{k} {v}' for k, v in kinds.items()) or failing_events}")
+    notes = []
+    if no_gate:
+        notes.append("accuracy cannot fail at this n" + _on(no_gate, every))
+    if no_ref:
+        notes.append("no accuracy reference" + _on(no_ref, every))
+    if stopped:
+        notes.append("stopped early" + _on(stopped, every))
+    if run.verdict == FAIL:
+        return RunDecision(FAIL, failed, notes)
+    decided = [f"the {name} gate{_on(tasks, every)}" for name, tasks in passed.items() if tasks]
+    return RunDecision(run.verdict, decided, notes)
+
+
+def overall(runs: list[RunData]) -> str:
+    verdicts = [r.verdict for r in runs]
+    if any(v == FAIL for v in verdicts):
+        return FAIL
+    if verdicts and all(v == PASS for v in verdicts):
+        return PASS
+    return "UNKNOWN"
+
+
+def banner(runs: list[RunData]) -> str:
+    """One line under the report's title: each run's verdict and the gate that decided it."""
+    if len(runs) == 1:
+        return decide_run(runs[0]).sentence
+    return "; ".join(f"{r.label} {decide_run(r).sentence}" for r in runs)

@@ -1,0 +1,78 @@
+"""The report as a Markdown summary compact enough for a pull-request comment; every string taken from a run is
+Markdown-escaped and stripped of raw HTML (GitHub renders inline HTML in comments)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .data import RunData
+from .gates import FAIL, acceptance_gate, accuracy_gate, banner, lossless_gate, overall, stopped_text
+from .text import acceptance_length, commit_text, kv_text, num, spec_text
+
+
+def _md(v: Any) -> str:
+    """A table cell: no newlines, pipes escaped, and no raw HTML."""
+    text = str(v).replace("\r", " ").replace("\n", " ")
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    for ch in "\\|`*[]":
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
+def _scores(runs: list[RunData]) -> list[str]:
+    has_lossless = any(lossless_gate(t.info) for r in runs for t in r.tasks)
+    head = ["run", "task", "score", "reference", "threshold", "verdict", "AL"] + (["lossless"] if has_lossless else [])
+    align = ["---", "---", "---:", "---:", "---:", "---", "---:"] + (["---"] if has_lossless else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
+    for r in runs:
+        for t in r.tasks:
+            info = t.info
+            cells = [r.label, t.task, num(info.get("score")), num(info.get("reference")), num(info.get("threshold")),
+                     info.get("verdict", "?"), num(acceptance_length(info))]  # fmt: skip
+            if has_lossless:
+                gate = lossless_gate(info)
+                cells.append(gate.text if gate else "—")
+            lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
+    return lines
+
+
+def _gates(runs: list[RunData]) -> list[str]:
+    """Each task's gates in words, one bullet per run and task."""
+    lines = []
+    for r in runs:
+        for t in r.tasks:
+            parts = [f"accuracy {accuracy_gate(t.info).text}"]
+            for name, gate in (("lossless", lossless_gate(t.info)), ("acceptance", acceptance_gate(t.info))):
+                if gate is not None:
+                    parts.append(f"{name} {gate.text}")
+            stopped = stopped_text(t.info)
+            if stopped:
+                parts.append(stopped)
+            lines.append(f"- {_md(r.label)} {_md(t.task)}: " + "; ".join(_md(p) for p in parts))
+    return lines
+
+
+def render_markdown(runs: list[RunData]) -> str:
+    verdict = overall(runs)
+    failed = sum(r.verdict == FAIL for r in runs)
+    lines = [f"### specdec-eval report: **{verdict}**", ""]
+    lines.append(f"**Overall: {verdict}** ({len(runs)} run(s)" + (f", {failed} failed)" if failed else ")"))
+    lines.append(_md(banner(runs)))
+    lines.append("")
+    for r in runs:
+        model = r.engine.get("model", r.summary.get("model", "—"))
+        kv = kv_text(r.engine.get("kv_cache", r.summary.get("kv_cache")))
+        world = r.manifest.get("world_size", r.summary.get("world_size", "—"))
+        lines.append(
+            f"- {_md(r.label)} {_md(r.run_id)} **{_md(r.verdict)}**: model {_md(model)}, "
+            f"KV {_md(kv)}, spec {_md(spec_text(r.engine.get('spec')))}, world size {_md(world)}, "
+            f"commit {_md(commit_text(r.manifest))}"
+        )
+    lines += ["", *_scores(runs), "", "Gates:", "", *_gates(runs), ""]
+    for r in runs:
+        counts = r.event_counts()
+        text = ", ".join(f"{_md(k)} {_md(v)}" for k, v in sorted(counts.items())) if counts else "none"
+        failing = r.summary.get("failing_events")
+        tail = f" (failing: {_md(failing)})" if failing else ""
+        lines.append(f"Events {_md(r.label)}: {text}{tail}  ")
+    return "\n".join(lines).rstrip() + "\n"
