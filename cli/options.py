@@ -15,7 +15,6 @@ from ..workers.config import (
     SpecConfig,
     from_options,
 )
-from ..workers.errors import UserError
 from ..workers.kv_cache import KV_CACHE_MANAGERS
 from ..workers.spec import SPEC_ALGORITHMS
 

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..results import claims, store
 from ..results import manifest as mf
-from ..results import store
 from ..results.lossless import lossless_check
 from ..workers.config import EngineConfig
 from ..workers.engine import identity_of
@@ -94,9 +94,7 @@ def baseline_identity(identity: EngineIdentity) -> EngineIdentity:
 
 def find_baseline(out: str, identity: EngineIdentity, options: EvalOptions) -> store.Run | None:
     """The newest finished run of exactly this (non-speculative) configuration at this commit, if any."""
-    key = run_key(identity, options)
-    finished = [r for r in store.list_runs(out) if r.is_finished and r.manifest().get("config_key") == key]
-    return finished[-1] if finished else None
+    return store.find_finished(out, run_key(identity, options))
 
 
 # --- one run ------------------------------------------------------------------------------------------------
@@ -106,11 +104,16 @@ def run_evaluation(engine: InferenceEngine, plan: RunPlan, progress=None) -> dic
     """Evaluate on this engine, record the run, apply the gates; returns the summary (also in summary.json)."""
     identity, options = engine.identity, plan.options
     key = run_key(identity, options)
-    run = store.find_unfinished(plan.out, key) if plan.resume is not False else None
-    if plan.resume and run is None:
-        raise UserError(f"--resume: no unfinished run of this configuration under {plan.out}")
-    resumed = run is not None
-    run = run or store.new_run(plan.out, key)
+    try:
+        run, resumed = claims.acquire_run(plan.out, key, plan.resume)  # one writer per run
+    except (claims.RunBusyError, FileNotFoundError) as e:
+        raise UserError(str(e)) from None
+    with run:
+        return _record_run(engine, plan, run, key, resumed, progress)
+
+
+def _record_run(engine: InferenceEngine, plan: RunPlan, run: store.Run, key: str, resumed: bool, progress):
+    identity, options = engine.identity, plan.options
     started = time.time()
     manifest = {
         "run_id": run.run_id, "config_key": key, "test_id": test_id(engine, options),
