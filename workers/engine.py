@@ -23,7 +23,15 @@ from .errors import UserError
 from .events import EventLog
 from .executor import Executor, StepOutput
 from .faults import FaultInjector
-from .interface import EngineIdentity, GenerateStats, GenerationOutput, OutputSink, ProgressFn, Prompt
+from .interface import (
+    EngineIdentity,
+    GenerateStats,
+    GenerationOutput,
+    OutputSink,
+    ProgressFn,
+    Prompt,
+    RequestDelta,
+)
 from .kv_cache import make_kv_cache_manager
 from .kv_cache.layout import KVLayout
 from .layers.paged_kv import PagedKV
@@ -103,6 +111,7 @@ class Engine:
         )  # fmt: skip
         self.last_stats = GenerateStats()
         self._next_request_id = 0
+        self._served: dict[int, Request] = {}  # requests added one at a time, by id
         if config.warmup == "on" or (config.warmup == "auto" and self.device.type == "cuda"):
             general_warmup(self.executor, self.warmup_shapes(), self.memory_budget, self._warmup_request,
                            stop_on_oom=self.tp.size > 1)  # fmt: skip
@@ -179,24 +188,39 @@ class Engine:
         for req in self.scheduler.running + list(self.scheduler.waiting):
             self.scheduler.abort(req)
 
-    # --- requests one at a time (serving) -------------------------------------------------------------
+    # --- requests one at a time (serving: a `ServingEngine`) -------------------------------------------
 
-    def add_request(self, prompt: Prompt, sampling: SamplingParams | None = None, index: int = 0) -> Request:
-        """Queue a request; it joins the running batch at the next step."""
-        req = self.make_request(index, self.encode(prompt), sampling or SamplingParams())
+    def add_request(self, prompt: Prompt, sampling: SamplingParams | None = None) -> int:
+        """Queue a request; it joins the running batch at the next step. Returns its request id."""
+        req = self.make_request(0, self.encode(prompt), sampling or SamplingParams())
+        self._served[req.request_id] = req
         self.scheduler.add(req)
-        return req
+        return req.request_id
 
-    def step(self) -> StepOutput:
-        return self.executor.step()
+    def step(self) -> list[RequestDelta]:
+        out = self._step()
+        deltas = {rid: RequestDelta(rid, tokens) for rid, tokens in out.new_tokens.items() if rid in self._served}
+        for req in out.finished:
+            if self._served.pop(req.request_id, None) is not None:
+                delta = deltas.setdefault(req.request_id, RequestDelta(req.request_id, []))
+                delta.finished, delta.output = True, self.output_of(req)
+        return list(deltas.values())
 
-    def abort(self, req: Request) -> bool:
-        """Stop a request now (its client went away): its KV blocks go back at once."""
-        return self.scheduler.abort(req)
+    def abort(self, request_id: int) -> bool:
+        """Stop a served request now (its client went away): its KV blocks go back at once."""
+        req = self._served.pop(request_id, None)
+        return req is not None and self.scheduler.abort(req)
 
     @property
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_work
+
+    def kv_usage(self) -> dict[str, int]:
+        return {"num_blocks": self.kv_manager.num_blocks, "free_blocks": self.kv_manager.num_free_blocks,
+                "live_requests": len(self.scheduler.running) + len(self.scheduler.waiting)}  # fmt: skip
+
+    def _step(self) -> StepOutput:
+        return self.executor.step()
 
     def output_of(self, req: Request) -> GenerationOutput:
         end = req.finish_time or time.perf_counter()
@@ -241,7 +265,7 @@ class Engine:
         reported: set[int] = set()
         try:
             while not all(r.is_finished for r in requests):
-                self.step()
+                self._step()
                 if sink is not None:
                     for r in requests:
                         if r.is_finished and r.index not in reported and r.finish_reason != "error":

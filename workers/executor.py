@@ -44,7 +44,7 @@ class StepOutput:
     """What one step did: the tokens each request got, and the requests that finished in it."""
 
     new_tokens: dict[int, list[int]]  # request id -> tokens appended this step
-    finished: list[Request]
+    finished: list[Request]  # finished normally, or failed for good after a forward raised
     failed: bool = False  # the forward raised (its requests were requeued or failed)
 
 
@@ -97,8 +97,7 @@ class Executor:
         except Exception as exc:
             if not recover:
                 raise
-            self._recover(batch, exc)
-            return StepOutput({}, [], failed=True)
+            return StepOutput({}, self._recover(batch, exc), failed=True)
         new_tokens = self._commit(batch, emitted, drafts)
         self.num_steps += 1
         return StepOutput(new_tokens, self.scheduler.retire_finished())
@@ -147,7 +146,9 @@ class Executor:
             self.scheduler.kv.commit(req.request_id, req.all_token_ids[:final])
         return new_tokens
 
-    def _recover(self, batch: ScheduledBatch, exc: Exception) -> None:
+    def _recover(self, batch: ScheduledBatch, exc: Exception) -> list[Request]:
+        """Requeue the batch's requests, or fail those out of retries (returned)."""
+        failed = []
         error = f"{type(exc).__name__}: {exc}"
         step = self.num_steps
         self.num_steps += 1  # the failed step counts, so a fault due "@STEP" does not fire forever
@@ -164,6 +165,8 @@ class Executor:
             else:
                 self.scheduler.fail(req, error)
                 self.events.emit("request_failed", request_id=req.request_id, reason=error, retries=req.num_retries - 1)
+                failed.append(req)
+        return failed
 
     def _capture_layers(self) -> tuple[int, ...]:
         if self.spec is not None:

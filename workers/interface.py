@@ -126,3 +126,30 @@ class InferenceEngine(Protocol):
         ...
 
     def close(self) -> None: ...  # release ranks, connections, memory
+
+
+@dataclass
+class RequestDelta:
+    """What one engine step did for one request: the tokens it got, and, once it finished, its output."""
+
+    request_id: int
+    new_token_ids: list[int]
+    finished: bool = False
+    output: GenerationOutput | None = None  # set when finished (finish reason "error" / "aborted" included)
+
+
+class ServingEngine(InferenceEngine, Protocol):
+    """An engine a server drives one step at a time (continuous batching across callers, like vLLM's engine core):
+    a request added while others decode joins the running batch at the next step. Not thread-safe: one loop
+    calls these."""
+
+    def add_request(self, prompt: Prompt, sampling: SamplingParams | None = None) -> int: ...  # its request id
+
+    def step(self) -> list[RequestDelta]: ...  # one engine step; deltas of the requests it touched
+
+    def abort(self, request_id: int) -> bool: ...  # its KV blocks go back at once; False if it had finished
+
+    @property
+    def has_unfinished_requests(self) -> bool: ...
+
+    def kv_usage(self) -> dict[str, int]: ...  # {"num_blocks", "free_blocks", "live_requests"} (summed over replicas)
