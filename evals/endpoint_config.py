@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..workers.config import DTYPES, KV_CACHE_VERSIONS, SPEC_ALGORITHMS
+from ..workers.config import DTYPES
+from ..workers.kv_cache import KV_CACHE_MANAGERS
+from ..workers.spec import SPEC_ALGORITHMS
 from ..workers.errors import UserError
 
 # Long generations (GPQA's 32k-token answers on real models) take many minutes per request on a busy server.
@@ -63,8 +65,8 @@ class EndpointConfig:
             raise UserError("a max draft len was declared without --spec")
         if self.spec is not None and not 1 <= self.max_draft_len <= 16:
             raise UserError(f"declare the server's max draft len (1..16) with --spec, got {self.max_draft_len}")
-        if self.kv_cache is not None and self.kv_cache not in KV_CACHE_VERSIONS:
-            raise UserError(f"unknown kv-cache version {self.kv_cache!r} (known: {', '.join(KV_CACHE_VERSIONS)})")
+        if self.kv_cache is not None and self.kv_cache not in KV_CACHE_MANAGERS:
+            raise UserError(f"unknown kv-cache version {self.kv_cache!r} (known: {', '.join(KV_CACHE_MANAGERS)})")
         if self.dtype not in DTYPES:
             raise UserError(f"unknown dtype {self.dtype!r} (known: {', '.join(DTYPES)})")
         if self.tp_size < 1:

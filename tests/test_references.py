@@ -50,8 +50,9 @@ def test_selection_helper_matches_the_runner():
     from specdec_eval.evals.runner import EvalOptions, selection_for
     from specdec_eval.evals.tasks import TASKS
     from specdec_eval.workers.config import EngineConfig
+    from specdec_eval.workers.engine import identity_of
 
-    engine = SimpleNamespace(config=EngineConfig(model="tiny"))
+    engine = SimpleNamespace(identity=identity_of(EngineConfig(model="tiny")))
     spec = TASKS["gsm8k"]
     assert selection_for(engine, spec, EvalOptions(tasks=[spec])) == selection()
 
