@@ -11,6 +11,7 @@ import typer
 
 from ..launch.torchrun import TorchrunSpec
 from ..workers.errors import UserError
+from . import endpoint_options as eo
 from . import options as o
 from .progress import generation_progress
 from .run_report import print_report
@@ -21,6 +22,7 @@ STORE = "Run store"
 
 
 def run(
+    ctx: typer.Context,
     tasks: Annotated[
         str,
         typer.Option(
@@ -141,8 +143,19 @@ def run(
     inject: o.Inject = None,
     max_retries: o.MaxRetries = o.E.max_retries,
     warmup: o.Warmup = o.E.warmup,
+    endpoint: eo.Endpoint = None,
+    chat: eo.Chat = False,
+    tokenizer: eo.Tokenizer = None,
+    served_model: eo.ServedModel = None,
+    api_key: eo.ApiKey = None,
+    concurrency: eo.Concurrency = eo.DEFAULTS["concurrency"],
+    request_timeout: eo.RequestTimeout = eo.DEFAULTS["timeout"],
+    request_retries: eo.RequestRetries = eo.DEFAULTS["retries"],
+    baseline_endpoint: eo.BaselineEndpoint = None,
+    baseline: eo.BaselineRun = None,
 ) -> None:
-    """Score tasks through lm-eval on our engine, then test each score against its reference.
+    """Score tasks through lm-eval on our engine (or any OpenAI-compatible server), then test each score against its
+    reference.
 
     Prints, per task: score (mean of the strict-match and flexible-extract filters, 0-100), reference, threshold,
     theta and the verdict (PASS / FAIL, or NO-GATE when the threshold is below the floor and the gate cannot fail),
@@ -152,6 +165,8 @@ def run(
       specdec-eval run --tasks gsm8k --limit 50 --data-dir ../shared/data
       specdec-eval run --tasks gsm8k,gpqa_diamond --spec eagle3 --kv-cache v2 --data-dir ../shared/data
       specdec-eval run --tasks gsm8k_smoke --model tiny --no-reference     # offline demo, no real data
+      specdec-eval run --endpoint http://127.0.0.1:8000 --tasks gsm8k --limit 50 --data-dir ../shared/data
+      specdec-eval run --endpoint URL --spec eagle3 --draft-len 3 --baseline-endpoint URL0 --tasks gsm8k
     """  # fmt: skip
     from ..evals.pipeline import RunPlan, run_with_baseline
     from ..evals.runner import EvalOptions
@@ -169,8 +184,15 @@ def run(
         spec=spec, draft_len=draft_len, draft_model=draft_model, spec_guard=spec_guard, inject=inject,
         max_retries=max_retries, warmup=warmup,
     )  # fmt: skip
-    plan = RunPlan(options, out, resume)
-    if gpus > 1 or nnodes > 1 or dry_run:
+    plan = RunPlan(options, out, resume, baseline)
+    if endpoint is not None or baseline_endpoint is not None:
+        if endpoint is None:
+            raise UserError("--baseline-endpoint needs --endpoint (the server under test)")
+        declared = dict(model=model, tokenizer=tokenizer, chat=chat, served_model=served_model, api_key=api_key,
+                        concurrency=concurrency, timeout_s=request_timeout, max_retries=request_retries, seed=seed,
+                        dtype=dtype, kv_cache=kv_cache if _given(ctx, "kv_cache") else None)  # fmt: skip
+        summary = _run_endpoint(endpoint, baseline_endpoint, declared, config, plan)
+    elif gpus > 1 or nnodes > 1 or dry_run:
         torchrun = TorchrunSpec(gpus, nnodes, node_rank, rdzv_endpoint, rdzv_backend)
         summary = _run_job(config, plan, torchrun, tp, dry_run, rank_timeout)
         if summary is None:
@@ -187,6 +209,26 @@ def run(
         print_report(summary)
     if summary["verdict"] == "FAIL":
         raise typer.Exit(1)
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
+def _run_endpoint(url: str, baseline_url: str | None, declared: dict, config, plan) -> dict[str, Any]:
+    """An endpoint run: the engine flags declare the server (--spec eagle3 --draft-len K: it speculates)."""
+    from ..evals.endpoint_config import EndpointConfig
+    from ..evals.pipeline import run_endpoint
+    from ..evals.tasks import source_for
+
+    for spec_ in plan.options.tasks:
+        source_for(spec_, plan.options.data_dir)  # missing data: one clear error before any request
+    spec = config.spec
+    target = EndpointConfig(url=url, spec=spec.algorithm if spec else None, max_draft_len=spec.max_draft_len if spec
+                            else 0, **declared)  # fmt: skip
+    base = EndpointConfig(url=baseline_url, **declared) if baseline_url else None
+    return run_endpoint(target, plan, base, progress_for=lambda: generation_progress(0))
 
 
 def _run_job(config, plan, torchrun, tp: int | None, dry_run: bool, rank_timeout: float) -> dict[str, Any] | None:

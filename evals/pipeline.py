@@ -38,13 +38,15 @@ class RunPlan:
     options: EvalOptions
     out: str = store.DEFAULT_ROOT
     resume: bool | None = None  # None: resume an unfinished run of this configuration when there is one
+    baseline_run: str | None = None  # the lossless gate's baseline (a run id or folder); None: look it up by key
 
     def to_dict(self) -> dict[str, Any]:
-        return {"options": self.options.to_dict(), "out": self.out, "resume": self.resume}
+        return {"options": self.options.to_dict(), "out": self.out, "resume": self.resume,
+                "baseline_run": self.baseline_run}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunPlan:
-        return cls(EvalOptions.from_dict(d["options"]), d["out"], d["resume"])
+        return cls(EvalOptions.from_dict(d["options"]), d["out"], d["resume"], d.get("baseline_run"))
 
 
 # --- identity of a run -------------------------------------------------------------------------------------
@@ -153,8 +155,17 @@ def _engine_record(identity: EngineIdentity) -> dict[str, Any]:
 
 def apply_lossless_gate(summary: dict, samples: list[dict], identity: EngineIdentity, plan: RunPlan,
                         results: list[TaskResult]) -> None:  # fmt: skip
-    """Compare every spec-dec sample with the non-speculative baseline run of the same configuration."""
-    base = find_baseline(plan.out, baseline_identity(identity), plan.options)
+    """Compare every spec-dec sample with the non-speculative baseline run of the same configuration (or with the
+    run the plan names: another engine's, e.g. the same server without speculation)."""
+    if plan.baseline_run is not None:
+        try:
+            base = store.open_run(plan.baseline_run, plan.out)
+        except (FileNotFoundError, ValueError) as e:
+            raise UserError(f"--baseline: {e}") from None
+        if not base.is_finished:
+            raise UserError(f"--baseline: run {base.run_id} is not finished")
+    else:
+        base = find_baseline(plan.out, baseline_identity(identity), plan.options)
     if base is None:
         for t in summary["tasks"].values():
             t["lossless"] = {"verdict": "NO-BASELINE", "reason": f"no finished baseline run under {plan.out}"}
@@ -214,17 +225,40 @@ def run_with_baseline(config: EngineConfig, plan: RunPlan, progress_for=None) ->
     progress_for(): a context manager giving a progress callback, per evaluation."""
     from ..workers.engine import Engine
 
-    def one(cfg: EngineConfig) -> dict[str, Any]:
-        engine = Engine(cfg)
+    if needs_baseline(config, plan):
+        print("lossless gate: running the non-speculative baseline first (reused by later runs)", file=sys.stderr)
+        _evaluate_on(Engine(baseline_config(config)), plan, progress_for)  # its own run folder; freed after
+    return _evaluate_on(Engine(config), plan, progress_for)
+
+
+def _evaluate_on(engine: InferenceEngine, plan: RunPlan, progress_for) -> dict[str, Any]:
+    """run_evaluation with a progress display from progress_for() (a context manager), then close the engine."""
+    try:
+        if progress_for is None:
+            return run_evaluation(engine, plan)
+        with progress_for() as progress:
+            return run_evaluation(engine, plan, progress)
+    finally:
+        engine.close()
+
+
+def run_endpoint(config, plan: RunPlan, baseline=None, progress_for=None) -> dict[str, Any]:
+    """An evaluation of an OpenAI-compatible server (evals/endpoint.py), after its baseline server's when given
+    (`baseline`: an EndpointConfig of the same engine without speculation), whose run the lossless gate uses."""
+    from .endpoint import EndpointEngine
+
+    def one(cfg, run_plan: RunPlan) -> dict[str, Any]:
+        engine = EndpointEngine(cfg)
         try:
             if progress_for is None:
-                return run_evaluation(engine, plan)
+                return run_evaluation(engine, run_plan)
             with progress_for() as progress:
-                return run_evaluation(engine, plan, progress)
+                return run_evaluation(engine, run_plan, progress)
         finally:
             engine.close()
 
-    if needs_baseline(config, plan):
-        print("lossless gate: running the non-speculative baseline first (reused by later runs)", file=sys.stderr)
-        one(baseline_config(config))  # its own run folder; freed after
-    return one(config)
+    if baseline is not None:
+        print("lossless gate: evaluating the baseline endpoint first", file=sys.stderr)
+        base = one(baseline, plan)
+        plan = replace(plan, baseline_run=base["run_dir"])
+    return one(config, plan)
