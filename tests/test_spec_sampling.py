@@ -15,7 +15,7 @@ import pytest
 import specdec_eval.workers.spec.verify as verify_module
 import torch
 from specdec_eval.workers.config import SamplingParams, SpecConfig
-from specdec_eval.workers.sampling import target_probs
+from specdec_eval.workers.sampling import draw_generator, target_probs
 from specdec_eval.workers.spec.verify import greedy_verify
 
 from .conftest import make_engine
@@ -81,11 +81,12 @@ def test_rejection_sampling_matches_plain_distribution(tiny, plain_samples):
 
 
 def test_a_lossy_verifier_is_caught(tiny, plain_samples, monkeypatch):
-    def accept_everything(logits, drafts, params, generator):
+    def accept_everything(logits, drafts, params, seed, position=0):
         if params.greedy:
             return greedy_verify(logits, drafts)
         bonus = target_probs(logits[len(drafts)].cpu(), params)  # right distribution, wrong acceptance
-        return list(drafts) + [int(torch.multinomial(bonus, 1, generator=generator))]
+        g = draw_generator(seed, position + len(drafts))
+        return list(drafts) + [int(torch.multinomial(bonus, 1, generator=g))]
 
     monkeypatch.setattr(verify_module, "verify", accept_everything)
     stat, df, p = chi_square_homogeneity(plain_samples, _samples(_spec_engine(tiny), seed0=10_000))

@@ -313,14 +313,13 @@ class Engine:
                 f"prompt {index} has {len(token_ids)} tokens; this engine takes at most {limit} "
                 f"(max_seq_len {self.max_seq_len}, max_num_tokens {self.config.max_num_tokens})"
             )
-        generator = None
+        seed = None
         if not params.greedy:
             seed = params.seed if params.seed is not None else self.default_seed(index)
-            generator = torch.Generator().manual_seed(seed)
         if request_id is None:
             request_id, self._next_request_id = self._next_request_id, self._next_request_id + 1
         max_new = min(params.max_new_tokens, self.max_seq_len - len(token_ids))
-        req = Request(request_id, list(token_ids), params, max_new, generator, index=index)
+        req = Request(request_id, list(token_ids), params, max_new, seed, index=index)
         if self.config.spec:
             req.spec_stats = AcceptanceStats(self.config.spec.max_draft_len)
         return req

@@ -6,8 +6,6 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-import torch
-
 from .config import SamplingParams
 from .spec.metrics import AcceptanceStats
 
@@ -24,7 +22,7 @@ class Request:
     prompt_token_ids: list[int]
     sampling: SamplingParams
     max_new_tokens: int  # sampling.max_new_tokens, clamped to the engine's max_seq_len
-    generator: torch.Generator | None = None  # per request, so sampling does not depend on batch composition
+    seed: int | None = None  # sampling seed (None: greedy); draws are keyed by it and the position (sampling.py)
     index: int = 0  # position of the prompt in its generate() call (what outputs are ordered and seeded by)
     output_token_ids: list[int] = field(default_factory=list)
     status: RequestStatus = RequestStatus.WAITING

@@ -1,11 +1,33 @@
-"""Choosing the next token from logits: greedy, or temperature with top-k / top-p, one seeded generator per
-request so a request's samples do not depend on what else is in the batch."""
+"""Choosing the next token from logits: greedy, or temperature with top-k / top-p.
+
+Randomness is keyed, not streamed: the token at output position p is argmax(probs / E) with E exponential noise
+drawn from a generator seeded by (the request's seed, p) (the exponential-race form of the Gumbel-max trick, an
+exact sample of `probs`). So a request's samples depend neither on what else is in the batch nor on how often a
+step was retried, recomputed after preemption, or split into speculative steps: the token at a position is the same
+however it was reached, and a recovered fault changes nothing.
+"""
 
 from __future__ import annotations
+
+import hashlib
+import struct
 
 import torch
 
 from .config import SamplingParams
+
+
+def draw_generator(seed: int, position: int) -> torch.Generator:
+    """The generator of the draw at one output position: the same (seed, position) always gives the same noise."""
+    digest = hashlib.blake2b(struct.pack("<qq", seed, position), digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") & (2**63 - 1))
+
+
+def keyed_sample(logits: torch.Tensor, params: SamplingParams, seed: int, position: int) -> int:
+    """The token at output `position`: an exact sample of target_probs(logits), determined by (seed, position)."""
+    probs = target_probs(logits.float().cpu(), params)
+    noise = torch.empty_like(probs).exponential_(generator=draw_generator(seed, position))
+    return int(torch.argmax(probs / noise))
 
 
 def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -26,15 +48,3 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """The distribution a non-speculative sampler draws from (used by rejection sampling too)."""
     return torch.softmax(filter_logits(logits, params), -1)
-
-
-def sample_tokens(
-    logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]
-) -> torch.Tensor:
-    """logits [B, V] -> token ids [B] (int64, on the logits' device)."""
-    tokens = torch.argmax(logits, dim=-1)
-    for i, p in enumerate(params):
-        if not p.greedy:
-            probs = target_probs(logits[i], p)
-            tokens[i] = torch.multinomial(probs.cpu(), 1, generator=generators[i]).item()
-    return tokens

@@ -1,6 +1,12 @@
 """Verification as pure functions: given the target's logits over [last, d_1..d_K] and the draft tokens, how
-many drafts are accepted and which token follows. Greedy is exact; sampling is rejection sampling against a
-one-hot (argmax) draft, which leaves the target distribution unchanged."""
+many drafts are accepted and which token follows. Plain decoding is K = 0: no drafts, one token.
+
+Greedy: a draft is accepted while it equals the target's argmax. Sampling: rejection sampling against a one-hot
+(argmax) draft, realised by coupling: the token at each position is the keyed sample of the target distribution
+(workers/sampling.py), and a draft is accepted exactly when it equals that sample. A draft d is then accepted with
+probability p(d), and after a rejection the emitted token is distributed as p without d, renormalised: the
+textbook rule for a one-hot draft, so the target distribution is unchanged; and because the sample at a position
+does not depend on the draft, a spec-dec run emits exactly the tokens a plain run of the same seed samples."""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ import torch
 
 from ..config import SamplingParams
 from ..parallel import TPGroup
-from ..sampling import target_probs
+from ..sampling import keyed_sample
 
 
 def greedy_verify(logits: torch.Tensor, drafts: list[int]) -> list[int]:
@@ -24,33 +30,27 @@ def greedy_verify(logits: torch.Tensor, drafts: list[int]) -> list[int]:
     return emitted
 
 
-def rejection_verify(
-    logits: torch.Tensor, drafts: list[int], params: SamplingParams, generator: torch.Generator | None
+def sampled_verify(
+    logits: torch.Tensor, drafts: list[int], params: SamplingParams, seed: int, position: int
 ) -> list[int]:
-    """Accept draft d_i with probability p_i(d_i) (the draft proposed it with probability 1); on rejection draw
-    from p_i with d_i removed and renormalised; after K accepts draw the bonus from p_K."""
+    """Like greedy_verify with the keyed samples in place of the argmax. `position`: the output position the first
+    row decides (each later row decides the next)."""
     emitted: list[int] = []
     for i, d in enumerate(drafts):
-        p = target_probs(logits[i].cpu(), params)
-        u = torch.rand((), generator=generator).item()
-        if u < p[d].item():
-            emitted.append(d)
-            continue
-        residual = p.clone()
-        residual[d] = 0.0
-        emitted.append(int(torch.multinomial(residual / residual.sum(), 1, generator=generator).item()))
-        return emitted
-    bonus = target_probs(logits[len(drafts)].cpu(), params)
-    emitted.append(int(torch.multinomial(bonus, 1, generator=generator).item()))
+        emitted.append(keyed_sample(logits[i], params, seed, position + i))
+        if emitted[-1] != d:
+            return emitted
+    emitted.append(keyed_sample(logits[len(drafts)], params, seed, position + len(drafts)))
     return emitted
 
 
 def verify(
-    logits: torch.Tensor, drafts: list[int], params: SamplingParams, generator: torch.Generator | None
+    logits: torch.Tensor, drafts: list[int], params: SamplingParams, seed: int | None, position: int = 0
 ) -> list[int]:
+    """seed: the request's sampling seed (None for greedy requests)."""
     if params.greedy:
         return greedy_verify(logits, drafts)
-    return rejection_verify(logits, drafts, params, generator)
+    return sampled_verify(logits, drafts, params, seed, position)
 
 
 def verify_batch(items, logits: torch.Tensor, tp: TPGroup) -> list[list[int]]:
@@ -65,7 +65,7 @@ def verify_batch(items, logits: torch.Tensor, tp: TPGroup) -> list[list[int]]:
             req = item.request
             n_rows = 1 if item.is_context else item.num_new_tokens
             drafts = [] if item.is_context else req.draft_tokens[: n_rows - 1]
-            out = verify(logits[row : row + n_rows], drafts, req.sampling, req.generator)
+            out = verify(logits[row : row + n_rows], drafts, req.sampling, req.seed, len(req.output_token_ids))
             packed[r, 0] = len(out)
             packed[r, 1 : 1 + len(out)] = torch.tensor(out)
             row += n_rows
