@@ -56,9 +56,10 @@ BaselineEndpoint = Annotated[
                  "lossless gate's baseline.", rich_help_panel=ENDPOINT),
 ]  # fmt: skip
 BaselineRun = Annotated[
-    str | None,
-    typer.Option("--baseline", help="A recorded run (id or folder) to use as the lossless gate's baseline.",
-                 rich_help_panel=ENDPOINT),
+    str,
+    typer.Option("--baseline", help="The lossless gate's baseline of a spec-dec run: 'paired' (decoded beside the "
+                 "run from one prefill per prompt, recorded as its own run; our engine), 'separate' (a run of its "
+                 "own first), or a recorded run (id or folder) to compare with.", rich_help_panel="Evaluation"),
 ]  # fmt: skip
 
 DEFAULTS = {"concurrency": DEFAULT_CONCURRENCY, "timeout": DEFAULT_TIMEOUT_S, "retries": DEFAULT_RETRIES}

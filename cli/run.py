@@ -152,7 +152,7 @@ def run(
     request_timeout: eo.RequestTimeout = eo.DEFAULTS["timeout"],
     request_retries: eo.RequestRetries = eo.DEFAULTS["retries"],
     baseline_endpoint: eo.BaselineEndpoint = None,
-    baseline: eo.BaselineRun = None,
+    baseline: eo.BaselineRun = "paired",
 ) -> None:
     """Score tasks through lm-eval on our engine (or any OpenAI-compatible server), then test each score against its
     reference.
@@ -168,7 +168,7 @@ def run(
       specdec-eval run --endpoint http://127.0.0.1:8000 --tasks gsm8k --limit 50 --data-dir ../shared/data
       specdec-eval run --endpoint URL --spec eagle3 --draft-len 3 --baseline-endpoint URL0 --tasks gsm8k
     """  # fmt: skip
-    from ..evals.pipeline import RunPlan, run_with_baseline
+    from ..evals.pipeline import BASELINE_MODES, RunPlan, run_with_baseline
     from ..evals.runner import EvalOptions
     from ..evals.tasks import parse_tasks, source_for
 
@@ -184,7 +184,8 @@ def run(
         spec=spec, draft_len=draft_len, draft_model=draft_model, spec_guard=spec_guard, inject=inject,
         max_retries=max_retries, warmup=warmup,
     )  # fmt: skip
-    plan = RunPlan(options, out, resume, baseline)
+    mode = baseline if baseline in BASELINE_MODES else "separate"
+    plan = RunPlan(options, out, resume, None if baseline in BASELINE_MODES else baseline)
     if endpoint is not None or baseline_endpoint is not None:
         if endpoint is None:
             raise UserError("--baseline-endpoint needs --endpoint (the server under test)")
@@ -194,7 +195,7 @@ def run(
         summary = _run_endpoint(endpoint, baseline_endpoint, declared, config, plan)
     elif gpus > 1 or nnodes > 1 or dry_run:
         torchrun = TorchrunSpec(gpus, nnodes, node_rank, rdzv_endpoint, rdzv_backend)
-        summary = _run_job(config, plan, torchrun, tp, dry_run, rank_timeout)
+        summary = _run_job(config, plan, torchrun, tp, dry_run, rank_timeout, mode)
         if summary is None:
             return
     else:
@@ -202,7 +203,7 @@ def run(
             raise UserError("--tp > 1 needs --gpus (one process per TP rank)")
         for spec_ in options.tasks:
             source_for(spec_, options.data_dir)  # missing data: one clear error before the model loads
-        summary = run_with_baseline(config, plan, progress_for=lambda: generation_progress(0))
+        summary = run_with_baseline(config, plan, progress_for=lambda: generation_progress(0), baseline=mode)
     if json_out:
         print(json.dumps(summary, indent=2))
     else:
@@ -231,9 +232,10 @@ def _run_endpoint(url: str, baseline_url: str | None, declared: dict, config, pl
     return run_endpoint(target, plan, base, progress_for=lambda: generation_progress(0))
 
 
-def _run_job(config, plan, torchrun, tp: int | None, dry_run: bool, rank_timeout: float) -> dict[str, Any] | None:
-    """The evaluation as a torchrun job: the baseline job first when a spec-dec run has none recorded."""
-    from ..evals.pipeline import baseline_config, needs_baseline
+def _run_job(config, plan, torchrun, tp: int | None, dry_run: bool, rank_timeout: float, mode: str):
+    """The evaluation as a torchrun job: a spec-dec run with no recorded baseline decodes it paired in the same job,
+    or (mode "separate") runs a baseline job first. Returns rank 0's summary (None for a dry run)."""
+    from ..evals.pipeline import baseline_config, needs_baseline, pairs_with_baseline
     from ..evals.tasks import source_for
     from ..launch.job import Job, JobFailed, launch, resolve_job_device
     from ..launch.layout import plan_layout
@@ -249,13 +251,14 @@ def _run_job(config, plan, torchrun, tp: int | None, dry_run: bool, rank_timeout
         for spec_ in plan.options.tasks:
             source_for(spec_, plan.options.data_dir)  # missing data: one clear error before any rank starts
     config = replace(config, tp_size=layout.tp, device=device)
+    paired = not dry_run and pairs_with_baseline(config, plan, mode)
+    payload = {**plan.to_dict(), "paired": paired}
     try:
-        if not dry_run and needs_baseline(config, plan):
+        if not dry_run and not paired and needs_baseline(config, plan):
             print("lossless gate: running the non-speculative baseline job first", file=sys.stderr)
-            base = Job(JOB_DRIVER, baseline_config(config), layout.tp, plan.to_dict(), rank_timeout)
+            base = Job(JOB_DRIVER, baseline_config(config), layout.tp, payload, rank_timeout)
             launch(base, torchrun, layout, device, dry_run=False)
-        return launch(Job(JOB_DRIVER, config, layout.tp, plan.to_dict(), rank_timeout), torchrun, layout, device,
-                      dry_run)  # fmt: skip
+        return launch(Job(JOB_DRIVER, config, layout.tp, payload, rank_timeout), torchrun, layout, device, dry_run)
     except JobFailed as e:
         print(f"specdec-eval: error: run failed: {e}", file=sys.stderr)
         raise typer.Exit(e.code) from None
@@ -266,7 +269,8 @@ JOB_DRIVER = "specdec_eval.cli.run:job_driver"
 
 def job_driver(engine, payload: dict[str, Any]) -> dict[str, Any]:
     """Rank 0 of a torchrun job (launch/rank_main.py): one run on the sharded engine, with rank 0's progress."""
-    from ..evals.pipeline import RunPlan, run_evaluation
+    from ..evals.pipeline import RunPlan, run_evaluation, run_paired
 
+    run = run_paired if payload.get("paired") else run_evaluation
     with generation_progress(0) as progress:
-        return run_evaluation(engine, RunPlan.from_dict(payload), progress)
+        return run(engine, RunPlan.from_dict(payload), progress)

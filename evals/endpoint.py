@@ -35,7 +35,7 @@ from ..workers.interface import (
     ProgressFn,
     Prompt,
 )
-from ..workers.tokenizer import encode_chat, encode_prompt
+from ..workers.tokenizer import encode_any
 from .endpoint_config import EndpointConfig, EndpointURL, load_local_tokenizer
 from .endpoint_requests import Answer, call_with_retries, chat_message_str, gen_kwargs, read_choice
 from .server_metrics import ResponseTally, ServerAcceptance
@@ -177,11 +177,7 @@ class EndpointEngine:
 
     def encode(self, prompt: Prompt) -> list[int]:
         """The local tokenizer's ids of a prompt, as our engine would build them (chat: its chat template)."""
-        if isinstance(prompt, str):
-            return encode_prompt(self._tokenizer, prompt)
-        if prompt and isinstance(prompt[0], dict):
-            return encode_chat(self._tokenizer, prompt)  # type: ignore[arg-type]
-        return [int(t) for t in prompt]  # type: ignore[union-attr]
+        return encode_any(self._tokenizer, prompt)
 
     def generate(
         self,

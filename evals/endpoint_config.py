@@ -11,9 +11,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..workers.config import DTYPES
+from ..workers.errors import UserError
 from ..workers.kv_cache import KV_CACHE_MANAGERS
 from ..workers.spec import SPEC_ALGORITHMS
-from ..workers.errors import UserError
 
 # Long generations (GPQA's 32k-token answers on real models) take many minutes per request on a busy server.
 DEFAULT_TIMEOUT_S = 3600.0

@@ -56,6 +56,7 @@ class SpecDecLM(LM):
         progress: Callable | None = None,
         cache: Any = None,  # evals.resume.GenerationCache: finished generations of this run, for resume
         record_failures: bool = False,
+        pair_cache: Any = None,  # paired decoding: the baseline run's GenerationCache gets the plain twins' outputs
         **engine_args: Any,
     ) -> None:
         """record_failures: the run pipeline records failed requests itself (and fails the run); anywhere else
@@ -67,6 +68,7 @@ class SpecDecLM(LM):
         self.progress = progress
         self.cache = cache
         self.record_failures = record_failures
+        self.pair_cache = pair_cache
         # (lm-eval task name, doc id) -> the engine's output, for per-sample records (tokens, acceptance)
         self.outputs: dict[tuple[str, int], GenerationOutput] = {}
 
@@ -109,6 +111,9 @@ class SpecDecLM(LM):
     def _generate(self, prompts: list, sampling: list[SamplingParams]) -> list[GenerationOutput]:
         """Reuse outputs this run already finished (resume); generate the rest, persisting each as it finishes."""
         cached = [self.cache.get(p, s) if self.cache else None for p, s in zip(prompts, sampling, strict=True)]
+        if self.pair_cache is not None:  # a pair is generated again unless both of its outputs are kept
+            paired = [self.pair_cache.get(p, s) for p, s in zip(prompts, sampling, strict=True)]
+            cached = [c if b is not None else None for c, b in zip(cached, paired, strict=True)]
         todo = [i for i, c in enumerate(cached) if c is None]
         self.num_reused = len(prompts) - len(todo)
         running = getattr(self, "running", None) or RunningScore([])
@@ -118,8 +123,11 @@ class SpecDecLM(LM):
         fresh: list[GenerationOutput] = []
         if todo:
             sink = _RecordingSink(self.cache, running, todo)
-            fresh = self.engine.generate([prompts[i] for i in todo], [sampling[i] for i in todo],
-                                         running.wrap(self.progress), sink)  # fmt: skip
+            args = ([prompts[i] for i in todo], [sampling[i] for i in todo], running.wrap(self.progress), sink)
+            if self.pair_cache is not None:
+                fresh, _ = self.engine.generate_paired(*args, self.pair_cache)
+            else:
+                fresh = self.engine.generate(*args)
         for i, out in zip(todo, fresh, strict=True):
             cached[i] = out
         return cached  # type: ignore[return-value]

@@ -100,9 +100,10 @@ def selection_for(engine: InferenceEngine, spec: TaskSpec, options: EvalOptions)
 
 
 def evaluate(
-    engine: InferenceEngine, options: EvalOptions, progress: Callable | None = None, cache=None
+    engine: InferenceEngine, options: EvalOptions, progress: Callable | None = None, cache=None, pair_cache=None
 ) -> list[TaskResult]:
-    """cache: an evals.resume.GenerationCache; outputs found there are reused instead of generated again."""
+    """cache: an evals.resume.GenerationCache; outputs found there are reused instead of generated again.
+    pair_cache: paired decoding (a PairedEngine): the plain twins' outputs go there, for the baseline run."""
     from .lm_adapter import SpecDecLM
 
     references = {spec.name: _reference(engine, spec, options) for spec in options.tasks}
@@ -113,6 +114,7 @@ def evaluate(
         progress=progress,
         cache=cache,
         record_failures=True,
+        pair_cache=pair_cache,
     )
     raw = _run_lm_eval(lm, options, sources)
     results = []

@@ -61,13 +61,18 @@ def _serve(engine: Engine, world: World, command: tuple, progress: ProgressFn | 
     """This rank's share of one command; only replica leaders return results (TP partners computed the same)."""
     kind = command[0]
     dp, idx = world.layout.dp, world.dp_index
-    if kind == "generate":
+    if kind in ("generate", "generate_paired"):
         _, prompts, params, seeded, sinks = command
         mine = [i for i in range(len(prompts)) if i % dp == idx]
-        sink = sinks.get(world.rank) if world.is_replica_leader else None  # persists finished work, for resume
-        share = _Reindexed(sink, mine, prompts, params) if sink is not None else None
-        outputs = engine.generate([prompts[i] for i in mine], [seeded[i] for i in mine], progress, share)
-        outputs = [replace(out, index=i) for i, out in zip(mine, outputs, strict=True)]
+        # Each replica leader persists its finished work through its own sinks (for resume).
+        own = sinks.get(world.rank, ()) if world.is_replica_leader else ()
+        shares = [_Reindexed(s, mine, prompts, params) if s is not None else None for s in own]
+        args = ([prompts[i] for i in mine], [seeded[i] for i in mine], progress, *shares)
+        if kind == "generate":
+            outputs = (engine.generate(*args),)
+        else:
+            outputs = engine.generate_paired(*args)
+        outputs = tuple([replace(out, index=i) for i, out in zip(mine, outs, strict=True)] for outs in outputs)
         return (outputs, engine.last_stats) if world.is_replica_leader else None
     if kind == "score":
         _, pairs = command
@@ -123,9 +128,24 @@ class ShardedEngine:
     ) -> list[GenerationOutput]:
         """Every replica serves its share; each replica leader hands its finished outputs to its own copy of the
         sink as they finish (rank 0 to the sink itself)."""
+        return self._generate("generate", prompts, sampling, progress, (sink,))[0]
+
+    def generate_paired(
+        self,
+        prompts: Sequence[Prompt],
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+        progress: ProgressFn | None = None,
+        sink: OutputSink | None = None,
+        plain_sink: OutputSink | None = None,
+    ) -> tuple[list[GenerationOutput], list[GenerationOutput]]:
+        """Paired decoding on every replica (workers/engine.py `generate_paired`)."""
+        spec, plain = self._generate("generate_paired", prompts, sampling, progress, (sink, plain_sink))
+        return spec, plain
+
+    def _generate(self, kind: str, prompts, sampling, progress, sinks: tuple) -> tuple[list[GenerationOutput], ...]:
         layout = self._world.layout
         leaders = [d * layout.tp for d in range(layout.dp)]
-        sinks = {r: (sink if r == 0 else sink.for_replica(r)) for r in leaders} if sink is not None else {}
+        per_rank = {r: tuple(s if s is None or r == 0 else s.for_replica(r) for s in sinks) for r in leaders}
         params = per_prompt(sampling, len(prompts))
         # Seeds follow the prompt's index in the whole call, so a replica samples exactly what one process would
         # (sinks still see the parameters as asked, which is what resume looks them up by).
@@ -133,23 +153,24 @@ class ShardedEngine:
             p if p.greedy or p.seed is not None else replace(p, seed=self._local.default_seed(i))
             for i, p in enumerate(params)
         ]
-        # Rank 0 keeps its own sink object (the broadcast carries copies): its share reaches the real one.
-        command = ("generate", list(prompts), params, seeded, {r: s for r, s in sinks.items() if r != 0})
+        # Rank 0 keeps its own sink objects (the broadcast carries copies): its share reaches the real ones.
+        command = (kind, list(prompts), params, seeded, {r: s for r, s in per_rank.items() if r != 0})
         _broadcast(command, self._world)
-        local = ("generate", list(prompts), params, seeded, sinks)
+        local = (kind, list(prompts), params, seeded, per_rank)
         scaled = _scaled_progress(progress, layout.dp, len(prompts))
         gathered = _gather(_serve(self._local, self._world, local, scaled), self._world)
-        outputs: list[GenerationOutput | None] = [None] * len(prompts)
+        outputs: list[list[GenerationOutput | None]] = [[None] * len(prompts) for _ in sinks]
         stats = []
         for item in gathered:
             if item is None:
                 continue
-            outs, st = item
+            branches, st = item
             stats.append(st)
-            for out in outs:
-                outputs[out.index] = out
+            for slot, outs in zip(outputs, branches, strict=True):
+                for out in outs:
+                    slot[out.index] = out
         self.last_stats = merge_stats(stats, self._local.max_draft_len)
-        return outputs  # type: ignore[return-value]
+        return tuple(outputs)  # type: ignore[return-value]
 
     def score(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
         results: list = [None] * len(pairs)

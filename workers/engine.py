@@ -45,7 +45,7 @@ from .spec import spec_worker_class
 from .spec.eagle3_head import Eagle3DraftModel, build_draft_model, resolve_draft_model
 from .spec.metrics import AcceptanceStats
 from .stopping import StopRules
-from .tokenizer import encode_chat, encode_prompt, eos_token_ids
+from .tokenizer import encode_any, eos_token_ids
 from .warmup import general_warmup, max_shapes
 
 __all__ = ["Engine", "GenerateStats", "GenerationOutput", "Prompt"]
@@ -171,11 +171,7 @@ class Engine:
         return self._tokenizer
 
     def encode(self, prompt: Prompt) -> list[int]:
-        if isinstance(prompt, str):
-            return encode_prompt(self._tokenizer, prompt)
-        if prompt and isinstance(prompt[0], dict):
-            return encode_chat(self._tokenizer, prompt)  # type: ignore[arg-type]
-        return [int(t) for t in prompt]  # type: ignore[union-attr]
+        return encode_any(self._tokenizer, prompt)
 
     def collect_events(self) -> list[dict[str, Any]]:
         return self.events.events
@@ -256,21 +252,55 @@ class Engine:
         """Run every prompt to completion with continuous batching; outputs come back in prompt order. The sink,
         if given, receives each output as soon as its request finishes (to persist work for resume)."""
         params = per_prompt(sampling, len(prompts))
-        tokens = [self.encode(p) for p in prompts]
-        requests = [self.make_request(i, t, s) for i, (t, s) in enumerate(zip(tokens, params, strict=True))]
-        for r in requests:
+        requests = self._requests(prompts, params)
+        self._run(requests, {id(r): sink for r in requests}, prompts, params, progress)
+        return [self.output_of(r) for r in requests]
+
+    def generate_paired(
+        self,
+        prompts: Sequence[Prompt],
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+        progress: ProgressFn | None = None,
+        sink: OutputSink | None = None,
+        plain_sink: OutputSink | None = None,
+    ) -> tuple[list[GenerationOutput], list[GenerationOutput]]:
+        """Paired decoding (a spec-dec engine only): each prompt is prefilled once; a speculative request and a
+        plain twin then decode from that prefill (shared KV blocks, copy-on-write for the partial last one), each
+        with its own output and counters. Returns (speculative outputs, plain outputs), both in prompt order: the
+        run and its lossless baseline from one prefill, each what a separate run would give."""
+        if self.config.spec is None:
+            raise UserError("paired decoding needs a spec-dec engine (--spec eagle3)")
+        params = per_prompt(sampling, len(prompts))
+        requests = self._requests(prompts, params)
+        twins = []
+        for req in requests:
+            twin = self.make_request(req.index, req.prompt_token_ids, req.sampling)
+            twin.speculative, twin.spec_stats, twin.parked = False, None, True
+            req.twin, twin.twin = twin, req
+            twins.append(twin)
+        sinks = {**{id(r): sink for r in requests}, **{id(t): plain_sink for t in twins}}
+        self._run(requests + twins, sinks, prompts, params, progress, queued=requests)
+        return [self.output_of(r) for r in requests], [self.output_of(t) for t in twins]
+
+    def _requests(self, prompts: Sequence[Prompt], params: list[SamplingParams]) -> list[Request]:
+        tokens = [self.encode(p) for p in prompts]  # every prompt is checked before any is queued
+        return [self.make_request(i, t, s) for i, (t, s) in enumerate(zip(tokens, params, strict=True))]
+
+    def _run(self, requests, sinks, prompts, params, progress, queued=None) -> None:
+        """Step until every request is finished, handing each finished one (not failed) to its sink."""
+        for r in requests if queued is None else queued:
             self.scheduler.add(r)
-        stats = GenerateStats(len(requests), sum(len(t) for t in tokens))
+        stats = GenerateStats(len(requests), sum(len(r.prompt_token_ids) for r in requests))
         start, first_step = time.perf_counter(), self.executor.num_steps
         reported: set[int] = set()
         try:
             while not all(r.is_finished for r in requests):
                 self._step()
-                if sink is not None:
-                    for r in requests:
-                        if r.is_finished and r.index not in reported and r.finish_reason != "error":
-                            reported.add(r.index)
-                            sink.put(prompts[r.index], params[r.index], self.output_of(r))
+                for r in requests:
+                    sink = sinks.get(id(r))
+                    if sink is not None and r.is_finished and id(r) not in reported and r.finish_reason != "error":
+                        reported.add(id(r))
+                        sink.put(prompts[r.index], params[r.index], self.output_of(r))
                 self._update_stats(stats, requests, start, first_step)
                 if progress is not None:
                     if self.config.spec:
@@ -278,6 +308,7 @@ class Engine:
                     progress(sum(r.is_finished for r in requests), len(requests), stats)
         finally:
             for r in requests:  # an interrupted call must not keep blocks reserved for requests nobody will finish
+                r.parked = False
                 self.scheduler.abort(r)
         stats.num_failed = sum(r.finish_reason == "error" for r in requests)
         stats.num_retries = sum(r.num_retries for r in requests)
@@ -285,7 +316,6 @@ class Engine:
         if self.config.spec:
             stats.acceptance = _acceptance_of(requests, self.max_draft_len)
         self.last_stats = stats
-        return [self.output_of(r) for r in requests]
 
     def _update_stats(self, stats: GenerateStats, requests: list[Request], start: float, first_step: int) -> None:
         stats.num_steps = self.executor.num_steps - first_step
@@ -353,5 +383,6 @@ def per_prompt(sampling: SamplingParams | Sequence[SamplingParams] | None, n: in
 def _acceptance_of(requests: list[Request], max_draft_len: int) -> dict[str, Any]:
     total = AcceptanceStats(max_draft_len)
     for r in requests:
-        total.merge(r.spec_stats)
+        if r.spec_stats is not None:  # plain twins of paired decoding have none
+            total.merge(r.spec_stats)
     return total.to_dict()

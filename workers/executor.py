@@ -135,7 +135,7 @@ class Executor:
             computed = item.start + item.num_new_tokens if item.is_context else item.start + 1 + accepted
             req.num_steps += 1
             req.num_computed_tokens = computed
-            req.draft_tokens = drafts[r] if drafts is not None else []
+            req.draft_tokens = drafts[r] if drafts is not None and req.speculative else []
             if accepted is not None and req.spec_stats is not None:
                 req.spec_stats.record(item.num_new_tokens - 1, accepted)
                 if self.acceptance is not None and not req.is_warmup:
@@ -144,7 +144,18 @@ class Executor:
             new_tokens[req.request_id] = kept
             final = min(computed, req.num_tokens)
             self.scheduler.kv.commit(req.request_id, req.all_token_ids[:final])
+            if item.is_context and req.twin is not None:
+                self._fork_twin(req, new_tokens)
         return new_tokens
+
+    def _fork_twin(self, req: Request, new_tokens: dict[int, list[int]]) -> None:
+        """Paired decoding: the plain twin starts from this prefill (its KV, and its first token)."""
+        forked = self.scheduler.fork(req)
+        if forked is not None:
+            twin, copies = forked
+            self.kv.copy_blocks(copies, self.meta.block_size)
+        if not req.twin.parked:
+            new_tokens[req.twin.request_id] = list(req.twin.output_token_ids)
 
     def _recover(self, batch: ScheduledBatch, exc: Exception) -> list[Request]:
         """Requeue the batch's requests, or fail those out of retries (returned)."""

@@ -128,6 +128,19 @@ class InferenceEngine(Protocol):
     def close(self) -> None: ...  # release ranks, connections, memory
 
 
+class PairedEngine(InferenceEngine, Protocol):
+    """Our own engines (local, torchrun) also decode a run and its lossless baseline from one prefill."""
+
+    def generate_paired(
+        self,
+        prompts: Sequence[Prompt],
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+        progress: ProgressFn | None = None,
+        sink: OutputSink | None = None,
+        plain_sink: OutputSink | None = None,
+    ) -> tuple[list[GenerationOutput], list[GenerationOutput]]: ...  # (speculative, plain), in prompt order
+
+
 @dataclass
 class RequestDelta:
     """What one engine step did for one request: the tokens it got, and, once it finished, its output."""

@@ -24,6 +24,11 @@ class Request:
     max_new_tokens: int  # sampling.max_new_tokens, clamped to the engine's max_seq_len
     seed: int | None = None  # sampling seed (None: greedy); draws are keyed by it and the position (sampling.py)
     index: int = 0  # position of the prompt in its generate() call (what outputs are ordered and seeded by)
+    speculative: bool = True  # carries drafts in a spec-dec engine (False: the plain twin of a pair)
+    # Paired decoding: a speculative request and its plain twin decode from one prefill. The twin waits, parked
+    # outside the scheduler's queues, until its speculative partner's prefill is done; then it forks from it.
+    twin: Request | None = field(default=None, repr=False)
+    parked: bool = False
     output_token_ids: list[int] = field(default_factory=list)
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0  # tokens whose KV is in the cache

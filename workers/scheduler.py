@@ -60,9 +60,13 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def tokens_for(self, req: Request) -> int:
+        """Tokens a generation request feeds per step: its last token, plus K drafts when it speculates."""
+        return self.tokens_per_generation if req.speculative else 1
+
     def schedule(self) -> ScheduledBatch:
         generations = self._schedule_generations()
-        budget = self.max_num_tokens - len(generations) * self.tokens_per_generation
+        budget = self.max_num_tokens - sum(i.num_new_tokens for i in generations)
         contexts = self._admit(budget, num_running=len(generations))
         batch = ScheduledBatch(contexts + generations)
         if not batch.items and self.waiting:
@@ -80,14 +84,21 @@ class Scheduler:
             req = self.running[i]
             # Never past the request's own limit: drafts beyond its last token are never needed.
             limit = req.max_total_tokens + self.tokens_per_generation - 1
-            needed = min(req.num_computed_tokens + self.tokens_per_generation + self.kv_lookahead, limit)
+            tokens = self.tokens_for(req)
+            needed = min(req.num_computed_tokens + tokens + self.kv_lookahead, limit)
             if self.kv.ensure_capacity(req.request_id, needed):
-                items.append(ScheduledRequest(req, req.num_computed_tokens, self.tokens_per_generation, False))
+                items.append(ScheduledRequest(req, req.num_computed_tokens, tokens, False))
                 i += 1
                 continue
             # Out of blocks (on-demand policies): give back the newest request's blocks and recompute it later.
-            # The victim is the last running request, never one already in `items`.
-            self._preempt(self.running.pop())
+            # The victim is the last running request, never one already in `items`; a pair goes out together
+            # when its twin is not scheduled yet, so that both come back (and finish) side by side.
+            victim = self.running.pop()
+            twin = victim.twin
+            if twin is not None and twin in self.running and self.running.index(twin) > i:
+                self.running.remove(twin)
+                self._preempt(twin)
+            self._preempt(victim)
         return items
 
     def _preempt(self, req: Request) -> None:
@@ -144,6 +155,30 @@ class Scheduler:
         req.finish_reason = reason
         self.running.remove(req)
         self.kv.free(req.request_id)
+
+    def fork(self, req: Request) -> tuple[Request, list[tuple[int, int]]] | None:
+        """Release the parked plain twin of `req` once its prefill is done: it starts from the same prompt KV and
+        first token. Returns (twin, blocks to copy) when it joined the running batch; None when it finished with
+        the first token or waits for room (then it recomputes its context like a preempted request)."""
+        twin = req.twin
+        if twin is None or not twin.parked:
+            return None
+        twin.parked = False
+        twin.output_token_ids = list(req.output_token_ids)
+        twin.first_token_time, twin.num_steps = req.first_token_time, req.num_steps
+        if req.finish_reason is not None:  # the first token already ended both
+            twin.finish_reason, twin.finish_time = req.finish_reason, req.finish_time
+            twin.status = RequestStatus.FINISHED
+            return None
+        copies = self.kv.fork(req.request_id, twin.request_id, req.num_computed_tokens)
+        if copies is None:
+            self.waiting.appendleft(twin)
+            return None
+        twin.status = RequestStatus.RUNNING
+        twin.num_computed_tokens = req.num_computed_tokens
+        twin.num_cached_tokens = req.num_computed_tokens
+        self.running.append(twin)
+        return twin, copies
 
     def retire_finished(self) -> list[Request]:
         """Release every running request whose stop rules fired this step (in running order)."""

@@ -34,6 +34,15 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, add_bos: bool
     return ids
 
 
+def encode_any(tokenizer: PreTrainedTokenizerBase, prompt: Any) -> list[int]:
+    """A prompt as token ids: raw text, chat messages ([{"role", "content"}, ...]) or token ids already."""
+    if isinstance(prompt, str):
+        return encode_prompt(tokenizer, prompt)
+    if prompt and isinstance(prompt[0], dict):
+        return encode_chat(tokenizer, prompt)
+    return [int(t) for t in prompt]
+
+
 def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, Any]]) -> list[int]:
     """Token ids of a conversation rendered by the model's chat template, ending with the assistant prompt."""
     if not getattr(tokenizer, "chat_template", None):

@@ -148,6 +148,36 @@ class KVCacheManager(ABC):
         self._note_usage()
         return num_reused_tokens
 
+    def fork(self, source_id: RequestId, request_id: RequestId, num_tokens: int) -> list[tuple[int, int]] | None:
+        """Admit `request_id` as a copy of `source_id`'s first `num_tokens` positions (paired decoding: a plain and a
+        speculative request decoding from one prefill). Full blocks are shared (ref-counted, never written again:
+        their positions are final); the partial last block, which both will append to, gets a fresh block for the
+        new request. Returns the (source block, new block) pairs whose contents the caller must copy, or None when
+        the policy cannot admit the copy now (nothing is changed then)."""
+        if request_id in self._seqs:
+            raise ValueError(f"request {request_id!r} is already admitted")
+        src = self._seq(source_id)
+        if not 0 < num_tokens <= src.num_committed:
+            raise ValueError(f"request {source_id!r}: cannot fork {num_tokens} positions of {src.num_committed} final")
+        full = num_tokens // self.block_size
+        shared = src.blocks[:full]
+        first_extent = min(num_tokens + self._window, src.limit)
+        plan = AdmissionPlan(
+            prompt_len=num_tokens, limit=src.limit, reused=list(shared), hashes=list(src.hashes[:full]),
+            first_extent=first_extent, num_new=self.blocks_for(first_extent) - full, num_revived=0,
+        )  # fmt: skip
+        if not self._admissible(plan):
+            self._num_refused += 1
+            return None
+        for block_id in shared:
+            self._pool.incref(block_id)
+        new = [self._pool.allocate() for _ in range(plan.num_new)]
+        self._seqs[request_id] = SequenceBlocks(limit=src.limit, blocks=list(shared) + new, hashes=list(plan.hashes),
+                                                num_committed=num_tokens, num_ensured=first_extent)  # fmt: skip
+        self._num_admitted += 1
+        self._note_usage()
+        return [(src.blocks[full], new[0])] if num_tokens % self.block_size else []
+
     def ensure_capacity(self, request_id: RequestId, num_tokens: int) -> bool:
         """Make blocks cover positions [0, num_tokens). False if the pool cannot (the scheduler then
         preempts); nothing is allocated in that case."""

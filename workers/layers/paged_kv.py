@@ -50,6 +50,13 @@ class PagedKV:
         if self.decode_copy is not None:
             self.decode_copy.begin_step(meta)
 
+    def copy_blocks(self, pairs: list[tuple[int, int]], block_size: int) -> None:
+        """Copy whole blocks (every layer's keys and values): source block -> destination block."""
+        for src, dst in pairs:
+            self.pool[:, :, dst * block_size : (dst + 1) * block_size] = self.pool[
+                :, :, src * block_size : (src + 1) * block_size
+            ]
+
     @property
     def element_size(self) -> int:
         return self.pool.element_size()

@@ -1,0 +1,71 @@
+"""The gates a run's summary is judged by, besides each task's accuracy test (evals/runner.py): the lossless gate
+of a spec-dec run against its non-speculative baseline, and the run's verdict from tasks and failing events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..results import store
+from ..results.lossless import lossless_check
+from ..workers.errors import UserError
+from ..workers.events import count_events, failing_events
+from ..workers.interface import EngineIdentity
+from .run_identity import baseline_identity, find_baseline
+from .runner import EvalOptions, TaskResult
+
+
+def apply_lossless_gate(summary: dict, samples: list[dict], identity: EngineIdentity, out: str, options: EvalOptions,
+                        results: list[TaskResult], baseline_run: str | None = None) -> None:  # fmt: skip
+    """Compare every spec-dec sample with the non-speculative baseline run of the same configuration (or with the
+    run the plan names: another engine's, e.g. the same server without speculation)."""
+    if baseline_run is not None:
+        try:
+            base = store.open_run(baseline_run, out)
+        except (FileNotFoundError, ValueError) as e:
+            raise UserError(f"--baseline: {e}") from None
+        if not base.is_finished:
+            raise UserError(f"--baseline: run {base.run_id} is not finished")
+    else:
+        base = find_baseline(out, baseline_identity(identity), options)
+    if base is None:
+        for t in summary["tasks"].values():
+            t["lossless"] = {"verdict": "NO-BASELINE", "reason": f"no finished baseline run under {out}"}
+        return
+    dtype = identity.resolved_dtype or identity.dtype
+    tolerances = {r.task: (r.reference.entry.get("lossless_tolerance") if r.reference else None) for r in results}
+    per_task = lossless_check(samples, base.samples(), dtype)
+    for task, check in per_task.items():
+        if tolerances.get(task) is not None and check["verdict"] == "UNCALIBRATED":
+            check = lossless_check([s for s in samples if s["task"] == task], base.samples(), dtype,
+                                   tolerances[task])[task]  # fmt: skip
+        check["baseline_run"] = base.run_id
+        summary["tasks"][task]["lossless"] = check
+        if check["verdict"] == "FAIL":
+            summary["verdict"] = "FAIL"
+
+
+def summarise(
+    results: list[TaskResult], identity: EngineIdentity, events: list[dict], elapsed_s: float
+) -> dict[str, Any]:
+    failing = failing_events(events)
+    tasks = {}
+    for r in results:
+        tasks[r.task] = {
+            "num_samples": r.num_samples,
+            "score": round(r.score, 4),
+            "filter_scores": {k: round(v, 4) for k, v in r.filter_scores.items()},
+            "reference": r.reference.accuracy if r.reference else None,
+            "threshold": round(r.threshold, 4) if r.threshold is not None else None,
+            "theta": round(r.theta, 4) if r.theta is not None else None,
+            "verdict": r.verdict,
+            "num_failed_requests": r.num_failed_requests,
+            "acceptance": r.acceptance,
+            "data": r.data_origin,
+            "report": r.report,
+            "filter_mismatches": r.filter_mismatches,
+        }
+    verdicts = [t["verdict"] for t in tasks.values()]
+    verdict = "FAIL" if "FAIL" in verdicts or failing else "PASS"
+    return {"verdict": verdict, "tasks": tasks, "events": count_events(events), "failing_events": len(failing),
+            "elapsed_s": round(elapsed_s, 1), "model": identity.model, "kv_cache": identity.kv_cache,
+            "spec": identity.spec, "world_size": identity.world_size}  # fmt: skip

@@ -1,0 +1,62 @@
+"""Who a run is: everything that shapes its samples (the run key that resume and baseline lookups match on), its
+TensorRT-LLM-style test id (what waives.txt names), and the non-speculative twin a spec-dec run is checked against."""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import replace
+from typing import Any
+
+from ..results import manifest as mf
+from ..results import store
+from ..workers.config import EngineConfig
+from ..workers.interface import EngineIdentity, InferenceEngine
+from .runner import EvalOptions, model_key_for
+
+
+def run_config(identity: EngineIdentity, options: EvalOptions) -> dict[str, Any]:
+    """Everything that affects the samples: the engine configuration and the evaluation options."""
+    eval_opts = {
+        "tasks": [t.name for t in options.tasks], "data_dir": options.data_dir, "limit": options.limit,
+        "num_fewshot": options.num_fewshot, "max_output_len": options.max_output_len,
+        "apply_chat_template": options.apply_chat_template, "seed": options.seed,
+    }  # fmt: skip
+    return {"engine": identity.config, "eval": eval_opts}
+
+
+@functools.lru_cache(maxsize=1)
+def git_state() -> dict[str, Any]:
+    """Read once per process: a commit made while a run is going must not change which baseline it pairs with."""
+    return mf.git_state()
+
+
+def run_key(identity: EngineIdentity, options: EvalOptions) -> str:
+    return store.config_key({**run_config(identity, options), "commit": git_state()["commit"]})
+
+
+def test_id(engine: InferenceEngine, options: EvalOptions) -> str:
+    """A pytest node id in TensorRT-LLM's accuracy-test style, so runs line up with waives.txt entries, e.g.
+    accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3[v2_kv_cache-one_model-tp1]."""
+    i = engine.identity
+    name = model_key_for(engine, options.model_key).split("/")[-1]
+    cls = "Test" + re.sub(r"[^0-9A-Za-z]+", "_", name.replace("-Instruct", "")).strip("_")
+    test = "test_eagle3" if i.spec else "test_auto_dtype"
+    params = ([f"{i.kv_cache}_kv_cache"] if i.kv_cache else []) + (["one_model"] if i.spec else []) + [f"tp{i.tp_size}"]
+    return f"accuracy/test_specdec.py::{cls}::{test}[{'-'.join(params)}]"
+
+
+def baseline_config(config: EngineConfig) -> EngineConfig:
+    """The non-speculative twin of a spec-dec configuration: same model, KV cache, dtype, batch and seed; no
+    draft and no injected faults (the baseline is the clean reference the spec-dec outputs must equal)."""
+    return replace(config, spec=None, inject=())
+
+
+def baseline_identity(identity: EngineIdentity) -> EngineIdentity:
+    config = {**identity.config, "spec": None, "inject": ()}
+    return replace(identity, spec=None, max_draft_len=0, config=config)
+
+
+def find_baseline(out: str, identity: EngineIdentity, options: EvalOptions) -> store.Run | None:
+    """The newest finished run of exactly this (non-speculative) configuration at this commit, if any."""
+    return store.find_finished(out, run_key(identity, options))
