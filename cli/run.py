@@ -74,6 +74,57 @@ def run(
             "--model-key", help="Reference key of the model (default: derived from --model).", rich_help_panel=EVAL
         ),
     ] = None,  # fmt: skip
+    sample: Annotated[
+        str,
+        typer.Option(
+            "--sample",
+            help="Which documents --limit takes: first (the first N) or random (a seeded random "
+            "subset; first-N subsets are easier than the full set).",
+            rich_help_panel=EVAL,
+        ),
+    ] = "first",  # fmt: skip
+    early_stop: Annotated[
+        bool,
+        typer.Option(
+            "--early-stop",
+            help="Sequential verdict: documents in a seeded random order, a look after each "
+            "batch; stop as soon as the accuracy test (alpha and power kept), the lossless gate (first "
+            "divergent sample) or the acceptance tripwire decides.",
+            rich_help_panel=EVAL,
+        ),
+    ] = False,  # fmt: skip
+    early_stop_batch: Annotated[
+        int,
+        typer.Option("--early-stop-batch", min=1, help="Documents per look under --early-stop.", rich_help_panel=EVAL),
+    ] = 64,
+    populate_acceptance: Annotated[
+        bool,
+        typer.Option(
+            "--populate-acceptance",
+            help="Write this run's acceptance length as the reference of its test "
+            "id (ref_al = AL, min_al = 0.95 AL), as TensorRT-LLM's populate switch does.",
+            rich_help_panel=EVAL,
+        ),
+    ] = False,  # fmt: skip
+    acceptance_rtol: Annotated[
+        float,
+        typer.Option(
+            "--acceptance-rtol",
+            min=0.0,
+            max=0.99,
+            help="Relative tolerance of the acceptance-length gate around ref_al, in either direction.",
+            rich_help_panel=EVAL,
+        ),
+    ] = 0.05,  # fmt: skip
+    acceptance_refs: Annotated[
+        str | None,
+        typer.Option(
+            "--acceptance-refs",
+            help="Acceptance-length references file (TensorRT-LLM's layout; default: "
+            "the shipped evals/references/acceptance_length.yaml).",
+            rich_help_panel=EVAL,
+        ),
+    ] = None,  # fmt: skip
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
     out: Annotated[
         str, typer.Option("--out", help="Runs folder: each run is written to OUT/<run id>/.", rich_help_panel=STORE)
@@ -175,7 +226,8 @@ def run(
     options = EvalOptions(
         tasks=parse_tasks(tasks), data_dir=data_dir, limit=limit, num_fewshot=num_fewshot,
         max_output_len=max_output_len, apply_chat_template=apply_chat_template, seed=eval_seed,
-        no_reference=no_reference, model_key=model_key,
+        no_reference=no_reference, model_key=model_key, sample=sample, early_stop=early_stop,
+        early_stop_batch=early_stop_batch, acceptance_rtol=acceptance_rtol, acceptance_refs=acceptance_refs,
     )  # fmt: skip
     # Bad engine options fail here, before any model loads or process starts.
     config = o.engine_config(
@@ -185,7 +237,7 @@ def run(
         max_retries=max_retries, warmup=warmup,
     )  # fmt: skip
     mode = baseline if baseline in BASELINE_MODES else "separate"
-    plan = RunPlan(options, out, resume, None if baseline in BASELINE_MODES else baseline)
+    plan = RunPlan(options, out, resume, None if baseline in BASELINE_MODES else baseline, populate_acceptance)
     if endpoint is not None or baseline_endpoint is not None:
         if endpoint is None:
             raise UserError("--baseline-endpoint needs --endpoint (the server under test)")

@@ -61,6 +61,9 @@ def summarise(
             "num_failed_requests": r.num_failed_requests,
             "acceptance": r.acceptance,
             "data": r.data_origin,
+            "n_total": r.n_total,
+            **({"subset": {k: v for k, v in r.subset.items() if k != "order"}} if r.subset else {}),
+            **({"stopped": r.stopped} if r.stopped else {}),
             "report": r.report,
             "filter_mismatches": r.filter_mismatches,
         }
@@ -69,3 +72,35 @@ def summarise(
     return {"verdict": verdict, "tasks": tasks, "events": count_events(events), "failing_events": len(failing),
             "elapsed_s": round(elapsed_s, 1), "model": identity.model, "kv_cache": identity.kv_cache,
             "spec": identity.spec, "world_size": identity.world_size}  # fmt: skip
+
+
+def apply_acceptance_gate(summary: dict, results: list[TaskResult], test_id: str, refs: dict, rtol: float) -> None:
+    """Each spec-dec task's acceptance length against its reference (evals/acceptance.py): an entry applies to the
+    tasks it names (`task:`), or to every task when it names none. A FAIL fails the run."""
+    from .acceptance import acceptance_gate
+
+    entry = refs.get(test_id) or {}
+    for r in results:
+        if not r.acceptance or entry.get("task") not in (None, r.task):
+            continue
+        gate = acceptance_gate(test_id, r.acceptance, refs, rtol)
+        summary["tasks"][r.task]["acceptance_gate"] = gate
+        if gate["verdict"] == "FAIL":
+            summary["verdict"] = "FAIL"
+
+
+def populate_acceptance(summary: dict, results: list[TaskResult], test_id: str, path) -> dict[str, Any] | None:
+    """`--populate-acceptance`: write this run's acceptance length as the reference of its test id (ref_al = AL,
+    min_al = 0.95 AL, per-position rates), as TensorRT-LLM's populate switch does; the first task that measured one
+    (GSM8K before GPQA) decides. Returns what was written."""
+    from .acceptance import populate
+
+    for r in sorted((r for r in results if r.acceptance), key=lambda r: r.family != "gsm8k"):
+        counts = r.acceptance
+        al = 1.0 + counts["num_accepted_drafts"] / counts["num_cycles"] if counts["num_cycles"] else 1.0
+        rates = [n / counts["num_cycles"] for n in counts["accepted_per_position"]] if counts["num_cycles"] else None
+        changed = populate(path, test_id, al, rates)
+        record = {"test_id": test_id, "task": r.task, "ref_al": al, "path": str(path), "changed": changed}
+        summary["acceptance_populated"] = record
+        return record
+    return None

@@ -20,6 +20,7 @@ from typing import Any
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
+from ..results.paired import first_divergence
 from ..workers.config import EngineConfig, SamplingParams, from_options
 from ..workers.engine import Engine
 from ..workers.errors import UserError
@@ -69,8 +70,31 @@ class SpecDecLM(LM):
         self.cache = cache
         self.record_failures = record_failures
         self.pair_cache = pair_cache
+        self.tasks: dict[str, Any] = {}  # lm-eval task name -> Task object (its filters score samples early)
+        self.plans: dict[str, Any] = {}  # lm-eval task name -> evals.subsets.SubsetPlan (documents and order)
+        self.stopper = None  # evals.early_stop.EarlyStop, for sequential verdicts
+        self.references: dict[str, Any] = {}
+        self.baseline_tokens: Callable | None = None
+        self.skipped: set[tuple[str, int]] = set()  # (task, doc id) an early stop left unevaluated
+        self.only: set[tuple[str, int]] | None = None  # evaluate just these (task, doc id); skip the others
         # (lm-eval task name, doc id) -> the engine's output, for per-sample records (tokens, acceptance)
         self.outputs: dict[tuple[str, int], GenerationOutput] = {}
+
+    def plan(self, tasks: dict[str, Any], plans: dict[str, Any]) -> None:
+        """The tasks lm-eval will run, and each one's documents in evaluation order (evals/subsets.py)."""
+        self.tasks, self.plans = tasks, plans
+
+    def stop_early(self, stopper: Any, references: dict[str, Any], baseline_tokens: Callable | None) -> None:
+        """Evaluate batch by batch in each task's order and stop a task as soon as a gate decides."""
+        self.stopper, self.references, self.baseline_tokens = stopper, references, baseline_tokens
+
+    def was_skipped(self, task: str, doc_id: int) -> bool:
+        return (task, doc_id) in self.skipped
+
+    def _doc_id(self, req) -> int:
+        """The document index of a request (lm-eval numbers a random subset's documents by position)."""
+        plan = self.plans.get(req.metadata[0])
+        return plan.doc_id(int(req.metadata[1])) if plan is not None else int(req.metadata[1])
 
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> SpecDecLM:
@@ -93,11 +117,17 @@ class SpecDecLM(LM):
         prompts = [req.args[0] for req in requests]
         sampling = [sampling_from_gen_kwargs(req.args[1], self._max_for(req.metadata[0])) for req in requests]
         self.running = RunningScore([getattr(req, "doc", None) for req in requests])
-        outputs = self._generate(prompts, sampling)
+        if self.only is not None:
+            outputs = self._generate_only(requests, prompts, sampling)
+        elif self.stopper is None:
+            outputs = self._generate(prompts, sampling)
+        else:
+            outputs = self._generate_sequentially(requests, prompts, sampling)
         for req, out in zip(requests, outputs, strict=True):
-            task, doc_id = req.metadata[0], req.metadata[1]
-            self.outputs[(task, int(doc_id))] = out
+            self.outputs[(req.metadata[0], self._doc_id(req))] = out
         failed = [(req, out) for req, out in zip(requests, outputs, strict=True) if out.finish_reason == "error"]
+        self.skipped |= {(r.metadata[0], self._doc_id(r)) for r, o in zip(requests, outputs, strict=True)
+                         if o.finish_reason == "skipped"}  # fmt: skip
         if failed and not self.record_failures:
             req, out = failed[0]
             raise RequestsFailed(
@@ -131,6 +161,57 @@ class SpecDecLM(LM):
         for i, out in zip(todo, fresh, strict=True):
             cached[i] = out
         return cached  # type: ignore[return-value]
+
+    def _generate_sequentially(self, requests, prompts: list, sampling: list[SamplingParams]) -> list[GenerationOutput]:
+        """Each task's documents in its evaluation order, a batch per task at a time, with a look after each batch;
+        a task the stopper decided gets no more requests (its remaining outputs are "skipped")."""
+        from collections import deque
+
+        by_task: dict[str, list[int]] = {}
+        for i, req in enumerate(requests):
+            by_task.setdefault(req.metadata[0], []).append(i)
+        pending = {}
+        for task, rows in by_task.items():
+            plan = self.plans[task]
+            rows.sort(key=lambda i: plan.position(self._doc_id(requests[i])))
+            pending[task] = deque(rows)
+            self.stopper.start(task, len(rows))
+        outputs: list[GenerationOutput | None] = [None] * len(requests)
+        while True:
+            chunk = [pending[t].popleft() for t in pending if self.stopper.is_open(t)
+                     for _ in range(min(self.stopper.batch, len(pending[t])))]  # fmt: skip
+            if not chunk:
+                break
+            for i, out in zip(chunk, self._generate([prompts[i] for i in chunk], [sampling[i] for i in chunk]),
+                              strict=True):  # fmt: skip
+                outputs[i] = out
+                self._observe(requests[i], prompts[i], sampling[i], out)
+            for task in {requests[i].metadata[0] for i in chunk}:
+                self.stopper.after_batch(task)
+        return [out if out is not None else _skipped(i) for i, out in enumerate(outputs)]
+
+    def _generate_only(self, requests, prompts: list, sampling: list[SamplingParams]) -> list[GenerationOutput]:
+        keep = [i for i, r in enumerate(requests) if (r.metadata[0], self._doc_id(r)) in self.only]
+        outputs = [_skipped(i) for i in range(len(requests))]
+        for i, out in zip(keep, self._generate([prompts[i] for i in keep], [sampling[i] for i in keep]), strict=True):
+            outputs[i] = out
+        return outputs
+
+    def _observe(self, req, prompt, params: SamplingParams, out: GenerationOutput) -> None:
+        from .early_stop import sample_score
+
+        task, doc_id = req.metadata[0], self._doc_id(req)
+        ref = self.references.get(task)
+        score = sample_score(self.tasks[task], req, out.text, ref.score_filter if ref is not None else None)
+        baseline = None
+        if self.pair_cache is not None:
+            twin = self.pair_cache.get(prompt, params)
+            baseline = twin.token_ids if twin is not None else None
+        elif self.baseline_tokens is not None:
+            baseline = self.baseline_tokens(task, doc_id)
+        divergence = first_divergence(out.token_ids, baseline) if baseline is not None else None
+        plan = self.plans[task]
+        self.stopper.observe(task, plan.position(doc_id), score, out.stats.get("acceptance"), divergence, doc_id)
 
     def _max_for(self, task: str) -> int:
         if isinstance(self.max_gen_toks, dict):
@@ -181,6 +262,11 @@ class SpecDecLM(LM):
     def get_model_info(self) -> dict[str, Any]:
         i = self.engine.identity
         return {"model": i.model, "kv_cache": i.kv_cache, "spec": i.spec}
+
+
+def _skipped(index: int) -> GenerationOutput:
+    """A document the run did not evaluate (an early stop): lm-eval gets a placeholder it never reports."""
+    return GenerationOutput(index=index, prompt_token_ids=[], token_ids=[], text="", finish_reason="skipped")
 
 
 class RequestsFailed(RuntimeError):

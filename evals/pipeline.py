@@ -17,12 +17,14 @@ from typing import Any
 
 from ..results import claims, store
 from ..results import manifest as mf
+from ..results.lossless import EXACT_DTYPES
 from ..workers.config import EngineConfig
 from ..workers.engine import identity_of
 from ..workers.errors import UserError
 from ..workers.interface import EngineIdentity, InferenceEngine, PairedEngine
+from .acceptance import load_acceptance_references
 from .cached_engine import CachedOutputs
-from .gates import apply_lossless_gate, summarise
+from .gates import apply_acceptance_gate, apply_lossless_gate, populate_acceptance, summarise
 from .resume import GenerationCache
 from .run_identity import baseline_config, baseline_identity, find_baseline, git_state, run_config, run_key, test_id
 from .runner import EvalOptions, TaskResult, evaluate
@@ -40,14 +42,21 @@ class RunPlan:
     out: str = store.DEFAULT_ROOT
     resume: bool | None = None  # None: resume an unfinished run of this configuration when there is one
     baseline_run: str | None = None  # the lossless gate's baseline (a run id or folder); None: look it up by key
+    populate_acceptance: bool = False  # write the run's acceptance length as its test id's reference
 
     def to_dict(self) -> dict[str, Any]:
         return {"options": self.options.to_dict(), "out": self.out, "resume": self.resume,
-                "baseline_run": self.baseline_run}  # fmt: skip
+                "baseline_run": self.baseline_run, "populate_acceptance": self.populate_acceptance}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunPlan:
-        return cls(EvalOptions.from_dict(d["options"]), d["out"], d["resume"], d.get("baseline_run"))
+        return cls(EvalOptions.from_dict(d["options"]), d["out"], d["resume"], d.get("baseline_run"),
+                   d.get("populate_acceptance", False))  # fmt: skip
+
+    def acceptance_path(self):
+        from .acceptance import ACCEPTANCE_PATH
+
+        return self.options.acceptance_refs or ACCEPTANCE_PATH
 
 
 @dataclass
@@ -98,6 +107,16 @@ def _record(engine: InferenceEngine, plan: RunPlan, opened: _OpenRun, results: l
     samples = [s for r in results for s in r.samples]
     if identity.spec is not None:
         apply_lossless_gate(summary, samples, identity, plan.out, plan.options, results, baseline_run)
+        test = opened.manifest["test_id"]
+        if plan.populate_acceptance:
+            populate_acceptance(summary, results, test, plan.acceptance_path())
+        refs = load_acceptance_references(plan.acceptance_path())
+        apply_acceptance_gate(summary, results, test, refs, plan.options.acceptance_rtol)
+    if any(r.stopped for r in results):
+        summary["early_stopped"] = True  # a partial evaluation: never some later run's lossless baseline
+    orders = {r.task: r.subset for r in results if r.subset}
+    if orders:  # the seeded document order of every task, as evaluated
+        opened.manifest["orders"] = orders
     run.write_samples(samples)
     run.write_events(events)
     run.write_summary(summary)
@@ -124,8 +143,36 @@ def run_evaluation(engine: InferenceEngine, plan: RunPlan, progress=None) -> dic
     run, resumed = _claim(plan, key)
     with run:
         opened = _open(engine, plan, run, key, resumed)
-        results = evaluate(engine, plan.options, progress, cache=opened.cache)
+        stop = _stop_inputs(engine, plan, opened, None)
+        results = evaluate(engine, plan.options, progress, cache=opened.cache, stop_inputs=stop)
         return _record(engine, plan, opened, results, engine.collect_events(), plan.baseline_run)
+
+
+def _stop_inputs(engine: InferenceEngine, plan: RunPlan, opened: _OpenRun, paired: bool | None) -> dict | None:
+    """What the sequential controller needs besides the references (only with --early-stop)."""
+    if not plan.options.early_stop:
+        return None
+    identity = engine.identity
+    inputs: dict[str, Any] = {"test_id": opened.manifest["test_id"],
+                              "exact": (identity.resolved_dtype or identity.dtype) in EXACT_DTYPES}  # fmt: skip
+    if identity.spec is not None:
+        inputs["acceptance_refs"] = load_acceptance_references(plan.acceptance_path())
+        if not paired:  # paired runs compare each output with its twin as it comes
+            inputs["baseline_tokens"] = _baseline_tokens(identity, plan)
+    return inputs
+
+
+def _baseline_tokens(identity: EngineIdentity, plan: RunPlan):
+    """(task, doc_id) -> the recorded baseline's output tokens, for the first-divergence stop (None: no baseline)."""
+    if plan.baseline_run is not None:
+        base = store.open_run(plan.baseline_run, plan.out)
+    else:
+        base = find_baseline(plan.out, baseline_identity(identity), plan.options)
+    if base is None:
+        return None
+    tokens = {(s["task"], s["doc_id"]): s["output_token_ids"] for s in base.samples()}
+    names = {t.lm_eval_name: t.name for t in plan.options.tasks}
+    return lambda task, doc_id: tokens.get((names.get(task, task), doc_id))
 
 
 def run_paired(engine: PairedEngine, plan: RunPlan, progress=None) -> dict[str, Any]:
@@ -141,13 +188,23 @@ def run_paired(engine: PairedEngine, plan: RunPlan, progress=None) -> dict[str, 
         with run:
             opened_base = _open(base, plan, base_run, base_key, base_resumed, paired_with=run.run_id)
             opened = _open(engine, plan, run, key, resumed, paired_with=base_run.run_id)
-            results = evaluate(engine, plan.options, progress, cache=opened.cache, pair_cache=opened_base.cache)
+            stop = _stop_inputs(engine, plan, opened, paired=True)
+            results = evaluate(engine, plan.options, progress, cache=opened.cache, pair_cache=opened_base.cache,
+                               stop_inputs=stop)  # fmt: skip
             events = engine.collect_events()
             # The baseline is scored from the twins' outputs, all in its cache: its engine never generates.
-            base_results = evaluate(base, plan.options, cache=opened_base.cache)
+            base_results = evaluate(base, plan.options, cache=opened_base.cache, only=_evaluated(results, plan.options))
             base_events = [e for e in events if e["type"] not in _SPEC_ONLY_EVENTS]
             _record(base, plan, opened_base, base_results, base_events, None)
             return _record(engine, plan, opened, results, events, str(base_run.path))
+
+
+def _evaluated(results: list[TaskResult], options: EvalOptions) -> set[tuple[str, int]] | None:
+    """The (lm-eval task, document) pairs a run evaluated; None when it evaluated all it planned."""
+    if not any(r.stopped for r in results):
+        return None
+    names = {t.name: t.lm_eval_name for t in options.tasks}
+    return {(names[s["task"]], s["doc_id"]) for r in results for s in r.samples}
 
 
 # --- a run with its baseline ----------------------------------------------------------------------------------

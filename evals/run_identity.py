@@ -22,6 +22,11 @@ def run_config(identity: EngineIdentity, options: EvalOptions) -> dict[str, Any]
         "num_fewshot": options.num_fewshot, "max_output_len": options.max_output_len,
         "apply_chat_template": options.apply_chat_template, "seed": options.seed,
     }  # fmt: skip
+    # Which documents and in which order (only when not the default, so that earlier runs keep their keys).
+    if options.sample != "first" or options.early_stop:
+        eval_opts.update(
+            sample=options.sample, early_stop=options.early_stop, early_stop_batch=options.early_stop_batch
+        )
     return {"engine": identity.config, "eval": eval_opts}
 
 
@@ -58,5 +63,10 @@ def baseline_identity(identity: EngineIdentity) -> EngineIdentity:
 
 
 def find_baseline(out: str, identity: EngineIdentity, options: EvalOptions) -> store.Run | None:
-    """The newest finished run of exactly this (non-speculative) configuration at this commit, if any."""
-    return store.find_finished(out, run_key(identity, options))
+    """The newest finished run of exactly this (non-speculative) configuration at this commit that evaluated every
+    document it planned (an early-stopped run covers only a prefix), if any."""
+    key = run_key(identity, options)
+    for run in reversed(store.list_runs(out)):
+        if run.key == key and run.is_finished and not run.summary().get("early_stopped"):
+            return run
+    return None

@@ -15,9 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-# lm-eval draws a tqdm bar per task; ours is the progress callback. tqdm reads this when it is first imported.
-os.environ.setdefault("TQDM_DISABLE", "1")
+from unittest import mock
 
 from ..workers.errors import UserError  # noqa: E402
 from ..workers.interface import InferenceEngine
@@ -40,6 +38,11 @@ class EvalOptions:
     seed: int = 0  # lm-eval random_seed, and the GPQA choice shuffle
     no_reference: bool = False
     model_key: str | None = None
+    sample: str = "first"  # first | random: which documents --limit takes (random: a seeded random subset)
+    early_stop: bool = False  # sequential verdicts (evals/early_stop.py): documents in a seeded random order
+    early_stop_batch: int = 64  # documents per look
+    acceptance_rtol: float = 0.05  # the acceptance-length gate's two-sided tolerance
+    acceptance_refs: str | None = None  # the acceptance-length references file (default: the shipped one)
 
     def max_output_for(self, spec: TaskSpec) -> int:
         return self.max_output_len or spec.max_output_len
@@ -70,6 +73,9 @@ class TaskResult:
     num_failed_requests: int = 0
     data_origin: str = ""
     filter_mismatches: list[dict[str, Any]] = field(default_factory=list)  # our GSM8K filters vs lm-eval's
+    n_total: int | None = None  # documents the task has (samples can be fewer: a subset or an early stop)
+    subset: dict[str, Any] | None = None  # the SubsetPlan (order) of the run, when it is not every document
+    stopped: dict[str, Any] | None = None  # where and why an early-stopped task stopped
 
 
 def model_key_for(engine: InferenceEngine, explicit: str | None) -> str:
@@ -100,10 +106,20 @@ def selection_for(engine: InferenceEngine, spec: TaskSpec, options: EvalOptions)
 
 
 def evaluate(
-    engine: InferenceEngine, options: EvalOptions, progress: Callable | None = None, cache=None, pair_cache=None
+    engine: InferenceEngine,
+    options: EvalOptions,
+    progress: Callable | None = None,
+    cache=None,
+    pair_cache=None,
+    stop_inputs: dict[str, Any] | None = None,
+    only: set[tuple[str, int]] | None = None,
 ) -> list[TaskResult]:
     """cache: an evals.resume.GenerationCache; outputs found there are reused instead of generated again.
-    pair_cache: paired decoding (a PairedEngine): the plain twins' outputs go there, for the baseline run."""
+    pair_cache: paired decoding (a PairedEngine): the plain twins' outputs go there, for the baseline run.
+    stop_inputs (with options.early_stop): test_id, acceptance_refs, exact (any divergence fails) and
+    baseline_tokens(task, doc_id) -> the lossless baseline's token ids (None: not known).
+    only: evaluate just these (lm-eval task, doc id) of the planned documents (the baseline of an early-stopped paired
+    run: what its spec-dec side evaluated); the rest are skipped."""
     from .lm_adapter import SpecDecLM
 
     references = {spec.name: _reference(engine, spec, options) for spec in options.tasks}
@@ -116,22 +132,90 @@ def evaluate(
         record_failures=True,
         pair_cache=pair_cache,
     )
-    raw = _run_lm_eval(lm, options, sources)
+    stopper = None
+    if only is not None:
+        lm.only = only
+    elif options.early_stop:
+        inputs = stop_inputs or {}
+        stopper = _stopper(engine, options, references, inputs)
+        lm.stop_early(
+            stopper, {s.lm_eval_name: references[s.name] for s in options.tasks}, inputs.get("baseline_tokens")
+        )
+    raw, plans = _run_lm_eval(lm, options, sources)
     results = []
     for spec in options.tasks:
         name = spec.lm_eval_name
         samples = _samples(spec, raw["samples"][name], lm)
         result = _score(spec, samples, references[spec.name], options)
         result.data_origin = sources[spec.name].origin
+        plan = plans[name]
+        result.n_total, result.subset = (
+            plan.n_total,
+            plan.to_dict() if plan.n < plan.n_total or plan.how == "random" else None,
+        )
+        if stopper is not None:
+            _sequential_verdict(result, stopper, name)
+        elif only is not None:
+            result.stopped = {
+                "gate": "paired",
+                "verdict": None,
+                "n": len(samples),
+                "of": plan.n,
+                "reason": "the baseline of an early-stopped paired run: the documents its run evaluated",
+            }
         stats = [s.pop("_acceptance") for s in samples if s.get("_acceptance")]
         if stats:
             total = AcceptanceStats(engine.identity.max_draft_len)
             for st in stats:
                 total.merge(st)
             result.acceptance = total.to_dict()
-        _check_against_lm_eval(spec, result, raw["results"][name])
+        _check_against_lm_eval(spec, result, raw["results"][name], complete=result.stopped is None)
+        _note_subset(result, plan)
         results.append(result)
     return results
+
+
+def _stopper(engine: InferenceEngine, options: EvalOptions, references: dict, inputs: dict[str, Any]):
+    """The sequential controller: each task's accuracy design comes from its reference (none without one)."""
+    from .early_stop import EarlyStop
+    from .sequential import AccuracySequentialDesign
+
+    by_name = {s.lm_eval_name: s for s in options.tasks}
+
+    def design_for(task: str, n_max: int):
+        spec = by_name[task]
+        ref = references[spec.name]
+        if ref is None:
+            return None
+        t = ref.hypothesis_test(n_max, floor=spec.floor)
+        return AccuracySequentialDesign.for_batches(ref.accuracy, n_max, options.early_stop_batch, alpha=t.alpha,
+                                                    beta=t.beta, sigma=t.sigma, floor=spec.floor)  # fmt: skip
+
+    return EarlyStop(design_for, options.early_stop_batch, inputs.get("test_id"), inputs.get("acceptance_refs"),
+                     inputs.get("exact", True), engine.identity.max_draft_len)  # fmt: skip
+
+
+def _sequential_verdict(result: TaskResult, stopper, name: str) -> None:
+    """Under --early-stop the accuracy verdict is the sequential design's (its error rates are the ones kept);
+    a failed request still fails the task."""
+    result.stopped = stopper.record(name)
+    decision = stopper.accuracy_decision(name)
+    if decision is not None and decision["verdict"] != "CONTINUE" and result.num_failed_requests == 0:
+        result.verdict = decision["verdict"]
+        result.report += f"\nsequential verdict at n={decision['n']}: {decision['verdict']} ({decision['reason']})"
+
+
+def _note_subset(result: TaskResult, plan) -> None:
+    """The reference gate says when it compares a subset (or an early stop) with a full-set reference."""
+    from .subsets import subset_note
+
+    how = "random" if plan.how == "random" or result.stopped is not None else plan.how
+    note = subset_note(result.num_samples, plan.n_total, how) if result.reference is not None else None
+    if note:
+        result.report += "\n" + note
+    if result.stopped is not None:
+        s = result.stopped
+        result.report += f"\nstopped early at {s['n']} of {s['of']} documents by the {s['gate']} gate: {s['reason']}"
 
 
 def _reference(engine: InferenceEngine, spec: TaskSpec, options: EvalOptions) -> Reference | None:
@@ -141,10 +225,19 @@ def _reference(engine: InferenceEngine, spec: TaskSpec, options: EvalOptions) ->
     return lookup(spec.family, model_key_for(engine, options.model_key), selection)
 
 
-def _run_lm_eval(lm, options: EvalOptions, sources) -> dict[str, Any]:
-    import datasets
+def _simple_evaluate(**kwargs):
     import lm_eval
+
+    return lm_eval.simple_evaluate(**kwargs)
+
+
+def _run_lm_eval(lm, options: EvalOptions, sources) -> tuple[dict[str, Any], dict[str, Any]]:
+    """lm-eval's evaluation of our tasks; returns its raw results and each task's SubsetPlan (the documents it
+    evaluates, in the order the engine sees them)."""
+    import datasets
     from lm_eval.tasks import TaskManager
+
+    from .subsets import plan_subset
 
     # lm-eval logs an example prompt at INFO (for GPQA that would put question text into logs) and warns about
     # custom_dataset kwargs it does not need; its progress bars and datasets' would bury ours.
@@ -154,25 +247,38 @@ def _run_lm_eval(lm, options: EvalOptions, sources) -> dict[str, Any]:
         folder = write_task_yamls(options.tasks, sources, Path(tmp), options.seed)
         manager = TaskManager(include_path=str(folder), include_defaults=False)
         try:
-            raw = lm_eval.simple_evaluate(
-                model=lm,
-                tasks=[spec.lm_eval_name for spec in options.tasks],
-                task_manager=manager,
-                num_fewshot=options.num_fewshot,
-                limit=options.limit,
-                bootstrap_iters=0,
-                log_samples=True,
-                apply_chat_template=options.apply_chat_template,
-                fewshot_as_multiturn=options.apply_chat_template,
-                random_seed=options.seed,
-                fewshot_random_seed=DEFAULT_FEWSHOT_SEED,
-                verbosity="WARNING",
-            )
+            tasks = manager.load([spec.lm_eval_name for spec in options.tasks])["tasks"]
+            # A seeded random order for sequential verdicts and random subsets; lm-eval's order otherwise.
+            sample = "random" if options.early_stop else options.sample
+            plans = {name: plan_subset(name, len(task.eval_docs), options.limit, sample, options.seed)
+                     for name, task in tasks.items()}  # fmt: skip
+            lm.plan(tasks, plans)
+            selection = {"limit": options.limit}
+            if sample == "random":
+                subsets = {n: p.samples for n, p in plans.items() if p.n < p.n_total}
+                selection = {"samples": subsets} if subsets else {}
+            # lm-eval asks git for the working folder's commit and lets git's "fatal:" line through outside a
+            # checkout; the manifest records the commit of the code that ran, so its guess is not needed.
+            with mock.patch("lm_eval.evaluator.get_git_commit_hash", lambda: None):
+                raw = _simple_evaluate(
+                    model=lm,
+                    tasks=list(tasks.values()),
+                    task_manager=manager,
+                    num_fewshot=options.num_fewshot,
+                    bootstrap_iters=0,
+                    log_samples=True,
+                    apply_chat_template=options.apply_chat_template,
+                    fewshot_as_multiturn=options.apply_chat_template,
+                    random_seed=options.seed,
+                    fewshot_random_seed=DEFAULT_FEWSHOT_SEED,
+                    verbosity="WARNING",
+                    **selection,
+                )
         except (FileNotFoundError, ConnectionError) as e:
             raise UserError(f"lm-eval could not load the task data: {str(e).splitlines()[0]}") from None
     if raw is None:
         raise RuntimeError("lm-eval returned no results")
-    return raw
+    return raw, plans
 
 
 def _hash(text: str) -> str:
@@ -185,6 +291,8 @@ def _samples(spec: TaskSpec, entries: list[dict[str, Any]], lm) -> list[dict[str
     by_doc: dict[int, dict[str, Any]] = {}
     for entry in entries:
         doc_id = int(entry["doc_id"])
+        if lm.was_skipped(spec.lm_eval_name, doc_id):
+            continue  # an early-stopped task never evaluated this document
         filt = entry.get("filter", "none")
         target = str(entry["target"])  # per entry: lm-eval lists each document once per filter
         rec = by_doc.get(doc_id)
@@ -236,7 +344,9 @@ def _score(spec: TaskSpec, samples: list[dict[str, Any]], reference: Reference |
     n = len(samples)
     filters = FILTERS[spec.family]
     filter_scores = {f: 100.0 * sum(s[f"correct[{f}]"] for s in samples) / n if n else 0.0 for f in filters}
-    score = sum(filter_scores.values()) / len(filters)
+    scored = reference.score_filter if reference is not None and reference.score_filter else None
+    # The mean of the filters, unless the reference was measured on one filter (then that one, as it was).
+    score = filter_scores[scored] if scored in filter_scores else sum(filter_scores.values()) / len(filters)
     failed = sum(s["finish_reason"] in ("error", "missing") for s in samples)
     if reference is None:
         verdict, report, threshold, theta = "REPORT", f"{spec.name}: no reference (score only)", None, None
@@ -250,11 +360,14 @@ def _score(spec: TaskSpec, samples: list[dict[str, Any]], reference: Reference |
                       samples, num_failed_requests=failed)  # fmt: skip
 
 
-def _check_against_lm_eval(spec: TaskSpec, result: TaskResult, lm_eval_results: dict[str, Any]) -> None:
+def _check_against_lm_eval(
+    spec: TaskSpec, result: TaskResult, lm_eval_results: dict[str, Any], complete: bool = True
+) -> None:
     """Our per-sample aggregation must reproduce lm-eval's own task scores (a mismatch is a harness bug and stops
-    the run). Our GSM8K filters are cross-checked on every sample; a disagreement is recorded in the result and
-    reported, never silently fixed: lm-eval's value is the one scored."""
-    for f, ours in result.filter_scores.items():
+    the run); lm-eval's aggregate covers every planned document, so this holds when all were evaluated (complete).
+    Our GSM8K filters are cross-checked on every sample; a disagreement is recorded in the result and reported,
+    never silently fixed: lm-eval's value is the one scored."""
+    for f, ours in result.filter_scores.items() if complete else ():
         theirs = 100.0 * float(lm_eval_results.get(f"exact_match,{f}", float("nan")))
         if abs(ours - theirs) > 1e-6:
             raise RuntimeError(f"{spec.name} {f}: our score {ours:.4f} != lm-eval's {theirs:.4f}")
