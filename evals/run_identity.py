@@ -37,7 +37,15 @@ def git_state() -> dict[str, Any]:
 
 
 def run_key(identity: EngineIdentity, options: EvalOptions) -> str:
-    return store.config_key({**run_config(identity, options), "commit": git_state()["commit"]})
+    """Same key, same samples: the configuration, the commit and, for a modified tree, the hash of what is
+    uncommitted (a dirty tree never resumes or pairs with a clean run of the same commit)."""
+    git = git_state()
+    code = (
+        {"commit": git["commit"]}
+        if not git.get("diff_sha256")
+        else {"commit": git["commit"], "diff": git["diff_sha256"]}
+    )
+    return store.config_key({**run_config(identity, options), **code})
 
 
 def test_id(engine: InferenceEngine, options: EvalOptions) -> str:

@@ -315,6 +315,8 @@ def _samples(spec: TaskSpec, entries: list[dict[str, Any]], lm) -> list[dict[str
                 "_acceptance": _acceptance_of(out),
                 "acceptance_length": (out.stats.get("acceptance") or {}).get("acceptance_length") if out else None,
             }
+            if spec.family == "gpqa_diamond":  # its output can quote the question: never stored readable
+                rec["sealed_fields"] = ["output_token_ids"]
             by_doc[doc_id] = rec
         extracted = entry["filtered_resps"][0] if isinstance(entry["filtered_resps"], list) else entry["filtered_resps"]
         rec[f"extracted[{filt}]"] = gpqa_letter(str(extracted)) if spec.family == "gpqa_diamond" else str(extracted)

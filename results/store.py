@@ -36,6 +36,7 @@ from typing import Any
 
 from . import locks
 from .atomic import atomic_open, atomic_write
+from .seal import is_sealed, seal, unseal
 
 DEFAULT_ROOT = "runs"
 LOCK_NAME = ".lock"
@@ -168,7 +169,7 @@ class Run:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pa.Table.from_pylist([_flat(s) for s in samples])
+        table = pa.Table.from_pylist([_flat(_sealed(s)) for s in samples])
         with atomic_open(self.path / "samples.parquet") as f:
             pq.write_table(table, f)
 
@@ -183,7 +184,23 @@ class Run:
             rows = pq.read_table(path).to_pylist()
         except (pa.ArrowException, OSError) as e:
             raise UnreadableRunError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
-        return [_unflat(r) for r in rows]
+        return [_unsealed(_unflat(r), path) for r in rows]
+
+
+def _sealed(sample: dict[str, Any]) -> dict[str, Any]:
+    """A sample's `sealed_fields` (e.g. a GPQA output's token ids) stored sealed (results/seal.py)."""
+    fields = sample.get("sealed_fields") or []
+    return {k: seal(v) if k in fields and v is not None else v for k, v in sample.items()}
+
+
+def _unsealed(sample: dict[str, Any], path: Path) -> dict[str, Any]:
+    for k in sample.get("sealed_fields") or []:
+        if is_sealed(sample.get(k)):
+            try:
+                sample[k] = unseal(sample[k])
+            except ValueError as e:
+                raise UnreadableRunError(f"{path}: field {k} of doc {sample.get('doc_id')}: {e}") from None
+    return sample
 
 
 def check_summary(summary: dict[str, Any], path: Path | str = "summary.json") -> None:
