@@ -10,6 +10,13 @@ from typing import Annotated, Any
 
 import typer
 
+from ..serve.defaults import (
+    DEFAULT_GRACE_S,
+    DEFAULT_HOST,
+    DEFAULT_MAX_QUEUE,
+    DEFAULT_MAX_REQUEST_SIZE,
+    DEFAULT_PORT,
+)
 from ..workers.config import parse_bytes
 from ..workers.errors import UserError
 from . import options as o
@@ -23,8 +30,10 @@ API_KEY_ENV = "SPECDEC_EVAL_API_KEY"  # how a torchrun job's rank 0 gets the key
 def serve(
     host: Annotated[
         str, typer.Option("--host", help="Address to bind (0.0.0.0: every interface).", rich_help_panel=SERVER)
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port (0: any free port).", rich_help_panel=SERVER)] = 8000,
+    ] = DEFAULT_HOST,
+    port: Annotated[
+        int, typer.Option("--port", help="Port (0: any free port).", rich_help_panel=SERVER)
+    ] = DEFAULT_PORT,
     api_key: Annotated[
         str | None,
         typer.Option(
@@ -50,13 +59,13 @@ def serve(
             help="Requests held at once, running and waiting; more get 503 with Retry-After.",
             rich_help_panel=SERVER,
         ),
-    ] = 1024,  # fmt: skip
+    ] = DEFAULT_MAX_QUEUE,  # fmt: skip
     max_request_bytes: Annotated[
         str,
         typer.Option(
             "--max-request-bytes", help="Largest request body (larger: 413), e.g. 1MiB.", rich_help_panel=SERVER
         ),
-    ] = "1MiB",  # fmt: skip
+    ] = DEFAULT_MAX_REQUEST_SIZE,  # fmt: skip
     grace: Annotated[
         float,
         typer.Option(
@@ -64,7 +73,7 @@ def serve(
             help="Seconds in-flight requests may take to finish after SIGTERM / Ctrl-C before they are aborted.",
             rich_help_panel=SERVER,
         ),
-    ] = 20.0,  # fmt: skip
+    ] = DEFAULT_GRACE_S,  # fmt: skip
     log_level: Annotated[
         str,
         typer.Option(

@@ -14,14 +14,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..workers.config import parse_bytes
 from ..workers.interface import ServingEngine
+from .defaults import DEFAULT_MAX_QUEUE, DEFAULT_MAX_REQUEST_SIZE
 from .engine_loop import EngineLoop
 from .errors import ApiError
 from .metrics import ServerMetrics
 from .routes import router, v1
-
-DEFAULT_MAX_QUEUE = 1024
-DEFAULT_MAX_REQUEST_BYTES = 2**20
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,7 @@ class ServerSettings:
     vocab_size: int  # token-id prompts must lie in 0..vocab_size-1
     api_key: str | None = None
     max_queue: int = DEFAULT_MAX_QUEUE  # requests held at once (running + waiting); more get 503
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_request_bytes: int = parse_bytes(DEFAULT_MAX_REQUEST_SIZE)
 
 
 @dataclass

@@ -74,7 +74,7 @@ class EngineLoop:
         self.metrics = metrics
         self.max_model_len = max_model_len
         self.max_in_flight = max_in_flight
-        self._inbox: collections.deque[tuple[str, Ticket]] = collections.deque()
+        self._inbox: collections.deque[tuple[str, Ticket | None]] = collections.deque()
         self._wake = threading.Event()
         self._lock = threading.Lock()  # guards the counts and flags below
         self._in_flight = 0
@@ -111,6 +111,11 @@ class EngineLoop:
         """Refuse new requests; in-flight ones go on."""
         with self._lock:
             self._draining = True
+
+    def abort_all(self) -> None:
+        """End every request in flight now, each with a 503 (the shutdown's grace period is over)."""
+        self._inbox.append(("abort_all", None))
+        self._wake.set()
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Abort whatever is still in flight and end the thread."""
@@ -166,8 +171,10 @@ class EngineLoop:
             took = True
             if kind == "add":
                 self._add(ticket)
-            else:
+            elif kind == "abort":
                 self._abort(ticket)
+            else:
+                self._fail_all(unavailable("the server is shutting down"))
         return took
 
     def _add(self, ticket: Ticket) -> None:
@@ -236,7 +243,7 @@ class EngineLoop:
         self._live.clear()
         while self._inbox:
             kind, ticket = self._inbox.popleft()
-            if kind == "add":
+            if kind == "add" and ticket is not None:
                 self._reject(ticket, error)
 
     def _reject(self, ticket: Ticket, error: ApiError) -> None:

@@ -19,21 +19,29 @@ import uvicorn
 from .. import __version__
 from ..workers.interface import ServingEngine
 from .app import ServerSettings, create_app
-
-DEFAULT_GRACE_S = 20.0  # below torchrun's 30 s between its SIGTERM and SIGKILL of a job's ranks
+from .defaults import BACKSTOP_S, DEFAULT_GRACE_S, DEFAULT_HOST, DEFAULT_PORT
+from .engine_loop import EngineLoop
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, changed in two ways for a clean stop: a signal first makes the engine loop refuse new
-    requests, and the signal is not raised again after shutdown (uvicorn re-raises it so that the previous handler
+    """uvicorn's server, changed for a clean stop. On the first SIGTERM / Ctrl-C the engine loop refuses new
+    requests, and once the grace period is over it ends the ones still in flight with a 503 (a streamed answer gets
+    it as its last event), so connections close by themselves; uvicorn's own timeout, a little later, is only a
+    backstop. And the signal is not raised again after shutdown (uvicorn re-raises it so that the previous handler
     runs, which for SIGTERM would end the process by the signal instead of with status 0)."""
 
-    def __init__(self, config: uvicorn.Config, on_signal) -> None:
+    def __init__(self, config: uvicorn.Config, loop: EngineLoop, grace_s: float) -> None:
         super().__init__(config)
-        self._on_signal = on_signal
+        self._loop = loop
+        self._grace_s = grace_s
+        self._timer: threading.Timer | None = None
 
     def handle_exit(self, sig: int, frame) -> None:
-        self._on_signal()
+        if self._timer is None:
+            self._loop.begin_drain()
+            self._timer = threading.Timer(self._grace_s, self._loop.abort_all)
+            self._timer.daemon = True
+            self._timer.start()
         super().handle_exit(sig, frame)
 
     @contextlib.contextmanager
@@ -57,10 +65,10 @@ def bind(host: str, port: int) -> socket.socket:
 
 def _server(engine: ServingEngine, settings: ServerSettings, grace_s: float, log_level: str) -> _Server:
     app = create_app(engine, settings)
-    config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=grace_s, lifespan="on",
+    config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=grace_s + BACKSTOP_S, lifespan="on",
                             server_header=False, headers=[("server", f"specdec-eval/{__version__}")],
                             access_log=log_level in ("debug", "trace"))  # fmt: skip
-    return _Server(config, on_signal=app.state.serving.loop.begin_drain)
+    return _Server(config, app.state.serving.loop, grace_s)
 
 
 def url_of(sock: socket.socket) -> str:
@@ -68,7 +76,7 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def serve_forever(engine: ServingEngine, settings: ServerSettings, host: str = "127.0.0.1", port: int = 8000,
+def serve_forever(engine: ServingEngine, settings: ServerSettings, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                   grace_s: float = DEFAULT_GRACE_S, log_level: str = "info") -> None:  # fmt: skip
     """Serve until SIGTERM or Ctrl-C. Prints one line with the URL once it listens."""
     sock = bind(host, port)
@@ -87,7 +95,7 @@ def serve_forever(engine: ServingEngine, settings: ServerSettings, host: str = "
 class BackgroundServer:
     """`with BackgroundServer(engine, settings) as server:` serves on `server.url` from a thread of this process."""
 
-    def __init__(self, engine: ServingEngine, settings: ServerSettings, host: str = "127.0.0.1", port: int = 0,
+    def __init__(self, engine: ServingEngine, settings: ServerSettings, host: str = DEFAULT_HOST, port: int = 0,
                  grace_s: float = 5.0, log_level: str = "warning") -> None:  # fmt: skip
         self._sock = bind(host, port)
         self.url = url_of(self._sock)
