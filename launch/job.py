@@ -40,8 +40,8 @@ class Job:
     @classmethod
     def from_json(cls, text: str) -> tuple[Job, str | None]:
         d = json.loads(text)
-        job = cls(d["driver"], EngineConfig.from_dict(d["engine"]), d["tp"], d["payload"], d["rank_timeout_s"],
-                  d.get("mode", "batch"))
+        engine = EngineConfig.from_dict(d["engine"])
+        job = cls(d["driver"], engine, d["tp"], d["payload"], d["rank_timeout_s"], d.get("mode", "batch"))
         return job, d.get("result_file")
 
 

@@ -17,13 +17,14 @@ import os
 import signal
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..workers.config import SamplingParams
-from ..workers.engine import Engine
-from ..workers.interface import EngineIdentity, GenerateStats, Prompt, RequestDelta
+from ..workers.engine import Engine, per_prompt
+from ..workers.interface import EngineIdentity, GenerateStats, GenerationOutput, Prompt, RequestDelta
 from ..workers.spec.metrics import AcceptanceStats
 from .dispatch import _broadcast, _gather
 from .dist import World
@@ -182,13 +183,28 @@ class ShardedServingEngine:
     def close(self) -> None:
         _broadcast(("stop",), self._world)
 
-    # --- the InferenceEngine calls a server does not use --------------------------------------------
+    # --- a batch of prompts (the InferenceEngine call), as a thin loop over the same steps -------------
 
-    def generate(self, prompts, sampling=None, progress=None, sink=None):
-        raise NotImplementedError("a serving job answers over HTTP; batch runs use `run --gpus N`")
+    def generate(self, prompts: Sequence[Prompt], sampling=None, progress=None, sink=None) -> list[GenerationOutput]:
+        """Outputs in prompt order; unseeded sampling takes each prompt's seed by its index, as one process does."""
+        params = per_prompt(sampling, len(prompts))
+        seeded = [p if p.greedy or p.seed is not None else replace(p, seed=self._local.default_seed(i))
+                  for i, p in enumerate(params)]  # fmt: skip
+        index_of = {self.add_request(prompt, p): i for i, (prompt, p) in enumerate(zip(prompts, seeded, strict=True))}
+        outputs: list[GenerationOutput | None] = [None] * len(prompts)
+        while self.has_unfinished_requests:
+            for delta in self.step():
+                if delta.finished and delta.request_id in index_of:
+                    i = index_of[delta.request_id]
+                    outputs[i] = replace(delta.output, index=i)
+                    if sink is not None and outputs[i].finish_reason != "error":
+                        sink.put(prompts[i], params[i], outputs[i])
+            if progress is not None:
+                progress(sum(o is not None for o in outputs), len(prompts), self.last_stats)
+        return outputs  # type: ignore[return-value]
 
     def score(self, pairs):
-        raise NotImplementedError("a serving job answers over HTTP; batch runs use `run --gpus N`")
+        raise NotImplementedError("a serving job generates; loglikelihood runs use `run --gpus N`")
 
     # --- one lockstep exchange ----------------------------------------------------------------------
 

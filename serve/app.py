@@ -5,6 +5,7 @@ answers in OpenAI's JSON shape."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -39,14 +40,14 @@ class AppState:
     settings: ServerSettings
     metrics: ServerMetrics
     loop: EngineLoop
-    tokenizer: Any  # the engine's, for streamed text only (decoding with a fast tokenizer is thread-safe)
+    tokenizer: Any  # a copy of the engine's, for streamed text: the engine thread keeps the original to itself
     started: int = field(default_factory=lambda: int(time.time()))
 
 
 def create_app(engine: ServingEngine, settings: ServerSettings) -> FastAPI:
     metrics = ServerMetrics(settings.model_name, spec_decoding=engine.identity.spec is not None)
     loop = EngineLoop(engine, metrics, settings.max_model_len, settings.max_queue)
-    state = AppState(engine, settings, metrics, loop, engine.tokenizer)
+    state = AppState(engine, settings, metrics, loop, copy.deepcopy(engine.tokenizer))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -99,7 +99,8 @@ class EngineLoop:
             if self._in_flight + len(tickets) > self.max_in_flight:
                 raise unavailable(f"the server holds {self._in_flight} requests (--max-queue {self.max_in_flight})")
             self._in_flight += len(tickets)
-        self._inbox.extend(("add", t) for t in tickets)
+            # Under the lock: once the loop has failed or stopped (flags set under it), nothing new is queued.
+            self._inbox.extend(("add", t) for t in tickets)
         self._wake.set()
 
     def abort(self, tickets: list[Ticket]) -> None:

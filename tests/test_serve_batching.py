@@ -1,5 +1,6 @@
 """The server under load: continuous batching across HTTP requests, clients that go away mid-request (their KV
-blocks come back), the bounded queue, the API key, and engine failures as 500s."""
+blocks come back), the bounded queue, the API key, engine failures as 500s, and the spec-decode counters of
+/metrics read by our scraper (evals/server_metrics.py `ServerAcceptance`) against the engine's own."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import asyncio
 import hmac
 
 import httpx
+from specdec_eval.evals.server_metrics import ServerAcceptance
 from specdec_eval.serve.bench import bench_prompts, completion_body, time_concurrent, time_sequential
-from specdec_eval.workers.config import SamplingParams
+from specdec_eval.workers.config import SamplingParams, SpecConfig
 
 from .serve_helpers import MODEL, joined, kv_returned, metric_values, serving, sse_events, tiny_engine, wait_until
 
@@ -117,3 +119,17 @@ def test_an_engine_failure_is_a_500_never_an_answer(tiny):
         assert c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 4}).status_code == 200
         m = metric_values(server.url)
         assert m["specdec_request_failed_total"] == 1 and m["specdec_spec_state_leak_total"] == 0
+
+
+def test_acceptance_scraped_from_metrics_equals_the_engine_counters(tiny):
+    engine = tiny_engine(tiny, spec=SpecConfig(max_draft_len=3))
+    with serving(engine) as server:
+        scraper = ServerAcceptance(server.url, model=MODEL)
+        scraper.start()
+        time_concurrent(server.url, [completion_body(p, 20, MODEL) for p in bench_prompts(6)])
+        delta = scraper.delta()
+    own = engine.reported_acceptance()  # the server has stopped: its engine thread is gone
+    assert own["num_cycles"] > 0 and own["num_accepted_drafts"] > 0
+    keys = ("num_cycles", "num_draft_tokens", "num_accepted_drafts", "accepted_per_position", "acceptance_length")
+    assert {k: delta[k] for k in keys} == {k: own[k] for k in keys}
+    assert delta["source"] == "vllm names (Prometheus) at /metrics" and delta["scope"] == "run"

@@ -1,6 +1,6 @@
 """Our server as the peer of our client: lm-eval's local-completions backend (evals/endpoint.py, what
-`run --endpoint` uses) gets the offline engine's tokens, and the spec-decode counters scraped from /metrics
-(evals/server_metrics.py) equal the engine's own."""
+`run --endpoint` uses) gets the offline engine's tokens, and the acceptance it scrapes from /metrics
+(evals/server_metrics.py) equals the engine's own counters. (The scraper alone: tests/test_serve_batching.py.)"""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def spec_pair(tiny):
     return tiny_engine(tiny, **spec), tiny_engine(tiny, **spec)
 
 
-def test_acceptance_from_metrics_equals_the_engine_counters(tiny, spec_pair):
+def test_lm_eval_client_gets_offline_tokens_and_the_engine_counters(tiny, spec_pair):
     engine, offline = spec_pair
     prompts = bench_prompts(6)
     want = offline.generate(prompts, SamplingParams(max_new_tokens=20))

@@ -61,6 +61,10 @@ def test_the_sharded_engine_serves_like_the_local_one(tiny, world):
     acceptance = sharded.reported_acceptance()
     assert acceptance["num_cycles"] > 0 and acceptance["source"] == "engine counters of 1 replicas"
     assert sharded.identity.kind == "torchrun"
+    sampled = SamplingParams(max_new_tokens=6, temperature=0.8)  # unseeded: each prompt's seed by its index
+    assert [o.token_ids for o in sharded.generate(prompts, sampled)] == [
+        o.token_ids for o in offline.generate(prompts, sampled)
+    ]
     with pytest.raises(UserError, match="tokens"):  # refused on rank 0, before any broadcast
         sharded.add_request(list(range(5, 300)) * 10, params)
     sharded.close()
