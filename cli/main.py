@@ -7,7 +7,7 @@ import sys
 import typer
 
 from ..workers.errors import UserError
-from . import ab, bench, draft, engine_info, generate, lm_eval_cmd, report, results_cmds, run, selftest, waives
+from . import ab, bench, draft, engine_info, generate, lm_eval_cmd, report, results_cmds, run, selftest, serve, waives
 
 app = typer.Typer(
     name="specdec-eval",
@@ -27,6 +27,7 @@ app.command("report")(report.report)
 app.command("lm-eval", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
             add_help_option=False)(lm_eval_cmd.lm_eval_cmd)  # fmt: skip
 app.command("bench")(bench.bench)
+app.command("serve")(serve.serve)
 app.command("selftest")(selftest.selftest)
 app.command("waive")(waives.waive)
 app.command("unwaive")(waives.unwaive)

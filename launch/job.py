@@ -28,16 +28,20 @@ class Job:
     tp: int
     payload: dict[str, Any] = field(default_factory=dict)
     rank_timeout_s: float = 600.0
+    # "batch": rank 0 gets a ShardedEngine (generate/score calls); "serving": a ShardedServingEngine driven one
+    # step at a time by a server (launch/serving.py). The other ranks run the matching loop.
+    mode: str = "batch"
 
     def to_json(self, result_file: str | None) -> str:
         return json.dumps({"driver": self.driver, "engine": self.engine.to_dict(), "tp": self.tp,
-                           "payload": self.payload, "rank_timeout_s": self.rank_timeout_s,
+                           "payload": self.payload, "rank_timeout_s": self.rank_timeout_s, "mode": self.mode,
                            "result_file": result_file})  # fmt: skip
 
     @classmethod
     def from_json(cls, text: str) -> tuple[Job, str | None]:
         d = json.loads(text)
-        job = cls(d["driver"], EngineConfig.from_dict(d["engine"]), d["tp"], d["payload"], d["rank_timeout_s"])
+        engine = EngineConfig.from_dict(d["engine"])
+        job = cls(d["driver"], engine, d["tp"], d["payload"], d["rank_timeout_s"], d.get("mode", "batch"))
         return job, d.get("result_file")
 
 

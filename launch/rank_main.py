@@ -28,6 +28,9 @@ def rank_main(job: Job, result_file: str | None, env: RankEnv) -> dict[str, Any]
     from ..workers.checkpoint import load_checkpoint
     from ..workers.engine import Engine
     from .dispatch import ShardedEngine, serve_forever
+    from .serving import ShardedServingEngine, serve_steps_forever
+
+    serving = job.mode == "serving"  # a server drives rank 0 one step at a time (launch/serving.py)
 
     checkpoint = load_checkpoint(job.engine.model)
     cfg = checkpoint.config
@@ -36,9 +39,9 @@ def rank_main(job: Job, result_file: str | None, env: RankEnv) -> dict[str, Any]
     with world_session(env, device_type, layout, job.rank_timeout_s) as world:
         engine = Engine(replace(job.engine, tp_size=layout.tp), world.tp, checkpoint)
         if world.rank != 0:
-            serve_forever(engine, world)
+            (serve_steps_forever if serving else serve_forever)(engine, world)
             return None
-        sharded = ShardedEngine(engine, world)
+        sharded = (ShardedServingEngine if serving else ShardedEngine)(engine, world)
         try:
             result = load_driver(job.driver)(sharded, job.payload)
         finally:

@@ -1,0 +1,213 @@
+"""`specdec-eval serve`: our engine behind an OpenAI-compatible HTTP server (serve/), in this process or, with
+`--gpus N`, on rank 0 of a torchrun job whose replicas serve in lockstep (launch/serving.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ..serve.defaults import (
+    DEFAULT_GRACE_S,
+    DEFAULT_HOST,
+    DEFAULT_MAX_QUEUE,
+    DEFAULT_MAX_REQUEST_SIZE,
+    DEFAULT_PORT,
+)
+from ..workers.config import parse_bytes
+from ..workers.errors import UserError
+from . import options as o
+from .generate import _rank_events_path
+
+SERVER = "Server"
+JOB = "Job (torchrun)"
+API_KEY_ENV = "SPECDEC_EVAL_API_KEY"  # how a torchrun job's rank 0 gets the key (never written to the job file)
+
+
+def serve(
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind (0.0.0.0: every interface).", rich_help_panel=SERVER)
+    ] = DEFAULT_HOST,
+    port: Annotated[
+        int, typer.Option("--port", help="Port (0: any free port).", rich_help_panel=SERVER)
+    ] = DEFAULT_PORT,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            envvar=API_KEY_ENV,
+            show_envvar=True,
+            rich_help_panel=SERVER,
+            help="Require 'Authorization: Bearer KEY' on /v1/* (compared in constant time).",
+        ),
+    ] = None,  # fmt: skip
+    served_model_name: Annotated[
+        str | None,
+        typer.Option(
+            "--served-model-name",
+            help="The model id clients send (default: the --model value).",
+            rich_help_panel=SERVER,
+        ),
+    ] = None,  # fmt: skip
+    max_queue: Annotated[
+        int,
+        typer.Option(
+            "--max-queue",
+            help="Requests held at once, running and waiting; more get 503 with Retry-After.",
+            rich_help_panel=SERVER,
+        ),
+    ] = DEFAULT_MAX_QUEUE,  # fmt: skip
+    max_request_bytes: Annotated[
+        str,
+        typer.Option(
+            "--max-request-bytes", help="Largest request body (larger: 413), e.g. 1MiB.", rich_help_panel=SERVER
+        ),
+    ] = DEFAULT_MAX_REQUEST_SIZE,  # fmt: skip
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            help="Seconds in-flight requests may take to finish after SIGTERM / Ctrl-C before they are aborted.",
+            rich_help_panel=SERVER,
+        ),
+    ] = DEFAULT_GRACE_S,  # fmt: skip
+    log_level: Annotated[
+        str,
+        typer.Option(
+            "--log-level", help="uvicorn's log level (debug also logs every request).", rich_help_panel=SERVER
+        ),
+    ] = "info",  # fmt: skip
+    gpus: Annotated[
+        int,
+        typer.Option(
+            "--gpus",
+            help="Ranks: >1 serves from rank 0 of a torchrun job, every replica in "
+            "lockstep (CPU ranks over gloo when there is no CUDA).",
+            rich_help_panel=JOB,
+        ),
+    ] = 1,  # fmt: skip
+    tp: Annotated[
+        int | None,
+        typer.Option(
+            "--tp",
+            help="Tensor-parallel size (default: the largest that divides --gpus and the "
+            "model's heads; the other ranks are data-parallel replicas).",
+            rich_help_panel=JOB,
+        ),
+    ] = None,  # fmt: skip
+    rank_timeout: Annotated[
+        float, typer.Option("--rank-timeout", help="Seconds a collective may wait for a rank.", rich_help_panel=JOB)
+    ] = 600.0,
+    model: o.Model = o.E.model,
+    kv_cache: o.KVCache = o.K.version,
+    dtype: o.DType = o.E.dtype,
+    device: o.Device = o.E.device,
+    device_memory: o.DeviceMemory = None,
+    block_size: o.BlockSize = o.K.block_size,
+    block_reuse: o.BlockReuse = o.K.enable_block_reuse,
+    decode_copy: o.DecodeCopy = o.K.decode_copy,
+    max_batch_size: o.MaxBatch = o.E.max_batch_size,
+    max_num_tokens: o.MaxNumTokens = o.E.max_num_tokens,
+    max_seq_len: o.MaxSeqLen = None,
+    seed: o.Seed = o.E.seed,
+    spec: o.Spec = "none",
+    draft_len: o.DraftLen = o.S.max_draft_len,
+    draft_model: o.DraftModel = o.S.draft_model,
+    spec_guard: o.SpecGuard = o.S.guard,
+    capture_layers: o.CaptureLayers = None,
+    inject: o.Inject = None,
+    max_retries: o.MaxRetries = o.E.max_retries,
+    warmup: o.Warmup = o.E.warmup,
+    events: o.EventsPath = None,
+) -> None:
+    """Serve the engine over the OpenAI API: /v1/completions, /v1/chat/completions (streaming with server-sent
+    events), /v1/models, /health, /metrics (vLLM's spec-decode counter names). Requests that arrive while others
+    decode join the running batch at the next step. SIGTERM or Ctrl-C: new requests get 503, in-flight ones finish
+    within --grace seconds (or are aborted), exit status 0.
+
+    Examples:
+      specdec-eval serve --model smollm2 --spec eagle3
+      specdec-eval serve --model tiny --device-memory 256MiB --port 0
+      SPECDEC_EVAL_API_KEY=secret specdec-eval serve --host 0.0.0.0
+      specdec-eval serve --gpus 2 --spec eagle3 --kv-cache v2
+      curl -s localhost:8000/v1/completions -H 'Content-Type: application/json' \\
+        -d '{"prompt": "Hi", "max_tokens": 16, "temperature": 0}'
+    """  # fmt: skip
+    if gpus < 1:
+        raise UserError(f"--gpus must be at least 1, got {gpus}")
+    if max_queue < 1:
+        raise UserError(f"--max-queue must be at least 1, got {max_queue}")
+    if grace < 0:
+        raise UserError(f"--grace must be >= 0, got {grace}")
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port must be in 0..65535, got {port}")
+    body_limit = parse_bytes(max_request_bytes)
+    config = o.engine_config(
+        model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
+        block_size=block_size, block_reuse=block_reuse, decode_copy=decode_copy, max_batch_size=max_batch_size,
+        max_num_tokens=max_num_tokens, max_seq_len=max_seq_len, seed=seed, spec=spec, draft_len=draft_len,
+        draft_model=draft_model, spec_guard=spec_guard, capture_layers=capture_layers, inject=inject,
+        max_retries=max_retries, warmup=warmup, events_path=_rank_events_path(events, gpus),
+    )  # fmt: skip
+    server = {"host": host, "port": port, "model_name": served_model_name or model, "max_queue": max_queue,
+              "max_request_bytes": body_limit, "grace_s": grace, "log_level": log_level}  # fmt: skip
+    if gpus > 1:
+        _serve_job(config, server, api_key, gpus, tp, rank_timeout)
+        return
+    if tp not in (None, 1):
+        raise UserError("--tp > 1 needs --gpus (one process per TP rank)")
+    from ..workers.engine import Engine
+
+    engine = Engine(config)
+    try:
+        _serve(engine, engine, server, api_key)
+    finally:
+        engine.close()
+
+
+def _serve(engine: Any, local: Any, server: dict[str, Any], api_key: str | None) -> None:
+    """Serve `engine` (a ServingEngine); `local` is the Engine whose limits it has (rank 0's, under torchrun)."""
+    from ..serve.app import ServerSettings
+    from ..serve.server import serve_forever
+
+    settings = ServerSettings(
+        model_name=server["model_name"], max_model_len=local.max_seq_len, vocab_size=local.model_config.vocab_size,
+        api_key=api_key or None, max_queue=server["max_queue"], max_request_bytes=server["max_request_bytes"],
+    )  # fmt: skip
+    serve_forever(engine, settings, server["host"], server["port"], server["grace_s"], server["log_level"])
+
+
+def _serve_job(config, server: dict[str, Any], api_key: str | None, gpus: int, tp: int | None,
+               rank_timeout: float) -> None:  # fmt: skip
+    from dataclasses import replace
+
+    from ..launch.job import Job, JobFailed, resolve_job_device
+    from ..launch.layout import plan_layout
+    from ..launch.serving import launch_serving
+    from ..launch.torchrun import TorchrunSpec
+    from ..workers.checkpoint import load_checkpoint
+
+    device = resolve_job_device(config.device, gpus)
+    cfg = load_checkpoint(config.model).config
+    layout = plan_layout(gpus, cfg.num_attention_heads, cfg.num_key_value_heads, tp)
+    if api_key:
+        os.environ[API_KEY_ENV] = api_key  # the ranks inherit this environment; the job file stays key-free
+    job = Job(JOB_DRIVER, replace(config, tp_size=layout.tp, device=device), layout.tp, server, rank_timeout)
+    try:
+        launch_serving(job, TorchrunSpec(gpus), layout, device)
+    except JobFailed as e:
+        print(f"specdec-eval: error: serve failed: {e}", file=sys.stderr)
+        raise typer.Exit(e.code) from None
+
+
+JOB_DRIVER = "specdec_eval.cli.serve:job_driver"
+
+
+def job_driver(engine, payload: dict[str, Any]) -> dict[str, Any]:
+    """Rank 0 of a serving job (launch/rank_main.py): the server over the sharded engine, until SIGTERM."""
+    Path(payload["pid_file"]).write_text(str(os.getpid()), encoding="utf-8")  # where the launcher sends SIGTERM
+    _serve(engine, engine.local_engine, payload, os.environ.get(API_KEY_ENV))
+    return {"stopped": "cleanly"}

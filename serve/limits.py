@@ -1,0 +1,43 @@
+"""What a request must pass before any work is done for it: the API key (Bearer, compared in constant time) and a
+bounded body (an oversize one is a 413, never read into memory whole)."""
+
+from __future__ import annotations
+
+import hmac
+
+from fastapi import Request
+
+from .errors import ApiError
+
+# An oversize body is still read (and thrown away) up to this much, so the client gets to see our 413 instead of
+# a connection reset while it is still sending; past it the connection is simply closed after the answer.
+DRAIN_LIMIT_BYTES = 64 * 2**20
+
+
+def check_api_key(request: Request, api_key: str | None) -> None:
+    if api_key is None:
+        return
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    # compare_digest on every request, whatever the scheme, so the time taken says nothing about the key.
+    matches = hmac.compare_digest(token.strip().encode("utf-8"), api_key.encode("utf-8"))
+    if not (matches and scheme.lower() == "bearer"):
+        raise ApiError(401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
+                       type="authentication_error", headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    too_large = ApiError(413, f"request body is larger than {limit} bytes (--max-request-bytes)")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > DRAIN_LIMIT_BYTES:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > DRAIN_LIMIT_BYTES:
+            break
+        if size <= limit:
+            chunks.append(chunk)
+    if size > limit:
+        raise too_large
+    return b"".join(chunks)

@@ -1,0 +1,84 @@
+"""Answers in OpenAI's shapes, for /v1/completions ("text_completion") and /v1/chat/completions ("chat.completion",
+chunks "chat.completion.chunk"). Our finish reasons map onto OpenAI's: eos and stop -> "stop", length -> "length";
+`stop_reason` says which (vLLM's extension: the stop string, or None for the end-of-sequence token). Each choice
+also carries its output token ids (`token_ids`) and prompt token ids (`prompt_token_ids`), as vLLM does with
+`return_token_ids`, so a client can compare outputs token for token."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..workers.interface import GenerationOutput
+
+OPENAI_FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
+
+
+def stop_reason(output: GenerationOutput, stop: tuple[str, ...], tokenizer: Any) -> str | None:
+    """The stop string that ended the answer (the earliest in the uncut text), or None."""
+    if output.finish_reason != "stop" or not stop:
+        return None
+    full = tokenizer.decode(output.token_ids, skip_special_tokens=True)
+    found = [(full.find(s), s) for s in stop if s in full]
+    return min(found)[1] if found else None
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
+
+
+@dataclass
+class Responder:
+    """Builds every body of one HTTP request: the one answer, or its stream of chunks."""
+
+    chat: bool
+    model: str
+    id: str = ""
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex
+
+    def _envelope(self, object_: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": self.id, "object": object_, "created": self.created, "model": self.model, "choices": choices}
+
+    def answer(self, outputs: list[GenerationOutput], stop_reasons: list[str | None]) -> dict[str, Any]:
+        choices = []
+        for index, (out, reason) in enumerate(zip(outputs, stop_reasons, strict=True)):
+            choice: dict[str, Any] = {"index": index}
+            if self.chat:
+                choice["message"] = {"role": "assistant", "content": out.text}
+            else:
+                choice["text"] = out.text
+            choice.update(logprobs=None, finish_reason=OPENAI_FINISH[out.finish_reason], stop_reason=reason,
+                          token_ids=list(out.token_ids), prompt_token_ids=list(out.prompt_token_ids))  # fmt: skip
+            choices.append(choice)
+        body = self._envelope("chat.completion" if self.chat else "text_completion", choices)
+        body["usage"] = usage(sum(len(o.prompt_token_ids) for o in outputs), sum(len(o.token_ids) for o in outputs))
+        return body
+
+    def chunk(self, index: int, text: str, token_ids: list[int], output: GenerationOutput | None = None,
+              reason: str | None = None, first: bool = False) -> dict[str, Any]:  # fmt: skip
+        """One streamed piece of choice `index`; `output` set on its last piece (finish reason, prompt ids)."""
+        choice: dict[str, Any] = {"index": index}
+        if self.chat:
+            choice["delta"] = {"role": "assistant", "content": text} if first else ({"content": text} if text else {})
+        else:
+            choice["text"] = text
+        choice["logprobs"] = None
+        choice["finish_reason"] = OPENAI_FINISH[output.finish_reason] if output is not None else None
+        if output is not None:
+            choice["stop_reason"] = reason
+            choice["prompt_token_ids"] = list(output.prompt_token_ids)
+        choice["token_ids"] = list(token_ids)
+        return self._envelope("chat.completion.chunk" if self.chat else "text_completion", [choice])
+
+    def usage_chunk(self, outputs: list[GenerationOutput]) -> dict[str, Any]:
+        """The last chunk when the client asked for stream_options.include_usage."""
+        body = self._envelope("chat.completion.chunk" if self.chat else "text_completion", [])
+        body["usage"] = usage(sum(len(o.prompt_token_ids) for o in outputs), sum(len(o.token_ids) for o in outputs))
+        return body

@@ -1,0 +1,190 @@
+"""OpenAI request bodies (completions and chat) and their conversion into what the engine takes: prompts and one
+`SamplingParams`, validated by the engine's own dataclass, so a bad value gets the engine's message as a 400.
+
+Fields we do not implement but that would change the answer (n > 1, logprobs, echo, penalties, ...) are refused
+with a 400 rather than silently ignored; fields that do not change it (user, metadata, ...) are ignored."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..workers.config import SamplingParams
+from ..workers.errors import UserError
+from .errors import bad_request
+
+# OpenAI's defaults (not the engine's greedy default): a client that names no temperature samples.
+DEFAULT_TEMPERATURE = 1.0
+DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's max_tokens default for /v1/completions
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
+class _Generation(BaseModel):
+    """What both endpoints share."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None  # vLLM's extension; -1 or 0: off
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    ignore_eos: bool = False  # vLLM's extension
+    n: int = 1
+    best_of: int | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+
+    def refuse_unsupported(self) -> None:
+        if self.n != 1:
+            raise bad_request(f"n must be 1 (this server returns one choice per prompt), got {self.n}")
+        if self.best_of not in (None, 1):
+            raise bad_request(f"best_of is not supported, got {self.best_of}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(self, name):
+                raise bad_request(f"{name} is not supported")
+        if self.logit_bias:
+            raise bad_request("logit_bias is not supported")
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class CompletionRequest(_Generation):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    echo: bool = False
+    logprobs: int | None = None
+    suffix: str | None = None
+
+    def refuse_unsupported(self) -> None:
+        super().refuse_unsupported()
+        if self.echo:
+            raise bad_request("echo is not supported")
+        if self.logprobs:
+            raise bad_request("logprobs are not supported")
+        if self.suffix:
+            raise bad_request("suffix is not supported")
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: str
+    content: str | list[ContentPart] | None = None
+
+    def as_dict(self) -> dict[str, str]:
+        if isinstance(self.content, list):
+            if any(part.type != "text" or part.text is None for part in self.content):
+                raise bad_request("only text content parts are supported")
+            return {"role": self.role, "content": "".join(part.text or "" for part in self.content)}
+        return {"role": self.role, "content": self.content or ""}
+
+
+class ChatRequest(_Generation):
+    messages: list[ChatMessage]
+    max_completion_tokens: int | None = None  # OpenAI's newer name for max_tokens
+    logprobs: bool | None = None
+    tools: list[Any] | None = None
+
+    def refuse_unsupported(self) -> None:
+        super().refuse_unsupported()
+        if self.logprobs:
+            raise bad_request("logprobs are not supported")
+        if self.tools:
+            raise bad_request("tools are not supported")
+        if not self.messages:
+            raise bad_request("messages must not be empty")
+
+
+def parse_body(raw: bytes, model: type[BaseModel]) -> Any:
+    """JSON bytes -> a request model; malformed JSON or a wrong field is a 400 naming it."""
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise bad_request(f"request body is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise bad_request("request body must be a JSON object")
+    try:
+        request = model.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise bad_request(f"invalid field {where!r}: {first['msg']}") from None
+    request.refuse_unsupported()
+    return request
+
+
+@dataclass(frozen=True)
+class EngineInput:
+    """One HTTP request as the engine takes it: one prompt per choice and one set of sampling parameters.
+    `default_max_tokens`: the client named no limit, so the engine loop sets it to what the context leaves."""
+
+    prompts: list[str | list[int] | list[dict[str, str]]]
+    sampling: SamplingParams
+    default_max_tokens: bool = False
+
+
+def completion_input(request: CompletionRequest, vocab_size: int) -> EngineInput:
+    prompt = request.prompt
+    if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)):
+        prompts: list = [prompt]
+    else:
+        prompts = list(prompt)
+    if not prompts:
+        raise bad_request("prompt must not be empty")
+    for p in prompts:
+        if isinstance(p, list):
+            _check_token_ids(p, vocab_size)
+    max_tokens = DEFAULT_COMPLETION_TOKENS if request.max_tokens is None else request.max_tokens
+    return EngineInput(prompts, sampling_params(request, max_tokens))
+
+
+def chat_input(request: ChatRequest) -> EngineInput:
+    limit = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+    messages = [m.as_dict() for m in request.messages]
+    # No limit named: the rest of the context (set by the engine loop once the prompt is tokenized).
+    placeholder = 1 if limit is None else limit
+    return EngineInput([messages], sampling_params(request, placeholder), default_max_tokens=limit is None)
+
+
+def sampling_params(request: _Generation, max_tokens: int) -> SamplingParams:
+    temperature = DEFAULT_TEMPERATURE if request.temperature is None else request.temperature
+    top_k = 0 if request.top_k in (None, -1) else request.top_k
+    stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
+    seed = request.seed
+    if seed is not None and not -(2**63) <= seed < 2**63:
+        raise bad_request(f"seed must fit in 64 signed bits, got {seed}")
+    if seed is None and temperature > 0:
+        seed = random.SystemRandom().getrandbits(63)  # no seed asked for: a fresh sample, as OpenAI's API gives
+    try:
+        return SamplingParams(
+            max_new_tokens=max_tokens, temperature=temperature, top_p=1.0 if request.top_p is None else request.top_p,
+            top_k=top_k, stop=tuple(s for s in stop if s), ignore_eos=request.ignore_eos, seed=seed,
+        )  # fmt: skip
+    except UserError as e:
+        raise bad_request(str(e)) from None
+
+
+def _check_token_ids(ids: list[int], vocab_size: int) -> None:
+    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise bad_request(f"token id {bad} is outside the vocabulary (0..{vocab_size - 1})")
