@@ -83,10 +83,22 @@ def apply_acceptance_gate(summary: dict, results: list[TaskResult], test_id: str
     for r in results:
         if not r.acceptance or entry.get("task") not in (None, r.task):
             continue
-        gate = acceptance_gate(test_id, r.acceptance, refs, rtol)
+        gate = acceptance_gate(test_id, r.acceptance, refs, rtol, acceptance_slack(r.samples))
         summary["tasks"][r.task]["acceptance_gate"] = gate
         if gate["verdict"] == "FAIL":
             summary["verdict"] = "FAIL"
+
+
+def acceptance_slack(samples: list[dict], z: float = 2.576) -> float:
+    """The run's own sampling error of its acceptance length: z standard errors of the mean over its requests
+    (requests, not draft cycles: cycles of one request are not independent)."""
+    values = [s["acceptance_length"] for s in samples if s.get("acceptance_length")]
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
+    return z * sd / n**0.5
 
 
 def populate_acceptance(summary: dict, results: list[TaskResult], test_id: str, path) -> dict[str, Any] | None:

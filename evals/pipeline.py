@@ -104,6 +104,10 @@ def _record(engine: InferenceEngine, plan: RunPlan, opened: _OpenRun, results: l
     reported = engine.reported_acceptance()
     if reported is not None:
         summary["reported_acceptance"] = reported
+    fired = {e.get("spec") for e in events if e["type"] == "fault_injected"}
+    never = [f for f in identity.config.get("inject") or () if f not in fired]
+    if never:  # e.g. target_forward@100000 in a run of fewer steps: the run tested nothing it was asked to
+        summary["faults_never_fired"] = never
     samples = [s for r in results for s in r.samples]
     if identity.spec is not None:
         apply_lossless_gate(summary, samples, identity, plan.out, plan.options, results, baseline_run)

@@ -30,7 +30,8 @@ OURS_V1 = "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3[v1_kv_cache-o
 OURS_V2 = "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3[v2_kv_cache-one_model-tp1]"
 GPTOSS = "TestGPTOSS::test_eagle3_1gpu[cutlass-one_model]"
 LLAMA_VLLM = "vllm/tests/v1/spec_decode/test_acceptance_length.py::test_eagle3_acceptance_length[llama3-8b-eagle3]"
-SCHEMA = {"verdict", "acceptance_length", "ref_al", "min_al", "rtol", "reason", "per_position", "test_id"}
+# the brief's schema, plus `slack` (the run's own sampling error of AL, evals/gates.py)
+SCHEMA = {"verdict", "acceptance_length", "ref_al", "min_al", "rtol", "slack", "reason", "per_position", "test_id"}
 
 # A copy of TensorRT-LLM's layout, with a comment, a test id carrying brackets and a hand-set min_al.
 TRTLLM_TEXT = """\
@@ -259,3 +260,19 @@ def test_populate_creates_the_file_and_refuses_bad_values(tmp_path):
     assert path.read_text() == f"{GPTOSS}:\n  ref_al: 2.894276\n  min_al: 2.7495622\n"  # TensorRT-LLM's own figure
     with pytest.raises(ValueError, match=">= 1"):
         populate(path, GPTOSS, 0.5)
+
+
+def test_a_small_run_is_judged_within_its_own_sampling_error():
+    """Ten questions with AL 7% above the reference: within the run's sampling error (slack), so PASS; the same AL
+    on a large run (no slack) moves beyond rtol and FAILs; a collapse fails whatever the slack."""
+    from specdec_eval.evals.gates import acceptance_slack
+
+    refs = {"t": {"ref_al": 2.0, "min_al": 1.9, "max_draft_len": 3}}
+    stats = {"acceptance_length": 2.14, "num_cycles": 500, "num_accepted_drafts": 570, "accepted_per_position": [],
+             "max_draft_len": 3}  # fmt: skip
+    small = acceptance_slack([{"acceptance_length": a} for a in (1.6, 2.5, 2.1, 2.6, 1.9, 2.4, 2.0, 2.3, 1.8, 2.2)])
+    assert 0.2 < small < 0.5
+    assert acceptance_gate("t", stats, refs, slack=small)["verdict"] == "PASS"
+    assert acceptance_gate("t", stats, refs)["verdict"] == "FAIL"
+    collapsed = {**stats, "acceptance_length": 1.0, "num_accepted_drafts": 0}
+    assert acceptance_gate("t", collapsed, refs, slack=small)["verdict"] == "FAIL"
