@@ -125,6 +125,9 @@ def run(
             rich_help_panel=EVAL,
         ),
     ] = None,  # fmt: skip
+    ab_stop_file: Annotated[
+        str | None, typer.Option("--ab-stop-file", hidden=True, help="A side of a sequential `ab` (set by ab).")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
     out: Annotated[
         str, typer.Option("--out", help="Runs folder: each run is written to OUT/<run id>/.", rich_help_panel=STORE)
@@ -228,6 +231,7 @@ def run(
         max_output_len=max_output_len, apply_chat_template=apply_chat_template, seed=eval_seed,
         no_reference=no_reference, model_key=model_key, sample=sample, early_stop=early_stop,
         early_stop_batch=early_stop_batch, acceptance_rtol=acceptance_rtol, acceptance_refs=acceptance_refs,
+        stop_file=ab_stop_file,
     )  # fmt: skip
     # Bad engine options fail here, before any model loads or process starts.
     config = o.engine_config(

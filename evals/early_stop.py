@@ -17,8 +17,10 @@ task records where and why: {"n": ..., "of": ..., "reason": ..., "gate": ...}.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..workers.spec.metrics import AcceptanceStats
@@ -78,14 +80,19 @@ class EarlyStop:
         acceptance_refs: dict | None = None,
         exact: bool = True,
         max_draft_len: int = 0,
+        stop_file: str | None = None,
     ) -> None:
+        """stop_file (a side of a sequential `ab`): after each batch, every finished sample's score is appended to
+        `<stop_file>.progress.jsonl`, and once `stop_file` exists every task stops, its content the reason."""
         self.design_for = design_for
         self.batch = batch
         self.test_id = test_id
         self.acceptance_refs = acceptance_refs or {}
         self.exact = exact
         self.max_draft_len = max_draft_len
+        self.stop_file = Path(stop_file) if stop_file else None
         self.tasks: dict[str, TaskProgress] = {}
+        self._reported: set[tuple[str, int]] = set()
 
     def start(self, task: str, n_max: int) -> TaskProgress:
         acceptance = AcceptanceStats(self.max_draft_len) if self.max_draft_len else None
@@ -112,6 +119,11 @@ class EarlyStop:
         """A look, once the prefix of the order is complete up to the last batch boundary."""
         t = self.tasks[task]
         n = t.done
+        if self.stop_file is not None:
+            self._report(t)
+            if self.stop_file.exists() and t.stopped is None:
+                reason = self.stop_file.read_text(encoding="utf-8").strip() or "the A/B decided"
+                t.stopped = {"gate": "ab", "verdict": None, "n": n, "of": t.n_max, "reason": reason}
         if t.stopped is not None:
             t.stopped["n"] = t.stopped["n"] or n
             return
@@ -131,6 +143,17 @@ class EarlyStop:
         if decision.verdict in ("PASS", "FAIL") and n < t.n_max:
             t.stopped = {"gate": "accuracy", "verdict": decision.verdict, "n": n, "of": t.n_max,
                          "reason": decision.reason}  # fmt: skip
+
+    def _report(self, t: TaskProgress) -> None:
+        lines = []
+        for position in sorted(set(t.scores)):
+            if (t.name, position) not in self._reported:
+                self._reported.add((t.name, position))
+                lines.append(json.dumps({"task": t.name, "position": position, "score": t.scores[position]}))
+        if lines:
+            progress = self.stop_file.with_name(self.stop_file.name + ".progress.jsonl")
+            with progress.open("a", encoding="utf-8") as f:
+                f.write("".join(line + "\n" for line in lines))
 
     def accuracy_decision(self, task: str) -> dict[str, Any] | None:
         """The sequential accuracy verdict the task ended with (None without a design or a look)."""

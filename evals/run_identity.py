@@ -23,6 +23,8 @@ def run_config(identity: EngineIdentity, options: EvalOptions) -> dict[str, Any]
         "apply_chat_template": options.apply_chat_template, "seed": options.seed,
     }  # fmt: skip
     # Which documents and in which order (only when not the default, so that earlier runs keep their keys).
+    if options.stop_file:  # a side of a sequential A/B: evaluated in the seeded order, stopped from outside
+        eval_opts.update(ab_sequential=True, early_stop_batch=options.early_stop_batch)
     if options.sample != "first" or options.early_stop:
         eval_opts.update(
             sample=options.sample, early_stop=options.early_stop, early_stop_batch=options.early_stop_batch

@@ -43,6 +43,7 @@ class EvalOptions:
     early_stop_batch: int = 64  # documents per look
     acceptance_rtol: float = 0.05  # the acceptance-length gate's two-sided tolerance
     acceptance_refs: str | None = None  # the acceptance-length references file (default: the shipped one)
+    stop_file: str | None = None  # a side of a sequential `ab`: report each batch, stop when this file appears
 
     def max_output_for(self, spec: TaskSpec) -> int:
         return self.max_output_len or spec.max_output_len
@@ -135,7 +136,7 @@ def evaluate(
     stopper = None
     if only is not None:
         lm.only = only
-    elif options.early_stop:
+    elif options.early_stop or options.stop_file:
         inputs = stop_inputs or {}
         stopper = _stopper(engine, options, references, inputs)
         lm.stop_early(
@@ -191,6 +192,8 @@ def _stopper(engine: InferenceEngine, options: EvalOptions, references: dict, in
         return AccuracySequentialDesign.for_batches(ref.accuracy, n_max, options.early_stop_batch, alpha=t.alpha,
                                                     beta=t.beta, sigma=t.sigma, floor=spec.floor)  # fmt: skip
 
+    if options.stop_file:  # a passive side of a sequential A/B: the controller decides, not this run's gates
+        return EarlyStop(lambda task, n: None, options.early_stop_batch, exact=False, stop_file=options.stop_file)
     return EarlyStop(design_for, options.early_stop_batch, inputs.get("test_id"), inputs.get("acceptance_refs"),
                      inputs.get("exact", True), engine.identity.max_draft_len)  # fmt: skip
 
@@ -249,7 +252,7 @@ def _run_lm_eval(lm, options: EvalOptions, sources) -> tuple[dict[str, Any], dic
         try:
             tasks = manager.load([spec.lm_eval_name for spec in options.tasks])["tasks"]
             # A seeded random order for sequential verdicts and random subsets; lm-eval's order otherwise.
-            sample = "random" if options.early_stop else options.sample
+            sample = "random" if options.early_stop or options.stop_file else options.sample
             plans = {name: plan_subset(name, len(task.eval_docs), options.limit, sample, options.seed)
                      for name, task in tasks.items()}  # fmt: skip
             lm.plan(tasks, plans)

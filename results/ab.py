@@ -73,6 +73,18 @@ def checked_out(repo: Path, refs: tuple[str, str]) -> Iterator[list[Side]]:
 
 def run_side(side: Side, run_args: list[str], out_root: Path) -> Path:
     """`specdec-eval run` with that side's code; returns its run folder."""
+    cmd, env = side_command(side, run_args, out_root)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    return side_result(side, p.returncode, p.stdout, p.stderr)
+
+
+def start_side(side: Side, run_args: list[str], out_root: Path) -> subprocess.Popen:
+    """The same run, started and left running (a sequential A/B runs both sides at once)."""
+    cmd, env = side_command(side, run_args, out_root)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def side_command(side: Side, run_args: list[str], out_root: Path) -> tuple[list[str], dict[str, str]]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(side.site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env[SOURCE_DIR_ENV] = str(side.worktree)
@@ -81,12 +93,16 @@ def run_side(side: Side, run_args: list[str], out_root: Path) -> Path:
     env["PYTHONSAFEPATH"] = "1"
     cmd = [sys.executable, "-m", "specdec_eval.cli.main", "run", *run_args, "--out", str(out_root), "--fresh",
            "--json"]  # fmt: skip
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    return cmd, env
+
+
+def side_result(side: Side, returncode: int, stdout: str, stderr: str) -> Path:
+    """The run folder a finished side reported, or ABError naming its last error line."""
     try:
-        summary = json.loads(p.stdout[p.stdout.index("{") :])
+        summary = json.loads(stdout[stdout.index("{") :])
     except ValueError:
-        tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
         raise ABError(
-            f"side {side.name} ({side.ref} = {side.commit[:10]}): run failed (exit {p.returncode}): {tail}"
+            f"side {side.name} ({side.ref} = {side.commit[:10]}): run failed (exit {returncode}): {tail}"
         ) from None
     return Path(summary["run_dir"])
