@@ -59,8 +59,6 @@ Log = Callable[[str], None]
 
 def train_draft(cfg: DraftTrainConfig, docs: list[dict], work_dir: Path, out_dir: Path, log: Log) -> dict:
     """Run the whole pipeline; returns the summary also written to out_dir/training.json."""
-    from ...engine import Engine  # late: the engine pulls in transformers
-
     t_start = time.perf_counter()
     torch.manual_seed(cfg.seed)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -68,6 +66,49 @@ def train_draft(cfg: DraftTrainConfig, docs: list[dict], work_dir: Path, out_dir
     # it, while a checkpoint is only ever resumed by the exact same configuration.
     data_dir = work_dir / f"data-{_digest(cfg.data_key())}"
     checkpoint = work_dir / f"checkpoint-{_digest(asdict(cfg))}.pt"
+    data = _collect(cfg, docs, data_dir, log)
+    history, train_s = _train(cfg, data, checkpoint, log)
+    data.draft.d2t.copy_(d2t_offsets(data.used))
+    save_head_folder(data.draft, out_dir, dtype=torch.float16)
+    summary = {
+        "config": asdict(cfg),
+        "capture_layers": list(data.layers),
+        "data": {"sequences": len(data.sequences), "tokens": data.num_tokens, "answer_tokens": data.answer_tokens},
+        "draft_vocab_coverage": round(data.cover, 4),
+        "collect_s": round(data.collect_s, 1),
+        "train_s": round(train_s, 1),
+        "total_s": round(time.perf_counter() - t_start, 1),
+        "history": history,
+    }
+    (out_dir / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
+    log(f"wrote {out_dir} ({_folder_mb(out_dir):.1f} MB) in {summary['total_s']:.0f} s")
+    return summary
+
+
+@dataclass
+class _Collected:
+    """The target's answers with their features and labels, and a head initialised from the target."""
+
+    sequences: list[dict]
+    layers: tuple[int, ...]
+    used: torch.Tensor  # the draft vocabulary (target ids)
+    cover: float
+    t2d: torch.Tensor
+    draft: Eagle3DraftModel
+    embed: torch.Tensor
+    collect_s: float
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(s["tokens"]) for s in self.sequences)
+
+    @property
+    def answer_tokens(self) -> int:
+        return sum(len(s["tokens"]) - s["prompt_len"] for s in self.sequences)
+
+
+def _collect(cfg: DraftTrainConfig, docs: list[dict], data_dir: Path, log: Log) -> _Collected:
+    from ...engine import Engine  # late: the engine pulls in transformers
 
     engine = Engine(
         EngineConfig(
@@ -88,14 +129,9 @@ def train_draft(cfg: DraftTrainConfig, docs: list[dict], work_dir: Path, out_dir
     shards = collect_shards(engine, prompts, data_dir, layers, cfg.collect_batch, cfg.max_new_tokens, on_collect)
     collect_s = time.perf_counter() - t0
     sequences = [s for p in shards for s in torch.load(p, weights_only=True)["sequences"]]
-    num_tokens = sum(len(s["tokens"]) for s in sequences)
-    answer_tokens = sum(len(s["tokens"]) - s["prompt_len"] for s in sequences)
-
     used = draft_vocab((s["labels"] for s in sequences), target.vocab_size, cfg.draft_vocab_size)
     cover = coverage((s["labels"] for s in sequences), used, target.vocab_size)
-    t2d = target_to_draft(used, target.vocab_size)
     log(f"draft vocabulary: {len(used)} ids cover {cover:.1%} of the target's predictions")
-
     head_cfg = Eagle3HeadConfig(
         layer=Eagle3HeadConfig.for_target(target, layers).layer,
         target_hidden_size=target.hidden_size,
@@ -105,16 +141,21 @@ def train_draft(cfg: DraftTrainConfig, docs: list[dict], work_dir: Path, out_dir
     draft = Eagle3DraftModel(head_cfg)
     init_from_target(draft, engine.model, used, cfg.seed)
     embed = engine.model.model.embed_tokens.weight.detach()
-    del engine  # frees the KV pool before training
+    # The engine and its KV pool are freed when this returns, before training starts (only the embedding stays).
+    return _Collected(sequences, layers, used, cover, target_to_draft(used, target.vocab_size), draft, embed,
+                      collect_s)  # fmt: skip
 
+
+def _train(cfg: DraftTrainConfig, data: _Collected, checkpoint: Path, log: Log) -> tuple[list[dict], float]:
+    """The training-time-test loop, resumable from `checkpoint`; returns the logged history and its seconds."""
+    sequences, draft = data.sequences, data.draft
     steps_per_epoch = math.ceil(len(sequences) / cfg.seqs_per_step)
     total_steps = steps_per_epoch * cfg.epochs
     opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.warmup_steps, total_steps))
     step = _resume(checkpoint, draft, opt, sched, log)
-    log(f"train: {len(sequences)} sequences ({num_tokens} tokens, {answer_tokens} answer tokens), "
+    log(f"train: {len(sequences)} sequences ({data.num_tokens} tokens, {data.answer_tokens} answer tokens), "
         f"{cfg.epochs} epochs x {steps_per_epoch} steps, TTT steps {cfg.ttt_steps}")  # fmt: skip
-
     t1 = time.perf_counter()
     history: list[dict] = []
     window = _Window(cfg.ttt_steps)
@@ -126,7 +167,8 @@ def train_draft(cfg: DraftTrainConfig, docs: list[dict], work_dir: Path, out_dir
         for idx in batch:
             s = sequences[idx]
             anchors = _loss_anchors(s, cfg.prompt_anchor_fraction, cfg.seed, epoch, idx)
-            loss, stats = ttt_loss(draft, embed, s["tokens"], s["features"], s["labels"], t2d, anchors, cfg.ttt_steps)
+            loss, stats = ttt_loss(draft, data.embed, s["tokens"], s["features"], s["labels"], data.t2d, anchors,
+                                   cfg.ttt_steps)  # fmt: skip
             (loss / len(batch)).backward()
             window.add(float(loss.detach()), stats)
         torch.nn.utils.clip_grad_norm_(draft.parameters(), cfg.grad_clip)
@@ -138,27 +180,10 @@ def train_draft(cfg: DraftTrainConfig, docs: list[dict], work_dir: Path, out_dir
         if step % 10 == 0 or step == total_steps:
             row = {"step": step, **window.summary()}
             history.append(row)
-            elapsed = time.perf_counter() - t1
-            log(f"train: step {step}/{total_steps} epoch {epoch + 1} loss {row['loss']:.3f} "
-                f"top-1 per step {' '.join(f'{a:.2f}' for a in row['top1'])}, {elapsed:.0f} s")  # fmt: skip
+            log(f"train: step {step}/{total_steps} epoch {epoch + 1} loss {row['loss']:.3f} top-1 per step "
+                f"{' '.join(f'{a:.2f}' for a in row['top1'])}, {time.perf_counter() - t1:.0f} s")  # fmt: skip
             window = _Window(cfg.ttt_steps)
-    train_s = time.perf_counter() - t1
-
-    draft.d2t.copy_(d2t_offsets(used))
-    save_head_folder(draft, out_dir, dtype=torch.float16)
-    summary = {
-        "config": asdict(cfg),
-        "capture_layers": list(layers),
-        "data": {"sequences": len(sequences), "tokens": num_tokens, "answer_tokens": answer_tokens},
-        "draft_vocab_coverage": round(cover, 4),
-        "collect_s": round(collect_s, 1),
-        "train_s": round(train_s, 1),
-        "total_s": round(time.perf_counter() - t_start, 1),
-        "history": history,
-    }
-    (out_dir / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
-    log(f"wrote {out_dir} ({_folder_mb(out_dir):.1f} MB) in {summary['total_s']:.0f} s")
-    return summary
+    return history, time.perf_counter() - t1
 
 
 @torch.no_grad()
