@@ -35,7 +35,7 @@ import yaml
 
 from ..results.store import atomic_write
 from ..workers.errors import UserError
-from .references import REFERENCE_DIR
+from .references import REFERENCE_DIR, read_yaml
 
 ACCEPTANCE_PATH = REFERENCE_DIR / "acceptance_length.yaml"
 MIN_AL_FRACTION = 0.95  # TensorRT-LLM's populate: min_al = 0.95 * ref_al
@@ -47,12 +47,7 @@ EARLY_FRACTION = 0.5
 def load_acceptance_references(path: Path = ACCEPTANCE_PATH) -> dict[str, dict[str, Any]]:
     """test id -> entry; {} when the file does not exist. Bad YAML or a malformed entry is a user error."""
     path = Path(path)
-    if not path.is_file():
-        return {}
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        raise UserError(f"{path}: not valid YAML ({e})") from None
+    data = read_yaml(path)
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected 'test id: {{ref_al: ..., min_al: ...}}' at the top level")
     for test_id, entry in data.items():

@@ -57,14 +57,19 @@ class Reference:
         return HypothesisTest(ref_accuracy=self.accuracy, **kwargs)
 
 
-def load_references(task: str, reference_dir: Path = REFERENCE_DIR) -> dict[str, list[dict[str, Any]]]:
-    path = reference_dir / f"{task}.yaml"
+def read_yaml(path: Path) -> Any:
+    """A references file's content ({} when it does not exist); invalid YAML is a user error naming the file."""
     if not path.is_file():
         return {}
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as e:
         raise UserError(f"{path}: not valid YAML ({e})") from None
+
+
+def load_references(task: str, reference_dir: Path = REFERENCE_DIR) -> dict[str, list[dict[str, Any]]]:
+    path = reference_dir / f"{task}.yaml"
+    data = read_yaml(path)
     if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
         raise UserError(f"{path}: expected 'model key: [entries]' at the top level")
     for model, entries in data.items():

@@ -95,13 +95,13 @@ def serve_forever(engine: Engine, world: World) -> None:
         _gather(_serve(engine, world, command), world)
 
 
-class ShardedEngine:
-    """Rank 0's handle on every replica: the same interface as the local engine."""
+class ReplicaFront:
+    """What rank 0's handle on a torchrun job knows without asking the other ranks: its own engine's identity (as
+    the job's), tokenizer and encoding."""
 
     def __init__(self, engine: Engine, world: World) -> None:
         self._local = engine
         self._world = world
-        self._events: list[dict[str, Any]] = []
         self.last_stats = GenerateStats()
 
     @property
@@ -114,6 +114,14 @@ class ShardedEngine:
 
     def encode(self, prompt: Prompt) -> list[int]:
         return self._local.encode(prompt)
+
+
+class ShardedEngine(ReplicaFront):
+    """Rank 0's handle on every replica: the same interface as the local engine."""
+
+    def __init__(self, engine: Engine, world: World) -> None:
+        super().__init__(engine, world)
+        self._events: list[dict[str, Any]] = []
 
     def _call(self, command: tuple, progress: ProgressFn | None = None) -> list[Any]:
         _broadcast(command, self._world)

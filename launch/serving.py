@@ -24,9 +24,9 @@ from typing import Any
 
 from ..workers.config import SamplingParams
 from ..workers.engine import Engine, per_prompt
-from ..workers.interface import EngineIdentity, GenerateStats, GenerationOutput, Prompt, RequestDelta
+from ..workers.interface import GenerationOutput, Prompt, RequestDelta
 from ..workers.spec.metrics import AcceptanceStats
-from .dispatch import _broadcast, _gather
+from .dispatch import ReplicaFront, _broadcast, _gather
 from .dist import World
 from .job import Job, JobFailed
 from .layout import Layout
@@ -91,12 +91,11 @@ def serve_steps_forever(engine: Engine, world: World) -> None:
         _gather(_apply(engine, world, books, command), world)
 
 
-class ShardedServingEngine:
+class ShardedServingEngine(ReplicaFront):
     """Rank 0's handle on every replica, driven one step at a time by the server's engine loop (one thread)."""
 
     def __init__(self, engine: Engine, world: World) -> None:
-        self._local = engine
-        self._world = world
+        super().__init__(engine, world)
         self._books = _Replica()
         self._next_id = 0
         self._adds: list[tuple[int, int, list[int], SamplingParams]] = []  # not yet broadcast
@@ -105,23 +104,11 @@ class ShardedServingEngine:
         self._acceptance: dict[int, dict[str, Any] | None] = {}  # replica -> its engine's counters
         self._kv: dict[int, dict[str, int]] = {}  # replica -> its KV usage
         self._events: list[dict[str, Any]] = []
-        self.last_stats = GenerateStats()
 
     @property
     def local_engine(self) -> Engine:
         """Rank 0's own engine (its model limits, tokenizer); never step it directly."""
         return self._local
-
-    @property
-    def identity(self) -> EngineIdentity:
-        return replace(self._local.identity, kind="torchrun", world_size=self._world.layout.world_size)
-
-    @property
-    def tokenizer(self) -> Any:
-        return self._local.tokenizer
-
-    def encode(self, prompt: Prompt) -> list[int]:
-        return self._local.encode(prompt)
 
     # --- the serving protocol -------------------------------------------------------------------------
 
