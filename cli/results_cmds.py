@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -106,9 +106,12 @@ def compare(
     run_a: Annotated[str, typer.Argument(help="Baseline run: folder path, or id (or unique id prefix) under --out.")],
     run_b: Annotated[str, typer.Argument(help="Run compared against the baseline.")],
     out: Out = None,
-    alpha: Annotated[float, typer.Option("--alpha", help="Significance level of the McNemar test.")] = 0.05,
+    alpha: Annotated[
+        float, typer.Option("--alpha", min=0.0, max=1.0, help="Significance level of the McNemar test, in (0, 1).")
+    ] = 0.05,
     filter_name: Annotated[
-        str, typer.Option("--filter", help="Correctness the test uses: flexible-extract | strict-match.")
+        Literal["flexible-extract", "strict-match"],
+        typer.Option("--filter", help="Correctness the test uses: flexible-extract | strict-match."),
     ] = "flexible-extract",
     as_json: AsJson = False,
     root: LegacyRoot = None,
