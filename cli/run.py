@@ -212,6 +212,8 @@ def run(
     plan = RunPlan(options, out, resume, baseline)
     if baseline_endpoint is not None and endpoint is None:
         raise UserError("--baseline-endpoint needs --endpoint (the server under test)")
+    if endpoint is not None and inject:
+        raise UserError("--inject can never fire in an endpoint run: the faults are our engine's, not the server's")
     local_job = not (gpus > 1 or nnodes > 1 or dry_run)
     if endpoint is None and local_job and tp not in (None, 1):
         raise UserError("--tp > 1 needs --gpus (one process per TP rank)")

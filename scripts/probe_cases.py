@@ -88,6 +88,8 @@ def cli_cases() -> list[Case]:
         Case("inject-warmup-oom-warmup-off", [*run, "--inject", "warmup_oom", "--warmup", "off"],
              message="warmup does not run"),
         Case("inject-warmup-oom-auto-on-cpu", [*run, "--inject", "warmup_oom"], message="warmup does not run"),
+        Case("inject-with-endpoint", [*run, "--endpoint", "http://127.0.0.1:9", "--inject", "target_forward"],
+             message="never fire in an endpoint run"),
         # data files with the wrong schema
         Case("data-dir-missing", [*run[:-2], "--tasks", "gsm8k", "--data-dir", "{missing}", "--out", "runs"],
              message="is not a folder"),

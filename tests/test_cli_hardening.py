@@ -209,6 +209,12 @@ def test_prompts_file_that_is_not_utf8_names_line_and_column(capsys, tmp_path):
     assert_one_error_line(code, err, f"{prompts}:2:3: not valid UTF-8 (byte 0xff)")
 
 
+def test_faults_for_an_endpoint_run_are_refused(capsys, tmp_path):
+    argv = ["run", *SMOKE, "--endpoint", "http://127.0.0.1:9", "--inject", "target_forward", "--out", str(tmp_path)]
+    code, _, err = run_cli(capsys, *argv)
+    assert_one_error_line(code, err, "--inject can never fire in an endpoint run")
+
+
 def test_a_bad_draft_model_is_reported_before_the_baseline_runs(capsys, tmp_path):
     head = tmp_path / "head"
     head.mkdir()
