@@ -28,8 +28,9 @@ format: setup
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# --durations=25: the slowest tests close every run, so the CI budget (45 min from a fresh clone) stays visible.
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -16,6 +16,12 @@ app = typer.Typer(help="Train Eagle3 draft heads.", no_args_is_help=True)
 T = DraftTrainConfig()
 
 
+def _positive(value: float) -> float:
+    if not value > 0:
+        raise typer.BadParameter(f"must be > 0, got {value}")
+    return value
+
+
 @app.command("train")
 def train(
     out: Annotated[
@@ -35,16 +41,18 @@ def train(
         typer.Option("--data-dir", help="Folder with gsm8k/train.jsonl (else $SPECDEC_EVAL_DATA, else the hub)."),
     ] = None,
     num_prompts: Annotated[
-        int, typer.Option("--num-prompts", help="GSM8K train questions answered by the target.")
+        int, typer.Option("--num-prompts", min=1, help="GSM8K train questions answered by the target.")
     ] = T.num_prompts,
-    num_shots: Annotated[int, typer.Option("--num-shots", help="Examples per training prompt.")] = T.num_shots,
-    epochs: Annotated[int, typer.Option("--epochs")] = T.epochs,
-    ttt_steps: Annotated[int, typer.Option("--ttt-steps", help="Drafting steps trained (training-time test).")] = (
-        T.ttt_steps
-    ),
-    draft_vocab_size: Annotated[int, typer.Option("--draft-vocab-size")] = T.draft_vocab_size,
-    lr: Annotated[float, typer.Option("--lr")] = T.lr,
-    seed: Annotated[int, typer.Option("--seed")] = T.seed,
+    num_shots: Annotated[
+        int, typer.Option("--num-shots", min=0, max=64, help="Examples per training prompt.")
+    ] = T.num_shots,
+    epochs: Annotated[int, typer.Option("--epochs", min=1)] = T.epochs,
+    ttt_steps: Annotated[
+        int, typer.Option("--ttt-steps", min=1, max=16, help="Drafting steps trained (training-time test).")
+    ] = T.ttt_steps,
+    draft_vocab_size: Annotated[int, typer.Option("--draft-vocab-size", min=1)] = T.draft_vocab_size,
+    lr: Annotated[float, typer.Option("--lr", callback=_positive, help="Learning rate (> 0).")] = T.lr,
+    seed: Annotated[int, typer.Option("--seed", min=0)] = T.seed,
 ) -> None:
     """Collect the target's own greedy answers to GSM8K train questions (its three captured layers and its
     predictions at every position), then train an Eagle3 head with the training-time-test objective.
@@ -61,12 +69,8 @@ def train(
     from ..workers.errors import UserError
     from ..workers.spec.train.trainer import train_draft
 
-    for name, value in (("--num-prompts", num_prompts), ("--epochs", epochs), ("--ttt-steps", ttt_steps),
-                        ("--draft-vocab-size", draft_vocab_size)):  # fmt: skip
-        if value < 1:
-            raise UserError(f"{name} must be positive, got {value}")
-    if num_shots < 0:
-        raise UserError(f"--num-shots must be >= 0, got {num_shots}")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder for the head")
     cfg = DraftTrainConfig(
         model=model, num_prompts=num_prompts, num_shots=num_shots, epochs=epochs, ttt_steps=ttt_steps,
         draft_vocab_size=draft_vocab_size, lr=lr, seed=seed,

@@ -22,8 +22,12 @@ def info(
     max_batch_size: o.MaxBatch = o.E.max_batch_size,
     max_num_tokens: o.MaxNumTokens = o.E.max_num_tokens,
     tp: o.TPSize = o.E.tp_size,
-    draft_layers: Annotated[int, typer.Option("--draft-layers", help="Extra KV layers (1 for Eagle3).")] = 0,
-    draft_len: Annotated[int, typer.Option("--draft-len", "-k", help="Draft tokens per step (0: no spec-dec).")] = 0,
+    draft_layers: Annotated[
+        int, typer.Option("--draft-layers", min=0, max=1, help="Extra KV layers (1 for Eagle3).")
+    ] = 0,
+    draft_len: Annotated[
+        int, typer.Option("--draft-len", "-k", min=0, max=16, help="Draft tokens per step (0: no spec-dec).")
+    ] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Model shape, parameter count, valid TP sizes, and KV capacity (blocks, tokens, bytes) under v1 and v2.

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from ..evals.data_check import decode_utf8
 from ..workers.config import SamplingParams
 from ..workers.errors import UserError
 from . import options as o
@@ -30,7 +32,11 @@ def read_prompts(text: str, source: str) -> list:
             raise UserError(f"{source}:{number}: not valid JSON ({e.msg})") from None
         if "messages" in obj:
             msgs = obj["messages"]
-            if not isinstance(msgs, list) or not all(isinstance(m, dict) and "content" in m for m in msgs):
+            if (
+                not isinstance(msgs, list)
+                or not msgs
+                or not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in msgs)
+            ):
                 raise UserError(f"{source}:{number}: 'messages' must be a list of {{role, content}} objects")
             prompts.append(msgs)
         elif isinstance(obj.get("prompt"), str):
@@ -40,6 +46,43 @@ def read_prompts(text: str, source: str) -> list:
     if not prompts:
         raise UserError(f"{source}: no prompts")
     return prompts
+
+
+def read_prompts_file(prompts_file: str) -> tuple[str, str]:
+    """(text, name) of the prompts file, or of stdin for '-'; it must be UTF-8 (the error names line and column)."""
+    if prompts_file == "-":
+        stream = getattr(sys.stdin, "buffer", None)
+        if stream is None:  # a text stream put in place of stdin (tests)
+            return sys.stdin.read(), "stdin"
+        return decode_utf8(stream.read(), "stdin"), "stdin"
+    path = Path(prompts_file)
+    if not path.is_file():
+        raise UserError(f"prompts file not found: {prompts_file}" + (" (it is a folder)" if path.is_dir() else ""))
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"cannot read prompts file {prompts_file}: {e.strerror or e}") from None
+    return decode_utf8(data, prompts_file), prompts_file
+
+
+def check_events_path(events: str | None) -> None:
+    """--events names a file that can be appended to: not a folder, in a folder that is there and writable."""
+    if not events:
+        return
+    path = Path(events).expanduser()
+    if path.is_dir():
+        raise UserError(f"--events {events} is a folder; name a file, e.g. {path / 'events.jsonl'}")
+    parent = path.parent
+    if not parent.is_dir():
+        raise UserError(f"--events {events}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UserError(f"--events {events}: not writable")
+
+
+def _top_p(value: float) -> float:
+    if not 0.0 < value <= 1.0:
+        raise typer.BadParameter(f"must be in (0, 1], got {value}")
+    return value
 
 
 def _rank_events_path(events: str | None, tp: int) -> str | None:
@@ -58,11 +101,11 @@ def generate(
         ),
     ] = "-",
     max_new_tokens: Annotated[
-        int, typer.Option("--max-new-tokens", "-n", help="Tokens to generate.")
+        int, typer.Option("--max-new-tokens", "-n", min=1, help="Tokens to generate.")
     ] = o.SP.max_new_tokens,
-    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = o.SP.temperature,
-    top_p: Annotated[float, typer.Option("--top-p")] = o.SP.top_p,
-    top_k: Annotated[int, typer.Option("--top-k", help="0 = off.")] = o.SP.top_k,
+    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy.")] = o.SP.temperature,
+    top_p: Annotated[float, typer.Option("--top-p", callback=_top_p, help="Nucleus mass, in (0, 1].")] = o.SP.top_p,
+    top_k: Annotated[int, typer.Option("--top-k", min=0, help="0 = off.")] = o.SP.top_k,
     stop: Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")] = None,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Keep going past EOS.")] = False,
     chat: Annotated[bool, typer.Option("--chat", help="Wrap plain-line prompts in the chat template.")] = False,
@@ -103,13 +146,8 @@ def generate(
     from ..workers.engine import Engine
     from ..workers.events import merge_event_files
 
-    if prompts_file == "-":
-        text, source = sys.stdin.read(), "stdin"
-    else:
-        path = Path(prompts_file)
-        if not path.is_file():
-            raise UserError(f"prompts file not found: {prompts_file}")
-        text, source = path.read_text(encoding="utf-8"), prompts_file
+    check_events_path(events)
+    text, source = read_prompts_file(prompts_file)
     prompts = read_prompts(text, source)
     if chat:
         prompts = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
@@ -132,6 +170,11 @@ def generate(
         spec=spec, draft_len=draft_len, draft_model=draft_model, spec_guard=spec_guard, capture_layers=capture_layers,
         inject=inject, max_retries=max_retries, warmup=warmup, events_path=_rank_events_path(events, tp),
     )  # fmt: skip
+    if config.spec is not None:  # a bad head folder: one line now, not a traceback from the engine build
+        from ..workers.checkpoint import preset_of
+        from ..workers.spec.head_check import check_draft_model
+
+        check_draft_model(config.spec, checkpoint.config, preset_of(checkpoint) or model)
     with world_session(env, resolve_device(device).type, Layout(tp, tp)) as world:  # NCCL on CUDA, gloo on CPU
         tp_group = world.tp
         engine = Engine(config, tp_group, checkpoint)

@@ -36,27 +36,63 @@ app.add_typer(engine_info.app, name="engine")
 app.add_typer(draft.app, name="draft")
 
 
+def _exception_classes(name: str) -> tuple[type[BaseException], ...]:
+    """The class `name` from every click this process can raise: the `click` package and the copy Typer vendors
+    (typer._click since 0.20, not a subclass of click's), whichever are installed. Found once, at import."""
+    import importlib
+
+    found: list[type[BaseException]] = []
+    for module in ("click.exceptions", "typer._click.exceptions", "typer.exceptions"):
+        try:
+            cls = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if isinstance(cls, type) and cls not in found:
+            found.append(cls)
+    return tuple(found)
+
+
+CLICK_ERRORS = _exception_classes("ClickException")  # usage errors and bad parameters: our exit status 2
+CLICK_EXITS = (typer.Exit, *_exception_classes("Exit"))
+CLICK_ABORTS = (typer.Abort, *_exception_classes("Abort"))
+PROG = "specdec-eval"
+
+
+def _usage_error(e: BaseException) -> str:
+    """click's message as one line: the reason, then where to get help."""
+    message = " ".join(e.format_message().split()).replace(": Value error, ", ": ")  # type: ignore[attr-defined]
+    ctx = getattr(e, "ctx", None)
+    if ctx is not None and getattr(ctx, "command_path", None):
+        message += f" (see '{ctx.command_path} --help')"
+    return message
+
+
+def _error(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: a user error ends in one line on stderr and exit status 2."""
+    """Console entry point: a user error (ours or a usage error of click/Typer) ends in one line on stderr,
+    `specdec-eval: error: ...`, and exit status 2, never a traceback."""
     try:
-        code = app(args=argv, standalone_mode=False)
+        code = app(args=argv, prog_name=PROG, standalone_mode=False)
         if isinstance(code, int) and code:
             sys.exit(code)  # typer.Exit(n) comes back as a return value when standalone_mode is off
     except UserError as e:
-        print(f"specdec-eval: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except typer.Abort:
-        print("specdec-eval: aborted", file=sys.stderr)
+        _error(str(e))
+    except CLICK_EXITS as e:
+        sys.exit(getattr(e, "exit_code", 0))
+    except CLICK_ABORTS:
+        print(f"{PROG}: aborted", file=sys.stderr)
         sys.exit(130)
-    except Exception as e:  # click's usage errors
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        raise
+    except CLICK_ERRORS as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # `specdec-eval` or `specdec-eval engine` alone: the help
+            help_text = e.format_message().strip()  # type: ignore[attr-defined]  (empty: rich printed it already)
+            if help_text:
+                print(help_text, file=sys.stderr)
+            _error("missing command (the commands are listed above)")
+        _error(_usage_error(e))
 
 
 if __name__ == "__main__":

@@ -1,20 +1,30 @@
-"""Engine options shared by every command, declared once; defaults come from the config dataclasses."""
+"""Engine options shared by every command, declared once; defaults come from the config dataclasses.
+
+Each option is validated where it is declared: counts and sizes carry their ranges, names are choices taken from
+the registries (so `--help` lists them and a bad value is a usage error, exit status 2), and values with a
+syntax of their own (memory sizes, fault specs, layer lists) are parsed by a callback."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 import typer
 
 from ..workers.config import (
     DEVICES,
     DTYPES,
+    SPEC_GUARDS,
+    WARMUP_MODES,
     EngineConfig,
     KVCacheConfig,
     SamplingParams,
     SpecConfig,
     from_options,
+    parse_bytes,
+    parse_capture_layers,
 )
+from ..workers.errors import UserError
 from ..workers.kv_cache import KV_CACHE_MANAGERS
 from ..workers.spec import SPEC_ALGORITHMS
 
@@ -23,6 +33,43 @@ E = EngineConfig()
 K = KVCacheConfig()
 SP = SamplingParams()
 ENGINE = "Engine"
+
+# Choices as Literal types built from the registries: Typer lists them in --help and refuses anything else.
+KV_CACHE_CHOICES = Literal[tuple(KV_CACHE_MANAGERS)]  # type: ignore[valid-type]
+DTYPE_CHOICES = Literal[DTYPES]  # type: ignore[valid-type]
+DEVICE_CHOICES = Literal[DEVICES]  # type: ignore[valid-type]
+SPEC_CHOICES = Literal[("none", *SPEC_ALGORITHMS)]  # type: ignore[valid-type]
+SPEC_GUARD_CHOICES = Literal[SPEC_GUARDS]  # type: ignore[valid-type]
+WARMUP_CHOICES = Literal[WARMUP_MODES]  # type: ignore[valid-type]
+
+
+def checked(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """An option callback that runs `parse` on the given value (None passes through) and turns its UserError into
+    click's usage error, which names the option. The value itself is kept as given."""
+
+    def callback(value: Any) -> Any:
+        if value is None or value == []:
+            return value
+        try:
+            parse(value)
+        except UserError as e:
+            raise typer.BadParameter(str(e)) from None
+        return value
+
+    return callback
+
+
+def _memory_size(text: str) -> None:
+    if parse_bytes(text) <= 0:
+        raise UserError(f"memory size must be positive, got {text!r}")
+
+
+def _fault_specs(texts: list[str]) -> None:
+    from ..workers.faults import FaultSpec  # late: it imports torch
+
+    for text in texts:
+        FaultSpec.parse(text)
+
 
 Model = Annotated[
     str,
@@ -35,23 +82,26 @@ Model = Annotated[
     ),
 ]
 KVCache = Annotated[
-    str,
+    KV_CACHE_CHOICES,
     typer.Option("--kv-cache", help=f"KV-cache manager: {' | '.join(KV_CACHE_MANAGERS)}.", rich_help_panel=ENGINE),
 ]
 DType = Annotated[
-    str, typer.Option("--dtype", help=f"{' | '.join(DTYPES)} (auto: float32 on CPU, bfloat16 on CUDA).",
+    DTYPE_CHOICES, typer.Option("--dtype", help=f"{' | '.join(DTYPES)} (auto: float32 on CPU, bfloat16 on CUDA).",
                       rich_help_panel=ENGINE),
 ]  # fmt: skip
-Device = Annotated[str, typer.Option("--device", help=f"{' | '.join(DEVICES)}.", rich_help_panel=ENGINE)]
+Device = Annotated[DEVICE_CHOICES, typer.Option("--device", help=f"{' | '.join(DEVICES)}.", rich_help_panel=ENGINE)]
 DeviceMemory = Annotated[
     str | None,
     typer.Option(
         "--device-memory",
         help="Memory budget, e.g. 2GiB. CPU: stands in for device memory (default 4GiB); CUDA: caps it.",
+        callback=checked(_memory_size),
         rich_help_panel=ENGINE,
     ),
 ]
-BlockSize = Annotated[int, typer.Option("--block-size", help="Tokens per KV block.", rich_help_panel=ENGINE)]
+BlockSize = Annotated[
+    int, typer.Option("--block-size", min=1, max=1024, help="Tokens per KV block.", rich_help_panel=ENGINE)
+]
 BlockReuse = Annotated[
     bool, typer.Option("--block-reuse/--no-block-reuse", help="Reuse KV blocks of shared prompt prefixes.",
                        rich_help_panel=ENGINE),
@@ -64,20 +114,20 @@ DecodeCopy = Annotated[
 ]  # fmt: skip
 MaxBatch = Annotated[
     int,
-    typer.Option("--max-batch-size", "--batch", help="Requests decoded together.", rich_help_panel=ENGINE),
+    typer.Option("--max-batch-size", "--batch", min=1, help="Requests decoded together.", rich_help_panel=ENGINE),
 ]
 MaxNumTokens = Annotated[
-    int, typer.Option("--max-num-tokens", help="Tokens one forward may carry.", rich_help_panel=ENGINE)
+    int, typer.Option("--max-num-tokens", min=1, help="Tokens one forward may carry.", rich_help_panel=ENGINE)
 ]
 MaxSeqLen = Annotated[
     int | None,
-    typer.Option("--max-seq-len", help="Prompt + output tokens per request.", rich_help_panel=ENGINE),
+    typer.Option("--max-seq-len", min=2, help="Prompt + output tokens per request.", rich_help_panel=ENGINE),
 ]
 TPSize = Annotated[
-    int, typer.Option("--tp", help="Tensor-parallel size (needs that many processes, e.g. under torchrun).",
+    int, typer.Option("--tp", min=1, help="Tensor-parallel size (needs that many processes, e.g. under torchrun).",
                       rich_help_panel=ENGINE),
 ]  # fmt: skip
-Seed = Annotated[int, typer.Option("--seed", help="Seed for sampling.", rich_help_panel=ENGINE)]
+Seed = Annotated[int, typer.Option("--seed", min=0, help="Seed for sampling.", rich_help_panel=ENGINE)]
 
 FAULTS = "Faults"
 Inject = Annotated[
@@ -85,12 +135,13 @@ Inject = Annotated[
     typer.Option(
         "--inject",
         help="Inject a fault: POINT[:K][@STEP|@random][xCOUNT], POINT one of warmup_oom, prepare_for_spec_dec, "
-        "draft_step, target_forward, restore (repeatable). Example: draft_step:1@3",
+        "draft_step, target_forward, restore, emit_rejected_draft (repeatable). Example: draft_step:1@3",
+        callback=checked(_fault_specs),
         rich_help_panel=FAULTS,
     ),
 ]
 Warmup = Annotated[
-    str,
+    WARMUP_CHOICES,
     typer.Option("--warmup", help="General warmup at the max shapes after KV sizing: auto (CUDA only) | on | off.",
                  rich_help_panel=FAULTS),
 ]  # fmt: skip
@@ -100,16 +151,19 @@ EventsPath = Annotated[
                  "beside it under torchrun).", rich_help_panel=FAULTS),
 ]  # fmt: skip
 MaxRetries = Annotated[
-    int, typer.Option("--max-retries", help="Recompute a request whose batch failed at most this often.",
-                      rich_help_panel=FAULTS),
+    int, typer.Option("--max-retries", min=0, max=100, help="Recompute a request whose batch failed at most this "
+                      "often.", rich_help_panel=FAULTS),
 ]  # fmt: skip
 
 SPEC = "Speculative decoding"
 S = SpecConfig()
 Spec = Annotated[
-    str, typer.Option("--spec", help=f"none | {' | '.join(SPEC_ALGORITHMS)} (one-model).", rich_help_panel=SPEC)
+    SPEC_CHOICES,
+    typer.Option("--spec", help=f"none | {' | '.join(SPEC_ALGORITHMS)} (one-model).", rich_help_panel=SPEC),
 ]
-DraftLen = Annotated[int, typer.Option("--draft-len", "-k", help="Draft tokens per step (K).", rich_help_panel=SPEC)]
+DraftLen = Annotated[
+    int, typer.Option("--draft-len", "-k", min=1, max=16, help="Draft tokens per step (K).", rich_help_panel=SPEC)
+]
 DraftModel = Annotated[
     str,
     typer.Option(
@@ -121,7 +175,7 @@ DraftModel = Annotated[
     ),
 ]
 SpecGuard = Annotated[
-    str,
+    SPEC_GUARD_CHOICES,
     typer.Option(
         "--spec-guard",
         help="template: restore spec-dec state after a failed forward; none: the historical unsafe behaviour.",
@@ -131,7 +185,7 @@ SpecGuard = Annotated[
 CaptureLayers = Annotated[
     str | None,
     typer.Option("--capture-layers", help="Three target layer ids (input-of-layer), e.g. 2,15,27.",
-                 rich_help_panel=SPEC),
+                 callback=checked(parse_capture_layers), rich_help_panel=SPEC),
 ]  # fmt: skip
 
 

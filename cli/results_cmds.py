@@ -106,7 +106,9 @@ def compare(
     run_a: Annotated[str, typer.Argument(help="Baseline run: folder path, or id (or unique id prefix) under --out.")],
     run_b: Annotated[str, typer.Argument(help="Run compared against the baseline.")],
     out: Out = None,
-    alpha: Annotated[float, typer.Option("--alpha", help="Significance level of the McNemar test.")] = 0.05,
+    alpha: Annotated[
+        float, typer.Option("--alpha", min=0.0, max=1.0, help="Significance level of the McNemar test, in (0, 1).")
+    ] = 0.05,
     filter_name: Annotated[
         str, typer.Option("--filter", help="Correctness the test uses: flexible-extract | strict-match.")
     ] = "flexible-extract",

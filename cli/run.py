@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import replace
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import typer
 
+from ..evals.tasks import TASKS
 from ..launch.torchrun import TorchrunSpec
 from ..workers.errors import UserError
 from . import endpoint_options as eo
@@ -19,6 +22,8 @@ from .run_report import print_report
 EVAL = "Evaluation"
 JOB = "Job (torchrun)"
 STORE = "Run store"
+MAX_FEWSHOT = 64  # far past any prompt that fits a context; the task's own data bounds it further at run time
+RDZV_BACKENDS = Literal["c10d", "static", "etcd", "etcd-v2"]
 
 
 def run(
@@ -28,21 +33,28 @@ def run(
         typer.Option(
             "--tasks",
             "-t",
-            help="Comma-separated: gsm8k, gpqa_diamond, gsm8k_smoke, gpqa_diamond_smoke.",
+            help=f"Comma-separated, from: {', '.join(TASKS)}.",
             rich_help_panel=EVAL,
         ),
     ] = "gsm8k",  # fmt: skip
     limit: Annotated[
-        int | None, typer.Option("--limit", help="First N documents of each task (default: all).", rich_help_panel=EVAL)
+        int | None,
+        typer.Option("--limit", min=1, help="First N documents of each task (default: all).", rich_help_panel=EVAL),
     ] = None,
     num_fewshot: Annotated[
         int | None,
-        typer.Option("--num-fewshot", help="Override the task's shots (GSM8K 5, GPQA 0).", rich_help_panel=EVAL),
+        typer.Option(
+            "--num-fewshot",
+            min=0,
+            max=MAX_FEWSHOT,
+            help="Override the task's shots (GSM8K 5, GPQA 0).",
+            rich_help_panel=EVAL,
+        ),
     ] = None,  # fmt: skip
     max_output_len: Annotated[
         int | None,
         typer.Option(
-            "--max-output-len", help="Generated tokens per sample (GSM8K 256, GPQA 512).", rich_help_panel=EVAL
+            "--max-output-len", min=1, help="Generated tokens per sample (GSM8K 256, GPQA 512).", rich_help_panel=EVAL
         ),
     ] = None,  # fmt: skip
     apply_chat_template: Annotated[
@@ -62,7 +74,10 @@ def run(
         ),
     ] = None,  # fmt: skip
     eval_seed: Annotated[
-        int, typer.Option("--eval-seed", help="lm-eval random seed and the GPQA choice shuffle.", rich_help_panel=EVAL)
+        int,
+        typer.Option(
+            "--eval-seed", min=0, help="lm-eval random seed and the GPQA choice shuffle.", rich_help_panel=EVAL
+        ),
     ] = 0,
     no_reference: Annotated[
         bool,
@@ -145,6 +160,7 @@ def run(
         int,
         typer.Option(
             "--gpus",
+            min=1,
             help="Ranks per node: >1 starts a torchrun job (CPU ranks over gloo when there is no CUDA).",
             rich_help_panel=JOB,
         ),
@@ -153,21 +169,27 @@ def run(
         int | None,
         typer.Option(
             "--tp",
+            min=1,
             help="Tensor-parallel size (default: the largest that divides --gpus and "
             "the model's heads; the other ranks are data-parallel replicas).",
             rich_help_panel=JOB,
         ),
     ] = None,  # fmt: skip
-    nnodes: Annotated[int, typer.Option("--nnodes", help="Nodes (passed to torchrun).", rich_help_panel=JOB)] = 1,
+    nnodes: Annotated[
+        int, typer.Option("--nnodes", min=1, help="Nodes (passed to torchrun).", rich_help_panel=JOB)
+    ] = 1,
     node_rank: Annotated[
-        int | None, typer.Option("--node-rank", help="This node's rank (passed to torchrun).", rich_help_panel=JOB)
+        int | None,
+        typer.Option("--node-rank", min=0, help="This node's rank (passed to torchrun).", rich_help_panel=JOB),
     ] = None,
     rdzv_endpoint: Annotated[
         str | None, typer.Option("--rdzv-endpoint", help="host:port (passed to torchrun).", rich_help_panel=JOB)
     ] = None,
     rdzv_backend: Annotated[
-        str | None,
-        typer.Option("--rdzv-backend", help="c10d | static | etcd (passed to torchrun).", rich_help_panel=JOB),
+        RDZV_BACKENDS | None,
+        typer.Option(
+            "--rdzv-backend", help="c10d | static | etcd | etcd-v2 (passed to torchrun).", rich_help_panel=JOB
+        ),
     ] = None,  # fmt: skip
     dry_run: Annotated[
         bool,
@@ -178,7 +200,10 @@ def run(
     rank_timeout: Annotated[
         float,
         typer.Option(
-            "--rank-timeout", help="Seconds a collective may wait for a rank before failing.", rich_help_panel=JOB
+            "--rank-timeout",
+            min=1.0,
+            help="Seconds a collective may wait for a rank before failing.",
+            rich_help_panel=JOB,
         ),
     ] = 600.0,  # fmt: skip
     model: o.Model = o.E.model,
@@ -224,7 +249,7 @@ def run(
     """  # fmt: skip
     from ..evals.pipeline import BASELINE_MODES, RunPlan, run_with_baseline
     from ..evals.runner import EvalOptions
-    from ..evals.tasks import parse_tasks, source_for
+    from ..evals.tasks import parse_tasks
 
     options = EvalOptions(
         tasks=parse_tasks(tasks), data_dir=data_dir, limit=limit, num_fewshot=num_fewshot,
@@ -242,9 +267,20 @@ def run(
     )  # fmt: skip
     mode = baseline if baseline in BASELINE_MODES else "separate"
     plan = RunPlan(options, out, resume, None if baseline in BASELINE_MODES else baseline, populate_acceptance)
-    if endpoint is not None or baseline_endpoint is not None:
-        if endpoint is None:
-            raise UserError("--baseline-endpoint needs --endpoint (the server under test)")
+    if baseline_endpoint is not None and endpoint is None:
+        raise UserError("--baseline-endpoint needs --endpoint (the server under test)")
+    if endpoint is not None and inject:
+        raise UserError("--inject can never fire in an endpoint run: the faults are our engine's, not the server's")
+    local_job = not (gpus > 1 or nnodes > 1 or dry_run)
+    if endpoint is None and local_job and tp not in (None, 1):
+        raise UserError("--tp > 1 needs --gpus (one process per TP rank)")
+    # Every input checked before the pipeline creates a run folder: nothing is left half-written.
+    check_out_folder(out)
+    if endpoint is not None or not dry_run:
+        check_task_data(options)
+    if endpoint is None:
+        check_draft_model(config)
+    if endpoint is not None:
         declared = dict(model=model, tokenizer=tokenizer, chat=chat, served_model=served_model, api_key=api_key,
                         concurrency=concurrency, timeout_s=request_timeout, max_retries=request_retries, seed=seed,
                         dtype=dtype, kv_cache=kv_cache if _given(ctx, "kv_cache") else None)  # fmt: skip
@@ -255,10 +291,6 @@ def run(
         if summary is None:
             return
     else:
-        if tp not in (None, 1):
-            raise UserError("--tp > 1 needs --gpus (one process per TP rank)")
-        for spec_ in options.tasks:
-            source_for(spec_, options.data_dir)  # missing data: one clear error before the model loads
         summary = run_with_baseline(config, plan, progress_for=lambda: generation_progress(0), baseline=mode)
     if json_out:
         print(json.dumps(summary, indent=2))
@@ -266,6 +298,44 @@ def run(
         print_report(summary)
     if summary["verdict"] == "FAIL":
         raise typer.Exit(1)
+
+
+def check_out_folder(out: str) -> None:
+    """--out names a folder that is there or can be made: not a file, nor under one, and writable."""
+    path = Path(out).expanduser()
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder for runs")
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise UserError(f"--out {out}: {existing} is a file, so no folder can be made under it")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"--out {out}: {existing} is not writable")
+
+
+def check_task_data(options) -> None:
+    """Each task's data is there and has the expected schema (evals/data_check.py), and --num-fewshot fits it."""
+    from ..evals.tasks import max_fewshot, source_for
+
+    for spec in options.tasks:
+        source = source_for(spec, options.data_dir)
+        most = max_fewshot(spec, source)
+        if options.num_fewshot is not None and most is not None and options.num_fewshot > most:
+            raise UserError(f"--num-fewshot {options.num_fewshot}: {spec.name} has only {most} examples to draw "
+                            f"shots from ({source.origin})")  # fmt: skip
+
+
+def check_draft_model(config) -> None:
+    """A spec-dec run's draft head folder is read and matched to the target now, not after the baseline run.
+    The defaults (the shipped or the random head, default capture layers) are skipped: nothing a user gave can be
+    wrong there, and the check would parse the target's GGUF header once more."""
+    spec = config.spec
+    if spec is None or (spec.draft_model in ("auto", "random") and spec.capture_layers is None):
+        return
+    from ..workers.checkpoint import load_checkpoint, preset_of
+    from ..workers.spec.head_check import check_draft_model as check
+
+    checkpoint = load_checkpoint(config.model)
+    check(config.spec, checkpoint.config, preset_of(checkpoint) or config.model)
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
@@ -277,10 +347,7 @@ def _run_endpoint(url: str, baseline_url: str | None, declared: dict, config, pl
     """An endpoint run: the engine flags declare the server (--spec eagle3 --draft-len K: it speculates)."""
     from ..evals.endpoint_config import EndpointConfig
     from ..evals.pipeline import run_endpoint
-    from ..evals.tasks import source_for
 
-    for spec_ in plan.options.tasks:
-        source_for(spec_, plan.options.data_dir)  # missing data: one clear error before any request
     spec = config.spec
     target = EndpointConfig(url=url, spec=spec.algorithm if spec else None, max_draft_len=spec.max_draft_len if spec
                             else 0, **declared)  # fmt: skip
@@ -292,7 +359,6 @@ def _run_job(config, plan, torchrun, tp: int | None, dry_run: bool, rank_timeout
     """The evaluation as a torchrun job: a spec-dec run with no recorded baseline decodes it paired in the same job,
     or (mode "separate") runs a baseline job first. Returns rank 0's summary (None for a dry run)."""
     from ..evals.pipeline import baseline_config, needs_baseline, pairs_with_baseline
-    from ..evals.tasks import source_for
     from ..launch.job import Job, JobFailed, launch, resolve_job_device
     from ..launch.layout import plan_layout
     from ..workers.checkpoint import load_checkpoint
@@ -303,9 +369,6 @@ def _run_job(config, plan, torchrun, tp: int | None, dry_run: bool, rank_timeout
                          tp)  # fmt: skip
     if layout.tp > torchrun.nproc_per_node:
         raise UserError(f"TP {layout.tp} would span nodes; use --tp <= --gpus ({torchrun.nproc_per_node})")
-    if not dry_run:
-        for spec_ in plan.options.tasks:
-            source_for(spec_, plan.options.data_dir)  # missing data: one clear error before any rank starts
     config = replace(config, tp_size=layout.tp, device=device)
     paired = not dry_run and pairs_with_baseline(config, plan, mode)
     payload = {**plan.to_dict(), "paired": paired}

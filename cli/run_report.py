@@ -1,5 +1,6 @@
 """What `specdec-eval run` prints: per task the hypothesis-test report, filters, gates and acceptance; then one
-line per task and the run's verdict."""
+line per task and the run's verdict. A task with failed requests gets no score: its filters would count each
+failure as a wrong answer, and "0.00" would read like a measurement."""
 
 from __future__ import annotations
 
@@ -7,16 +8,27 @@ import sys
 from typing import Any
 
 
+def failed_requests(task: dict[str, Any]) -> str | None:
+    """'8 of 8 requests FAILED' when the task has failed requests (then its score is not a measurement)."""
+    failed = task.get("num_failed_requests") or 0
+    return f"{failed} of {task['num_samples']} requests FAILED" if failed else None
+
+
 def print_report(summary: dict[str, Any]) -> None:
     out = sys.stdout
     for name, t in summary["tasks"].items():
         print(f"\n{name}: {t['num_samples']} samples from {t['data']}", file=out)
-        print(t["report"], file=out)
+        failed = failed_requests(t)
+        if failed:  # the hypothesis report and the filter scores would count each failure as a wrong answer
+            print(f"score n/a: {failed} (a failed request is not an answer; the task is not scored)", file=out)
+        else:
+            print(t["report"], file=out)
         for m in t.get("filter_mismatches", [])[:5]:
             print(f"warning: doc {m['doc_id']} {m['filter']}: our filter gives {m['ours']}, lm-eval's "
                   f"{m['lm_eval']} (lm-eval's is scored)", file=out)  # fmt: skip
-        scores = ", ".join(f"{k} {v:.2f}" for k, v in t["filter_scores"].items())
-        print(f"filters: {scores}; score = their mean = {t['score']:.2f}", file=out)
+        if not failed:
+            scores = ", ".join(f"{k} {v:.2f}" for k, v in t["filter_scores"].items())
+            print(f"filters: {scores}; score = their mean = {t['score']:.2f}", file=out)
         if t.get("lossless"):
             ls = t["lossless"]
             line = f"lossless: {ls['verdict']} ({ls['reason']})"
@@ -37,7 +49,10 @@ def print_report(summary: dict[str, Any]) -> None:
         if t["reference"] is not None:
             ref = f"ref {t['reference']:.2f} thr {t['threshold']:.2f} theta {t['theta']:.2f}"
         lossless = f"  lossless {t['lossless']['verdict']}" if t.get("lossless") else ""
-        print(f"{name:<20} {t['score']:6.2f}  {ref:<32} {t['verdict']}{lossless}", file=out)
+        failed = failed_requests(t)
+        score = f"{'n/a':>6}" if failed else f"{t['score']:6.2f}"
+        note = f"  ({failed})" if failed else ""
+        print(f"{name:<20} {score}  {ref:<32} {t['verdict']}{lossless}{note}", file=out)
     if summary["events"]:
         print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["events"].items())), file=out)
     print(f"run {summary['verdict']} in {summary['elapsed_s']:.0f} s ({summary['world_size']} rank(s))", file=out)

@@ -8,7 +8,7 @@ under the same OOM, which must PASS with outputs identical to the fault-free run
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -19,15 +19,17 @@ from .progress import stderr
 
 def selftest(
     mode: Annotated[
-        str,
+        Literal["inject", "budget"],
         typer.Option(
             "--mode",
             help="inject: an injected OOM in the max-shape warmup; budget: a real one, from a kv v2 byte quota "
             "that leaves less headroom than the Eagle3 draft pass needs.",
         ),
     ] = "inject",
-    num_prompts: Annotated[int, typer.Option("--num-prompts", help="Prompts per run (built in).")] = 4,
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n")] = 16,
+    num_prompts: Annotated[
+        int, typer.Option("--num-prompts", min=1, max=len(BENCH_PROMPTS), help="Prompts per run (built in).")
+    ] = 4,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n", min=1)] = 16,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     model: o.Model = "tiny",
     kv_cache: o.KVCache = "v2",
@@ -44,12 +46,7 @@ def selftest(
       specdec-eval selftest --model smollm2 --device-memory 2GiB
     """
     from ..workers.canary import run_canary
-    from ..workers.errors import UserError
 
-    if mode not in ("inject", "budget"):
-        raise UserError(f"--mode must be inject or budget, got {mode!r}")
-    if not 1 <= num_prompts <= len(BENCH_PROMPTS):
-        raise UserError(f"--num-prompts must be 1..{len(BENCH_PROMPTS)}, got {num_prompts}")
     base = o.engine_config(
         model=model, kv_cache=kv_cache, device=device, device_memory=device_memory, max_num_tokens=max_num_tokens,
         spec="eagle3", draft_len=draft_len,

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -58,7 +58,10 @@ def waive(
     bug: Annotated[str, typer.Option("--bug", help="Bug URL or reason, written in parentheses after the marker.")],
     gpu: GPU = None,
     waives_file: WaivesPath = Path("waives.txt"),
-    marker: Annotated[str, typer.Option("--marker", help=f"One of {', '.join(MARKERS)}.")] = "SKIP",
+    marker: Annotated[
+        Literal[MARKERS],  # type: ignore[valid-type]
+        typer.Option("--marker", case_sensitive=False, help=f"One of {', '.join(MARKERS)}."),
+    ] = "SKIP",
 ) -> None:
     """Waive a test: add one line 'TEST SKIP (BUG)' to the waives file (created if missing).
 

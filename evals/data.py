@@ -8,6 +8,9 @@ Local layouts accepted under the data folder:
   gsm8k/main/{train,test}-*.parquet                (a snapshot of the openai/gsm8k hub repository)
   gpqa/dataset.zip                                  (the official password-protected release layout)
   gpqa/gpqa_diamond.csv, gpqa/dataset/gpqa_diamond.csv
+
+Local files are schema-checked when their source is resolved (evals/data_check.py), so a wrong column, broken
+JSON or an empty file is one error naming the file and line before any run folder is created.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..workers.errors import UserError
+from .data_check import check_table
 
 DATA_ENV = "SPECDEC_EVAL_DATA"
 GSM8K_HUB = ("openai/gsm8k", "main")
@@ -24,6 +28,7 @@ GPQA_HUB = ("Idavidrein/gpqa", "gpqa_diamond")
 GPQA_ZIP_MEMBER = "dataset/gpqa_diamond.csv"
 GPQA_ZIP_PASSWORD = b"deserted-untie-orchid"  # published in the official GPQA README
 _TABLE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+GSM8K_COLUMNS = ("question", "answer")
 
 
 @dataclass
@@ -34,6 +39,23 @@ class DataSource:
     builder: str | None = None  # datasets builder for local files: json | parquet | csv | gpqa-zip
     files: dict[str, str] = field(default_factory=dict)  # split -> path
     hub: tuple[str, str] | None = None
+    num_rows: dict[str, int] = field(default_factory=dict)  # split -> rows, for checked local files
+
+
+def checked_gsm8k(src: DataSource) -> DataSource:
+    """A local GSM8K source whose files were checked to hold string 'question' and 'answer' in every row."""
+    for split, path in src.files.items():
+        src.num_rows[split] = check_table(path, src.builder or "", GSM8K_COLUMNS)
+    return src
+
+
+def checked_gpqa(src: DataSource) -> DataSource:
+    """A local GPQA source whose file (the csv, or the csv inside the official zip) has the expected columns."""
+    from .gpqa import check_gpqa_file  # late: gpqa.py imports this module
+
+    if src.files:
+        src.num_rows["train"] = check_gpqa_file(src.builder or "", src.files["train"])
+    return src
 
 
 def data_root(data_dir: str | None) -> Path | None:
@@ -54,7 +76,7 @@ def gsm8k_source(data_dir: str | None) -> DataSource:
             found = _split_files(folder, ("train", "test")) or _split_files(folder / "main", ("train", "test"))
             if found:
                 builder, files = found
-                return DataSource(f"local:{folder}", builder, files)
+                return checked_gsm8k(DataSource(f"local:{folder}", builder, files))
     return _hub_or_error("GSM8K", GSM8K_HUB, root, "gsm8k/train.jsonl and gsm8k/test.jsonl")
 
 
@@ -63,10 +85,11 @@ def gpqa_source(data_dir: str | None) -> DataSource:
     if root is not None:
         for folder in (root / "gpqa", root):
             if (folder / "dataset.zip").is_file():
-                return DataSource(f"local:{folder / 'dataset.zip'}", "gpqa-zip", {"train": str(folder / "dataset.zip")})
+                zip_path = str(folder / "dataset.zip")
+                return checked_gpqa(DataSource(f"local:{zip_path}", "gpqa-zip", {"train": zip_path}))
             for csv in (folder / "gpqa_diamond.csv", folder / "dataset" / "gpqa_diamond.csv"):
                 if csv.is_file():
-                    return DataSource(f"local:{csv}", "csv", {"train": str(csv)})
+                    return checked_gpqa(DataSource(f"local:{csv}", "csv", {"train": str(csv)}))
     return _hub_or_error("GPQA-Diamond", GPQA_HUB, root, "gpqa/dataset.zip (official layout) or gpqa/gpqa_diamond.csv")
 
 

@@ -10,14 +10,17 @@ the same seed. GPQA text is never written anywhere by this module (the authors a
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
+import os
 import random
 import zipfile
 from typing import Any
 
 from ..workers.errors import UserError
 from .data import GPQA_ZIP_MEMBER, GPQA_ZIP_PASSWORD
+from .data_check import check_csv_text, check_table, decode_utf8
 
 LETTERS = "ABCD"
 REQUIRED_COLUMNS = ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
@@ -50,15 +53,39 @@ def make_doc(row: dict[str, Any], index: int, seed: int) -> dict[str, Any]:
     return doc
 
 
+def check_gpqa_file(builder: str, path: str) -> int:
+    """Rows of a local GPQA file (csv, or the csv inside the official zip) after checking its columns; the zip is
+    read in memory, never extracted. Raises UserError naming the file and line."""
+    if builder == "csv":
+        return check_table(path, "csv", REQUIRED_COLUMNS)
+    try:
+        stat = os.stat(path)
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+    return _check_zip(path, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _check_zip(path: str, size: int, mtime_ns: int) -> int:
+    """Once per process and file version: decrypting the zip's csv takes a second in pure Python."""
+    where = f"{path}!{GPQA_ZIP_MEMBER}"
+    return check_csv_text(decode_utf8(_read_zip(path), where), where, REQUIRED_COLUMNS)
+
+
+def _read_zip(path: str) -> bytes:
+    try:
+        with zipfile.ZipFile(path) as z:
+            return z.read(GPQA_ZIP_MEMBER, pwd=GPQA_ZIP_PASSWORD)
+    except (KeyError, RuntimeError, zipfile.BadZipFile) as e:
+        raise UserError(f"{path}: not the official GPQA zip layout ({GPQA_ZIP_MEMBER}): {e}") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
 def read_rows(builder: str | None, path: str | None, hub: tuple[str, str] | None) -> list[dict[str, Any]]:
     """Raw rows, with every column as a string (numeric-looking answers must stay text)."""
     if builder == "gpqa-zip":
-        try:
-            with zipfile.ZipFile(path) as z:
-                raw = z.read(GPQA_ZIP_MEMBER, pwd=GPQA_ZIP_PASSWORD)
-        except (KeyError, RuntimeError, zipfile.BadZipFile) as e:
-            raise UserError(f"{path}: not the official GPQA zip layout ({GPQA_ZIP_MEMBER}): {e}") from None
-        rows = list(csv.DictReader(io.StringIO(raw.decode("utf-8"))))
+        rows = list(csv.DictReader(io.StringIO(_read_zip(path).decode("utf-8"))))
     elif builder == "csv":
         with open(path, encoding="utf-8", newline="") as f:
             rows = list(csv.DictReader(f))

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from ..workers.errors import UserError
-from .data import DataSource, gpqa_source, gsm8k_source
+from .data import DataSource, checked_gpqa, checked_gsm8k, gpqa_source, gsm8k_source
 
 SMOKE_DIR = Path(__file__).parent / "smoke"
 
@@ -64,13 +64,23 @@ def parse_tasks(names: str | list[str]) -> list[TaskSpec]:
 
 
 def source_for(spec: TaskSpec, data_dir: str | None) -> DataSource:
+    """Where the task's documents come from; local files are schema-checked here (evals/data_check.py)."""
     if spec.smoke:
         folder = SMOKE_DIR / spec.family
         if spec.family == "gsm8k":
             files = {s: str(folder / f"{s}.jsonl") for s in ("train", "test")}
-            return DataSource(f"smoke:{folder}", "json", files)
-        return DataSource(f"smoke:{folder}", "csv", {"train": str(folder / "gpqa_diamond.csv")})
+            return checked_gsm8k(DataSource(f"smoke:{folder}", "json", files))
+        return checked_gpqa(DataSource(f"smoke:{folder}", "csv", {"train": str(folder / "gpqa_diamond.csv")}))
     return gsm8k_source(data_dir) if spec.family == "gsm8k" else gpqa_source(data_dir)
+
+
+def max_fewshot(spec: TaskSpec, source: DataSource) -> int | None:
+    """The most few-shot examples the task's source can give (None: unknown, a hub dataset). GSM8K draws them
+    from its train split; GPQA from its only split, leaving out the question asked."""
+    rows = source.num_rows.get("train")
+    if rows is None:
+        return None
+    return rows - 1 if spec.family == "gpqa_diamond" else rows
 
 
 def write_task_yamls(specs: list[TaskSpec], sources: dict[str, DataSource], folder: Path, gpqa_seed: int) -> Path:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import os
+from pathlib import Path
 
 import pytest
 from specdec_eval.workers.checkpoint import load_checkpoint
@@ -48,3 +50,17 @@ def make_engine(shared, kv: str = "v1", tp=None, **overrides) -> Engine:
         **overrides,
     )
     return Engine(config, tp, checkpoint=ckpt, tokenizer=tokenizer)
+
+
+@pytest.fixture(autouse=True)
+def _nothing_written_into_the_working_directory():
+    """Tests write under tmp_path only: a `runs/` left in the working directory is picked up by the next run's
+    resume-by-default (issue 18, item 14). Fails the test that created anything there."""
+    cwd = Path.cwd()
+    before = set(os.listdir(cwd))
+    yield
+    created = sorted(set(os.listdir(cwd)) - before - IGNORED_IN_CWD)
+    assert not created, f"the test wrote {created} into the working directory {cwd}; use tmp_path"
+
+
+IGNORED_IN_CWD = {".pytest_cache", "__pycache__", ".ruff_cache"}

@@ -47,7 +47,7 @@ def test_generate_plain_and_jsonl(capsys, monkeypatch):
     "argv, message",
     [
         (["generate", "-", "--model", "/no/such/model"], "model path not found"),
-        (["generate", "-", "--model", "tiny", "--kv-cache", "v3"], "unknown kv-cache version 'v3'"),
+        (["generate", "-", "--model", "tiny", "--kv-cache", "v3"], "'--kv-cache': 'v3' is not one of 'v1', 'v2'"),
         (["generate", "-", "--model", "tiny", "--tp", "3"], "TP size 3 does not divide"),
         (["engine", "info", "--model", "tiny", "--tp", "3"], "TP size 3 does not divide"),
         (["generate", "/no/prompts.txt", "--model", "tiny"], "prompts file not found"),
@@ -101,9 +101,9 @@ def test_generate_writes_events_and_exits_1_on_failed_requests(capsys, monkeypat
 
 def test_bad_spec_options_are_exit_2(capsys, monkeypatch):
     for argv, message in (
-        (["--spec", "medusa"], "unknown spec-dec algorithm"),
-        (["--spec", "eagle3", "-k", "0"], "max draft len"),
-        (["--spec", "eagle3", "--spec-guard", "maybe"], "unknown spec guard"),
+        (["--spec", "medusa"], "'--spec': 'medusa' is not one of 'none', 'eagle3'"),
+        (["--spec", "eagle3", "-k", "0"], "'--draft-len' / '-k': Input should be greater than or equal to 1"),
+        (["--spec", "eagle3", "--spec-guard", "maybe"], "'--spec-guard': 'maybe' is not one of"),
         (["--spec", "eagle3", "--draft-model", "/no/head"], "draft model folder not found"),
         (["--spec", "eagle3", "--capture-layers", "1,x,3"], "--capture-layers"),
     ):

@@ -184,9 +184,19 @@ def test_hub_error_without_message(monkeypatch):
 # --- GPQA -------------------------------------------------------------------------------------------------
 
 
+SYNTHETIC_GPQA = "Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,Incorrect Answer 3\nq?,r,w1,w2,w3\n"
+
+
 def _touch(path: Path) -> Path:
+    """A synthetic GPQA file of the kind the name says: the source is schema-checked when it is resolved."""
+    import zipfile
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"synthetic placeholder")
+    if path.suffix == ".zip":
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr(data.GPQA_ZIP_MEMBER, SYNTHETIC_GPQA)
+    else:
+        path.write_text(SYNTHETIC_GPQA)
     return path
 
 

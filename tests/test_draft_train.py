@@ -147,7 +147,10 @@ def test_data_is_shared_by_training_settings_but_checkpoints_are_not():
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["--num-prompts", "0"], "--num-prompts must be positive"), (["--num-shots", "-1"], "--num-shots")],
+    [
+        (["--num-prompts", "0"], "'--num-prompts': Input should be greater than or equal to 1"),
+        (["--num-shots", "-1"], "--num-shots"),
+    ],
 )
 def test_bad_cli_input_is_one_line(args, message, capsys):
     with pytest.raises(SystemExit) as e:

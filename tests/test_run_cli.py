@@ -35,10 +35,11 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_smoke_run_without_references(capsys):
+def test_smoke_run_without_references(capsys, tmp_path):
     code, out, err = run_cli(
-        capsys, "run", "--tasks", "gsm8k_smoke,gpqa_diamond_smoke", "--limit", "2", "--max-output-len", "8", *FAST
-    )
+        capsys, "run", "--tasks", "gsm8k_smoke,gpqa_diamond_smoke", "--limit", "2", "--max-output-len", "8", *FAST,
+        "--out", str(tmp_path / "runs"),
+    )  # fmt: skip
     assert code == 0, err
     assert "gsm8k_smoke: 2 samples from smoke:" in out
     assert "gpqa_diamond_smoke: 2 samples from smoke:" in out
@@ -52,10 +53,10 @@ def test_smoke_run_without_references(capsys):
     assert out.rstrip().splitlines()[-1].startswith("run PASS in ")
 
 
-def test_smoke_run_json(capsys):
+def test_smoke_run_json(capsys, tmp_path):
     code, out, err = run_cli(
         capsys, "run", "--tasks", "gsm8k_smoke,gpqa_diamond_smoke", "--limit", "2", "--max-output-len", "8", "--json",
-        *FAST,
+        *FAST, "--out", str(tmp_path / "runs"),
     )  # fmt: skip
     assert code == 0, err
     summary = json.loads(out)  # stdout holds the JSON and nothing else (progress goes to stderr)
@@ -71,8 +72,8 @@ def test_smoke_run_json(capsys):
     assert summary["model"] == "tiny" and summary["spec"] is None
 
 
-def test_unknown_task_is_one_line_and_exit_2(capsys):
-    code, out, err = run_cli(capsys, "run", "--tasks", "nope", *FAST)
+def test_unknown_task_is_one_line_and_exit_2(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "run", "--tasks", "nope", *FAST, "--out", str(tmp_path / "runs"))
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1
@@ -81,15 +82,17 @@ def test_unknown_task_is_one_line_and_exit_2(capsys):
     assert out == ""
 
 
-def test_missing_data_dir_is_exit_2(capsys):
-    code, out, err = run_cli(capsys, "run", "--tasks", "gsm8k", "--data-dir", "/nonexistent", "--no-reference", *FAST)
+def test_missing_data_dir_is_exit_2(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "run", "--tasks", "gsm8k", "--data-dir", "/nonexistent", "--no-reference", *FAST,
+                             "--out", str(tmp_path / "runs"))  # fmt: skip
     assert code == 2
     assert err.strip().splitlines()[-1] == "specdec-eval: error: --data-dir /nonexistent is not a folder"
 
 
-def test_missing_data_dir_with_reference_lookup_is_exit_2(capsys):
+def test_missing_data_dir_with_reference_lookup_is_exit_2(capsys, tmp_path):
     """Also without --no-reference (whichever check runs first), a one-line exit 2."""
-    code, out, err = run_cli(capsys, "run", "--tasks", "gsm8k", "--data-dir", "/nonexistent", *FAST)
+    code, out, err = run_cli(capsys, "run", "--tasks", "gsm8k", "--data-dir", "/nonexistent", *FAST,
+                             "--out", str(tmp_path / "runs"))  # fmt: skip
     assert code == 2
     last = err.strip().splitlines()[-1]
     assert last.startswith("specdec-eval: error: ")
@@ -114,7 +117,7 @@ def reference_dir(tmp_path, monkeypatch):
 
 
 @needs_shared_data
-def test_run_with_references_prints_the_hypothesis_report(capsys, reference_dir):
+def test_run_with_references_prints_the_hypothesis_report(capsys, reference_dir, tmp_path):
     """GSM8K with a reference pinned to n = 1319 (so the gate can fail: the random tiny model scores ~0) and
     GPQA-Diamond with a reference near chance (the gate cannot fail at n = 3: NO-GATE)."""
     (reference_dir / "gsm8k.yaml").write_text(
@@ -129,7 +132,7 @@ def test_run_with_references_prints_the_hypothesis_report(capsys, reference_dir)
     (reference_dir / "gpqa_diamond.yaml").write_text("X:\n  - accuracy: 30.0\n    source: test fixture\n")
     code, out, err = run_cli(
         capsys, "run", "--tasks", "gsm8k,gpqa_diamond", "--limit", "3", "--max-output-len", "8", "--num-fewshot", "1",
-        "--data-dir", str(SHARED_DATA), "--model-key", "X", *FAST,
+        "--data-dir", str(SHARED_DATA), "--model-key", "X", *FAST, "--out", str(tmp_path / "runs"),
     )  # fmt: skip
     assert code == 1, err  # a FAIL verdict is exit status 1
     assert out.count("= ACCURACY HYPOTHESIS TESTING") == 2
@@ -151,11 +154,12 @@ def test_run_with_references_prints_the_hypothesis_report(capsys, reference_dir)
 
 
 @needs_shared_data
-def test_run_with_unknown_model_key_is_exit_2(capsys, reference_dir):
+def test_run_with_unknown_model_key_is_exit_2(capsys, reference_dir, tmp_path):
     (reference_dir / "gsm8k.yaml").write_text("X:\n  - accuracy: 50.0\n    command: test fixture\n")
     code, out, err = run_cli(
-        capsys, "run", "--tasks", "gsm8k", "--limit", "1", "--model-key", "Y", "--data-dir", str(SHARED_DATA), *FAST
-    )
+        capsys, "run", "--tasks", "gsm8k", "--limit", "1", "--model-key", "Y", "--data-dir", str(SHARED_DATA), *FAST,
+        "--out", str(tmp_path / "runs"),
+    )  # fmt: skip
     assert code == 2
     last = err.strip().splitlines()[-1]
     assert "'Y'" in last and "--no-reference" in last

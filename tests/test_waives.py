@@ -273,7 +273,7 @@ def test_cli_waive_creates_a_missing_file_and_rejects_bad_markers(cli, tmp_path)
     result = cli("waive", "t.py::test_x", "--bug", "flaky", "--marker", "xfail", "-f", str(path))
     assert result.exit_code == 0 and path.read_text() == "t.py::test_x XFAIL (flaky)\n"
     result = cli("waive", "t.py::test_y", "--bug", "r", "--marker", "BOGUS", "-f", str(path))
-    assert isinstance(result.exception, UserError) and "unknown marker" in str(result.exception)
+    assert result.exit_code == 2 and "'--marker'" in result.output  # a choice of --marker: a usage error
     result = cli("waive", "t.py::test_z", "--gpu", "H100")  # --bug is required
     assert result.exit_code == 2 and "--bug" in result.output
 

@@ -27,7 +27,19 @@ def parse_bytes(text: str | int) -> int:
     return int(value * units[unit])
 
 
+def parse_capture_layers(text: str) -> tuple[int, ...]:
+    """'2,15,27' -> (2, 15, 27): three target layer ids >= 0 (the model checks the upper bound)."""
+    try:
+        layers = tuple(int(x) for x in str(text).split(","))
+    except ValueError:
+        raise UserError(f"--capture-layers wants three integers like 2,15,27, got {text!r}") from None
+    if len(layers) != 3 or min(layers) < 0:
+        raise UserError(f"--capture-layers wants three layer ids >= 0 like 2,15,27, got {text!r}")
+    return layers
+
+
 SPEC_GUARDS = ("template", "none")
+WARMUP_MODES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -127,17 +139,42 @@ class EngineConfig:
             raise UserError(f"max batch size must be positive, got {self.max_batch_size}")
         if self.max_num_tokens < 1:
             raise UserError(f"max num tokens must be positive, got {self.max_num_tokens}")
-        if self.inject:
-            from .faults import FaultSpec  # late: faults.py imports nothing from here, but keep config light
-
-            for text in self.inject:
-                FaultSpec.parse(text, self.seed)
-        if self.warmup not in ("auto", "on", "off"):
+        if self.warmup not in WARMUP_MODES:
             raise UserError(f"warmup must be auto, on or off, got {self.warmup!r}")
+        if self.inject:
+            self._check_faults_can_fire()
         if self.max_retries < 0:
             raise UserError(f"max retries must be >= 0, got {self.max_retries}")
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise UserError(f"max seq len must be at least 2, got {self.max_seq_len}")
+
+    def _check_faults_can_fire(self) -> None:
+        """Each --inject parses, and can fire in this configuration: a fault that never fires would make a run
+        look as if the engine had survived it. (A fault scheduled past the run's last step cannot be known
+        here.)"""
+        from .faults import SPEC_POINTS, FaultSpec  # late: faults.py imports torch
+
+        for text in self.inject:
+            fault = FaultSpec.parse(text, self.seed)
+            if fault.point in SPEC_POINTS and self.spec is None:
+                raise UserError(f"--inject {text!r} can never fire: {fault.point} is a spec-dec point; add --spec")
+            k = self.spec.max_draft_len if self.spec is not None else 0
+            if fault.point == "draft_step" and fault.arg is not None and k and fault.arg >= k:
+                raise UserError(f"--inject {text!r} can never fire: draft steps are 0..{k - 1} with --draft-len {k}")
+            if fault.point == "warmup_oom" and not self._runs_warmup():
+                raise UserError(f"--inject {text!r} can never fire: the general warmup does not run (--warmup "
+                                f"{self.warmup}{' runs it on CUDA only' if self.warmup == 'auto' else ''}); "
+                                "add --warmup on")  # fmt: skip
+
+    def _runs_warmup(self) -> bool:
+        """Whether the engine will run the general warmup (workers/engine.py: on, or auto on CUDA)."""
+        if self.warmup != "auto":
+            return self.warmup == "on"
+        if self.device != "auto":
+            return self.device == "cuda"
+        import torch  # late: only an --inject warmup_oom with --warmup auto --device auto gets here
+
+        return torch.cuda.is_available()
 
     def to_dict(self) -> dict:
         """Plain values (JSON-ready): what a torchrun job hands its ranks, and what a run records."""
@@ -219,12 +256,7 @@ def from_options(
     equal the dataclasses' (a test checks it)."""
     spec_cfg = None
     if spec != "none":
-        layers = None
-        if capture_layers:
-            try:
-                layers = tuple(int(x) for x in str(capture_layers).split(","))
-            except ValueError:
-                raise UserError(f"--capture-layers wants three integers like 2,15,27, got {capture_layers!r}") from None
+        layers = parse_capture_layers(capture_layers) if capture_layers else None
         spec_cfg = SpecConfig(algorithm=spec, max_draft_len=draft_len, draft_model=draft_model, guard=spec_guard,
                               capture_layers=layers)  # fmt: skip
     return EngineConfig(

@@ -29,6 +29,7 @@ from .events import EventLog
 
 FAULT_POINTS = ("warmup_oom", "prepare_for_spec_dec", "draft_step", "target_forward", "restore", "emit_rejected_draft")
 BEHAVIOUR_POINTS = ("emit_rejected_draft",)  # change results instead of raising
+SPEC_POINTS = ("prepare_for_spec_dec", "draft_step", "restore", "emit_rejected_draft")  # reached only under spec-dec
 _SYNTAX = re.compile(r"^(?P<point>[a-z_]+)(?::(?P<arg>\d+))?(?:@(?P<step>\d+|random))?(?:x(?P<count>\d+))?$")
 
 

@@ -152,13 +152,12 @@ class Eagle3DraftModel(nn.Module):
         params = dict(self.named_parameters())
         seen: set[str] = set()
         for name, tensor in tensors:
-            name = name.removeprefix("model.")
-            name = name.replace("layers.0.", "midlayer.") if name.startswith("layers.0.") else name
+            name = head_tensor_name(name)
             if name == "d2t":
                 self.d2t.copy_(tensor.to(torch.int64))
                 continue
-            if name in ("t2d", "embed_tokens.weight") or name.endswith("rotary_emb.inv_freq"):
-                continue  # training-only mask; the embedding is the target's
+            if name is None:
+                continue
             if name not in params:
                 raise UserError(f"draft checkpoint tensor {name!r} is not part of an Eagle3 head")
             param = params[name]
@@ -174,6 +173,16 @@ class Eagle3DraftModel(nn.Module):
         missing = sorted(set(params) - seen)
         if missing:
             raise UserError(f"draft checkpoint lacks tensors: {', '.join(missing[:5])}")
+
+
+def head_tensor_name(name: str) -> str | None:
+    """A checkpoint tensor's name as our head names it (EAGLE / SpecForge / speculators layouts), or None for
+    tensors the head does not load (the training-only t2d mask; the embedding, which is the target's)."""
+    name = name.removeprefix("model.")
+    name = name.replace("layers.0.", "midlayer.") if name.startswith("layers.0.") else name
+    if name in ("t2d", "embed_tokens.weight") or name.endswith("rotary_emb.inv_freq"):
+        return None
+    return name
 
 
 def random_head_tensors(hc: Eagle3HeadConfig, g: torch.Generator, std: float = 0.1) -> dict[str, torch.Tensor]:

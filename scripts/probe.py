@@ -1,0 +1,248 @@
+"""Hostile-input probe: every case runs `python -m specdec_eval.cli.main ...` as its own process and must end
+cleanly: the documented exit status (2 for anything a user can get wrong), one line on stderr starting
+`specdec-eval: error:`, no traceback, and nothing written (each case runs in an empty scratch folder that is also
+its `--out`, and must leave it empty; fixture files it reads must stay unchanged).
+
+    python scripts/probe.py            # all cases, two at a time; prints one line per case, then `N/M clean`
+    python scripts/probe.py -k fewshot # only cases whose name contains 'fewshot'
+
+Exit status 0 only when every case is clean. Cases use the `tiny` model with a 256 MiB budget and tiny data files
+written to a temporary folder, so none of them loads a real model or reads the shared data.
+
+The cases and their fixture files are in scripts/probe_cases.py. The HTTP server (`specdec-eval serve`) is a second
+group, probe_cases.SERVER_CASES: declared, and run once `specdec_eval.serve` exists (see run_server_group).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from probe_cases import SERVER_CASES, Case, cli_cases, make_fixtures  # scripts/ is on sys.path (this script's own)
+
+CLI = [sys.executable, "-m", "specdec_eval.cli.main"]
+
+
+@dataclass
+class Outcome:
+    case: Case
+    problems: list[str] = field(default_factory=list)
+    code: int | None = None
+    seconds: float = 0.0
+    stderr_tail: str = ""
+
+    @property
+    def clean(self) -> bool:
+        return not self.problems
+
+
+# --- running ----------------------------------------------------------------------------------------------------
+
+ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "NO_COLOR": "1", "COLUMNS": "200"}
+
+
+def _digest(paths: list[Path]) -> dict[str, str]:
+    out = {}
+    for p in paths:
+        for f in [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file()):
+            out[str(f)] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return out
+
+
+class Started:
+    """One case's process: `python -m specdec_eval.cli.main ARGS` (exec), or a fork of this interpreter, which has
+    imported the package once, calling its main(ARGS) (fork: the same code path without the seconds of interpreter
+    and torch start-up per case). Either way its cwd is the case's scratch folder and its output goes to files."""
+
+    def __init__(self, case: Case, args: list[str], scratch: Path, fork: bool) -> None:
+        self.case, self.scratch, self.start = case, scratch, time.perf_counter()
+        scratch.mkdir(parents=True)
+        self.out, self.err = scratch.parent / f"{scratch.name}.out", scratch.parent / f"{scratch.name}.err"
+        (scratch.parent / f"{scratch.name}.in").write_bytes(case.stdin)
+        self.pid, self.popen, self.returncode = 0, None, None
+        if not fork:
+            with open(scratch.parent / f"{scratch.name}.in", "rb") as i, open(self.out, "wb") as o, \
+                    open(self.err, "wb") as e:  # fmt: skip
+                self.popen = subprocess.Popen(CLI + args, cwd=scratch, stdin=i, stdout=o, stderr=e,
+                                              env={**os.environ, **ENV})  # fmt: skip
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: never returns
+            _child(args, scratch, scratch.parent / f"{scratch.name}.in", self.out, self.err)
+
+    def poll(self) -> int | None:
+        if self.popen is not None:
+            self.returncode = self.popen.poll()
+        elif self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.popen is not None:
+            self.popen.kill()
+            self.popen.wait()
+        else:
+            os.kill(self.pid, 9)
+            os.waitpid(self.pid, 0)
+
+
+def _child(args: list[str], cwd: Path, stdin: Path, stdout: Path, stderr: Path) -> None:
+    code = 1
+    try:
+        os.chdir(cwd)
+        for fd, path, mode in ((0, stdin, os.O_RDONLY), (1, stdout, os.O_WRONLY), (2, stderr, os.O_WRONLY)):
+            os.dup2(os.open(path, mode | (os.O_CREAT | os.O_TRUNC if fd else 0), 0o644), fd)
+        # Fresh stream objects: the parent's may hold unflushed text, and their buffers are not the child's.
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        from specdec_eval.cli.main import main as cli_main
+
+        try:
+            cli_main(args)
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:  # what `python -m` would print for an uncaught exception
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def judge(s: Started, timed_out: float | None) -> Outcome:
+    case, outcome = s.case, Outcome(s.case, code=s.returncode, seconds=time.perf_counter() - s.start)
+    if timed_out is not None:
+        outcome.problems.append(f"timed out after {timed_out:.0f} s")
+    err = s.err.read_bytes().decode("utf-8", "replace")
+    lines = [line for line in err.splitlines() if line.strip()]
+    outcome.stderr_tail = "\n".join(lines[-3:])
+    if s.returncode != case.expect:
+        outcome.problems.append(f"exit {s.returncode}, expected {case.expect}")
+    if "Traceback" in err or b"Traceback" in s.out.read_bytes():
+        outcome.problems.append("traceback")
+    if case.prefix and (not lines or not lines[-1].startswith(case.prefix)):
+        outcome.problems.append(f"last stderr line does not start with {case.prefix!r}")
+    elif case.message and case.message not in lines[-1]:
+        outcome.problems.append(f"error line lacks {case.message!r}")
+    if len(lines) > 1 and not case.multiline:
+        outcome.problems.append(f"{len(lines)} lines on stderr, expected one")
+    left = sorted(str(x.relative_to(s.scratch)) for x in s.scratch.rglob("*"))
+    if left:
+        outcome.problems.append(f"left behind: {', '.join(left[:4])}")
+    return outcome
+
+
+def run_cli_group(cases: list[Case], root: Path, jobs: int, timeout: float, fork: bool,
+                  report: Callable[[Outcome], None]) -> tuple[list[Outcome], list[str]]:  # fmt: skip
+    """Run the cases `jobs` at a time (no threads: a fork must not copy another thread's locks); returns the
+    outcomes in case order and the fixture files that changed."""
+    fixtures = make_fixtures(root)
+    watched = [Path(fixtures[k]) for k in ("store", "waives", "prompts_ok", "a_file")]
+    before = _digest(watched)
+    pending = list(enumerate(cases))
+    running: dict[int, Started] = {}
+    done: dict[int, Outcome] = {}
+    while pending or running:
+        while pending and len(running) < jobs:
+            index, case = pending.pop(0)
+            args = [a.format(**fixtures) if "{" in a else a for a in case.args]
+            running[index] = Started(case, args, root / "scratch" / case.name, fork)
+        for index, started in list(running.items()):
+            late = time.perf_counter() - started.start > timeout
+            if started.poll() is None and not late:
+                continue
+            if started.returncode is None:
+                started.kill()
+            done[index] = judge(started, timeout if late and started.returncode is None else None)
+            del running[index]
+            report(done[index])
+        time.sleep(0.02)
+    after = _digest(watched)
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    if (root / "PICKLE-RAN").exists():
+        changed.append("the pickle head ran code on load")
+    return [done[i] for i in sorted(done)], changed
+
+
+# --- the HTTP server group -----------------------------------------------------------------------------------------
+
+
+def run_server_group(report_line: Callable[[str], None]) -> list[Outcome]:
+    """TODO(serve): start `specdec-eval serve --model tiny --device-memory 256MiB` on a free port with an API key,
+    wait for GET /health, send each SERVER_CASES request (httpx), check its status and that /health still answers
+    200 afterwards, then stop the server (SIGTERM) and check it exits 0. Written once `specdec_eval.serve` and its
+    command-line options exist; until then this group is skipped and says so."""
+    if importlib.util.find_spec("specdec_eval.serve") is None:
+        report_line(f"server group: skipped, specdec_eval.serve is not in this tree ({len(SERVER_CASES)} cases wait)")
+    else:
+        report_line(f"server group: TODO, specdec_eval.serve exists but its {len(SERVER_CASES)} cases are not wired")
+    return []
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-k", dest="select", default="", help="only cases whose name contains this")
+    parser.add_argument("--jobs", type=int, default=2, help="cases run at once (default 2: this machine's cores)")
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds one case may take")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder and print it")
+    parser.add_argument(
+        "--fork",
+        action="store_true",
+        help="fork this interpreter per case instead of starting "
+        "`python -m specdec_eval.cli.main` (same code path, no per-case start-up; what the tests use)",
+    )
+    args = parser.parse_args(argv)
+    os.environ.update(ENV)  # before anything imports the Hugging Face libraries, which read it once
+    if args.fork:
+        import specdec_eval.cli.main  # noqa: F401  (imported once, inherited by every forked case)
+
+    cases = [c for c in cli_cases() if args.select in c.name]
+    root = Path(tempfile.mkdtemp(prefix="specdec-probe-"))
+    start = time.perf_counter()
+
+    def report(o: Outcome) -> None:
+        status = "clean" if o.clean else "DIRTY"
+        line = f"{status:5}  {o.case.name:<36} exit {o.code}  {o.seconds:5.1f} s"
+        if not o.clean:
+            line += "  " + "; ".join(o.problems) + "\n         " + o.stderr_tail.replace("\n", "\n         ")
+        print(line, flush=True)
+
+    try:
+        outcomes, changed = run_cli_group(cases, root, args.jobs, args.timeout, args.fork, report)
+        for what in changed:
+            print(f"DIRTY  fixture changed: {what}")
+        outcomes += run_server_group(lambda line: print(line, flush=True))
+    finally:
+        if args.keep:
+            print(f"probe folder: {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    clean = sum(o.clean for o in outcomes)
+    mode = "forked" if args.fork else "python -m"
+    print(f"{clean}/{len(outcomes)} clean in {time.perf_counter() - start:.0f} s ({mode}, {args.jobs} at a time)")
+    return 0 if clean == len(outcomes) and not changed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""The hostile inputs of scripts/probe.py: the cases (command lines and what must come out of them), the fixture
+files they read (written into a temporary folder), and the HTTP server group's requests. No GPQA text: every
+data file is synthetic."""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+ERROR = "specdec-eval: error:"
+FAST = ["--model", "tiny", "--device-memory", "256MiB", "--device", "cpu"]
+SMOKE = [*FAST, "--tasks", "gsm8k_smoke", "--no-reference", "--limit", "1", "--max-output-len", "4"]
+TEST_ID = "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3[v2_kv_cache-one_model-tp1]"
+
+
+@dataclass
+class Case:
+    """One command line. `args` may name fixtures as {name}; `expect` is the exit status; `message` a substring
+    the error line must hold; `multiline`: lines before the error line are allowed (help text, a notice)."""
+
+    name: str
+    args: list[str]
+    expect: int = 2
+    message: str = ""
+    stdin: bytes = b""
+    multiline: bool = False
+    prefix: str = ERROR  # what the last stderr line starts with
+
+
+def cli_cases() -> list[Case]:
+    """The hostile inputs: usage errors, out-of-range values, impossible faults, broken files, bad destinations."""
+    run = ["run", *SMOKE, "--out", "runs"]
+    gen = ["generate", "{prompts_ok}", *FAST, "-n", "2"]
+    # fmt: off
+    return [
+        # click / Typer usage errors
+        Case("no-command", [], multiline=True, message="missing command"),
+        Case("unknown-command", ["frobnicate"], message="No such command"),
+        Case("engine-without-subcommand", ["engine"], multiline=True, message="missing command"),
+        Case("run-limit-not-a-number", [*run, "--limit", "abc"], message="--limit"),
+        Case("run-unknown-option", [*run, "--bogus"], message="No such option: --bogus"),
+        Case("waive-without-bug", ["waive", TEST_ID, "-f", "{waives}"], message="--bug"),
+        Case("report-without-run", ["report"], message="Missing argument"),
+        Case("run-tp-without-gpus", [*run, "--tp", "2"], message="--tp > 1 needs --gpus"),
+        # ranges and choices, refused where declared
+        Case("run-limit-zero", [*run, "--limit", "0"], message="--limit"),
+        Case("run-limit-negative", [*run, "--limit", "-1"], message="--limit"),
+        Case("run-fewshot-negative", [*run, "--num-fewshot", "-1"], message="--num-fewshot"),
+        Case("run-fewshot-1000", [*run, "--num-fewshot", "1000"], message="--num-fewshot"),
+        Case("run-fewshot-beyond-train", [*run, "--num-fewshot", "6"], message="only 5 examples"),
+        Case("run-gpus-zero", [*run, "--gpus", "0"], message="--gpus"),
+        Case("run-gpus-negative", [*run, "--gpus", "-2"], message="--gpus"),
+        Case("run-max-output-len-zero", [*run, "--max-output-len", "0"], message="--max-output-len"),
+        Case("run-kv-cache-unknown", [*run, "--kv-cache", "v3"], message="'v3' is not one of"),
+        Case("run-spec-unknown", [*run, "--spec", "medusa"], message="'medusa' is not one of"),
+        Case("run-draft-len-zero", [*run, "--spec", "eagle3", "--draft-len", "0"], message="--draft-len"),
+        Case("run-draft-len-17", [*run, "--spec", "eagle3", "--draft-len", "17"], message="--draft-len"),
+        Case("run-dtype-unknown", [*run, "--dtype", "int4"], message="'int4' is not one of"),
+        Case("run-warmup-unknown", [*run, "--warmup", "maybe"], message="'maybe' is not one of"),
+        Case("run-batch-zero", [*run, "--max-batch-size", "0"], message="--max-batch-size"),
+        Case("run-memory-unreadable", [*run, "--device-memory", "lots"], message="cannot read memory size"),
+        Case("run-memory-zero", [*run, "--device-memory", "0"], message="must be positive"),
+        Case("run-seed-negative", [*run, "--seed", "-1"], message="--seed"),
+        Case("run-task-unknown", ["run", *FAST, "--tasks", "nope", "--out", "runs"], message="unknown task 'nope'"),
+        Case("run-rdzv-backend-unknown", [*run, "--gpus", "2", "--rdzv-backend", "zmq"], message="--rdzv-backend"),
+        Case("run-baseline-endpoint-alone", [*run, "--baseline-endpoint", "http://127.0.0.1:9"],
+             message="needs --endpoint"),
+        Case("generate-temperature-negative", [*gen, "--temperature", "-1"], message="--temperature"),
+        Case("generate-top-p-zero", [*gen, "--top-p", "0"], message="--top-p"),
+        Case("generate-top-p-above-one", [*gen, "--top-p", "1.5"], message="--top-p"),
+        Case("generate-capture-layers", [*gen, "--spec", "eagle3", "--capture-layers", "1,x,3"],
+             message="--capture-layers"),
+        Case("engine-info-tp-3", ["engine", "info", *FAST, "--tp", "3"], message="does not divide"),
+        Case("selftest-mode-unknown", ["selftest", "--mode", "nope"], message="--mode"),
+        Case("selftest-no-prompts", ["selftest", "--num-prompts", "0"], message="--num-prompts"),
+        Case("draft-train-no-prompts", ["draft", "train", "--num-prompts", "0"], message="--num-prompts"),
+        Case("compare-alpha-2", ["compare", "a", "b", "--out", "{store}", "--alpha", "2"], message="--alpha"),
+        Case("decide-k-zero", ["decide", TEST_ID, "--out", "{store}", "--k", "0"], message="--k"),
+        # faults that could never fire
+        Case("inject-unreadable", [*run, "--inject", "bogus"], message="cannot read --inject"),
+        Case("inject-draft-step-without-spec", [*run, "--inject", "draft_step:1"], message="add --spec"),
+        Case("inject-draft-step-past-k", [*run, "--spec", "eagle3", "--inject", "draft_step:99"],
+             message="draft steps are 0..2"),
+        Case("inject-emit-rejected-without-spec", [*run, "--inject", "emit_rejected_draft"], message="add --spec"),
+        Case("inject-restore-without-spec", [*run, "--inject", "restore"], message="add --spec"),
+        Case("inject-warmup-oom-warmup-off", [*run, "--inject", "warmup_oom", "--warmup", "off"],
+             message="warmup does not run"),
+        Case("inject-warmup-oom-auto-on-cpu", [*run, "--inject", "warmup_oom"], message="warmup does not run"),
+        Case("inject-with-endpoint", [*run, "--endpoint", "http://127.0.0.1:9", "--inject", "target_forward"],
+             message="never fire in an endpoint run"),
+        # data files with the wrong schema
+        Case("data-dir-missing", [*run[:-2], "--tasks", "gsm8k", "--data-dir", "{missing}", "--out", "runs"],
+             message="is not a folder"),
+        *[
+            Case(f"gsm8k-{kind}", ["run", *FAST, "--tasks", "gsm8k", "--limit", "1", "--no-reference",
+                                   "--data-dir", f"{{gsm8k_{kind}}}", "--out", "runs"], message=message)
+            for kind, message in (("wrong-columns", "test.jsonl:1: missing 'answer'"),
+                                  ("broken-json", "test.jsonl:2:"), ("empty", "test.jsonl: no rows"),
+                                  ("not-utf8", "test.jsonl:1:15: not valid UTF-8"),
+                                  ("answer-not-text", "'answer' must be a string"),
+                                  ("json-array-wrong", "item 1: missing 'question'"),
+                                  ("csv-wrong-columns", "train.csv:1: missing columns 'answer'"))
+        ],
+        *[
+            Case(f"gpqa-{kind}", ["run", *FAST, "--tasks", "gpqa_diamond", "--limit", "1", "--no-reference",
+                                  "--data-dir", f"{{gpqa_{kind}}}", "--out", "runs"], message=message)
+            for kind, message in (("no-columns", "missing columns 'Question'"), ("no-rows", "no rows"),
+                                  ("empty-cell", "no value in column 'Correct Answer'"),
+                                  ("bad-zip", "not the official GPQA zip"))
+        ],
+        # input files of generate
+        Case("prompts-not-utf8", ["generate", "{prompts_bad_utf8}", *FAST], message="prompts.txt:2:4: not valid UTF-8"),
+        Case("prompts-stdin-not-utf8", ["generate", "-", *FAST], stdin=b"ok\n\xff\xfe\n", message="stdin:2:1:"),
+        Case("prompts-bad-json", ["generate", "{prompts_json}", *FAST], message="prompts.jsonl:2: not valid JSON"),
+        Case("prompts-bad-messages", ["generate", "{prompts_messages}", *FAST], message="'messages' must be"),
+        Case("prompts-empty", ["generate", "{prompts_empty}", *FAST], message="no prompts"),
+        Case("prompts-folder", ["generate", "{store}", *FAST], message="prompts file not found"),
+        # destinations that cannot be written
+        Case("run-out-is-a-file", [*run[:-2], "--out", "{a_file}"], message="is a file"),
+        Case("run-out-under-a-file", [*run[:-2], "--out", "{a_file}/runs"], message="is a file"),
+        Case("generate-events-is-a-folder", [*gen, "--events", "{store}"], message="is a folder"),
+        Case("generate-events-missing-folder", [*gen, "--events", "{missing}/e.jsonl"], message="does not exist"),
+        Case("report-out-is-a-folder", ["report", "x", "--root", "{store}", "-o", "{store}"],
+             message="--out"),
+        Case("runs-out-is-a-file", ["runs", "--out", "{a_file}"], message="--out"),
+        Case("waive-file-is-a-folder", ["waive", TEST_ID, "--bug", "b", "-f", "{store}"], message="-f"),
+        Case("waive-bug-with-newline", ["waive", TEST_ID, "--bug", "b\nother/t.py::t SKIP", "-f", "{waives}"],
+             message="U+000A"),
+        Case("waive-marker-unknown", ["waive", TEST_ID, "--bug", "b", "--marker", "NOPE", "-f", "{waives}"],
+             message="--marker"),
+        # draft heads: checked before anything runs (a spec-dec run's baseline would run first)
+        *[
+            Case(f"head-{kind}", [*run, "--spec", "eagle3", "--draft-model", f"{{head_{kind}}}"], message=message)
+            for kind, message in (("missing", "draft model folder not found"), ("no-config", "has no config.json"),
+                                  ("broken-config", "config.json:1:"), ("wrong-tensor", "not part of an Eagle3 head"),
+                                  ("missing-tensors", "lacks tensors"), ("corrupt", "not a readable safetensors"),
+                                  ("pickle", "weights_only"))
+        ],
+        Case("model-not-found", [*gen[:2], "--model", "{missing}"], message="model path not found"),
+        Case("model-not-gguf", ["generate", "{prompts_ok}", "--model", "{a_file}"], message="not a .gguf file"),
+        # documented statuses other than 2
+        Case("unwaive-not-waived", ["unwaive", TEST_ID, "-f", "{waives}"], expect=1, prefix="specdec-eval: ",
+             message="is not waived"),
+    ]
+    # fmt: on
+
+
+# --- fixtures -------------------------------------------------------------------------------------------------------
+
+
+def _write(path: Path, data: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    return path
+
+
+def _safetensors(tensors: dict[str, tuple[int, ...]]) -> bytes:
+    """A float32 safetensors file of zeros (the format: header length, JSON header, data), without torch."""
+    header, offset = {}, 0
+    for name, shape in tensors.items():
+        size = 4
+        for n in shape:
+            size *= n
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + bytes(offset)
+
+
+def _gsm8k(folder: Path, test: str | bytes, train: str | bytes | None = None, suffix: str = ".jsonl") -> str:
+    good = json.dumps({"question": "1+1?", "answer": "2\n#### 2"}) + "\n"
+    _write(folder / "gsm8k" / f"train{suffix}", train if train is not None else good * 3)
+    _write(folder / "gsm8k" / f"test{suffix}", test)
+    return str(folder)
+
+
+def _gpqa_csv(folder: Path, text: str) -> str:
+    _write(folder / "gpqa" / "gpqa_diamond.csv", text)
+    return str(folder)
+
+
+def _evil_pickle(marker: Path) -> bytes:
+    """A pickle whose loading would create `marker` (opening it for writing): weights_only must refuse it."""
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    return pickle.dumps({"fc.weight": Evil()})
+
+
+def make_fixtures(root: Path) -> dict[str, str]:
+    """Every file the cases read, under root/fixtures; names for the {placeholders} of Case.args."""
+    f = root / "fixtures"
+    q = "What is 1+1?"
+    header = "Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,Incorrect Answer 3\n"
+    head_cfg = _tiny_head_config()
+    fx = {
+        "missing": str(f / "does-not-exist"),
+        "a_file": str(_write(f / "a-file.txt", "not a folder\n")),
+        "store": str((f / "store").resolve()),
+        "waives": str(_write(f / "waives.txt", "a/test.py::test_a SKIP (https://nvbugs/1)\n")),
+        "prompts_ok": str(_write(f / "prompts-ok.txt", "The capital of France is\n")),
+        "prompts_bad_utf8": str(_write(f / "prompts.txt", b"fine prompt\nbad\xff\xfe bytes\n")),
+        "prompts_json": str(_write(f / "prompts.jsonl", '{"prompt": "ok"}\n{"prompt": broken\n')),
+        "prompts_messages": str(_write(f / "messages.jsonl", '{"messages": "not a list"}\n')),
+        "prompts_empty": str(_write(f / "empty.txt", "\n\n")),
+        "gsm8k_wrong-columns": _gsm8k(f / "g1", json.dumps({"question": q, "solution": "2"}) + "\n"),
+        "gsm8k_broken-json": _gsm8k(f / "g2", json.dumps({"question": q, "answer": "2"}) + '\n{"question": \n'),
+        "gsm8k_empty": _gsm8k(f / "g3", ""),
+        "gsm8k_not-utf8": _gsm8k(f / "g4", b'{"question": "\xff", "answer": "2"}\n'),
+        "gsm8k_answer-not-text": _gsm8k(f / "g5", json.dumps({"question": q, "answer": 2}) + "\n"),
+        "gsm8k_json-array-wrong": _gsm8k(f / "g6", json.dumps([{"question": q, "answer": "2"}, {"answer": "3"}])),
+        "gsm8k_csv-wrong-columns": _gsm8k(f / "g7", "question,answer\nq,2\n", "question,solution\nq,2\n", ".csv"),
+        "gpqa_no-columns": _gpqa_csv(f / "p1", "Q,A\nx,y\n"),
+        "gpqa_no-rows": _gpqa_csv(f / "p2", header),
+        "gpqa_empty-cell": _gpqa_csv(f / "p3", header + "Which?,,b,c,d\n"),
+        "gpqa_bad-zip": str(_write(f / "p4" / "gpqa" / "dataset.zip", b"PK not really a zip").parent.parent),
+        "head_missing": str(f / "no-head"),
+        "head_no-config": str(_write(f / "h1" / "model.safetensors", _safetensors({})).parent),
+        "head_broken-config": str(_write(f / "h2" / "config.json", "{not json").parent),
+        "head_wrong-tensor": _head(f / "h3", head_cfg, _safetensors({"bogus.weight": (2, 2)})),
+        "head_missing-tensors": _head(f / "h4", head_cfg, _safetensors({"fc.weight": (64, 192)})),
+        "head_corrupt": _head(f / "h5", head_cfg, b"\x10\x00\x00\x00\x00\x00\x00\x00{broken"),
+        "head_pickle": _head(f / "h6", head_cfg, _evil_pickle(root / "PICKLE-RAN"), "pytorch_model.bin"),
+    }
+    Path(fx["store"]).mkdir(parents=True, exist_ok=True)
+    return fx
+
+
+def _head(folder: Path, config: dict, weights: bytes, name: str = "model.safetensors") -> str:
+    _write(folder / "config.json", json.dumps(config))
+    _write(folder / name, weights)
+    return str(folder)
+
+
+def _tiny_head_config() -> dict:
+    """An Eagle3 head config.json shaped for the tiny preset (so only the tensors are wrong)."""
+    from specdec_eval.workers.presets import tiny_config
+
+    cfg = tiny_config().to_hf_dict()
+    cfg.update(architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=1)
+    return cfg
+
+
+# (name, method, path, body or raw bytes, headers, expected status). After each one the server must still answer
+# GET /health with 200. Runs once `specdec_eval.serve` exists, against `specdec-eval serve --model tiny`.
+SERVER_CASES: list[tuple[str, str, str, object, dict[str, str], tuple[int, ...]]] = [
+    ("malformed-json", "POST", "/v1/completions", b"{not json", {}, (400,)),
+    ("unknown-model", "POST", "/v1/completions", {"model": "nope", "prompt": "hi", "max_tokens": 2}, {}, (404,)),
+    ("max-tokens-past-context", "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 10**6}, {}, (400,)),
+    ("negative-temperature", "POST", "/v1/completions", {"prompt": "hi", "temperature": -1}, {}, (400,)),
+    ("wrong-api-key", "POST", "/v1/completions", {"prompt": "hi"}, {"Authorization": "Bearer wrong"}, (401,)),
+    ("one-megabyte-prompt", "POST", "/v1/completions", {"prompt": "x" * 2**20, "max_tokens": 1}, {}, (400, 413)),
+]

@@ -1,0 +1,55 @@
+"""A fault that can never fire is refused when the engine configuration is built (issue 18): a run would look as if
+the engine had survived it. (A fault scheduled past the run's last step cannot be known up front.)"""
+
+from __future__ import annotations
+
+import pytest
+from specdec_eval.workers.config import EngineConfig, SpecConfig
+from specdec_eval.workers.errors import UserError
+
+SPEC = SpecConfig(max_draft_len=3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"inject": ("draft_step:1",)}, "draft_step is a spec-dec point; add --spec"),
+        ({"inject": ("draft_step",)}, "add --spec"),
+        ({"inject": ("prepare_for_spec_dec",)}, "add --spec"),
+        ({"inject": ("restore@2",)}, "add --spec"),
+        ({"inject": ("emit_rejected_draft",)}, "add --spec"),
+        ({"inject": ("draft_step:3",), "spec": SPEC}, r"draft steps are 0..2 with --draft-len 3"),
+        ({"inject": ("draft_step:99",), "spec": SPEC}, r"draft steps are 0..2"),
+        ({"inject": ("warmup_oom",), "warmup": "off"}, r"warmup does not run \(--warmup off\)"),
+        ({"inject": ("warmup_oom",), "warmup": "auto", "device": "cpu"}, "runs it on CUDA only"),
+        ({"inject": ("target_forward", "nope")}, "cannot read --inject 'nope'"),
+    ],
+)
+def test_faults_that_cannot_fire_are_refused(kwargs, message):
+    with pytest.raises(UserError, match=message):
+        EngineConfig(**kwargs)
+
+
+def test_faults_that_can_fire_are_accepted():
+    EngineConfig(inject=("target_forward@100000",))  # may fire: only the run knows how many steps it takes
+    EngineConfig(inject=("draft_step:2", "restore", "prepare_for_spec_dec", "emit_rejected_draft@3"), spec=SPEC)
+    EngineConfig(inject=("warmup_oom",), warmup="on", device="cpu")
+    EngineConfig(inject=("warmup_oom",), warmup="auto", device="cuda")
+
+
+def test_warmup_auto_on_auto_device_follows_cuda(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    EngineConfig(inject=("warmup_oom",), device="auto")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UserError, match="runs it on CUDA only"):
+        EngineConfig(inject=("warmup_oom",), device="auto")
+
+
+def test_the_spec_dec_baseline_twin_drops_the_faults():
+    """The pipeline's non-speculative baseline of a spec-dec run with spec-only faults must still build."""
+    from specdec_eval.evals.pipeline import baseline_config
+
+    config = EngineConfig(model="tiny", spec=SPEC, inject=("draft_step:1@2",))
+    assert baseline_config(config).inject == ()
