@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from specdec_eval.evals.rounds import (
     UNSTABLE_SPREAD,
     interleave,

@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-
 from specdec_eval.evals.hardware import HardwareLimits, bandwidth_gbs, gemm_gflops, measure_limits
 
 
