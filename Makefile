@@ -34,8 +34,10 @@ test: lint
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# Speed (ours vs HF vs spec-dec, 3 interleaved rounds), then time to verdict on 8 GSM8K documents (a few minutes).
 bench: setup
 	$(BIN)/specdec-eval bench --model smollm2 --spec eagle3 --prompts gsm8k --data-dir ../shared/data
+	$(BIN)/specdec-eval bench --verdict --model smollm2 --spec eagle3 --data-dir ../shared/data --docs 8
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
