@@ -1,0 +1,88 @@
+"""The tables `specdec-eval bench` prints: from the report dicts of evals/bench.py and evals/verdict_bench.py, which
+hold every number (medians, spreads, fractions); nothing is computed here but the layout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+SIDE_NAMES = {"ours": "ours, plain", "spec": "ours, spec-dec", "hf": "HF transformers"}
+RATIO_NAMES = {"ours_vs_hf": "ours / HF", "spec_vs_plain": "spec / plain"}
+
+
+def _spread(s: dict[str, Any] | None, unit: str = "", digits: int = 1) -> str:
+    if s is None:
+        return "n/a"
+    return f"{s['median']:.{digits}f}{unit} ({s['low']:.{digits}f}-{s['high']:.{digits}f})"
+
+
+def _limits(result: dict[str, Any]) -> list[str]:
+    hw, f = result["hardware"], result["formulas"]
+    return [
+        f"hardware  {hw['device']}, {hw['threads']} threads: fp32 GEMM {hw['gemm_gflops']:.1f} GFLOP/s "
+        f"({hw['gemm_size']}x{hw['gemm_size']}), memory {hw['bandwidth_gbs']:.1f} GB/s (read {hw['read_gbs']:.1f}, "
+        f"copy {hw['copy_gbs']:.1f}; {hw['bandwidth_mib']} MiB); best of {hw['repeats']} repeats, before and after",
+        f"formulas  {f['prefill']}",
+        f"          {f['decode']}",
+    ]
+
+
+def _fraction_line(label: str, rates: dict[str, float]) -> str:
+    prefill = f"prefill {rates['prefill_gflops']:.1f} GFLOP/s = {rates['prefill_of_peak']:.0%} of the GEMM peak"
+    decode = f"decode {rates['decode_gbs']:.2f} GB/s = {rates['decode_of_bandwidth']:.0%} of the memory bandwidth"
+    return f"{label}{prefill}, {decode}"
+
+
+def print_bench(result: dict[str, Any]) -> None:
+    head = (f"bench     {result['model']}, {result['device']} {result['dtype']}, kv {result['kv_cache']}, "
+            f"{result['prompts']} prompts (mean {result['prompt_tokens_mean']} tokens), {result['max_new_tokens']} "
+            f"new tokens, {result['rounds']} rounds interleaved")  # fmt: skip
+    print(head + (f", spec {result['spec']}" if "spec" in result else ""))
+    for line in _limits(result):
+        print(line)
+    for row in result["rows"]:
+        _print_row(row)
+    for line in result["unstable"]:
+        print(line)
+
+
+def _print_row(row: dict[str, Any]) -> None:
+    sides = [s for s in SIDE_NAMES if f"{s}_tok_s" in row]
+    spreads = row["spreads"]
+    print(f"\nbatch {row['batch']}, {row['prompts']} prompts: median over rounds (min-max)")
+    print(f"  {'tok/s':<22}{'end to end':<26}decode")
+    for s in sides:
+        print(f"  {SIDE_NAMES[s]:<22}{_spread(spreads[f'{s}_tok_s']):<26}{_spread(spreads[f'{s}_decode_tok_s'])}")
+    for ratio, label in RATIO_NAMES.items():
+        if ratio in row:
+            e2e, dec = spreads.get(ratio), spreads.get(f"{ratio}_decode")
+            print(f"  {label:<22}{_spread(e2e, 'x', 2):<26}{_spread(dec, 'x', 2)}")
+    same = [f"ours = HF {row['ours_identical_to_hf']}"] if "ours_identical_to_hf" in row else []
+    same += [f"spec = plain {row['spec_identical_to_plain']}"] if "spec_identical_to_plain" in row else []
+    same += ["every round alike" if row["rounds_identical"] else "ROUNDS DIFFER"]
+    print(f"  {'identical outputs':<22}{', '.join(same)}")
+    if "acceptance_length" in row:
+        print(f"  {'acceptance length':<22}{row['acceptance_length']}")
+    print(f"  {'peak memory (MiB)':<22}" + ", ".join(f"{s} {row[f'{s}_peak_mib']}" for s in sides))
+    for i, s in enumerate(s for s in ("ours", "hf") if f"{s}_prefill_gflops" in row):
+        rates = {k: row[f"{s}_{k}"] for k in ("prefill_gflops", "prefill_of_peak", "decode_gbs", "decode_of_bandwidth")}
+        label = "vs hardware limit" if i == 0 else ""
+        print(_fraction_line(f"  {label:<22}{s}: ", rates))
+
+
+def print_verdict(report: dict[str, Any]) -> None:
+    print(f"verdict bench  {report['task']}, {report['subset']}, {report['model']}, kv {report['kv_cache']}, "
+          f"{report['rounds']} rounds interleaved"
+          + (f", max output {report['max_output_len']} tokens" if report["max_output_len"] else ""))  # fmt: skip
+    for line in _limits(report):
+        print(line)
+    print(f"\n  {'wall time (s)':<18}{'median (min-max)':<26}{'verdicts':<20}lossless gate")
+    for name, side in report["sides"].items():
+        print(f"  {name:<18}{_spread(side['wall_s']):<26}{' '.join(side['verdicts']):<20}{' '.join(side['lossless'])}")
+    if report["paired"] != "available":
+        print(f"  {'spec+paired':<18}{report['paired']}")
+    for name, s in report["ratios"].items():
+        print(f"  {name:<34}{_spread(s, 'x', 2)}")
+    phases = {k: v["median"] for k, v in report["plain_phases"].items()}
+    print(_fraction_line("  plain run vs hardware limit: ", phases))
+    for line in report["unstable"]:
+        print(line)

@@ -1,0 +1,65 @@
+"""`specdec-eval bench` end to end on the tiny model: rounds, spreads, identity, hardware fractions, both outputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from specdec_eval.cli.main import main
+
+TINY = ["bench", "--model", "tiny", "--device-memory", "256MiB", "--num-prompts", "4", "--batch1-prompts", "2",
+        "-n", "8", "--spec", "eagle3", "-k", "2", "--rounds", "2"]  # fmt: skip
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        main(list(argv))
+        code = 0
+    except SystemExit as e:
+        code = e.code or 0
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.slow
+def test_bench_runs_every_side_in_every_round(capsys):
+    code, out, err = run_cli(capsys, *TINY, "--batch-sizes", "1,4", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["rounds"] == 2 and result["hardware"]["gemm_gflops"] > 0 and result["hardware"]["bandwidth_gbs"] > 0
+    assert "2*P_layers*T" in result["formulas"]["prefill"] and "steps*W" in result["formulas"]["decode"]
+    # interleaved: round 1 (ours, spec, hf), round 2 (ours, spec, hf), at each batch size in turn
+    order = [line.split(", batch")[0] for line in err.splitlines() if line.startswith("bench: round")]
+    assert order == [f"bench: round {r}/2, {s}" for _ in (1, 4) for r in (1, 2) for s in ("ours", "spec", "hf")]
+    for row in result["rows"]:
+        n = row["prompts"]
+        assert row["ours_identical_to_hf"] == f"{n}/{n}" and row["spec_identical_to_plain"] == f"{n}/{n}"
+        assert row["rounds_identical"] and len(set(row["outputs_sha256"].values())) == 1
+        for key in ("ours_vs_hf", "ours_vs_hf_decode", "spec_vs_plain", "spec_vs_plain_decode"):
+            s = row["spreads"][key]
+            assert len(s["per_round"]) == 2 and s["low"] <= row[key] <= s["high"]
+        for side in ("ours", "hf"):
+            assert row[f"{side}_prefill_gflops"] > 0 and row[f"{side}_decode_of_bandwidth"] > 0
+    assert result["unstable"] == [line for row in result["rows"] for line in row["unstable"]]
+
+
+@pytest.mark.slow
+def test_bench_table(capsys):
+    code, out, err = run_cli(capsys, *TINY, "--batch-sizes", "4", "--skip-hf")
+    assert code == 0, err
+    assert "2 rounds interleaved" in out and "fp32 GEMM" in out and "formulas  prefill FLOP" in out
+    assert "spec / plain" in out and "identical outputs     spec = plain 4/4, every round alike" in out
+    assert "ours: prefill" in out and "of the GEMM peak" in out and "of the memory bandwidth" in out
+    assert "ours / HF" not in out and "hf: prefill" not in out
+
+
+def test_bad_rounds_and_batch_sizes_are_user_errors(capsys):
+    for argv, message in ((["--rounds", "1"], "--rounds must be at least 2"), (["--batch-sizes", "1,x"],
+                                                                                "--batch-sizes")):  # fmt: skip
+        code, _, err = run_cli(capsys, "bench", "--model", "tiny", *argv)
+        assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_verdict_needs_spec_decoding(capsys):
+    code, _, err = run_cli(capsys, "bench", "--verdict", "--model", "tiny", "--task", "gsm8k_smoke")
+    assert code == 2 and "--spec eagle3" in err
