@@ -152,7 +152,7 @@ def summarise_row(batch: int, prompts: list[list[int]], n: int, results: dict[st
     for ratio, num, den, rate in RATIOS:
         if num in results and den in results:
             s = ratio_spread([getattr(m, rate) for m in results[num]], [getattr(m, rate) for m in results[den]])
-            row[ratio] = round(s.median, 2) if s else None
+            row[ratio] = round(s.median, 3) if s else None  # the same digits as its spread, so low <= median <= high
             if s is not None:
                 spreads[ratio] = s.to_dict(3)
                 line = unstable_line(f"batch {batch} {ratio}", s)
