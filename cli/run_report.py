@@ -43,16 +43,38 @@ def print_report(summary: dict[str, Any]) -> None:
             per_pos = ", ".join(f"{x:.2f}" for x in a["per_position_rate"])
             print(f"acceptance length {a['acceptance_length']:.3f} (incl. bonus token), rate "
                   f"{a['acceptance_rate']:.3f}, per position [{per_pos}]", file=out)  # fmt: skip
+        if t.get("acceptance_gate"):
+            g = t["acceptance_gate"]
+            print(f"acceptance gate: {g['verdict']} ({g['reason']})", file=out)
     print("", file=out)
     for name, t in summary["tasks"].items():
         ref = "no ref"
         if t["reference"] is not None:
             ref = f"ref {t['reference']:.2f} thr {t['threshold']:.2f} theta {t['theta']:.2f}"
         lossless = f"  lossless {t['lossless']['verdict']}" if t.get("lossless") else ""
+        lossless += f"  acceptance {t['acceptance_gate']['verdict']}" if t.get("acceptance_gate") else ""
         failed = failed_requests(t)
         score = f"{'n/a':>6}" if failed else f"{t['score']:6.2f}"
         note = f"  ({failed})" if failed else ""
         print(f"{name:<20} {score}  {ref:<32} {t['verdict']}{lossless}{note}", file=out)
+    _print_run_notes(summary, out)
     if summary["events"]:
         print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["events"].items())), file=out)
     print(f"run {summary['verdict']} in {summary['elapsed_s']:.0f} s ({summary['world_size']} rank(s))", file=out)
+
+
+def _print_run_notes(summary: dict[str, Any], out) -> None:
+    """What the run says beside its tasks: a server's own acceptance figures, a written reference, a fault that was
+    asked for and never fired (then the run did not test what it was asked to)."""
+    reported = summary.get("reported_acceptance")
+    if reported:
+        al = reported.get("acceptance_length")
+        figure = f"acceptance length {al:.3f}" if isinstance(al, int | float) else "no acceptance length"
+        print(f"server-reported: {figure} (source: {reported.get('source', 'unknown')})", file=out)
+    populated = summary.get("acceptance_populated")
+    if populated:
+        verb = "wrote" if populated["changed"] else "unchanged:"
+        print(f"acceptance reference {verb} {populated['test_id']} ref_al {populated['ref_al']:.4f} "
+              f"in {populated['path']}", file=out)  # fmt: skip
+    for fault in summary.get("faults_never_fired") or []:
+        print(f"warning: injected fault {fault} never fired; this run did not exercise it", file=out)
