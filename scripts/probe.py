@@ -10,25 +10,29 @@ Exit status 0 only when every case is clean. Cases use the `tiny` model with a 2
 written to a temporary folder, so none of them loads a real model or reads the shared data.
 
 The cases and their fixture files are in scripts/probe_cases.py. The HTTP server (`specdec-eval serve`) is a second
-group, probe_cases.SERVER_CASES: declared, and run once `specdec_eval.serve` exists (see run_server_group).
+group, probe_cases.SERVER_CASES: one `serve --model tiny` process gets every bad request and must answer each with
+its 4xx JSON error and keep serving, then exit 0 on SIGTERM (see run_server_group; `--no-server` skips it).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from probe_cases import SERVER_CASES, Case, cli_cases, make_fixtures  # scripts/ is on sys.path (this script's own)
+# scripts/ is on sys.path (this script's own)
+from probe_cases import SERVER_CASES, SERVER_KEY, Case, cli_cases, make_fixtures
 
 CLI = [sys.executable, "-m", "specdec_eval.cli.main"]
 
@@ -188,16 +192,73 @@ def run_cli_group(cases: list[Case], root: Path, jobs: int, timeout: float, fork
 # --- the HTTP server group -----------------------------------------------------------------------------------------
 
 
-def run_server_group(report_line: Callable[[str], None]) -> list[Outcome]:
-    """TODO(serve): start `specdec-eval serve --model tiny --device-memory 256MiB` on a free port with an API key,
-    wait for GET /health, send each SERVER_CASES request (httpx), check its status and that /health still answers
-    200 afterwards, then stop the server (SIGTERM) and check it exits 0. Written once `specdec_eval.serve` and its
-    command-line options exist; until then this group is skipped and says so."""
-    if importlib.util.find_spec("specdec_eval.serve") is None:
-        report_line(f"server group: skipped, specdec_eval.serve is not in this tree ({len(SERVER_CASES)} cases wait)")
-    else:
-        report_line(f"server group: TODO, specdec_eval.serve exists but its {len(SERVER_CASES)} cases are not wired")
-    return []
+def run_server_group(cases: list, report: Callable[[Outcome], None], timeout: float) -> list[Outcome]:
+    """Start `specdec-eval serve --model tiny` on a free port with an API key, send each SERVER_CASES request, and
+    check its status, that the error is JSON with a message, and that the server still answers /health and a good
+    completion afterwards; then SIGTERM, which must end the server with exit status 0. One Outcome per case, plus
+    one for the shutdown."""
+    import httpx
+
+    command = [*CLI, "serve", "--model", "tiny", "--device", "cpu", "--device-memory", "256MiB", "--port", "0",
+               "--api-key", SERVER_KEY, "--log-level", "warning"]  # fmt: skip
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV})
+    lines: list[str] = []
+    url = None
+    for line in proc.stderr:  # the server prints the URL it bound once it listens
+        lines.append(line)
+        if m := re.search(r"listening on (http://\S+)", line):
+            url = m.group(1)
+            break
+    if url is None:
+        proc.kill()
+        problem = Outcome(Case("serve-start", []), code=proc.wait(), seconds=time.perf_counter() - start,
+                          stderr_tail="".join(lines)[-800:])  # fmt: skip
+        problem.problems.append("the server did not start")
+        report(problem)
+        return [problem]
+    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+    auth = {"Authorization": f"Bearer {SERVER_KEY}"}
+    outcomes = []
+    with httpx.Client(base_url=url, timeout=timeout) as http:
+        for name, method, path, body, headers, expected in cases:
+            t0 = time.perf_counter()
+            sent = {**auth, **headers}
+            sent = {k: v for k, v in sent.items() if v}
+            raw = isinstance(body, bytes)
+            response = http.request(method, path, content=body if raw else None,
+                                    json=None if raw or body is None else body, headers=sent)  # fmt: skip
+            outcome = Outcome(Case(name, [method, path]), code=response.status_code,
+                              seconds=time.perf_counter() - t0, stderr_tail=response.text[-400:])  # fmt: skip
+            if response.status_code not in expected:
+                outcome.problems.append(f"status {response.status_code}, expected {'/'.join(map(str, expected))}")
+            try:
+                message = response.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = None
+            if not message:
+                outcome.problems.append("no JSON error with a message")
+            healthy = http.get("/health").status_code == 200
+            good = http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, "temperature": 0},
+                             headers=auth)  # fmt: skip
+            if not healthy or good.status_code != 200:
+                outcome.problems.append(f"server not serving after it (health {healthy}, completion "
+                                        f"{good.status_code})")  # fmt: skip
+            report(outcome)
+            outcomes.append(outcome)
+    t0 = time.perf_counter()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    shutdown = Outcome(Case("serve-sigterm", ["SIGTERM"]), code=code, seconds=time.perf_counter() - t0,
+                       stderr_tail="".join(lines)[-800:])  # fmt: skip
+    if code != 0 or "Traceback" in "".join(lines):
+        shutdown.problems.append(f"exit {code} after SIGTERM" + (", with a traceback" if code == 0 else ""))
+    report(shutdown)
+    return [*outcomes, shutdown]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-k", dest="select", default="", help="only cases whose name contains this")
     parser.add_argument("--jobs", type=int, default=2, help="cases run at once (default 2: this machine's cores)")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds one case may take")
+    parser.add_argument("--no-server", action="store_true", help="skip the HTTP server group")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder and print it")
     parser.add_argument(
         "--fork",
@@ -232,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         outcomes, changed = run_cli_group(cases, root, args.jobs, args.timeout, args.fork, report)
         for what in changed:
             print(f"DIRTY  fixture changed: {what}")
-        outcomes += run_server_group(lambda line: print(line, flush=True))
+        server_cases = [c for c in SERVER_CASES if args.select in c[0]]
+        if server_cases and not args.no_server:
+            outcomes += run_server_group(server_cases, report, args.timeout)
     finally:
         if args.keep:
             print(f"probe folder: {root}")

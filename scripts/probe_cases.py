@@ -247,12 +247,24 @@ def _tiny_head_config() -> dict:
 
 
 # (name, method, path, body or raw bytes, headers, expected status). After each one the server must still answer
-# GET /health with 200. Runs once `specdec_eval.serve` exists, against `specdec-eval serve --model tiny`.
+# GET /health with 200 and a good completion. Sent to `specdec-eval serve --model tiny --api-key SERVER_KEY`; every
+# case carries the right key unless it names its own Authorization header.
+SERVER_KEY = "probe-key"
 SERVER_CASES: list[tuple[str, str, str, object, dict[str, str], tuple[int, ...]]] = [
     ("malformed-json", "POST", "/v1/completions", b"{not json", {}, (400,)),
+    ("json-not-an-object", "POST", "/v1/completions", ["hi"], {}, (400,)),
+    ("no-prompt", "POST", "/v1/completions", {"max_tokens": 2}, {}, (400,)),
     ("unknown-model", "POST", "/v1/completions", {"model": "nope", "prompt": "hi", "max_tokens": 2}, {}, (404,)),
     ("max-tokens-past-context", "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 10**6}, {}, (400,)),
     ("negative-temperature", "POST", "/v1/completions", {"prompt": "hi", "temperature": -1}, {}, (400,)),
+    ("top-p-above-one", "POST", "/v1/completions", {"prompt": "hi", "top_p": 1.5}, {}, (400,)),
+    ("n-two", "POST", "/v1/completions", {"prompt": "hi", "n": 2}, {}, (400,)),
+    ("token-id-outside-vocab", "POST", "/v1/completions", {"prompt": [1, 99999]}, {}, (400,)),
     ("wrong-api-key", "POST", "/v1/completions", {"prompt": "hi"}, {"Authorization": "Bearer wrong"}, (401,)),
-    ("one-megabyte-prompt", "POST", "/v1/completions", {"prompt": "x" * 2**20, "max_tokens": 1}, {}, (400, 413)),
+    ("no-api-key", "POST", "/v1/completions", {"prompt": "hi"}, {"Authorization": ""}, (401,)),
+    ("one-megabyte-prompt", "POST", "/v1/completions", {"prompt": "x" * 2**20, "max_tokens": 1}, {}, (413,)),
+    ("chat-no-messages", "POST", "/v1/chat/completions", {"messages": []}, {}, (400,)),
+    ("chat-message-without-role", "POST", "/v1/chat/completions", {"messages": [{"content": "x"}]}, {}, (400,)),
+    ("unknown-route", "GET", "/v1/nowhere", None, {}, (404,)),
+    ("get-on-a-post-route", "GET", "/v1/completions", None, {}, (405,)),
 ]
