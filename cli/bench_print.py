@@ -78,8 +78,6 @@ def print_verdict(report: dict[str, Any]) -> None:
     print(f"\n  {'wall time (s)':<18}{'median (min-max)':<26}{'verdicts':<20}lossless gate")
     for name, side in report["sides"].items():
         print(f"  {name:<18}{_spread(side['wall_s']):<26}{' '.join(side['verdicts']):<20}{' '.join(side['lossless'])}")
-    if report["paired"] != "available":
-        print(f"  {'spec+paired':<18}{report['paired']}")
     for name, s in report["ratios"].items():
         print(f"  {name:<34}{_spread(s, 'x', 2)}")
     phases = {k: v["median"] for k, v in report["plain_phases"].items()}

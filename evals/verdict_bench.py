@@ -2,23 +2,18 @@
 run` does: evaluate, record, gates) on a subset of GSM8K, for three ways of getting it:
 
 - plain: one run without speculative decoding (the cost a verdict is measured against);
-- spec+separate: a spec-dec run plus its lossless baseline as a second full evaluation (today's behaviour);
-- spec+paired: a spec-dec run whose baseline decodes from the same prefill (paired decoding, issue 19).
+- spec+separate: a spec-dec run plus its lossless baseline as a second full evaluation (`--baseline separate`);
+- spec+paired: a spec-dec run whose baseline decodes from the same prefill (paired decoding, `run`'s default).
 
 Each side runs into its own fresh temporary runs folder, so no baseline is found and reused between sides or
 rounds; the sides are interleaved in rounds (evals/rounds.py) and each ratio to the plain side is the median of
 its per-round ratios. The plain run's prefill and decode are compared with this machine's limits, measured in the
 same command (evals/hardware.py, evals/roofline.py).
-
-Paired decoding and random subsets land from other branches; this module asks the code what it can do (the
-signature of `run_with_baseline`, the fields of `EvalOptions`) instead of trying and catching.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import inspect
 import shutil
 import tempfile
 import time
@@ -37,21 +32,11 @@ from .tasks import parse_tasks, source_for
 PLAIN, SEPARATE, PAIRED = "plain", "spec+separate", "spec+paired"
 
 
-def paired_available() -> bool:
-    """Whether the run pipeline can produce a spec-dec run and its baseline from one prefill."""
-    return "baseline" in inspect.signature(pipeline.run_with_baseline).parameters
-
-
-def random_subset_available() -> bool:
-    """Whether EvalOptions can ask for a seeded random subset (the `--sample random` of evals/subsets.py)."""
-    return "sample" in {f.name for f in dataclasses.fields(EvalOptions)}
-
-
 @dataclass(frozen=True)
 class VerdictBenchPlan:
     task: str = "gsm8k"
     docs: int = 64
-    seed: int = 0  # of the random subset (when EvalOptions takes one)
+    seed: int = 0  # of the random subset
     data_dir: str | None = None
     max_output_len: int | None = None  # None: the task's own (GSM8K 256)
     rounds: int = 3
@@ -71,10 +56,8 @@ class VerdictBenchPlan:
         """The evaluation every side runs, and how its documents were chosen (in words)."""
         tasks = parse_tasks(self.task)
         common = dict(tasks=tasks, data_dir=self.data_dir, limit=self.docs, max_output_len=self.max_output_len)
-        if random_subset_available():
-            note = f"a seeded random subset of {self.docs} documents (seed {self.seed})"
-            return EvalOptions(**common, sample="random", seed=self.seed), note
-        return EvalOptions(**common), f"first {self.docs} documents until --sample random lands"
+        note = f"a seeded random subset of {self.docs} documents (seed {self.seed})"
+        return EvalOptions(**common, sample="random", seed=self.seed), note
 
 
 class PhaseClock:
@@ -119,9 +102,10 @@ class SideRun:
     clocks: list[PhaseClock] = field(default_factory=list)  # one per evaluation the side ran
 
 
-def run_side(config: EngineConfig, options: EvalOptions, baseline: str | None, work_dir: str | None,
+def run_side(config: EngineConfig, options: EvalOptions, baseline: str, work_dir: str | None,
              progress_for: Callable | None = None) -> SideRun:  # fmt: skip
-    """One whole verdict into a fresh runs folder (removed after); baseline: None for today's signature."""
+    """One whole verdict into a fresh runs folder (removed after); baseline "paired" or "separate" (a plain run
+    has none to make, either way)."""
     clocks: list[PhaseClock] = []
 
     @contextlib.contextmanager
@@ -133,9 +117,9 @@ def run_side(config: EngineConfig, options: EvalOptions, baseline: str | None, w
 
     out = tempfile.mkdtemp(prefix="specdec-verdict-bench-", dir=work_dir)
     try:
-        kwargs = {} if baseline is None else {"baseline": baseline}
         t0 = time.perf_counter()
-        summary = pipeline.run_with_baseline(config, pipeline.RunPlan(options, out, resume=False), clocked, **kwargs)
+        plan = pipeline.RunPlan(options, out, resume=False)
+        summary = pipeline.run_with_baseline(config, plan, clocked, baseline=baseline)
         return SideRun(time.perf_counter() - t0, summary, clocks)
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -170,7 +154,7 @@ def _lossless(summary: dict[str, Any]) -> str:
 
 def run_verdict_bench(spec_config: EngineConfig, plan: VerdictBenchPlan, log: Callable[[str], None] | None = None,
                       progress_for: Callable | None = None) -> dict[str, Any]:  # fmt: skip
-    """The three sides (two when paired decoding is not there yet), `plan.rounds` rounds, interleaved."""
+    """The three sides, `plan.rounds` rounds, interleaved."""
     if spec_config.spec is None:
         raise UserError("the verdict benchmark compares spec-dec verdicts with a plain one: add --spec eagle3")
     say = log or (lambda _msg: None)
@@ -178,15 +162,11 @@ def run_verdict_bench(spec_config: EngineConfig, plan: VerdictBenchPlan, log: Ca
     for task in options.tasks:
         source_for(task, options.data_dir)  # missing data: one clear error before any model loads
     plain_config = pipeline.baseline_config(spec_config)
-    paired = paired_available()
     sides: dict[str, Callable[[int], SideRun]] = {
-        PLAIN: lambda _r: run_side(plain_config, options, None, plan.work_dir, progress_for),
-        SEPARATE: lambda _r: run_side(
-            spec_config, options, "separate" if paired else None, plan.work_dir, progress_for
-        ),  # fmt: skip
+        PLAIN: lambda _r: run_side(plain_config, options, "separate", plan.work_dir, progress_for),
+        SEPARATE: lambda _r: run_side(spec_config, options, "separate", plan.work_dir, progress_for),
+        PAIRED: lambda _r: run_side(spec_config, options, "paired", plan.work_dir, progress_for),
     }
-    if paired:
-        sides[PAIRED] = lambda _r: run_side(spec_config, options, "paired", plan.work_dir, progress_for)
     model_config, dtype_bytes, device = _model_shape(spec_config)
     say(f"bench --verdict: measuring this machine's limits on {device} ...")
     limits = measure_limits_apart(device, plan.gemm_size, plan.bandwidth_mib)
@@ -196,20 +176,18 @@ def run_verdict_bench(spec_config: EngineConfig, plan: VerdictBenchPlan, log: Ca
 
     runs = interleave(sides, plan.rounds, before)
     limits = limits.best(measure_limits_apart(device, plan.gemm_size, plan.bandwidth_mib))
-    report = verdict_report(runs, roofline.Roofline(model_config, dtype_bytes, limits), subset, plan, paired)
+    report = verdict_report(runs, roofline.Roofline(model_config, dtype_bytes, limits), subset, plan)
     return {"model": spec_config.model, "kv_cache": spec_config.kv_cache.version, **report}
 
 
-def verdict_report(runs: dict[str, list[SideRun]], roof: roofline.Roofline, subset: str, plan: VerdictBenchPlan,
-                   paired: bool) -> dict[str, Any]:  # fmt: skip
+def verdict_report(runs: dict[str, list[SideRun]], roof: roofline.Roofline, subset: str,
+                   plan: VerdictBenchPlan) -> dict[str, Any]:  # fmt: skip
     """Median wall time per side, the ratios to the plain side with their spreads, the plain run's fractions of
     the hardware limits."""
     walls = {name: [r.wall_s for r in rs] for name, rs in runs.items()}
     report: dict[str, Any] = {
         "task": plan.task, "docs": plan.docs, "subset": subset, "rounds": plan.rounds,
         "max_output_len": plan.max_output_len,
-        "paired": "available" if paired else "not available yet (evals.pipeline.run_with_baseline takes no "
-                                              "baseline argument)",
         "sides": {name: {"wall_s": spread_of(w).to_dict(1), "verdicts": [r.summary["verdict"] for r in runs[name]],
                          "lossless": [_lossless(r.summary) for r in runs[name]]}
                   for name, w in walls.items()},

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from pathlib import Path
@@ -10,7 +9,6 @@ from pathlib import Path
 import pytest
 from specdec_eval.evals import verdict_bench as vb
 from specdec_eval.evals.hardware import HardwareLimits
-from specdec_eval.evals.runner import EvalOptions
 from specdec_eval.workers.config import from_options
 from specdec_eval.workers.errors import UserError
 from specdec_eval.workers.interface import GenerateStats
@@ -30,16 +28,16 @@ def fake_stats(progress, requests=4, prompt=100, steps=20) -> None:
 
 
 class FakePipeline:
-    """run_with_baseline with today's signature or with paired decoding's: records what each side asked for."""
+    """run_with_baseline without a model: records what each side asked for."""
 
-    def __init__(self, paired: bool) -> None:
+    def __init__(self) -> None:
         self.calls: list[dict] = []
-        self.paired = paired
 
-    def run(self, config, plan, progress_for=None, **kwargs):
+    def run_with_baseline(self, config, plan, progress_for=None, baseline="paired"):
         assert os.listdir(plan.out) == [] and plan.resume is False  # a fresh folder: no baseline to reuse
-        self.calls.append({"spec": config.spec is not None, "out": plan.out, **kwargs})
-        evaluations = 2 if config.spec is not None and kwargs.get("baseline", "separate") == "separate" else 1
+        assert (plan.options.sample, plan.options.limit) == ("random", 3)
+        self.calls.append({"spec": config.spec is not None, "out": plan.out, "baseline": baseline})
+        evaluations = 2 if config.spec is not None and baseline == "separate" else 1
         for _ in range(evaluations):
             with progress_for() as progress:
                 fake_stats(progress)
@@ -48,38 +46,24 @@ class FakePipeline:
         return {"verdict": "PASS", "tasks": {"gsm8k_smoke": lossless}}
 
     def install(self, monkeypatch) -> None:
-        if self.paired:
-
-            def run_with_baseline(config, plan, progress_for=None, baseline: str | None = None):
-                # the real default will be "paired"; None here tells an argument left out from one passed
-                return self.run(config, plan, progress_for, **({} if baseline is None else {"baseline": baseline}))
-        else:
-
-            def run_with_baseline(config, plan, progress_for=None):
-                return self.run(config, plan, progress_for)
-
-        monkeypatch.setattr(vb.pipeline, "run_with_baseline", run_with_baseline)
+        monkeypatch.setattr(vb.pipeline, "run_with_baseline", self.run_with_baseline)
         monkeypatch.setattr(vb, "measure_limits_apart", lambda *a, **k: LIMITS)
 
 
-@pytest.mark.parametrize("paired", [False, True])
-def test_sides_interleave_each_into_a_fresh_folder(monkeypatch, tmp_path, paired):
-    fake = FakePipeline(paired)
+def test_sides_interleave_each_into_a_fresh_folder(monkeypatch, tmp_path):
+    fake = FakePipeline()
     fake.install(monkeypatch)
     plan = vb.VerdictBenchPlan(task="gsm8k_smoke", docs=3, rounds=2, work_dir=str(tmp_path))
     report = vb.run_verdict_bench(SPEC, plan)
-    per_round = [{"spec": False}, {"spec": True, "baseline": "separate"}] + ([{"spec": True, "baseline": "paired"}]
-                                                                            if paired else [])  # fmt: skip
-    if not paired:
-        per_round[1].pop("baseline")  # today's signature: called without the argument
+    per_round = [{"spec": False, "baseline": "separate"}, {"spec": True, "baseline": "separate"},
+                 {"spec": True, "baseline": "paired"}]  # fmt: skip
     assert [{k: v for k, v in c.items() if k != "out"} for c in fake.calls] == per_round * 2
     assert len({c["out"] for c in fake.calls}) == len(fake.calls) and list(tmp_path.iterdir()) == []  # removed
-    names = ["plain", "spec+separate"] + (["spec+paired"] if paired else [])
+    names = ["plain", "spec+separate", "spec+paired"]
     assert list(report["sides"]) == names and len(report["sides"]["plain"]["wall_s"]["per_round"]) == 2
-    assert report["paired"] == "available" if paired else report["paired"].startswith("not available yet")
     assert list(report["ratios"]) == [f"{n} / plain" for n in names[1:]]
     assert report["sides"]["spec+separate"]["lossless"] == ["PASS", "PASS"]
-    assert report["subset"] == "first 3 documents until --sample random lands"
+    assert report["subset"] == "a seeded random subset of 3 documents (seed 0)"
     phases = report["plain_phases"]
     assert phases["prefill_gflops"]["median"] > 0 and phases["decode_of_bandwidth"]["median"] > 0
 
@@ -91,24 +75,6 @@ def test_phase_clock_splits_prefill_from_decode():
     assert (p["requests"], p["prompt_tokens"], p["output_tokens"]) == (4, 400, 80)
     assert p["prefill_s"] == 0.5 and p["decode_s"] == pytest.approx(1.5)
     assert (p["decode_tokens"], p["decode_steps"]) == (60, 15)
-
-
-def test_a_random_subset_is_asked_for_once_eval_options_can_take_one(monkeypatch):
-    @dataclasses.dataclass
-    class WithSample(EvalOptions):
-        sample: str = "first"
-
-    monkeypatch.setattr(vb, "EvalOptions", WithSample)
-    options, note = vb.VerdictBenchPlan(task="gsm8k_smoke", docs=5, seed=7).options()
-    assert (options.sample, options.seed, options.limit) == ("random", 7, 5)
-    assert note == "a seeded random subset of 5 documents (seed 7)"
-
-
-def test_paired_decoding_is_detected_from_the_signature(monkeypatch):
-    monkeypatch.setattr(vb.pipeline, "run_with_baseline", lambda config, plan, progress_for=None: None)
-    assert not vb.paired_available()
-    monkeypatch.setattr(vb.pipeline, "run_with_baseline", lambda config, plan, progress_for=None, baseline="p": None)
-    assert vb.paired_available()
 
 
 def test_bad_plans_are_user_errors():
@@ -126,6 +92,7 @@ def test_verdict_bench_on_the_tiny_model(tmp_path):
     report = vb.run_verdict_bench(from_options(model="tiny", spec="eagle3", draft_len=2, device_memory="256MiB"), plan)
     assert all(len(s["wall_s"]["per_round"]) == 2 and s["wall_s"]["low"] > 0 for s in report["sides"].values())
     assert report["sides"]["spec+separate"]["lossless"] == ["PASS", "PASS"]  # its baseline ran, in its own folder
+    assert report["sides"]["spec+paired"]["lossless"] == ["PASS", "PASS"]  # and from one prefill
     assert report["ratios"]["spec+separate / plain"]["median"] > 0
     assert report["plain_phases"]["prefill_gflops"]["median"] > 0
     assert list(Path(tmp_path).iterdir()) == []
