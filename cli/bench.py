@@ -99,9 +99,9 @@ def bench(
     With --spec eagle3 it also measures our engine with speculative decoding against our plain decoding, with
     the acceptance length. Peak memory: CUDA max allocated per side; on CPU the process's peak RSS after it.
 
-    --verdict: the wall time of a whole verdict (`specdec-eval run`: evaluate, record, gates) on --docs GSM8K
-    documents for a plain run, a spec-dec run plus its separate baseline, and a spec-dec run with paired
-    decoding from one prefill (reported "not available yet" until the run pipeline has it); each side into a
+    --verdict: the wall time of a whole verdict (`specdec-eval run`: evaluate, record, gates) on a seeded random
+    subset of --docs GSM8K documents for a plain run, a spec-dec run plus its separate baseline, and a spec-dec run
+    with paired decoding from one prefill (what `run` does by default); each side into a
     fresh temporary runs folder, interleaved in rounds; the ratios to the plain side, and the plain run's prefill
     and decode as fractions of the hardware limits.
 
