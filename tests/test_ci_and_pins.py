@@ -56,6 +56,6 @@ def test_make_test_prints_the_slowest_tests():
 def test_git_state_outside_a_checkout_prints_nothing(tmp_path, capfd):
     from specdec_eval.results.manifest import git_state
 
-    assert git_state(tmp_path) == {"commit": None, "dirty": None}
+    assert git_state(tmp_path) == {"commit": None, "dirty": None, "diff_sha256": None}
     out, err = capfd.readouterr()
     assert out == "" and err == ""
