@@ -184,39 +184,50 @@ def generate(
             tp_group.barrier()  # every rank has written its last event before rank 0 merges the files
         if not tp_group.is_leader:
             return
-        for prompt, out in zip(prompts, outputs, strict=True):
-            record = {
-                "index": out.index,
-                "prompt": prompt,
-                "text": out.text,
-                "token_ids": out.token_ids,
-                "finish_reason": out.finish_reason,
-                **({"error": out.error} if out.error else {}),
-                "stats": out.stats,
-            }
-            print(json.dumps(record, ensure_ascii=False))
-        s = engine.last_stats
-        print(
-            f"{s.num_requests} requests, {s.num_output_tokens} tokens in {s.elapsed_s:.2f} s "
-            f"({s.output_tokens_per_s:.1f} tok/s), {s.num_steps} steps, kv {config.kv_cache.version}, "
-            f"{engine.device.type} {str(engine.dtype).removeprefix('torch.')}",
-            file=sys.stderr,
-        )
+        _print_outputs(prompts, outputs)
         if events and tp > 1:  # rank 0 merges every rank's file into the one the user named
             merged = merge_event_files([_rank_events_path(events, tp).format(rank=r) for r in range(tp)])
             Path(events).write_text("".join(json.dumps(e) + "\n" for e in merged), encoding="utf-8")
-        counts = engine.events.counts()
-        if counts:
-            print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), file=sys.stderr)
-        if s.num_failed:
-            print(f'{s.num_failed} of {s.num_requests} requests FAILED (finish_reason "error")', file=sys.stderr)
-        if s.acceptance:
-            a = s.acceptance
-            per_pos = ", ".join(f"{x:.2f}" for x in a["per_position_rate"])
-            print(
-                f"eagle3 K={a['max_draft_len']}: acceptance length {a['acceptance_length']:.3f} (incl. bonus token), "
-                f"acceptance rate {a['acceptance_rate']:.3f}, per position [{per_pos}], {a['num_cycles']} draft cycles",
-                file=sys.stderr,
-            )
+        s = engine.last_stats
+        _print_stats(engine, config)
     if s.num_failed:
         raise typer.Exit(1)  # failed requests are never a normal result
+
+
+def _print_outputs(prompts: list, outputs: list) -> None:
+    """One JSON line per prompt on stdout, in prompt order."""
+    for prompt, out in zip(prompts, outputs, strict=True):
+        record = {
+            "index": out.index,
+            "prompt": prompt,
+            "text": out.text,
+            "token_ids": out.token_ids,
+            "finish_reason": out.finish_reason,
+            **({"error": out.error} if out.error else {}),
+            "stats": out.stats,
+        }
+        print(json.dumps(record, ensure_ascii=False))
+
+
+def _print_stats(engine, config) -> None:
+    """The run's totals, events, failures and acceptance on stderr (stdout stays JSON lines)."""
+    s = engine.last_stats
+    print(
+        f"{s.num_requests} requests, {s.num_output_tokens} tokens in {s.elapsed_s:.2f} s "
+        f"({s.output_tokens_per_s:.1f} tok/s), {s.num_steps} steps, kv {config.kv_cache.version}, "
+        f"{engine.device.type} {str(engine.dtype).removeprefix('torch.')}",
+        file=sys.stderr,
+    )
+    counts = engine.events.counts()
+    if counts:
+        print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), file=sys.stderr)
+    if s.num_failed:
+        print(f'{s.num_failed} of {s.num_requests} requests FAILED (finish_reason "error")', file=sys.stderr)
+    if s.acceptance:
+        a = s.acceptance
+        per_pos = ", ".join(f"{x:.2f}" for x in a["per_position_rate"])
+        print(
+            f"eagle3 K={a['max_draft_len']}: acceptance length {a['acceptance_length']:.3f} (incl. bonus token), "
+            f"acceptance rate {a['acceptance_rate']:.3f}, per position [{per_pos}], {a['num_cycles']} draft cycles",
+            file=sys.stderr,
+        )
