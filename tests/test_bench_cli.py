@@ -5,20 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from specdec_eval.cli.main import main
+
+from .cli_helpers import run_cli
 
 TINY = ["bench", "--model", "tiny", "--device-memory", "256MiB", "--num-prompts", "4", "--batch1-prompts", "2",
         "-n", "8", "--spec", "eagle3", "-k", "2", "--rounds", "2"]  # fmt: skip
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.slow

@@ -9,23 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from specdec_eval.cli.main import main
+
+from .cli_helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_cli(capsys, *argv: str, stdin: str | None = None, monkeypatch=None) -> tuple[int, str, str]:
-    if stdin is not None:
-        import io
-
-        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_generate_plain_and_jsonl(capsys, monkeypatch):

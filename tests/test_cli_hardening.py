@@ -8,22 +8,13 @@ import json
 
 import pytest
 from specdec_eval.cli import main as cli_main
-from specdec_eval.cli.main import main
 from specdec_eval.cli.run_report import print_report
+
+from .cli_helpers import run_cli
 
 ERROR = "specdec-eval: error: "
 FAST = ("--model", "tiny", "--device-memory", "256MiB", "--device", "cpu")
 SMOKE = (*FAST, "--tasks", "gsm8k_smoke", "--no-reference", "--limit", "1", "--max-output-len", "4")
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def assert_one_error_line(code: int, err: str, message: str) -> None:

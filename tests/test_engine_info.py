@@ -5,21 +5,12 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from specdec_eval.cli.main import main
 from specdec_eval.workers.capacity import capacity_report
 from specdec_eval.workers.config import from_options
 
+from .cli_helpers import run_cli
+
 TINY = dict(model="tiny", device_memory="256MiB", max_batch_size=8)
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_report_has_the_numbers_engine_info_printed_before_the_move():

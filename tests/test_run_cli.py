@@ -13,9 +13,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from specdec_eval.cli.main import main
 from specdec_eval.evals import references
 from specdec_eval.workers.errors import UserError
+
+from .cli_helpers import run_cli
 
 SHARED_DATA = Path("/work/shared/data")
 FAST = ("--model", "tiny", "--device-memory", "256MiB")
@@ -23,16 +24,6 @@ needs_shared_data = pytest.mark.skipif(
     not (SHARED_DATA / "gsm8k" / "test.jsonl").is_file() or not (SHARED_DATA / "gpqa" / "dataset.zip").is_file(),
     reason="no shared GSM8K / GPQA data",
 )
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_smoke_run_without_references(capsys, tmp_path):
