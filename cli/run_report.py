@@ -64,13 +64,13 @@ def print_report(summary: dict[str, Any]) -> None:
 
 
 def _print_run_notes(summary: dict[str, Any], out) -> None:
-    """What the run says beside its tasks: a server's own acceptance figures, a written reference, a fault that was
+    """What the run says beside its tasks: the engine's (or server's) own acceptance figures, a written reference, a fault that was
     asked for and never fired (then the run did not test what it was asked to)."""
     reported = summary.get("reported_acceptance")
     if reported:
         al = reported.get("acceptance_length")
         figure = f"acceptance length {al:.3f}" if isinstance(al, int | float) else "no acceptance length"
-        print(f"server-reported: {figure} (source: {reported.get('source', 'unknown')})", file=out)
+        print(f"reported by the engine: {figure} (source: {reported.get('source', 'unknown')})", file=out)
     populated = summary.get("acceptance_populated")
     if populated:
         verb = "wrote" if populated["changed"] else "unchanged:"

@@ -169,7 +169,11 @@ class Run:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pa.Table.from_pylist([_flat(_sealed(s)) for s in samples])
+        rows = [_flat(_sealed(s)) for s in samples]
+        # from_pylist takes its columns from the first row alone: a key only later rows have (GPQA's sealed_fields
+        # after GSM8K's rows) would be dropped without a word. Every row gets every column, in first-seen order.
+        columns = list(dict.fromkeys(k for row in rows for k in row))
+        table = pa.Table.from_pylist([{k: row.get(k) for k in columns} for row in rows])
         with atomic_open(self.path / "samples.parquet") as f:
             pq.write_table(table, f)
 

@@ -31,7 +31,7 @@ def test_run_notes_server_acceptance_populated_reference_and_unfired_faults(caps
         faults_never_fired=["target_forward@100000"],
     ))  # fmt: skip
     out = capsys.readouterr().out
-    assert "server-reported: acceptance length 2.500 (source: vllm at /metrics)" in out
+    assert "reported by the engine: acceptance length 2.500 (source: vllm at /metrics)" in out
     assert "acceptance reference wrote t ref_al 2.1366 in refs.yaml" in out
     assert "warning: injected fault target_forward@100000 never fired" in out
 
@@ -41,4 +41,4 @@ def test_nothing_extra_when_the_run_has_no_notes(capsys):
     del summary["tasks"]["gsm8k"]["acceptance_gate"]
     print_report(summary)
     out = capsys.readouterr().out
-    assert "acceptance gate" not in out and "server-reported" not in out and "warning" not in out
+    assert "acceptance gate" not in out and "reported by the engine" not in out and "warning" not in out

@@ -377,3 +377,20 @@ def test_two_processes_started_together_do_not_both_run(tmp_path, existing):
     run_id, resumed = lines[0].split()
     assert resumed == str(existing)
     assert len([p for p in tmp_path.iterdir() if not p.name.startswith(".")]) == 1
+
+
+def test_samples_of_two_tasks_keep_the_columns_only_the_second_task_has(tmp_path):
+    """A GSM8K + GPQA run: the GPQA rows' own columns (sealed_fields, so their token ids are unsealed again) are kept
+    though the first row, a GSM8K one, has none of them."""
+    run = store.new_run(tmp_path, KEY)
+    gsm8k = {"task": "gsm8k", "doc_id": 0, "output_token_ids": [5, 6, 7]}
+    gpqa = {"task": "gpqa", "doc_id": 0, "output_token_ids": [8, 9], "sealed_fields": ["output_token_ids"],
+            "extracted": "B"}  # fmt: skip
+    run.write_samples([gsm8k, gpqa])
+    back = run.samples()
+    assert back[0]["output_token_ids"] == [5, 6, 7] and back[0].get("extracted") is None
+    assert back[1]["output_token_ids"] == [8, 9] and back[1]["extracted"] == "B"
+    import pyarrow.parquet as pq
+
+    stored = pq.read_table(run.path / "samples.parquet").to_pylist()[1]["output_token_ids"]
+    assert stored.startswith("sealed:")  # and still sealed on disk
