@@ -39,7 +39,7 @@ def test_help_has_examples_and_binds_localhost_by_default():
         (["--max-request-bytes", "lots"], "cannot read memory size"),
         (["--tp", "2"], "--tp > 1 needs --gpus"),
         (["--port", "70000"], "--port must be in 0..65535"),
-        (["--kv-cache", "v9"], "unknown kv-cache version"),
+        (["--kv-cache", "v9"], "'v9' is not one of 'v1', 'v2'"),
     ],
 )
 def test_user_errors_are_one_line_and_status_2(args, words, capsys):
