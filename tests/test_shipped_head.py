@@ -43,12 +43,12 @@ def test_auto_means_the_shipped_head_for_smollm2_and_random_for_tiny():
 def test_the_default_head_drafts_gsm8k_well_and_changes_no_output(smollm2):
     from specdec_eval.evals.data import load_gsm8k_split
 
-    test = load_gsm8k_split(str(DATA), "test")[:12]
-    prompts = fewshot_prompts(test, 12, 5, seed=1234, shots_from=load_gsm8k_split(str(DATA), "train"))
-    params = SamplingParams(max_new_tokens=96, stop=STOP)
-    plain = make_engine(smollm2, max_batch_size=12).generate(prompts, params)
-    spec_engine = make_engine(smollm2, max_batch_size=12, spec=SpecConfig(max_draft_len=3))  # draft model: auto
+    test = load_gsm8k_split(str(DATA), "test")[:8]
+    prompts = fewshot_prompts(test, 8, 5, seed=1234, shots_from=load_gsm8k_split(str(DATA), "train"))
+    params = SamplingParams(max_new_tokens=64, stop=STOP)
+    plain = make_engine(smollm2, max_batch_size=8).generate(prompts, params)
+    spec_engine = make_engine(smollm2, max_batch_size=8, spec=SpecConfig(max_draft_len=3))  # draft model: auto
     spec = spec_engine.generate(prompts, params)
     assert [o.token_ids for o in spec] == [o.token_ids for o in plain]
     # a random head gives 1.0; the full measurement (200 questions) is in the README
-    assert spec_engine.last_stats.acceptance["acceptance_length"] >= 1.6
+    assert spec_engine.last_stats.acceptance["acceptance_length"] >= 1.6, spec_engine.last_stats.acceptance
