@@ -164,7 +164,14 @@ def test_shipped_references():
         if rates:  # per-position rates sum to AL - 1 (bonus token included)
             assert sum(rates) == pytest.approx(entry["ref_al"] - 1, abs=0.01), test_id
     assert {OURS_V1, OURS_V2} <= set(refs)
-    assert acceptance_gate(OURS_V1, with_al(1.5), refs)["verdict"] == "NO-REFERENCE"
+    for ours in (
+        OURS_V1,
+        OURS_V2,
+    ):  # measured by the project: the random head's AL ~1.0 fails, the shipped head's passes
+        assert refs[ours]["ref_al"] == pytest.approx(1 + 2533 / 2460) and refs[ours]["task"] == "gsm8k"
+        assert acceptance_gate(ours, with_al(1.05), refs)["verdict"] == "FAIL"
+        measured = stats(3, [3] * 408 + [2] * 363 + [1] * 583 + [0] * 1106)  # the counts of the measuring run
+        assert acceptance_gate(ours, measured, refs)["verdict"] == "PASS"
 
 
 def test_an_endpoint_run_finds_the_published_figure():
@@ -172,7 +179,8 @@ def test_an_endpoint_run_finds_the_published_figure():
     found = find_acceptance_reference(refs, model="meta-llama/Llama-3.1-8B-Instruct", max_draft_len=3, task="mt_bench")
     assert found == LLAMA_VLLM
     assert find_acceptance_reference(refs, model="meta-llama/Llama-3.1-8B-Instruct", task="gsm8k") is None
-    assert find_acceptance_reference(refs, model="HuggingFaceTB/SmolLM2-135M-Instruct") is None  # stubs only
+    found = find_acceptance_reference(refs, model="HuggingFaceTB/SmolLM2-135M-Instruct", max_draft_len=3, task="gsm8k")
+    assert found in (OURS_V1, OURS_V2)
 
 
 def test_bad_files_are_user_errors(tmp_path):
@@ -229,7 +237,14 @@ def test_populate_keeps_comments_on_value_lines_and_crlf(tmp_path):
 
 def test_populate_fills_a_stub_and_appends_a_missing_entry(tmp_path):
     path = tmp_path / "acceptance_length.yaml"
-    path.write_bytes(ACCEPTANCE_PATH.read_bytes())
+    shipped = ACCEPTANCE_PATH.read_text()
+    head = shipped.index(OURS_V2)  # the shipped v2 entry made a stub again, the v1 entry left measured
+    v2 = shipped[head:]
+    for line in ("  ref_al: ", "  min_al: ", "  ref_per_position: "):
+        start = v2.index(line)
+        end = v2.index("\n", start) + 1
+        v2 = v2[:start] + (line + "null\n" if "per_position" not in line else "") + v2[end:]
+    path.write_text(shipped[:head] + v2)
     before = path.read_text()
     populate(path, OURS_V2, 1.42, per_position=[0.31234, 0.09, 0.02])
     after = path.read_text()
@@ -239,7 +254,7 @@ def test_populate_fills_a_stub_and_appends_a_missing_entry(tmp_path):
     refs = load_acceptance_references(path)
     run = stats(3, [3] * 200 + [2] * 700 + [1] * 2223 + [0] * 6877)  # rates 0.3123, 0.09, 0.02; AL 1.4223
     assert acceptance_gate(OURS_V2, run, refs)["verdict"] == "PASS"
-    assert refs[OURS_V1]["ref_al"] is None  # the v1 stub is untouched
+    assert refs[OURS_V1]["ref_al"] == pytest.approx(1 + 2533 / 2460)  # the v1 entry is untouched
     populate(path, "TestNew::test_eagle3[tp2]", 2.0)
     tail = path.read_text()[len(after) :]
     assert tail == "TestNew::test_eagle3[tp2]:\n  ref_al: 2.0\n  min_al: 1.9\n"
