@@ -64,8 +64,8 @@ def print_report(summary: dict[str, Any]) -> None:
 
 
 def _print_run_notes(summary: dict[str, Any], out) -> None:
-    """What the run says beside its tasks: the engine's (or server's) own acceptance figures, a written reference, a fault that was
-    asked for and never fired (then the run did not test what it was asked to)."""
+    """What the run says beside its tasks: the engine's (or server's) own acceptance figures, a written reference,
+    a fault that was asked for and never fired (then the run did not test what it was asked to)."""
     reported = summary.get("reported_acceptance")
     if reported:
         al = reported.get("acceptance_length")
