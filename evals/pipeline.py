@@ -69,6 +69,7 @@ class _OpenRun:
     cache: GenerationCache
     resumed: bool
     started: float
+    reused: int = 0  # generations found in partial/ when the run was opened (the cache grows as the run goes)
 
 
 def _claim(plan: RunPlan, key: str) -> tuple[store.Run, bool]:
@@ -91,7 +92,7 @@ def _open(engine: InferenceEngine, plan: RunPlan, run: store.Run, key: str, resu
     cache = GenerationCache(run.partial_dir)
     if resumed:
         print(f"resuming run {run.run_id}: {len(cache.entries)} finished generations reused", file=sys.stderr)
-    return _OpenRun(run, key, manifest, cache, resumed, started)
+    return _OpenRun(run, key, manifest, cache, resumed, started, len(cache.entries) if resumed else 0)
 
 
 def _record(engine: InferenceEngine, plan: RunPlan, opened: _OpenRun, results: list[TaskResult], events: list[dict],
@@ -100,7 +101,7 @@ def _record(engine: InferenceEngine, plan: RunPlan, opened: _OpenRun, results: l
     identity, run = engine.identity, opened.run
     summary = summarise(results, identity, events, time.time() - opened.started)
     summary.update(run_id=run.run_id, run_dir=str(run.path), test_id=opened.manifest["test_id"],
-                   reused_generations=len(opened.cache.entries) if opened.resumed else 0)  # fmt: skip
+                   reused_generations=opened.reused)  # fmt: skip
     reported = engine.reported_acceptance()
     if reported is not None:
         summary["reported_acceptance"] = reported

@@ -47,7 +47,8 @@ def test_killed_run_resumes_without_regenerating(tmp_path):
     again = subprocess.run(CLI + ARGS + ["--out", str(root)], capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
     summary = json.loads(again.stdout)
-    assert summary["reused_generations"] >= done_before
+    # what partial/ held when the run was reopened (a line the kill tore in half is recomputed), not the final count
+    assert done_before - 1 <= summary["reused_generations"] <= done_before
     assert f"resuming run {summary['run_id']}" in again.stderr
     assert len(list_runs(root)) == 1  # the same run folder was finished, not a new one
     # every document generated exactly once across the two attempts
