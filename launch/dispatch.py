@@ -115,6 +115,16 @@ class ReplicaFront:
     def encode(self, prompt: Prompt) -> list[int]:
         return self._local.encode(prompt)
 
+    def _merged_acceptance(self, reports: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+        """The replicas' acceptance counters summed (None when no replica speculates)."""
+        reports = [r for r in reports if r is not None]
+        if not reports:
+            return None
+        total = AcceptanceStats(self._local.max_draft_len)
+        for r in reports:
+            total.merge(AcceptanceStats.from_dict(r))
+        return {**total.to_dict(), "source": f"engine counters of {len(reports)} replicas"}
+
 
 class ShardedEngine(ReplicaFront):
     """Rank 0's handle on every replica: the same interface as the local engine."""
@@ -194,13 +204,7 @@ class ShardedEngine(ReplicaFront):
         return self._events
 
     def reported_acceptance(self) -> dict[str, Any] | None:
-        reports = [r for r in self._call(("acceptance",)) if r is not None]
-        if not reports:
-            return None
-        total = AcceptanceStats(self._local.max_draft_len)
-        for r in reports:
-            total.merge(AcceptanceStats.from_dict(r))
-        return {**total.to_dict(), "source": f"engine counters of {len(reports)} replicas"}
+        return self._merged_acceptance(self._call(("acceptance",)))
 
     def close(self) -> None:
         _broadcast(("stop",), self._world)

@@ -25,7 +25,6 @@ from typing import Any
 from ..workers.config import SamplingParams
 from ..workers.engine import Engine, per_prompt
 from ..workers.interface import GenerationOutput, Prompt, RequestDelta
-from ..workers.spec.metrics import AcceptanceStats
 from .dispatch import ReplicaFront, _broadcast, _gather
 from .dist import World
 from .job import Job, JobFailed
@@ -154,13 +153,7 @@ class ShardedServingEngine(ReplicaFront):
     def reported_acceptance(self) -> dict[str, Any] | None:
         if not self._kv:
             self._exchange([], do_step=False)
-        reports = [r for r in self._acceptance.values() if r is not None]
-        if not reports:
-            return None
-        total = AcceptanceStats(self._local.max_draft_len)
-        for r in reports:
-            total.merge(AcceptanceStats.from_dict(r))
-        return {**total.to_dict(), "source": f"engine counters of {len(reports)} replicas"}
+        return self._merged_acceptance(list(self._acceptance.values()))
 
     def collect_events(self) -> list[dict[str, Any]]:
         if not self._kv:
