@@ -168,9 +168,9 @@ def test_shipped_references():
         OURS_V1,
         OURS_V2,
     ):  # measured by the project: the random head's AL ~1.0 fails, the shipped head's passes
-        assert refs[ours]["ref_al"] == pytest.approx(1 + 2533 / 2460) and refs[ours]["task"] == "gsm8k"
+        assert refs[ours]["ref_al"] == pytest.approx(1 + 2086 / 2088) and refs[ours]["task"] == "gsm8k"
         assert acceptance_gate(ours, with_al(1.05), refs)["verdict"] == "FAIL"
-        measured = stats(3, [3] * 408 + [2] * 363 + [1] * 583 + [0] * 1106)  # the counts of the measuring run
+        measured = stats(3, [3] * 343 + [2] * 284 + [1] * 489 + [0] * 972)  # the counts of the measuring run
         assert acceptance_gate(ours, measured, refs)["verdict"] == "PASS"
 
 
@@ -254,7 +254,7 @@ def test_populate_fills_a_stub_and_appends_a_missing_entry(tmp_path):
     refs = load_acceptance_references(path)
     run = stats(3, [3] * 200 + [2] * 700 + [1] * 2223 + [0] * 6877)  # rates 0.3123, 0.09, 0.02; AL 1.4223
     assert acceptance_gate(OURS_V2, run, refs)["verdict"] == "PASS"
-    assert refs[OURS_V1]["ref_al"] == pytest.approx(1 + 2533 / 2460)  # the v1 entry is untouched
+    assert refs[OURS_V1]["ref_al"] == pytest.approx(1 + 2086 / 2088)  # the v1 entry is untouched
     populate(path, "TestNew::test_eagle3[tp2]", 2.0)
     tail = path.read_text()[len(after) :]
     assert tail == "TestNew::test_eagle3[tp2]:\n  ref_al: 2.0\n  min_al: 1.9\n"
