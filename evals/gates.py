@@ -83,22 +83,26 @@ def apply_acceptance_gate(summary: dict, results: list[TaskResult], test_id: str
     for r in results:
         if not r.acceptance or entry.get("task") not in (None, r.task):
             continue
-        gate = acceptance_gate(test_id, r.acceptance, refs, rtol, acceptance_slack(r.samples))
+        gate = acceptance_gate(test_id, r.acceptance, refs, rtol, acceptance_slack(r.acceptance_requests))
         summary["tasks"][r.task]["acceptance_gate"] = gate
         if gate["verdict"] == "FAIL":
             summary["verdict"] = "FAIL"
 
 
-def acceptance_slack(samples: list[dict], z: float = 2.576) -> float:
-    """The run's own sampling error of its acceptance length: z standard errors of the mean over its requests
-    (requests, not draft cycles: cycles of one request are not independent)."""
-    values = [s["acceptance_length"] for s in samples if s.get("acceptance_length")]
-    n = len(values)
+def acceptance_slack(requests: list[tuple[int, int]], z: float = 2.576) -> float:
+    """The run's own sampling error of its acceptance length, z standard errors. AL = 1 + sum(accepted) /
+    sum(cycles) is a ratio over requests (a request's cycles are not independent, requests are), and long requests
+    weigh more, so its standard error is the ratio estimator's (delta method): with r = sum(a) / sum(c),
+    SE = sqrt(sum((a_i - r c_i)^2) / (n (n - 1))) / mean(c). The unweighted standard error of per-request ALs
+    understated it (a seeded random 32 GSM8K questions measured AL 1.748 against 1.999 for the 100 around them)."""
+    requests = [(c, a) for c, a in requests if c > 0]
+    n = len(requests)
     if n < 2:
         return 0.0
-    mean = sum(values) / n
-    sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
-    return z * sd / n**0.5
+    cycles = sum(c for c, _ in requests)
+    ratio = sum(a for _, a in requests) / cycles
+    residual = sum((a - ratio * c) ** 2 for c, a in requests)
+    return z * (residual / (n * (n - 1))) ** 0.5 / (cycles / n)
 
 
 def populate_acceptance(summary: dict, results: list[TaskResult], test_id: str, path) -> dict[str, Any] | None:

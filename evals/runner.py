@@ -71,6 +71,7 @@ class TaskResult:
     report: str
     samples: list[dict[str, Any]] = field(default_factory=list)
     acceptance: dict[str, Any] | None = None
+    acceptance_requests: list[tuple[int, int]] = field(default_factory=list)  # (cycles, accepted) per request
     num_failed_requests: int = 0
     data_origin: str = ""
     filter_mismatches: list[dict[str, Any]] = field(default_factory=list)  # our GSM8K filters vs lm-eval's
@@ -170,6 +171,7 @@ def evaluate(
             for st in stats:
                 total.merge(st)
             result.acceptance = total.to_dict()
+            result.acceptance_requests = [(st.num_cycles, st.num_accepted) for st in stats]
         _check_against_lm_eval(spec, result, raw["results"][name], complete=result.stopped is None)
         _note_subset(result, plan)
         results.append(result)

@@ -285,9 +285,24 @@ def test_a_small_run_is_judged_within_its_own_sampling_error():
     refs = {"t": {"ref_al": 2.0, "min_al": 1.9, "max_draft_len": 3}}
     stats = {"acceptance_length": 2.14, "num_cycles": 500, "num_accepted_drafts": 570, "accepted_per_position": [],
              "max_draft_len": 3}  # fmt: skip
-    small = acceptance_slack([{"acceptance_length": a} for a in (1.6, 2.5, 2.1, 2.6, 1.9, 2.4, 2.0, 2.3, 1.8, 2.2)])
+    per_request = (1.6, 2.5, 2.1, 2.6, 1.9, 2.4, 2.0, 2.3, 1.8, 2.2)  # ALs of ten requests of 50 cycles each
+    small = acceptance_slack([(50, round((al - 1) * 50)) for al in per_request])
     assert 0.2 < small < 0.5
     assert acceptance_gate("t", stats, refs, slack=small)["verdict"] == "PASS"
     assert acceptance_gate("t", stats, refs)["verdict"] == "FAIL"
     collapsed = {**stats, "acceptance_length": 1.0, "num_accepted_drafts": 0}
     assert acceptance_gate("t", collapsed, refs, slack=small)["verdict"] == "FAIL"
+
+
+def test_the_slack_weighs_requests_by_their_cycles():
+    """Equal cycles: the ratio's error is the per-request ALs' error. One long request with a low AL pulls the
+    ratio and widens its error; a lone request, or requests without cycles, give no slack."""
+    from specdec_eval.evals.gates import acceptance_slack
+
+    equal = [(50, 50), (50, 60), (50, 40), (50, 55)]
+    als = [1 + a / c for c, a in equal]
+    mean = sum(als) / 4
+    sd = (sum((x - mean) ** 2 for x in als) / 3) ** 0.5
+    assert acceptance_slack(equal) == pytest.approx(2.576 * sd / 2)
+    assert acceptance_slack([*equal[:3], (400, 100)]) > acceptance_slack(equal)
+    assert acceptance_slack([(50, 50)]) == 0.0 and acceptance_slack([(0, 0), (0, 0)]) == 0.0
