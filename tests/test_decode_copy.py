@@ -110,3 +110,12 @@ def test_engine_outputs_equal_with_and_without_the_copy(tiny, kv):
             outs.append([o.token_ids for o in engine.generate(RAW_PROMPTS, greedy)])
             assert (engine.kv.decode_copy is not None) == on
         assert outs[0] == outs[1]
+
+
+def test_a_bfloat16_engine_decodes_over_the_copy(tiny):
+    """The copy's additive mask is float32; in a bf16 engine it once promoted the scores to float32 and every decode
+    step failed ("expected m1 and m2 to have the same dtype"), so bf16 on CPU could not generate at all."""
+    engine = make_engine(tiny, kv_decode_copy=True, dtype="bfloat16", spec=SpecConfig())
+    outs = engine.generate(RAW_PROMPTS[:2], SamplingParams(max_new_tokens=8, ignore_eos=True))
+    assert engine.kv.decode_copy is not None
+    assert [o.finish_reason for o in outs] == ["length", "length"]

@@ -111,7 +111,8 @@ def _decode_copy_attention(q: torch.Tensor, kv: LayerKV, plan: CopyPlan, meta: A
     # Head h uses KV head h // group: stack each KV head's `group` query heads (and all query rows) together.
     q_grouped = q_pad.view(num_rows, max_q, kv_heads, group, d).permute(0, 2, 3, 1, 4)
     scores = torch.matmul(q_grouped.reshape(num_rows, kv_heads, group * max_q, d), keys.transpose(-1, -2))
-    scores = scores.view(num_rows, kv_heads, group, max_q, num_keys) + plan.attn_mask
+    # The mask is kept in float32; adding it as is would promote bf16/fp16 scores and break the matmul below.
+    scores = scores.view(num_rows, kv_heads, group, max_q, num_keys) + plan.attn_mask.to(scores.dtype)
     probs = torch.softmax(scores, dim=-1).view(num_rows, kv_heads, group * max_q, num_keys)
     o = torch.matmul(probs, values).view(num_rows, kv_heads, group, max_q, d)
     o = o.permute(0, 3, 1, 2, 4).reshape(num_rows, max_q, heads, d)
