@@ -34,7 +34,7 @@ def print_report(summary: dict[str, Any]) -> None:
             line = f"lossless: {ls['verdict']} ({ls['reason']})"
             if ls.get("num_pairs"):
                 line += f"; identical {ls['identical']}/{ls['num_pairs']}, McNemar p {ls['mcnemar_p']:.3g}"
-                line += f" vs {baseline_label(ls)} {ls['baseline_run']}"
+                line += f" vs {ls.get('baseline_label') or 'baseline run'} {ls['baseline_run']}"
             print(line, file=out)
             for d in ls.get("divergences", [])[:10]:
                 print(f"  divergent doc {d['doc_id']}: first differing token at {d['position']}", file=out)
@@ -62,18 +62,6 @@ def print_report(summary: dict[str, Any]) -> None:
     if summary["events"]:
         print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["events"].items())), file=out)
     print(f"run {summary['verdict']} in {summary['elapsed_s']:.0f} s ({summary['world_size']} rank(s))", file=out)
-
-
-def baseline_label(lossless: dict[str, Any]) -> str:
-    """Which kind of baseline a lossless verdict rests on, e.g. "paired twin, audited on 3 documents"."""
-    from ..evals.lossless_gate import BASELINE_KINDS
-
-    kind = lossless.get("baseline_kind") or "recorded"
-    label = BASELINE_KINDS.get(kind, kind)
-    audit = lossless.get("audit")
-    if kind == "twin" and audit is not None:
-        label = f"paired twin, audited on {audit['num_audited']} of {audit['planned']} planned documents"
-    return label
 
 
 def _print_audit(summary: dict[str, Any], out) -> None:

@@ -58,14 +58,22 @@ def apply_lossless_gate(summary: dict, samples: list[dict], identity: EngineIden
                                    tolerances[task])[task]  # fmt: skip
         check["baseline_run"] = base.run_id
         check["baseline_kind"] = kind
+        check["baseline_label"] = baseline_label(kind, baseline.audit)
         if baseline.audit is not None:
             check["audit"] = _audit_brief(baseline.audit)
             _apply_audit(check, task, baseline.audit, dtype, tolerances.get(task))
         summary["tasks"][task]["lossless"] = check
         if check["verdict"] == "FAIL":
             summary["verdict"] = "FAIL"
-    summary["baseline"] = {"run": base.run_id, "kind": kind, "label": BASELINE_KINDS[kind],
+    summary["baseline"] = {"run": base.run_id, "kind": kind, "label": baseline_label(kind, baseline.audit),
                            **({"audit": baseline.audit} if baseline.audit is not None else {})}  # fmt: skip
+
+
+def baseline_label(kind: str, audit: dict[str, Any] | None) -> str:
+    """In words, e.g. "paired twin, audited on 3 of 3 planned documents" or "separate plain run"."""
+    if kind == "twin" and audit is not None:
+        return f"paired twin, audited on {audit['num_audited']} of {audit['planned']} planned documents"
+    return BASELINE_KINDS[kind]
 
 
 def _open(baseline: BaselineRef, identity: EngineIdentity, out: str, options: EvalOptions) -> store.Run | None:
