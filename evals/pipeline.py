@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..results import claims, store
@@ -301,7 +301,7 @@ def run_with_baseline(
         engine = Engine(config)
 
         def make_plain() -> Engine:  # the audit's engine: same weights and tokenizer, its own KV pool, no spec worker
-            return Engine(baseline_config(config), checkpoint=engine.checkpoint, tokenizer=engine.tokenizer)
+            return Engine(audit_config(config, engine), checkpoint=engine.checkpoint, tokenizer=engine.tokenizer)
 
         return _with_progress(engine, progress_for, lambda progress: run_paired(engine, plan, make_plain, progress))
     made = None
@@ -312,6 +312,24 @@ def run_with_baseline(
         made = BaselineRef(summary["run_dir"], "separate")
     engine = Engine(config)
     return _with_progress(engine, progress_for, lambda progress: run_evaluation(engine, plan, progress, made))
+
+
+def audit_config(config: EngineConfig, spec_engine) -> EngineConfig:
+    """The twin audit's engine: the baseline configuration (behaviour faults included: they are in the build) for
+    one sequence at a time, with a memory budget of its weights, activations and a KV pool for one longest sequence
+    (twice over: the pool takes a fraction of what is free), not a second copy of the spec engine's whole pool."""
+    import torch
+
+    from ..workers.device import activation_estimate
+
+    plain = replace(baseline_config(config), max_batch_size=1)
+    dtype_bytes = torch.empty((), dtype=spec_engine.dtype).element_size()
+    kv = 2 * spec_engine.kv_layout.bytes_per_token * (spec_engine.max_seq_len + 4 * spec_engine.kv_layout.block_size)
+    budget = spec_engine.weights_bytes + activation_estimate(spec_engine.model_config, plain, dtype_bytes,
+                                                             config.tp_size) + kv  # fmt: skip
+    if spec_engine.device.type == "cuda":  # the cap counts what this process already holds on the device
+        budget += torch.cuda.memory_allocated(spec_engine.device)
+    return replace(plain, device_memory=budget)
 
 
 def _with_progress(engine: InferenceEngine, progress_for, body) -> dict[str, Any]:
