@@ -356,9 +356,10 @@ def _run_endpoint(url: str, baseline_url: str | None, declared: dict, config, pl
 
 
 def _run_job(config, plan, torchrun, tp: int | None, dry_run: bool, rank_timeout: float, mode: str):
-    """The evaluation as a torchrun job: a spec-dec run with no recorded baseline decodes it paired in the same job,
-    or (mode "separate") runs a baseline job first. Returns rank 0's summary (None for a dry run)."""
-    from ..evals.pipeline import baseline_config, needs_baseline, pairs_with_baseline
+    """The evaluation as a torchrun job: a spec-dec run with no recorded baseline runs a baseline job first. A job
+    never pairs: paired twins are a baseline only once audited on an engine with no spec worker, and a job's ranks
+    hold one sharded engine, the spec-dec one. Returns rank 0's summary (None for a dry run)."""
+    from ..evals.pipeline import baseline_config, check_named_baseline, needs_baseline, pairs_with_baseline
     from ..launch.job import Job, JobFailed, launch, resolve_job_device
     from ..launch.layout import plan_layout
     from ..workers.checkpoint import load_checkpoint
@@ -370,10 +371,14 @@ def _run_job(config, plan, torchrun, tp: int | None, dry_run: bool, rank_timeout
     if layout.tp > torchrun.nproc_per_node:
         raise UserError(f"TP {layout.tp} would span nodes; use --tp <= --gpus ({torchrun.nproc_per_node})")
     config = replace(config, tp_size=layout.tp, device=device)
-    paired = not dry_run and pairs_with_baseline(config, plan, mode)
-    payload = {**plan.to_dict(), "paired": paired}
+    check_named_baseline(config, plan)
+    if not dry_run and pairs_with_baseline(config, plan, mode):
+        print(
+            "lossless gate: a torchrun job cannot audit paired twins; its baseline is a separate job", file=sys.stderr
+        )
+    payload = plan.to_dict()
     try:
-        if not dry_run and not paired and needs_baseline(config, plan):
+        if not dry_run and needs_baseline(config, plan):
             print("lossless gate: running the non-speculative baseline job first", file=sys.stderr)
             base = Job(JOB_DRIVER, baseline_config(config), layout.tp, payload, rank_timeout)
             launch(base, torchrun, layout, device, dry_run=False)
@@ -388,8 +393,7 @@ JOB_DRIVER = "specdec_eval.cli.run:job_driver"
 
 def job_driver(engine, payload: dict[str, Any]) -> dict[str, Any]:
     """Rank 0 of a torchrun job (launch/rank_main.py): one run on the sharded engine, with rank 0's progress."""
-    from ..evals.pipeline import RunPlan, run_evaluation, run_paired
+    from ..evals.pipeline import RunPlan, run_evaluation
 
-    run = run_paired if payload.get("paired") else run_evaluation
     with generation_progress(0) as progress:
-        return run(engine, RunPlan.from_dict(payload), progress)
+        return run_evaluation(engine, RunPlan.from_dict(payload), progress)

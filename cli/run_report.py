@@ -34,7 +34,7 @@ def print_report(summary: dict[str, Any]) -> None:
             line = f"lossless: {ls['verdict']} ({ls['reason']})"
             if ls.get("num_pairs"):
                 line += f"; identical {ls['identical']}/{ls['num_pairs']}, McNemar p {ls['mcnemar_p']:.3g}"
-                line += f" vs baseline run {ls['baseline_run']}"
+                line += f" vs {ls.get('baseline_label') or 'baseline run'} {ls['baseline_run']}"
             print(line, file=out)
             for d in ls.get("divergences", [])[:10]:
                 print(f"  divergent doc {d['doc_id']}: first differing token at {d['position']}", file=out)
@@ -57,10 +57,24 @@ def print_report(summary: dict[str, Any]) -> None:
         score = f"{'n/a':>6}" if failed else f"{t['score']:6.2f}"
         note = f"  ({failed})" if failed else ""
         print(f"{name:<20} {score}  {ref:<32} {t['verdict']}{lossless}{note}", file=out)
+    _print_audit(summary, out)
     _print_run_notes(summary, out)
     if summary["events"]:
         print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["events"].items())), file=out)
     print(f"run {summary['verdict']} in {summary['elapsed_s']:.0f} s ({summary['world_size']} rank(s))", file=out)
+
+
+def _print_audit(summary: dict[str, Any], out) -> None:
+    """The paired twins' audit: which documents a plain engine decoded, and where it first differed."""
+    audit = (summary.get("baseline") or {}).get("audit")
+    if audit is None:
+        return
+    docs = ", ".join(f"{d['task']} {d['doc_id']}" for d in audit["audited"]) or "none"
+    first = audit["first_divergence"]
+    found = (f"first divergence: {first['task']} doc {first['doc_id']} at token {first['position']}" if first
+             else "every audited twin identical")  # fmt: skip
+    print(f"twin audit (no spec worker): {audit['num_audited']} of {audit['planned']} planned documents ({docs}); "
+          f"{found}; {audit['elapsed_s']:.1f} s", file=out)  # fmt: skip
 
 
 def _print_run_notes(summary: dict[str, Any], out) -> None:

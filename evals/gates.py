@@ -1,47 +1,13 @@
-"""The gates a run's summary is judged by, besides each task's accuracy test (evals/runner.py): the lossless gate
-of a spec-dec run against its non-speculative baseline, and the run's verdict from tasks and failing events."""
+"""The gates a run's summary is judged by, besides each task's accuracy test (evals/runner.py) and the lossless gate
+(evals/lossless_gate.py): the run's verdict from tasks and failing events, and the acceptance gate."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..results import store
-from ..results.lossless import lossless_check
-from ..workers.errors import UserError
 from ..workers.events import count_events, failing_events
 from ..workers.interface import EngineIdentity
-from .run_identity import baseline_identity, find_baseline
-from .runner import EvalOptions, TaskResult
-
-
-def apply_lossless_gate(summary: dict, samples: list[dict], identity: EngineIdentity, out: str, options: EvalOptions,
-                        results: list[TaskResult], baseline_run: str | None = None) -> None:  # fmt: skip
-    """Compare every spec-dec sample with the non-speculative baseline run of the same configuration (or with the
-    run the plan names: another engine's, e.g. the same server without speculation)."""
-    if baseline_run is not None:
-        try:
-            base = store.open_run(baseline_run, out)
-        except (FileNotFoundError, ValueError) as e:
-            raise UserError(f"--baseline: {e}") from None
-        if not base.is_finished:
-            raise UserError(f"--baseline: run {base.run_id} is not finished")
-    else:
-        base = find_baseline(out, baseline_identity(identity), options)
-    if base is None:
-        for t in summary["tasks"].values():
-            t["lossless"] = {"verdict": "NO-BASELINE", "reason": f"no finished baseline run under {out}"}
-        return
-    dtype = identity.resolved_dtype or identity.dtype
-    tolerances = {r.task: (r.reference.entry.get("lossless_tolerance") if r.reference else None) for r in results}
-    per_task = lossless_check(samples, base.samples(), dtype)
-    for task, check in per_task.items():
-        if tolerances.get(task) is not None and check["verdict"] == "UNCALIBRATED":
-            check = lossless_check([s for s in samples if s["task"] == task], base.samples(), dtype,
-                                   tolerances[task])[task]  # fmt: skip
-        check["baseline_run"] = base.run_id
-        summary["tasks"][task]["lossless"] = check
-        if check["verdict"] == "FAIL":
-            summary["verdict"] = "FAIL"
+from .runner import TaskResult
 
 
 def summarise(

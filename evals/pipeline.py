@@ -2,9 +2,10 @@
 
 `run_evaluation(engine, plan)` is one run: it claims the run folder (resuming an unfinished run of exactly this
 configuration), evaluates through lm-eval with finished generations persisted as they come, records samples,
-events and the summary, and applies the gates (evals/gates.py). `run_paired(engine, plan)` is a spec-dec run and
-its lossless baseline from one prefill per prompt (paired decoding), recorded as two runs, the baseline reusable by
-later runs. `run_with_baseline(config, plan)` is what `specdec-eval run` does in one process; `run_endpoint` the
+events and the summary, and applies the gates (evals/gates.py). `run_paired(engine, plan, make_plain)` is a spec-dec
+run and its lossless baseline from one prefill per prompt (paired decoding), recorded as two runs, the twins audited
+on a seeded share of the documents by a plain engine (evals/twin_audit.py) and never reused as a plain run.
+`run_with_baseline(config, plan)` is what `specdec-eval run` does in one process; `run_endpoint` the
 same for an OpenAI-compatible server. Commands parse options, call these, and print (cli/run.py).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,13 +23,25 @@ from ..results.lossless import EXACT_DTYPES
 from ..workers.config import EngineConfig
 from ..workers.engine import identity_of
 from ..workers.errors import UserError
+from ..workers.faults import behaviour_faults
 from ..workers.interface import EngineIdentity, InferenceEngine, PairedEngine
 from .acceptance import load_acceptance_references
-from .cached_engine import CachedOutputs
-from .gates import apply_acceptance_gate, apply_lossless_gate, populate_acceptance, summarise
+from .baseline_check import baseline_problem
+from .gates import apply_acceptance_gate, populate_acceptance, summarise
+from .lossless_gate import BaselineRef, apply_lossless_gate
 from .resume import GenerationCache
-from .run_identity import baseline_config, baseline_identity, find_baseline, git_state, run_config, run_key, test_id
+from .run_identity import (
+    baseline_config,
+    baseline_identity,
+    find_baseline,
+    git_state,
+    run_config,
+    run_key,
+    test_id,
+    twin_identity,
+)
 from .runner import EvalOptions, TaskResult, evaluate
+from .twin_audit import AuditedTwins, audit_record
 
 BASELINE_MODES = ("paired", "separate")
 # Spec-only events: a baseline decoded beside a spec-dec run (paired) does not carry them.
@@ -96,7 +110,7 @@ def _open(engine: InferenceEngine, plan: RunPlan, run: store.Run, key: str, resu
 
 
 def _record(engine: InferenceEngine, plan: RunPlan, opened: _OpenRun, results: list[TaskResult], events: list[dict],
-            baseline_run: str | None) -> dict[str, Any]:  # fmt: skip
+            baseline: BaselineRef, twin: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """Summary and gates; then samples, events, summary and the finished manifest are written."""
     identity, run = engine.identity, opened.run
     summary = summarise(results, identity, events, time.time() - opened.started)
@@ -106,12 +120,19 @@ def _record(engine: InferenceEngine, plan: RunPlan, opened: _OpenRun, results: l
     if reported is not None:
         summary["reported_acceptance"] = reported
     fired = {e.get("spec") for e in events if e["type"] == "fault_injected"}
-    never = [f for f in identity.config.get("inject") or () if f not in fired]
+    # A planted bug on a spec-dec path cannot fire in a plain engine that carries it (a baseline of a mutated build)
+    expected = [f for f in identity.config.get("inject") or () if identity.spec or f not in behaviour_faults([f])]
+    never = [f for f in expected if f not in fired]
     if never:  # e.g. target_forward@100000 in a run of fewer steps: the run tested nothing it was asked to
         summary["faults_never_fired"] = never
     samples = [s for r in results for s in r.samples]
+    if twin is not None:  # this run is the plain twins of a paired run: say so, and what the audit found
+        summary["paired_twin"] = twin
+        opened.manifest["paired_twin"] = twin
     if identity.spec is not None:
-        apply_lossless_gate(summary, samples, identity, plan.out, plan.options, results, baseline_run)
+        apply_lossless_gate(summary, samples, identity, plan.out, plan.options, results, baseline)
+        if baseline.audit is not None:
+            opened.manifest["baseline_audit"] = baseline.audit
         test = opened.manifest["test_id"]
         if plan.populate_acceptance:
             populate_acceptance(summary, results, test, plan.acceptance_path())
@@ -142,18 +163,27 @@ def _engine_record(identity: EngineIdentity) -> dict[str, Any]:
 # --- one run ------------------------------------------------------------------------------------------------
 
 
-def run_evaluation(engine: InferenceEngine, plan: RunPlan, progress=None) -> dict[str, Any]:
-    """Evaluate on this engine, record the run, apply the gates; returns the summary (also in summary.json)."""
+def run_evaluation(engine: InferenceEngine, plan: RunPlan, progress=None, baseline: BaselineRef | None = None
+                   ) -> dict[str, Any]:  # fmt: skip
+    """Evaluate on this engine, record the run, apply the gates; returns the summary (also in summary.json).
+    baseline: the lossless baseline when the caller just made it (a separate plain run); None: the plan's."""
     key = run_key(engine.identity, plan.options)
     run, resumed = _claim(plan, key)
     with run:
         opened = _open(engine, plan, run, key, resumed)
-        stop = _stop_inputs(engine, plan, opened, None)
+        baseline = baseline or _named_or_recorded(plan)
+        stop = _stop_inputs(engine, plan, opened, None, baseline.run)
         results = evaluate(engine, plan.options, progress, cache=opened.cache, stop_inputs=stop)
-        return _record(engine, plan, opened, results, engine.collect_events(), plan.baseline_run)
+        return _record(engine, plan, opened, results, engine.collect_events(), baseline)
 
 
-def _stop_inputs(engine: InferenceEngine, plan: RunPlan, opened: _OpenRun, paired: bool | None) -> dict | None:
+def _named_or_recorded(plan: RunPlan) -> BaselineRef:
+    """The baseline of a run that decodes none itself: the run `--baseline RUN` names, or one recorded earlier."""
+    return BaselineRef(plan.baseline_run, "recorded", checked=plan.baseline_run is not None)
+
+
+def _stop_inputs(engine: InferenceEngine, plan: RunPlan, opened: _OpenRun, paired: bool | None,
+                 baseline_run: str | None = None) -> dict | None:  # fmt: skip
     """What the sequential controller needs besides the references (only with --early-stop)."""
     if not plan.options.early_stop:
         return None
@@ -163,14 +193,14 @@ def _stop_inputs(engine: InferenceEngine, plan: RunPlan, opened: _OpenRun, paire
     if identity.spec is not None:
         inputs["acceptance_refs"] = load_acceptance_references(plan.acceptance_path())
         if not paired:  # paired runs compare each output with its twin as it comes
-            inputs["baseline_tokens"] = _baseline_tokens(identity, plan)
+            inputs["baseline_tokens"] = _baseline_tokens(identity, plan, baseline_run)
     return inputs
 
 
-def _baseline_tokens(identity: EngineIdentity, plan: RunPlan):
+def _baseline_tokens(identity: EngineIdentity, plan: RunPlan, baseline_run: str | None):
     """(task, doc_id) -> the recorded baseline's output tokens, for the first-divergence stop (None: no baseline)."""
-    if plan.baseline_run is not None:
-        base = store.open_run(plan.baseline_run, plan.out)
+    if baseline_run is not None:
+        base = store.open_run(baseline_run, plan.out)
     else:
         base = find_baseline(plan.out, baseline_identity(identity), plan.options)
     if base is None:
@@ -180,12 +210,16 @@ def _baseline_tokens(identity: EngineIdentity, plan: RunPlan):
     return lambda task, doc_id: tokens.get((names.get(task, task), doc_id))
 
 
-def run_paired(engine: PairedEngine, plan: RunPlan, progress=None) -> dict[str, Any]:
+def run_paired(engine: PairedEngine, plan: RunPlan, make_plain: Callable[[], InferenceEngine], progress=None
+               ) -> dict[str, Any]:  # fmt: skip
     """A spec-dec run and its non-speculative baseline from one prefill per prompt: the speculative outputs are
-    scored as this run, the plain twins' outputs as the baseline run (recorded first, with the configuration and key
-    a separate baseline run would have, so later runs reuse it), and the lossless gate compares the two."""
+    scored as this run, the plain twins' outputs as the twin run (recorded first, under a key of its own: a twin is
+    never a later run's plain baseline), a seeded share of the twins is audited on `make_plain()` (an engine of the
+    same weights with no spec worker, built only when the audit needs it), and the lossless gate compares the two:
+    it FAILs when the audit shows that the spec-dec engine changed the target's own outputs."""
     identity = engine.identity
-    base = CachedOutputs(baseline_identity(identity), engine.tokenizer)
+    dtype = identity.resolved_dtype or identity.dtype
+    base = AuditedTwins(twin_identity(identity), engine.tokenizer, None, make_plain, plan.options.seed, dtype)
     base_key, key = run_key(base.identity, plan.options), run_key(identity, plan.options)
     base_run, base_resumed = _claim(plan, base_key)
     with base_run:
@@ -193,15 +227,22 @@ def run_paired(engine: PairedEngine, plan: RunPlan, progress=None) -> dict[str, 
         with run:
             opened_base = _open(base, plan, base_run, base_key, base_resumed, paired_with=run.run_id)
             opened = _open(engine, plan, run, key, resumed, paired_with=base_run.run_id)
+            base.twins = opened_base.cache
             stop = _stop_inputs(engine, plan, opened, paired=True)
             results = evaluate(engine, plan.options, progress, cache=opened.cache, pair_cache=opened_base.cache,
                                stop_inputs=stop)  # fmt: skip
             events = engine.collect_events()
-            # The baseline is scored from the twins' outputs, all in its cache: its engine never generates.
-            base_results = evaluate(base, plan.options, cache=opened_base.cache, only=_evaluated(results, plan.options))
+            # The baseline is scored from the twins' outputs, all in its cache; every one passes through the audit
+            # side (no cache here), which checks its seeded share on the plain engine.
+            try:
+                base_results = evaluate(base, plan.options, only=_evaluated(results, plan.options))
+            finally:
+                base.close()
+            audit = audit_record(base.record, base_results)
             base_events = [e for e in events if e["type"] not in _SPEC_ONLY_EVENTS]
-            _record(base, plan, opened_base, base_results, base_events, None)
-            return _record(engine, plan, opened, results, events, str(base_run.path))
+            _record(base, plan, opened_base, base_results, base_events, BaselineRef(None, "none"),
+                    twin={"of": run.run_id, "audit": audit})  # fmt: skip
+            return _record(engine, plan, opened, results, events, BaselineRef(str(base_run.path), "twin", audit))
 
 
 def _evaluated(results: list[TaskResult], options: EvalOptions) -> set[tuple[str, int]] | None:
@@ -223,13 +264,28 @@ def needs_baseline(config: EngineConfig, plan: RunPlan) -> bool:
 
 
 def pairs_with_baseline(config: EngineConfig, plan: RunPlan, baseline: str) -> bool:
-    """Whether a run decodes its missing baseline paired (one prefill) rather than as a separate run first. Injected
-    faults that act on the whole engine would touch the baseline branch too, so those runs use a separate one; the
-    one fault that only changes speculative outputs (emit_rejected_draft) pairs fine."""
+    """Whether a run decodes its missing baseline paired (one prefill) rather than as a separate run first.
+    Environmental faults act on one engine (they would touch the twins too), so those runs use a separate clean
+    baseline. Behaviour faults are planted code bugs, in every engine the run builds (twins and audit included, each
+    firing only on its own code path), so they pair like a code patch: the audit is what catches one that reaches
+    the twins."""
     if baseline not in BASELINE_MODES:
         raise UserError(f"--baseline-mode must be one of {', '.join(BASELINE_MODES)}, got {baseline!r}")
-    engine_wide = [f for f in config.inject if not f.startswith("emit_rejected_draft")]
-    return baseline == "paired" and not engine_wide and needs_baseline(config, plan)
+    environmental = [f for f in config.inject if f not in behaviour_faults([f])]
+    return baseline == "paired" and not environmental and needs_baseline(config, plan)
+
+
+def check_named_baseline(config: EngineConfig, plan: RunPlan) -> None:
+    """`--baseline RUN`: refuse, before any engine is built, a run no lossless verdict may rest on."""
+    if config.spec is None or plan.baseline_run is None:
+        return
+    try:
+        base = store.open_run(plan.baseline_run, plan.out)
+    except (FileNotFoundError, ValueError) as e:
+        raise UserError(f"--baseline: {e}") from None
+    problem = baseline_problem(base, identity_of(config), plan.options)
+    if problem is not None:
+        raise UserError(f"--baseline: {problem}")
 
 
 def run_with_baseline(
@@ -240,15 +296,40 @@ def run_with_baseline(
     progress_for(): a context manager giving a progress callback, per evaluation."""
     from ..workers.engine import Engine
 
+    check_named_baseline(config, plan)
     if pairs_with_baseline(config, plan, baseline):
         engine = Engine(config)
-        return _with_progress(engine, progress_for, lambda progress: run_paired(engine, plan, progress))
+
+        def make_plain() -> Engine:  # the audit's engine: same weights and tokenizer, its own KV pool, no spec worker
+            return Engine(audit_config(config, engine), checkpoint=engine.checkpoint, tokenizer=engine.tokenizer)
+
+        return _with_progress(engine, progress_for, lambda progress: run_paired(engine, plan, make_plain, progress))
+    made = None
     if needs_baseline(config, plan):
         print("lossless gate: running the non-speculative baseline first (reused by later runs)", file=sys.stderr)
         base = Engine(baseline_config(config))
-        _with_progress(base, progress_for, lambda progress: run_evaluation(base, plan, progress))
+        summary = _with_progress(base, progress_for, lambda progress: run_evaluation(base, plan, progress))
+        made = BaselineRef(summary["run_dir"], "separate")
     engine = Engine(config)
-    return _with_progress(engine, progress_for, lambda progress: run_evaluation(engine, plan, progress))
+    return _with_progress(engine, progress_for, lambda progress: run_evaluation(engine, plan, progress, made))
+
+
+def audit_config(config: EngineConfig, spec_engine) -> EngineConfig:
+    """The twin audit's engine: the baseline configuration (behaviour faults included: they are in the build) for
+    one sequence at a time, with a memory budget of its weights, activations and a KV pool for one longest sequence
+    (twice over: the pool takes a fraction of what is free), not a second copy of the spec engine's whole pool."""
+    import torch
+
+    from ..workers.device import activation_estimate
+
+    plain = replace(baseline_config(config), max_batch_size=1)
+    dtype_bytes = torch.empty((), dtype=spec_engine.dtype).element_size()
+    kv = 2 * spec_engine.kv_layout.bytes_per_token * (spec_engine.max_seq_len + 4 * spec_engine.kv_layout.block_size)
+    budget = spec_engine.weights_bytes + activation_estimate(spec_engine.model_config, plain, dtype_bytes,
+                                                             config.tp_size) + kv  # fmt: skip
+    if spec_engine.device.type == "cuda":  # the cap counts what this process already holds on the device
+        budget += torch.cuda.memory_allocated(spec_engine.device)
+    return replace(plain, device_memory=budget)
 
 
 def _with_progress(engine: InferenceEngine, progress_for, body) -> dict[str, Any]:
@@ -271,6 +352,8 @@ def run_endpoint(config, plan: RunPlan, baseline=None, progress_for=None) -> dic
         print("lossless gate: evaluating the baseline endpoint first", file=sys.stderr)
         base = EndpointEngine(baseline)
         summary = _with_progress(base, progress_for, lambda progress: run_evaluation(base, plan, progress))
-        plan = replace(plan, baseline_run=summary["run_dir"])
+        made = BaselineRef(summary["run_dir"], "separate")
+        engine = EndpointEngine(config)
+        return _with_progress(engine, progress_for, lambda progress: run_evaluation(engine, plan, progress, made))
     engine = EndpointEngine(config)
     return _with_progress(engine, progress_for, lambda progress: run_evaluation(engine, plan, progress))

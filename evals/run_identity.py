@@ -11,6 +11,7 @@ from typing import Any
 from ..results import manifest as mf
 from ..results import store
 from ..workers.config import EngineConfig
+from ..workers.faults import behaviour_faults
 from ..workers.interface import EngineIdentity, InferenceEngine
 from .runner import EvalOptions, model_key_for
 
@@ -62,21 +63,41 @@ def test_id(engine: InferenceEngine, options: EvalOptions) -> str:
 
 
 def baseline_config(config: EngineConfig) -> EngineConfig:
-    """The non-speculative twin of a spec-dec configuration: same model, KV cache, dtype, batch and seed; no
-    draft and no injected faults (the baseline is the clean reference the spec-dec outputs must equal)."""
-    return replace(config, spec=None, inject=())
+    """The non-speculative baseline of a spec-dec configuration: same model, KV cache, dtype, batch and seed; no
+    draft. Environmental faults are dropped (the baseline is the clean reference the spec-dec outputs must equal);
+    behaviour faults stay: a planted code bug is in every engine of the build, so the baseline carries it too (each
+    fires only on its own code path) and its run key names it, so a mutated baseline is never a clean run's."""
+    return replace(config, spec=None, inject=behaviour_faults(config.inject))
 
 
 def baseline_identity(identity: EngineIdentity) -> EngineIdentity:
-    config = {**identity.config, "spec": None, "inject": ()}
+    config = {**identity.config, "spec": None, "inject": behaviour_faults(identity.config.get("inject") or ())}
     return replace(identity, spec=None, max_draft_len=0, config=config)
+
+
+def twin_identity(identity: EngineIdentity) -> EngineIdentity:
+    """The plain twins of a paired spec-dec run: the baseline's configuration plus the spec-dec configuration they
+    were decoded beside. Their own run key therefore never equals a plain run's: a twin shares the spec engine's
+    prefill and target forward, so no later run may take it for an independent baseline."""
+    base = baseline_identity(identity)
+    return replace(base, config={**base.config, "paired_twin_of": {"spec": identity.config.get("spec")}})
+
+
+def is_paired_twin(run: store.Run) -> bool:
+    """A non-speculative run decoded beside a spec-dec run (paired decoding), from any version of the store: newer
+    twins say so in their configuration, older ones only by being paired with a run while not speculative."""
+    manifest = run.manifest()
+    engine = (manifest.get("config") or {}).get("engine") or {}
+    return "paired_twin_of" in engine or (manifest.get("paired_with") is not None and not engine.get("spec"))
 
 
 def find_baseline(out: str, identity: EngineIdentity, options: EvalOptions) -> store.Run | None:
     """The newest finished run of exactly this (non-speculative) configuration at this commit that evaluated every
-    document it planned (an early-stopped run covers only a prefix), if any."""
+    document it planned (an early-stopped run covers only a prefix), if any. Never a paired twin: older stores
+    recorded twins under the key a plain run has (a twin that carried the spec engine's bug then passed for a
+    plain run, and a later `--baseline separate` run compared against it and said PASS)."""
     key = run_key(identity, options)
     for run in reversed(store.list_runs(out)):
-        if run.key == key and run.is_finished and not run.summary().get("early_stopped"):
+        if run.key == key and run.is_finished and not run.summary().get("early_stopped") and not is_paired_twin(run):
             return run
     return None

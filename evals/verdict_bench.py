@@ -3,7 +3,9 @@ run` does: evaluate, record, gates) on a subset of GSM8K, for three ways of gett
 
 - plain: one run without speculative decoding (the cost a verdict is measured against);
 - spec+separate: a spec-dec run plus its lossless baseline as a second full evaluation (`--baseline separate`);
-- spec+paired: a spec-dec run whose baseline decodes from the same prefill (paired decoding, `run`'s default).
+- spec+paired: a spec-dec run whose baseline decodes from the same prefill (paired decoding, `run`'s default),
+  including the audit of its twins on a second engine with no spec worker (evals/twin_audit.py): its engine's
+  construction and its checks are in the side's wall time, and each round's audit seconds are reported apart.
 
 Each side runs into its own fresh temporary runs folder, so no baseline is found and reused between sides or
 rounds; the sides are interleaved in rounds (evals/rounds.py) and each ratio to the plain side is the median of
@@ -147,6 +149,11 @@ def _model_shape(config: EngineConfig) -> tuple[Any, int, Any]:
     return load_checkpoint(config.model).config, torch.empty((), dtype=dtype).element_size(), device
 
 
+def _audit_s(summary: dict[str, Any]) -> float:
+    """Seconds the paired twins' audit took (0 when the run had none)."""
+    return float(((summary.get("baseline") or {}).get("audit") or {}).get("elapsed_s") or 0.0)
+
+
 def _lossless(summary: dict[str, Any]) -> str:
     verdicts = [(t.get("lossless") or {}).get("verdict", "-") for t in summary["tasks"].values()]
     return ",".join(verdicts)
@@ -192,6 +199,8 @@ def verdict_report(runs: dict[str, list[SideRun]], roof: roofline.Roofline, subs
                          "lossless": [_lossless(r.summary) for r in runs[name]]}
                   for name, w in walls.items()},
     }  # fmt: skip
+    if PAIRED in runs:
+        report["sides"][PAIRED]["audit_s"] = [_audit_s(r.summary) for r in runs[PAIRED]]
     report["ratios"], report["unstable"] = {}, []
     for name in (SEPARATE, PAIRED):
         if name in walls:

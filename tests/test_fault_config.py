@@ -4,8 +4,9 @@ the engine had survived it. (A fault scheduled past the run's last step cannot b
 from __future__ import annotations
 
 import pytest
-from specdec_eval.workers.config import EngineConfig, SpecConfig
+from specdec_eval.workers.config import EngineConfig, SpecConfig, from_options
 from specdec_eval.workers.errors import UserError
+from specdec_eval.workers.faults import behaviour_faults
 
 SPEC = SpecConfig(max_draft_len=3)
 
@@ -17,7 +18,6 @@ SPEC = SpecConfig(max_draft_len=3)
         ({"inject": ("draft_step",)}, "add --spec"),
         ({"inject": ("prepare_for_spec_dec",)}, "add --spec"),
         ({"inject": ("restore@2",)}, "add --spec"),
-        ({"inject": ("emit_rejected_draft",)}, "add --spec"),
         ({"inject": ("draft_step:3",), "spec": SPEC}, r"draft steps are 0..2 with --draft-len 3"),
         ({"inject": ("draft_step:99",), "spec": SPEC}, r"draft steps are 0..2"),
         ({"inject": ("warmup_oom",), "warmup": "off"}, r"warmup does not run \(--warmup off\)"),
@@ -28,6 +28,24 @@ SPEC = SpecConfig(max_draft_len=3)
 def test_faults_that_cannot_fire_are_refused(kwargs, message):
     with pytest.raises(UserError, match=message):
         EngineConfig(**kwargs)
+
+
+@pytest.mark.parametrize("bug", ["emit_rejected_draft", "accept_off_by_one", "spec_alters_target@3"])
+def test_a_bug_class_without_spec_is_refused_from_the_flags_and_carried_by_a_plain_config(bug):
+    """A behaviour fault is a planted code bug: a plain engine of the same build carries it (the run's baseline and
+    audit engines), where its spec-dec path is never taken; a user asking for one without --spec is told."""
+    with pytest.raises(UserError, match="it is a bug on a spec-dec code path; add --spec"):
+        from_options(model="tiny", inject=[bug])
+    assert EngineConfig(model="tiny", inject=(bug,)).inject == (bug,)
+    assert from_options(model="tiny", spec="eagle3", inject=[bug]).inject == (bug,)
+
+
+def test_behaviour_faults_are_told_from_environmental_ones():
+    texts = ("warmup_oom", "draft_kv_into_target", "restore@2", "emit_rejected_draft@3", "sample_key_shift x2")
+    assert behaviour_faults(texts[:4]) == ("draft_kv_into_target", "emit_rejected_draft@3")
+    assert behaviour_faults(("accept_off_by_one@4x2", "target_forward")) == ("accept_off_by_one@4x2",)
+    with pytest.raises(UserError, match="cannot read --inject"):
+        behaviour_faults(texts)  # a spec it cannot read is a user error, never silently environmental
 
 
 def test_faults_that_can_fire_are_accepted():

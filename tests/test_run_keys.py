@@ -49,3 +49,36 @@ def test_a_dirty_tree_gets_another_run_key(monkeypatch):
         monkeypatch.setattr(run_identity, "git_state", lambda state=state: state)
         keys[name] = run_identity.run_key(identity, options)
     assert keys["clean"] != keys["dirty"]
+
+
+def test_planted_bugs_stay_in_the_baseline_key_and_environmental_faults_do_not(tmp_path):
+    """A behaviour fault is a code patch: the baseline's build carries it, so a mutated baseline's key never equals a
+    clean run's, and such a run may pair (issue 24); an environmental fault acts on one engine: a separate clean
+    baseline."""
+    from specdec_eval.evals.pipeline import RunPlan, pairs_with_baseline
+    from specdec_eval.workers.config import SpecConfig
+
+    options = EvalOptions(parse_tasks("gsm8k_smoke"))
+    clean = EngineConfig(model="tiny", spec=SpecConfig())
+    mutated = EngineConfig(model="tiny", spec=SpecConfig(), inject=("spec_alters_target", "draft_step:1@2"))
+    assert run_identity.baseline_config(mutated).inject == ("spec_alters_target",)
+    keys = {name: run_identity.run_key(identity_of(run_identity.baseline_config(c)), options)
+            for name, c in (("clean", clean), ("mutated", mutated))}  # fmt: skip
+    assert keys["clean"] != keys["mutated"]
+    assert keys["mutated"] == run_identity.run_key(run_identity.baseline_identity(identity_of(mutated)), options)
+    plan = RunPlan(options, out=str(tmp_path))
+    planted = EngineConfig(model="tiny", spec=SpecConfig(), inject=("draft_kv_into_target",))
+    assert pairs_with_baseline(planted, plan, "paired")
+    assert not pairs_with_baseline(mutated, plan, "paired")  # draft_step:1@2 is environmental
+
+
+def test_a_paired_twin_never_has_a_plain_runs_key():
+    from specdec_eval.workers.config import SpecConfig
+
+    options = EvalOptions(parse_tasks("gsm8k_smoke"))
+    spec = identity_of(EngineConfig(model="tiny", spec=SpecConfig()))
+    plain = run_identity.baseline_identity(spec)
+    twin = run_identity.twin_identity(spec)
+    assert run_identity.run_key(twin, options) != run_identity.run_key(plain, options)
+    plain_run = identity_of(EngineConfig(model="tiny"))
+    assert run_identity.run_key(plain, options) == run_identity.run_key(plain_run, options)

@@ -156,7 +156,9 @@ class EngineConfig:
 
         for text in self.inject:
             fault = FaultSpec.parse(text, self.seed)
-            if fault.point in SPEC_POINTS and self.spec is None:
+            # A planted code bug (behaviour fault) is in every engine a run builds, the plain ones too (where its path
+            # is never taken); only a user asking for one without --spec is refused (`from_options`).
+            if fault.point in SPEC_POINTS and self.spec is None and not fault.is_behaviour:
                 raise UserError(f"--inject {text!r} can never fire: {fault.point} is a spec-dec point; add --spec")
             k = self.spec.max_draft_len if self.spec is not None else 0
             if fault.point == "draft_step" and fault.arg is not None and k and fault.arg >= k:
@@ -255,6 +257,12 @@ def from_options(
     kv_cache, `--spec none|eagle3`, ...): every command and lm-eval's `--model_args` go through it. The defaults
     equal the dataclasses' (a test checks it)."""
     spec_cfg = None
+    if spec == "none" and inject:
+        from .faults import behaviour_faults  # late: faults.py imports torch
+
+        bugs = behaviour_faults(inject)
+        if bugs:
+            raise UserError(f"--inject {bugs[0]!r} can never fire: it is a bug on a spec-dec code path; add --spec")
     if spec != "none":
         layers = parse_capture_layers(capture_layers) if capture_layers else None
         spec_cfg = SpecConfig(algorithm=spec, max_draft_len=draft_len, draft_model=draft_model, guard=spec_guard,

@@ -3,8 +3,9 @@
 schedule -> attention metadata -> target forward (capturing what the spec worker needs) -> verify (plain decoding
 is the K = 0 case of the same pure function) -> optional draft (the spec worker's exception-safe template) -> one
 commit loop -> retire. The fault points are the named calls in it: `target_forward` (half-way through the
-target's layers), `emit_rejected_draft` (after verification); the draft loop has its own (prepare_for_spec_dec,
-draft_step:K, restore). A forward that raises while serving fails only its batch: each request is recomputed
+target's layers), and the planted bugs' hooks (`self.bugs`, workers/faults.py: the step's inputs, the capture, the
+logits, the sampling keys, the verified tokens); the draft loop has its own (prepare_for_spec_dec, draft_step:K,
+restore, the draft's KV layer). A forward that raises while serving fails only its batch: each request is recomputed
 (bounded by max_retries) or fails with finish reason "error", both recorded as events.
 """
 
@@ -19,7 +20,7 @@ import torch
 
 from .attn_metadata import AttentionMetadata, BatchEntry
 from .events import EventLog
-from .faults import FaultInjector, emit_rejected_draft
+from .faults import FaultInjector, PlantedBugs
 from .layers.paged_kv import PagedKV
 from .memory import MemoryBudget, forward_activation_bytes
 from .model import CausalLM
@@ -71,6 +72,7 @@ class Executor:
         self.memory = memory
         self.events = events
         self.faults = faults
+        self.bugs = PlantedBugs(faults, spec_attached=spec_worker is not None)  # no-ops unless --inject asks
         self.spec = spec_worker
         self.max_retries = max_retries
         self.acceptance = acceptance  # every draft cycle verified over the engine's life, warmup excluded
@@ -109,18 +111,20 @@ class Executor:
         self.kv.begin_step(meta)
         input_ids = torch.tensor([t for i in batch.items for t in _step_tokens(i)], dtype=torch.int64,
                                  device=meta.device)  # fmt: skip
+        input_ids = self.bugs.step_inputs(batch.items, input_ids, step)
         rows = _verify_rows(batch, meta)
         cfg, tp = self.model.config, self.model.tp.size
         need = forward_activation_bytes(cfg, meta.num_tokens, len(rows), self.kv.element_size, tp)
         self.memory.check(need, "target forward", step, last_of_forward=self.spec is None)
         hidden, captured = self.model(input_ids, meta, self.kv, self._capture_layers(),
-                                      halfway=lambda: self._fault("target_forward", step))  # fmt: skip
+                                      halfway=lambda: self._fault("target_forward", step),
+                                      on_capture=self.bugs.capture_hook(step))  # fmt: skip
         if self.feature_tap is not None:
             self.feature_tap.record(batch.items, meta, input_ids, hidden, captured, self.model)
-        logits = self.model.compute_logits(hidden[rows])
-        emitted = verify_batch(batch.items, logits, self.model.tp)  # rank 0 decides, every rank receives
-        if self.faults is not None and self.faults.wants("emit_rejected_draft"):
-            emitted = emit_rejected_draft(batch.items, emitted, self.faults, step)
+        logits = self.bugs.verify_logits(batch.items, self.model.compute_logits(hidden[rows]), step)
+        # rank 0 decides, every rank receives
+        emitted = verify_batch(batch.items, logits, self.model.tp, self.bugs.sample_key_shift(batch.items, step))
+        emitted = self.bugs.after_verify(batch.items, logits, emitted, step)
         if self.spec is None:
             return emitted, None
         return emitted, self.spec.forward(DraftInput(meta, input_ids, batch.items, captured, emitted, step))

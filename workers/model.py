@@ -64,6 +64,7 @@ class CausalLM(nn.Module):
         kv: PagedKV,
         capture_layers: tuple[int, ...] = (),
         halfway: Callable[[], None] | None = None,
+        on_capture: Callable[[torch.Tensor], None] | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Run the decoder over the flattened batch.
 
@@ -71,6 +72,8 @@ class CausalLM(nn.Module):
         capture_layers: indices i whose *input* residual stream is returned (Eagle3's auxiliary features;
         equal to Hugging Face `hidden_states[i]`).
         halfway: called before the middle layer (where a fault point aborts a forward with half its KV written).
+        on_capture: called with each captured residual stream before its layer runs (the `spec_alters_target`
+        fault point: what it does to the tensor in place, the rest of the forward sees).
         Returns the final-normed hidden states [T, hidden] and the captured states in the order asked.
         """
         h = self.model.embed_tokens(input_ids)
@@ -81,6 +84,8 @@ class CausalLM(nn.Module):
             if i == middle and halfway is not None:
                 halfway()
             if i in capture_layers:
+                if on_capture is not None:
+                    on_capture(h)
                 captured[i] = h
             h = layer(h, cos_sin, meta, kv.layer(i))
         return self.model.norm(h), [captured[i] for i in capture_layers]

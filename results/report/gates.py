@@ -5,8 +5,9 @@ The gates a task's summary entry can carry:
 - accuracy: `verdict` with `score`, `threshold`, `reference`: PASS / FAIL against the threshold, NO-GATE when the
   threshold is at or below the floor (accuracy cannot fail at this n), REPORT without a reference; a failed
   request fails the task whatever its score (`num_failed_requests`).
-- lossless: `lossless` {verdict, identical, num_pairs, divergences, baseline_run, reason}: the spec-dec outputs
-  against the non-speculative baseline.
+- lossless: `lossless` {verdict, identical, num_pairs, divergences, baseline_run, baseline_label, audit, reason}: the
+  spec-dec outputs against the non-speculative baseline, and which kind of baseline that is (a paired twin audited
+  on a plain engine, a separate plain run, a recorded run).
 - acceptance: `acceptance_gate` {verdict PASS | FAIL | NO-REFERENCE, acceptance_length, ref_al, min_al, rtol,
   reason, per_position [{position, rate, ref, verdict}], test_id}: the acceptance length against its band,
   [max(min_al, ref_al * (1 - rtol)), ref_al * (1 + rtol)].
@@ -68,7 +69,11 @@ def lossless_gate(info: dict[str, Any]) -> GateText | None:
     n = ls.get("num_pairs")
     if n is None and isinstance(identical, int) and isinstance(divergent, int):
         n = identical + divergent
-    base = f"baseline {ls['baseline_run']}" if ls.get("baseline_run") else "the baseline"
+    kind = ls.get("baseline_label") or "baseline"  # which kind of baseline the verdict rests on (runs since issue 24)
+    base = f"{kind} {ls['baseline_run']}" if ls.get("baseline_run") else "the baseline"
+    audit = ls.get("audit") if isinstance(ls.get("audit"), dict) else {}
+    if audit.get("first_divergence") and ls.get("reason"):  # the twins themselves are wrong: their count means nothing
+        return GateText(verdict, f"{verdict}: {ls['reason']}")
     if verdict in (PASS, FAIL) and isinstance(identical, int) and n:
         text = f"{verdict}, {identical}/{n} identical to {base}"
         firsts = [d for d in ls.get("divergences") or [] if isinstance(d, dict)]

@@ -51,6 +51,13 @@ class Eagle3OneModelWorker(SpecWorkerBase):
         """Called before draft step `index` (0 = the pass over all positions)."""
         self.fault_point("draft_step", index)
 
+    def draft_kv_index(self) -> int:
+        """The KV layer the draft head writes and reads: its own, after the target's (the `draft_kv_into_target`
+        fault point: the target's last layer instead, the bug class of vLLM PR #25406)."""
+        if self.faults is not None and self.faults.due("draft_kv_into_target", self.step):
+            return self.draft_kv_layer - 1
+        return self.draft_kv_layer
+
     def _forward_impl(self, step: DraftInput) -> list[list[int]]:
         meta = step.meta
         for it, n in zip(step.items, step.num_computed, strict=True):
@@ -73,7 +80,7 @@ class Eagle3OneModelWorker(SpecWorkerBase):
 
     def _draft(self, step: DraftInput) -> list[list[int]]:
         meta, items, emitted, dev = step.meta, step.items, step.emitted, step.input_ids.device
-        kv_layer = self.kv.layer(self.draft_kv_layer)
+        kv_layer = self.kv.layer(self.draft_kv_index())
         embed = self.target.model.embed_tokens
         starts = meta.query_start.tolist()
         ids = step.input_ids.tolist()

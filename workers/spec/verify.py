@@ -53,10 +53,11 @@ def verify(
     return sampled_verify(logits, drafts, params, seed, position)
 
 
-def verify_batch(items, logits: torch.Tensor, tp: TPGroup) -> list[list[int]]:
+def verify_batch(items, logits: torch.Tensor, tp: TPGroup, key_shift: list[int] | None = None) -> list[list[int]]:
     """Verify every scheduled request of a step. `logits` holds, in batch order, one row per context request (its
     last token) and 1 + K rows per generation request ([last, d_1..d_K]; K = 0 without spec-dec). Rank 0 decides;
-    every rank receives the same emitted tokens (never decide per rank under TP)."""
+    every rank receives the same emitted tokens (never decide per rank under TP). key_shift: per request, an offset
+    added to the sampling key's position (only the planted `sample_key_shift` bug passes one)."""
     width = 1 + max(1 if item.is_context else item.num_new_tokens for item in items)
     packed = torch.full((len(items), width), -1, dtype=torch.int64, device=logits.device)
     if tp.is_leader:
@@ -65,7 +66,8 @@ def verify_batch(items, logits: torch.Tensor, tp: TPGroup) -> list[list[int]]:
             req = item.request
             n_rows = 1 if item.is_context else item.num_new_tokens
             drafts = [] if item.is_context else req.draft_tokens[: n_rows - 1]
-            out = verify(logits[row : row + n_rows], drafts, req.sampling, req.seed, len(req.output_token_ids))
+            position = len(req.output_token_ids) + (key_shift[r] if key_shift else 0)
+            out = verify(logits[row : row + n_rows], drafts, req.sampling, req.seed, position)
             packed[r, 0] = len(out)
             packed[r, 1 : 1 + len(out)] = torch.tensor(out)
             row += n_rows
