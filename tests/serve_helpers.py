@@ -28,8 +28,8 @@ def settings_for(engine, **overrides) -> ServerSettings:
     return ServerSettings(MODEL, engine.max_seq_len, engine.model_config.vocab_size, **overrides)
 
 
-def serving(engine, **overrides) -> BackgroundServer:
-    return BackgroundServer(engine, settings_for(engine, **overrides))
+def serving(engine, grace_s: float = 5.0, **overrides) -> BackgroundServer:
+    return BackgroundServer(engine, settings_for(engine, **overrides), grace_s=grace_s)
 
 
 def sse_events(lines) -> list[Any]:
