@@ -41,7 +41,7 @@ def serve(
             envvar=API_KEY_ENV,
             show_envvar=True,
             rich_help_panel=SERVER,
-            help="Require 'Authorization: Bearer KEY' on /v1/* (compared in constant time).",
+            help="Require 'Authorization: Bearer KEY' on /v1/* (compared in constant time; printable ASCII).",
         ),
     ] = None,  # fmt: skip
     served_model_name: Annotated[
@@ -56,7 +56,8 @@ def serve(
         int,
         typer.Option(
             "--max-queue",
-            help="Requests held at once, running and waiting; more get 503 with Retry-After.",
+            help="Requests held at once, running and waiting; more get 503 with Retry-After (a request with more "
+            "prompts than this: 400).",
             rich_help_panel=SERVER,
         ),
     ] = DEFAULT_MAX_QUEUE,  # fmt: skip
@@ -125,8 +126,8 @@ def serve(
 ) -> None:
     """Serve the engine over the OpenAI API: /v1/completions, /v1/chat/completions (streaming with server-sent
     events), /v1/models, /health, /metrics (vLLM's spec-decode counter names). Requests that arrive while others
-    decode join the running batch at the next step. SIGTERM or Ctrl-C: new requests get 503, in-flight ones finish
-    within --grace seconds (or are aborted), exit status 0.
+    decode join the running batch at the next step. SIGTERM or Ctrl-C: the server drains (new requests get 503,
+    in-flight ones finish within --grace seconds or are aborted), then stops listening and exits with status 0.
 
     Examples:
       specdec-eval serve --model smollm2 --spec eagle3
@@ -145,6 +146,11 @@ def serve(
     if not 0 <= port <= 65535:
         raise UserError(f"--port must be in 0..65535, got {port}")
     body_limit = parse_bytes(max_request_bytes)
+    from ..serve.limits import validate_api_key
+    from ..serve.server import bind
+
+    validate_api_key(api_key or None)
+    bind(host, port).close()  # a port in use or an address not ours: said now, not after the model has loaded
     config = o.engine_config(
         model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
         block_size=block_size, block_reuse=block_reuse, decode_copy=decode_copy, max_batch_size=max_batch_size,

@@ -17,6 +17,7 @@ gives the server's tokens for plain text, but not the end-of-sequence token, whi
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -37,10 +38,33 @@ from ..workers.interface import (
 )
 from ..workers.tokenizer import encode_any
 from .endpoint_config import EndpointConfig, EndpointURL, load_local_tokenizer
-from .endpoint_requests import Answer, call_with_retries, chat_message_str, gen_kwargs, read_choice
+from .endpoint_requests import (
+    Answer,
+    Choice,
+    call_with_retries,
+    chat_message_str,
+    gen_kwargs,
+    quotes_prompt,
+    read_choice,
+    server_message,
+)
 from .server_metrics import ResponseTally, ServerAcceptance
 
 PROBE_TIMEOUT_S = 30.0
+
+
+def _not_a_server_body(record: logging.LogRecord) -> bool:
+    """lm-eval's backend logs every failed request's body verbatim ("API request failed with error message: ..."),
+    and a server's body may quote the prompt (a GPQA question). Dropped: each failure is recorded by us, scrubbed."""
+    return not str(record.msg).startswith("API request failed with error message")
+
+
+def one_line(exc: BaseException) -> str:
+    """An httpx error in one line: a status error as its status (httpx's own text adds a second line with a link), any
+    other as its type and message, whitespace collapsed."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"HTTP {exc.response.status_code} {exc.response.reason_phrase}".rstrip()
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 class EndpointEngine:
@@ -94,20 +118,23 @@ class EndpointEngine:
 
     # --- connection ---------------------------------------------------------------------------------
 
-    def _get(self, path: str) -> httpx.Response:
-        return httpx.get(self.url.root + path, headers=self._headers, timeout=PROBE_TIMEOUT_S,
-                         verify=self.config.verify_tls, follow_redirects=True)  # fmt: skip
-
     def _probe(self) -> tuple[str, dict[str, Any]]:
+        with httpx.Client(headers=self._headers, timeout=PROBE_TIMEOUT_S, verify=self.config.verify_tls,
+                          follow_redirects=True) as client:  # fmt: skip
+            return self._probe_with(client)
+
+    def _probe_with(self, client: httpx.Client) -> tuple[str, dict[str, Any]]:
         server: dict[str, Any] = {"base_url": self.url.public, "server_header": None, "version": None}
         served = self.config.served_model
         try:
-            response = self._get("/v1/models")
+            response = client.get(self.url.root + "/v1/models")
+            if response.status_code in (401, 403):
+                raise UserError(self._refused(response))
             response.raise_for_status()
             models = [m["id"] for m in response.json().get("data", []) if isinstance(m, dict) and "id" in m]
             server["server_header"] = response.headers.get("server")
         except (httpx.HTTPError, ValueError, AttributeError) as exc:
-            reason = self._scrub(f"{type(exc).__name__}: {exc}")
+            reason = self._scrub(one_line(exc))
             if served is None:
                 message = f"cannot list the models of {self.url.public} ({reason}); pass the served model id"
                 raise UserError(message) from None
@@ -120,12 +147,21 @@ class EndpointEngine:
             served = models[0]
         elif models and served not in models:
             raise UserError(f"{self.url.public} does not serve {served!r} (it serves: {', '.join(models)})")
-        server["version"] = self._version()
+        server["version"] = self._version(client)
         return served, server
 
-    def _version(self) -> str | None:
+    def _refused(self, response: httpx.Response) -> str:
+        """The one line for a server that refuses our key: an API key is what it wants, whatever else was given."""
+        status = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
+        if self.config.resolved_api_key() is None:
+            return (f"{self.url.public} wants an API key ({status}): pass it with --api-key KEY (sent as "
+                    f"'Authorization: Bearer KEY') or set OPENAI_API_KEY")  # fmt: skip
+        return (f"{self.url.public} refused the API key ({status}): pass the server's key with --api-key KEY "
+                f"(sent as 'Authorization: Bearer KEY'; --api-key wins over OPENAI_API_KEY)")  # fmt: skip
+
+    def _version(self, client: httpx.Client) -> str | None:
         try:
-            response = self._get("/version")
+            response = client.get(self.url.root + "/version")
             if response.status_code == 200:
                 value = response.json().get("version")
                 return str(value) if value is not None else None
@@ -136,6 +172,7 @@ class EndpointEngine:
     def _make_backend(self, served: str) -> Any:
         from lm_eval.models.openai_completions import LocalChatCompletion, LocalCompletionsAPI
 
+        logging.getLogger("lm_eval.models.api_models").addFilter(_not_a_server_body)  # once: a filter is kept once
         cls = LocalChatCompletion if self.config.chat else LocalCompletionsAPI
         backend = cls(
             base_url=self.url.chat_completions if self.config.chat else self.url.completions,
@@ -207,11 +244,11 @@ class EndpointEngine:
         try:
             for future in as_completed(futures):
                 i = futures[future]
-                answer, text = future.result()
-                if answer.response is not None:
+                answer, choice = future.result()
+                if choice is not None:
                     tally.add(answer.response)
                     self._tally.add(answer.response)
-                out = self._output(i, prompt_ids[i], params[i], answer, text)
+                out = self._output(i, prompt_ids[i], answer, choice)
                 outputs[i] = out
                 stats.num_output_tokens += out.stats.get("num_output_tokens", 0)
                 stats.num_retries += out.stats.get("num_retries", 0)
@@ -230,10 +267,11 @@ class EndpointEngine:
         self._last_stats = stats
         return outputs  # type: ignore[return-value]
 
-    def _request(self, index: int, prompt: Prompt, params: SamplingParams) -> tuple[Answer, str | None]:
-        """Runs in a pool thread: send one request (with retries) and read its text with lm-eval's parser."""
+    def _request(self, index: int, prompt: Prompt, params: SamplingParams) -> tuple[Answer, Choice | None]:
+        """Runs in a pool thread: send one request (with retries) and read it (lm-eval's parser, then ours). Whatever
+        a server sends back, this returns: an answer that cannot be read is this request's recorded failure."""
         seed = params.seed if params.seed is not None else self.config.seed * 1_000_003 + index
-        message = self._message(prompt)
+        message, sent = self._message(prompt)
         kwargs = gen_kwargs(params, None if params.greedy else seed)
 
         def send() -> dict[str, Any] | None:
@@ -242,36 +280,34 @@ class EndpointEngine:
         def on_retry(attempt: int, reason: str) -> None:
             self.events.emit("request_retried", request_id=index, attempt=attempt, reason=reason)
 
-        answer = call_with_retries(send, self.config.max_retries, on_retry, self._secrets)
-        text = None
-        if answer.response is not None:
-            try:
-                text = self._backend.parse_generations(outputs=answer.response)[0]
-            except (KeyError, IndexError, TypeError) as exc:
-                answer.error = self._scrub(f"unreadable response ({type(exc).__name__}: {exc})")
-        return answer, text
+        answer = call_with_retries(send, self.config.max_retries, on_retry, self._secrets, sent)
+        if answer.error is not None:
+            return answer, None
+        try:
+            text = self._backend.parse_generations(outputs=answer.response)[0]
+            return answer, read_choice(answer.response, text, params)
+        except ValueError as exc:  # read_choice's own reasons (a server's finish reason the most it quotes)
+            why = str(exc) if not quotes_prompt(str(exc), sent) else "unreadable answer (it quotes the prompt)"
+        except Exception as exc:  # a shape lm-eval's parser did not expect; its message may quote the body
+            why = f"unreadable answer ({type(exc).__name__})"
+        said = server_message(answer.response, sent)  # e.g. an error object in a 200 answer
+        answer.error = self._scrub(f"{why}: {said}" if said else why)
+        return answer, None
 
-    def _message(self, prompt: Prompt) -> Any:
-        """What lm-eval's create_message takes: text for /v1/completions, JSON-wrapped messages for chat."""
+    def _message(self, prompt: Prompt) -> tuple[Any, str]:
+        """What lm-eval's create_message takes (text for /v1/completions, JSON-wrapped messages for chat), and the
+        text it carries (what a server's error message could echo)."""
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
             prompt = self._tokenizer.decode(prompt)  # token ids travel as their text
         if self.config.chat:
             messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
-            return chat_message_str(messages)
+            return chat_message_str(messages), "\n".join(str(m.get("content") or "") for m in messages)
         if isinstance(prompt, list):  # chat messages to a completions endpoint: our chat template, as text
             text = self._tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=False)
-            return str(text)
-        return prompt
+            return str(text), str(text)
+        return prompt, prompt
 
-    def _output(
-        self, index: int, prompt_ids: list[int], params: SamplingParams, answer: Answer, text: str | None
-    ) -> GenerationOutput:
-        choice = None
-        if answer.error is None:
-            try:
-                choice = read_choice(answer.response, text, params)
-            except ValueError as exc:
-                answer.error = self._scrub(str(exc))
+    def _output(self, index: int, prompt_ids: list[int], answer: Answer, choice: Choice | None) -> GenerationOutput:
         stats: dict[str, Any] = {
             "num_prompt_tokens": len(prompt_ids),
             "num_retries": answer.attempts - 1,
@@ -314,4 +350,6 @@ class EndpointEngine:
         return self.metrics.delta() or self._tally.result(self.config.max_draft_len)
 
     def close(self) -> None:
-        """Nothing is held between calls: lm-eval's backend opens a connection per request."""
+        """The scraper's connection; nothing else is held between calls (lm-eval's backend opens a connection per
+        request)."""
+        self.metrics.close()

@@ -154,6 +154,7 @@ class ServerAcceptance:
         self._path: str | None = None  # where acceptance was found
         self._before: Counters | None = None
         self._drained: Counters | None = None  # a draining source: the sum of its reads since start
+        self._client: httpx.Client | None = None  # one for every scrape: one TLS context, kept-alive connections
 
     @property
     def source(self) -> str:
@@ -195,19 +196,21 @@ class ServerAcceptance:
         return None
 
     def _read(self, path: str) -> Counters | None:
+        if self._client is None:
+            self._client = httpx.Client(headers=self.headers, timeout=self.timeout_s, verify=self.verify,
+                                        follow_redirects=True)  # fmt: skip
         try:
-            response = httpx.get(
-                self.base_url + path,
-                headers=self.headers,
-                timeout=self.timeout_s,
-                verify=self.verify,
-                follow_redirects=True,
-            )
+            response = self._client.get(self.base_url + path)
         except httpx.HTTPError:
             return None
         if response.status_code != 200:
             return None
         return parse_metrics_response(response.text, self.model)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
 
 def _add(a: Counters, b: Counters) -> Counters:
@@ -248,9 +251,12 @@ class ResponseTally:
         )
 
 
-def _meta_infos(response: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _meta_infos(response: Any) -> list[Mapping[str, Any]]:
+    if not isinstance(response, Mapping):  # whatever a broken server sent: its request fails elsewhere
+        return []
     found = [response.get("meta_info")]
-    for choice in response.get("choices") or []:
+    choices = response.get("choices")
+    for choice in choices if isinstance(choices, list) else []:
         if isinstance(choice, Mapping):
             found.append(choice.get("meta_info"))
     return [m for m in found if isinstance(m, Mapping)]

@@ -1,11 +1,12 @@
 """The ASGI app: `create_app(engine, settings)`. Its lifespan starts the engine loop and stops it (aborting what is
-still in flight) when the server shuts down. Every error, ours or the framework's (unknown route, wrong method),
-answers in OpenAI's JSON shape."""
+still in flight) when the server shuts down. Every error, ours or the framework's (unknown route, wrong method), and
+a bug of ours (logged with its traceback), answers in OpenAI's JSON shape."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -14,14 +15,18 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..workers.config import parse_bytes
 from ..workers.interface import ServingEngine
 from .defaults import DEFAULT_MAX_QUEUE, DEFAULT_MAX_REQUEST_SIZE
 from .engine_loop import EngineLoop
 from .errors import ApiError
+from .limits import validate_api_key
 from .metrics import ServerMetrics
 from .routes import router, v1
+
+log = logging.getLogger("specdec_eval.serve")
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,9 @@ class ServerSettings:
     api_key: str | None = None
     max_queue: int = DEFAULT_MAX_QUEUE  # requests held at once (running + waiting); more get 503
     max_request_bytes: int = parse_bytes(DEFAULT_MAX_REQUEST_SIZE)
+
+    def __post_init__(self) -> None:
+        validate_api_key(self.api_key)
 
 
 @dataclass
@@ -61,6 +69,7 @@ def create_app(engine: ServingEngine, settings: ServerSettings) -> FastAPI:
     app.state.serving = state
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_middleware(_JsonInternalErrors)
     app.include_router(router)
     app.include_router(v1)
     return app
@@ -75,3 +84,32 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     error = ApiError(exc.status_code, str(exc.detail), type="invalid_request_error")
     return JSONResponse(error.body(), status_code=exc.status_code, headers=dict(exc.headers or {}))
+
+
+class _JsonInternalErrors:
+    """A bug of ours in a handler: a JSON 500 that names the exception's type only (its text may quote the request),
+    the traceback in the log, and the connection kept (starlette's own handler re-raises, and uvicorn then drops the
+    connection). An error after the answer started can only end the connection."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if started:
+                raise
+            log.exception("unexpected error in %s %s", scope.get("method"), scope.get("path"))
+            error = ApiError(500, f"internal server error ({type(exc).__name__})", type="internal_error")
+            await JSONResponse(error.body(), status_code=500)(scope, receive, send)

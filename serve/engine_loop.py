@@ -90,7 +90,12 @@ class EngineLoop:
         self._thread.start()
 
     def submit(self, tickets: list[Ticket]) -> None:
-        """Queue the tickets of one request, all or none; 503 when the server is full, draining or broken."""
+        """Queue the tickets of one request, all or none; 503 when the server is full, draining or broken (worth a
+        retry), 400 for a request with more prompts than the server ever holds at once (never worth one)."""
+        most = self.max_in_flight
+        if len(tickets) > most:
+            raise bad_request(f"this request has {len(tickets)} prompts, more than the server holds at once "
+                              f"(--max-queue {most}); send at most {most} per request")  # fmt: skip
         with self._lock:
             if self._failure is not None:
                 raise unavailable(f"the engine loop stopped: {self._failure}", retry_after_s=30)

@@ -1,5 +1,5 @@
 """What a request must pass before any work is done for it: the API key (Bearer, compared in constant time) and a
-bounded body (an oversize one is a 413, never read into memory whole)."""
+bounded body (an oversize one is a 413, never read into memory whole). And what an API key may be."""
 
 from __future__ import annotations
 
@@ -7,11 +7,25 @@ import hmac
 
 from fastapi import Request
 
+from ..workers.errors import UserError
 from .errors import ApiError
 
 # An oversize body is still read (and thrown away) up to this much, so the client gets to see our 413 instead of
 # a connection reset while it is still sending; past it the connection is simply closed after the answer.
 DRAIN_LIMIT_BYTES = 64 * 2**20
+
+
+def validate_api_key(api_key: str | None) -> None:
+    """A key must be printable ASCII without spaces: HTTP carries header values as bytes that clients encode
+    differently (curl sends UTF-8, Python's requests Latin-1, httpx refuses anything but ASCII) and the server strips
+    spaces around the token, so any other key could never be matched reliably. Refused at start-up, not at the
+    first request."""
+    if api_key is None:
+        return
+    bad = next((c for c in api_key if not "!" <= c <= "~"), None)
+    if bad is not None:
+        raise UserError(f"--api-key must be printable ASCII without spaces (HTTP headers cannot carry other "
+                        f"characters reliably); it holds U+{ord(bad):04X}")  # fmt: skip
 
 
 def check_api_key(request: Request, api_key: str | None) -> None:

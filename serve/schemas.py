@@ -7,7 +7,9 @@ with a 400 rather than silently ignored; fields that do not change it (user, met
 from __future__ import annotations
 
 import json
+import math
 import random
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,10 @@ from .errors import bad_request
 
 # OpenAI's defaults (not the engine's greedy default): a client that names no temperature samples.
 DEFAULT_TEMPERATURE = 1.0
+# Temperatures in (0, GREEDY_BELOW) decode greedily (vLLM's sampling epsilon): sampling tends to the argmax as the
+# temperature tends to 0, and dividing float32 logits by ~1e-38 overflows into NaN probabilities, which drew token 0
+# every time. Greedy is what such a client asks for; temperature 0 is the same request, said exactly.
+GREEDY_BELOW = 1e-5
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's max_tokens default for /v1/completions
 
 
@@ -116,13 +122,19 @@ class ChatRequest(_Generation):
 
 
 def parse_body(raw: bytes, model: type[BaseModel]) -> Any:
-    """JSON bytes -> a request model; malformed JSON or a wrong field is a 400 naming it."""
+    """JSON bytes -> a request model; malformed JSON or a wrong field is a 400 naming it. Standard JSON only: no
+    NaN / Infinity (Python's json reads them; JSON has no such numbers), no text that is not Unicode (a lone UTF-16
+    surrogate, which no tokenizer can encode), no nesting deeper than Python's parser can follow."""
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=_refuse_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise bad_request(f"request body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise bad_request("request body is nested too deeply") from None
     if not isinstance(data, dict):
         raise bad_request("request body must be a JSON object")
+    if _SURROGATE_ESCAPE.search(raw):  # only an escape can carry a surrogate: UTF-8 bytes of one fail to decode
+        _refuse_lone_surrogates(data)
     try:
         request = model.model_validate(data)
     except ValidationError as e:
@@ -131,6 +143,33 @@ def parse_body(raw: bytes, model: type[BaseModel]) -> Any:
         raise bad_request(f"invalid field {where!r}: {first['msg']}") from None
     request.refuse_unsupported()
     return request
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise bad_request(f"request body is not valid JSON: {name} is not a JSON number")
+
+
+def _refuse_lone_surrogates(data: Any) -> None:
+    """A 400 for any string (key or value) holding a UTF-16 surrogate without its pair. Iterative: the body may nest
+    as deep as the JSON parser allowed."""
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(v for v in value if not isinstance(v, int | float))
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                where = f"U+{ord(value[e.start]):04X}"
+                raise bad_request(f"request body holds a lone surrogate ({where}), which is not Unicode text; send "
+                                  "the character's UTF-8 or its surrogate pair") from None  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -168,6 +207,10 @@ def chat_input(request: ChatRequest) -> EngineInput:
 
 def sampling_params(request: _Generation, max_tokens: int) -> SamplingParams:
     temperature = DEFAULT_TEMPERATURE if request.temperature is None else request.temperature
+    if not (math.isfinite(temperature) and temperature >= 0):  # 1e400 reads as inf
+        raise bad_request(f"temperature must be a finite number >= 0, got {temperature}")
+    if temperature < GREEDY_BELOW:
+        temperature = 0.0
     top_k = 0 if request.top_k in (None, -1) else request.top_k
     stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
     seed = request.seed

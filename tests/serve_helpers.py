@@ -1,10 +1,13 @@
-"""Helpers of the server tests (tests/test_serve*.py): a server on a thread of the test process, and readers of
-its answers and server-sent events."""
+"""Helpers of the server tests (tests/test_serve*.py): a server on a thread of the test process, readers of its
+answers and server-sent events, and a scripted OpenAI-compatible stub for the endpoint client's tests."""
 
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -25,8 +28,8 @@ def settings_for(engine, **overrides) -> ServerSettings:
     return ServerSettings(MODEL, engine.max_seq_len, engine.model_config.vocab_size, **overrides)
 
 
-def serving(engine, **overrides) -> BackgroundServer:
-    return BackgroundServer(engine, settings_for(engine, **overrides))
+def serving(engine, grace_s: float = 5.0, **overrides) -> BackgroundServer:
+    return BackgroundServer(engine, settings_for(engine, **overrides), grace_s=grace_s)
 
 
 def sse_events(lines) -> list[Any]:
@@ -84,3 +87,56 @@ def kv_returned(url: str) -> bool:
 
 
 OPENAI_FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
+
+
+class StubServer:
+    """An OpenAI-compatible server on 127.0.0.1 that answers as a test scripts it: GET /v1/models lists `model`
+    (or answers `models_status`); every POST calls `answer(body) -> (status, JSON-able or bytes)`. `posts` keeps
+    the bodies received. Use as a context manager."""
+
+    def __init__(self, answer: Callable[[dict[str, Any]], tuple[int, Any]], model: str = "m",
+                 models_status: int = 200) -> None:  # fmt: skip
+        posts: list[dict[str, Any]] = []
+        self.posts = posts
+
+        class Handler(BaseHTTPRequestHandler):
+            def _send(self, status: int, body: Any) -> None:
+                raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self):  # noqa: N802 - the stdlib's name
+                if self.path == "/v1/models":
+                    self._send(models_status, {"object": "list", "data": [{"id": model}]} if models_status == 200
+                               else {"error": {"message": "no", "type": "auth", "code": models_status}})  # fmt: skip
+                else:
+                    self._send(404, {"error": {"message": "not found"}})
+
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                posts.append(body)
+                self._send(*answer(body))
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+
+    def __enter__(self) -> StubServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def completion(text: Any = "4", finish_reason: Any = "stop") -> dict[str, Any]:
+    """A /v1/completions answer of one choice."""
+    return {"id": "cmpl-1", "object": "text_completion", "model": "m",
+            "choices": [{"index": 0, "text": text, "finish_reason": finish_reason}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}  # fmt: skip

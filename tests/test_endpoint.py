@@ -5,8 +5,11 @@ Slow tests: against llama.cpp's real server (tests/llama_server.py) over the emb
 
 from __future__ import annotations
 
+import csv
 import json
+import logging
 
+import pyarrow.parquet as pq
 import pytest
 from specdec_eval.evals.endpoint import EndpointEngine
 from specdec_eval.evals.endpoint_config import EndpointConfig, EndpointURL
@@ -15,7 +18,9 @@ from specdec_eval.evals.server_metrics import NOT_REPORTED
 from specdec_eval.workers.config import SamplingParams
 from specdec_eval.workers.errors import UserError
 
+from .cli_helpers import run_cli
 from .llama_server import N_CTX, SERVED_MODEL, LlamaServer, free_port, require_llama_cpp
+from .serve_helpers import StubServer, completion
 
 # ------------------------------------------------------------------------------------------------- fast
 
@@ -159,6 +164,125 @@ def test_the_tokenizer_must_be_local():
         EndpointEngine(EndpointConfig(url="http://127.0.0.1:1", served_model="m"))
     with pytest.raises(UserError, match="offline"):
         EndpointEngine(EndpointConfig(url="http://127.0.0.1:1", served_model="m", tokenizer="no-such/tokenizer-x"))
+
+
+# --- what a misbehaving server sends back (issue 27) -----------------------------------------------------------
+# A scripted stub on 127.0.0.1 (tests/serve_helpers.py StubServer). The invented question below stands for a GPQA
+# question: sealed text that must never reach a record, whatever the server echoes.
+
+QUESTION = "In the invented Quillish tongue, which vowel follows the seventh tone marker?"
+
+
+def _echo(status: int):
+    return lambda body: (status, {"error": {"message": f"cannot take this prompt: {body['prompt']}", "code": status}})
+
+
+def _outputs_and_record(answer, prompts, retries: int = 0, **config):
+    with StubServer(answer) as stub:
+        engine = EndpointEngine(EndpointConfig(url=stub.url, max_retries=retries, model="tiny", **config))
+        outs = engine.generate(prompts, SamplingParams(max_new_tokens=4))
+    return outs, engine.collect_events()
+
+
+@pytest.mark.parametrize("status", [400, 500])
+def test_a_server_error_that_echoes_the_prompt_is_never_recorded(status, caplog):
+    caplog.set_level(logging.INFO)
+    outs, events = _outputs_and_record(_echo(status), [QUESTION], retries=1 if status == 500 else 0)
+    assert "Quillish" not in caplog.text  # nor logged (lm-eval's backend logs a failed request's body)
+    out = outs[0]
+    assert out.finish_reason == "error" and out.error.startswith(f"HTTP {status} ")
+    assert "withheld: it quotes the prompt" in out.error and "sha256" in out.error
+    record = json.dumps([o.error for o in outs] + events)
+    assert "Quillish" not in record and "vowel follows" not in record.lower()
+    kinds = [e["type"] for e in events]
+    assert kinds.count("request_failed") == 1 and kinds.count("request_retried") == (status == 500)
+
+
+def test_a_server_message_that_quotes_nothing_is_kept_on_one_line():
+    said = {"error": {"message": "max_tokens must be\nat most 2", "type": "BadRequestError", "code": 400}}
+    outs, _ = _outputs_and_record(lambda body: (400, said), [QUESTION])
+    assert outs[0].error == "HTTP 400 Bad Request: max_tokens must be at most 2"
+
+
+@pytest.mark.parametrize("reason", ["aborted", "abort", "error", "cancelled"])
+def test_an_answer_the_server_did_not_complete_is_a_failed_request(reason):
+    outs, events = _outputs_and_record(lambda body: (200, completion("The answer is (A)", reason)), ["q"])
+    assert outs[0].finish_reason == "error" and outs[0].text == ""
+    assert f"did not complete the request (finish_reason {reason!r})" in outs[0].error
+    assert [e["type"] for e in events] == ["request_failed"]
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        (completion(5), "the answer's text is int, not a string"),
+        (completion({"a": 1}), "the answer's text is dict"),
+        ([completion("4")], "has no choices"),
+        ({"choices": "4"}, "unreadable answer (TypeError)"),
+        ({"choices": [{"index": 3, "text": "4"}]}, "unreadable answer (IndexError)"),
+        ({"error": {"message": f"failed on {QUESTION}"}}, "(KeyError): (message withheld: it quotes the prompt"),
+    ],
+    ids=["text-int", "text-dict", "a-list", "choices-a-string", "index-out-of-range", "error-in-a-200"],
+)
+def test_an_unreadable_answer_is_a_recorded_failure(body, words):
+    outs, events = _outputs_and_record(lambda _: (200, body), [QUESTION, QUESTION])
+    assert [o.finish_reason for o in outs] == ["error", "error"]
+    assert all(words in o.error and "Quillish" not in o.error for o in outs), outs[0].error
+    assert [e["type"] for e in events] == ["request_failed"] * 2
+
+
+@pytest.mark.parametrize("api_key, served", [(None, None), ("wrong-key", None), ("wrong-key", "m")])
+def test_a_refused_api_key_says_pass_it_with_api_key(api_key, served):
+    with StubServer(lambda _: (401, {}), models_status=401) as stub, pytest.raises(UserError) as caught:
+        EndpointEngine(EndpointConfig(url=stub.url, api_key=api_key, served_model=served, model="tiny"))
+    message = str(caught.value)
+    assert "HTTP 401 Unauthorized" in message and "--api-key KEY" in message and "\n" not in message
+    assert "served model" not in message and "wrong-key" not in message
+
+
+def test_an_http_status_error_is_one_line():
+    with StubServer(lambda _: (500, {}), models_status=500) as stub, pytest.raises(UserError) as caught:
+        EndpointEngine(EndpointConfig(url=stub.url, model="tiny"))
+    assert "(HTTP 500 Internal Server Error)" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def _gpqa_data(folder, questions: list[str]):
+    (folder / "gpqa").mkdir(parents=True)
+    columns = ["Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3"]
+    with open(folder / "gpqa" / "gpqa_diamond.csv", "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        writer.writerows([q, "ix", "ox", "ux", "ax"] for q in questions)
+    return folder
+
+
+def test_a_gpqa_run_records_no_echoed_question_and_fails_on_every_broken_answer(tmp_path, capsys):
+    """The whole path: `run --endpoint` on (invented) GPQA questions against a server that echoes the prompt in
+    its errors, aborts, errs or sends a number for text: every request is a recorded failure, the run FAILs, and no
+    question reaches samples.parquet, events.jsonl, the manifest or what was printed."""
+    questions = [f"Among Quillish glyph pairs, which one marks tone number {i} in the northern dialect?"
+                 for i in range(5)]  # fmt: skip
+    behaviours = [_echo(400), _echo(500), lambda b: (200, completion("(A)", "aborted")),
+                  lambda b: (200, completion("(A)", "error")), lambda b: (200, completion(5))]  # fmt: skip
+
+    def answer(body):
+        number = next(i for i in range(5) if f"tone number {i} " in body["prompt"])
+        return behaviours[number](body)
+
+    with StubServer(answer) as stub:
+        code, out, err = run_cli(capsys, "run", "--endpoint", stub.url, "--model", "tiny", "--tasks", "gpqa_diamond",
+                                 "--data-dir", str(_gpqa_data(tmp_path / "data", questions)), "--no-reference",
+                                 "--request-retries", "0", "--out", str(tmp_path / "runs"))  # fmt: skip
+    assert code == 1 and "5 of 5 requests FAILED" in out, out + err
+    (run,) = (tmp_path / "runs").glob("2*")
+    errors = pq.read_table(run / "samples.parquet").column("error").to_pylist()
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    assert sorted(e["request_id"] for e in events if e["type"] == "request_failed") == [0, 1, 2, 3, 4]
+    assert sum("withheld: it quotes the prompt" in e for e in errors) == 2
+    assert sum("finish_reason" in e for e in errors) == 2 and sum("text is int" in e for e in errors) == 1
+    written = "".join(f.read_text("utf-8", "replace") for f in run.rglob("*") if f.is_file()) + json.dumps(errors)
+    for text in (written, out, err):
+        assert "Quillish" not in text and "northern dialect" not in text
 
 
 # -------------------------------------------------------------------------------- llama.cpp's server

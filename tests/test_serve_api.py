@@ -110,6 +110,14 @@ BAD_REQUESTS = [
     ("token id outside the vocabulary", {"json": {"prompt": [1, 99999]}}, 400),
     ("empty prompt", {"json": {"prompt": []}}, 400),
     ("a 1 MB prompt", {"json": {"prompt": "x" * 1_100_000}}, 413),
+    # not JSON as the standard has it, or not text (issue 27): a 400 with its reason, never a 200 or a 500
+    ("temperature NaN", {"content": b'{"prompt": "hi", "temperature": NaN}'}, 400),
+    ("top_p Infinity", {"content": b'{"prompt": "hi", "top_p": Infinity}'}, 400),
+    ("temperature 1e400", {"content": b'{"prompt": "hi", "temperature": 1e400}'}, 400),
+    ("a lone surrogate", {"content": b'{"prompt": "a \\ud800 b"}'}, 400),
+    ("a lone surrogate in a key", {"content": b'{"prompt": "a", "user\\udfff": 1}'}, 400),
+    ("nested 5000 deep", {"content": b'{"prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}"}, 400),
+    ("more prompts than the queue holds", {"json": {"prompt": ["a"] * 1025, "max_tokens": 1}}, 400),
 ]
 
 
@@ -121,6 +129,38 @@ def test_a_bad_request_gets_its_4xx_and_the_server_keeps_serving(client, what, r
     assert set(error) == {"message", "type", "code"} and error["message"]
     ok = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, "temperature": 0})
     assert ok.status_code == 200 and len(ok.json()["choices"][0]["token_ids"]) == 2
+
+
+def test_a_tiny_temperature_decodes_greedily_and_a_surrogate_pair_is_text(client):
+    """Temperatures below serve.schemas.GREEDY_BELOW (1e-5) decode greedily: 1e-40 once drew token 0 every time
+    (float32 logits / 1e-40 overflow into NaN probabilities)."""
+    greedy = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 5, "temperature": 0}).json()
+    for t in (1e-40, 1e-6):
+        tiny = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 5, "temperature": t}).json()
+        assert tiny["choices"][0]["token_ids"] == greedy["choices"][0]["token_ids"], t
+    assert greedy["choices"][0]["token_ids"] != [0] * 5
+    pair = client.post("/v1/completions", content=b'{"prompt": "\\ud83d\\ude00", "max_tokens": 2, "temperature": 0}')
+    assert pair.status_code == 200 and pair.json()["choices"][0]["prompt_token_ids"]
+
+
+def test_chat_with_a_lone_surrogate_is_a_400(client):
+    body = b'{"messages": [{"role": "user", "content": "\\udc00"}], "max_tokens": 2}'
+    r = client.post("/v1/chat/completions", content=body)
+    assert r.status_code == 400 and "lone surrogate (U+DC00)" in r.json()["error"]["message"]
+
+
+def test_a_bug_of_ours_is_a_json_500_that_quotes_nothing(client, monkeypatch):
+    from specdec_eval.serve import routes
+
+    def broken(*args):
+        raise RuntimeError("secret prompt text")
+
+    monkeypatch.setattr(routes, "completion_input", broken)
+    r = client.post("/v1/completions", json={"prompt": "hi"})
+    want = {"message": "internal server error (RuntimeError)", "type": "internal_error", "code": "internal_error"}
+    assert r.status_code == 500 and r.json()["error"] == want
+    monkeypatch.undo()
+    assert client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2}).status_code == 200
 
 
 def test_bad_chat_requests_and_unknown_routes(client):

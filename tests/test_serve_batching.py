@@ -8,6 +8,7 @@ import asyncio
 import hmac
 
 import httpx
+import pytest
 from specdec_eval.evals.server_metrics import ServerAcceptance
 from specdec_eval.serve.bench import bench_prompts, completion_body, time_concurrent, time_sequential
 from specdec_eval.workers.config import SamplingParams, SpecConfig
@@ -92,6 +93,51 @@ def test_a_full_queue_answers_503_with_retry_after(tiny):
         assert refused.json()["error"]["code"] == "unavailable"
         wait_until(lambda: kv_returned(server.url), what="the long request aborted")
         assert c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2}).status_code == 200
+
+
+def test_more_prompts_than_the_queue_holds_is_a_400_our_client_never_retries(tiny):
+    """A 503 says "try again later"; a request that can never fit says why, and our client (lm-eval's retry policy,
+    evals/endpoint_requests.py) gives up at once instead of retrying what cannot succeed."""
+    import requests
+    from specdec_eval.evals.endpoint_requests import call_with_retries
+
+    with serving(tiny_engine(tiny), max_queue=2) as server:
+        sent = []
+
+        def send():
+            sent.append(1)
+            r = requests.post(server.url + "/v1/completions", json={"prompt": ["a", "b", "c"], "max_tokens": 1})
+            r.raise_for_status()
+            return r.json()
+
+        answer = call_with_retries(send, max_retries=3, on_retry=lambda *a: None)
+        two = httpx.post(server.url + "/v1/completions", json={"prompt": ["a", "b"], "max_tokens": 1}, timeout=60)
+    assert len(sent) == 1 and answer.attempts == 1 and answer.response is None
+    assert answer.error == ("HTTP 400 Bad Request: this request has 3 prompts, more than the server holds at once "
+                            "(--max-queue 2); send at most 2 per request")  # fmt: skip
+    assert two.status_code == 200 and len(two.json()["choices"]) == 2
+
+
+def test_new_requests_get_503_while_the_server_drains(tiny):
+    """After SIGTERM the server keeps listening until its in-flight requests are done: a new request gets a 503
+    (not a refused connection) and /health says so, while the streamed answer in flight completes."""
+    with serving(tiny_engine(tiny), grace_s=60) as server, httpx.Client(base_url=server.url, timeout=60) as c:
+        body = {"prompt": "hi", "max_tokens": 300, "ignore_eos": True, "stream": True, "temperature": 0}
+        with c.stream("POST", "/v1/completions", json=body) as long:
+            lines = long.iter_lines()
+            first = next(lines)
+            server.begin_stop()  # what SIGTERM does
+            refused = httpx.post(server.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=60)
+            health = httpx.get(server.url + "/health", timeout=60)
+            rest = list(lines)
+        server.stop()
+    assert refused.status_code == 503 and refused.json()["error"]["message"] == "the server is shutting down"
+    assert refused.headers["retry-after"] and health.status_code == 503
+    events = sse_events([first, *rest])
+    assert events[-1] == "[DONE]" and events[-2]["choices"][0]["finish_reason"] == "length"
+    assert sum(len(e["choices"][0]["token_ids"]) for e in events[:-1]) == 300
+    with pytest.raises(httpx.ConnectError):  # drained: it no longer listens
+        httpx.get(server.url + "/health", timeout=5)
 
 
 def test_the_api_key_is_required_and_compared_in_constant_time(tiny, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -48,6 +49,30 @@ def test_user_errors_are_one_line_and_status_2(args, words, capsys):
     assert caught.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("specdec-eval: error:") and words in err and "\n" not in err
+
+
+def _serve_on_a_busy_port(capsys, *args: str) -> tuple[int, str, int]:
+    """`serve ARGS` on a port that is taken (so a check that regressed fails fast instead of serving)."""
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        with pytest.raises(SystemExit) as caught:
+            main(["serve", "--model", "tiny", "--device", "cpu", "--port", str(port), *args])
+    return caught.value.code, capsys.readouterr().err.strip(), port
+
+
+def test_a_port_in_use_is_one_line_and_status_2(capsys):
+    code, err, port = _serve_on_a_busy_port(capsys)
+    assert code == 2 and err == (f"specdec-eval: error: cannot listen on 127.0.0.1:{port}: the port is in use "
+                                 "(another server?); pick another --port, or --port 0 for any free one")  # fmt: skip
+
+
+@pytest.mark.parametrize("key, what", [("cl\u00e9", "U+00E9"), ("two words", "U+0020"), ("tab\t", "U+0009")])
+def test_an_api_key_no_client_could_send_is_refused_at_start(capsys, key, what):
+    """HTTP headers carry ASCII reliably, nothing else (clients encode other characters differently), so a key
+    like this could never be matched: refused before the model loads."""
+    code, err, _ = _serve_on_a_busy_port(capsys, "--api-key", key)
+    assert code == 2 and err.startswith("specdec-eval: error: --api-key must be printable ASCII without spaces")
+    assert err.endswith(f"it holds {what}") and "\n" not in err
 
 
 class Served:
