@@ -23,7 +23,7 @@ VERDICT = "Verdict bench (--verdict)"
 def bench(
     num_prompts: Annotated[
         int, typer.Option("--num-prompts", help="Prompts at the largest batch size.", rich_help_panel=SPEED)
-    ] = 32,
+    ] = 16,
     max_new_tokens: Annotated[
         int, typer.Option("--max-new-tokens", "-n", help="Tokens per prompt.", rich_help_panel=SPEED)
     ] = 64,
@@ -32,13 +32,13 @@ def bench(
         typer.Option(
             "--batch-sizes", help="Comma-separated; batch B serves the prompts B at a time.", rich_help_panel=SPEED
         ),
-    ] = "1,32",  # fmt: skip
+    ] = "1,16",  # fmt: skip
     batch1_prompts: Annotated[
         int,
         typer.Option(
             "--batch1-prompts", help="Prompts measured one at a time at batch 1 (it is slow).", rich_help_panel=SPEED
         ),
-    ] = 4,  # fmt: skip
+    ] = 2,  # fmt: skip
     prompts_from: Annotated[
         str,
         typer.Option(
@@ -74,7 +74,15 @@ def bench(
     ] = None,  # fmt: skip
     rounds: Annotated[
         int, typer.Option("--rounds", help="Rounds; the sides are interleaved in each (A B C A B C ...).")
-    ] = 3,
+    ] = 2,
+    estimate_only: Annotated[
+        bool,
+        typer.Option(
+            "--estimate-only",
+            help="Calibrate each side on one prompt, print the expected duration, and stop.",
+            rich_help_panel=SPEED,
+        ),
+    ] = False,  # fmt: skip
     data_dir: Annotated[str | None, typer.Option("--data-dir", help="For --prompts gsm8k and --verdict.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
     model: o.Model = o.E.model,
@@ -91,6 +99,9 @@ def bench(
     ratios (greedy, EOS ignored so every side produces exactly prompts x max-new-tokens). The sides run in rounds,
     interleaved (ours, spec, hf, ours, spec, hf, ...): each ratio is the median of its per-round ratios, shown with
     its min-max; a ratio whose rounds differ by more than 1.3x is printed UNSTABLE (the machine's load moved).
+    Before the rounds it calibrates each side on one prompt and prints the expected duration; the defaults
+    (batch 1 and 16, 2 rounds) take ~11 min on a 2-core CPU with --prompts gsm8k and --spec eagle3. Without
+    --device-memory each engine gets what the largest batch of these prompts needs.
     Two rates per side: end to end (prefill included) and decode (tokens after every request of a batch had its
     first token, over the time after that moment, within the same call). Prefix reuse is off on our side, so every
     side prefills every prompt in full. This machine's fp32 GEMM peak and memory bandwidth are measured in the
@@ -106,9 +117,10 @@ def bench(
     and decode as fractions of the hardware limits.
 
     Examples:
-      specdec-eval bench                                        # batch 1 and 32: ours vs HF, 3 rounds
+      specdec-eval bench                                        # batch 1 and 16: ours vs HF, 2 rounds
       specdec-eval bench --spec eagle3 --prompts gsm8k --data-dir ../shared/data --json
-      specdec-eval bench --batch-sizes 8 --num-prompts 8 --skip-hf --rounds 5
+      specdec-eval bench --batch-sizes 1,32 --num-prompts 32 --rounds 3    # the larger bench (~30 min here)
+      specdec-eval bench --spec eagle3 --prompts gsm8k --data-dir ../shared/data --estimate-only
       specdec-eval bench --verdict --spec eagle3 --docs 16 --data-dir ../shared/data
     """
     from ..workers.errors import UserError
@@ -130,7 +142,7 @@ def bench(
             print_verdict(report)
         return
     from ..evals.bench import BenchPlan, run_bench
-    from .bench_print import print_bench
+    from .bench_print import describe_estimate, print_bench
 
     try:
         sizes = tuple(sorted({int(b) for b in batch_sizes.split(",")}))
@@ -141,8 +153,10 @@ def bench(
     # prefill and the end-to-end rate would compare unlike work.
     engine_opts = dict(common, max_batch_size=max(sizes), block_reuse=False)
     spec_config = o.engine_config(**engine_opts, **spec_cfg) if spec != "none" else None
-    result = run_bench(o.engine_config(**engine_opts), spec_config, plan, stderr.print)
-    if as_json:
+    result = run_bench(o.engine_config(**engine_opts), spec_config, plan, stderr.print, estimate_only)
+    if estimate_only:
+        print(json.dumps(result["estimate"]) if as_json else describe_estimate(result["estimate"]))
+    elif as_json:
         print(json.dumps(result))
     else:
         print_bench(result)

@@ -43,6 +43,16 @@ def print_bench(result: dict[str, Any]) -> None:
         _print_row(row)
     for line in result["unstable"]:
         print(line)
+    print(f"\nduration  {result['elapsed_s'] / 60:.1f} min; {describe_estimate(result['estimate'])}")
+
+
+def describe_estimate(estimate: dict[str, Any]) -> str:
+    cal = "; ".join(f"{name} prefill {c['prefill_tok_s']:.0f} tok/s, step {c['step_ms']:.0f} ms"
+                    + (f" ({c['tokens_per_step']:.2f} tokens)" if name == "spec" else "")
+                    for name, c in estimate["calibration"].items())  # fmt: skip
+    return (f"expected {estimate['expected_s'] / 60:.1f} min after calibration ({estimate['measurements']} "
+            f"measurements; calibrated on one prompt of {next(iter(estimate['calibration'].values()))['prompt_tokens']}"
+            f" tokens at batch 1: {cal})")  # fmt: skip
 
 
 def _print_row(row: dict[str, Any]) -> None:

@@ -17,12 +17,14 @@ import json
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from ..workers.config import EngineConfig
 from ..workers.errors import UserError
 from . import roofline
+from .bench_budget import bench_device_memory
+from .bench_estimate import ModelBytes, describe_duration, estimate_bench
 from .bench_prompts import BENCH_PROMPTS, SOURCES, bench_prompts
 from .hardware import BANDWIDTH_MIB, GEMM_SIZE, measure_limits_apart
 from .rounds import MIN_ROUNDS, interleave, ratio_spread, spread_of, unstable_line
@@ -39,14 +41,20 @@ PLAIN_SIDES = ("ours", "hf")  # the roofline formulas describe plain decoding (o
 
 @dataclass(frozen=True)
 class BenchPlan:
-    batch_sizes: tuple[int, ...] = (1, 32)
-    num_prompts: int = 32  # prompts at every batch size above 1 (at least the largest batch)
-    batch1_prompts: int = 4  # prompts measured one at a time at batch 1 (it is slow)
+    """The defaults finish `bench --spec eagle3 --prompts gsm8k` (five-shot prompts of ~1030 tokens) in ~11 min on
+    a 2-core CPU (README): at batch 32 and 3 rounds it took ~27 min, nearly all of it prefill (HF's alone ~2.8
+    min per round). Batch 16 keeps a batched row (every ratio of batch 32, half its prefill); 2 rounds still give
+    each ratio a spread and the UNSTABLE warning (--rounds 3 when a machine is noisy); 2 prompts at batch 1 (all
+    ~1030 tokens, one at a time: their rates agree within a few percent) halve the slowest row per token."""
+
+    batch_sizes: tuple[int, ...] = (1, 16)
+    num_prompts: int = 16  # prompts at every batch size above 1 (at least the largest batch)
+    batch1_prompts: int = 2  # prompts measured one at a time at batch 1 (it is slow)
     max_new_tokens: int = 64
     prompts: str = "builtin"  # builtin | gsm8k
     data_dir: str | None = None
     skip_hf: bool = False
-    rounds: int = 3
+    rounds: int = 2
     gemm_size: int = GEMM_SIZE  # hardware probe sizes (tests shrink them)
     bandwidth_mib: int = BANDWIDTH_MIB
 
@@ -201,12 +209,14 @@ def _peak_mib(device) -> float:
 
 
 def measure_rounds(sides: dict[str, Side], group: list[list[int]], batch: int, plan: BenchPlan, device,
-                   say: Callable[[str], None]) -> dict[str, list[Measurement]]:  # fmt: skip
-    """Every side at one batch size, interleaved: round 1 (ours, spec, hf), round 2 (ours, spec, hf), ..."""
+                   say: Callable[[str], None], expected: dict[str, float]) -> dict[str, list[Measurement]]:  # fmt: skip
+    """Every side at one batch size, interleaved: round 1 (ours, spec, hf), round 2 (ours, spec, hf), ...
+    expected: each side's estimated seconds per measurement, shown in its progress line."""
     n = plan.max_new_tokens
 
     def before(r: int, name: str) -> None:
-        say(f"bench: round {r + 1}/{plan.rounds}, {name}, batch {batch}, {len(group)} prompts x {n} tokens ...")
+        say(f"bench: round {r + 1}/{plan.rounds}, {name}, batch {batch}, {len(group)} prompts x {n} tokens "
+            f"({describe_duration(expected[name])}) ...")  # fmt: skip
 
     def one(side: Side) -> Callable[[int], Measurement]:
         return lambda _round: measure(side, group, batch, n, device)
@@ -215,37 +225,76 @@ def measure_rounds(sides: dict[str, Side], group: list[list[int]], batch: int, p
 
 
 def run_bench(
-    base: EngineConfig, spec: EngineConfig | None, plan: BenchPlan, log: Callable[[str], None] | None = None
+    base: EngineConfig,
+    spec: EngineConfig | None,
+    plan: BenchPlan,
+    log: Callable[[str], None] | None = None,
+    estimate_only: bool = False,
 ) -> dict[str, Any]:
     """The whole benchmark. base: our plain engine's configuration; spec: the spec-dec one (None: no spec side).
     Both should have block reuse off: HF has no prefix cache, and a prompt seen in the warm-up would skip its
-    prefill on our side only."""
+    prefill on our side only. An engine without a device memory budget gets what the plan needs
+    (evals/bench_budget.py). Before the rounds it says how long they will take (evals/bench_estimate.py);
+    estimate_only: stop there (the result then has the estimate and no rows)."""
+    from ..workers.checkpoint import load_checkpoint
+    from ..workers.tokenizer import encode_any
     from .bench_sides import build_sides
 
     say = log or (lambda _msg: None)
-    sides, engine = build_sides(base, spec, plan.skip_hf)
+    started = time.perf_counter()
+    checkpoint = load_checkpoint(base.model)
+    tokenizer = checkpoint.load_tokenizer()
     texts = bench_prompts(plan.prompts, plan.prompt_count, plan.data_dir)
-    prompts = [engine.encode(p) for p in texts]
+    prompts = [encode_any(tokenizer, p) for p in texts]
+    base, spec = (_with_budget(c, checkpoint.config, prompts, plan, say) for c in (base, spec))
+    sides, engine = build_sides(base, spec, plan.skip_hf, checkpoint, tokenizer)
     result: dict[str, Any] = {
         "model": base.model, "device": engine.device.type, "dtype": str(engine.dtype).removeprefix("torch."),
         "kv_cache": base.kv_cache.version, "prompts": plan.prompts, "max_new_tokens": plan.max_new_tokens,
         "prompt_tokens_mean": round(sum(map(len, prompts)) / len(prompts), 1), "rounds": plan.rounds,
+        "device_memory_gib": round(engine.memory.total_bytes / 2**30, 2),
     }  # fmt: skip
     if spec is not None and spec.spec is not None:
         s = spec.spec
         result["spec"] = f"{s.algorithm} K={s.max_draft_len} draft={s.draft_model}"
     say(f"bench: measuring this machine's limits on {engine.device} ...")
+    probe_started = time.perf_counter()
     limits = measure_limits_apart(engine.device, plan.gemm_size, plan.bandwidth_mib)
-    dtype_bytes = next(engine.model.parameters()).element_size()
+    probe_s = time.perf_counter() - probe_started
+    say("bench: calibrating each side on one prompt ...")
+    draft_len = spec.spec.max_draft_len if spec is not None and spec.spec is not None else 0
+    size = ModelBytes(engine.weights_bytes, engine.kv_layout.bytes_per_token)
+    estimate = estimate_bench(sides, prompts, plan, size, draft_len, probe_s)
+    result["estimate"] = estimate
+    say(f"bench: expected duration {describe_duration(estimate['expected_s'])} from here "
+        f"({estimate['measurements']} measurements; calibrated on one prompt per side)")  # fmt: skip
+    if estimate_only:
+        return result
     rows = []
     for size in sorted(set(plan.batch_sizes)):
         group = plan.group(prompts, size)
-        rows.append((size, group, measure_rounds(sides, group, size, plan, engine.device, say)))
+        expected = estimate["per_measurement_s"][str(size)]
+        rows.append((size, group, measure_rounds(sides, group, size, plan, engine.device, say, expected)))
     # The limits are the best this machine showed during the bench: probed before the rounds and after them.
     limits = limits.best(measure_limits_apart(engine.device, plan.gemm_size, plan.bandwidth_mib))
+    dtype_bytes = next(engine.model.parameters()).element_size()
     roof = roofline.Roofline(engine.model_config, dtype_bytes, limits)
     result["hardware"] = limits.to_dict()
     result["formulas"] = roofline.FORMULAS
     result["rows"] = [summarise_row(size, group, plan.max_new_tokens, m, roof) for size, group, m in rows]
     result["unstable"] = [line for row in result["rows"] for line in row["unstable"]]
+    result["elapsed_s"] = round(time.perf_counter() - started, 1)
     return result
+
+
+def _with_budget(config: EngineConfig | None, model, prompts: list[list[int]], plan: BenchPlan,
+                 say: Callable[[str], None]) -> EngineConfig | None:  # fmt: skip
+    """The config with the plan's memory budget when it has none (bench_budget.py)."""
+    if config is None or config.device_memory is not None:
+        return config
+    budget = bench_device_memory(config, model, max(map(len, prompts)), plan.max_new_tokens)
+    say(
+        f"bench: {budget / 2**30:.2f} GiB per engine{' (spec-dec)' if config.spec else ''}: "
+        f"what {config.max_batch_size} prompts of up to {max(map(len, prompts))} tokens need (--device-memory)"
+    )
+    return replace(config, device_memory=budget)

@@ -39,9 +39,11 @@ def hf_side(engine: Engine) -> Side:
     return run
 
 
-def build_sides(base: EngineConfig, spec: EngineConfig | None, skip_hf: bool) -> tuple[dict[str, Side], Engine]:
-    """The sides in measurement order (ours, spec, hf), and our plain engine (its tokenizer encodes the prompts)."""
-    engine = Engine(base)
+def build_sides(base: EngineConfig, spec: EngineConfig | None, skip_hf: bool, checkpoint=None,
+                tokenizer=None) -> tuple[dict[str, Side], Engine]:  # fmt: skip
+    """The sides in measurement order (ours, spec, hf), and our plain engine; checkpoint and tokenizer: already
+    loaded ones to share (else base.model's)."""
+    engine = Engine(base, checkpoint=checkpoint, tokenizer=tokenizer)
     sides = {"ours": engine_side(engine)}
     if spec is not None and spec.spec is not None:
         sides["spec"] = engine_side(Engine(spec, checkpoint=engine.checkpoint, tokenizer=engine.tokenizer))

@@ -59,3 +59,27 @@ def test_git_state_outside_a_checkout_prints_nothing(tmp_path, capfd):
     assert git_state(tmp_path) == {"commit": None, "dirty": None, "diff_sha256": None}
     out, err = capfd.readouterr()
     assert out == "" and err == ""
+
+
+def test_make_run_sets_up_only_the_main_job_and_make_test_the_tests_too(tmp_path):
+    """Issue 27: a first `make run` does not compile llama.cpp or install Chromium (the tests' peer and screenshot
+    browser); `make test`, so CI, does. Read from make's own plan (-n) in a copy without a venv."""
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("no make")
+    for name in ("Makefile", "pyproject.toml", "scripts/setup.sh", "scripts/llama-cpp-lean.cmake"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+
+    def plan(target: str) -> list[str]:
+        p = subprocess.run([make, "-n", target], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        return [line for line in p.stdout.splitlines() if "scripts/setup.sh" in line]
+
+    assert plan("run") == ["bash scripts/setup.sh"]
+    assert plan("test") == ["bash scripts/setup.sh", "bash scripts/setup.sh --for-tests"]
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    main_part = setup.split("main_job_setup() {", 1)[1].split("\n}\n", 1)[0]
+    assert "[peer]" not in main_part and "chromium" not in main_part and "[dev]" not in main_part
+    tests_part = setup.split("test_setup() {", 1)[1].split("\n}\n", 1)[0]
+    assert '".[peer]"' in tests_part and "apt-get install" in tests_part and "llama-cpp-lean.cmake" in tests_part

@@ -33,16 +33,18 @@ def test_generate_plain_and_jsonl(capsys, monkeypatch):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["generate", "-", "--model", "/no/such/model"], "model path not found"),
+        (["generate", "-", "--model", "{missing}/model"], "model path not found"),
         (["generate", "-", "--model", "tiny", "--kv-cache", "v3"], "'--kv-cache': 'v3' is not one of 'v1', 'v2'"),
         (["generate", "-", "--model", "tiny", "--tp", "3"], "TP size 3 does not divide"),
         (["engine", "info", "--model", "tiny", "--tp", "3"], "TP size 3 does not divide"),
-        (["generate", "/no/prompts.txt", "--model", "tiny"], "prompts file not found"),
+        (["generate", "{missing}/prompts.txt", "--model", "tiny"], "prompts file not found"),
         (["generate", "-", "--model", "tiny", "--device-memory", "lots"], "cannot read memory size"),
         (["generate", "-", "--model", "tiny", "--device-memory", "1MiB"], "device memory budget"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(capsys, monkeypatch, argv, message):
+def test_bad_input_is_one_line_and_exit_2(capsys, monkeypatch, tmp_path, argv, message):
+    # a missing path lies under tmp_path: a fixed outside path such as /no/such may exist on some machine
+    argv = [a.replace("{missing}", str(tmp_path / "missing")) for a in argv]
     code, out, err = run_cli(capsys, *argv, stdin="hello\n", monkeypatch=monkeypatch)
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("specdec-eval: error: ") and message in err, err
@@ -86,12 +88,12 @@ def test_generate_writes_events_and_exits_1_on_failed_requests(capsys, monkeypat
     assert "2 of 2 requests FAILED" in err
 
 
-def test_bad_spec_options_are_exit_2(capsys, monkeypatch):
+def test_bad_spec_options_are_exit_2(capsys, monkeypatch, tmp_path):
     for argv, message in (
         (["--spec", "medusa"], "'--spec': 'medusa' is not one of 'none', 'eagle3'"),
         (["--spec", "eagle3", "-k", "0"], "'--draft-len' / '-k': Input should be greater than or equal to 1"),
         (["--spec", "eagle3", "--spec-guard", "maybe"], "'--spec-guard': 'maybe' is not one of"),
-        (["--spec", "eagle3", "--draft-model", "/no/head"], "draft model folder not found"),
+        (["--spec", "eagle3", "--draft-model", str(tmp_path / "no-head")], "draft model folder not found"),
         (["--spec", "eagle3", "--capture-layers", "1,x,3"], "--capture-layers"),
     ):
         code, _, err = run_cli(capsys, "generate", "-", "--model", "tiny", *argv, stdin="hi\n", monkeypatch=monkeypatch)

@@ -32,7 +32,7 @@ def _collect_engines():
 
 
 REPO = Path(__file__).resolve().parents[1]
-REAL_ZIP = Path("/work/shared/data/gpqa/dataset.zip")
+REAL_ZIP = Path(__file__).resolve().parents[2] / "shared" / "data" / "gpqa" / "dataset.zip"
 STOCK_COT_YAML = Path(lm_eval.tasks.__file__).parent / "gpqa" / "cot_zeroshot" / "_gpqa_cot_zeroshot_yaml"
 COT_TEMPLATE = (
     "What is the correct answer to this question:{{Question}}\nChoices:\n(A) {{choice1}}\n(B) {{choice2}}\n"

@@ -18,7 +18,7 @@ from specdec_eval.workers.errors import UserError
 
 from .cli_helpers import run_cli
 
-SHARED_DATA = Path("/work/shared/data")
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"  # ../shared/data, as the Makefile
 FAST = ("--model", "tiny", "--device-memory", "256MiB")
 needs_shared_data = pytest.mark.skipif(
     not (SHARED_DATA / "gsm8k" / "test.jsonl").is_file() or not (SHARED_DATA / "gpqa" / "dataset.zip").is_file(),
@@ -74,20 +74,22 @@ def test_unknown_task_is_one_line_and_exit_2(capsys, tmp_path):
 
 
 def test_missing_data_dir_is_exit_2(capsys, tmp_path):
-    code, out, err = run_cli(capsys, "run", "--tasks", "gsm8k", "--data-dir", "/nonexistent", "--no-reference", *FAST,
+    missing = tmp_path / "nonexistent"  # not /nonexistent: that existed on one machine and the test failed there
+    code, out, err = run_cli(capsys, "run", "--tasks", "gsm8k", "--data-dir", str(missing), "--no-reference", *FAST,
                              "--out", str(tmp_path / "runs"))  # fmt: skip
     assert code == 2
-    assert err.strip().splitlines()[-1] == "specdec-eval: error: --data-dir /nonexistent is not a folder"
+    assert err.strip().splitlines()[-1] == f"specdec-eval: error: --data-dir {missing} is not a folder"
 
 
 def test_missing_data_dir_with_reference_lookup_is_exit_2(capsys, tmp_path):
     """Also without --no-reference (whichever check runs first), a one-line exit 2."""
-    code, out, err = run_cli(capsys, "run", "--tasks", "gsm8k", "--data-dir", "/nonexistent", *FAST,
+    missing = tmp_path / "nonexistent"
+    code, out, err = run_cli(capsys, "run", "--tasks", "gsm8k", "--data-dir", str(missing), *FAST,
                              "--out", str(tmp_path / "runs"))  # fmt: skip
     assert code == 2
     last = err.strip().splitlines()[-1]
     assert last.startswith("specdec-eval: error: ")
-    assert "--no-reference" in last or "/nonexistent" in last
+    assert "--no-reference" in last or str(missing) in last
 
 
 def test_reference_dir_default_is_bound_at_definition():

@@ -22,7 +22,7 @@ from specdec_eval.workers.config import EngineConfig, SamplingParams
 from specdec_eval.workers.engine import identity_of
 from specdec_eval.workers.interface import GenerateStats, GenerationOutput
 
-ZIP = Path("/work/shared/data/gpqa/dataset.zip")
+ZIP = Path(__file__).resolve().parents[2] / "shared" / "data" / "gpqa" / "dataset.zip"
 needs_gpqa = pytest.mark.skipif(not ZIP.is_file(), reason="no shared GPQA data")
 
 
@@ -121,7 +121,7 @@ def _leaks(values, tokenizer, snippets) -> int:
 def test_no_stored_field_of_a_gpqa_run_gives_question_text_back(tiny, tmp_path):
     _, tokenizer = tiny
     engine = EchoEngine(tokenizer)
-    plan = RunPlan(EvalOptions(parse_tasks("gpqa_diamond"), data_dir="/work/shared/data", limit=3, no_reference=True),
+    plan = RunPlan(EvalOptions(parse_tasks("gpqa_diamond"), data_dir=str(ZIP.parents[1]), limit=3, no_reference=True),
                    str(tmp_path / "runs"))  # fmt: skip
     summary = run_evaluation(engine, plan)
     snippets = _question_snippets()
