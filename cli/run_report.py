@@ -63,6 +63,19 @@ def print_report(summary: dict[str, Any]) -> None:
     print(f"run {summary['verdict']} in {summary['elapsed_s']:.0f} s ({summary['world_size']} rank(s))", file=out)
 
 
+def populated_line(populated: dict[str, Any]) -> str:
+    """What --populate-acceptance did: the reference written, with the documents and draft cycles it rests on,
+    or why nothing was written."""
+    n = populated.get("num_documents")
+    basis = f" from {n} {populated.get('task')} documents ({populated.get('num_cycles')} draft cycles)" if n else ""
+    figure = f"{populated['test_id']} ref_al {populated['ref_al']:.4f}{basis}"
+    if populated.get("refused"):
+        return f"acceptance reference NOT written ({figure}): {populated['refused']}"
+    if not populated["changed"]:
+        return f"acceptance reference unchanged: {figure} is already in {populated['path']}"
+    return f"acceptance reference written: {figure} in {populated['path']}"
+
+
 def _print_run_notes(summary: dict[str, Any], out) -> None:
     """What the run says beside its tasks: the engine's (or server's) own acceptance figures, a written reference,
     a fault that was asked for and never fired (then the run did not test what it was asked to)."""
@@ -73,8 +86,6 @@ def _print_run_notes(summary: dict[str, Any], out) -> None:
         print(f"reported by the engine: {figure} (source: {reported.get('source', 'unknown')})", file=out)
     populated = summary.get("acceptance_populated")
     if populated:
-        verb = "wrote" if populated["changed"] else "unchanged:"
-        print(f"acceptance reference {verb} {populated['test_id']} ref_al {populated['ref_al']:.4f} "
-              f"in {populated['path']}", file=out)  # fmt: skip
+        print(populated_line(populated), file=out)
     for fault in summary.get("faults_never_fired") or []:
         print(f"warning: injected fault {fault} never fired; this run did not exercise it", file=out)
