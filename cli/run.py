@@ -24,6 +24,7 @@ JOB = "Job (torchrun)"
 STORE = "Run store"
 MAX_FEWSHOT = 64  # far past any prompt that fits a context; the task's own data bounds it further at run time
 RDZV_BACKENDS = Literal["c10d", "static", "etcd", "etcd-v2"]
+SAMPLE_CHOICES = Literal["first", "random"]  # evals/subsets.py: refused before any run folder is made
 
 
 def run(
@@ -90,7 +91,7 @@ def run(
         ),
     ] = None,  # fmt: skip
     sample: Annotated[
-        str,
+        SAMPLE_CHOICES,
         typer.Option(
             "--sample",
             help="Which documents --limit takes: first (the first N) or random (a seeded random "

@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..results.verdict import NO_GATE, run_verdict
+
 
 def failed_requests(task: dict[str, Any]) -> str | None:
     """'8 of 8 requests FAILED' when the task has failed requests (then its score is not a measurement)."""
@@ -60,7 +62,9 @@ def print_report(summary: dict[str, Any]) -> None:
     _print_run_notes(summary, out)
     if summary["events"]:
         print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["events"].items())), file=out)
-    print(f"run {summary['verdict']} in {summary['elapsed_s']:.0f} s ({summary['world_size']} rank(s))", file=out)
+    verdict = run_verdict(summary)  # NO-GATE where no gate could have failed the run
+    why = " (no gate could fail this run)" if verdict == NO_GATE else ""
+    print(f"run {verdict}{why} in {summary['elapsed_s']:.0f} s ({summary['world_size']} rank(s))", file=out)
 
 
 def populated_line(populated: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,7 +28,7 @@ from .cached_engine import CachedOutputs
 from .gates import apply_acceptance_gate, apply_lossless_gate, populate_acceptance, summarise
 from .resume import GenerationCache
 from .run_identity import baseline_config, baseline_identity, find_baseline, git_state, run_config, run_key, test_id
-from .runner import EvalOptions, TaskResult, evaluate
+from .runner import EvalOptions, TaskResult, check_references, evaluate
 
 BASELINE_MODES = ("paired", "separate")
 # Spec-only events: a baseline decoded beside a spec-dec run (paired) does not carry them.
@@ -85,7 +86,8 @@ def _open(engine: InferenceEngine, plan: RunPlan, run: store.Run, key: str, resu
     manifest = {
         "run_id": run.run_id, "config_key": key, "test_id": test_id(engine, options),
         "config": run_config(identity, options), **git_state(), "engine": _engine_record(identity),
-        "versions": mf.versions(), "devices": mf.devices(), "world_size": identity.world_size, "command": sys.argv,
+        "versions": mf.versions(), "devices": mf.devices(), "world_size": identity.world_size,
+        "command": mf.command_line(),
         "started": started, "resumed": resumed, **extra,
     }  # fmt: skip
     run.write_manifest(manifest)
@@ -145,12 +147,27 @@ def _engine_record(identity: EngineIdentity) -> dict[str, Any]:
 def run_evaluation(engine: InferenceEngine, plan: RunPlan, progress=None) -> dict[str, Any]:
     """Evaluate on this engine, record the run, apply the gates; returns the summary (also in summary.json)."""
     key = run_key(engine.identity, plan.options)
+    check_references(engine, plan.options)  # before the run folder is made
     run, resumed = _claim(plan, key)
-    with run:
+    with run, _discarded_on_user_error((run, resumed)):
         opened = _open(engine, plan, run, key, resumed)
         stop = _stop_inputs(engine, plan, opened, None)
         results = evaluate(engine, plan.options, progress, cache=opened.cache, stop_inputs=stop)
         return _record(engine, plan, opened, results, engine.collect_events(), plan.baseline_run)
+
+
+@contextmanager
+def _discarded_on_user_error(*claimed: tuple[store.Run, bool]):
+    """A user error raised while evaluating into newly made runs (an unknown --sample, no matching reference: found
+    once the engine is up) removes them again if they hold no finished generation, so that nothing is left half
+    written (store.Run.discard_unstarted); a resumed run is kept as it was."""
+    try:
+        yield
+    except UserError:
+        for run, resumed in claimed:
+            if not resumed:
+                run.discard_unstarted()
+        raise
 
 
 def _stop_inputs(engine: InferenceEngine, plan: RunPlan, opened: _OpenRun, paired: bool | None) -> dict | None:
@@ -187,10 +204,12 @@ def run_paired(engine: PairedEngine, plan: RunPlan, progress=None) -> dict[str, 
     identity = engine.identity
     base = CachedOutputs(baseline_identity(identity), engine.tokenizer)
     base_key, key = run_key(base.identity, plan.options), run_key(identity, plan.options)
+    check_references(base, plan.options)  # before the run folders are made
+    check_references(engine, plan.options)
     base_run, base_resumed = _claim(plan, base_key)
     with base_run:
         run, resumed = _claim(plan, key)
-        with run:
+        with run, _discarded_on_user_error((base_run, base_resumed), (run, resumed)):
             opened_base = _open(base, plan, base_run, base_key, base_resumed, paired_with=run.run_id)
             opened = _open(engine, plan, run, key, resumed, paired_with=base_run.run_id)
             stop = _stop_inputs(engine, plan, opened, paired=True)

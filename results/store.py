@@ -150,6 +150,22 @@ class Run:
             return str(e)
         return None
 
+    def discard_unstarted(self) -> bool:
+        """Remove this run's folder if it is unfinished and holds no finished generation (partial/ has no file
+        with content): what a user error found after the folder was made (an unknown --sample, no matching
+        reference) leaves behind, which would otherwise list as an interrupted run. Returns whether it was removed.
+        The caller holds the run's lock (it made the run)."""
+        if self.is_finished:
+            return False
+        partial = self.partial_dir
+        if partial.is_dir() and any(f.is_file() and f.stat().st_size for f in partial.rglob("*")):
+            return False
+        import shutil
+
+        self.release()
+        shutil.rmtree(self.path, ignore_errors=True)
+        return not self.path.exists()
+
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         write_json(self.path / "manifest.json", manifest)
 
