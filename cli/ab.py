@@ -52,16 +52,18 @@ def ab(
       specdec-eval ab v0.1.0 my-branch --repo ~/specdec-eval -- --model tiny --tasks gsm8k_smoke --no-reference
       specdec-eval ab main HEAD --early-stop -- --tasks gsm8k --data-dir ../shared/data   # stops when decided
     """  # fmt: skip
-    from ..results.ab import ABError, checked_out, run_side
+    from ..results.ab import ABError, Terminated, checked_out, run_side, terminated_as_exception
     from ..results.compare import compare_runs, render_compare
     from ..results.store import Run
 
+    if not 0.0 < alpha < 1.0:  # checked now: both sides would run before the comparison reads it
+        raise UserError(f"--alpha must be between 0 and 1 (exclusive), got {alpha:g}")
     run_args = list(ctx.args)
     if any(a in ("--out", "--resume", "--fresh", "--json") or a.startswith("--out=") for a in run_args):
         raise UserError("ab sets --out, --fresh and --json for both sides itself; leave them out after --")
     sequential = None
     try:
-        with checked_out(repo.resolve(), (ref_a, ref_b)) as sides:
+        with terminated_as_exception(), checked_out(repo.resolve(), (ref_a, ref_b)) as sides:
             if early_stop:
                 runs, sequential = _sequential(sides, run_args, Path(out).resolve(), early_stop_batch, alpha, p1)
             else:
@@ -71,6 +73,10 @@ def ab(
                     runs.append(Run(run_side(side, run_args, Path(out).resolve())))
     except ABError as e:
         raise UserError(str(e)) from None
+    except Terminated as e:  # the running side was stopped and waited for; worktrees and temporary files are gone
+        typer.echo(f"specdec-eval: ab {e}: the running side was stopped, worktrees and temporary files removed",
+                   err=True)  # fmt: skip
+        raise typer.Exit(128 + e.signum) from None
     result = compare_runs(runs[0], runs[1], alpha=alpha)
     if sequential is not None:
         result["sequential"] = sequential
@@ -92,7 +98,7 @@ def _sequential(sides, run_args: list[str], out: Path, batch: int, alpha: float,
 
     from ..evals.paired_sequential import PairedSequentialDesign
     from ..evals.sequential_ab import SideProgress, watch
-    from ..results.ab import side_result, start_side
+    from ..results.ab import side_result, start_side, stop_side
     from ..results.store import Run
 
     with tempfile.TemporaryDirectory(prefix="specdec-ab-seq-") as tmp:
@@ -114,8 +120,15 @@ def _sequential(sides, run_args: list[str], out: Path, batch: int, alpha: float,
         for t in threads:
             t.start()
         design = PairedSequentialDesign(alpha=alpha, p1=p1)
-        record = watch(progress, design, lambda: any(t.is_alive() for t in threads))
-        for t in threads:
-            t.join()
+        try:
+            record = watch(progress, design, lambda: any(t.is_alive() for t in threads))
+            for t in threads:
+                t.join()
+        except BaseException as e:  # Terminated, KeyboardInterrupt: both sides stop with ab
+            import signal
+
+            for proc in procs.values():
+                stop_side(proc, getattr(e, "signum", signal.SIGINT))
+            raise
         runs = [Run(side_result(s, procs[s.name].returncode, *outputs[s.name])) for s in sides]
     return runs, record

@@ -30,6 +30,8 @@ def read_prompts(text: str, source: str) -> list:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise UserError(f"{source}:{number}: not valid JSON ({e.msg})") from None
+        if not isinstance(obj, dict):
+            raise UserError(f"{source}:{number}: JSON line needs a 'prompt' string or a 'messages' list")
         if "messages" in obj:
             msgs = obj["messages"]
             if (
@@ -38,14 +40,25 @@ def read_prompts(text: str, source: str) -> list:
                 or not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in msgs)
             ):
                 raise UserError(f"{source}:{number}: 'messages' must be a list of {{role, content}} objects")
+            for m in msgs:
+                _check_text(m["content"], f"{source}:{number}: a message's content")
             prompts.append(msgs)
         elif isinstance(obj.get("prompt"), str):
+            _check_text(obj["prompt"], f"{source}:{number}: the prompt")
             prompts.append(obj["prompt"])
         else:
             raise UserError(f"{source}:{number}: JSON line needs a 'prompt' string or a 'messages' list")
     if not prompts:
         raise UserError(f"{source}: no prompts")
     return prompts
+
+
+def _check_text(text: str, what: str) -> None:
+    """JSON can spell a lone surrogate (\\ud800), which is half of a character and no text any tokenizer encodes."""
+    for i, ch in enumerate(text):
+        if "\ud800" <= ch <= "\udfff":
+            raise UserError(f"{what} holds a lone surrogate \\u{ord(ch):04x} at character {i + 1}, which is not "
+                            "text (JSON spells a character outside the BMP as a surrogate pair)")  # fmt: skip
 
 
 def read_prompts_file(prompts_file: str) -> tuple[str, str]:
@@ -56,8 +69,10 @@ def read_prompts_file(prompts_file: str) -> tuple[str, str]:
             return sys.stdin.read(), "stdin"
         return decode_utf8(stream.read(), "stdin"), "stdin"
     path = Path(prompts_file)
+    if path.is_dir():
+        raise UserError(f"prompts file {prompts_file} is a folder; name a file of prompts, or '-' for stdin")
     if not path.is_file():
-        raise UserError(f"prompts file not found: {prompts_file}" + (" (it is a folder)" if path.is_dir() else ""))
+        raise UserError(f"prompts file not found: {prompts_file}")
     try:
         data = path.read_bytes()
     except OSError as e:

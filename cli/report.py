@@ -8,8 +8,10 @@ from typing import Annotated
 import typer
 
 from ..results.atomic import atomic_write
-from ..results.store import DEFAULT_ROOT, Run, open_run
+from ..results.store import DEFAULT_ROOT, Run, open_run, parse_run_id
 from ..workers.errors import UserError
+
+RUN_FILES = ("summary.json", "samples.parquet", "events.jsonl", "partial", ".lock")  # what only a run folder holds
 
 
 def report(
@@ -42,6 +44,9 @@ def report(
 
       specdec-eval report BASE CANDIDATE --root /data/runs --markdown pr.md
     """
+    for path, option in ((out, "--out"), (markdown, "--markdown")):
+        if path is not None:
+            _check_not_in_a_run(path, option)
     resolved: list[Run] = []
     for ref in runs:
         try:
@@ -63,6 +68,19 @@ def report(
         _write(markdown, md_text)
     print(md_text, end="")
     typer.echo(f"report: {out}" + (f", markdown: {markdown}" if markdown is not None else ""), err=True)
+
+
+def _check_not_in_a_run(path: Path, option: str) -> None:
+    """A report is never written into a run folder: `-o RUN/manifest.json` would replace the run's own record, and
+    any other file there would sit among what the run store owns. A run folder holds a manifest.json and is named
+    by a run id or holds another file only runs have (a folder of some web project with its manifest.json is not
+    one)."""
+    target = path.expanduser().resolve()
+    for folder in target.parents:
+        if (folder / "manifest.json").is_file() and (
+            parse_run_id(folder.name)[1] is not None or any((folder / n).exists() for n in RUN_FILES)
+        ):
+            raise UserError(f"{option} {path}: that is inside run folder {folder}; write the report elsewhere")
 
 
 def _write(path: Path, text: str) -> None:

@@ -12,6 +12,7 @@ import typer
 from ..results.compare import REGRESSION, compare_runs, render_compare
 from ..results.decide import apply_decision
 from ..results.decide import decide as decide_test
+from ..results.printable import printable
 from ..results.runs_table import format_tasks, runs_table
 from ..results.store import DEFAULT_ROOT, open_run
 from ..workers.errors import UserError
@@ -46,7 +47,7 @@ def _check_root(root: Path) -> None:
 
 def _warn_unreadable(unreadable: list[dict[str, Any]]) -> None:
     for u in unreadable:
-        print(f"warning: cannot read run {u['path']}: {u['reason']}", file=sys.stderr)
+        print(f"warning: cannot read run {printable(u['path'])}: {printable(u['reason'])}", file=sys.stderr)
 
 
 def runs(
@@ -93,9 +94,13 @@ def runs(
         verdict = "running" if row.get("live") else row["verdict"] or "?"
         style = {"PASS": "green", "FAIL": "red"}.get(verdict, "yellow")
         started = (row["started"] or "?").replace("T", " ").removesuffix("Z")
-        cells = [row["run_id"], started, row["commit"], row["test_id"] or "?", row["gpu"],
-                 format_tasks(row).replace(", ", "\n")]  # fmt: skip
-        table.add_row(*map(escape, cells), f"[{style}]{escape(verdict)}[/{style}]", escape(failing))
+        # What a hand-edited manifest holds is shown escaped (no escape sequence reaches the terminal raw), and
+        # rich markup in it is escaped too.
+        cells = [printable(c) for c in (row["run_id"], started, row["commit"], row["test_id"] or "?", row["gpu"],
+                                        format_tasks(row))]  # fmt: skip
+        cells[-1] = cells[-1].replace(", ", "\n")
+        verdict_cell = f"[{style}]{escape(printable(verdict))}[/{style}]"
+        table.add_row(*map(escape, cells), verdict_cell, escape(printable(failing)))
     console = Console()
     if not console.is_terminal:  # piped: no terminal width to fit, so do not fold rows at 80 columns
         console = Console(width=1000)

@@ -24,6 +24,7 @@ JOB = "Job (torchrun)"
 STORE = "Run store"
 MAX_FEWSHOT = 64  # far past any prompt that fits a context; the task's own data bounds it further at run time
 RDZV_BACKENDS = Literal["c10d", "static", "etcd", "etcd-v2"]
+SAMPLE_CHOICES = Literal["first", "random"]  # evals/subsets.py: refused before any run folder is made
 
 
 def run(
@@ -90,7 +91,7 @@ def run(
         ),
     ] = None,  # fmt: skip
     sample: Annotated[
-        str,
+        SAMPLE_CHOICES,
         typer.Option(
             "--sample",
             help="Which documents --limit takes: first (the first N) or random (a seeded random "
@@ -276,6 +277,7 @@ def run(
         raise UserError("--tp > 1 needs --gpus (one process per TP rank)")
     # Every input checked before the pipeline creates a run folder: nothing is left half-written.
     check_out_folder(out)
+    check_acceptance_options(acceptance_refs, populate_acceptance, config)
     if endpoint is not None or not dry_run:
         check_task_data(options)
     if endpoint is None:
@@ -296,7 +298,10 @@ def run(
         print(json.dumps(summary, indent=2))
     else:
         print_report(summary)
-    if summary["verdict"] == "FAIL":
+    refused = (summary.get("acceptance_populated") or {}).get("refused")
+    if refused:  # asked for, not done: the status says so even when the run itself passed
+        print(f"specdec-eval: --populate-acceptance: reference not written: {refused}", file=sys.stderr)
+    if summary["verdict"] == "FAIL" or refused:
         raise typer.Exit(1)
 
 
@@ -310,6 +315,24 @@ def check_out_folder(out: str) -> None:
         raise UserError(f"--out {out}: {existing} is a file, so no folder can be made under it")
     if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"--out {out}: {existing} is not writable")
+
+
+def check_acceptance_options(refs: str | None, populate: bool, config) -> None:
+    """--acceptance-refs is a readable references file (or a name for one), and --populate-acceptance can write it
+    and has something clean to write: checked before anything runs."""
+    from ..evals.acceptance import ACCEPTANCE_PATH, check_writable, load_acceptance_references
+
+    path = Path(refs).expanduser() if refs is not None else ACCEPTANCE_PATH
+    if refs is not None:
+        load_acceptance_references(path)  # a folder, unreadable text or bad YAML: one line now, not after the run
+    if not populate:
+        return
+    if config.spec is None:
+        raise UserError("--populate-acceptance needs --spec: a run without speculative decoding has no acceptance "
+                        "length")  # fmt: skip
+    if config.inject:
+        raise UserError("--populate-acceptance writes a reference only from a clean run; leave out --inject")
+    check_writable(path)
 
 
 def check_task_data(options) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..results.verdict import NO_GATE, run_verdict
+
 
 def failed_requests(task: dict[str, Any]) -> str | None:
     """'8 of 8 requests FAILED' when the task has failed requests (then its score is not a measurement)."""
@@ -61,7 +63,22 @@ def print_report(summary: dict[str, Any]) -> None:
     _print_run_notes(summary, out)
     if summary["events"]:
         print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["events"].items())), file=out)
-    print(f"run {summary['verdict']} in {summary['elapsed_s']:.0f} s ({summary['world_size']} rank(s))", file=out)
+    verdict = run_verdict(summary)  # NO-GATE where no gate could have failed the run
+    why = " (no gate could fail this run)" if verdict == NO_GATE else ""
+    print(f"run {verdict}{why} in {summary['elapsed_s']:.0f} s ({summary['world_size']} rank(s))", file=out)
+
+
+def populated_line(populated: dict[str, Any]) -> str:
+    """What --populate-acceptance did: the reference written, with the documents and draft cycles it rests on,
+    or why nothing was written."""
+    n = populated.get("num_documents")
+    basis = f" from {n} {populated.get('task')} documents ({populated.get('num_cycles')} draft cycles)" if n else ""
+    figure = f"{populated['test_id']} ref_al {populated['ref_al']:.4f}{basis}"
+    if populated.get("refused"):
+        return f"acceptance reference NOT written ({figure}): {populated['refused']}"
+    if not populated["changed"]:
+        return f"acceptance reference unchanged: {figure} is already in {populated['path']}"
+    return f"acceptance reference written: {figure} in {populated['path']}"
 
 
 def _print_audit(summary: dict[str, Any], out) -> None:
@@ -87,8 +104,6 @@ def _print_run_notes(summary: dict[str, Any], out) -> None:
         print(f"reported by the engine: {figure} (source: {reported.get('source', 'unknown')})", file=out)
     populated = summary.get("acceptance_populated")
     if populated:
-        verb = "wrote" if populated["changed"] else "unchanged:"
-        print(f"acceptance reference {verb} {populated['test_id']} ref_al {populated['ref_al']:.4f} "
-              f"in {populated['path']}", file=out)  # fmt: skip
+        print(populated_line(populated), file=out)
     for fault in summary.get("faults_never_fired") or []:
         print(f"warning: injected fault {fault} never fired; this run did not exercise it", file=out)

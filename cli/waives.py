@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 
 import typer
 
+from ..results.printable import printable
 from ..results.waives import MARKERS, WaiveEntry, WaivesFile, check_one_line, edit_waives
 from ..workers.errors import UserError
 
@@ -82,7 +83,8 @@ def waive(
     with _editing(waives_file, create=True) as waives:
         added = waives.waive(test, bug, gpu=gpu, marker=marker)
         entry = next(e for e in waives.entries if test.strip() in e.test_ids and e.gpu == gpu)
-    print(f"{'waived' if added else 'already waived'}{_where(gpu)}: {waives_file}:{entry.line_no}: {entry.text}")
+    print(f"{'waived' if added else 'already waived'}{_where(gpu)}: {waives_file}:{entry.line_no}: "
+          f"{printable(entry.text)}")  # fmt: skip
 
 
 def unwaive(
@@ -103,11 +105,11 @@ def unwaive(
         others = sorted({e.gpu or "every GPU" for e in waives.entries if test in e.test_ids})
     if not removed:
         hint = f" (it is waived on: {', '.join(others)})" if others else ""
-        print(f"specdec-eval: {test} is not waived{_where(gpu)} in {waives_file}{hint}", file=sys.stderr)
+        print(f"specdec-eval: {printable(test)} is not waived{_where(gpu)} in {waives_file}{hint}", file=sys.stderr)
         raise typer.Exit(1)
     for entry in removed:
         kept = " (other test ids on the line kept)" if len(set(entry.test_ids)) > 1 else ""
-        print(f"removed {waives_file}:{entry.line_no}: {entry.text}{kept}")
+        print(f"removed {waives_file}:{entry.line_no}: {printable(entry.text)}{kept}")
 
 
 def _entry_json(entry: WaiveEntry) -> dict:
@@ -138,13 +140,14 @@ def waives_check(
         report = {"file": str(waives_file), "entries": [_entry_json(e) for e in waives.entries], "problems": problems}
         print(json.dumps(report, indent=2))
     else:
-        rows = [(str(e.line_no), e.gpu or "*", e.marker, t, e.reason or e.comment or "") for e in waives.entries
-                for t in e.test_ids]  # fmt: skip
+        # What a hand-edited file holds is shown escaped: an escape sequence in it must not drive the terminal.
+        rows = [tuple(map(printable, (e.line_no, e.gpu or "*", e.marker, t, e.reason or e.comment or "")))
+                for e in waives.entries for t in e.test_ids]  # fmt: skip
         header = ("LINE", "GPU", "MARKER", "TEST", "REASON")
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
         for line, gpu, marker, test, reason in [header, *rows]:
             print(f"{line:<{widths[0]}}  {gpu:<{widths[1]}}  {marker:<{widths[2]}}  {test}  {reason}".rstrip())
         for problem in problems:
-            print(f"{waives_file}: {problem}", file=sys.stderr)
+            print(f"{waives_file}: {printable(problem)}", file=sys.stderr)
     if problems:
         raise typer.Exit(1)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,9 +34,10 @@ from typing import Any
 
 import yaml
 
+from ..results import locks
 from ..results.store import atomic_write
 from ..workers.errors import UserError
-from .references import REFERENCE_DIR, read_yaml
+from .references import REFERENCE_DIR, parse_yaml, read_yaml
 
 ACCEPTANCE_PATH = REFERENCE_DIR / "acceptance_length.yaml"
 MIN_AL_FRACTION = 0.95  # TensorRT-LLM's populate: min_al = 0.95 * ref_al
@@ -89,7 +91,8 @@ def acceptance_gate(
     ref_al, min_al = _float_or_none(entry.get("ref_al")), _float_or_none(entry.get("min_al"))
     ref_rates = [float(r) for r in entry.get("ref_per_position") or []]
     result = {"verdict": "NO-REFERENCE", "acceptance_length": al, "ref_al": ref_al, "min_al": min_al,
-              "rtol": rtol, "slack": round(slack, 4), "reason": "", "per_position": [], "test_id": test_id}  # fmt: skip
+              "rtol": rtol, "slack": round(slack, 4), "band": None, "reason": "", "per_position": [],
+              "test_id": test_id}  # fmt: skip
     if ref_al is None:
         stub = f"the reference for {test_id} is a stub (ref_al: null): populate it from a run"
         result["reason"] = stub if entry else f"no acceptance-length reference for {test_id}"
@@ -105,9 +108,20 @@ def acceptance_gate(
     result["per_position"] = positions = _positions(rates, ref_rates, rtol, checked=True)
     failures = _failures(al, ref_al, min_al, rtol, positions, acceptance, slack)
     result["verdict"] = "FAIL" if failures else "PASS"
-    band = f"ref_al {ref_al:.3f} +- {max(rtol, slack / ref_al):.0%}, min_al {min_al - slack:.3f}"
-    result["reason"] = "; ".join(failures) if failures else f"acceptance length {al:.3f} within {band}"
+    result["band"] = band = acceptance_band(ref_al, min_al, rtol, slack)
+    within = f"[{band['low']:.3f}, {band['high']:.3f}] (ref_al {ref_al:.3f} +- {band['tolerance']:.0%}"
+    within += f" with sampling slack {slack:.3f})" if slack else ")"
+    result["reason"] = "; ".join(failures) if failures else f"acceptance length {al:.3f} within {within}"
     return result
+
+
+def acceptance_band(ref_al: float, min_al: float, rtol: float, slack: float) -> dict[str, float]:
+    """The interval the gate passes an acceptance length in, exactly as `_failures` applies it: the relative
+    tolerance is max(rtol, slack / ref_al) in either direction, and the collapse tripwire min_al - slack bounds it
+    from below. Written into the gate's result, so that every reader shows the band the gate used."""
+    tolerance = max(rtol, slack / ref_al)
+    low = max(min_al - slack, ref_al * (1 - tolerance))
+    return {"low": low, "high": ref_al * (1 + tolerance), "tolerance": tolerance}
 
 
 def _failures(al, ref_al, min_al, rtol, positions, acceptance, slack=0.0) -> list[str]:
@@ -198,6 +212,62 @@ def _float_or_none(x: Any) -> float | None:
     return float(x) if _is_number(x) else None
 
 
+# --- populate: from a run ------------------------------------------------------------------------------------
+
+
+def populate_refusal(summary: Mapping[str, Any]) -> str | None:
+    """Why a run's acceptance length must not become a reference, or None for a clean, passing run. Called after
+    the accuracy and lossless gates and before the acceptance gate (a reference that moved is what populating
+    re-measures, so that gate's own verdict does not count). A run that FAILed, had a failing event or a failed
+    request, or had faults injected (fired or not) measured something other than the drafter at work."""
+    reasons = []
+    faults = (summary.get("events") or {}).get("fault_injected") or 0
+    if faults or summary.get("faults_never_fired"):
+        reasons.append("faults were injected")
+    tasks = summary.get("tasks") or {}
+    failed = [name for name, t in tasks.items() if t.get("verdict") == "FAIL"]
+    if failed:
+        reasons.append(f"the accuracy gate FAILed on {', '.join(failed)}")
+    lossless = [name for name, t in tasks.items() if (t.get("lossless") or {}).get("verdict") == "FAIL"]
+    if lossless:
+        reasons.append(f"the lossless gate FAILed on {', '.join(lossless)}")
+    if summary.get("failing_events"):
+        reasons.append(f"{summary['failing_events']} failing event(s)")
+    requests = sum(t.get("num_failed_requests") or 0 for t in tasks.values())
+    if requests:
+        reasons.append(f"{requests} failed request(s)")
+    if summary.get("verdict") == "FAIL" and not reasons:
+        reasons.append("the run FAILed")
+    return "; ".join(reasons) or None
+
+
+def populate_from_run(summary: dict[str, Any], results: list, test_id: str, path: Path) -> dict[str, Any] | None:
+    """`--populate-acceptance`: write the run's acceptance length as the reference of its test id (ref_al = AL,
+    min_al = 0.95 AL, per-position rates), as TensorRT-LLM's populate switch does, from the first task that
+    measured one (GSM8K before GPQA) - only when the run is clean and passing (`populate_refusal`). Records in
+    summary["acceptance_populated"] what was written, from how many documents and draft cycles, or why nothing
+    was ("refused"). None when no task measured an acceptance length."""
+    measured = sorted((r for r in results if r.acceptance), key=lambda r: r.family != "gsm8k")
+    if not measured:
+        return None
+    r = measured[0]
+    counts = r.acceptance
+    cycles = counts["num_cycles"]
+    al = 1.0 + counts["num_accepted_drafts"] / cycles if cycles else 1.0
+    record: dict[str, Any] = {"test_id": test_id, "task": r.task, "ref_al": al, "path": str(path),
+                              "num_documents": r.num_samples, "num_cycles": cycles, "changed": False}  # fmt: skip
+    refusal = populate_refusal(summary)
+    if refusal is None and not cycles:
+        refusal = "the run drafted nothing (no draft cycles)"
+    if refusal is not None:
+        record["refused"] = f"not a clean, passing run: {refusal}" if cycles else refusal
+    else:
+        rates = [n / cycles for n in counts["accepted_per_position"]]
+        record["changed"] = populate(path, test_id, al, rates)
+    summary["acceptance_populated"] = record
+    return record
+
+
 # --- populate: line edits ------------------------------------------------------------------------------------
 
 _VALUE_LINE = re.compile(r"^(?P<head>\s+(?P<key>[A-Za-z_][\w-]*):)(?P<sep>[ \t]*)(?P<value>[^#\r\n]*?)"
@@ -207,11 +277,46 @@ _VALUE_LINE = re.compile(r"^(?P<head>\s+(?P<key>[A-Za-z_][\w-]*):)(?P<sep>[ \t]*
 def populate(path: Path, test_id: str, al: float, per_position: list[float] | None = None) -> bool:
     """Write ref_al = al and min_al = 0.95 al (and ref_per_position, when given) for test_id, as TensorRT-LLM's
     populate switch does, but by editing only that entry's lines. A missing entry is appended at the end.
-    Returns whether the file changed; with the values already there, not one byte is written."""
+    Returns whether the file changed; with the values already there, not one byte is written.
+
+    The read, the edit and the write happen under the file's lock (`lock_path`, results/locks.py), so two runs
+    populating one file at once both land (without it, each wrote its edit over the file as it had read it)."""
     if not _is_number(al) or al < 1:
         raise ValueError(f"an acceptance length is a number >= 1 (it includes the bonus token), got {al}")
     path = Path(path)
-    text = path.read_bytes().decode("utf-8") if path.exists() else ""
+    check_writable(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with locks.lock(lock_path(path)):
+            return _populate_locked(path, test_id, al, per_position)
+    except OSError as e:
+        raise UserError(f"cannot write the acceptance references {path}: {e.strerror or e}") from None
+
+
+def lock_path(path: Path) -> Path:
+    """The sidecar lock file of a references file: `.<name>.lock` beside it (as waives.txt's)."""
+    return path.parent / f".{path.name}.lock"
+
+
+def check_writable(path: Path) -> None:
+    """UserError unless `path` is a file (or a name for one) that can be written: not a folder, and in a writable
+    folder (the write replaces the file through a temporary file beside it; a missing folder is made under the
+    nearest one that exists), e.g. not on a read-only mount."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"acceptance references {path}: is a folder, not a file")
+    folder = next(p for p in (path.parent, *path.parent.parents) if p.exists())  # made if missing
+    if not folder.is_dir():
+        raise UserError(f"acceptance references {path}: {folder} is a file, so no folder can be made under it")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UserError(f"acceptance references {path}: not writable (a read-only file, folder or mount)")
+
+
+def _populate_locked(path: Path, test_id: str, al: float, per_position: list[float] | None) -> bool:
+    try:
+        text = path.read_bytes().decode("utf-8") if path.exists() else ""
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte {e.start})") from None
     values: dict[str, Any] = {"ref_al": float(al), "min_al": float(f"{MIN_AL_FRACTION * al:.12g}")}
     if per_position is not None:
         values["ref_per_position"] = [round(float(r), 4) for r in per_position]
@@ -230,10 +335,7 @@ def populate(path: Path, test_id: str, al: float, per_position: list[float] | No
 
 
 def _parse(path: Path, text: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text) if text.strip() else {}
-    except yaml.YAMLError as e:
-        raise UserError(f"{path}: not valid YAML ({e})") from None
+    data = parse_yaml(text, path) if text.strip() else {}
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected 'test id: {{ref_al: ..., min_al: ...}}' at the top level")
     return data

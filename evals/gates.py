@@ -72,17 +72,8 @@ def acceptance_slack(requests: list[tuple[int, int]], z: float = 2.576) -> float
 
 
 def populate_acceptance(summary: dict, results: list[TaskResult], test_id: str, path) -> dict[str, Any] | None:
-    """`--populate-acceptance`: write this run's acceptance length as the reference of its test id (ref_al = AL,
-    min_al = 0.95 AL, per-position rates), as TensorRT-LLM's populate switch does; the first task that measured one
-    (GSM8K before GPQA) decides. Returns what was written."""
-    from .acceptance import populate
+    """`--populate-acceptance`: the run's acceptance length as its test id's reference, only from a clean, passing
+    run (evals/acceptance.py, `populate_from_run`); called after the lossless gate, before the acceptance gate."""
+    from .acceptance import populate_from_run
 
-    for r in sorted((r for r in results if r.acceptance), key=lambda r: r.family != "gsm8k"):
-        counts = r.acceptance
-        al = 1.0 + counts["num_accepted_drafts"] / counts["num_cycles"] if counts["num_cycles"] else 1.0
-        rates = [n / counts["num_cycles"] for n in counts["accepted_per_position"]] if counts["num_cycles"] else None
-        changed = populate(path, test_id, al, rates)
-        record = {"test_id": test_id, "task": r.task, "ref_al": al, "path": str(path), "changed": changed}
-        summary["acceptance_populated"] = record
-        return record
-    return None
+    return populate_from_run(summary, results, test_id, path)

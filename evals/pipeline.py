@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,7 +41,7 @@ from .run_identity import (
     test_id,
     twin_identity,
 )
-from .runner import EvalOptions, TaskResult, evaluate
+from .runner import EvalOptions, TaskResult, check_references, evaluate
 from .twin_audit import AuditedTwins, audit_record
 
 BASELINE_MODES = ("paired", "separate")
@@ -99,7 +100,8 @@ def _open(engine: InferenceEngine, plan: RunPlan, run: store.Run, key: str, resu
     manifest = {
         "run_id": run.run_id, "config_key": key, "test_id": test_id(engine, options),
         "config": run_config(identity, options), **git_state(), "engine": _engine_record(identity),
-        "versions": mf.versions(), "devices": mf.devices(), "world_size": identity.world_size, "command": sys.argv,
+        "versions": mf.versions(), "devices": mf.devices(), "world_size": identity.world_size,
+        "command": mf.command_line(),
         "started": started, "resumed": resumed, **extra,
     }  # fmt: skip
     run.write_manifest(manifest)
@@ -168,8 +170,9 @@ def run_evaluation(engine: InferenceEngine, plan: RunPlan, progress=None, baseli
     """Evaluate on this engine, record the run, apply the gates; returns the summary (also in summary.json).
     baseline: the lossless baseline when the caller just made it (a separate plain run); None: the plan's."""
     key = run_key(engine.identity, plan.options)
+    check_references(engine, plan.options)  # before the run folder is made
     run, resumed = _claim(plan, key)
-    with run:
+    with run, _discarded_on_user_error((run, resumed)):
         opened = _open(engine, plan, run, key, resumed)
         baseline = baseline or _named_or_recorded(plan)
         stop = _stop_inputs(engine, plan, opened, None, baseline.run)
@@ -180,6 +183,20 @@ def run_evaluation(engine: InferenceEngine, plan: RunPlan, progress=None, baseli
 def _named_or_recorded(plan: RunPlan) -> BaselineRef:
     """The baseline of a run that decodes none itself: the run `--baseline RUN` names, or one recorded earlier."""
     return BaselineRef(plan.baseline_run, "recorded", checked=plan.baseline_run is not None)
+
+
+@contextmanager
+def _discarded_on_user_error(*claimed: tuple[store.Run, bool]):
+    """A user error raised while evaluating into newly made runs (an unknown --sample, no matching reference: found
+    once the engine is up) removes them again if they hold no finished generation, so that nothing is left half
+    written (store.Run.discard_unstarted); a resumed run is kept as it was."""
+    try:
+        yield
+    except UserError:
+        for run, resumed in claimed:
+            if not resumed:
+                run.discard_unstarted()
+        raise
 
 
 def _stop_inputs(engine: InferenceEngine, plan: RunPlan, opened: _OpenRun, paired: bool | None,
@@ -221,10 +238,12 @@ def run_paired(engine: PairedEngine, plan: RunPlan, make_plain: Callable[[], Inf
     dtype = identity.resolved_dtype or identity.dtype
     base = AuditedTwins(twin_identity(identity), engine.tokenizer, None, make_plain, plan.options.seed, dtype)
     base_key, key = run_key(base.identity, plan.options), run_key(identity, plan.options)
+    check_references(base, plan.options)  # before the run folders are made
+    check_references(engine, plan.options)
     base_run, base_resumed = _claim(plan, base_key)
     with base_run:
         run, resumed = _claim(plan, key)
-        with run:
+        with run, _discarded_on_user_error((base_run, base_resumed), (run, resumed)):
             opened_base = _open(base, plan, base_run, base_key, base_resumed, paired_with=run.run_id)
             opened = _open(engine, plan, run, key, resumed, paired_with=base_run.run_id)
             base.twins = opened_base.cache

@@ -58,13 +58,36 @@ class Reference:
 
 
 def read_yaml(path: Path) -> Any:
-    """A references file's content ({} when it does not exist); invalid YAML is a user error naming the file."""
-    if not path.is_file():
+    """A references file's content ({} when it does not exist); a folder, an unreadable file, text that is not
+    UTF-8 or invalid YAML is a user error naming the file, in one line."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: is a folder, not a references file")
+    if not path.exists():
         return {}
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        return parse_yaml(path.read_text(encoding="utf-8"), path) or {}
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read it ({e.strerror or e})") from None
+
+
+def parse_yaml(text: str, path: Path) -> Any:
+    """yaml.safe_load, with a YAML error as one user-error line: the problem and where (PyYAML's own message spans
+    several lines, with the offending text quoted under a caret)."""
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise UserError(f"{path}: not valid YAML ({e})") from None
+        raise UserError(f"{path}: not valid YAML ({yaml_error_line(e)})") from None
+
+
+def yaml_error_line(e: yaml.YAMLError) -> str:
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or getattr(e, "context", None)
+    if problem and mark is not None:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(e).split())
 
 
 def load_references(task: str, reference_dir: Path = REFERENCE_DIR) -> dict[str, list[dict[str, Any]]]:

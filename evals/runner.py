@@ -223,6 +223,13 @@ def _note_subset(result: TaskResult, plan) -> None:
         result.report += f"\nstopped early at {s['n']} of {s['of']} documents by the {s['gate']} gate: {s['reason']}"
 
 
+def check_references(engine: InferenceEngine, options: EvalOptions) -> None:
+    """Every task's reference can be found (UserError naming the one that cannot): checked before a run folder is
+    made, so that a missing reference leaves nothing behind."""
+    for spec in options.tasks:
+        _reference(engine, spec, options)
+
+
 def _reference(engine: InferenceEngine, spec: TaskSpec, options: EvalOptions) -> Reference | None:
     if options.no_reference or spec.smoke:
         return None  # the smoke suite is never scored against the real references

@@ -43,10 +43,18 @@ def compare_runs(
     for run, which in ((run_a, "A"), (run_b, "B")):
         if not run.is_finished:
             raise FileNotFoundError(f"run {which} ({run.run_id}) is unfinished: it has no summary.json")
+        if not (run.path / "samples.parquet").is_file():
+            # Without its samples nothing pairs, and "0 paired samples: no significant change" would be a verdict
+            # on nothing.
+            raise FileNotFoundError(f"run {which} ({run.run_id}) has no samples.parquet (lost or deleted): "
+                                    "there is nothing to pair sample by sample")  # fmt: skip
     summary_a, summary_b = run_a.summary(), run_b.summary()
     manifest_a, manifest_b = run_a.manifest(), run_b.manifest()
-    pairs = pair_samples(run_a.samples(), run_b.samples())
+    samples_a, samples_b = run_a.samples(), run_b.samples()
     tasks_a, tasks_b = summary_a.get("tasks", {}), summary_b.get("tasks", {})
+    for run, which, samples, tasks_of in ((run_a, "A", samples_a, tasks_a), (run_b, "B", samples_b, tasks_b)):
+        _check_samples_present(run, which, samples, tasks_of)
+    pairs = pair_samples(samples_a, samples_b)
     tasks: dict[str, Any] = {}
     bootstrap = {"confidence": confidence, "resamples": resamples, "seed": seed}
     for task in [t for t in tasks_a if t in tasks_b]:
@@ -74,6 +82,16 @@ def compare_runs(
             {k: manifest_a.get(k) for k in ENVIRONMENT_KEYS}, {k: manifest_b.get(k) for k in ENVIRONMENT_KEYS}
         ),
     }
+
+
+def _check_samples_present(run: Run, which: str, samples: list[dict[str, Any]], tasks: dict[str, Any]) -> None:
+    """FileNotFoundError when the summary counts samples of a task that samples.parquet does not hold (a file cut
+    down or replaced): pairing what is left would report "no significant change" about samples never seen."""
+    for task, info in tasks.items():
+        expected = info.get("num_samples") or 0
+        if expected and not any(s.get("task") == task for s in samples):
+            raise FileNotFoundError(f"run {which} ({run.run_id}): its summary counts {expected} {task} samples but "
+                                    "samples.parquet holds none of them")  # fmt: skip
 
 
 def _run_info(run: Run, manifest: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:

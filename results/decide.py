@@ -6,8 +6,10 @@ Rules, over the finished runs of the test id on the GPU (any GPU when gpu is Non
    spec_state_leak / request_failed event): "waive" unless already waived, then "keep". The signature quotes why
    it failed.
 2. Else, when waived: "unwaive" if the k most recent runs all pass, otherwise "keep" (too few runs, or one of them
-   failed). NO-GATE and REPORT task verdicts count as passing (the reference gate did not fail), and the reason
-   says so, because such a task did not prove the accuracy either.
+   failed). A run no gate could fail (verdict NO-GATE, results/verdict.py: e.g. a non-speculative run without an
+   accuracy reference) is no evidence: it neither fails nor counts among the k, and the reason says it was left
+   out. Within a run some other gate passed, NO-GATE and REPORT task verdicts count as passing (the reference gate
+   did not fail), and the reason says so, because such a task did not prove the accuracy either.
 3. Else (passing and not waived): "keep".
 
 Unreadable runs (a broken manifest, a summary cut off: see results/store.py) are never skipped silently. One that
@@ -29,6 +31,7 @@ from typing import Any
 
 from .runs_table import FAILING_EVENTS, runs_table
 from .store import Run, UnreadableRunError
+from .verdict import NO_GATE, PASS
 from .waives import WaiveEntry, WaivesFile, edit_waives
 
 WAIVE, UNWAIVE, KEEP = "waive", "unwaive", "keep"
@@ -57,13 +60,19 @@ class Decision:
 
 def run_fails(row: dict[str, Any]) -> bool:
     """A run fails on its verdict, on any task verdict outside PASS / NO-GATE / REPORT, on a failed lossless gate,
-    or on a failing event."""
-    if row["verdict"] != "PASS" or row["num_failing_events"]:
+    or on a failing event. A run no gate could fail (verdict NO-GATE) does not fail, and does not pass either
+    (`run_passes`)."""
+    if row["verdict"] not in (PASS, NO_GATE) or row["num_failing_events"]:
         return True
     return any(
         t["verdict"] not in PASSING_TASK_VERDICTS or t.get("lossless") == "FAIL" or t.get("acceptance_gate") == "FAIL"
         for t in row["tasks"].values()
     )
+
+
+def run_passes(row: dict[str, Any]) -> bool:
+    """Evidence for lifting a waive: the run did not fail and some gate that could have failed it passed."""
+    return row["verdict"] == PASS and not run_fails(row)
 
 
 def failure_signature(row: dict[str, Any]) -> str:
@@ -120,7 +129,7 @@ def _evidence(row: dict[str, Any]) -> dict[str, Any]:
             for n, t in row["tasks"].items()
         },
         "failing_events": row["failing_events"],
-        "passes": not run_fails(row),
+        "passes": run_passes(row),
     }
 
 
@@ -159,16 +168,21 @@ def decide(test_id: str, gpu: str | None, root: str | Path, waives_path: str | P
                                   f"({_lines(applying)}){_note(newer)}", rows[:k], signature)  # fmt: skip
         reason = f"the newest run {newest['run_id']} fails: {signature}{_note(newer)}"
         return decision(WAIVE, reason, rows[:k], signature)
-    recent = rows[:k]
     if not waived:
-        return decision(KEEP, f"the newest run {newest['run_id']} passes and the test is not waived", recent)
+        what = "passes" if run_passes(newest) else "is NO-GATE (no gate could fail it)"
+        return decision(KEEP, f"the newest run {newest['run_id']} {what} and the test is not waived", rows[:k])
+    # Runs no gate could fail are no evidence either way: the k passing runs are the newest k that could fail.
+    ungated_runs = [r for r in rows if r["verdict"] == NO_GATE]
+    rows = [r for r in rows if r["verdict"] != NO_GATE]
+    recent = rows[:k]
     failed = next((r for r in recent if run_fails(r)), None)
     if failed is not None:
         passing = recent.index(failed)
         return decision(KEEP, f"only {passing} of {k} required passing runs: {failed['run_id']} fails "
                               f"({failure_signature(failed)})", recent)  # fmt: skip
     if len(recent) < k:
-        return decision(KEEP, f"only {len(recent)} of {k} required passing runs {_where(gpu)}", recent)
+        left_out = f" ({len(ungated_runs)} NO-GATE run(s) left out: no gate could fail them)" if ungated_runs else ""
+        return decision(KEEP, f"only {len(recent)} of {k} required passing runs {_where(gpu)}{left_out}", recent)
     blocking = _unreadable_since(table.unreadable, recent[-1])
     if blocking:
         u = blocking[-1]
@@ -182,6 +196,8 @@ def decide(test_id: str, gpu: str | None, root: str | Path, waives_path: str | P
     ungated = _ungated(recent)
     if ungated:
         reason += f" ({ungated}: passing, but not gated against the reference)"
+    if ungated_runs:
+        reason += f"; {len(ungated_runs)} NO-GATE run(s) left out (no gate could fail them)"
     still = [e for e in applying if e.gpu != gpu]
     if still:
         reason += f"; still waived on every GPU by {_lines(still)}"

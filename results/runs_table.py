@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..event_types import FAILING_EVENTS
-from .store import Run, UnreadableRun, scan_runs
+from .store import Run, UnreadableRun, UnreadableRunError, scan_runs, start_time
+from .verdict import run_verdict
 
 _BRAND_WORDS = {"NVIDIA", "GEFORCE", "TESLA", "QUADRO", "AMD", "INSTINCT", "RADEON"}
 UNFINISHED = "unfinished"
@@ -48,7 +49,8 @@ def gpu_of(manifest: dict[str, Any]) -> str:
 
 
 def iso_time(ts: float | None) -> str | None:
-    return None if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+    """A UNIX timestamp as ISO 8601 UTC text; None for None or for what is not a time (see `start_time`)."""
+    return None if start_time(ts) is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
 def short_commit(commit: str | None, dirty: bool | None) -> str:
@@ -61,6 +63,9 @@ def run_row(run: Run) -> dict[str, Any]:
 
     Raises UnreadableRunError (a ValueError) when a file of the run cannot be read."""
     manifest = run.manifest()
+    started = manifest.get("started")
+    if started is not None and start_time(started) is None:
+        raise UnreadableRunError(f"manifest.json: 'started' is {str(started)[:40]!r}, not a time")
     finished = run.is_finished
     summary = run.summary() if finished else {}
     if finished:
@@ -98,7 +103,8 @@ def run_row(run: Run) -> dict[str, Any]:
         "gpu": gpu_of(manifest),
         "world_size": manifest.get("world_size"),
         "tasks": tasks,
-        "verdict": summary.get("verdict") if finished else UNFINISHED,
+        # NO-GATE where the summary says PASS but no gate could have failed (results/verdict.py)
+        "verdict": run_verdict(summary) if finished else UNFINISHED,
         "finished": finished,
         "live": (not finished) and run.is_locked(),
         "elapsed_s": manifest.get("elapsed_s"),

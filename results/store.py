@@ -70,6 +70,18 @@ def parse_run_id(run_id: str) -> tuple[float | None, str | None]:
     return started, m.group(2)
 
 
+def start_time(value: Any) -> float | None:
+    """A manifest's `started` as a UNIX timestamp, or None when it is not one a clock can show (a hand-edited
+    1e20, NaN, a string): one such value must not take a whole listing down."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        time.gmtime(value)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return float(value)
+
+
 @dataclass
 class Run:
     path: Path
@@ -137,6 +149,22 @@ class Run:
         except (OSError, ValueError) as e:
             return str(e)
         return None
+
+    def discard_unstarted(self) -> bool:
+        """Remove this run's folder if it is unfinished and holds no finished generation (partial/ has no file
+        with content): what a user error found after the folder was made (an unknown --sample, no matching
+        reference) leaves behind, which would otherwise list as an interrupted run. Returns whether it was removed.
+        The caller holds the run's lock (it made the run)."""
+        if self.is_finished:
+            return False
+        partial = self.partial_dir
+        if partial.is_dir() and any(f.is_file() and f.stat().st_size for f in partial.rglob("*")):
+            return False
+        import shutil
+
+        self.release()
+        shutil.rmtree(self.path, ignore_errors=True)
+        return not self.path.exists()
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         write_json(self.path / "manifest.json", manifest)
@@ -207,6 +235,9 @@ def _unsealed(sample: dict[str, Any], path: Path) -> dict[str, Any]:
     return sample
 
 
+_TASK_NUMBERS = ("score", "reference", "threshold", "theta", "num_samples", "num_failed_requests")
+
+
 def check_summary(summary: dict[str, Any], path: Path | str = "summary.json") -> None:
     """UnreadableRunError unless the summary has the shape every reader relies on: a verdict and task objects."""
     if not isinstance(summary.get("verdict"), str):
@@ -214,6 +245,15 @@ def check_summary(summary: dict[str, Any], path: Path | str = "summary.json") ->
     tasks = summary.get("tasks")
     if not isinstance(tasks, dict) or not all(isinstance(t, dict) for t in tasks.values()):
         raise UnreadableRunError(f"{path}: 'tasks' is not an object of task objects")
+    for name, task in tasks.items():
+        for key in _TASK_NUMBERS:  # what every reader does arithmetic or number formatting on
+            value = task.get(key)
+            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+                raise UnreadableRunError(f"{path}: tasks.{name}.{key} is {str(value)[:40]!r}, not a number")
+        filters = task.get("filter_scores")
+        if filters is not None and not (isinstance(filters, dict) and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in filters.values())):  # fmt: skip
+            raise UnreadableRunError(f"{path}: tasks.{name}.filter_scores is not an object of numbers")
     events = summary.get("events")
     if events is not None and not (isinstance(events, dict) and all(isinstance(n, int) for n in events.values())):
         raise UnreadableRunError(f"{path}: 'events' is not an object of counts")
@@ -279,8 +319,8 @@ class UnreadableRun:
     @property
     def started(self) -> float | None:
         """The start time from the manifest, else from the run id; None when neither tells."""
-        started = (self.manifest or {}).get("started")
-        return float(started) if isinstance(started, (int, float)) else parse_run_id(self.run_id)[0]
+        started = start_time((self.manifest or {}).get("started"))
+        return started if started is not None else parse_run_id(self.run_id)[0]
 
 
 @dataclass

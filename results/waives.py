@@ -29,6 +29,7 @@ from .atomic import atomic_write
 
 MARKERS = ("SKIP", "XFAIL", "UNSTABLE", "TIMEOUT", "ISOLATION")
 GPU_PREFIX = "full:"
+BOM = "\ufeff"  # a UTF-8 byte-order mark, as decoded
 _UPPER_WORD = re.compile(r"[A-Z][A-Z0-9_]*")
 # Raw bytes that are not UTF-8 survive a read/write round trip as lone surrogates.
 _ENCODING, _ERRORS = "utf-8", "surrogateescape"
@@ -52,8 +53,8 @@ class WaiveEntry:
 
     @property
     def text(self) -> str:
-        """The line without its line ending."""
-        return _strip_ending(self.raw)
+        """The line without its line ending (nor a byte-order mark at its start)."""
+        return _strip_ending(self.raw).removeprefix(BOM)
 
     @property
     def timeout_minutes(self) -> int | None:
@@ -177,9 +178,9 @@ def _parse_reason(rest: str) -> tuple[str | None, str | None]:
 def parse_line(raw: str, line_no: int) -> WaiveEntry | InvalidLine | None:
     """A waive, an invalid line, or None for a blank or comment line."""
     content = _strip_ending(raw)
-    if line_no == 1:
-        # A UTF-8 byte-order mark reads as one character; a space in its place keeps every offset in `raw`.
-        content = " " + content[1:] if content.startswith("\ufeff") else content
+    # A UTF-8 byte-order mark reads as one character (at the top, or where files were concatenated); a space in its
+    # place keeps every offset in `raw`, and keeps U+FEFF out of the first test id.
+    content = " " + content[1:] if content.startswith(BOM) else content
     stripped = content.strip()
     if not stripped or stripped.startswith("#"):
         return None
@@ -326,10 +327,12 @@ class WaivesFile:
             raise ValueError(f"cannot write this waive as one line ({why}): {text!r}")
         if self._exact(test_id, gpu):
             return False
-        after = next((e for e in self.entries if e.text > text), None)
+        after = next((e for e in self.entries if e.text.removeprefix(BOM) > text), None)
         ending = self.dominant_ending()
         if after is not None:
             self.lines.insert(after.line_no - 1, text + ending)
+            if after.line_no == 1:
+                self._keep_bom_on_top()
         elif self.lines and not _ending(self.lines[-1]):
             # The file ends without a newline: end the old last line, and keep the file ending as it did.
             self.lines[-1] += ending
@@ -338,6 +341,11 @@ class WaivesFile:
             self.lines.append(text + ending)
         self._reparse()
         return True
+
+    def _keep_bom_on_top(self) -> None:
+        """After a line was inserted above the first: the byte-order mark moves up with the top of the file."""
+        if len(self.lines) > 1 and self.lines[1].startswith(BOM):
+            self.lines[0], self.lines[1] = BOM + self.lines[0], self.lines[1][1:]
 
     def unwaive(self, test_id: str, gpu: str | None = None) -> list[WaiveEntry]:
         """Remove the waives of exactly `test_id` with exactly `gpu` (None: only lines without `full:`).
@@ -349,7 +357,10 @@ class WaivesFile:
         for entry in reversed(removed):  # bottom-up, so that earlier line numbers stay valid
             keep = [i for i, t in enumerate(entry.test_ids) if t != test_id]
             if not keep:
+                bom = entry.line_no == 1 and entry.raw.startswith(BOM)
                 del self.lines[entry.line_no - 1]
+                if bom and self.lines:
+                    self.lines[0] = BOM + self.lines[0]  # the mark stays at the top of the file
                 continue
             raw, spans = entry.raw, entry.id_spans
             # Each kept id keeps the gap that followed it, except the new last one, which is followed directly
@@ -366,6 +377,8 @@ class WaivesFile:
     def validate(self) -> list[str]:
         """Problems, one line each, prefixed with 'line N:', in line order."""
         problems = [(bad.line_no, bad.error) for bad in self.invalid]
+        problems += [(no, _BOM_PROBLEM if no == 1 else _BOM_INSIDE) for no, line in enumerate(self.lines, start=1)
+                     if line.startswith(BOM)]  # fmt: skip
         problems += [(e.line_no, e.problem) for e in self.entries if e.problem]
         first: dict[tuple[str, str | None], int] = {}
         for e in self.entries:
@@ -377,6 +390,16 @@ class WaivesFile:
                 else:
                     first[key] = e.line_no
         return [f"line {no}: {msg}" for no, msg in sorted(problems, key=lambda p: p[0])]
+
+
+_BOM_PROBLEM = (
+    "starts with a UTF-8 byte-order mark (U+FEFF): specdec-eval skips it, but a reader that does not "
+    "would take it as part of the first test id; save the file as UTF-8 without BOM"
+)
+_BOM_INSIDE = (
+    "starts with U+FEFF (a byte-order mark inside the file, as left by joining files): specdec-eval skips "
+    "it, other readers would take it as part of the test id"
+)
 
 
 def lock_path(path: str | os.PathLike) -> Path:

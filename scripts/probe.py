@@ -33,6 +33,7 @@ from pathlib import Path
 
 # scripts/ is on sys.path (this script's own)
 from probe_cases import SERVER_CASES, SERVER_KEY, Case, cli_cases, make_fixtures
+from probe_cases_trust import WATCHED as WATCHED_TRUST
 
 CLI = [sys.executable, "-m", "specdec_eval.cli.main"]
 
@@ -71,20 +72,32 @@ class Started:
     def __init__(self, case: Case, args: list[str], scratch: Path, fork: bool) -> None:
         self.case, self.scratch, self.start = case, scratch, time.perf_counter()
         scratch.mkdir(parents=True)
+        if case.setup is not None:
+            case.setup(scratch)
         self.out, self.err = scratch.parent / f"{scratch.name}.out", scratch.parent / f"{scratch.name}.err"
         (scratch.parent / f"{scratch.name}.in").write_bytes(case.stdin)
-        self.pid, self.popen, self.returncode = 0, None, None
+        self.pid, self.popen, self.returncode, self.signalled = 0, None, None, False
+        env = {k: v.format(scratch=scratch) for k, v in case.env.items()}
         if not fork:
             with open(scratch.parent / f"{scratch.name}.in", "rb") as i, open(self.out, "wb") as o, \
                     open(self.err, "wb") as e:  # fmt: skip
                 self.popen = subprocess.Popen(CLI + args, cwd=scratch, stdin=i, stdout=o, stderr=e,
-                                              env={**os.environ, **ENV})  # fmt: skip
+                                              env={**os.environ, **ENV, **env})  # fmt: skip
             return
         sys.stdout.flush()
         sys.stderr.flush()
         self.pid = os.fork()
         if self.pid == 0:  # the child: never returns
-            _child(args, scratch, scratch.parent / f"{scratch.name}.in", self.out, self.err)
+            _child(args, scratch, scratch.parent / f"{scratch.name}.in", self.out, self.err, env)
+
+    def signal_if_due(self) -> None:
+        """SIGTERM once the case's stderr shows `signal_when` (a case that tests what a signal leaves behind)."""
+        when = self.case.signal_when
+        if when is None or self.signalled or self.returncode is not None:
+            return
+        if when in self.err.read_bytes().decode("utf-8", "replace"):
+            os.kill(self.popen.pid if self.popen is not None else self.pid, signal.SIGTERM)
+            self.signalled = True
 
     def poll(self) -> int | None:
         if self.popen is not None:
@@ -104,10 +117,13 @@ class Started:
             os.waitpid(self.pid, 0)
 
 
-def _child(args: list[str], cwd: Path, stdin: Path, stdout: Path, stderr: Path) -> None:
+def _child(args: list[str], cwd: Path, stdin: Path, stdout: Path, stderr: Path, env: dict[str, str]) -> None:
     code = 1
     try:
         os.chdir(cwd)
+        os.environ.update(env)
+        tempfile.tempdir = None  # read TMPDIR again: the parent's cached temporary folder may not be the case's
+        sys.argv = ["specdec-eval", *args]  # what a manifest records as the command, as `python -m` would see it
         for fd, path, mode in ((0, stdin, os.O_RDONLY), (1, stdout, os.O_WRONLY), (2, stderr, os.O_WRONLY)):
             os.dup2(os.open(path, mode | (os.O_CREAT | os.O_TRUNC if fd else 0), 0o644), fd)
         # Fresh stream objects: the parent's may hold unflushed text, and their buffers are not the child's.
@@ -134,7 +150,7 @@ def _child(args: list[str], cwd: Path, stdin: Path, stdout: Path, stderr: Path) 
             os._exit(code)
 
 
-def judge(s: Started, timed_out: float | None) -> Outcome:
+def judge(s: Started, timed_out: float | None, fixtures: dict[str, str] | None = None) -> Outcome:
     case, outcome = s.case, Outcome(s.case, code=s.returncode, seconds=time.perf_counter() - s.start)
     if timed_out is not None:
         outcome.problems.append(f"timed out after {timed_out:.0f} s")
@@ -152,8 +168,11 @@ def judge(s: Started, timed_out: float | None) -> Outcome:
     if len(lines) > 1 and not case.multiline:
         outcome.problems.append(f"{len(lines)} lines on stderr, expected one")
     left = sorted(str(x.relative_to(s.scratch)) for x in s.scratch.rglob("*"))
-    if left:
+    if left and not case.keep:
         outcome.problems.append(f"left behind: {', '.join(left[:4])}")
+    if case.check is not None:
+        out = s.out.read_bytes().decode("utf-8", "replace")
+        outcome.problems += case.check(s.scratch, out, err, fixtures)
     return outcome
 
 
@@ -162,7 +181,7 @@ def run_cli_group(cases: list[Case], root: Path, jobs: int, timeout: float, fork
     """Run the cases `jobs` at a time (no threads: a fork must not copy another thread's locks); returns the
     outcomes in case order and the fixture files that changed."""
     fixtures = make_fixtures(root)
-    watched = [Path(fixtures[k]) for k in ("store", "waives", "prompts_ok", "a_file")]
+    watched = [Path(fixtures[k]) for k in ("store", "waives", "prompts_ok", "a_file", *WATCHED_TRUST)]
     before = _digest(watched)
     pending = list(enumerate(cases))
     running: dict[int, Started] = {}
@@ -174,11 +193,12 @@ def run_cli_group(cases: list[Case], root: Path, jobs: int, timeout: float, fork
             running[index] = Started(case, args, root / "scratch" / case.name, fork)
         for index, started in list(running.items()):
             late = time.perf_counter() - started.start > timeout
+            started.signal_if_due()
             if started.poll() is None and not late:
                 continue
             if started.returncode is None:
                 started.kill()
-            done[index] = judge(started, timeout if late and started.returncode is None else None)
+            done[index] = judge(started, timeout if late and started.returncode is None else None, fixtures)
             del running[index]
             report(done[index])
         time.sleep(0.02)

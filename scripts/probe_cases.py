@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ERROR = "specdec-eval: error:"
@@ -18,7 +19,12 @@ TEST_ID = "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3[v2_kv_cache-o
 @dataclass
 class Case:
     """One command line. `args` may name fixtures as {name}; `expect` is the exit status; `message` a substring
-    the error line must hold; `multiline`: lines before the error line are allowed (help text, a notice)."""
+    the error line must hold; `multiline`: lines before the error line are allowed (help text, a notice).
+
+    For a command that must succeed at something or leave a record behind (issue 27): `setup(scratch)` writes
+    files into the case's folder first; `check(scratch, stdout, stderr, fixtures)` returns the problems it finds
+    afterwards; `keep`: files may stay in the folder (the check looks at them); `env`: environment variables of
+    the case; `signal_when`: SIGTERM is sent to the case once its stderr holds this text."""
 
     name: str
     args: list[str]
@@ -27,6 +33,11 @@ class Case:
     stdin: bytes = b""
     multiline: bool = False
     prefix: str = ERROR  # what the last stderr line starts with
+    setup: Callable[[Path], None] | None = None
+    check: Callable[[Path, str, str, dict[str, str]], list[str]] | None = None
+    keep: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    signal_when: str | None = None
 
 
 def cli_cases() -> list[Case]:
@@ -116,7 +127,7 @@ def cli_cases() -> list[Case]:
         Case("prompts-bad-json", ["generate", "{prompts_json}", *FAST], message="prompts.jsonl:2: not valid JSON"),
         Case("prompts-bad-messages", ["generate", "{prompts_messages}", *FAST], message="'messages' must be"),
         Case("prompts-empty", ["generate", "{prompts_empty}", *FAST], message="no prompts"),
-        Case("prompts-folder", ["generate", "{store}", *FAST], message="prompts file not found"),
+        Case("prompts-folder", ["generate", "{store}", *FAST], message="is a folder"),
         # destinations that cannot be written
         Case("run-out-is-a-file", [*run[:-2], "--out", "{a_file}"], message="is a file"),
         Case("run-out-under-a-file", [*run[:-2], "--out", "{a_file}/runs"], message="is a file"),
@@ -143,8 +154,16 @@ def cli_cases() -> list[Case]:
         # documented statuses other than 2
         Case("unwaive-not-waived", ["unwaive", TEST_ID, "-f", "{waives}"], expect=1, prefix="specdec-eval: ",
              message="is not waived"),
+        # --- issue 27 (trust): scripts/probe_cases_trust.py ---
+        *_trust_cases(),
     ]
     # fmt: on
+
+
+def _trust_cases() -> list[Case]:
+    from probe_cases_trust import trust_cases  # it imports this module
+
+    return trust_cases()
 
 
 # --- fixtures -------------------------------------------------------------------------------------------------------
@@ -228,6 +247,9 @@ def make_fixtures(root: Path) -> dict[str, str]:
         "head_pickle": _head(f / "h6", head_cfg, _evil_pickle(root / "PICKLE-RAN"), "pytorch_model.bin"),
     }
     Path(fx["store"]).mkdir(parents=True, exist_ok=True)
+    from probe_cases_trust import trust_fixtures  # --- issue 27 (trust) ---
+
+    fx.update(trust_fixtures(f / "trust"))
     return fx
 
 

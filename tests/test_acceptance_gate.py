@@ -31,7 +31,18 @@ OURS_V2 = "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3[v2_kv_cache-o
 GPTOSS = "TestGPTOSS::test_eagle3_1gpu[cutlass-one_model]"
 LLAMA_VLLM = "vllm/tests/v1/spec_decode/test_acceptance_length.py::test_eagle3_acceptance_length[llama3-8b-eagle3]"
 # the brief's schema, plus `slack` (the run's own sampling error of AL, evals/gates.py)
-SCHEMA = {"verdict", "acceptance_length", "ref_al", "min_al", "rtol", "slack", "reason", "per_position", "test_id"}
+SCHEMA = {
+    "verdict",
+    "acceptance_length",
+    "ref_al",
+    "min_al",
+    "rtol",
+    "slack",
+    "band",
+    "reason",
+    "per_position",
+    "test_id",
+}
 
 # A copy of TensorRT-LLM's layout, with a comment, a test id carrying brackets and a hand-set min_al.
 TRTLLM_TEXT = """\
@@ -82,7 +93,8 @@ def test_gate_returns_exactly_the_schema():
 def test_within_the_band_passes():
     result = acceptance_gate("t::ref", with_al(2.05), REFS)
     assert result["verdict"] == "PASS" and result["acceptance_length"] == pytest.approx(2.05)
-    assert "within ref_al 2.000" in result["reason"]
+    assert "within [1.900, 2.100] (ref_al 2.000 +- 5%)" in result["reason"]
+    assert result["band"] == {"low": pytest.approx(1.9), "high": pytest.approx(2.1), "tolerance": 0.05}
 
 
 def test_a_collapsed_drafter_fails_the_tripwire():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from specdec_eval.evals.acceptance import acceptance_band
 from specdec_eval.results.report import build_report
 from specdec_eval.results.report.data import load_run
 from specdec_eval.results.report.gates import acceptance_gate, accuracy_gate, banner, decide_run, lossless_gate
@@ -23,9 +24,13 @@ def _lossless(identical: int, n: int, divergences: list[tuple[int, int]] | None 
             "reason": reason}  # fmt: skip
 
 
-def _acceptance_gate(verdict: str, al: float, ref: float | None = 2.14, **extra) -> dict:
-    return {"verdict": verdict, "acceptance_length": al, "ref_al": ref, "min_al": None if ref is None else 0.95 * ref,
-            "rtol": 0.05, "reason": extra.pop("reason", ""), "per_position": extra.pop("per_position", []),
+def _acceptance_gate(verdict: str, al: float, ref: float | None = 2.14, slack: float = 0.0, **extra) -> dict:
+    """A gate result as evals/acceptance.py writes it, its band from the gate's own function."""
+    min_al = None if ref is None else 0.95 * ref
+    band = None if ref is None else acceptance_band(ref, min_al, 0.05, slack)
+    return {"verdict": verdict, "acceptance_length": al, "ref_al": ref, "min_al": min_al, "rtol": 0.05,
+            "slack": slack, "band": band, "reason": extra.pop("reason", ""),
+            "per_position": extra.pop("per_position", []),
             "test_id": "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3[v2_kv_cache-one_model-tp1]",
             **extra}  # fmt: skip
 
@@ -60,16 +65,16 @@ def test_lossless_in_words():
 def test_acceptance_in_words():
     assert acceptance_gate({}) is None
     ok = acceptance_gate({"acceptance_gate": _acceptance_gate("PASS", 2.14)})
-    assert ok.text == "PASS: AL 2.14 within [2.03, 2.25] (ref 2.14 ± 5%, min 2.03)"
+    assert ok.text == "PASS: AL 2.140 within [2.033, 2.247] (ref 2.140 ± 5%, min 2.033)"
     positions = [{"position": 1, "rate": 0.8, "ref": 0.78, "verdict": "PASS"},
                  {"position": 2, "rate": 0.031, "ref": 0.52, "verdict": "FAIL"}]  # fmt: skip
     bad = acceptance_gate({"acceptance_gate": _acceptance_gate("FAIL", 1.02, reason="below min_al 2.03 (collapse)",
                                                                  per_position=positions)})  # fmt: skip
     assert bad.verdict == "FAIL"
-    assert bad.text == ("FAIL: AL 1.02 outside [2.03, 2.25] (ref 2.14 ± 5%, min 2.03); position 2 rate 0.031 < ref "
-                        "0.520 — below min_al 2.03 (collapse)")  # fmt: skip
+    assert bad.text == ("FAIL: AL 1.020 outside [2.033, 2.247] (ref 2.140 ± 5%, min 2.033); position 2 rate 0.031 "
+                        "< ref 0.520 — below min_al 2.03 (collapse)")  # fmt: skip
     unref = acceptance_gate({"acceptance_gate": _acceptance_gate("NO-REFERENCE", 2.3, ref=None, reason="no entry")})
-    assert unref.text == "NO-REFERENCE: AL 2.30, no reference band — no entry"
+    assert unref.text == "NO-REFERENCE: AL 2.300, no reference band — no entry"
 
 
 def test_banner_names_the_deciding_gate(tmp_path):
@@ -88,14 +93,15 @@ def test_banner_names_the_deciding_gate(tmp_path):
     collapsed = {"gsm8k": _task(75.0, 76.0, 72.5, "FAIL", 10, lossless=_lossless(10, 10),
                                 acceptance_gate=_acceptance_gate("FAIL", 1.02, reason="below min_al"))}  # fmt: skip
     run = load_run(3, _run(tmp_path, "20300101-030000-dddddddddddd", collapsed))
-    assert decide_run(run).decided_by == ["the acceptance gate on gsm8k: AL 1.02 outside [2.03, 2.25] "
-                                          "(ref 2.14 ± 5%, min 2.03) — below min_al"]  # fmt: skip
+    assert decide_run(run).decided_by == ["the acceptance gate on gsm8k: AL 1.020 outside [2.033, 2.247] "
+                                          "(ref 2.140 ± 5%, min 2.033) — below min_al"]  # fmt: skip
     report_only = load_run(
         4, _run(tmp_path, "20300101-040000-eeeeeeeeeeee", {"gsm8k": _task(41.0, None, None, "REPORT", 10)}, spec=False)
     )
-    assert decide_run(report_only).sentence == "PASS (no gate could fail; no accuracy reference)"
+    # a run no gate could fail is NO-GATE, never PASS (issue 27)
+    assert decide_run(report_only).sentence == "NO-GATE (no gate could fail; no accuracy reference)"
     assert banner([run]) == decide_run(run).sentence
-    assert banner([report_only, run]).startswith("#4 PASS (no gate could fail; no accuracy reference); #3 FAIL (")
+    assert banner([report_only, run]).startswith("#4 NO-GATE (no gate could fail; no accuracy reference); #3 FAIL (")
 
 
 def test_report_renders_acceptance_gates_early_stops_and_leaves_empty_plots_out(tmp_path):
@@ -107,14 +113,17 @@ def test_report_renders_acceptance_gates_early_stops_and_leaves_empty_plots_out(
     plain = _run(tmp_path, BASE, {"gsm8k": _task(None, None, None, "REPORT", 10)}, spec=False)
     html, md = build_report([plain, spec])
     assert "<script" not in html.lower() and "<script" not in md
-    assert '<p class="banner">#1 PASS (no gate could fail; no accuracy reference); #2 PASS (decided by the lossless ' \
-           "gate and the acceptance gate; accuracy cannot fail at this n; stopped early)</p>" in html  # fmt: skip
+    banner_html = (
+        '<p class="banner">#1 NO-GATE (no gate could fail; no accuracy reference); #2 PASS (decided by '
+        "the lossless gate and the acceptance gate; accuracy cannot fail at this n; stopped early)</p>"
+    )
+    assert banner_html in html
     assert "<th>acceptance gate</th><th>early stop</th>" in html
-    assert "PASS</span> AL 2.14 within [2.03, 2.25] (ref 2.14 ± 5%, min 2.03)" in html
+    assert "PASS</span> AL 2.140 within [2.033, 2.247] (ref 2.140 ± 5%, min 2.033)" in html
     assert f"PASS</span> 10/10 identical to baseline {BASE}" in html
     assert "stopped early at 120 of 1319 samples: accuracy boundary crossed &lt;script&gt;" in html
     gates = [line for line in md.splitlines() if line.startswith("- #2 gsm8k: ")]
-    assert gates and "acceptance PASS: AL 2.14 within \\[2.03, 2.25\\]" in gates[0]
+    assert gates and "acceptance PASS: AL 2.140 within \\[2.033, 2.247\\]" in gates[0]
     assert "stopped early at 120 of 1319 samples" in gates[0]
     # run #1 has no score, no acceptance and no events: no plot of it at all; run #2 has no events either
     alts = re.findall(r'<img class="plot" alt="([^"]+)"', html)

@@ -41,7 +41,7 @@ def test_smoke_run_without_references(capsys, tmp_path):
     ]
     assert [(s[0], s[-1]) for s in summary_lines] == [("gsm8k_smoke", "REPORT"), ("gpqa_diamond_smoke", "REPORT")]
     assert "filters: strict-match" in out
-    assert out.rstrip().splitlines()[-1].startswith("run PASS in ")
+    assert out.rstrip().splitlines()[-1].startswith("run NO-GATE (no gate could fail this run) in ")  # no reference
 
 
 def test_smoke_run_json(capsys, tmp_path):

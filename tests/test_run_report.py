@@ -27,12 +27,15 @@ def test_the_acceptance_gate_is_named_in_the_task_and_its_row(capsys):
 def test_run_notes_server_acceptance_populated_reference_and_unfired_faults(capsys):
     print_report(_summary(
         reported_acceptance={"acceptance_length": 2.5, "source": "vllm at /metrics"},
-        acceptance_populated={"test_id": "t", "ref_al": 2.13661, "path": "refs.yaml", "changed": True},
+        acceptance_populated={"test_id": "t", "ref_al": 2.13661, "path": "refs.yaml", "changed": True,
+                              "task": "gsm8k", "num_documents": 100, "num_cycles": 4321},
         faults_never_fired=["target_forward@100000"],
     ))  # fmt: skip
     out = capsys.readouterr().out
     assert "reported by the engine: acceptance length 2.500 (source: vllm at /metrics)" in out
-    assert "acceptance reference wrote t ref_al 2.1366 in refs.yaml" in out
+    assert (
+        "acceptance reference written: t ref_al 2.1366 from 100 gsm8k documents (4321 draft cycles) in refs.yaml"
+    ) in out
     assert "warning: injected fault target_forward@100000 never fired" in out
 
 

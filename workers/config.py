@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 
 from .errors import UserError
 
+MAX_BYTES = 2**63  # sizes are int64 wherever torch and the OS count bytes
+
 
 def parse_bytes(text: str | int) -> int:
     """'4GiB', '512MiB', '2G', '1000000' -> bytes. Raises UserError on anything else."""
@@ -22,9 +24,12 @@ def parse_bytes(text: str | int) -> int:
         value = float(num)
     except ValueError:
         raise UserError(f"cannot read memory size {text!r} (examples: 4GiB, 512MiB, 2G)") from None
-    if unit not in units or value < 0:
+    if unit not in units or not value >= 0:  # NaN fails this too
         raise UserError(f"cannot read memory size {text!r} (examples: 4GiB, 512MiB, 2G)")
-    return int(value * units[unit])
+    size = value * units[unit]
+    if not size < MAX_BYTES:  # 1e400GiB reads as infinity, which no int holds
+        raise UserError(f"memory size {text!r} is beyond any machine (at most 8 EiB)")
+    return int(size)
 
 
 def parse_capture_layers(text: str) -> tuple[int, ...]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..store import Run
+from ..verdict import run_verdict
 
 Z95 = 1.959963984540054
 
@@ -63,7 +64,8 @@ class RunData:
 
     @property
     def verdict(self) -> str:
-        return str(self.summary.get("verdict", "?"))
+        """The summary's verdict, NO-GATE where it says PASS but no gate could have failed (results/verdict.py)."""
+        return run_verdict(self.summary) if "verdict" in self.summary else "?"
 
     @property
     def engine(self) -> dict[str, Any]:

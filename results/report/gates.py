@@ -9,8 +9,9 @@ The gates a task's summary entry can carry:
   spec-dec outputs against the non-speculative baseline, and which kind of baseline that is (a paired twin audited
   on a plain engine, a separate plain run, a recorded run).
 - acceptance: `acceptance_gate` {verdict PASS | FAIL | NO-REFERENCE, acceptance_length, ref_al, min_al, rtol,
-  reason, per_position [{position, rate, ref, verdict}], test_id}: the acceptance length against its band,
-  [max(min_al, ref_al * (1 - rtol)), ref_al * (1 + rtol)].
+  slack, band {low, high, tolerance}, reason, per_position [{position, rate, ref, verdict}], test_id}: the
+  acceptance length against the band the gate computed (evals/acceptance.py: rtol widened by the run's sampling
+  slack), shown as recorded and never recomputed here.
 - `stopped` {n, of, reason}: a sequential test stopped the task early.
 
 Every function returns plain text; the HTML and Markdown renderers escape it.
@@ -22,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...event_types import FAILING_EVENTS
+from ..verdict import FAIL, NO_GATE, PASS
 from .data import RunData
 from .text import num
 
-PASS, FAIL = "PASS", "FAIL"
 _MAX_DIVERGENT = 5
 
 
@@ -87,14 +88,15 @@ def lossless_gate(info: dict[str, Any]) -> GateText | None:
 
 
 def acceptance_band(g: dict[str, Any]) -> tuple[float | None, float | None]:
-    """(low, high) of the acceptance-length band; None where the gate has no bound on that side."""
-    ref, min_al, rtol = g.get("ref_al"), g.get("min_al"), g.get("rtol")
-    lows = [x for x in (min_al,) if isinstance(x, (int, float))]
-    high = None
-    if isinstance(ref, (int, float)) and isinstance(rtol, (int, float)):
-        lows.append(ref * (1.0 - rtol))
-        high = ref * (1.0 + rtol)
-    return (max(lows) if lows else None), high
+    """(low, high) of the band the acceptance gate passed or failed the run in, exactly as the gate wrote it into
+    the summary (`band`: the tolerance widened by the run's sampling slack, the tripwire lowered by it); (None, None)
+    when the summary records no band (no reference, or a summary written before the gate recorded its band). Never
+    recomputed here: a report that drew its own band once contradicted the gate's verdict."""
+    band = g.get("band")
+    if not isinstance(band, dict):
+        return None, None
+    low, high = band.get("low"), band.get("high")
+    return (low if _is_number(low) else None), (high if _is_number(high) else None)
 
 
 def acceptance_gate(info: dict[str, Any]) -> GateText | None:
@@ -105,15 +107,23 @@ def acceptance_gate(info: dict[str, Any]) -> GateText | None:
     verdict = str(g.get("verdict", "?"))
     al = g.get("acceptance_length")
     lo, hi = acceptance_band(g)
-    if lo is not None or hi is not None:
-        band = f"[{num(lo)}, {num(hi) if hi is not None else '∞'}]"
-        parts = [f"ref {num(g['ref_al'])} ± {100 * g['rtol']:.0f}%"] if hi is not None else []
-        if isinstance(g.get("min_al"), (int, float)):
-            parts.append(f"min {num(g['min_al'])}")
+    ref, min_al = g.get("ref_al"), g.get("min_al")
+    if lo is not None and hi is not None:
+        band = g["band"]
+        tolerance, rtol, slack = band.get("tolerance"), g.get("rtol"), g.get("slack")
+        parts = [f"ref {num(ref, 3)} ± {_percent(tolerance)}"]
+        if _is_number(slack) and slack > 0:
+            widened = _is_number(rtol) and _is_number(tolerance) and tolerance > rtol
+            parts.append(f"{'rtol ' + _percent(rtol) + ' widened by ' if widened else ''}sampling slack "
+                         f"{num(slack, 3)}")  # fmt: skip
+        if _is_number(min_al):
+            parts.append(f"min {num(min_al, 3)}" + (" - slack" if _is_number(slack) and slack > 0 else ""))
         where = "within" if verdict == PASS else "outside" if verdict == FAIL else "vs"
-        text = f"{verdict}: AL {num(al)} {where} {band}" + (f" ({', '.join(parts)})" if parts else "")
+        text = f"{verdict}: AL {num(al, 3)} {where} [{num(lo, 3)}, {num(hi, 3)}] ({', '.join(parts)})"
+    elif _is_number(ref):
+        text = f"{verdict}: AL {num(al, 3)} (ref {num(ref, 3)}; this summary does not record its gate's band)"
     else:
-        text = f"{verdict}: AL {num(al)}, no reference band"
+        text = f"{verdict}: AL {num(al, 3)}, no reference band"
     positions = [p for p in g.get("per_position") or [] if isinstance(p, dict)]
     failing = [p for p in positions if p.get("verdict") == FAIL]
     if failing:
@@ -122,6 +132,14 @@ def acceptance_gate(info: dict[str, Any]) -> GateText | None:
     if g.get("reason") and verdict != PASS:
         text += f" — {g['reason']}"
     return GateText(verdict, text)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _percent(x: Any) -> str:
+    return f"{100 * x:.0f}%" if _is_number(x) else "?"
 
 
 def stopped_text(info: dict[str, Any]) -> str | None:
@@ -204,11 +222,13 @@ def decide_run(run: RunData) -> RunDecision:
 
 
 def overall(runs: list[RunData]) -> str:
+    """FAIL if a run failed; PASS if every run passed or could not fail and at least one gate passed somewhere;
+    NO-GATE if no run could fail; else UNKNOWN."""
     verdicts = [r.verdict for r in runs]
     if any(v == FAIL for v in verdicts):
         return FAIL
-    if verdicts and all(v == PASS for v in verdicts):
-        return PASS
+    if verdicts and all(v in (PASS, NO_GATE) for v in verdicts):
+        return PASS if PASS in verdicts else NO_GATE
     return "UNKNOWN"
 
 
