@@ -11,7 +11,9 @@ written to a temporary folder, so none of them loads a real model or reads the s
 
 The cases and their fixture files are in scripts/probe_cases.py. The HTTP server (`specdec-eval serve`) is a second
 group, probe_cases.SERVER_CASES: one `serve --model tiny` process gets every bad request and must answer each with
-its 4xx JSON error and keep serving, then exit 0 on SIGTERM (see run_server_group; `--no-server` skips it).
+its 4xx JSON error and keep serving, then exit 0 on SIGTERM (see run_server_group); then probe_cases.SERVER_SCENARIOS,
+which need a process, a stub server or a signal of their own (`--no-server` skips both, `--server-only` runs only
+them).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # scripts/ is on sys.path (this script's own)
-from probe_cases import SERVER_CASES, SERVER_KEY, Case, cli_cases, make_fixtures
+from probe_cases import SERVER_CASES, SERVER_KEY, SERVER_SCENARIOS, Case, ScenarioContext, cli_cases, make_fixtures
 from probe_cases_trust import WATCHED as WATCHED_TRUST
 
 CLI = [sys.executable, "-m", "specdec_eval.cli.main"]
@@ -281,12 +283,39 @@ def run_server_group(cases: list, report: Callable[[Outcome], None], timeout: fl
     return [*outcomes, shutdown]
 
 
+def run_scenarios(scenarios: list, root: Path, report: Callable[[Outcome], None], timeout: float,
+                  jobs: int) -> list[Outcome]:  # fmt: skip
+    """probe_cases.SERVER_SCENARIOS, `jobs` at a time (threads: each mostly waits on a process of its own)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    root.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **ENV}
+
+    def run(index_scenario) -> list[Outcome]:
+        index, scenario = index_scenario
+        folder = root / str(index)
+        folder.mkdir()
+        start = time.perf_counter()
+        results = scenario(ScenarioContext(CLI, env, folder, timeout))
+        seconds = (time.perf_counter() - start) / max(1, len(results))
+        return [Outcome(Case(name, []), problems, code, seconds, tail) for name, code, problems, tail in results]
+
+    outcomes: list[Outcome] = []
+    with ThreadPoolExecutor(jobs) as pool:
+        for batch in pool.map(run, enumerate(scenarios)):
+            for outcome in batch:
+                report(outcome)
+            outcomes += batch
+    return outcomes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-k", dest="select", default="", help="only cases whose name contains this")
     parser.add_argument("--jobs", type=int, default=2, help="cases run at once (default 2: this machine's cores)")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds one case may take")
     parser.add_argument("--no-server", action="store_true", help="skip the HTTP server group")
+    parser.add_argument("--server-only", action="store_true", help="only the HTTP server group (and its scenarios)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder and print it")
     parser.add_argument(
         "--fork",
@@ -299,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fork:
         import specdec_eval.cli.main  # noqa: F401  (imported once, inherited by every forked case)
 
-    cases = [c for c in cli_cases() if args.select in c.name]
+    cases = [c for c in cli_cases() if args.select in c.name and not args.server_only]
     root = Path(tempfile.mkdtemp(prefix="specdec-probe-"))
     start = time.perf_counter()
 
@@ -317,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
         server_cases = [c for c in SERVER_CASES if args.select in c[0]]
         if server_cases and not args.no_server:
             outcomes += run_server_group(server_cases, report, args.timeout)
+        scenarios = [run for names, run in SERVER_SCENARIOS if any(args.select in n for n in names)]
+        if scenarios and not args.no_server:
+            outcomes += run_scenarios(scenarios, root / "scenarios", report, args.timeout, args.jobs)
     finally:
         if args.keep:
             print(f"probe folder: {root}")

@@ -290,3 +290,281 @@ SERVER_CASES: list[tuple[str, str, str, object, dict[str, str], tuple[int, ...]]
     ("unknown-route", "GET", "/v1/nowhere", None, {}, (404,)),
     ("get-on-a-post-route", "GET", "/v1/completions", None, {}, (405,)),
 ]
+
+
+# ==================================================================================================================
+# Issue 27: the server and the endpoint client (helper t27b). Requests for the server group above, and scenarios
+# that need a process, a stub server or a signal of their own (scripts/probe.py runs SERVER_SCENARIOS after the
+# server group). Every question below is invented: a stand-in for a sealed GPQA question.
+# ==================================================================================================================
+
+SERVER_CASES.extend([
+    ("temperature-nan", "POST", "/v1/completions", b'{"prompt": "hi", "temperature": NaN}', {}, (400,)),
+    ("temperature-1e400", "POST", "/v1/completions", b'{"prompt": "hi", "temperature": 1e400}', {}, (400,)),
+    ("prompt-lone-surrogate", "POST", "/v1/completions", b'{"prompt": "a \\ud800 b"}', {}, (400,)),
+    ("chat-lone-surrogate", "POST", "/v1/chat/completions",
+     b'{"messages": [{"role": "user", "content": "\\udc00"}]}', {}, (400,)),
+    ("json-nested-5000-deep", "POST", "/v1/completions", b'{"prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}", {},
+     (400,)),
+    ("more-prompts-than-max-queue", "POST", "/v1/completions", {"prompt": ["a"] * 1025, "max_tokens": 1}, {},
+     (400,)),
+])  # fmt: skip
+
+
+@dataclass
+class ScenarioContext:
+    cli: list[str]  # how to start the command line
+    env: dict[str, str]
+    root: Path  # a temporary folder for the scenarios' files
+    timeout: float
+
+
+# (case name, exit status or None, problems, tail of what it printed)
+ScenarioResult = tuple[str, "int | None", list[str], str]
+
+SEALED = [f"In the invented Quillish tongue, which glyph carries tone {i} in the northern dialect?" for i in range(5)]
+
+
+def _cli(ctx: ScenarioContext, *args: str) -> tuple[int | None, str, str]:
+    import subprocess
+
+    try:
+        p = subprocess.run([*ctx.cli, *args], capture_output=True, text=True, timeout=ctx.timeout, cwd=ctx.root,
+                           env=ctx.env)  # fmt: skip
+    except subprocess.TimeoutExpired as e:
+        return None, str(e.stdout or ""), f"timed out after {ctx.timeout:.0f} s"
+    return p.returncode, p.stdout, p.stderr
+
+
+def _one_error_line(code: int | None, err: str, words: str, absent: tuple[str, ...] = ()) -> list[str]:
+    lines = [line for line in err.splitlines() if line.strip()]
+    problems = [] if code == 2 else [f"exit {code}, expected 2"]
+    if "Traceback" in err:
+        problems.append("traceback")
+    if len(lines) != 1 or not lines[0].startswith(ERROR):
+        problems.append(f"{len(lines)} lines on stderr, expected one error line")
+    elif words not in lines[0]:
+        problems.append(f"error line lacks {words!r}")
+    problems += [f"error line holds {a!r}" for a in absent if a in err]
+    return problems
+
+
+def _serve_port_in_use(ctx: ScenarioContext) -> list[ScenarioResult]:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = str(busy.getsockname()[1])
+        code, _, err = _cli(ctx, "serve", *FAST, "--port", port)
+    return [("serve-port-in-use", code, _one_error_line(code, err, "the port is in use"), err[-400:])]
+
+
+def _serve_api_key_not_ascii(ctx: ScenarioContext) -> list[ScenarioResult]:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as busy:  # a port in use: a key accepted would not serve forever
+        port = str(busy.getsockname()[1])
+        code, _, err = _cli(ctx, "serve", *FAST, "--port", port, "--api-key", "cl\u00e9")
+    return [("serve-api-key-not-ascii", code, _one_error_line(code, err, "--api-key must be printable ASCII"),
+             err[-400:])]  # fmt: skip
+
+
+class _Stub:
+    """An OpenAI-compatible stub on 127.0.0.1 whose behaviour is the URL's first path segment: /MODE/v1/..."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        def answer(mode: str, body: dict) -> tuple[int, object]:
+            """mode "broken": question i gets a 400 (i = 0) or a 500 (1) repeating its input, finish_reason
+            "aborted" (2) or "error" (3), or a number for its text (4)."""
+            prompt = str(body.get("prompt"))
+            i = next((i for i in range(len(SEALED)) if f"tone {i} " in prompt), 0)
+            if i < 2:
+                return (400, 500)[i], {"error": {"message": f"cannot take {prompt}"}}
+            choice = {"index": 0, "text": 5 if i == 4 else "The answer is (A)",
+                      "finish_reason": {2: "aborted", 3: "error"}.get(i, "stop")}  # fmt: skip
+            return 200, {"choices": [choice]}
+
+        class Handler(BaseHTTPRequestHandler):
+            def _send(self, status: int, body: object) -> None:
+                raw = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self):  # noqa: N802 - the stdlib's name
+                mode = self.path.split("/")[1]
+                status = {"refuse": 401, "unlisted": 500}.get(mode, 200)
+                self._send(status, {"data": [{"id": "m"}]} if status == 200 else {"error": {"message": "no"}})
+
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                self._send(*answer(self.path.split("/")[1], body))
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _gpqa_folder(root: Path) -> Path:
+    rows = "".join(f'"{q}",gx,hx,jx,kx\n' for q in SEALED)
+    _write(root / "gpqa-data" / "gpqa" / "gpqa_diamond.csv",
+           "Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,Incorrect Answer 3\n" + rows)  # fmt: skip
+    return root / "gpqa-data"
+
+
+def _endpoint_broken_answers(ctx: ScenarioContext) -> list[ScenarioResult]:
+    """`run --endpoint` on five sealed questions against a stub that fails each one differently (_Stub "broken"):
+    the run finishes and FAILs with exit 1, every failure is recorded with its reason, and no question reaches the
+    run's files, stdout or stderr."""
+    stub = _Stub()
+    out = ctx.root / "runs"
+    try:
+        code, stdout, err = _cli(ctx, "run", "--endpoint", f"{stub.url}/broken", "--model", "tiny", "--tasks",
+                                 "gpqa_diamond", "--data-dir", str(_gpqa_folder(ctx.root)), "--no-reference",
+                                 "--request-retries", "0", "--out", str(out))  # fmt: skip
+    finally:
+        stub.close()
+    common = [] if code == 1 else [f"exit {code}, expected 1 (a failed request fails the run)"]
+    common += ["traceback"] if "Traceback" in err else []
+    runs = sorted(out.glob("2*"))
+    reasons: list[str] = []
+    if len(runs) != 1 or not (runs[0] / "summary.json").is_file():
+        common.append("no finished run folder (summary.json)")
+    else:
+        events = [json.loads(line) for line in (runs[0] / "events.jsonl").read_text().splitlines() if line.strip()]
+        reasons = [e["reason"] for e in events if e["type"] == "request_failed"]
+        if f"{len(SEALED)} of {len(SEALED)} requests FAILED" not in stdout:
+            common.append(f"the report does not say {len(SEALED)} of {len(SEALED)} requests FAILED")
+    results = []
+    for name, reason, count in (("endpoint-gpqa-error-echoes-prompt", "withheld: it quotes the prompt", 2),
+                                ("endpoint-finish-aborted-or-error", "did not complete the request", 2),
+                                ("endpoint-text-not-a-string", "text is int, not a string", 1)):  # fmt: skip
+        problems = list(common)
+        found = sum(reason in r for r in reasons)
+        if found != count:
+            problems.append(f"{found} request_failed events with {reason!r}, expected {count}")
+        if name == "endpoint-gpqa-error-echoes-prompt":  # whatever was written, finished or not
+            import pyarrow.parquet as pq
+
+            files = [f for f in out.rglob("*") if f.is_file()]
+            text = stdout + err + "".join(f.read_text("utf-8", "replace") for f in files)
+            for f in (f for f in files if f.suffix == ".parquet"):
+                text += json.dumps(pq.read_table(f).to_pylist(), default=str)
+            if any(word in text for word in ("Quillish", "northern dialect")):
+                problems.append("a sealed question reached the run's files or the output")
+        results.append((name, code, problems, err[-400:]))
+    return results
+
+
+def _endpoint_refusals(ctx: ScenarioContext) -> list[ScenarioResult]:
+    """A server that refuses the key, and one whose model list fails: one error line each."""
+    stub = _Stub()
+    smoke = ["--model", "tiny", "--tasks", "gsm8k_smoke", "--limit", "1", "--no-reference"]
+    try:
+        code, _, err = _cli(ctx, "run", "--endpoint", f"{stub.url}/refuse", "--api-key", "wrong-key", *smoke,
+                            "--out", str(ctx.root / "refused"))  # fmt: skip
+        problems = _one_error_line(code, err, "pass the server's key with --api-key", ("wrong-key", "served model"))
+        results = [("endpoint-401-says-api-key", code, problems, err[-400:])]
+        code, _, err = _cli(ctx, "run", "--endpoint", f"{stub.url}/unlisted", *smoke, "--out", str(ctx.root / "b"))
+        problems = _one_error_line(code, err, "(HTTP 500 Internal Server Error)")
+        results.append(("endpoint-http-error-one-line", code, problems, err[-400:]))
+    finally:
+        stub.close()
+    return results
+
+
+def _serve_scenarios(ctx: ScenarioContext) -> list[ScenarioResult]:
+    """One `serve` with --max-queue 2: a tiny temperature decodes greedily; a request with more prompts than the
+    queue holds is a 400 our client does not retry; after SIGTERM a new request gets 503 while a streamed answer in
+    flight completes, and the server exits 0."""
+    import re
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    import httpx
+    import requests
+    from specdec_eval.evals.endpoint_requests import call_with_retries
+
+    proc = subprocess.Popen([*ctx.cli, "serve", *FAST, "--port", "0", "--max-queue", "2", "--grace", "60",
+                             "--log-level", "warning"], stderr=subprocess.PIPE, text=True, env=ctx.env)  # fmt: skip
+    lines: list[str] = []
+    url = None
+    for line in proc.stderr:
+        lines.append(line)
+        if m := re.search(r"listening on (http://\S+)", line):
+            url = m.group(1)
+            break
+    names = ("serve-temperature-1e-40-is-greedy", "serve-more-prompts-than-max-queue", "serve-sigterm-drain-503")
+    if url is None:
+        proc.kill()
+        return [(n, proc.wait(), ["the server did not start"], "".join(lines)[-400:]) for n in names]
+    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+    results: list[ScenarioResult] = []
+    with httpx.Client(base_url=url, timeout=ctx.timeout) as http:
+        ids = [http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 5, "temperature": t}).json()
+               ["choices"][0]["token_ids"] for t in (0, 1e-40)]  # fmt: skip
+        problems = [] if ids[0] == ids[1] else [f"temperature 1e-40 gave {ids[1]}, temperature 0 {ids[0]}"]
+        results.append((names[0], 200, problems, ""))
+        posts = []
+
+        def send():
+            posts.append(1)
+            r = requests.post(url + "/v1/completions", json={"prompt": ["a", "b", "c"], "max_tokens": 1}, timeout=60)
+            r.raise_for_status()
+            return r.json()
+
+        answer = call_with_retries(send, 3, lambda *a: None)
+        problems = [] if "HTTP 400" in (answer.error or "") and "--max-queue 2" in answer.error else [
+            f"answered {answer.error!r}"]  # fmt: skip
+        problems += [] if len(posts) == 1 else [f"our client sent it {len(posts)} times"]
+        results.append((names[1], 400 if not problems else None, problems, answer.error or ""))
+        body = {"prompt": "hi", "max_tokens": 200, "ignore_eos": True, "stream": True, "temperature": 0}
+        problems = []
+        with http.stream("POST", "/v1/completions", json=body) as long:
+            chunks = long.iter_lines()
+            got = [next(chunks)]
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.3)  # the signal is handled
+            try:
+                late = httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1}, timeout=30)
+                if late.status_code != 503:
+                    problems.append(f"a request during the drain got {late.status_code}, expected 503")
+            except httpx.ConnectError:
+                problems.append("a request during the drain was refused, expected 503")
+            got = [line for line in [*got, *chunks] if line]
+        if got[-1:] != ["data: [DONE]"] or '"finish_reason":"length"' not in "".join(got).replace(" ", ""):
+            problems.append("the streamed answer in flight did not complete")
+    try:
+        code = proc.wait(ctx.timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    if code != 0 or "Traceback" in "".join(lines):
+        problems.append(f"exit {code} after SIGTERM" + (", with a traceback" if code == 0 else ""))
+    results.append((names[2], code, problems, "".join(lines)[-400:]))
+    return results
+
+
+# (the case names a scenario reports, the scenario): `probe.py -k WORD` runs those with a name holding WORD
+SERVER_SCENARIOS = [
+    (("serve-port-in-use",), _serve_port_in_use),
+    (("serve-api-key-not-ascii",), _serve_api_key_not_ascii),
+    (("endpoint-gpqa-error-echoes-prompt", "endpoint-finish-aborted-or-error", "endpoint-text-not-a-string"),
+     _endpoint_broken_answers),
+    (("endpoint-401-says-api-key", "endpoint-http-error-one-line"), _endpoint_refusals),
+    (("serve-temperature-1e-40-is-greedy", "serve-more-prompts-than-max-queue", "serve-sigterm-drain-503"),
+     _serve_scenarios),
+]  # fmt: skip

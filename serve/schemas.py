@@ -208,7 +208,7 @@ def chat_input(request: ChatRequest) -> EngineInput:
 def sampling_params(request: _Generation, max_tokens: int) -> SamplingParams:
     temperature = DEFAULT_TEMPERATURE if request.temperature is None else request.temperature
     if not (math.isfinite(temperature) and temperature >= 0):  # 1e400 reads as inf
-        raise bad_request(f"temperature must be a finite number >= 0, got {temperature}")
+        raise bad_request(f"temperature must be >= 0 and finite, got {temperature}")
     if temperature < GREEDY_BELOW:
         temperature = 0.0
     top_k = 0 if request.top_k in (None, -1) else request.top_k

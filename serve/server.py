@@ -4,7 +4,7 @@
 Shutdown on SIGTERM or Ctrl-C: the server keeps listening while it drains, so a new request gets 503 (not a refused
 connection) and /health says "shutting down"; in-flight ones may finish within the grace period, the rest end with
 a 503; then uvicorn stops listening, the app's lifespan stops the engine loop and the process exits with status 0.
-A second signal ends the drain at once."""
+A second signal ends the drain at once (and one more, Ctrl-C, stops waiting for connections)."""
 
 from __future__ import annotations
 
@@ -50,6 +50,8 @@ class _Server(uvicorn.Server):
             self._drain.start()
         else:
             self._hurry.set()
+            if not self._drain.is_alive():  # already shutting down: uvicorn's own second signal (Ctrl-C: force exit)
+                super().handle_exit(sig, frame)
 
     def _drain_then_exit(self, sig: int) -> None:
         deadline = time.monotonic() + self._grace_s

@@ -140,6 +140,19 @@ def test_new_requests_get_503_while_the_server_drains(tiny):
         httpx.get(server.url + "/health", timeout=5)
 
 
+def test_a_second_signal_ends_the_drain_at_once(tiny):
+    with serving(tiny_engine(tiny), grace_s=600) as server, httpx.Client(base_url=server.url, timeout=60) as c:
+        body = {"prompt": "hi", "max_tokens": 1500, "ignore_eos": True, "stream": True, "temperature": 0}
+        with c.stream("POST", "/v1/completions", json=body) as long:
+            lines = long.iter_lines()
+            first = next(lines)
+            server.begin_stop()
+            server.begin_stop()  # a second SIGTERM / Ctrl-C: the request in flight is ended now, not in 600 s
+            rest = list(lines)
+    events = sse_events([first, *rest])
+    assert events[-1] == "[DONE]" and events[-2]["error"]["code"] == "unavailable"
+
+
 def test_the_api_key_is_required_and_compared_in_constant_time(tiny, monkeypatch):
     compared = []
     real = hmac.compare_digest

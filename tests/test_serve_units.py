@@ -83,6 +83,16 @@ def test_bad_fields_are_400s_that_name_the_problem(body, words):
     assert caught.value.status == 400 and words in caught.value.message
 
 
+@pytest.mark.parametrize("temperature, greedy", [(0, True), (1e-40, True), (9.9e-6, True), (1e-5, False), (0.7, False)])
+def test_temperatures_below_1e_5_decode_greedily(temperature, greedy):
+    """The rule (serve.schemas.GREEDY_BELOW): a temperature in (0, 1e-5) is temperature 0, as vLLM's; greedy takes no
+    seed."""
+    body = f'{{"prompt": "a", "temperature": {temperature!r}}}'.encode()
+    sampling = completion_input(parse_body(body, CompletionRequest), vocab_size=320).sampling
+    assert sampling.greedy is greedy and (sampling.seed is None) is greedy
+    assert sampling.temperature == (0.0 if greedy else temperature)
+
+
 def test_spec_decode_counters_read_back_as_vllm_names():
     metrics = ServerMetrics("served", spec_decoding=True)
     early = AcceptanceStats(3, 10, 30, 12, [6, 4, 2])
