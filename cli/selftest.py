@@ -1,9 +1,12 @@
-"""`specdec-eval selftest`: the canary A/B that proves the harness catches the failure it exists for.
+"""`specdec-eval selftest`: proof that the harness catches the failures it exists for.
 
-Side by side, on the same prompts: a fault-free run; the unguarded worker (`--spec-guard none`) whose max-shape
-warmup runs out of memory after it saved attention metadata, which must FAIL with the stale-state signature
-(a spec_state_leak event naming the fields, failed requests); and the guarded worker (`--spec-guard template`)
-under the same OOM, which must PASS with outputs identical to the fault-free run."""
+Default: the canary A/B. Side by side, on the same prompts: a fault-free run; the unguarded worker
+(`--spec-guard none`) whose max-shape warmup runs out of memory after it saved attention metadata, which must FAIL
+with the stale-state signature (a spec_state_leak event naming the fields, failed requests); and the guarded worker
+(`--spec-guard template`) under the same OOM, which must PASS with outputs identical to the fault-free run.
+
+`--mutants`: the bug-class matrix (evals/mutants.py): every bug class through the default `run`, and which gate
+caught it, at which document, after how long."""
 
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ import typer
 from . import options as o
 from .bench import BENCH_PROMPTS
 from .progress import stderr
+
+MUTANTS = "Bug-class matrix (--mutants)"
 
 
 def selftest(
@@ -31,25 +36,106 @@ def selftest(
     ] = 4,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n", min=1)] = 16,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    model: o.Model = "tiny",
+    mutants: Annotated[
+        bool,
+        typer.Option(
+            "--mutants",
+            help="Run every bug class through the default `run` and print which gate caught "
+            "it (the answer to 'what does this tool catch').",
+            rich_help_panel=MUTANTS,
+        ),
+    ] = False,  # fmt: skip
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--only",
+            help="Only this bug class (repeatable, or comma-separated); the unmutated run always runs.",
+            rich_help_panel=MUTANTS,
+        ),
+    ] = None,  # fmt: skip
+    limit: Annotated[
+        int,
+        typer.Option(
+            "--limit", min=1, help="GSM8K documents per run (a seeded random subset).", rich_help_panel=MUTANTS
+        ),
+    ] = 10,  # fmt: skip
+    data_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--data-dir",
+            help="Folder with gsm8k/ (else $SPECDEC_EVAL_DATA, else the Hugging Face cache/hub).",
+            rich_help_panel=MUTANTS,
+        ),
+    ] = None,  # fmt: skip
+    max_output_len: Annotated[
+        int | None,
+        typer.Option(
+            "--max-output-len",
+            min=1,
+            help="Generated tokens per document (default: GSM8K's 256).",
+            rich_help_panel=MUTANTS,
+        ),
+    ] = None,  # fmt: skip
+    num_fewshot: Annotated[
+        int | None,
+        typer.Option("--num-fewshot", min=0, max=64, help="Shots (default: GSM8K's 5).", rich_help_panel=MUTANTS),
+    ] = None,
+    no_reference: Annotated[
+        bool,
+        typer.Option(
+            "--no-reference",
+            help="No accuracy reference (its gate shows '-'): for models without one, or shots and lengths other than "
+            "the reference's. Implied for 'tiny', a random test model.",
+            rich_help_panel=MUTANTS,
+        ),
+    ] = False,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="Canary: default 'tiny'. --mutants: default 'smollm2' (the embedded "
+            "default, with its shipped Eagle3 head); 'tiny' proves the same on the lossless and events "
+            "gates in seconds.",
+            rich_help_panel=o.ENGINE,
+        ),
+    ] = None,  # fmt: skip
     kv_cache: o.KVCache = "v2",
     draft_len: o.DraftLen = o.S.max_draft_len,
     device: o.Device = o.E.device,
-    device_memory: o.DeviceMemory = "256MiB",
-    max_num_tokens: o.MaxNumTokens = 256,
+    device_memory: o.DeviceMemory = None,
+    max_num_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-num-tokens",
+            min=1,
+            help="Tokens one forward may carry (canary: 256; --mutants: the engine's default).",
+            rich_help_panel=o.ENGINE,
+        ),
+    ] = None,  # fmt: skip
 ) -> None:
-    """Run the canary A/B; exit 0 when the unguarded half fails as it should and the guarded half passes.
+    """Run the canary A/B; exit 0 when the unguarded half fails as it should and the guarded half passes. With
+    --mutants, run the bug-class matrix; exit 0 when every class is caught by its gate and the unmutated engine
+    passes every gate.
 
     Examples:
       specdec-eval selftest
       specdec-eval selftest --mode budget --json
       specdec-eval selftest --model smollm2 --device-memory 2GiB
+      specdec-eval selftest --mutants --data-dir ../shared/data --limit 10
+      specdec-eval selftest --mutants --model tiny --only accept_off_by_one,sample_key_shift --json
     """
+    if mutants:
+        model = model or "smollm2"
+        options = _matrix_options(data_dir, limit, max_output_len, num_fewshot, no_reference or model == "tiny")
+        _mutants(model, kv_cache, draft_len, device, device_memory, max_num_tokens, only, options, as_json)
+        return
     from ..workers.canary import run_canary
 
+    model = model or "tiny"
     base = o.engine_config(
-        model=model, kv_cache=kv_cache, device=device, device_memory=device_memory, max_num_tokens=max_num_tokens,
-        spec="eagle3", draft_len=draft_len,
+        model=model, kv_cache=kv_cache, device=device, device_memory=device_memory or "256MiB",
+        max_num_tokens=max_num_tokens or 256, spec="eagle3", draft_len=draft_len,
     )  # fmt: skip
     stderr.print(f"selftest: canary A/B on {model}, kv {kv_cache}, K={draft_len}, mode {mode} ...")
     report = run_canary(base, BENCH_PROMPTS[:num_prompts], max_new_tokens, mode)
@@ -57,6 +143,39 @@ def selftest(
         print(json.dumps(report, indent=2))
     else:
         _print_table(report)
+    if not report["ok"]:
+        raise typer.Exit(1)
+
+
+def _matrix_options(data_dir, limit, max_output_len, num_fewshot, no_reference):
+    from ..evals.runner import EvalOptions
+    from ..evals.tasks import TASKS
+    from .run import check_task_data
+
+    options = EvalOptions(tasks=[TASKS["gsm8k"]], data_dir=data_dir, limit=limit, max_output_len=max_output_len,
+                          num_fewshot=num_fewshot, no_reference=no_reference)  # fmt: skip
+    check_task_data(options)
+    return options
+
+
+def _mutants(model, kv_cache, draft_len, device, device_memory, max_num_tokens, only, options, as_json) -> None:
+    from ..evals.mutants import run_matrix, select_classes
+    from .mutants_print import print_matrix
+
+    classes = select_classes(only)
+    # 2 GiB holds ten paired GSM8K documents of SmolLM2 in its KV pool, and keeps the run's engines (spec-dec, plain
+    # baseline or audit) within this shared machine's memory; it shapes no output.
+    config = o.engine_config(
+        model=model, kv_cache=kv_cache, device=device, device_memory=device_memory or "2GiB", spec="eagle3",
+        draft_len=draft_len, max_num_tokens=max_num_tokens or o.E.max_num_tokens,
+    )  # fmt: skip
+    stderr.print(f"selftest --mutants: {len(classes)} runs of `run` on {model} (kv {kv_cache}, K={draft_len}), "
+                 f"{options.limit} GSM8K documents each ...")  # fmt: skip
+    report = run_matrix(config, options, classes, note=lambda line: stderr.print(f"mutants {line}"))
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_matrix(report)
     if not report["ok"]:
         raise typer.Exit(1)
 

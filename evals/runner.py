@@ -231,8 +231,8 @@ def check_references(engine: InferenceEngine, options: EvalOptions) -> None:
 
 
 def _reference(engine: InferenceEngine, spec: TaskSpec, options: EvalOptions) -> Reference | None:
-    if options.no_reference or spec.smoke:
-        return None  # the smoke suite is never scored against the real references
+    if options.no_reference or spec.smoke or spec.temperature:
+        return None  # the smoke suite is never scored against the real references, nor sampling against greedy ones
     selection = selection_for(engine, spec, options)
     return lookup(spec.family, model_key_for(engine, options.model_key), selection)
 

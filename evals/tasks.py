@@ -4,6 +4,8 @@ time, because the data paths are only known then.
 
   gsm8k               lm-eval `gsm8k` (5-shot from train, strict-match + flexible-extract)
   gpqa_diamond        lm-eval `gpqa_diamond_cot_zeroshot`, with our per-question seeded choice shuffle
+  gsm8k_sampled       `gsm8k` sampled at temperature 0.7 (lossless at temperature > 0: a spec-dec run must emit the
+                      tokens a plain run of the same seeds samples); never scored against the greedy references
   gsm8k_smoke         self-written GSM8K-format problems shipped with the project (offline demos only)
   gpqa_diamond_smoke  self-written GPQA-format questions (offline demos only)
 
@@ -32,6 +34,7 @@ class TaskSpec:
     floor: float  # the score of a model that gets nothing right: 0, or chance level for 4 choices
     smoke: bool = False
     num_fewshot: int = 0  # lm-eval's own default for the task
+    temperature: float = 0.0  # > 0: sampled (lm-eval's do_sample), and no greedy reference applies
 
     @property
     def lm_eval_name(self) -> str:
@@ -43,6 +46,7 @@ TASKS = {
     for t in (
         TaskSpec("gsm8k", "gsm8k", 256, 0.0, num_fewshot=5),
         TaskSpec("gpqa_diamond", "gpqa_diamond", 512, 25.0),
+        TaskSpec("gsm8k_sampled", "gsm8k", 256, 0.0, num_fewshot=5, temperature=0.7),
         TaskSpec("gsm8k_smoke", "gsm8k", 256, 0.0, smoke=True, num_fewshot=5),
         TaskSpec("gpqa_diamond_smoke", "gpqa_diamond", 512, 25.0, smoke=True),
     )
@@ -110,6 +114,9 @@ def _gsm8k_yaml(stock: Path, spec: TaskSpec, src: DataSource) -> dict[str, Any]:
         config.update(dataset_path=src.hub[0], dataset_name=src.hub[1])
     else:
         config.update(dataset_path=src.builder, dataset_name=None, dataset_kwargs={"data_files": src.files})
+    if spec.temperature:  # a YAML's generation_kwargs replace the included ones whole: keep its stop strings
+        stock_kwargs = yaml.safe_load((stock / "gsm8k" / "gsm8k.yaml").read_text())["generation_kwargs"]
+        config["generation_kwargs"] = {**stock_kwargs, "do_sample": True, "temperature": spec.temperature}
     return config
 
 

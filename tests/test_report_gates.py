@@ -136,3 +136,15 @@ def test_no_score_at_all_draws_no_score_plot(tmp_path, score):
     run = _run(tmp_path, BASE, {"gsm8k": _task(score, None, None, "REPORT", 10)}, spec=False)
     html, _ = build_report([run])
     assert "data:image/png" not in html and "No task has a score to plot." in html
+
+
+def test_lossless_names_its_baseline_kind_and_an_audit_failure_in_words():
+    twin = {**_lossless(10, 10), "baseline_label": "paired twin, audited on 3 of 3 planned documents"}
+    assert lossless_gate({"lossless": twin}).text == (
+        f"PASS, 10/10 identical to paired twin, audited on 3 of 3 planned documents {BASE}"
+    )
+    why = "the spec-dec engine changes the target's own outputs: the paired twin of gsm8k doc 4 differs ..."
+    audit = {"num_audited": 1, "planned": 3, "first_divergence": {"task": "gsm8k", "doc_id": 4}}
+    caught = {**twin, "verdict": "FAIL", "reason": why, "audit": audit}
+    text = lossless_gate({"lossless": caught}).text
+    assert text == f"FAIL: {why}" and "10/10 identical" not in text  # the twins' agreement means nothing then

@@ -17,8 +17,9 @@ separate baseline, an audit engine), so these stay in every configuration of the
                         (vLLM PR #25406's class). The prompt's KV blocks are shared with the paired twin, which
                         then carries the same corruption: only a baseline with no spec worker sees it.
   spec_alters_target    while a spec worker is attached, the hidden-state capture rounds the target's residual
-                        stream in place (7-bit mantissa: the draft head's feature precision) at every captured
-                        layer, for every request of the batch, twins included
+                        stream in place to FP8's precision (e4m3: 3 stored mantissa bits, the draft's feature
+                        format; the range is kept) at every captured layer, for every request of the batch, twins
+                        included
   rewind_keeps_rejected the KV of a rejected draft is kept as committed: at the position where the target's own
                         token replaced a rejected draft, the cache holds the draft's KV, not the token's
   accept_off_by_one     one draft more is accepted than verified: the first rejected draft is emitted as accepted,
@@ -26,8 +27,8 @@ separate baseline, an audit engine), so these stay in every configuration of the
   sample_key_shift      at temperature > 0 the spec path samples output position p with position p+1's key
                         (sampling is keyed by (seed, output position), workers/sampling.py); greedy is unaffected
   verify_width_numerics a request's logits depend on how many tokens it verifies: a small deterministic
-                        perturbation of the logits of every request verifying more than 1 token (1 + K rows),
-                        enough to flip a close greedy choice now and then in float32
+                        perturbation (5 % of the logits' spread) of every request verifying more than 1 token
+                        (1 + K rows), enough to flip a close greedy choice now and then in float32
 The seed's own bug (metadata saved for the draft never restored after a tolerated warmup OOM) is not a fault point:
 it is `--spec-guard none` with `--inject warmup_oom` (see workers/spec/base.py and `selftest --mutants`).
 
@@ -183,8 +184,8 @@ class PlantedBugs:
 
         def round_in_place(h: torch.Tensor) -> None:
             if self.faults.due("spec_alters_target", step):
-                mantissa, exponent = torch.frexp(h.float())
-                h.copy_(torch.ldexp(torch.round(mantissa * 128) / 128, exponent))
+                mantissa, exponent = torch.frexp(h.float())  # mantissa in [0.5, 1): keep 4 significant bits
+                h.copy_(torch.ldexp(torch.round(mantissa * 16) / 16, exponent))
 
         return round_in_place
 
@@ -199,7 +200,8 @@ class PlantedBugs:
         if not wide or not self.faults.due("verify_width_numerics", step):
             return logits
         logits = logits.clone()
-        logits[wide] += WIDTH_NOISE * _width_noise(logits.shape[-1]).to(logits.device)
+        spread = logits[wide].std(dim=-1, keepdim=True)
+        logits[wide] += WIDTH_NOISE * spread * _width_noise(logits.shape[-1]).to(logits.device)
         return logits
 
     def sample_key_shift(self, items, step: int) -> list[int] | None:
@@ -239,7 +241,9 @@ class PlantedBugs:
         return out
 
 
-WIDTH_NOISE = 0.02  # logit units; SmolLM2's top-2 margin is below this at a few tokens in a thousand (README)
+# In units of each row's logit spread (standard deviation): flips the greedy token where the top two are closer than
+# about this fraction of the spread (measured: a few tokens in a hundred on SmolLM2, one in five on `tiny`).
+WIDTH_NOISE = 0.05
 
 
 def _width_noise(vocab: int) -> torch.Tensor:

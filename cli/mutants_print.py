@@ -1,0 +1,41 @@
+"""The bug-class matrix of `selftest --mutants` as a table (evals/mutants.py builds it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def cell_text(cell: dict[str, Any], clean: bool) -> str:
+    """FAIL: where and when it was caught; PASS: MISSED for a bug (PASS for the unmutated engine); "-": the gate
+    could not decide in this run."""
+    if cell["verdict"] == "FAIL" and clean:
+        return f"FALSE FAIL at doc {cell['doc']}"
+    if cell["verdict"] == "FAIL":
+        return f"caught at doc {cell['doc']} after {cell['seconds']:.0f} s"
+    if cell["verdict"] == "PASS":
+        return "PASS" if clean else "MISSED"
+    return "-"
+
+
+def print_matrix(report: dict[str, Any]) -> None:
+    gates = report["gates"]
+    rows = report["rows"]
+    table = [["bug class", *gates, "result"]]
+    for row in rows:
+        clean = row["catcher"] is None
+        cells = [cell_text(row["cells"][g], clean) + ("*" if g == row["catcher"] else "") for g in gates]
+        result = f"{row['result']} ({row['elapsed_s']:.0f} s, {row['documents']} of {row['of']} docs)"
+        table.append([row["class"], *cells, result])
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r in table:
+        print("  ".join(text.ljust(w) for text, w in zip(r, widths, strict=True)).rstrip())
+    print("\n* the gate that must catch the class: lossless for a class that changes outputs (acceptance catching "
+          "it is luck),\n  events for one that changes none; '-': the gate could not decide in this run (no "
+          "reference, no baseline)")  # fmt: skip
+    for row in rows:
+        if row["never_fired"]:
+            print(f"warning: {row['class']}: injected {', '.join(row['never_fired'])} never fired")
+    missed = [r["class"] for r in rows if r["result"] in ("MISSED", "FALSE FAIL")]
+    verdict = "PASSED" if report["ok"] else "FAILED"
+    detail = f"{len(rows)} runs on {report['model']}, {report['limit']} documents each"
+    print(f"\nselftest --mutants {verdict}: {detail}" + (f"; not as expected: {', '.join(missed)}" if missed else ""))
