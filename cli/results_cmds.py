@@ -159,7 +159,8 @@ def decide(
     """Recommend waive / unwaive / keep for a test from its recorded runs, with the reason and the runs behind it.
 
     Waive: the newest run fails (verdict, task verdict, lossless gate, a spec_state_leak / request_failed event).
-    Unwaive: the test is waived and the --k newest runs all pass (NO-GATE and REPORT count as passing).
+    Unwaive: the test is waived and the --k newest runs all pass (a task's NO-GATE and REPORT count as passing
+    where another gate passed; a run no gate could fail is NO-GATE itself and is left out).
     Keep: anything else. Without --gpu, runs on any GPU count and only waives without 'full:' are edited.
     A run that cannot be read (broken manifest, cut-off summary) and may be of this test is named on stderr; one
     not older than the passing runs keeps the waive (it may be the failure).
