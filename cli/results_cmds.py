@@ -138,7 +138,8 @@ def compare(
         result = compare_runs(a, b, alpha=alpha, filter=filter_name)
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
-    print(json.dumps(result, indent=2) if as_json else render_compare(result))
+    text = json.dumps(result, indent=2) if as_json else render_compare(result)
+    print("\n".join(printable(line) for line in text.split("\n")))  # manifests' text shown escaped
     if result["verdict"] == REGRESSION:
         raise typer.Exit(1)
 
@@ -185,7 +186,7 @@ def decide(
     if as_json:
         print(json.dumps({**decision.to_dict(), "applied": changed}, indent=2))
         return
-    print(_render_decision(decision))
+    print("\n".join(printable(line) for line in _render_decision(decision).split("\n")))
     if apply:
         print(f"{waives}: " + ("; ".join(changed) if changed else "unchanged"))
 
