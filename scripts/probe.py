@@ -9,7 +9,8 @@ its `--out`, and must leave it empty; fixture files it reads must stay unchanged
 Exit status 0 only when every case is clean. Cases use the `tiny` model with a 256 MiB budget and tiny data files
 written to a temporary folder, so none of them loads a real model or reads the shared data.
 
-The cases and their fixture files are in scripts/probe_cases.py. The HTTP server (`specdec-eval serve`) is a second
+The cases and their fixture files are in scripts/probe_cases.py (issue 27's, some of which check what a command
+left behind or send it SIGTERM midway, in scripts/probe_cases_trust.py). The HTTP server (`specdec-eval serve`) is a second
 group, probe_cases.SERVER_CASES: one `serve --model tiny` process gets every bad request and must answer each with
 its 4xx JSON error and keep serving, then exit 0 on SIGTERM (see run_server_group; `--no-server` skips it).
 """
