@@ -10,9 +10,10 @@ Exit status 0 only when every case is clean. Cases use the `tiny` model with a 2
 written to a temporary folder, so none of them loads a real model or reads the shared data.
 
 The cases and their fixture files are in scripts/probe_cases.py (issue 27's, some of which check what a command
-left behind or send it SIGTERM midway, in scripts/probe_cases_trust.py). The HTTP server (`specdec-eval serve`) is a second
-group, probe_cases.SERVER_CASES: one `serve --model tiny` process gets every bad request and must answer each with
-its 4xx JSON error and keep serving, then exit 0 on SIGTERM (see run_server_group; `--no-server` skips it).
+left behind or send it SIGTERM midway, in scripts/probe_cases_trust.py). The HTTP server (`specdec-eval serve`) is
+a second group, probe_cases.SERVER_CASES: one `serve --model tiny` process gets every bad request and must answer
+each with its 4xx JSON error and keep serving, then exit 0 on SIGTERM (see run_server_group; `--no-server` skips
+it).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class Started:
         when = self.case.signal_when
         if when is None or self.signalled or self.returncode is not None:
             return
-        if when in self.err.read_bytes().decode("utf-8", "replace"):
+        if self.err.exists() and when in self.err.read_bytes().decode("utf-8", "replace"):  # a fork makes it
             os.kill(self.popen.pid if self.popen is not None else self.pid, signal.SIGTERM)
             self.signalled = True
 
