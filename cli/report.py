@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ..results.atomic import atomic_write
+from ..results.printable import printable
 from ..results.store import DEFAULT_ROOT, Run, open_run, parse_run_id
 from ..workers.errors import UserError
 
@@ -66,7 +67,8 @@ def report(
     _write(out, html_text)
     if markdown is not None:
         _write(markdown, md_text)
-    print(md_text, end="")
+    # on the terminal, what runs recorded (test ids, reasons) is shown escaped; the file keeps it as it is
+    print("\n".join(printable(line) for line in md_text.split("\n")), end="")
     typer.echo(f"report: {out}" + (f", markdown: {markdown}" if markdown is not None else ""), err=True)
 
 

@@ -138,7 +138,8 @@ def compare(
         result = compare_runs(a, b, alpha=alpha, filter=filter_name)
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
-    print(json.dumps(result, indent=2) if as_json else render_compare(result))
+    text = json.dumps(result, indent=2) if as_json else render_compare(result)
+    print("\n".join(printable(line) for line in text.split("\n")))  # manifests' text shown escaped
     if result["verdict"] == REGRESSION:
         raise typer.Exit(1)
 
@@ -159,7 +160,8 @@ def decide(
     """Recommend waive / unwaive / keep for a test from its recorded runs, with the reason and the runs behind it.
 
     Waive: the newest run fails (verdict, task verdict, lossless gate, a spec_state_leak / request_failed event).
-    Unwaive: the test is waived and the --k newest runs all pass (NO-GATE and REPORT count as passing).
+    Unwaive: the test is waived and the --k newest runs all pass (a task's NO-GATE and REPORT count as passing
+    where another gate passed; a run no gate could fail is NO-GATE itself and is left out).
     Keep: anything else. Without --gpu, runs on any GPU count and only waives without 'full:' are edited.
     A run that cannot be read (broken manifest, cut-off summary) and may be of this test is named on stderr; one
     not older than the passing runs keeps the waive (it may be the failure).
@@ -184,7 +186,7 @@ def decide(
     if as_json:
         print(json.dumps({**decision.to_dict(), "applied": changed}, indent=2))
         return
-    print(_render_decision(decision))
+    print("\n".join(printable(line) for line in _render_decision(decision).split("\n")))
     if apply:
         print(f"{waives}: " + ("; ".join(changed) if changed else "unchanged"))
 

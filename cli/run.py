@@ -118,7 +118,9 @@ def run(
         typer.Option(
             "--populate-acceptance",
             help="Write this run's acceptance length as the reference of its test "
-            "id (ref_al = AL, min_al = 0.95 AL), as TensorRT-LLM's populate switch does.",
+            "id (ref_al = AL, min_al = 0.95 AL), as TensorRT-LLM's populate switch does; only from a clean, "
+            "passing run (no --inject, no FAILed gate, failing event or failed request), saying how many "
+            "documents it rests on.",
             rich_help_panel=EVAL,
         ),
     ] = False,  # fmt: skip

@@ -187,9 +187,9 @@ def _named_or_recorded(plan: RunPlan) -> BaselineRef:
 
 @contextmanager
 def _discarded_on_user_error(*claimed: tuple[store.Run, bool]):
-    """A user error raised while evaluating into newly made runs (an unknown --sample, no matching reference: found
-    once the engine is up) removes them again if they hold no finished generation, so that nothing is left half
-    written (store.Run.discard_unstarted); a resumed run is kept as it was."""
+    """A user error raised while evaluating into newly made runs removes them again if they hold no finished
+    generation (store.Run.discard_unstarted), so that nothing is left half written; a resumed run is kept as it was.
+    A safety net: what can be checked (the references, --sample) is checked before a run folder is made."""
     try:
         yield
     except UserError:

@@ -9,11 +9,12 @@ its `--out`, and must leave it empty; fixture files it reads must stay unchanged
 Exit status 0 only when every case is clean. Cases use the `tiny` model with a 256 MiB budget and tiny data files
 written to a temporary folder, so none of them loads a real model or reads the shared data.
 
-The cases and their fixture files are in scripts/probe_cases.py. The HTTP server (`specdec-eval serve`) is a second
-group, probe_cases.SERVER_CASES: one `serve --model tiny` process gets every bad request and must answer each with
-its 4xx JSON error and keep serving, then exit 0 on SIGTERM (see run_server_group); then probe_cases.SERVER_SCENARIOS,
-which need a process, a stub server or a signal of their own (`--no-server` skips both, `--server-only` runs only
-them).
+The cases and their fixture files are in scripts/probe_cases.py (issue 27's, some of which check what a command
+left behind or send it SIGTERM midway, in scripts/probe_cases_trust.py). The HTTP server (`specdec-eval serve`) is
+a second group, probe_cases.SERVER_CASES: one `serve --model tiny` process gets every bad request and must answer
+each with its 4xx JSON error and keep serving, then exit 0 on SIGTERM (see run_server_group); then
+probe_cases.SERVER_SCENARIOS, which need a process, a stub server or a signal of their own (`--no-server` skips
+both, `--server-only` runs only them).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class Started:
         when = self.case.signal_when
         if when is None or self.signalled or self.returncode is not None:
             return
-        if when in self.err.read_bytes().decode("utf-8", "replace"):
+        if self.err.exists() and when in self.err.read_bytes().decode("utf-8", "replace"):  # a fork makes it
             os.kill(self.popen.pid if self.popen is not None else self.pid, signal.SIGTERM)
             self.signalled = True
 

@@ -256,7 +256,8 @@ def _run(store: Path, run_id: str, *, samples: bool = True, score: object = 50.0
                            for i in range(4)])  # fmt: skip
     task = {"num_samples": 4, "score": score, "filter_scores": {"strict-match": 50.0, "flexible-extract": 50.0},
             "reference": None if plain else 55.0, "threshold": None if plain else 40.0, "theta": None,
-            "verdict": "REPORT" if plain else "PASS", "num_failed_requests": 0, "acceptance": None, "data": "probe"}
+            "verdict": "REPORT" if plain else "PASS", "num_failed_requests": 0, "acceptance": None,
+            "data": "probe"}  # fmt: skip
     if band:
         task["acceptance_gate"] = _gate_with_slack()
     run.write_summary({"verdict": "PASS", "tasks": {"gsm8k": task}, "events": {}, "failing_events": 0,
