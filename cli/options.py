@@ -135,7 +135,9 @@ Inject = Annotated[
     typer.Option(
         "--inject",
         help="Inject a fault: POINT[:K][@STEP|@random][xCOUNT], POINT one of warmup_oom, prepare_for_spec_dec, "
-        "draft_step, target_forward, restore, emit_rejected_draft (repeatable). Example: draft_step:1@3",
+        "draft_step, target_forward, restore, or a planted bug class: emit_rejected_draft, draft_kv_into_target, "
+        "spec_alters_target, rewind_keeps_rejected, accept_off_by_one, sample_key_shift, verify_width_numerics "
+        "(repeatable; see selftest --mutants). Example: draft_step:1@3",
         callback=checked(_fault_specs),
         rich_help_panel=FAULTS,
     ),

@@ -100,7 +100,14 @@ def selftest(
             rich_help_panel=o.ENGINE,
         ),
     ] = None,  # fmt: skip
-    kv_cache: o.KVCache = "v2",
+    kv_cache: Annotated[
+        o.KV_CACHE_CHOICES | None,
+        typer.Option(
+            "--kv-cache",
+            help="KV-cache manager (canary: v2, whose byte quota budget mode needs; --mutants: run's default, v1).",
+            rich_help_panel=o.ENGINE,
+        ),
+    ] = None,  # fmt: skip
     draft_len: o.DraftLen = o.S.max_draft_len,
     device: o.Device = o.E.device,
     device_memory: o.DeviceMemory = None,
@@ -128,11 +135,12 @@ def selftest(
     if mutants:
         model = model or "smollm2"
         options = _matrix_options(data_dir, limit, max_output_len, num_fewshot, no_reference or model == "tiny")
+        kv_cache = kv_cache or o.K.version  # the run's default
         _mutants(model, kv_cache, draft_len, device, device_memory, max_num_tokens, only, options, as_json)
         return
     from ..workers.canary import run_canary
 
-    model = model or "tiny"
+    model, kv_cache = model or "tiny", kv_cache or "v2"
     base = o.engine_config(
         model=model, kv_cache=kv_cache, device=device, device_memory=device_memory or "256MiB",
         max_num_tokens=max_num_tokens or 256, spec="eagle3", draft_len=draft_len,

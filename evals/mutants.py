@@ -104,10 +104,15 @@ def run_matrix(
             started = time.perf_counter()
             summary = run_with_baseline(mutant_config(config, bug), plan, baseline="paired")
             row = judge(bug, summary, time.perf_counter() - started, _evaluation_order(summary))
-        note(f"[{i}/{len(classes)}] {bug.name}: {row['result']} ({row['elapsed_s']:.0f} s)")
+        cells = ", ".join(f"{gate} {_brief(cell)}" for gate, cell in row["cells"].items())
+        note(f"[{i}/{len(classes)}] {bug.name}: {row['result']} ({row['elapsed_s']:.0f} s; {cells})")
         rows.append(row)
     ok = all(r["result"] in ("caught", "PASS") for r in rows)
     return {"ok": ok, "model": config.model, "limit": options.limit, "rows": rows, "gates": list(GATES)}
+
+
+def _brief(cell: dict[str, Any]) -> str:
+    return f"FAIL at doc {cell['doc']}" if cell["verdict"] == "FAIL" else cell["verdict"]
 
 
 def _evaluation_order(summary: dict[str, Any]) -> list[Any]:
@@ -137,8 +142,10 @@ def _cell(gate: str, summary: dict[str, Any], task: dict[str, Any], elapsed: flo
     if verdict != "FAIL":
         return {"verdict": verdict}
     stopped = task.get("stopped") or {}
-    if gate == "lossless":
-        docs = [d["doc_id"] for d in task["lossless"].get("divergences") or []]
+    if gate == "lossless":  # the spec-dec outputs' divergences from the twins, or the twins' audit's
+        audited = ((summary.get("baseline") or {}).get("audit") or {}).get("first_divergence")
+        docs = [d["doc_id"] for d in task["lossless"].get("divergences") or []] + ([audited["doc_id"]] if audited
+                                                                                   else [])  # fmt: skip
     positions = sorted(order.index(d) + 1 for d in docs if d in order)
     doc = positions[0] if positions else (stopped.get("n") if stopped.get("gate") == gate else task["num_samples"])
     return {"verdict": "FAIL", "doc": doc, "seconds": round(elapsed, 1), "reason": _reason(gate, summary, task)}

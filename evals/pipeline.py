@@ -326,11 +326,24 @@ def run_with_baseline(
     made = None
     if needs_baseline(config, plan):
         print("lossless gate: running the non-speculative baseline first (reused by later runs)", file=sys.stderr)
-        base = Engine(baseline_config(config))
-        summary = _with_progress(base, progress_for, lambda progress: run_evaluation(base, plan, progress))
-        made = BaselineRef(summary["run_dir"], "separate")
+        made = BaselineRef(_separate_baseline(config, plan, progress_for), "separate")
     engine = Engine(config)
     return _with_progress(engine, progress_for, lambda progress: run_evaluation(engine, plan, progress, made))
+
+
+def _separate_baseline(config: EngineConfig, plan: RunPlan, progress_for) -> str:
+    """The plain baseline as a run of its own; returns its folder. Its engine is gone when this returns (an engine
+    and its executor refer to each other: only a collection frees its KV pool before the spec engine takes one)."""
+    import functools
+    import gc
+
+    from ..workers.engine import Engine
+
+    base = Engine(baseline_config(config))
+    summary = _with_progress(base, progress_for, functools.partial(run_evaluation, base, plan))
+    del base
+    gc.collect()
+    return summary["run_dir"]
 
 
 def audit_config(config: EngineConfig, spec_engine) -> EngineConfig:

@@ -71,3 +71,11 @@ def test_the_spec_dec_baseline_twin_drops_the_faults():
 
     config = EngineConfig(model="tiny", spec=SPEC, inject=("draft_step:1@2",))
     assert baseline_config(config).inject == ()
+
+
+def test_the_inject_help_names_every_fault_point():
+    from specdec_eval.cli import options
+    from specdec_eval.workers.faults import FAULT_POINTS
+
+    help_text = options.Inject.__metadata__[0].help
+    assert all(point in help_text for point in FAULT_POINTS)

@@ -80,3 +80,63 @@ def test_bad_inject_spec_is_a_user_error(text):
 def test_random_step_is_seeded():
     assert FaultSpec.parse("restore@random", seed=1) == FaultSpec.parse("restore@random", seed=1)
     assert {FaultSpec.parse("restore@random", seed=s).step for s in range(20)} != {None}
+
+
+# --- behaviour faults: planted bugs that change results (workers/faults.py) -----------------------------------------
+
+GREEDY = SamplingParams(max_new_tokens=24, ignore_eos=True)
+SAMPLED = SamplingParams(max_new_tokens=24, temperature=0.8, top_k=40, ignore_eos=True)
+# Where each class shows: "twins" reaches the paired twins too (only an engine with no spec worker differs);
+# "spec" changes the speculative outputs only (the paired twin stays the plain run's).
+BUG_REACH = {
+    "draft_kv_into_target": "twins",
+    "spec_alters_target": "twins",
+    "rewind_keeps_rejected": "spec",
+    "accept_off_by_one": "spec",
+    "verify_width_numerics": "spec",
+    "sample_key_shift": "spec",
+}
+
+
+@pytest.fixture(scope="module")
+def plain_outputs(tiny):
+    engine = make_engine(tiny, "v2")
+    return {p: [o.token_ids for o in engine.generate(PROMPTS, p)] for p in (GREEDY, SAMPLED)}
+
+
+@pytest.mark.parametrize("bug", list(BUG_REACH))
+def test_each_bug_class_changes_outputs_where_it_reaches_and_is_recorded(tiny, plain_outputs, bug):
+    params = SAMPLED if bug == "sample_key_shift" else GREEDY
+    engine = make_engine(tiny, "v2", spec=SpecConfig(max_draft_len=3), inject=(bug,))
+    spec_out, twin_out = engine.generate_paired(PROMPTS, params)
+    spec, twins, plain = [o.token_ids for o in spec_out], [o.token_ids for o in twin_out], plain_outputs[params]
+    if BUG_REACH[bug] == "twins":  # the paired lossless comparison cannot see it: spec and twin agree, both wrong
+        assert spec == twins and twins != plain
+    else:
+        assert spec != twins and twins == plain
+    fired = engine.events.of_type("fault_injected")
+    assert fired and all(e["point"] == bug and e["spec"] == bug for e in fired)
+    steps = [e["step"] for e in fired]
+    assert len(steps) == len(set(steps)) > 1  # recurring: fires step after step, recorded once per step
+    assert all(o.finish_reason != "error" for o in spec_out)  # changes results, raises nothing
+    assert engine.kv_manager.num_free_blocks == engine.kv_manager.num_blocks
+
+
+def test_a_plain_engine_carrying_every_bug_class_never_takes_their_paths(tiny, plain_outputs):
+    """A planted bug is in the whole build; on an engine with no spec worker its code path is never taken."""
+    engine = make_engine(tiny, "v2", inject=tuple(BUG_REACH))
+    assert {p: [o.token_ids for o in engine.generate(PROMPTS, p)] for p in (GREEDY, SAMPLED)} == plain_outputs
+    assert engine.events.of_type("fault_injected") == []
+
+
+def test_sample_key_shift_leaves_greedy_decoding_alone(tiny, plain_outputs):
+    engine = make_engine(tiny, "v2", spec=SpecConfig(max_draft_len=3), inject=("sample_key_shift",))
+    assert [o.token_ids for o in engine.generate(PROMPTS, GREEDY)] == plain_outputs[GREEDY]
+    assert engine.events.of_type("fault_injected") == []
+
+
+def test_a_counted_bug_fires_that_often_from_its_step(tiny, plain_outputs):
+    engine = make_engine(tiny, "v2", spec=SpecConfig(max_draft_len=3), inject=("accept_off_by_one@3x1",))
+    outs = engine.generate(PROMPTS, GREEDY)
+    (event,) = engine.events.of_type("fault_injected")
+    assert event["step"] >= 3 and [o.token_ids for o in outs] != plain_outputs[GREEDY]

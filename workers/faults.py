@@ -193,15 +193,16 @@ class PlantedBugs:
         """verify_width_numerics: the logits of requests verifying more than one token are perturbed."""
         if not self._asked("verify_width_numerics"):
             return logits
-        wide: list[int] = []
+        wide: list[tuple[int, int]] = []  # (logits row, KV position) of every row of a request verifying > 1
         for item, first in zip(items, _first_rows(items), strict=True):
             if _width(item) > 1:
-                wide.extend(range(first, first + _width(item)))
+                wide.extend((first + j, item.start + j) for j in range(_width(item)))
         if not wide or not self.faults.due("verify_width_numerics", step):
             return logits
         logits = logits.clone()
-        spread = logits[wide].std(dim=-1, keepdim=True)
-        logits[wide] += WIDTH_NOISE * spread * _width_noise(logits.shape[-1]).to(logits.device)
+        rows = [r for r, _ in wide]
+        noise = torch.stack([_width_noise(logits.shape[-1], position) for _, position in wide]).to(logits.device)
+        logits[rows] += WIDTH_NOISE * logits[rows].std(dim=-1, keepdim=True) * noise
         return logits
 
     def sample_key_shift(self, items, step: int) -> list[int] | None:
@@ -246,8 +247,9 @@ class PlantedBugs:
 WIDTH_NOISE = 0.05
 
 
-def _width_noise(vocab: int) -> torch.Tensor:
-    return torch.randn(vocab, generator=torch.Generator().manual_seed(vocab))
+def _width_noise(vocab: int, position: int) -> torch.Tensor:
+    """Deterministic, and different at every position (a fixed bias per token would never flip a repeated choice)."""
+    return torch.randn(vocab, generator=torch.Generator().manual_seed(position))
 
 
 def _width(item) -> int:
