@@ -15,16 +15,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..workers.config import SamplingParams
+from ..workers.config import GREEDY_BELOW, SamplingParams
 from ..workers.errors import UserError
 from .errors import bad_request
 
 # OpenAI's defaults (not the engine's greedy default): a client that names no temperature samples.
 DEFAULT_TEMPERATURE = 1.0
-# Temperatures in (0, GREEDY_BELOW) decode greedily (vLLM's sampling epsilon): sampling tends to the argmax as the
-# temperature tends to 0, and dividing float32 logits by ~1e-38 overflows into NaN probabilities, which drew token 0
-# every time. Greedy is what such a client asks for; temperature 0 is the same request, said exactly.
-GREEDY_BELOW = 1e-5
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's max_tokens default for /v1/completions
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from specdec_eval.workers.config import SamplingParams, SpecConfig
+from specdec_eval.workers.errors import UserError
 
 from .conftest import make_engine
 from .prompts import RAW_PROMPTS
@@ -48,3 +49,19 @@ def test_spec_dec_samples_exactly_what_plain_decoding_samples(tiny, k):
 
 def test_another_seed_gives_other_samples(tiny):
     assert _tokens(make_engine(tiny, seed=1)) != _tokens(make_engine(tiny, seed=2))
+
+
+@pytest.mark.parametrize("temperature", [float("nan"), float("inf"), -0.5])
+def test_a_temperature_that_is_not_a_finite_non_negative_number_is_refused(temperature):
+    """NaN passed the old `temperature < 0` check and sampled from NaN probabilities (issue 27, item 10)."""
+    with pytest.raises(UserError, match="temperature must be >= 0 and finite"):
+        SamplingParams(temperature=temperature)
+
+
+def test_a_tiny_temperature_decodes_greedily_in_the_engine_too(tiny):
+    """The server's rule lives in the engine's SamplingParams (GREEDY_BELOW), so `generate` and the Python API follow
+    it as well: 1e-40 once divided the logits into NaN and drew token 0 every step."""
+    engine = make_engine(tiny)
+    tiny_t = _tokens(engine, PROMPTS[:2], SamplingParams(max_new_tokens=8, temperature=1e-40, ignore_eos=True))
+    greedy = _tokens(engine, PROMPTS[:2], SamplingParams(max_new_tokens=8, ignore_eos=True))
+    assert tiny_t == greedy and any(t != 0 for out in greedy for t in out)

@@ -132,7 +132,7 @@ def test_a_bad_request_gets_its_4xx_and_the_server_keeps_serving(client, what, r
 
 
 def test_a_tiny_temperature_decodes_greedily_and_a_surrogate_pair_is_text(client):
-    """Temperatures below serve.schemas.GREEDY_BELOW (1e-5) decode greedily: 1e-40 once drew token 0 every time
+    """Temperatures below workers.config.GREEDY_BELOW (1e-5) decode greedily: 1e-40 once drew token 0 every time
     (float32 logits / 1e-40 overflow into NaN probabilities)."""
     greedy = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 5, "temperature": 0}).json()
     for t in (1e-40, 1e-6):

@@ -85,7 +85,7 @@ def test_bad_fields_are_400s_that_name_the_problem(body, words):
 
 @pytest.mark.parametrize("temperature, greedy", [(0, True), (1e-40, True), (9.9e-6, True), (1e-5, False), (0.7, False)])
 def test_temperatures_below_1e_5_decode_greedily(temperature, greedy):
-    """The rule (serve.schemas.GREEDY_BELOW): a temperature in (0, 1e-5) is temperature 0, as vLLM's; greedy takes no
+    """The rule (workers.config.GREEDY_BELOW): a temperature in (0, 1e-5) is temperature 0, as vLLM's; greedy takes no
     seed."""
     body = f'{{"prompt": "a", "temperature": {temperature!r}}}'.encode()
     sampling = completion_input(parse_body(body, CompletionRequest), vocab_size=320).sampling

@@ -3,6 +3,7 @@ naming the bad value. The model's own shape is workers/model_config.py."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -204,9 +205,15 @@ class EngineConfig:
         return 1 if self.spec is not None else 0
 
 
+# Temperatures in (0, GREEDY_BELOW) decode greedily (vLLM's sampling epsilon): sampling tends to the argmax as the
+# temperature tends to 0, and dividing float32 logits by ~1e-38 overflows into NaN probabilities, which drew token 0
+# every time. Greedy is what such a request asks for; temperature 0 is the same request, said exactly.
+GREEDY_BELOW = 1e-5
+
+
 @dataclass(frozen=True)
 class SamplingParams:
-    """Per-request decoding options. temperature 0 means greedy."""
+    """Per-request decoding options. temperature 0 (or below GREEDY_BELOW) means greedy."""
 
     max_new_tokens: int = 64
     temperature: float = 0.0
@@ -219,8 +226,8 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
             raise UserError(f"max new tokens must be positive, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise UserError(f"temperature must be >= 0, got {self.temperature}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):  # NaN passes a plain `< 0` check
+            raise UserError(f"temperature must be >= 0 and finite, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise UserError(f"top-p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
@@ -230,7 +237,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW
 
 
 def from_options(
