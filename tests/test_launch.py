@@ -103,7 +103,8 @@ def _run(out: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProce
     [(["--tasks", "gsm8k_smoke,gpqa_diamond_smoke"], "TP 2 x DP 2"),
      # SmolLM2's layout at 4 ranks (TP 1 x DP 4, its 3 KV heads) is default_tp's unit test above; pure data
      # parallelism over the real GSM8K files is shown here on the tiny model (4 SmolLM2 ranks cost ~2 min of CI)
-     (["--tasks", "gsm8k", "--limit", "4", "--data-dir", DATA, "--tp", "1"], "TP 1 x DP 4")],
+     # (one shot: five-shot prompts pass the tiny model's 2,048 byte-level tokens)
+     (["--tasks", "gsm8k", "--limit", "4", "--num-fewshot", "1", "--data-dir", DATA, "--tp", "1"], "TP 1 x DP 4")],
 )  # fmt: skip
 def test_four_cpu_ranks_give_the_same_samples_as_one(tmp_path, extra, layout):
     common = ["--model", "tiny", "--no-reference", "--max-output-len", "24", "--device-memory", "256MiB", *extra]
