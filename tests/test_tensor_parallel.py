@@ -57,13 +57,19 @@ def tp2_tokens(tmp_path_factory) -> str:
     return out
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kv, draft_len", CONFIGS)
-def test_tp2_equals_tp1(tiny, tp2_tokens, kv, draft_len):
-    """Plain decoding, and Eagle3 (accept decisions made on rank 0 and broadcast), both equal TP=1 plain."""
+@pytest.fixture(scope="module")
+def tp1_tokens(tiny) -> list[list[int]]:
+    """TP=1 plain decoding, what every pair must equal."""
     engine = make_engine(tiny)
     prompts = [engine.encode(p) for p in RAW_PROMPTS]
-    expected = [o.token_ids for o in engine.generate(prompts, SamplingParams(max_new_tokens=24, ignore_eos=True))]
+    return [o.token_ids for o in engine.generate(prompts, SamplingParams(max_new_tokens=24, ignore_eos=True))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kv, draft_len", CONFIGS)
+def test_tp2_equals_tp1(tp1_tokens, tp2_tokens, kv, draft_len):
+    """Plain decoding, and Eagle3 (accept decisions made on rank 0 and broadcast), both equal TP=1 plain."""
+    expected = tp1_tokens
     for rank in range(2):
         with open(f"{tp2_tokens}.{kv}-{draft_len}.{rank}") as f:
             assert json.load(f) == expected, f"rank {rank} differs from TP=1"
