@@ -45,7 +45,7 @@ test: lint
 test-fast: setup-tests
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# Speed (ours vs HF vs spec-dec, batch 1 and 16, 2 interleaved rounds; it prints its expected duration first: ~11 min
+# Speed (ours vs HF vs spec-dec, batch 1 and 16, 2 interleaved rounds; it prints its expected duration first: ~10 min
 # here), then time to verdict on 8 GSM8K documents (a few minutes). Each engine's memory is sized from the plan.
 bench: setup
 	$(BIN)/specdec-eval bench --model smollm2 --spec eagle3 --prompts gsm8k --data-dir ../shared/data

@@ -100,7 +100,7 @@ def bench(
     interleaved (ours, spec, hf, ours, spec, hf, ...): each ratio is the median of its per-round ratios, shown with
     its min-max; a ratio whose rounds differ by more than 1.3x is printed UNSTABLE (the machine's load moved).
     Before the rounds it calibrates each side on one prompt and prints the expected duration; the defaults
-    (batch 1 and 16, 2 rounds) take ~11 min on a 2-core CPU with --prompts gsm8k and --spec eagle3. Without
+    (batch 1 and 16, 2 rounds) take ~10 min on an idle 2-core CPU with --prompts gsm8k and --spec eagle3. Without
     --device-memory each engine gets what the largest batch of these prompts needs.
     Two rates per side: end to end (prefill included) and decode (tokens after every request of a batch had its
     first token, over the time after that moment, within the same call). Prefix reuse is off on our side, so every

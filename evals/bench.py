@@ -41,11 +41,12 @@ PLAIN_SIDES = ("ours", "hf")  # the roofline formulas describe plain decoding (o
 
 @dataclass(frozen=True)
 class BenchPlan:
-    """The defaults finish `bench --spec eagle3 --prompts gsm8k` (five-shot prompts of ~1030 tokens) in ~11 min on
-    a 2-core CPU (README): at batch 32 and 3 rounds it took ~27 min, nearly all of it prefill (HF's alone ~2.8
-    min per round). Batch 16 keeps a batched row (every ratio of batch 32, half its prefill); 2 rounds still give
-    each ratio a spread and the UNSTABLE warning (--rounds 3 when a machine is noisy); 2 prompts at batch 1 (all
-    ~1030 tokens, one at a time: their rates agree within a few percent) halve the slowest row per token."""
+    """The defaults finish `bench --spec eagle3 --prompts gsm8k` (five-shot prompts of ~1030 tokens) in ~10 min on
+    an idle 2-core CPU (README): at batch 32 and 3 rounds it takes ~27 min at the README's rates, nearly all of it
+    prefill (HF's alone ~2.8 min per round). Batch 16 keeps a batched row (every ratio of batch 32, half its
+    prefill); 2 rounds still give each ratio a spread and the UNSTABLE warning (--rounds 3 when a machine is
+    noisy); 2 prompts at batch 1 (all ~1030 tokens, measured one at a time, so two give the rate four did) halve
+    the slowest row per token."""
 
     batch_sizes: tuple[int, ...] = (1, 16)
     num_prompts: int = 16  # prompts at every batch size above 1 (at least the largest batch)

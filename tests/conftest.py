@@ -36,6 +36,14 @@ def smollm2():
     return ckpt, ckpt.load_tokenizer()
 
 
+@pytest.fixture(scope="session")
+def smollm2_engine(smollm2) -> Engine:
+    """One plain SmolLM2 engine (KV v1) for the tests that need only plain greedy outputs or encodings, built once
+    per session (seconds and ~1 GiB each time). Prefix reuse is off, so no test's prefill depends on what another
+    test generated before it."""
+    return make_engine(smollm2, kv_enable_block_reuse=False)
+
+
 def make_engine(shared, kv: str = "v1", tp=None, **overrides) -> Engine:
     """An engine over a shared (checkpoint, tokenizer) pair; `kv_*` overrides go to KVCacheConfig."""
     ckpt, tokenizer = shared

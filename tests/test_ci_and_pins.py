@@ -40,9 +40,10 @@ def test_ci_run_reports_its_wall_time_on_failure_too(tmp_path):
     (tmp_path / ".ci").mkdir()
     shutil.copy(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
     for recipe, status, word in (("false", 2, "FAILED"), ("true", 0, "passed")):
-        (tmp_path / "Makefile").write_text(f"test:\n\t@{recipe}\n")
+        (tmp_path / "Makefile").write_text(f"setup-tests:\n\t@true\ntest:\n\t@{recipe}\n")
         p = subprocess.run([bash, str(tmp_path / ".ci" / "run")], capture_output=True, text=True, timeout=60)
         assert p.returncode == status
+        assert ".ci/run: setup (main job and tests) took 0m" in p.stdout
         last = p.stdout.strip().splitlines()[-1]
         assert last.startswith(f".ci/run: {word} in 0m") and "s wall" in last and f"exit status {status}" in last
 

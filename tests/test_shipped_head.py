@@ -40,13 +40,13 @@ def test_auto_means_the_shipped_head_for_smollm2_and_random_for_tiny():
 
 @pytest.mark.slow
 @pytest.mark.skipif(not (DATA / "gsm8k" / "test.jsonl").is_file(), reason="needs ../shared/data")
-def test_the_default_head_drafts_gsm8k_well_and_changes_no_output(smollm2):
+def test_the_default_head_drafts_gsm8k_well_and_changes_no_output(smollm2, smollm2_engine):
     from specdec_eval.evals.data import load_gsm8k_split
 
     test = load_gsm8k_split(str(DATA), "test")[:8]
     prompts = fewshot_prompts(test, 8, 5, seed=1234, shots_from=load_gsm8k_split(str(DATA), "train"))
     params = SamplingParams(max_new_tokens=64, stop=STOP)
-    plain = make_engine(smollm2, max_batch_size=8).generate(prompts, params)
+    plain = smollm2_engine.generate(prompts, params)
     spec_engine = make_engine(smollm2, max_batch_size=8, spec=SpecConfig(max_draft_len=3))  # draft model: auto
     spec = spec_engine.generate(prompts, params)
     assert [o.token_ids for o in spec] == [o.token_ids for o in plain]

@@ -40,16 +40,17 @@ SMOL_PARAMS = SamplingParams(max_new_tokens=32, ignore_eos=True)
 
 
 @pytest.fixture(scope="module")
-def smollm2_reference(smollm2):
-    base = make_engine(smollm2)
-    prompts = encoded_prompts(base)[::2]  # 8 of the 16: raw and chat prompts
-    return prompts, _tokens(base, prompts, SMOL_PARAMS)
+def smollm2_reference(smollm2_engine):
+    prompts = encoded_prompts(smollm2_engine)[::2]  # 8 of the 16: raw and chat prompts
+    return prompts, _tokens(smollm2_engine, prompts, SMOL_PARAMS)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kv", ["v1", "v2"])
-@pytest.mark.parametrize("k", [1, 2, 3, 4])
+@pytest.mark.parametrize("kv, k", [("v1", 4), ("v2", 2)])
 def test_greedy_eagle3_equals_plain_decoding_smollm2(smollm2, smollm2_reference, kv, k):
+    """The real model's numerics with a random head (almost every draft rejected), under both KV managers. Every
+    K under both managers is the tiny model's test above; the shipped head at K=3 (drafts mostly accepted) is
+    tests/test_shipped_head.py. (All eight K x KV pairs here cost ~2 min of CI and proved nothing more.)"""
     prompts, expected = smollm2_reference
     engine = make_engine(smollm2, kv, spec=SpecConfig(max_draft_len=k, draft_model="random"))
     assert _tokens(engine, prompts, SMOL_PARAMS) == expected  # batched

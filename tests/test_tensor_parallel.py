@@ -20,13 +20,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_main(rank: int, world: int, port: int, out_path: str, kv: str, draft_len: int) -> None:
+# (KV version, draft length 0 = plain decoding): every pair runs in one job, each on a fresh engine over the same
+# process group (a job per pair spawned and joined two processes four times, ~40 s of CI).
+CONFIGS = [("v1", 0), ("v2", 0), ("v1", 3), ("v2", 2)]
+
+
+def _rank_main(rank: int, world: int, port: int, out_path: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     from specdec_eval.launch.dist import RankEnv, world_session
     from specdec_eval.launch.layout import Layout
 
     with world_session(RankEnv(rank, world, rank), "cpu", Layout(world, world), timeout_s=120) as w:
-        _generate_on_rank(w.tp, rank, world, out_path, kv, draft_len)
+        for kv, draft_len in CONFIGS:
+            _generate_on_rank(w.tp, rank, world, f"{out_path}.{kv}-{draft_len}", kv, draft_len)
 
 
 def _generate_on_rank(tp, rank: int, world: int, out_path: str, kv: str, draft_len: int) -> None:
@@ -43,19 +49,29 @@ def _generate_on_rank(tp, rank: int, world: int, out_path: str, kv: str, draft_l
         json.dump([o.token_ids for o in outs], f)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kv, draft_len", [("v1", 0), ("v2", 0), ("v1", 3), ("v2", 2)])
-def test_tp2_equals_tp1(tiny, tmp_path, kv, draft_len):
-    """Plain decoding, and Eagle3 (accept decisions made on rank 0 and broadcast), both equal TP=1 plain."""
+@pytest.fixture(scope="module")
+def tp2_tokens(tmp_path_factory) -> str:
+    """Every CONFIGS pair generated under TP=2; returns the output files' prefix."""
+    out = str(tmp_path_factory.mktemp("tp2") / "tokens")
+    mp.start_processes(_rank_main, args=(2, _free_port(), out), nprocs=2, join=True, start_method="spawn")
+    return out
+
+
+@pytest.fixture(scope="module")
+def tp1_tokens(tiny) -> list[list[int]]:
+    """TP=1 plain decoding, what every pair must equal."""
     engine = make_engine(tiny)
     prompts = [engine.encode(p) for p in RAW_PROMPTS]
-    expected = [o.token_ids for o in engine.generate(prompts, SamplingParams(max_new_tokens=24, ignore_eos=True))]
-    out = str(tmp_path / "tokens")
-    mp.start_processes(
-        _rank_main, args=(2, _free_port(), out, kv, draft_len), nprocs=2, join=True, start_method="spawn"
-    )
+    return [o.token_ids for o in engine.generate(prompts, SamplingParams(max_new_tokens=24, ignore_eos=True))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kv, draft_len", CONFIGS)
+def test_tp2_equals_tp1(tp1_tokens, tp2_tokens, kv, draft_len):
+    """Plain decoding, and Eagle3 (accept decisions made on rank 0 and broadcast), both equal TP=1 plain."""
+    expected = tp1_tokens
     for rank in range(2):
-        with open(f"{out}.{rank}") as f:
+        with open(f"{tp2_tokens}.{kv}-{draft_len}.{rank}") as f:
             assert json.load(f) == expected, f"rank {rank} differs from TP=1"
 
 
