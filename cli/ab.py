@@ -85,7 +85,7 @@ def ab(
     else:
         typer.echo(render_compare(result))
         if sequential is not None:
-            from ..evals.sequential_ab import render
+            from ..evals.sequential.ab import render
 
             typer.echo(render(sequential))
     if result.get("verdict") == "regression":
@@ -96,8 +96,8 @@ def _sequential(sides, run_args: list[str], out: Path, batch: int, alpha: float,
     """Both sides at once, each a passive sequential run; the controller stops them when the paired test decides."""
     import tempfile
 
-    from ..evals.paired_sequential import PairedSequentialDesign
-    from ..evals.sequential_ab import SideProgress, watch
+    from ..evals.sequential.ab import SideProgress, watch
+    from ..evals.sequential.paired import PairedSequentialDesign
     from ..results.ab import side_result, start_side, stop_side
     from ..results.store import Run
 

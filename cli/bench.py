@@ -1,7 +1,7 @@
 """`specdec-eval bench`: our engine vs Hugging Face transformers (and our spec-dec engine) on the same prompts in
 interleaved rounds, with this machine's limits measured in the same run; `bench --verdict`: the wall time of whole
-GSM8K verdicts, plain vs spec-dec with its lossless baseline. The work is in evals/bench.py and
-evals/verdict_bench.py; this module parses and prints (cli/bench_print.py)."""
+GSM8K verdicts, plain vs spec-dec with its lossless baseline. The work is in evals/bench/speed.py and
+evals/bench/verdict.py; this module parses and prints (cli/bench_print.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from ..evals.bench_prompts import BENCH_PROMPTS
+from ..evals.bench.prompts import BENCH_PROMPTS
 from . import options as o
 from .progress import generation_progress, stderr
 
@@ -129,7 +129,7 @@ def bench(
                   decode_copy=decode_copy)  # fmt: skip
     spec_cfg = dict(spec=spec, draft_len=draft_len, draft_model=draft_model)
     if verdict:
-        from ..evals.verdict_bench import VerdictBenchPlan, run_verdict_bench
+        from ..evals.bench.verdict import VerdictBenchPlan, run_verdict_bench
         from .bench_print import print_verdict
 
         plan = VerdictBenchPlan(task=task, docs=docs, seed=sample_seed, data_dir=data_dir,
@@ -141,7 +141,7 @@ def bench(
         else:
             print_verdict(report)
         return
-    from ..evals.bench import BenchPlan, run_bench
+    from ..evals.bench.speed import BenchPlan, run_bench
     from .bench_print import describe_estimate, print_bench
 
     try:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ..evals.endpoint_config import DEFAULT_CONCURRENCY, DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
+from ..workers.remote.endpoint_config import DEFAULT_CONCURRENCY, DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 
 ENDPOINT = "Endpoint (any OpenAI-compatible server)"
 

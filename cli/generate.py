@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from ..evals.data_check import decode_utf8
+from ..evals.tasks.data_check import decode_utf8
 from ..workers.config import SamplingParams
 from ..workers.errors import UserError
 from . import options as o

@@ -21,7 +21,7 @@ def lm_eval_cmd(ctx: typer.Context) -> None:
     from lm_eval._cli import HarnessCLI
     from lm_eval.utils import setup_logging
 
-    from ..evals import lm_adapter  # noqa: F401  (registers the `specdec` model)
+    from ..evals.pipeline import lm_adapter  # noqa: F401  (registers the `specdec` model)
 
     setup_logging()
     parser = HarnessCLI()

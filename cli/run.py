@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from ..evals.tasks import TASKS
+from ..evals.tasks.registry import TASKS
 from ..launch.torchrun import TorchrunSpec
 from ..workers.errors import UserError
 from . import endpoint_options as eo
@@ -24,7 +24,7 @@ JOB = "Job (torchrun)"
 STORE = "Run store"
 MAX_FEWSHOT = 64  # far past any prompt that fits a context; the task's own data bounds it further at run time
 RDZV_BACKENDS = Literal["c10d", "static", "etcd", "etcd-v2"]
-SAMPLE_CHOICES = Literal["first", "random"]  # evals/subsets.py: refused before any run folder is made
+SAMPLE_CHOICES = Literal["first", "random"]  # evals/tasks/subsets.py: refused before any run folder is made
 
 
 def run(
@@ -250,9 +250,9 @@ def run(
       specdec-eval run --endpoint http://127.0.0.1:8000 --tasks gsm8k --limit 50 --data-dir ../shared/data
       specdec-eval run --endpoint URL --spec eagle3 --draft-len 3 --baseline-endpoint URL0 --tasks gsm8k
     """  # fmt: skip
-    from ..evals.pipeline import BASELINE_MODES, RunPlan, run_with_baseline
-    from ..evals.runner import EvalOptions
-    from ..evals.tasks import parse_tasks
+    from ..evals.pipeline.evaluation import EvalOptions
+    from ..evals.pipeline.orchestration import BASELINE_MODES, RunPlan, run_with_baseline
+    from ..evals.tasks.registry import parse_tasks
 
     options = EvalOptions(
         tasks=parse_tasks(tasks), data_dir=data_dir, limit=limit, num_fewshot=num_fewshot,
@@ -322,7 +322,7 @@ def check_out_folder(out: str) -> None:
 def check_acceptance_options(refs: str | None, populate: bool, config) -> None:
     """--acceptance-refs is a readable references file (or a name for one), and --populate-acceptance can write it
     and has something clean to write: checked before anything runs."""
-    from ..evals.acceptance import ACCEPTANCE_PATH, check_writable, load_acceptance_references
+    from ..evals.gates.acceptance import ACCEPTANCE_PATH, check_writable, load_acceptance_references
 
     path = Path(refs).expanduser() if refs is not None else ACCEPTANCE_PATH
     if refs is not None:
@@ -338,8 +338,8 @@ def check_acceptance_options(refs: str | None, populate: bool, config) -> None:
 
 
 def check_task_data(options) -> None:
-    """Each task's data is there and has the expected schema (evals/data_check.py), and --num-fewshot fits it."""
-    from ..evals.tasks import max_fewshot, source_for
+    """Each task's data is there and has the expected schema (evals/tasks/data_check.py), and --num-fewshot fits it."""
+    from ..evals.tasks.registry import max_fewshot, source_for
 
     for spec in options.tasks:
         source = source_for(spec, options.data_dir)
@@ -370,8 +370,8 @@ def _given(ctx: typer.Context, name: str) -> bool:
 
 def _run_endpoint(url: str, baseline_url: str | None, declared: dict, config, plan) -> dict[str, Any]:
     """An endpoint run: the engine flags declare the server (--spec eagle3 --draft-len K: it speculates)."""
-    from ..evals.endpoint_config import EndpointConfig
-    from ..evals.pipeline import run_endpoint
+    from ..evals.pipeline.orchestration import run_endpoint
+    from ..workers.remote.endpoint_config import EndpointConfig
 
     spec = config.spec
     target = EndpointConfig(url=url, spec=spec.algorithm if spec else None, max_draft_len=spec.max_draft_len if spec
@@ -384,7 +384,12 @@ def _run_job(config, plan, torchrun, tp: int | None, dry_run: bool, rank_timeout
     """The evaluation as a torchrun job: a spec-dec run with no recorded baseline runs a baseline job first. A job
     never pairs: paired twins are a baseline only once audited on an engine with no spec worker, and a job's ranks
     hold one sharded engine, the spec-dec one. Returns rank 0's summary (None for a dry run)."""
-    from ..evals.pipeline import baseline_config, check_named_baseline, needs_baseline, pairs_with_baseline
+    from ..evals.pipeline.orchestration import (
+        baseline_config,
+        check_named_baseline,
+        needs_baseline,
+        pairs_with_baseline,
+    )
     from ..launch.job import Job, JobFailed, launch, resolve_job_device
     from ..launch.layout import plan_layout
     from ..workers.checkpoint import load_checkpoint
@@ -418,7 +423,7 @@ JOB_DRIVER = "specdec_eval.cli.run:job_driver"
 
 def job_driver(engine, payload: dict[str, Any]) -> dict[str, Any]:
     """Rank 0 of a torchrun job (launch/rank_main.py): one run on the sharded engine, with rank 0's progress."""
-    from ..evals.pipeline import RunPlan, run_evaluation
+    from ..evals.pipeline.orchestration import RunPlan, run_evaluation
 
     with generation_progress(0) as progress:
         return run_evaluation(engine, RunPlan.from_dict(payload), progress)

@@ -5,7 +5,7 @@ Default: the canary A/B. Side by side, on the same prompts: a fault-free run; th
 with the stale-state signature (a spec_state_leak event naming the fields, failed requests); and the guarded worker
 (`--spec-guard template`) under the same OOM, which must PASS with outputs identical to the fault-free run.
 
-`--mutants`: the bug-class matrix (evals/mutants.py): every bug class through the default `run`, and which gate
+`--mutants`: the bug-class matrix (evals/pipeline/mutants.py): every bug class through the default `run`, and which gate
 caught it, at which document, after how long."""
 
 from __future__ import annotations
@@ -156,8 +156,8 @@ def selftest(
 
 
 def _matrix_options(data_dir, limit, max_output_len, num_fewshot, no_reference):
-    from ..evals.runner import EvalOptions
-    from ..evals.tasks import TASKS
+    from ..evals.pipeline.evaluation import EvalOptions
+    from ..evals.tasks.registry import TASKS
     from .run import check_task_data
 
     options = EvalOptions(tasks=[TASKS["gsm8k"]], data_dir=data_dir, limit=limit, max_output_len=max_output_len,
@@ -167,7 +167,7 @@ def _matrix_options(data_dir, limit, max_output_len, num_fewshot, no_reference):
 
 
 def _mutants(model, kv_cache, draft_len, device, device_memory, max_num_tokens, only, options, as_json) -> None:
-    from ..evals.mutants import run_matrix, select_classes
+    from ..evals.pipeline.mutants import run_matrix, select_classes
     from .mutants_print import print_matrix
 
     classes = select_classes(only)

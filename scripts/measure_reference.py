@@ -15,9 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-from specdec_eval.evals.resume import GenerationCache
-from specdec_eval.evals.runner import EvalOptions, evaluate
-from specdec_eval.evals.tasks import parse_tasks
+from specdec_eval.evals.pipeline.evaluation import EvalOptions, evaluate
+from specdec_eval.evals.pipeline.resume import GenerationCache
+from specdec_eval.evals.tasks.registry import parse_tasks
 from specdec_eval.workers.config import EngineConfig, KVCacheConfig
 from specdec_eval.workers.engine import Engine
 

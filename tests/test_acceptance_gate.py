@@ -7,8 +7,8 @@ import difflib
 
 import pytest
 import yaml
-from specdec_eval.evals import acceptance
-from specdec_eval.evals.acceptance import (
+from specdec_eval.evals.gates import acceptance
+from specdec_eval.evals.gates.acceptance import (
     ACCEPTANCE_PATH,
     acceptance_early_fail,
     acceptance_gate,
@@ -30,7 +30,7 @@ OURS_V1 = "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3[v1_kv_cache-o
 OURS_V2 = "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3[v2_kv_cache-one_model-tp1]"
 GPTOSS = "TestGPTOSS::test_eagle3_1gpu[cutlass-one_model]"
 LLAMA_VLLM = "vllm/tests/v1/spec_decode/test_acceptance_length.py::test_eagle3_acceptance_length[llama3-8b-eagle3]"
-# the brief's schema, plus `slack` (the run's own sampling error of AL, evals/gates.py)
+# the brief's schema, plus `slack` (the run's own sampling error of AL, evals/gates/verdict.py)
 SCHEMA = {
     "verdict",
     "acceptance_length",
@@ -292,7 +292,7 @@ def test_populate_creates_the_file_and_refuses_bad_values(tmp_path):
 def test_a_small_run_is_judged_within_its_own_sampling_error():
     """Ten questions with AL 7% above the reference: within the run's sampling error (slack), so PASS; the same AL
     on a large run (no slack) moves beyond rtol and FAILs; a collapse fails whatever the slack."""
-    from specdec_eval.evals.gates import acceptance_slack
+    from specdec_eval.evals.gates.verdict import acceptance_slack
 
     refs = {"t": {"ref_al": 2.0, "min_al": 1.9, "max_draft_len": 3}}
     stats = {"acceptance_length": 2.14, "num_cycles": 500, "num_accepted_drafts": 570, "accepted_per_position": [],
@@ -309,7 +309,7 @@ def test_a_small_run_is_judged_within_its_own_sampling_error():
 def test_the_slack_weighs_requests_by_their_cycles():
     """Equal cycles: the ratio's error is the per-request ALs' error. One long request with a low AL pulls the
     ratio and widens its error; a lone request, or requests without cycles, give no slack."""
-    from specdec_eval.evals.gates import acceptance_slack
+    from specdec_eval.evals.gates.verdict import acceptance_slack
 
     equal = [(50, 50), (50, 60), (50, 40), (50, 55)]
     als = [1 + a / c for c, a in equal]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from specdec_eval.evals.baseline_check import baseline_problem
-from specdec_eval.evals.run_identity import run_config
-from specdec_eval.evals.runner import EvalOptions
-from specdec_eval.evals.tasks import parse_tasks
+from specdec_eval.evals.gates.baseline_check import baseline_problem
+from specdec_eval.evals.pipeline.evaluation import EvalOptions
+from specdec_eval.evals.pipeline.run_identity import run_config
+from specdec_eval.evals.tasks.registry import parse_tasks
 from specdec_eval.results import store
 from specdec_eval.workers.config import EngineConfig, SpecConfig
 from specdec_eval.workers.engine import identity_of

@@ -9,8 +9,8 @@ import json
 import pytest
 from specdec_eval.cli.bench_print import print_bench
 from specdec_eval.cli.main import main
-from specdec_eval.evals import bench as bench_module
-from specdec_eval.evals.hardware import HardwareLimits
+from specdec_eval.evals.bench import speed as bench_module
+from specdec_eval.evals.bench.hardware import HardwareLimits
 
 from .cli_helpers import run_cli
 
@@ -70,7 +70,7 @@ def test_bench_table(bench_run, capsys):
 
 
 def test_skip_hf_builds_no_hf_side(tiny):
-    from specdec_eval.evals.bench_sides import build_sides
+    from specdec_eval.evals.bench.sides import build_sides
     from specdec_eval.workers.config import EngineConfig
 
     sides, _ = build_sides(EngineConfig(model="tiny", device="cpu", device_memory=256 * 2**20), None, True, *tiny)

@@ -1,4 +1,4 @@
-"""`bench`'s expected duration (evals/bench_estimate.py) and its default memory budget (evals/bench_budget.py):
+"""`bench`'s expected duration (evals/bench/estimate.py) and its default memory budget (evals/bench/budget.py):
 the estimate on a fake side whose cost is known, the budget on a real tiny engine."""
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ import time
 import pytest
 import torch
 from specdec_eval.cli import bench as bench_cli
-from specdec_eval.evals import bench as bench_module
-from specdec_eval.evals.bench import BenchPlan, Chunk, measure
-from specdec_eval.evals.bench_budget import bench_device_memory
-from specdec_eval.evals.bench_estimate import (
+from specdec_eval.evals.bench import speed as bench_module
+from specdec_eval.evals.bench.budget import bench_device_memory
+from specdec_eval.evals.bench.estimate import (
     Calibration,
     ModelBytes,
     describe_duration,
@@ -21,7 +20,8 @@ from specdec_eval.evals.bench_estimate import (
     measurement_s,
     step_s,
 )
-from specdec_eval.evals.hardware import HardwareLimits
+from specdec_eval.evals.bench.hardware import HardwareLimits
+from specdec_eval.evals.bench.speed import BenchPlan, Chunk, measure
 from specdec_eval.workers.config import EngineConfig, SpecConfig
 from specdec_eval.workers.model_config import ModelConfig
 

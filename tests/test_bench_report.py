@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from specdec_eval.evals import roofline
-from specdec_eval.evals.bench import BenchPlan, Measurement, summarise_row
-from specdec_eval.evals.hardware import HardwareLimits
+from specdec_eval.evals.bench import roofline
+from specdec_eval.evals.bench.hardware import HardwareLimits
+from specdec_eval.evals.bench.speed import BenchPlan, Measurement, summarise_row
 from specdec_eval.workers.errors import UserError
 from specdec_eval.workers.model_config import ModelConfig
 

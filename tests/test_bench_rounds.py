@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from specdec_eval.evals.rounds import (
+from specdec_eval.evals.bench.rounds import (
     UNSTABLE_SPREAD,
     interleave,
     ratio_spread,

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from specdec_eval.evals import verdict_bench as vb
-from specdec_eval.evals.hardware import HardwareLimits
+from specdec_eval.evals.bench import verdict as vb
+from specdec_eval.evals.bench.hardware import HardwareLimits
 from specdec_eval.workers.config import from_options
 from specdec_eval.workers.errors import UserError
 from specdec_eval.workers.interface import GenerateStats

@@ -128,7 +128,7 @@ def test_generate_options_are_validated_where_declared(capsys, monkeypatch, argv
 
 
 def test_help_lists_the_registries_choices(capsys, monkeypatch):
-    from specdec_eval.evals.tasks import TASKS
+    from specdec_eval.evals.tasks.registry import TASKS
     from specdec_eval.workers.config import DTYPES
     from specdec_eval.workers.kv_cache import KV_CACHE_MANAGERS
     from specdec_eval.workers.spec import SPEC_ALGORITHMS

@@ -1,5 +1,5 @@
-"""Schema checks of local data files (evals/data_check.py): each problem is one UserError naming the file, the line
-(and column) and what was expected; good files give their row count. Synthetic fixtures only (no GPQA text)."""
+"""Schema checks of local data files (evals/tasks/data_check.py): each problem is one UserError naming the file, the
+line (and column) and what was expected; good files give their row count. Synthetic fixtures only (no GPQA text)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import zipfile
 
 import pytest
-from specdec_eval.evals.data import GPQA_ZIP_MEMBER, gpqa_source, gsm8k_source
-from specdec_eval.evals.data_check import check_table
-from specdec_eval.evals.tasks import TASKS, max_fewshot, source_for
+from specdec_eval.evals.tasks.data import GPQA_ZIP_MEMBER, gpqa_source, gsm8k_source
+from specdec_eval.evals.tasks.data_check import check_table
+from specdec_eval.evals.tasks.registry import TASKS, max_fewshot, source_for
 from specdec_eval.workers.errors import UserError
 
 COLS = ("question", "answer")

@@ -9,8 +9,8 @@ from pathlib import Path
 import datasets
 import pandas as pd
 import pytest
-from specdec_eval.evals import data
-from specdec_eval.evals.data import DATA_ENV, gpqa_source, gsm8k_source
+from specdec_eval.evals.tasks import data
+from specdec_eval.evals.tasks.data import DATA_ENV, gpqa_source, gsm8k_source
 from specdec_eval.workers.errors import UserError
 
 

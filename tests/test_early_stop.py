@@ -10,9 +10,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from specdec_eval.evals import references
-from specdec_eval.evals.early_stop import EarlyStop
-from specdec_eval.evals.sequential import AccuracySequentialDesign
+from specdec_eval.evals.gates import references
+from specdec_eval.evals.sequential.accuracy import AccuracySequentialDesign
+from specdec_eval.evals.sequential.early_stop import EarlyStop
 
 from .test_run_cli import SHARED_DATA, needs_shared_data, run_cli
 
@@ -72,7 +72,7 @@ def test_a_lossy_spec_step_fails_the_lossless_gate_at_its_first_divergence(capsy
 def test_a_hopeless_score_fails_the_accuracy_gate_at_an_early_look(capsys, tmp_path, monkeypatch):
     """A score of ~0 against a reference of 60: the design's FAIL boundary is crossed long before n_max (the first
     looks spend little alpha, so it may take the second)."""
-    from specdec_eval.evals import runner
+    from specdec_eval.evals.pipeline import evaluation as runner
 
     folder = tmp_path / "refs"
     folder.mkdir()

@@ -1,4 +1,4 @@
-"""The endpoint engine (evals/endpoint.py): an OpenAI-compatible server driven through lm-eval's own backends.
+"""The endpoint engine (workers/remote/endpoint.py): an OpenAI-compatible server driven through lm-eval's own backends.
 
 Fast tests: URLs, configuration, the mapping of our sampling parameters and of servers' answers, and a dead port.
 Slow tests: against llama.cpp's real server (tests/llama_server.py) over the embedded SmolLM2 GGUF."""
@@ -11,12 +11,12 @@ import logging
 
 import pyarrow.parquet as pq
 import pytest
-from specdec_eval.evals.endpoint import EndpointEngine
-from specdec_eval.evals.endpoint_config import EndpointConfig, EndpointURL
-from specdec_eval.evals.endpoint_requests import gen_kwargs, read_choice
-from specdec_eval.evals.server_metrics import NOT_REPORTED
 from specdec_eval.workers.config import SamplingParams
 from specdec_eval.workers.errors import UserError
+from specdec_eval.workers.remote.endpoint import EndpointEngine
+from specdec_eval.workers.remote.endpoint_config import EndpointConfig, EndpointURL
+from specdec_eval.workers.remote.endpoint_requests import gen_kwargs, read_choice
+from specdec_eval.workers.remote.server_metrics import NOT_REPORTED
 
 from .cli_helpers import run_cli
 from .llama_server import N_CTX, SERVED_MODEL, LlamaServer, free_port, require_llama_cpp

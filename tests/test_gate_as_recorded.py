@@ -5,7 +5,7 @@ and the run's own last line, never PASS."""
 from __future__ import annotations
 
 import pytest
-from specdec_eval.evals.acceptance import acceptance_gate
+from specdec_eval.evals.gates.acceptance import acceptance_gate
 from specdec_eval.results.report.data import load_run
 from specdec_eval.results.report.gates import acceptance_gate as gate_text
 from specdec_eval.results.report.gates import decide_run

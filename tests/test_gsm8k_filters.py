@@ -17,7 +17,7 @@ from lm_eval.api.metrics import exact_match_hf_evaluate
 from lm_eval.api.registry import get_metric
 from lm_eval.filters.extraction import RegexFilter
 from lm_eval.filters.selection import TakeFirstFilter
-from specdec_eval.evals import gsm8k
+from specdec_eval.evals.tasks import gsm8k
 
 
 @pytest.fixture(autouse=True)
@@ -206,8 +206,8 @@ def test_per_sample_cross_check_uses_each_documents_own_target():
     cross-check once read the target of whichever document was seen last and reported false mismatches."""
     from types import SimpleNamespace
 
-    from specdec_eval.evals.runner import _samples
-    from specdec_eval.evals.tasks import TASKS
+    from specdec_eval.evals.pipeline.evaluation import _samples
+    from specdec_eval.evals.tasks.registry import TASKS
 
     spec = TASKS["gsm8k"]
     answers = {0: ("She pays 12 dollars.\n#### 12\n", "12"), 1: ("So 7 + 3 = 10.\n#### 10\n", "10")}

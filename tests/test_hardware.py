@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from specdec_eval.evals.hardware import HardwareLimits, bandwidth_gbs, gemm_gflops, measure_limits
+from specdec_eval.evals.bench.hardware import HardwareLimits, bandwidth_gbs, gemm_gflops, measure_limits
 
 
 def test_gemm_probe_is_positive_and_finite():
@@ -38,7 +38,7 @@ def test_nonsense_sizes_are_refused(call):
 
 @pytest.mark.slow
 def test_probe_in_a_fresh_process_matches_its_thread_count():
-    from specdec_eval.evals.hardware import measure_limits_apart
+    from specdec_eval.evals.bench.hardware import measure_limits_apart
 
     limits = measure_limits_apart("cpu", gemm_size=64, bandwidth_mib=4, repeats=2)
     assert limits.threads == torch.get_num_threads() and limits.gemm_gflops > 0 and limits.bandwidth_gbs > 0

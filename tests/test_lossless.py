@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from specdec_eval.evals.references import lookup
+from specdec_eval.evals.gates.references import lookup
 from specdec_eval.results.lossless import lossless_check
 from specdec_eval.results.store import list_runs
 

@@ -1,16 +1,16 @@
-"""The bug-class matrix (`selftest --mutants`, evals/mutants.py): every class is caught by the default paired run on
-the tiny model by the gate that must catch it, the unmutated engine passes every gate, and a class that is not really
-planted is reported MISSED (exit 1)."""
+"""The bug-class matrix (`selftest --mutants`, evals/pipeline/mutants.py): every class is caught by the default paired
+run on the tiny model by the gate that must catch it, the unmutated engine passes every gate, and a class that is not
+really planted is reported MISSED (exit 1)."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from specdec_eval.evals import mutants
-from specdec_eval.evals.mutants import BUG_CLASSES, CLEAN, CLEAN_SAMPLED, judge, run_matrix, select_classes
-from specdec_eval.evals.runner import EvalOptions
-from specdec_eval.evals.tasks import TASKS
+from specdec_eval.evals.pipeline import mutants
+from specdec_eval.evals.pipeline.evaluation import EvalOptions
+from specdec_eval.evals.pipeline.mutants import BUG_CLASSES, CLEAN, CLEAN_SAMPLED, judge, run_matrix, select_classes
+from specdec_eval.evals.tasks.registry import TASKS
 from specdec_eval.workers.config import from_options
 from specdec_eval.workers.errors import UserError
 from specdec_eval.workers.faults import PlantedBugs

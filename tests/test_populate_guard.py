@@ -10,8 +10,8 @@ import os
 from types import SimpleNamespace
 
 import pytest
-from specdec_eval.evals import acceptance
-from specdec_eval.evals.acceptance import (
+from specdec_eval.evals.gates import acceptance
+from specdec_eval.evals.gates.acceptance import (
     check_writable,
     load_acceptance_references,
     populate,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from specdec_eval.evals import references
-from specdec_eval.evals.references import lookup
+from specdec_eval.evals.gates import references
+from specdec_eval.evals.gates.references import lookup
 from specdec_eval.workers.errors import UserError
 
 
@@ -47,8 +47,8 @@ def test_selection_helper_matches_the_runner():
     """Keep this file's selection in step with what the runner really passes."""
     from types import SimpleNamespace
 
-    from specdec_eval.evals.runner import EvalOptions, selection_for
-    from specdec_eval.evals.tasks import TASKS
+    from specdec_eval.evals.pipeline.evaluation import EvalOptions, selection_for
+    from specdec_eval.evals.tasks.registry import TASKS
     from specdec_eval.workers.config import EngineConfig
     from specdec_eval.workers.engine import identity_of
 

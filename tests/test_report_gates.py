@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from specdec_eval.evals.acceptance import acceptance_band
+from specdec_eval.evals.gates.acceptance import acceptance_band
 from specdec_eval.results.report import build_report
 from specdec_eval.results.report.data import load_run
 from specdec_eval.results.report.gates import acceptance_gate, accuracy_gate, banner, decide_run, lossless_gate
@@ -25,7 +25,7 @@ def _lossless(identical: int, n: int, divergences: list[tuple[int, int]] | None 
 
 
 def _acceptance_gate(verdict: str, al: float, ref: float | None = 2.14, slack: float = 0.0, **extra) -> dict:
-    """A gate result as evals/acceptance.py writes it, its band from the gate's own function."""
+    """A gate result as evals/gates/acceptance.py writes it, its band from the gate's own function."""
     min_al = None if ref is None else 0.95 * ref
     band = None if ref is None else acceptance_band(ref, min_al, 0.05, slack)
     return {"verdict": verdict, "acceptance_length": al, "ref_al": ref, "min_al": min_al, "rtol": 0.05,

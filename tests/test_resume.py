@@ -59,7 +59,7 @@ def test_killed_run_resumes_without_regenerating(tmp_path):
 
 def test_cache_keeps_no_output_text_in_plain_and_still_loads_older_plain_files(tmp_path):
     """A model's answer can quote its GPQA question; the resume cache must not hold it readably."""
-    from specdec_eval.evals.resume import GenerationCache, request_key
+    from specdec_eval.evals.pipeline.resume import GenerationCache, request_key
     from specdec_eval.workers.config import SamplingParams
     from specdec_eval.workers.engine import GenerationOutput
 

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from specdec_eval.evals import references
+from specdec_eval.evals.gates import references
 from specdec_eval.workers.errors import UserError
 
 from .cli_helpers import run_cli
@@ -101,7 +101,7 @@ def test_reference_dir_default_is_bound_at_definition():
 @pytest.fixture
 def reference_dir(tmp_path, monkeypatch):
     """Point the run at reference YAMLs in tmp_path."""
-    from specdec_eval.evals import runner
+    from specdec_eval.evals.pipeline import evaluation as runner
 
     folder = tmp_path / "refs"
     folder.mkdir()
@@ -163,13 +163,13 @@ def test_run_with_unknown_model_key_is_exit_2(capsys, reference_dir, tmp_path):
 
 def test_registered_with_lm_eval():
     import lm_eval.api.registry
-    from specdec_eval.evals.lm_adapter import SpecDecLM
+    from specdec_eval.evals.pipeline.lm_adapter import SpecDecLM
 
     assert lm_eval.api.registry.get_model("specdec") is SpecDecLM
 
 
 def test_create_from_arg_string_builds_the_engine(monkeypatch):
-    from specdec_eval.evals.lm_adapter import SpecDecLM
+    from specdec_eval.evals.pipeline.lm_adapter import SpecDecLM
     from specdec_eval.workers import device
 
     monkeypatch.setattr(device, "DEFAULT_CPU_BUDGET", 256 * 2**20)  # read at engine build time
@@ -182,7 +182,7 @@ def test_create_from_arg_string_builds_the_engine(monkeypatch):
 
 
 def test_create_from_arg_string_options_without_building(monkeypatch):
-    from specdec_eval.evals import lm_adapter
+    from specdec_eval.evals.pipeline import lm_adapter
 
     built = []
 
@@ -208,14 +208,14 @@ def test_create_from_arg_string_options_without_building(monkeypatch):
 
 @pytest.mark.parametrize("arg_string", ["model=tiny,temperature=0.5", "model=tiny,tp=2", "modle=tiny"])
 def test_unknown_model_arg(arg_string):
-    from specdec_eval.evals.lm_adapter import SpecDecLM
+    from specdec_eval.evals.pipeline.lm_adapter import SpecDecLM
 
     with pytest.raises(UserError, match="unknown specdec model_args"):
         SpecDecLM.create_from_arg_string(arg_string)
 
 
 def test_sampling_from_gen_kwargs():
-    from specdec_eval.evals.lm_adapter import sampling_from_gen_kwargs
+    from specdec_eval.evals.pipeline.lm_adapter import sampling_from_gen_kwargs
 
     # the exact kwargs lm-eval sends for gsm8k
     s = sampling_from_gen_kwargs({"until": ["Question:", "</s>", "<|im_end|>"], "do_sample": False,

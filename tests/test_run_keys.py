@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import subprocess
 
-from specdec_eval.evals import run_identity
-from specdec_eval.evals.runner import EvalOptions
-from specdec_eval.evals.tasks import parse_tasks
+from specdec_eval.evals.pipeline import run_identity
+from specdec_eval.evals.pipeline.evaluation import EvalOptions
+from specdec_eval.evals.tasks.registry import parse_tasks
 from specdec_eval.results.manifest import git_state
 from specdec_eval.workers.config import EngineConfig
 from specdec_eval.workers.engine import identity_of
@@ -55,7 +55,7 @@ def test_planted_bugs_stay_in_the_baseline_key_and_environmental_faults_do_not(t
     """A behaviour fault is a code patch: the baseline's build carries it, so a mutated baseline's key never equals a
     clean run's, and such a run may pair (issue 24); an environmental fault acts on one engine: a separate clean
     baseline."""
-    from specdec_eval.evals.pipeline import RunPlan, pairs_with_baseline
+    from specdec_eval.evals.pipeline.orchestration import RunPlan, pairs_with_baseline
     from specdec_eval.workers.config import SpecConfig
 
     options = EvalOptions(parse_tasks("gsm8k_smoke"))

@@ -1,15 +1,16 @@
-"""Our server as the peer of our client: lm-eval's local-completions backend (evals/endpoint.py, what
+"""Our server as the peer of our client: lm-eval's local-completions backend (workers/remote/endpoint.py, what
 `run --endpoint` uses) gets the offline engine's tokens, and the acceptance it scrapes from /metrics
-(evals/server_metrics.py) equals the engine's own counters. (The scraper alone: tests/test_serve_batching.py.)"""
+(workers/remote/server_metrics.py) equals the engine's own counters. (The scraper alone:
+tests/test_serve_batching.py.)"""
 
 from __future__ import annotations
 
 import pytest
-from specdec_eval.evals.endpoint import EndpointEngine
-from specdec_eval.evals.endpoint_config import EndpointConfig
-from specdec_eval.evals.server_metrics import ServerAcceptance
 from specdec_eval.serve.bench import bench_prompts
 from specdec_eval.workers.config import SamplingParams, SpecConfig
+from specdec_eval.workers.remote.endpoint import EndpointEngine
+from specdec_eval.workers.remote.endpoint_config import EndpointConfig
+from specdec_eval.workers.remote.server_metrics import ServerAcceptance
 
 from .serve_helpers import MODEL, serving, tiny_engine
 

@@ -1,6 +1,6 @@
-"""Acceptance scraped from servers (evals/server_metrics.py, evals/server_metric_formats.py). The metric texts and
-JSON below are written here in each exporter's documented format (names, labels, fields), not copied from any
-server's output."""
+"""Acceptance scraped from servers (workers/remote/server_metrics.py, workers/remote/server_metric_formats.py). The
+metric texts and JSON below are written here in each exporter's documented format (names, labels, fields), not copied
+from any server's output."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from specdec_eval.evals.server_metric_formats import parse_metrics_response, parse_prometheus
-from specdec_eval.evals.server_metrics import NOT_REPORTED, ResponseTally, ServerAcceptance, acceptance_delta
+from specdec_eval.workers.remote.server_metric_formats import parse_metrics_response, parse_prometheus
+from specdec_eval.workers.remote.server_metrics import NOT_REPORTED, ResponseTally, ServerAcceptance, acceptance_delta
 from specdec_eval.workers.spec.metrics import AcceptanceStats
 
 

@@ -41,7 +41,7 @@ def test_run_files_get_the_permissions_of_partial_files(tmp_path):
                    events=[{"ts": 1.0, "rank": 0, "type": "request_retried"}])  # fmt: skip
     run.partial_dir.mkdir()
     partial = run.partial_dir / "generations.rank0.jsonl"
-    with partial.open("a") as f:  # how evals/resume.py appends finished generations
+    with partial.open("a") as f:  # how evals/pipeline/resume.py appends finished generations
         f.write("{}\n")
     expected = partial.stat().st_mode & 0o777
     assert expected == 0o666 & ~_umask()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from specdec_eval.evals.subsets import SubsetPlan, plan_subset, random_order, subset_note
+from specdec_eval.evals.tasks.subsets import SubsetPlan, plan_subset, random_order, subset_note
 from specdec_eval.workers.errors import UserError
 
 
@@ -80,7 +80,7 @@ def smoke_task(tmp_path_factory):
     """Builds lm-eval's requests for our GSM8K smoke task (8 documents, 5-shot from 5 training problems)."""
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     from lm_eval.tasks import TaskManager
-    from specdec_eval.evals.tasks import TASKS, source_for, write_task_yamls
+    from specdec_eval.evals.tasks.registry import TASKS, source_for, write_task_yamls
 
     spec = TASKS["gsm8k_smoke"]
     folder = write_task_yamls([spec], {spec.name: source_for(spec, None)}, tmp_path_factory.mktemp("tasks"), 0)

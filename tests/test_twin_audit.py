@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from specdec_eval.evals.lossless_gate import CHANGES_TARGET
-from specdec_eval.evals.twin_audit import audit_order, audit_size
+from specdec_eval.evals.gates.lossless import CHANGES_TARGET
+from specdec_eval.evals.pipeline.twin_audit import audit_order, audit_size
 from specdec_eval.results.store import list_runs, open_run
 
 from .cli_helpers import run_cli

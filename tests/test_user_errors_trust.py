@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from specdec_eval.evals.references import read_yaml
+from specdec_eval.evals.gates.references import read_yaml
 from specdec_eval.results.store import new_run
 from specdec_eval.workers.config import parse_bytes
 from specdec_eval.workers.errors import UserError
@@ -89,7 +89,7 @@ def test_user_errors_found_late_leave_no_run_folder(tmp_path, capsys):
 def test_a_late_user_error_removes_the_run_it_made_unless_work_was_done(tmp_path, capsys, monkeypatch):
     """A user error raised once the run folder exists removes it again (the pipeline's safety net), unless it holds
     finished generations (resumable work is kept)."""
-    from specdec_eval.evals import pipeline
+    from specdec_eval.evals.pipeline import orchestration as pipeline
 
     def refuse(*args, **kwargs):
         raise UserError("found late")

@@ -10,7 +10,7 @@ The gates a task's summary entry can carry:
   on a plain engine, a separate plain run, a recorded run).
 - acceptance: `acceptance_gate` {verdict PASS | FAIL | NO-REFERENCE, acceptance_length, ref_al, min_al, rtol,
   slack, band {low, high, tolerance}, reason, per_position [{position, rate, ref, verdict}], test_id}: the
-  acceptance length against the band the gate computed (evals/acceptance.py: rtol widened by the run's sampling
+  acceptance length against the band the gate computed (evals/gates/acceptance.py: rtol widened by the run's sampling
   slack), shown as recorded and never recomputed here.
 - `stopped` {n, of, reason}: a sequential test stopped the task early.
 

@@ -1,0 +1,216 @@
+"""The verdict benchmark behind `specdec-eval bench --verdict`: the wall time of a whole verdict (what `specdec-eval
+run` does: evaluate, record, gates) on a subset of GSM8K, for three ways of getting it:
+
+- plain: one run without speculative decoding (the cost a verdict is measured against);
+- spec+separate: a spec-dec run plus its lossless baseline as a second full evaluation (`--baseline separate`);
+- spec+paired: a spec-dec run whose baseline decodes from the same prefill (paired decoding, `run`'s default),
+  including the audit of its twins on a second engine with no spec worker (evals/pipeline/twin_audit.py): its engine's
+  construction and its checks are in the side's wall time, and each round's audit seconds are reported apart.
+
+Each side runs into its own fresh temporary runs folder, so no baseline is found and reused between sides or
+rounds; the sides are interleaved in rounds (evals/bench/rounds.py) and each ratio to the plain side is the median of
+its per-round ratios. The plain run's prefill and decode are compared with this machine's limits, measured in the
+same command (evals/bench/hardware.py, evals/bench/roofline.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...workers.config import EngineConfig
+from ...workers.errors import UserError
+from ..pipeline import orchestration as pipeline
+from ..pipeline.evaluation import EvalOptions
+from ..tasks.registry import parse_tasks, source_for
+from . import roofline
+from .hardware import BANDWIDTH_MIB, GEMM_SIZE, measure_limits_apart
+from .rounds import MIN_ROUNDS, interleave, ratio_spread, spread_of, unstable_line
+
+PLAIN, SEPARATE, PAIRED = "plain", "spec+separate", "spec+paired"
+
+
+@dataclass(frozen=True)
+class VerdictBenchPlan:
+    task: str = "gsm8k"
+    docs: int = 64
+    seed: int = 0  # of the random subset
+    data_dir: str | None = None
+    max_output_len: int | None = None  # None: the task's own (GSM8K 256)
+    rounds: int = 3
+    work_dir: str | None = None  # where the temporary runs folders go (None: the system's temp folder)
+    gemm_size: int = GEMM_SIZE
+    bandwidth_mib: int = BANDWIDTH_MIB
+
+    def __post_init__(self) -> None:
+        if self.docs < 1:
+            raise UserError(f"--docs must be at least 1, got {self.docs}")
+        if self.rounds < MIN_ROUNDS:
+            raise UserError(f"--rounds must be at least {MIN_ROUNDS} (a spread needs two), got {self.rounds}")
+        if self.max_output_len is not None and self.max_output_len < 1:
+            raise UserError(f"--max-output-len must be at least 1, got {self.max_output_len}")
+
+    def options(self) -> tuple[EvalOptions, str]:
+        """The evaluation every side runs, and how its documents were chosen (in words)."""
+        tasks = parse_tasks(self.task)
+        common = dict(tasks=tasks, data_dir=self.data_dir, limit=self.docs, max_output_len=self.max_output_len)
+        note = f"a seeded random subset of {self.docs} documents (seed {self.seed})"
+        return EvalOptions(**common, sample="random", seed=self.seed), note
+
+
+class PhaseClock:
+    """A progress callback that keeps, per `generate` call, its last stats and the step count at the moment
+    every request had its first token (where the prefill phase ends and pure decoding begins)."""
+
+    def __init__(self, then: Callable | None = None) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self._stats: Any = None
+        self.then = then
+
+    def __call__(self, done: int, total: int, stats) -> None:
+        if stats is not self._stats:  # a new generate call
+            self._stats = stats
+            self.calls.append({"stats": stats, "steps_at_all_started": None})
+        call = self.calls[-1]
+        if call["steps_at_all_started"] is None and stats.all_started_s is not None:
+            call["steps_at_all_started"] = stats.num_steps
+        if self.then is not None:
+            self.then(done, total, stats)
+
+    def phases(self) -> dict[str, float]:
+        """Summed over the calls: requests, prompt and output tokens, prefill/decode seconds, decode tokens/steps."""
+        out = dict.fromkeys(("requests", "prompt_tokens", "output_tokens", "prefill_s", "decode_s",
+                             "decode_tokens", "decode_steps"), 0.0)  # fmt: skip
+        for call in self.calls:
+            s = call["stats"]
+            out["requests"] += s.num_requests
+            out["prompt_tokens"] += s.num_prompt_tokens
+            out["output_tokens"] += s.num_output_tokens
+            out["prefill_s"] += s.all_started_s if s.all_started_s is not None else s.elapsed_s
+            out["decode_s"] += s.decode_s
+            out["decode_tokens"] += s.decode_tokens
+            out["decode_steps"] += s.num_steps - (call["steps_at_all_started"] or s.num_steps)
+        return out
+
+
+@dataclass
+class SideRun:
+    wall_s: float
+    summary: dict[str, Any]
+    clocks: list[PhaseClock] = field(default_factory=list)  # one per evaluation the side ran
+
+
+def run_side(config: EngineConfig, options: EvalOptions, baseline: str, work_dir: str | None,
+             progress_for: Callable | None = None) -> SideRun:  # fmt: skip
+    """One whole verdict into a fresh runs folder (removed after); baseline "paired" or "separate" (a plain run
+    has none to make, either way)."""
+    clocks: list[PhaseClock] = []
+
+    @contextlib.contextmanager
+    def clocked():
+        outer = progress_for() if progress_for is not None else contextlib.nullcontext(None)
+        with outer as progress:
+            clocks.append(PhaseClock(progress))
+            yield clocks[-1]
+
+    out = tempfile.mkdtemp(prefix="specdec-verdict-bench-", dir=work_dir)
+    try:
+        t0 = time.perf_counter()
+        plan = pipeline.RunPlan(options, out, resume=False)
+        summary = pipeline.run_with_baseline(config, plan, clocked, baseline=baseline)
+        return SideRun(time.perf_counter() - t0, summary, clocks)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def plain_phase_rates(run: SideRun, roof: roofline.Roofline) -> roofline.PhaseRates:
+    """The plain run's prefill GFLOP/s and decode GB/s against the limits (the mean prompt length stands in for
+    each prompt's in the attention term: the progress stats carry totals only)."""
+    p = run.clocks[-1].phases()
+    n = max(int(p["requests"]), 1)
+    mean_prompt, mean_output = p["prompt_tokens"] / n, p["output_tokens"] / n
+    return roof.rates([round(mean_prompt)] * n, p["prefill_s"], p["decode_steps"], int(p["decode_tokens"]),
+                      mean_prompt + mean_output / 2, p["decode_s"])  # fmt: skip
+
+
+def _model_shape(config: EngineConfig) -> tuple[Any, int, Any]:
+    """(model config, dtype bytes, device) of a run, without loading its weights."""
+    import torch
+
+    from ...workers.checkpoint import load_checkpoint
+    from ...workers.device import resolve_device, resolve_dtype
+
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, device)
+    return load_checkpoint(config.model).config, torch.empty((), dtype=dtype).element_size(), device
+
+
+def _audit_s(summary: dict[str, Any]) -> float:
+    """Seconds the paired twins' audit took (0 when the run had none)."""
+    return float(((summary.get("baseline") or {}).get("audit") or {}).get("elapsed_s") or 0.0)
+
+
+def _lossless(summary: dict[str, Any]) -> str:
+    verdicts = [(t.get("lossless") or {}).get("verdict", "-") for t in summary["tasks"].values()]
+    return ",".join(verdicts)
+
+
+def run_verdict_bench(spec_config: EngineConfig, plan: VerdictBenchPlan, log: Callable[[str], None] | None = None,
+                      progress_for: Callable | None = None) -> dict[str, Any]:  # fmt: skip
+    """The three sides, `plan.rounds` rounds, interleaved."""
+    if spec_config.spec is None:
+        raise UserError("the verdict benchmark compares spec-dec verdicts with a plain one: add --spec eagle3")
+    say = log or (lambda _msg: None)
+    options, subset = plan.options()
+    for task in options.tasks:
+        source_for(task, options.data_dir)  # missing data: one clear error before any model loads
+    plain_config = pipeline.baseline_config(spec_config)
+    sides: dict[str, Callable[[int], SideRun]] = {
+        PLAIN: lambda _r: run_side(plain_config, options, "separate", plan.work_dir, progress_for),
+        SEPARATE: lambda _r: run_side(spec_config, options, "separate", plan.work_dir, progress_for),
+        PAIRED: lambda _r: run_side(spec_config, options, "paired", plan.work_dir, progress_for),
+    }
+    model_config, dtype_bytes, device = _model_shape(spec_config)
+    say(f"bench --verdict: measuring this machine's limits on {device} ...")
+    limits = measure_limits_apart(device, plan.gemm_size, plan.bandwidth_mib)
+
+    def before(r: int, name: str) -> None:
+        say(f"bench --verdict: round {r + 1}/{plan.rounds}, {name}: {options.tasks[0].name}, {subset} ...")
+
+    runs = interleave(sides, plan.rounds, before)
+    limits = limits.best(measure_limits_apart(device, plan.gemm_size, plan.bandwidth_mib))
+    report = verdict_report(runs, roofline.Roofline(model_config, dtype_bytes, limits), subset, plan)
+    return {"model": spec_config.model, "kv_cache": spec_config.kv_cache.version, **report}
+
+
+def verdict_report(runs: dict[str, list[SideRun]], roof: roofline.Roofline, subset: str,
+                   plan: VerdictBenchPlan) -> dict[str, Any]:  # fmt: skip
+    """Median wall time per side, the ratios to the plain side with their spreads, the plain run's fractions of
+    the hardware limits."""
+    walls = {name: [r.wall_s for r in rs] for name, rs in runs.items()}
+    report: dict[str, Any] = {
+        "task": plan.task, "docs": plan.docs, "subset": subset, "rounds": plan.rounds,
+        "max_output_len": plan.max_output_len,
+        "sides": {name: {"wall_s": spread_of(w).to_dict(1), "verdicts": [r.summary["verdict"] for r in runs[name]],
+                         "lossless": [_lossless(r.summary) for r in runs[name]]}
+                  for name, w in walls.items()},
+    }  # fmt: skip
+    if PAIRED in runs:
+        report["sides"][PAIRED]["audit_s"] = [_audit_s(r.summary) for r in runs[PAIRED]]
+    report["ratios"], report["unstable"] = {}, []
+    for name in (SEPARATE, PAIRED):
+        if name in walls:
+            s = ratio_spread(walls[name], walls[PLAIN])
+            report["ratios"][f"{name} / {PLAIN}"] = s.to_dict(3)
+            line = unstable_line(f"{name} / {PLAIN} wall time", s)
+            report["unstable"] += [line] if line else []
+    per_round = [plain_phase_rates(r, roof).to_dict() for r in runs[PLAIN]]
+    report["plain_phases"] = {k: spread_of([p[k] for p in per_round]).to_dict(3) for k in per_round[0]}
+    report["hardware"] = roof.limits.to_dict()
+    report["formulas"] = roofline.FORMULAS
+    return report

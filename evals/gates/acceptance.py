@@ -1,0 +1,435 @@
+"""The acceptance-length gate: catches a drafter that collapsed, which every accuracy gate misses (greedy
+speculative decoding is lossless, so a drafter accepting nothing still scores the same).
+
+References live in TensorRT-LLM's layout (`references/acceptance_length.yaml`): a mapping from test id to
+`{ref_al: float, min_al: float}`, plus optional keys of ours beside them: `ref_per_position: [r0, r1, ...]`,
+`max_draft_len`, `model`, `draft_model`, `task`, `engine`, `definition`, `source`. `ref_al: null` marks a stub
+still to be measured.
+
+Acceptance length (AL) here is ours (workers/spec/metrics.py): 1 + accepted drafts / draft cycles, bonus token
+included; the per-position rate i is the fraction of cycles whose draft i was accepted (they sum to AL - 1).
+TensorRT-LLM's accuracy harness ((accepted + requests with drafts) / requests with drafts, summed over
+iterations) and vLLM's (1 + accepted / drafts) are the same quantity.
+
+The gate (`acceptance_gate`) FAILs
+- below `min_al`: TensorRT-LLM's collapse tripwire (`min_al = 0.95 ref_al` as its populate switch writes it);
+- when |AL - ref_al| > rtol * ref_al: a move in either direction, as vLLM's acceptance test checks it (a rise
+  means the drafter, the verifier or the metric changed, and the reference no longer describes the run);
+- when a per-position rate falls below ref * (1 - rtol), where per-position references exist (one-sided, as
+  vLLM checks them).
+
+`populate` writes a run's AL into the file by editing only that entry's lines, so every other byte (comments,
+other entries, line endings) stays as it was, and a populate with unchanged values leaves the file identical.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ...results import locks
+from ...results.store import atomic_write
+from ...workers.errors import UserError
+from .references import REFERENCE_DIR, parse_yaml, read_yaml
+
+ACCEPTANCE_PATH = REFERENCE_DIR / "acceptance_length.yaml"
+MIN_AL_FRACTION = 0.95  # TensorRT-LLM's populate: min_al = 0.95 * ref_al
+DEFAULT_RTOL = 0.05  # vLLM's acceptance test
+EARLY_MIN_CYCLES = 256
+EARLY_FRACTION = 0.5
+
+
+def load_acceptance_references(path: Path = ACCEPTANCE_PATH) -> dict[str, dict[str, Any]]:
+    """test id -> entry; {} when the file does not exist. Bad YAML or a malformed entry is a user error."""
+    path = Path(path)
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected 'test id: {{ref_al: ..., min_al: ...}}' at the top level")
+    for test_id, entry in data.items():
+        if not isinstance(entry, dict):
+            raise UserError(f"{path}: entry '{test_id}' must be a mapping with ref_al and min_al")
+        for key in ("ref_al", "min_al"):
+            if entry.get(key) is not None and not _is_number(entry[key]):
+                raise UserError(f"{path}: '{test_id}' {key} must be a number or null, got {entry[key]!r}")
+        rates = entry.get("ref_per_position")
+        if rates is not None and not (isinstance(rates, list) and all(_is_number(r) for r in rates)):
+            raise UserError(f"{path}: '{test_id}' ref_per_position must be a list of numbers")
+    return data
+
+
+def find_acceptance_reference(refs: Mapping[str, Mapping[str, Any]], **conditions: Any) -> str | None:
+    """The first test id whose entry names every given condition with the given value (e.g. model=...,
+    max_draft_len=3, task="mt_bench"): how an endpoint run finds a published figure for its server."""
+    for test_id, entry in refs.items():
+        if entry.get("ref_al") is not None and all(entry.get(k) == v for k, v in conditions.items()):
+            return test_id
+    return None
+
+
+def acceptance_gate(
+    test_id: str,
+    acceptance: Mapping[str, Any],
+    refs: Mapping[str, Mapping[str, Any]],
+    rtol: float = DEFAULT_RTOL,
+    slack: float = 0.0,
+) -> dict[str, Any]:
+    """The verdict of a run's acceptance (AcceptanceStats.to_dict()) against the entry for test_id. `slack`: the
+    run's own sampling error of AL (absolute; e.g. 2.58 standard errors over its requests): a small run is judged
+    within max(rtol x ref_al, slack) of ref_al and above min_al - slack, so that ten questions do not fail a
+    healthy drafter by chance; on a full set the slack is far below rtol x ref_al and the gate is TensorRT-LLM's."""
+    if not 0 <= rtol < 1:
+        raise ValueError(f"rtol must lie in [0, 1), got {rtol}")
+    al, rates = _measured(acceptance)
+    entry = refs.get(test_id) or {}
+    ref_al, min_al = _float_or_none(entry.get("ref_al")), _float_or_none(entry.get("min_al"))
+    ref_rates = [float(r) for r in entry.get("ref_per_position") or []]
+    result = {"verdict": "NO-REFERENCE", "acceptance_length": al, "ref_al": ref_al, "min_al": min_al,
+              "rtol": rtol, "slack": round(slack, 4), "band": None, "reason": "", "per_position": [],
+              "test_id": test_id}  # fmt: skip
+    if ref_al is None:
+        stub = f"the reference for {test_id} is a stub (ref_al: null): populate it from a run"
+        result["reason"] = stub if entry else f"no acceptance-length reference for {test_id}"
+        result["per_position"] = _positions(rates, [], rtol, checked=False)
+        return result
+    if min_al is None:
+        min_al = result["min_al"] = MIN_AL_FRACTION * ref_al
+    k_ref, k_run = entry.get("max_draft_len"), acceptance.get("max_draft_len")
+    if k_ref is not None and k_run is not None and int(k_ref) != int(k_run):
+        result["reason"] = f"the reference was measured with max_draft_len {k_ref}, this run used {k_run}"
+        result["per_position"] = _positions(rates, [], rtol, checked=False)
+        return result
+    result["per_position"] = positions = _positions(rates, ref_rates, rtol, checked=True)
+    failures = _failures(al, ref_al, min_al, rtol, positions, acceptance, slack)
+    result["verdict"] = "FAIL" if failures else "PASS"
+    result["band"] = band = acceptance_band(ref_al, min_al, rtol, slack)
+    within = f"[{band['low']:.3f}, {band['high']:.3f}] (ref_al {ref_al:.3f} +- {band['tolerance']:.0%}"
+    within += f" with sampling slack {slack:.3f})" if slack else ")"
+    result["reason"] = "; ".join(failures) if failures else f"acceptance length {al:.3f} within {within}"
+    return result
+
+
+def acceptance_band(ref_al: float, min_al: float, rtol: float, slack: float) -> dict[str, float]:
+    """The interval the gate passes an acceptance length in, exactly as `_failures` applies it: the relative
+    tolerance is max(rtol, slack / ref_al) in either direction, and the collapse tripwire min_al - slack bounds it
+    from below. Written into the gate's result, so that every reader shows the band the gate used."""
+    tolerance = max(rtol, slack / ref_al)
+    low = max(min_al - slack, ref_al * (1 - tolerance))
+    return {"low": low, "high": ref_al * (1 + tolerance), "tolerance": tolerance}
+
+
+def _failures(al, ref_al, min_al, rtol, positions, acceptance, slack=0.0) -> list[str]:
+    if not acceptance.get("num_cycles", 1):
+        return ["no draft cycles: the run drafted nothing"]
+    failures = []
+    if al < min_al - slack:
+        failures.append(f"acceptance length {al:.3f} < min_al {min_al:.3f}{_slack(slack)} (ref_al {ref_al:.3f}): "
+                        "collapse tripwire")  # fmt: skip
+    move = (al - ref_al) / ref_al
+    tolerance = max(rtol, slack / ref_al)
+    if abs(move) > tolerance:
+        failures.append(f"acceptance length {al:.3f} moved {move:+.1%} from ref_al {ref_al:.3f} (tolerance "
+                        f"+-{tolerance:.0%}; a rise fails too: re-measure the reference if intended)")  # fmt: skip
+    for p in positions:
+        if p["verdict"] == "FAIL":
+            failures.append(f"position {p['position']} rate {p['rate']:.4f} < {p['ref'] * (1 - rtol):.4f} "
+                            f"= ref {p['ref']:.4f} x (1 - {rtol:g})")  # fmt: skip
+    return failures
+
+
+def _slack(slack: float) -> str:
+    return f" - {slack:.3f} of sampling error" if slack else ""
+
+
+def _positions(rates: list[float], refs: list[float], rtol: float, checked: bool) -> list[dict[str, Any]]:
+    rows = []
+    for i, rate in enumerate(rates):
+        ref = refs[i] if i < len(refs) else None
+        if ref is None or not checked:
+            verdict = "NO-REFERENCE"
+        else:
+            verdict = "FAIL" if rate < ref * (1 - rtol) else "PASS"
+        rows.append({"position": i, "rate": rate, "ref": ref, "verdict": verdict})
+    return rows
+
+
+def acceptance_early_fail(
+    test_id: str,
+    acceptance: Mapping[str, Any],
+    refs: Mapping[str, Mapping[str, Any]],
+    min_cycles: int = EARLY_MIN_CYCLES,
+    fraction: float = EARLY_FRACTION,
+) -> dict[str, Any] | None:
+    """After the first batch(es): the FAIL verdict when the acceptance gate can already fail, else None.
+
+    The rule is deliberately crude and conservative: with at least `min_cycles` draft cycles, FAIL when the
+    accepted drafts per cycle (AL - 1) are below `fraction` of what min_al demands, i.e.
+    AL < 1 + fraction * (min_al - 1). A random or collapsed drafter sits at AL ~ 1.0, far below; a healthy one
+    moves by a few hundredths between batches of a few hundred cycles, so it cannot get there. Everything else
+    (a drop of a few percent, a rise, per-position rates) waits for the full run's `acceptance_gate`."""
+    al, _ = _measured(acceptance)
+    entry = refs.get(test_id) or {}
+    ref_al = _float_or_none(entry.get("ref_al"))
+    cycles = int(acceptance.get("num_cycles", 0))
+    if ref_al is None or cycles < min_cycles:
+        return None
+    result = acceptance_gate(test_id, acceptance, refs)
+    if result["verdict"] == "NO-REFERENCE":
+        return None
+    limit = 1 + fraction * (result["min_al"] - 1)
+    if al >= limit:
+        return None
+    result["verdict"] = "FAIL"
+    result["reason"] = (f"early FAIL after {cycles} draft cycles: acceptance length {al:.3f} < {limit:.3f}, "
+                        f"the point where the drafter keeps under {fraction:.0%} of the accepted drafts that "
+                        f"min_al {result['min_al']:.3f} requires (ref_al {ref_al:.3f})")  # fmt: skip
+    return result
+
+
+def _measured(acceptance: Mapping[str, Any]) -> tuple[float, list[float]]:
+    """AL and per-position rates, from the exact counts when present (to_dict rounds the rates)."""
+    cycles = acceptance.get("num_cycles")
+    if cycles and "num_accepted_drafts" in acceptance:
+        al = 1.0 + acceptance["num_accepted_drafts"] / cycles
+        rates = [n / cycles for n in acceptance.get("accepted_per_position", [])]
+        return al, rates or [float(r) for r in acceptance.get("per_position_rate", [])]
+    if "acceptance_length" not in acceptance:
+        raise ValueError("acceptance stats need acceptance_length or num_cycles and num_accepted_drafts")
+    return float(acceptance["acceptance_length"]), [float(r) for r in acceptance.get("per_position_rate", [])]
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _float_or_none(x: Any) -> float | None:
+    return float(x) if _is_number(x) else None
+
+
+# --- populate: from a run ------------------------------------------------------------------------------------
+
+
+def populate_refusal(summary: Mapping[str, Any]) -> str | None:
+    """Why a run's acceptance length must not become a reference, or None for a clean, passing run. Called after
+    the accuracy and lossless gates and before the acceptance gate (a reference that moved is what populating
+    re-measures, so that gate's own verdict does not count). A run that FAILed, had a failing event or a failed
+    request, or had faults injected (fired or not) measured something other than the drafter at work."""
+    reasons = []
+    faults = (summary.get("events") or {}).get("fault_injected") or 0
+    if faults or summary.get("faults_never_fired"):
+        reasons.append("faults were injected")
+    tasks = summary.get("tasks") or {}
+    failed = [name for name, t in tasks.items() if t.get("verdict") == "FAIL"]
+    if failed:
+        reasons.append(f"the accuracy gate FAILed on {', '.join(failed)}")
+    lossless = [name for name, t in tasks.items() if (t.get("lossless") or {}).get("verdict") == "FAIL"]
+    if lossless:
+        reasons.append(f"the lossless gate FAILed on {', '.join(lossless)}")
+    if summary.get("failing_events"):
+        reasons.append(f"{summary['failing_events']} failing event(s)")
+    requests = sum(t.get("num_failed_requests") or 0 for t in tasks.values())
+    if requests:
+        reasons.append(f"{requests} failed request(s)")
+    if summary.get("verdict") == "FAIL" and not reasons:
+        reasons.append("the run FAILed")
+    return "; ".join(reasons) or None
+
+
+def populate_from_run(summary: dict[str, Any], results: list, test_id: str, path: Path) -> dict[str, Any] | None:
+    """`--populate-acceptance`: write the run's acceptance length as the reference of its test id (ref_al = AL,
+    min_al = 0.95 AL, per-position rates), as TensorRT-LLM's populate switch does, from the first task that
+    measured one (GSM8K before GPQA) - only when the run is clean and passing (`populate_refusal`). Records in
+    summary["acceptance_populated"] what was written, from how many documents and draft cycles, or why nothing
+    was ("refused"). None when no task measured an acceptance length."""
+    measured = sorted((r for r in results if r.acceptance), key=lambda r: r.family != "gsm8k")
+    if not measured:
+        return None
+    r = measured[0]
+    counts = r.acceptance
+    cycles = counts["num_cycles"]
+    al = 1.0 + counts["num_accepted_drafts"] / cycles if cycles else 1.0
+    record: dict[str, Any] = {"test_id": test_id, "task": r.task, "ref_al": al, "path": str(path),
+                              "num_documents": r.num_samples, "num_cycles": cycles, "changed": False}  # fmt: skip
+    refusal = populate_refusal(summary)
+    if refusal is None and not cycles:
+        refusal = "the run drafted nothing (no draft cycles)"
+    if refusal is not None:
+        record["refused"] = f"not a clean, passing run: {refusal}" if cycles else refusal
+    else:
+        rates = [n / cycles for n in counts["accepted_per_position"]]
+        record["changed"] = populate(path, test_id, al, rates)
+    summary["acceptance_populated"] = record
+    return record
+
+
+# --- populate: line edits ------------------------------------------------------------------------------------
+
+_VALUE_LINE = re.compile(r"^(?P<head>\s+(?P<key>[A-Za-z_][\w-]*):)(?P<sep>[ \t]*)(?P<value>[^#\r\n]*?)"
+                         r"(?P<tail>[ \t]*(#[^\r\n]*)?)(?P<end>\r?\n?)$")  # fmt: skip
+
+
+def populate(path: Path, test_id: str, al: float, per_position: list[float] | None = None) -> bool:
+    """Write ref_al = al and min_al = 0.95 al (and ref_per_position, when given) for test_id, as TensorRT-LLM's
+    populate switch does, but by editing only that entry's lines. A missing entry is appended at the end.
+    Returns whether the file changed; with the values already there, not one byte is written.
+
+    The read, the edit and the write happen under the file's lock (`lock_path`, results/locks.py), so two runs
+    populating one file at once both land (without it, each wrote its edit over the file as it had read it)."""
+    if not _is_number(al) or al < 1:
+        raise ValueError(f"an acceptance length is a number >= 1 (it includes the bonus token), got {al}")
+    path = Path(path)
+    check_writable(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with locks.lock(lock_path(path)):
+            return _populate_locked(path, test_id, al, per_position)
+    except OSError as e:
+        raise UserError(f"cannot write the acceptance references {path}: {e.strerror or e}") from None
+
+
+def lock_path(path: Path) -> Path:
+    """The sidecar lock file of a references file: `.<name>.lock` beside it (as waives.txt's)."""
+    return path.parent / f".{path.name}.lock"
+
+
+def check_writable(path: Path) -> None:
+    """UserError unless `path` is a file (or a name for one) that can be written: not a folder, and in a writable
+    folder (the write replaces the file through a temporary file beside it; a missing folder is made under the
+    nearest one that exists), e.g. not on a read-only mount."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"acceptance references {path}: is a folder, not a file")
+    folder = next(p for p in (path.parent, *path.parent.parents) if p.exists())  # made if missing
+    if not folder.is_dir():
+        raise UserError(f"acceptance references {path}: {folder} is a file, so no folder can be made under it")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UserError(f"acceptance references {path}: not writable (a read-only file, folder or mount)")
+
+
+def _populate_locked(path: Path, test_id: str, al: float, per_position: list[float] | None) -> bool:
+    try:
+        text = path.read_bytes().decode("utf-8") if path.exists() else ""
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    values: dict[str, Any] = {"ref_al": float(al), "min_al": float(f"{MIN_AL_FRACTION * al:.12g}")}
+    if per_position is not None:
+        values["ref_per_position"] = [round(float(r), 4) for r in per_position]
+    before = _parse(path, text)
+    if _holds(before.get(test_id), values):
+        return False
+    lines = text.splitlines(keepends=True)
+    start = _entry_line(lines, test_id)
+    new_text = "".join(_append_entry(lines, test_id, values) if start is None else _edit_entry(lines, start, values))
+    after = _parse(path, new_text)
+    kept = {k: v for k, v in after.items() if k != test_id} == {k: v for k, v in before.items() if k != test_id}
+    if not kept or not _holds(after.get(test_id), values):
+        raise ValueError(f"{path}: could not edit the entry for {test_id} in place; edit it by hand")
+    atomic_write(path, new_text.encode("utf-8"))
+    return True
+
+
+def _parse(path: Path, text: str) -> dict[str, Any]:
+    data = parse_yaml(text, path) if text.strip() else {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected 'test id: {{ref_al: ..., min_al: ...}}' at the top level")
+    return data
+
+
+def _holds(entry: Any, values: dict[str, Any]) -> bool:
+    """Whether the entry already has these values (floats equal to 1e-9: a min_al TensorRT-LLM wrote with all
+    its digits counts as the same)."""
+    if not isinstance(entry, dict):
+        return False
+    for key, want in values.items():
+        have = entry.get(key)
+        if isinstance(want, list):
+            if not isinstance(have, list) or len(have) != len(want) or not all(map(_close, have, want)):
+                return False
+        elif not _close(have, want):
+            return False
+    return True
+
+
+def _close(have: Any, want: float) -> bool:
+    return _is_number(have) and math.isclose(have, want, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _entry_line(lines: list[str], test_id: str) -> int | None:
+    """Index of the top-level `test_id:` line."""
+    for i, line in enumerate(lines):
+        if not line.strip() or line[:1] in (" ", "\t", "#"):
+            continue
+        try:
+            parsed = yaml.safe_load(line)
+        except yaml.YAMLError:
+            continue
+        if isinstance(parsed, dict) and test_id in parsed:
+            return i
+    return None
+
+
+def _edit_entry(lines: list[str], start: int, values: dict[str, Any]) -> list[str]:
+    """Rewrite the value of each key of `values` in the entry's body; add missing ref_al / min_al right under
+    the test id and other missing keys at the end of the body. Comments after a value are kept."""
+    end = start + 1
+    while end < len(lines) and (lines[end][:1] in (" ", "\t") or not lines[end].strip()):
+        end += 1
+    while end > start + 1 and not lines[end - 1].strip():  # trailing blank lines belong to what follows
+        end -= 1
+    newline = _newline(lines[start])
+    body = [line if line.endswith(("\n", "\r")) else line + newline for line in lines[start + 1 : end]]
+    matches = [_VALUE_LINE.match(line) for line in body]
+    indent = next((m.group("head")[: -len(m.group("key")) - 1] for m in matches if m), "  ")
+    remaining = dict(values)
+    out: list[str] = []
+    in_old_list = False
+    for line, m in zip(body, matches, strict=True):
+        if in_old_list and line.strip().startswith("-"):
+            continue  # the block-style items of a list now written in flow style
+        in_old_list = False
+        if m and m.group("key") in remaining:
+            value = remaining.pop(m.group("key"))
+            out.append(f"{m.group('head')} {_scalar(value)}{m.group('tail')}{m.group('end') or newline}")
+            in_old_list = not m.group("value").strip()
+        else:
+            out.append(line)
+    first = [f"{indent}{k}: {_scalar(remaining.pop(k))}{newline}" for k in ("ref_al", "min_al") if k in remaining]
+    last = [f"{indent}{k}: {_scalar(v)}{newline}" for k, v in remaining.items()]
+    header = lines[start] if lines[start].endswith(("\n", "\r")) else lines[start] + newline
+    return lines[:start] + [header] + first + out + last + lines[end:]
+
+
+def _append_entry(lines: list[str], test_id: str, values: dict[str, Any]) -> list[str]:
+    newline = _newline(lines[0]) if lines else "\n"
+    out = list(lines)
+    if out and not out[-1].endswith(("\n", "\r")):
+        out[-1] += newline
+    out.append(f"{_key(test_id)}:{newline}")
+    out += [f"  {key}: {_scalar(value)}{newline}" for key, value in values.items()]
+    return out
+
+
+def _key(test_id: str) -> str:
+    """test_id as a YAML key: plain when it reads back as itself, else double-quoted."""
+    try:
+        if yaml.safe_load(f"{test_id}: 0") == {test_id: 0}:
+            return test_id
+    except yaml.YAMLError:
+        pass
+    return json.dumps(test_id)
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(repr(float(v)) for v in value) + "]"
+    return repr(float(value))
+
+
+def _newline(line: str) -> str:
+    return "\r\n" if line.endswith("\r\n") else "\n"

@@ -1,0 +1,131 @@
+"""The lossless gate of a spec-dec run: every sample against a non-speculative baseline (results/lossless.py), and
+what that baseline is. A verdict is only as independent as its baseline, so each task's `lossless` record names
+the kind it rests on:
+
+- "twin": the plain twins of a paired run, decoded in the spec-dec engine from the same prefill, trusted only as far
+  as their audit on a plain engine shows (evals/pipeline/twin_audit.py); a divergence there FAILs the gate;
+- "separate": a plain run this command just made, on an engine with no spec worker;
+- "recorded": a finished plain run found in the runs folder, or the one `--baseline RUN` names (checked first:
+  evals/gates/baseline_check.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...results import store
+from ...results.lossless import EXACT_DTYPES, lossless_check
+from ...workers.errors import UserError
+from ...workers.interface import EngineIdentity
+from ..pipeline.evaluation import EvalOptions, TaskResult
+from ..pipeline.run_identity import baseline_identity, find_baseline
+from .baseline_check import baseline_problem
+
+BASELINE_KINDS = {
+    "twin": "paired twin, audited",
+    "separate": "separate plain run",
+    "recorded": "recorded plain run",
+}
+CHANGES_TARGET = "the spec-dec engine changes the target's own outputs"
+
+
+@dataclass(frozen=True)
+class BaselineRef:
+    """Which run a lossless gate compares with (None: look one up) and what kind of baseline it is."""
+
+    run: str | None
+    kind: str  # "twin" | "separate" | "recorded" | "none" (a run with no lossless gate)
+    audit: dict[str, Any] | None = None  # the twins' audit (kind "twin")
+    checked: bool = False  # `--baseline RUN`: must pass baseline_problem first
+
+
+def apply_lossless_gate(summary: dict, samples: list[dict], identity: EngineIdentity, out: str, options: EvalOptions,
+                        results: list[TaskResult], baseline: BaselineRef) -> None:  # fmt: skip
+    """Compare every spec-dec sample with the baseline; a FAIL fails the run."""
+    base = _open(baseline, identity, out, options)
+    if base is None:
+        for t in summary["tasks"].values():
+            t["lossless"] = {"verdict": "NO-BASELINE", "reason": f"no finished baseline run under {out}"}
+        return
+    dtype = identity.resolved_dtype or identity.dtype
+    tolerances = {r.task: (r.reference.entry.get("lossless_tolerance") if r.reference else None) for r in results}
+    base_samples = base.samples()
+    kind = baseline.kind if baseline.kind in BASELINE_KINDS else "recorded"
+    for task, check in lossless_check(samples, base_samples, dtype).items():
+        if tolerances.get(task) is not None and check["verdict"] == "UNCALIBRATED":
+            check = lossless_check([s for s in samples if s["task"] == task], base_samples, dtype,
+                                   tolerances[task])[task]  # fmt: skip
+        check["baseline_run"] = base.run_id
+        check["baseline_kind"] = kind
+        check["baseline_label"] = baseline_label(kind, baseline.audit)
+        if baseline.audit is not None:
+            check["audit"] = _audit_brief(baseline.audit)
+            _apply_audit(check, task, baseline.audit, dtype, tolerances.get(task))
+        summary["tasks"][task]["lossless"] = check
+        if check["verdict"] == "FAIL":
+            summary["verdict"] = "FAIL"
+    summary["baseline"] = {"run": base.run_id, "kind": kind, "label": baseline_label(kind, baseline.audit),
+                           **({"audit": baseline.audit} if baseline.audit is not None else {})}  # fmt: skip
+
+
+def baseline_label(kind: str, audit: dict[str, Any] | None) -> str:
+    """In words, e.g. "paired twin, audited on 3 of 3 planned documents" or "separate plain run"."""
+    if kind == "twin" and audit is not None:
+        return f"paired twin, audited on {audit['num_audited']} of {audit['planned']} planned documents"
+    return BASELINE_KINDS[kind]
+
+
+def _open(baseline: BaselineRef, identity: EngineIdentity, out: str, options: EvalOptions) -> store.Run | None:
+    if baseline.run is None:
+        return find_baseline(out, baseline_identity(identity), options)
+    try:
+        base = store.open_run(baseline.run, out)
+    except (FileNotFoundError, ValueError) as e:
+        raise UserError(f"--baseline: {e}") from None
+    if baseline.checked:
+        problem = baseline_problem(base, identity, options)
+        if problem is not None:
+            raise UserError(f"--baseline: {problem}")
+    elif not base.is_finished:
+        raise UserError(f"--baseline: run {base.run_id} is not finished")
+    return base
+
+
+def _audit_brief(audit: dict[str, Any]) -> dict[str, Any]:
+    return {"num_audited": audit["num_audited"], "planned": audit["planned"],
+            "first_divergence": audit["first_divergence"]}  # fmt: skip
+
+
+def _apply_audit(check: dict[str, Any], task: str, audit: dict[str, Any], dtype: str, tolerance: float | None) -> None:
+    """The twins' audit decides whether the comparison with them means anything. In an exact dtype one divergence
+    anywhere (the audit stopped there) proves the spec-dec engine altered the target, for every task. Elsewhere a
+    plain engine may differ from a twin by rounding: the task's audited share is held to its lossless tolerance."""
+    first = audit["first_divergence"]
+    if dtype in EXACT_DTYPES:
+        if first is not None:
+            check["verdict"] = "FAIL"
+            check["reason"] = (f"{CHANGES_TARGET}: the paired twin of {first['task']} doc {first['doc_id']} "
+                               f"differs from a plain engine's output at token {first['position']} (audit of "
+                               f"{audit['num_audited']} of {audit['planned']} planned documents, stopped at the "
+                               "first divergence); the twins are no baseline")  # fmt: skip
+        elif not audit["num_audited"] and check["verdict"] == "PASS":
+            check["verdict"] = "NO-GATE"
+            check["reason"] = "the paired twins could not be audited (no greedy or seeded document); no baseline"
+        return
+    mine = [d for d in audit["audited"] if d["task"] == task]
+    diverged = [d for d in audit["divergences"] if d["task"] == task]
+    if not diverged:
+        if not mine and check["verdict"] == "PASS":
+            check["verdict"], check["reason"] = "NO-GATE", "no document of this task was audited; no baseline"
+        return
+    share = len(diverged) / len(mine)
+    if tolerance is None:
+        check["verdict"] = "UNCALIBRATED"
+        check["reason"] = (f"{len(diverged)} of {len(mine)} audited twins differ from a plain engine in {dtype}; "
+                           "no calibrated lossless_tolerance to judge whether the spec-dec engine altered the "
+                           "target")  # fmt: skip
+    elif share > tolerance:
+        check["verdict"] = "FAIL"
+        check["reason"] = (f"{CHANGES_TARGET}: {len(diverged)} of {len(mine)} audited twins differ from a plain "
+                           f"engine ({share:.4f} > tolerance {tolerance:.4f} for {dtype})")  # fmt: skip

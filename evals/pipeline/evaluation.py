@@ -1,0 +1,394 @@
+"""One evaluation: our tasks through lm-eval on one engine, scored per sample, checked against references.
+
+The score of a task is the mean of its filters' exact-match scores on a 0-100 scale (TensorRT-LLM's lm-eval
+bridge does the same when no single filter is chosen); each filter's score is reported too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+from ...workers.errors import UserError  # noqa: E402
+from ...workers.interface import InferenceEngine
+from ...workers.spec.metrics import AcceptanceStats
+from ..gates.references import Reference, lookup
+from ..tasks import gsm8k
+from ..tasks.registry import FILTERS, TaskSpec, parse_tasks, source_for, write_task_yamls
+
+DEFAULT_FEWSHOT_SEED = 1234  # lm-eval's fewshot_random_seed default: the GSM8K shots every lm-eval user gets
+
+
+@dataclass
+class EvalOptions:
+    tasks: list[TaskSpec]
+    data_dir: str | None = None
+    limit: int | None = None
+    num_fewshot: int | None = None  # None: the task's own (GSM8K 5, GPQA 0)
+    max_output_len: int | None = None  # None: the task's own
+    apply_chat_template: bool = False
+    seed: int = 0  # lm-eval random_seed, and the GPQA choice shuffle
+    no_reference: bool = False
+    model_key: str | None = None
+    sample: str = "first"  # first | random: which documents --limit takes (random: a seeded random subset)
+    early_stop: bool = False  # sequential verdicts (evals/sequential/early_stop.py): documents in a seeded random order
+    early_stop_batch: int = 64  # documents per look
+    acceptance_rtol: float = 0.05  # the acceptance-length gate's two-sided tolerance
+    acceptance_refs: str | None = None  # the acceptance-length references file (default: the shipped one)
+    stop_file: str | None = None  # a side of a sequential `ab`: report each batch, stop when this file appears
+
+    def max_output_for(self, spec: TaskSpec) -> int:
+        return self.max_output_len or spec.max_output_len
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (a torchrun job's payload); tasks by name."""
+        return {**{k: v for k, v in asdict(self).items() if k != "tasks"}, "tasks": [t.name for t in self.tasks]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EvalOptions:
+        return cls(**{**d, "tasks": parse_tasks(list(d["tasks"]))})
+
+
+@dataclass
+class TaskResult:
+    task: str
+    family: str
+    num_samples: int
+    filter_scores: dict[str, float]  # 0-100
+    score: float  # mean over filters, 0-100
+    reference: Reference | None
+    threshold: float | None
+    theta: float | None
+    verdict: str  # PASS | FAIL | NO-GATE | REPORT (no reference)
+    report: str
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    acceptance: dict[str, Any] | None = None
+    acceptance_requests: list[tuple[int, int]] = field(default_factory=list)  # (cycles, accepted) per request
+    num_failed_requests: int = 0
+    data_origin: str = ""
+    filter_mismatches: list[dict[str, Any]] = field(default_factory=list)  # our GSM8K filters vs lm-eval's
+    n_total: int | None = None  # documents the task has (samples can be fewer: a subset or an early stop)
+    subset: dict[str, Any] | None = None  # the SubsetPlan (order) of the run, when it is not every document
+    stopped: dict[str, Any] | None = None  # where and why an early-stopped task stopped
+
+
+def model_key_for(engine: InferenceEngine, explicit: str | None) -> str:
+    """The references' model key: --model-key, else a known name for the presets, else the checkpoint's
+    Hugging Face name (config.json _name_or_path) or folder name."""
+    if explicit:
+        return explicit
+    model = engine.identity.model
+    if model == "smollm2":
+        return "HuggingFaceTB/SmolLM2-135M-Instruct"
+    name = getattr(engine.tokenizer, "name_or_path", "") or ""
+    return name if name and "/" in name and not os.path.isabs(name) else Path(model).name
+
+
+def selection_for(engine: InferenceEngine, spec: TaskSpec, options: EvalOptions) -> dict[str, Any]:
+    """The keys that pick a reference entry (see references.py for the matching rules)."""
+    i = engine.identity
+    return {
+        "dtype": i.dtype,
+        "quant_algo": None,
+        "kv_cache_quant_algo": None,
+        "spec_dec_algo": "Eagle3" if i.spec == "eagle3" else i.spec,
+        "extra_acc_spec": "chat_template" if options.apply_chat_template else None,
+        "kv_cache": i.kv_cache,
+        "num_fewshot": spec.num_fewshot if options.num_fewshot is None else options.num_fewshot,
+        "max_output_len": options.max_output_for(spec),
+    }
+
+
+def evaluate(
+    engine: InferenceEngine,
+    options: EvalOptions,
+    progress: Callable | None = None,
+    cache=None,
+    pair_cache=None,
+    stop_inputs: dict[str, Any] | None = None,
+    only: set[tuple[str, int]] | None = None,
+) -> list[TaskResult]:
+    """cache: an evals.resume.GenerationCache; outputs found there are reused instead of generated again.
+    pair_cache: paired decoding (a PairedEngine): the plain twins' outputs go there, for the baseline run.
+    stop_inputs (with options.early_stop): test_id, acceptance_refs, exact (any divergence fails) and
+    baseline_tokens(task, doc_id) -> the lossless baseline's token ids (None: not known).
+    only: evaluate just these (lm-eval task, doc id) of the planned documents (the baseline of an early-stopped paired
+    run: what its spec-dec side evaluated); the rest are skipped."""
+    from .lm_adapter import SpecDecLM
+
+    references = {spec.name: _reference(engine, spec, options) for spec in options.tasks}
+    sources = {spec.name: source_for(spec, options.data_dir) for spec in options.tasks}
+    lm = SpecDecLM(
+        engine=engine,
+        max_gen_toks={spec.lm_eval_name: options.max_output_for(spec) for spec in options.tasks},
+        progress=progress,
+        cache=cache,
+        record_failures=True,
+        pair_cache=pair_cache,
+    )
+    stopper = None
+    if only is not None:
+        lm.only = only
+    elif options.early_stop or options.stop_file:
+        inputs = stop_inputs or {}
+        stopper = _stopper(engine, options, references, inputs)
+        lm.stop_early(
+            stopper, {s.lm_eval_name: references[s.name] for s in options.tasks}, inputs.get("baseline_tokens")
+        )
+    raw, plans = _run_lm_eval(lm, options, sources)
+    results = []
+    for spec in options.tasks:
+        name = spec.lm_eval_name
+        samples = _samples(spec, raw["samples"][name], lm)
+        result = _score(spec, samples, references[spec.name], options)
+        result.data_origin = sources[spec.name].origin
+        plan = plans[name]
+        result.n_total, result.subset = (
+            plan.n_total,
+            plan.to_dict() if plan.n < plan.n_total or plan.how == "random" else None,
+        )
+        if stopper is not None:
+            _sequential_verdict(result, stopper, name)
+        elif only is not None:
+            result.stopped = {
+                "gate": "paired",
+                "verdict": None,
+                "n": len(samples),
+                "of": plan.n,
+                "reason": "the baseline of an early-stopped paired run: the documents its run evaluated",
+            }
+        stats = [s.pop("_acceptance") for s in samples if s.get("_acceptance")]
+        if stats:
+            total = AcceptanceStats(engine.identity.max_draft_len)
+            for st in stats:
+                total.merge(st)
+            result.acceptance = total.to_dict()
+            result.acceptance_requests = [(st.num_cycles, st.num_accepted) for st in stats]
+        _check_against_lm_eval(spec, result, raw["results"][name], complete=result.stopped is None)
+        _note_subset(result, plan)
+        results.append(result)
+    return results
+
+
+def _stopper(engine: InferenceEngine, options: EvalOptions, references: dict, inputs: dict[str, Any]):
+    """The sequential controller: each task's accuracy design comes from its reference (none without one)."""
+    from ..sequential.accuracy import AccuracySequentialDesign
+    from ..sequential.early_stop import EarlyStop
+
+    by_name = {s.lm_eval_name: s for s in options.tasks}
+
+    def design_for(task: str, n_max: int):
+        spec = by_name[task]
+        ref = references[spec.name]
+        if ref is None:
+            return None
+        t = ref.hypothesis_test(n_max, floor=spec.floor)
+        return AccuracySequentialDesign.for_batches(ref.accuracy, n_max, options.early_stop_batch, alpha=t.alpha,
+                                                    beta=t.beta, sigma=t.sigma, floor=spec.floor)  # fmt: skip
+
+    if options.stop_file:  # a passive side of a sequential A/B: the controller decides, not this run's gates
+        return EarlyStop(lambda task, n: None, options.early_stop_batch, exact=False, stop_file=options.stop_file)
+    return EarlyStop(design_for, options.early_stop_batch, inputs.get("test_id"), inputs.get("acceptance_refs"),
+                     inputs.get("exact", True), engine.identity.max_draft_len)  # fmt: skip
+
+
+def _sequential_verdict(result: TaskResult, stopper, name: str) -> None:
+    """Under --early-stop the accuracy verdict is the sequential design's (its error rates are the ones kept);
+    a failed request still fails the task."""
+    result.stopped = stopper.record(name)
+    decision = stopper.accuracy_decision(name)
+    if decision is not None and decision["verdict"] != "CONTINUE" and result.num_failed_requests == 0:
+        result.verdict = decision["verdict"]
+        result.report += f"\nsequential verdict at n={decision['n']}: {decision['verdict']} ({decision['reason']})"
+
+
+def _note_subset(result: TaskResult, plan) -> None:
+    """The reference gate says when it compares a subset (or an early stop) with a full-set reference."""
+    from ..tasks.subsets import subset_note
+
+    how = "random" if plan.how == "random" or result.stopped is not None else plan.how
+    note = subset_note(result.num_samples, plan.n_total, how) if result.reference is not None else None
+    if note:
+        result.report += "\n" + note
+    if result.stopped is not None:
+        s = result.stopped
+        result.report += f"\nstopped early at {s['n']} of {s['of']} documents by the {s['gate']} gate: {s['reason']}"
+
+
+def check_references(engine: InferenceEngine, options: EvalOptions) -> None:
+    """Every task's reference can be found (UserError naming the one that cannot): checked before a run folder is
+    made, so that a missing reference leaves nothing behind."""
+    for spec in options.tasks:
+        _reference(engine, spec, options)
+
+
+def _reference(engine: InferenceEngine, spec: TaskSpec, options: EvalOptions) -> Reference | None:
+    if options.no_reference or spec.smoke or spec.temperature:
+        return None  # the smoke suite is never scored against the real references, nor sampling against greedy ones
+    selection = selection_for(engine, spec, options)
+    return lookup(spec.family, model_key_for(engine, options.model_key), selection)
+
+
+def _simple_evaluate(**kwargs):
+    import lm_eval
+
+    return lm_eval.simple_evaluate(**kwargs)
+
+
+def _run_lm_eval(lm, options: EvalOptions, sources) -> tuple[dict[str, Any], dict[str, Any]]:
+    """lm-eval's evaluation of our tasks; returns its raw results and each task's SubsetPlan (the documents it
+    evaluates, in the order the engine sees them)."""
+    import datasets
+    from lm_eval.tasks import TaskManager
+
+    from ..tasks.subsets import plan_subset
+
+    # lm-eval logs an example prompt at INFO (for GPQA that would put question text into logs) and warns about
+    # custom_dataset kwargs it does not need; its progress bars and datasets' would bury ours.
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)
+    datasets.disable_progress_bars()
+    with tempfile.TemporaryDirectory(prefix="specdec-tasks-") as tmp:
+        folder = write_task_yamls(options.tasks, sources, Path(tmp), options.seed)
+        manager = TaskManager(include_path=str(folder), include_defaults=False)
+        try:
+            tasks = manager.load([spec.lm_eval_name for spec in options.tasks])["tasks"]
+            # A seeded random order for sequential verdicts and random subsets; lm-eval's order otherwise.
+            sample = "random" if options.early_stop or options.stop_file else options.sample
+            plans = {name: plan_subset(name, len(task.eval_docs), options.limit, sample, options.seed)
+                     for name, task in tasks.items()}  # fmt: skip
+            lm.plan(tasks, plans)
+            selection = {"limit": options.limit}
+            if sample == "random":
+                subsets = {n: p.samples for n, p in plans.items() if p.n < p.n_total}
+                selection = {"samples": subsets} if subsets else {}
+            # lm-eval asks git for the working folder's commit and lets git's "fatal:" line through outside a
+            # checkout; the manifest records the commit of the code that ran, so its guess is not needed.
+            with mock.patch("lm_eval.evaluator.get_git_commit_hash", lambda: None):
+                raw = _simple_evaluate(
+                    model=lm,
+                    tasks=list(tasks.values()),
+                    task_manager=manager,
+                    num_fewshot=options.num_fewshot,
+                    bootstrap_iters=0,
+                    log_samples=True,
+                    apply_chat_template=options.apply_chat_template,
+                    fewshot_as_multiturn=options.apply_chat_template,
+                    random_seed=options.seed,
+                    fewshot_random_seed=DEFAULT_FEWSHOT_SEED,
+                    verbosity="WARNING",
+                    **selection,
+                )
+        except (FileNotFoundError, ConnectionError) as e:
+            raise UserError(f"lm-eval could not load the task data: {str(e).splitlines()[0]}") from None
+    if raw is None:
+        raise RuntimeError("lm-eval returned no results")
+    return raw, plans
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _samples(spec: TaskSpec, entries: list[dict[str, Any]], lm) -> list[dict[str, Any]]:
+    """One record per document, whatever lm-eval's per-(doc, filter) layout. GPQA records hold no question,
+    choice or output text: only ids, hashes, the extracted letter and correctness."""
+    by_doc: dict[int, dict[str, Any]] = {}
+    for entry in entries:
+        doc_id = int(entry["doc_id"])
+        if lm.was_skipped(spec.lm_eval_name, doc_id):
+            continue  # an early-stopped task never evaluated this document
+        filt = entry.get("filter", "none")
+        target = str(entry["target"])  # per entry: lm-eval lists each document once per filter
+        rec = by_doc.get(doc_id)
+        if rec is None:
+            out = lm.outputs.get((spec.lm_eval_name, doc_id))
+            output_text = out.text if out is not None else ""
+            rec = {
+                "task": spec.name,
+                "doc_id": doc_id,
+                "doc_hash": entry.get("doc_hash"),
+                "prompt_hash": entry.get("prompt_hash"),
+                "target": gsm8k.final_answer(target) if spec.family == "gsm8k" else target,
+                "output": None if spec.family == "gpqa_diamond" else output_text,
+                "output_hash": _hash(",".join(map(str, out.token_ids))) if out is not None else None,
+                "num_output_tokens": len(out.token_ids) if out is not None else 0,
+                # token ids, not text: what output identity and the first divergence are measured on
+                "output_token_ids": list(out.token_ids) if out is not None else [],
+                "finish_reason": out.finish_reason if out is not None else "missing",
+                "error": out.error if out is not None else "no engine output for this document",
+                "_acceptance": _acceptance_of(out),
+                "acceptance_length": (out.stats.get("acceptance") or {}).get("acceptance_length") if out else None,
+            }
+            if spec.family == "gpqa_diamond":  # its output can quote the question: never stored readable
+                rec["sealed_fields"] = ["output_token_ids"]
+            by_doc[doc_id] = rec
+        extracted = entry["filtered_resps"][0] if isinstance(entry["filtered_resps"], list) else entry["filtered_resps"]
+        rec[f"extracted[{filt}]"] = gpqa_letter(str(extracted)) if spec.family == "gpqa_diamond" else str(extracted)
+        rec[f"correct[{filt}]"] = bool(entry.get("exact_match", 0.0))
+        if spec.family == "gsm8k" and rec["output"] is not None:
+            # Our own filters on the same generation: must agree with lm-eval's (checked in _check_against_lm_eval)
+            ours = gsm8k.extract(rec["output"], filt)
+            rec[f"ours[{filt}]"] = (ours, gsm8k.is_correct(ours, target))
+    return [by_doc[k] for k in sorted(by_doc)]
+
+
+def gpqa_letter(extracted: str) -> str:
+    """What a GPQA record may keep of an extraction: the letter. lm-eval's strict-match captures whatever follows
+    "The answer is ", which can quote a choice's text, and GPQA text must never be stored."""
+    m = re.match(r"\(?([A-D])\)?(?![A-Za-z])", extracted.strip())
+    if m:
+        return f"({m.group(1)})"
+    return extracted if extracted == "[invalid]" else "[other]"
+
+
+def _acceptance_of(out) -> AcceptanceStats | None:
+    acc = out.stats.get("acceptance") if out is not None else None
+    return AcceptanceStats.from_dict(acc) if acc else None
+
+
+def _score(spec: TaskSpec, samples: list[dict[str, Any]], reference: Reference | None, options: EvalOptions):
+    n = len(samples)
+    filters = FILTERS[spec.family]
+    filter_scores = {f: 100.0 * sum(s[f"correct[{f}]"] for s in samples) / n if n else 0.0 for f in filters}
+    scored = reference.score_filter if reference is not None and reference.score_filter else None
+    # The mean of the filters, unless the reference was measured on one filter (then that one, as it was).
+    score = filter_scores[scored] if scored in filter_scores else sum(filter_scores.values()) / len(filters)
+    failed = sum(s["finish_reason"] in ("error", "missing") for s in samples)
+    if reference is None:
+        verdict, report, threshold, theta = "REPORT", f"{spec.name}: no reference (score only)", None, None
+    else:
+        test = reference.hypothesis_test(n, floor=spec.floor)
+        verdict, report, threshold, theta = test.verdict(score), test.report(score), test.threshold, test.theta
+    if failed:
+        verdict = "FAIL"  # a failed request is never scored as a wrong answer and never passes silently
+        report += f"\n{failed} of {n} requests FAILED (finish reason error): the run fails whatever its accuracy"
+    return TaskResult(spec.name, spec.family, n, filter_scores, score, reference, threshold, theta, verdict, report,
+                      samples, num_failed_requests=failed)  # fmt: skip
+
+
+def _check_against_lm_eval(
+    spec: TaskSpec, result: TaskResult, lm_eval_results: dict[str, Any], complete: bool = True
+) -> None:
+    """Our per-sample aggregation must reproduce lm-eval's own task scores (a mismatch is a harness bug and stops
+    the run); lm-eval's aggregate covers every planned document, so this holds when all were evaluated (complete).
+    Our GSM8K filters are cross-checked on every sample; a disagreement is recorded in the result and reported,
+    never silently fixed: lm-eval's value is the one scored."""
+    for f, ours in result.filter_scores.items() if complete else ():
+        theirs = 100.0 * float(lm_eval_results.get(f"exact_match,{f}", float("nan")))
+        if abs(ours - theirs) > 1e-6:
+            raise RuntimeError(f"{spec.name} {f}: our score {ours:.4f} != lm-eval's {theirs:.4f}")
+    for s in result.samples:
+        for f in FILTERS[spec.family]:
+            ours = s.pop(f"ours[{f}]", None)
+            theirs = (s[f"extracted[{f}]"], s[f"correct[{f}]"])
+            if ours is not None and tuple(ours) != theirs:
+                result.filter_mismatches.append({"doc_id": s["doc_id"], "filter": f, "ours": list(ours),
+                                                 "lm_eval": list(theirs)})  # fmt: skip

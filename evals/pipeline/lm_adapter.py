@@ -1,0 +1,359 @@
+"""Our engine as an lm-eval `LM`. Every generate_until request of every task goes to the engine in one call
+(continuous batching over all of them); outputs come back in request order, as lm-eval requires.
+
+Any `InferenceEngine` (workers/interface.py) works: the local engine, the torchrun one, or an HTTP endpoint.
+
+Registered as `specdec`: `specdec-eval lm-eval run --model specdec --model_args model=smollm2,spec=eagle3 ...`
+(lm-eval has no plugin discovery, so its own `lm_eval` executable only sees models it imports itself; our
+`lm-eval` subcommand imports this module first, then hands over to lm-eval's command line). `--model_args` keys
+are the command-line flags' names (`kv_cache=v2,spec=eagle3,draft_len=3`), built by the one config builder.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from collections.abc import Callable
+from typing import Any
+
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+
+from ...results.paired import first_divergence
+from ...workers.config import EngineConfig, SamplingParams, from_options
+from ...workers.engine import Engine
+from ...workers.errors import UserError
+from ...workers.interface import GenerationOutput, InferenceEngine, OutputSink, Prompt
+from ..tasks import gsm8k
+
+DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's own backends default to this when a task names no max_gen_toks
+# lm-eval spells the same limit four ways (lm_eval.models.utils.normalize_gen_kwargs); first one present wins.
+_MAX_TOKEN_KEYS = ("max_gen_toks", "max_new_tokens", "max_tokens", "max_completion_tokens")
+
+
+def sampling_from_gen_kwargs(gen_kwargs: dict[str, Any], default_max: int) -> SamplingParams:
+    kwargs = dict(gen_kwargs)
+    until = kwargs.pop("until", None) or []
+    until = [until] if isinstance(until, str) else list(until)
+    max_new = next((int(kwargs[k]) for k in _MAX_TOKEN_KEYS if kwargs.get(k) is not None), default_max)
+    do_sample = bool(kwargs.get("do_sample", False))
+    temperature = float(kwargs.get("temperature", 0.0) or 0.0) if do_sample else 0.0
+    return SamplingParams(
+        max_new_tokens=max_new,
+        temperature=temperature,
+        top_p=float(kwargs.get("top_p", 1.0) or 1.0),
+        top_k=int(kwargs.get("top_k", 0) or 0),
+        stop=tuple(s for s in until if s),
+    )
+
+
+@register_model("specdec")
+class SpecDecLM(LM):
+    def __init__(
+        self,
+        engine: InferenceEngine | None = None,
+        max_gen_toks: int | dict[str, int] = DEFAULT_MAX_GEN_TOKS,
+        progress: Callable | None = None,
+        cache: Any = None,  # evals.resume.GenerationCache: finished generations of this run, for resume
+        record_failures: bool = False,
+        pair_cache: Any = None,  # paired decoding: the baseline run's GenerationCache gets the plain twins' outputs
+        **engine_args: Any,
+    ) -> None:
+        """record_failures: the run pipeline records failed requests itself (and fails the run); anywhere else
+        (lm-eval's own command line, a notebook) a failed request raises: it never reaches lm-eval as an answer."""
+        super().__init__()
+        self.engine = engine if engine is not None else Engine(engine_config_from_args(engine_args))
+        # one limit for every task, or per lm-eval task name (a task's own gen_kwargs still win)
+        self.max_gen_toks = dict(max_gen_toks) if isinstance(max_gen_toks, dict) else int(max_gen_toks)
+        self.progress = progress
+        self.cache = cache
+        self.record_failures = record_failures
+        self.pair_cache = pair_cache
+        self.tasks: dict[str, Any] = {}  # lm-eval task name -> Task object (its filters score samples early)
+        self.plans: dict[str, Any] = {}  # lm-eval task name -> evals.subsets.SubsetPlan (documents and order)
+        self.stopper = None  # evals.early_stop.EarlyStop, for sequential verdicts
+        self.references: dict[str, Any] = {}
+        self.baseline_tokens: Callable | None = None
+        self.skipped: set[tuple[str, int]] = set()  # (task, doc id) an early stop left unevaluated
+        self.only: set[tuple[str, int]] | None = None  # evaluate just these (task, doc id); skip the others
+        # (lm-eval task name, doc id) -> the engine's output, for per-sample records (tokens, acceptance)
+        self.outputs: dict[tuple[str, int], GenerationOutput] = {}
+
+    def plan(self, tasks: dict[str, Any], plans: dict[str, Any]) -> None:
+        """The tasks lm-eval will run, and each one's documents in evaluation order (evals/tasks/subsets.py)."""
+        self.tasks, self.plans = tasks, plans
+
+    def stop_early(self, stopper: Any, references: dict[str, Any], baseline_tokens: Callable | None) -> None:
+        """Evaluate batch by batch in each task's order and stop a task as soon as a gate decides."""
+        self.stopper, self.references, self.baseline_tokens = stopper, references, baseline_tokens
+
+    def was_skipped(self, task: str, doc_id: int) -> bool:
+        return (task, doc_id) in self.skipped
+
+    def _doc_id(self, req) -> int:
+        """The document index of a request (lm-eval numbers a random subset's documents by position)."""
+        plan = self.plans.get(req.metadata[0])
+        return plan.doc_id(int(req.metadata[1])) if plan is not None else int(req.metadata[1])
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> SpecDecLM:
+        args = dict(kv.split("=", 1) for kv in arg_string.split(",") if kv.strip())
+        return cls.create_from_arg_obj(args, additional_config)
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> SpecDecLM:
+        args = dict(arg_dict)
+        # lm-eval's own --device / --batch_size defaults are meant for its HF backend; ours come from model_args.
+        ignored = ("batch_size", "max_batch_size", "device")
+        args.update({k: v for k, v in (additional_config or {}).items() if v is not None and k not in ignored})
+        return cls(**args)
+
+    # --- generation ------------------------------------------------------------------------------------
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        if not requests:
+            return []
+        prompts = [req.args[0] for req in requests]
+        sampling = [sampling_from_gen_kwargs(req.args[1], self._max_for(req.metadata[0])) for req in requests]
+        self.running = RunningScore([getattr(req, "doc", None) for req in requests])
+        if self.only is not None:
+            outputs = self._generate_only(requests, prompts, sampling)
+        elif self.stopper is None:
+            outputs = self._generate(prompts, sampling)
+        else:
+            outputs = self._generate_sequentially(requests, prompts, sampling)
+        for req, out in zip(requests, outputs, strict=True):
+            self.outputs[(req.metadata[0], self._doc_id(req))] = out
+        failed = [(req, out) for req, out in zip(requests, outputs, strict=True) if out.finish_reason == "error"]
+        self.skipped |= {(r.metadata[0], self._doc_id(r)) for r, o in zip(requests, outputs, strict=True)
+                         if o.finish_reason == "skipped"}  # fmt: skip
+        if failed and not self.record_failures:
+            req, out = failed[0]
+            raise RequestsFailed(
+                f"{len(failed)} of {len(outputs)} requests failed (first: task {req.metadata[0]} doc "
+                f"{req.metadata[1]}: {out.error}); a failed request is never scored as an answer"
+            )
+        # Recorded: the pipeline marks these samples failed and fails the run; lm-eval gets a placeholder so that it
+        # can finish its bookkeeping, and its score of them is never reported.
+        return [out.text if out.finish_reason != "error" else "" for out in outputs]
+
+    def _generate(self, prompts: list, sampling: list[SamplingParams]) -> list[GenerationOutput]:
+        """Reuse outputs this run already finished (resume); generate the rest, persisting each as it finishes."""
+        cached = [self.cache.get(p, s) if self.cache else None for p, s in zip(prompts, sampling, strict=True)]
+        if self.pair_cache is not None:  # a pair is generated again unless both of its outputs are kept
+            paired = [self.pair_cache.get(p, s) for p, s in zip(prompts, sampling, strict=True)]
+            cached = [c if b is not None else None for c, b in zip(cached, paired, strict=True)]
+        todo = [i for i, c in enumerate(cached) if c is None]
+        self.num_reused = len(prompts) - len(todo)
+        running = getattr(self, "running", None) or RunningScore([])
+        for i, c in enumerate(cached):
+            if c is not None:
+                running.add(i, c.text)
+        fresh: list[GenerationOutput] = []
+        if todo:
+            sink = _RecordingSink(self.cache, running, todo)
+            args = ([prompts[i] for i in todo], [sampling[i] for i in todo], running.wrap(self.progress), sink)
+            if self.pair_cache is not None:
+                fresh, _ = self.engine.generate_paired(*args, self.pair_cache)
+            else:
+                fresh = self.engine.generate(*args)
+        for i, out in zip(todo, fresh, strict=True):
+            cached[i] = out
+        return cached  # type: ignore[return-value]
+
+    def _generate_sequentially(self, requests, prompts: list, sampling: list[SamplingParams]) -> list[GenerationOutput]:
+        """Each task's documents in its evaluation order, a batch per task at a time, with a look after each batch;
+        a task the stopper decided gets no more requests (its remaining outputs are "skipped")."""
+        from collections import deque
+
+        by_task: dict[str, list[int]] = {}
+        for i, req in enumerate(requests):
+            by_task.setdefault(req.metadata[0], []).append(i)
+        pending = {}
+        for task, rows in by_task.items():
+            plan = self.plans[task]
+            rows.sort(key=lambda i: plan.position(self._doc_id(requests[i])))
+            pending[task] = deque(rows)
+            self.stopper.start(task, len(rows))
+        outputs: list[GenerationOutput | None] = [None] * len(requests)
+        while True:
+            chunk = [pending[t].popleft() for t in pending if self.stopper.is_open(t)
+                     for _ in range(min(self.stopper.batch, len(pending[t])))]  # fmt: skip
+            if not chunk:
+                break
+            for i, out in zip(chunk, self._generate([prompts[i] for i in chunk], [sampling[i] for i in chunk]),
+                              strict=True):  # fmt: skip
+                outputs[i] = out
+                self._observe(requests[i], prompts[i], sampling[i], out)
+            for task in {requests[i].metadata[0] for i in chunk}:
+                self.stopper.after_batch(task)
+        return [out if out is not None else _skipped(i) for i, out in enumerate(outputs)]
+
+    def _generate_only(self, requests, prompts: list, sampling: list[SamplingParams]) -> list[GenerationOutput]:
+        keep = [i for i, r in enumerate(requests) if (r.metadata[0], self._doc_id(r)) in self.only]
+        outputs = [_skipped(i) for i in range(len(requests))]
+        for i, out in zip(keep, self._generate([prompts[i] for i in keep], [sampling[i] for i in keep]), strict=True):
+            outputs[i] = out
+        return outputs
+
+    def _observe(self, req, prompt, params: SamplingParams, out: GenerationOutput) -> None:
+        from ..sequential.early_stop import sample_score
+
+        task, doc_id = req.metadata[0], self._doc_id(req)
+        ref = self.references.get(task)
+        score = sample_score(self.tasks[task], req, out.text, ref.score_filter if ref is not None else None)
+        baseline = None
+        if self.pair_cache is not None:
+            twin = self.pair_cache.get(prompt, params)
+            baseline = twin.token_ids if twin is not None else None
+        elif self.baseline_tokens is not None:
+            baseline = self.baseline_tokens(task, doc_id)
+        divergence = first_divergence(out.token_ids, baseline) if baseline is not None else None
+        plan = self.plans[task]
+        self.stopper.observe(task, plan.position(doc_id), score, out.stats.get("acceptance"), divergence, doc_id)
+
+    def _max_for(self, task: str) -> int:
+        if isinstance(self.max_gen_toks, dict):
+            return self.max_gen_toks.get(task, DEFAULT_MAX_GEN_TOKS)
+        return self.max_gen_toks
+
+    # --- scoring ---------------------------------------------------------------------------------------
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        return self.engine.score([self._split_encode(*req.args) for req in requests])
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        results = []
+        for req in requests:
+            (text,) = req.args
+            ids = self.engine.tokenizer.encode(text, add_special_tokens=False)
+            prefix = [self.engine.tokenizer.bos_token_id or sorted(self.engine.eos_ids)[0]]
+            results.append(self.engine.score([(prefix, ids)])[0][0])
+        return results
+
+    def _split_encode(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """Encode the whole string and split at the context's length, so a word-initial space tokenizes as it
+        would in running text (lm-eval's own convention)."""
+        spaces = len(context) - len(context.rstrip())
+        if spaces:  # move trailing spaces of the context onto the continuation
+            context, continuation = context[:-spaces], context[-spaces:] + continuation
+        whole = self.engine.encode(context + continuation)
+        context_ids = self.engine.encode(context) if context else []
+        return whole[: len(context_ids)], whole[len(context_ids) :]
+
+    # --- chat ------------------------------------------------------------------------------------------
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        tokenizer = self.engine.tokenizer
+        if not getattr(tokenizer, "chat_template", None):
+            raise UserError("--apply-chat-template: this model's tokenizer has no chat template")
+        return str(
+            tokenizer.apply_chat_template(chat_history, add_generation_prompt=add_generation_prompt, tokenize=False)
+        )
+
+    @property
+    def tokenizer_name(self) -> str:
+        return str(getattr(self.engine.tokenizer, "name_or_path", "") or self.engine.identity.model).replace("/", "__")
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        return getattr(self.engine.tokenizer, "chat_template", None) if chat_template else None
+
+    def get_model_info(self) -> dict[str, Any]:
+        i = self.engine.identity
+        return {"model": i.model, "kv_cache": i.kv_cache, "spec": i.spec}
+
+
+def _skipped(index: int) -> GenerationOutput:
+    """A document the run did not evaluate (an early stop): lm-eval gets a placeholder it never reports."""
+    return GenerationOutput(index=index, prompt_token_ids=[], token_ids=[], text="", finish_reason="skipped")
+
+
+class RequestsFailed(RuntimeError):
+    """The engine could not complete some requests (after its retries)."""
+
+
+class _RecordingSink:
+    """Each finished output goes to the run's generation cache (for resume) and to the running score. Replica
+    leaders of a torchrun job write through their own cache writer; the running score is rank 0's."""
+
+    def __init__(self, cache: Any, running: RunningScore | None, todo: list[int]) -> None:
+        self.cache, self.running, self.todo = cache, running, todo
+
+    def put(self, prompt: Prompt, sampling: SamplingParams, output: GenerationOutput) -> None:
+        if self.running is not None:
+            self.running.add(self.todo[output.index], output.text)
+        if self.cache is not None:
+            self.cache.put(prompt, sampling, output)
+
+    def for_replica(self, rank: int) -> OutputSink:
+        return _RecordingSink(self.cache.for_replica(rank) if self.cache is not None else None, None, self.todo)
+
+
+class RunningScore:
+    """A live score for the progress line while generation runs: GSM8K flexible-extract, or the last (X) letter
+    for GPQA, on the outputs finished so far. Only a progress hint: the reported score is lm-eval's."""
+
+    _LETTER = re.compile(r"\(([A-D])\)")
+
+    def __init__(self, docs: list) -> None:
+        self.docs = docs
+        self.correct: dict[int, bool] = {}
+
+    def add(self, i: int, text: str) -> None:
+        doc = self.docs[i] if i < len(self.docs) else None
+        answer = str(doc.get("answer", "")) if isinstance(doc, dict) else ""
+        if "####" in answer:
+            self.correct[i] = gsm8k.is_correct(gsm8k.extract(text, "flexible-extract"), answer)
+        elif re.fullmatch(r"\([A-D]\)", answer):
+            letters = self._LETTER.findall(text)
+            self.correct[i] = bool(letters) and f"({letters[-1]})" == answer
+
+    @property
+    def score(self) -> float | None:
+        return 100.0 * sum(self.correct.values()) / len(self.correct) if self.correct else None
+
+    def wrap(self, progress: Callable | None) -> Callable | None:
+        if progress is None:
+            return None
+
+        def update(done: int, total: int, stats) -> None:
+            stats.running_score = self.score
+            progress(done, total, stats)
+
+        return update
+
+
+def engine_config_from_args(args: dict[str, Any]) -> EngineConfig:
+    """EngineConfig from lm-eval `--model_args` strings, keyed like the command-line flags (model, kv_cache, dtype,
+    device, device_memory, spec, draft_len, draft_model, max_batch_size, max_seq_len, seed, ...); each value is
+    converted to the type its flag takes."""
+    # One lm-eval process is one engine: tensor parallelism needs `specdec-eval run --gpus N`.
+    params = [p for p in inspect.signature(from_options).parameters if p != "tp"]
+    hints = typing.get_type_hints(from_options)
+    unknown = set(args) - set(params)
+    if unknown:
+        raise UserError(f"unknown specdec model_args: {', '.join(sorted(unknown))}; known: {', '.join(params)}")
+    return from_options(**{k: _convert(k, v, hints[k]) for k, v in args.items()})
+
+
+def _convert(key: str, value: Any, hint: Any) -> Any:
+    """A --model_args string as the builder's parameter type (int, bool, str, optional, a list of strings)."""
+    if not isinstance(value, str):
+        return value
+    kinds = [t for t in typing.get_args(hint) or (hint,) if t is not type(None)]
+    if value.lower() in ("", "none") and type(None) in typing.get_args(hint):
+        return None
+    kind = kinds[0]
+    try:
+        if kind is bool:
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(value)
+            return value.lower() in ("true", "1", "yes")
+        if kind is int:
+            return int(value)
+        if typing.get_origin(kind) is not None:  # Sequence[str]: several values separated by '|'
+            return tuple(v for v in value.split("|") if v)
+        return value
+    except ValueError:
+        raise UserError(f"specdec model_args {key}={value!r}: expected {getattr(kind, '__name__', kind)}") from None

@@ -1,0 +1,169 @@
+"""The audited baseline side of a paired run (evals/pipeline/orchestration.py `run_paired`).
+
+A paired run's plain twins are decoded in the spec-dec engine, from the same prefill and in the same batches as the
+speculative requests. A gate cannot catch a bug in a component it shares with what it checks: a draft layer that
+writes into the target's KV corrupts the shared prompt blocks, a capture that alters the target's residual stream
+alters the twins too, and then spec-dec output and twin agree token for token while both are wrong. So a seeded
+random share of the documents is audited by an engine with no spec worker attached (same weights and
+configuration, its own KV pool): any difference from the twin means the twin is not a baseline.
+
+How much to audit. A bug of this class touches every request the spec engine serves (the spec worker is attached to
+the whole batch); measured on the embedded default, 8 of 10 outputs changed. A bug touching a fraction f of the
+documents escapes an audit of m documents with probability (1 - f)^m: with a quarter of 10 documents (m = 3),
+0.008 at f = 0.8 and 0.34 at f = 0.3; with a quarter of 100 (m = 25), under 0.001 at f = 0.25. The cost is what
+keeps it from being all: each audited document is one more forward pass over prompt and output on a second engine,
+and the paired verdict must stay within 1.45x of a plain one (`bench --verdict`). A quarter, at least two
+documents (one audited document would leave a 20% miss even at f = 0.8), fits that budget.
+
+How a document is audited. Greedy: the plain engine scores the twin's tokens in one forward pass (the check
+lm-eval's `loglikelihood` is_greedy makes): every token must be the plain engine's own argmax, which is exactly
+"a plain decode emits these tokens". Only if that fails does the plain engine decode the document, and the twin is
+untrusted only if that decode differs from it (so a forward-width rounding difference is never a false alarm).
+A sampled request is decoded with its own sampling parameters. In an exact dtype the audit is sequential: it stops
+at its first divergence (one is proof enough). In other dtypes a plain engine may differ from a twin by rounding,
+so every planned document is audited and the divergent share is judged like the lossless gate's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ...results.lossless import EXACT_DTYPES
+from ...results.paired import first_divergence
+from ...workers.errors import UserError
+from ...workers.interface import EngineIdentity, GenerateStats, GenerationOutput, InferenceEngine, Prompt
+from ...workers.tokenizer import encode_any
+
+AUDIT_SHARE = 0.25
+AUDIT_MIN_DOCS = 2
+
+
+def audit_size(n: int) -> int:
+    """Documents audited out of the n a paired run evaluated (see the module docstring for why these)."""
+    return min(n, max(AUDIT_MIN_DOCS, math.ceil(AUDIT_SHARE * n)))
+
+
+def prompt_hash(prompt: Prompt) -> str:
+    """lm-eval's `prompt_hash` of a sample (sha256 of its prompt string), which names the audited documents."""
+    text = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def audit_order(hashes: Sequence[str], seed: int) -> list[int]:
+    """Indices of the prompts in the seeded random order the audit takes them in (a function of the prompts and
+    the seed only, so a resumed or repeated run audits the same documents)."""
+    return sorted(range(len(hashes)), key=lambda i: hashlib.sha256(f"twin-audit:{seed}:{hashes[i]}".encode()).digest())
+
+
+class AuditedTwins:
+    """The baseline engine of a paired run: `generate` answers every prompt with its twin's output (all in the
+    twins' generation cache) and audits a seeded share of them on a plain engine built by `make_plain()` (only when
+    the audit first needs it). `record` says what was audited and the first divergence, if any."""
+
+    def __init__(self, identity: EngineIdentity, tokenizer: Any, twins: Any, make_plain: Callable[[], InferenceEngine],
+                 seed: int, dtype: str) -> None:  # fmt: skip
+        self._identity = identity
+        self._tokenizer = tokenizer
+        self.twins = twins  # evals.resume.GenerationCache of the baseline run
+        self.make_plain = make_plain
+        self.plain: InferenceEngine | None = None
+        self.seed = seed
+        self.sequential = dtype in EXACT_DTYPES
+        self.last_stats = GenerateStats()
+        self.record: dict[str, Any] = {"share": AUDIT_SHARE, "seed": seed, "planned": 0, "audited": [],
+                                       "divergences": [], "sequential": self.sequential, "elapsed_s": 0.0}  # fmt: skip
+
+    @property
+    def identity(self) -> EngineIdentity:
+        return self._identity
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        return encode_any(self._tokenizer, prompt)
+
+    def generate(self, prompts: Sequence[Prompt], sampling=None, progress=None, sink=None) -> list[GenerationOutput]:
+        params = list(sampling) if isinstance(sampling, Sequence) else [sampling] * len(prompts)
+        outputs = [self.twins.get(p, s) for p, s in zip(prompts, params, strict=True)]
+        missing = sum(o is None for o in outputs)
+        if missing:
+            raise RuntimeError(f"{missing} baseline output(s) of the paired run are missing from its cache (a bug: "
+                               "the twins' outputs should all be there)")  # fmt: skip
+        self._audit(prompts, params, outputs)
+        return outputs  # type: ignore[return-value]
+
+    def _audit(self, prompts: Sequence[Prompt], params: list, twins: list[GenerationOutput]) -> None:
+        hashes = [prompt_hash(p) for p in prompts]
+        # A sampled request is reproducible only with its own seed (the twin's default seed is its index in the
+        # spec engine's call, which this side does not see): one without is left out, and counted.
+        eligible = [i for i, s in enumerate(params) if s.greedy or s.seed is not None]
+        self.record["not_auditable"] = self.record.get("not_auditable", 0) + len(prompts) - len(eligible)
+        ranked = audit_order([hashes[i] for i in eligible], self.seed)
+        order = [eligible[r] for r in ranked[: audit_size(len(eligible))]] if eligible else []
+        self.record["planned"] += len(order)
+        started = time.perf_counter()
+        print(f"lossless gate: auditing the paired twins of {len(order)} of {len(prompts)} documents on an engine "
+              "with no spec worker", file=sys.stderr)  # fmt: skip
+        for i in order:
+            position = self._divergence(prompts[i], params[i], twins[i])
+            self.record["audited"].append(hashes[i])
+            if position is not None:
+                self.record["divergences"].append({"prompt_hash": hashes[i], "position": position})
+                if self.sequential:
+                    break
+        self.record["elapsed_s"] = round(self.record["elapsed_s"] + time.perf_counter() - started, 2)
+
+    def _divergence(self, prompt: Prompt, params, twin: GenerationOutput) -> int | None:
+        """Where a plain engine's output first differs from the twin's (None: identical)."""
+        plain = self._plain()
+        if params.greedy and twin.token_ids:
+            try:
+                _, greedy = plain.score([(plain.encode(prompt), list(twin.token_ids))])[0]
+            except UserError:  # prompt and output do not fit one scoring pass: decode instead
+                greedy = False
+            if greedy:
+                return None
+        decoded = plain.generate([prompt], [params])[0]
+        if decoded.finish_reason == "error":
+            raise RuntimeError(f"the twin audit's plain engine failed a request: {decoded.error}")
+        return first_divergence(list(decoded.token_ids), list(twin.token_ids))
+
+    def _plain(self) -> InferenceEngine:
+        if self.plain is None:
+            self.plain = self.make_plain()
+        return self.plain
+
+    def score(self, pairs) -> list[tuple[float, bool]]:
+        raise RuntimeError("the baseline of a paired run scores from cached generations only")
+
+    def collect_events(self) -> list[dict[str, Any]]:
+        return []
+
+    def reported_acceptance(self) -> dict[str, Any] | None:
+        return None
+
+    def close(self) -> None:
+        if self.plain is not None:
+            self.plain.close()
+
+
+def audit_record(record: dict[str, Any], results: list) -> dict[str, Any]:
+    """The audit as recorded in the runs' summaries and manifests: documents named by (task, doc id)."""
+    docs = {s["prompt_hash"]: {"task": s["task"], "doc_id": s["doc_id"]} for r in results for s in r.samples}
+    unknown = {"task": None, "doc_id": None}
+    audited = [docs.get(h, unknown) for h in record["audited"]]
+    divergences = [{**docs.get(d["prompt_hash"], unknown), "position": d["position"]} for d in record["divergences"]]
+    return {
+        "share": record["share"], "seed": record["seed"], "planned": record["planned"], "audited": audited,
+        "num_audited": len(audited), "divergences": divergences,
+        "first_divergence": divergences[0] if divergences else None, "sequential": record["sequential"],
+        "not_auditable": record.get("not_auditable", 0), "elapsed_s": record["elapsed_s"],
+    }  # fmt: skip

@@ -1,0 +1,168 @@
+"""Sequential verdicts (`run --early-stop`): documents are evaluated in a seeded random order, batch by batch, and
+after each batch every gate that can already decide does:
+
+- accuracy: the group-sequential test against the reference (evals/sequential/accuracy.py) at the look n = documents
+  done (always a prefix of the order, so every look is a random subset); PASS or FAIL stops the task. When the gate
+  cannot fail at all (NO-GATE: its threshold sits at or below the floor at the full n) it never stops the task;
+- lossless (a spec-dec run in float32/float64, against its baseline: the paired twin or a recorded run): the
+  first sample whose tokens differ from the baseline's FAILs the task there;
+- acceptance length: the conservative early tripwire (evals/gates/acceptance.py `acceptance_early_fail`) FAILs a
+  collapsed drafter after the first batch with enough draft cycles.
+
+Per-sample scores come from lm-eval's own filters and metric on the task object (so they are exactly the scores
+lm-eval computes at the end), and the run's recorded score is lm-eval's over the documents evaluated. A stopped
+task records where and why: {"n": ..., "of": ..., "reason": ..., "gate": ...}.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...workers.spec.metrics import AcceptanceStats
+from ..gates.acceptance import acceptance_early_fail
+from .accuracy import AccuracySequentialDesign
+
+DEFAULT_BATCH = 64
+
+
+def sample_score(task: Any, instance: Any, text: str, score_filter: str | None = None) -> float:
+    """A sample's score on the 0-100 scale as the run scores it: lm-eval's exact_match under each of the task's
+    filters (or only `score_filter`), averaged. `instance` is lm-eval's request; it is copied, never changed."""
+    probe = copy.copy(instance)
+    probe.resps, probe.filtered_resps = [text], {}
+    values = []
+    for ensemble in task._filters:  # lm-eval's filter pipelines of the task, as its evaluator applies them
+        if score_filter is not None and ensemble.name != score_filter:
+            continue
+        ensemble.apply([probe])
+        metrics = task.process_results(probe.doc, [probe.filtered_resps[ensemble.name]])
+        values.append(float(metrics.get("exact_match", 0.0)))
+    return 100.0 * sum(values) / len(values) if values else 0.0
+
+
+@dataclass
+class TaskProgress:
+    """One task's sequential state: scores by evaluation position, and the decision once there is one."""
+
+    name: str
+    n_max: int
+    design: AccuracySequentialDesign | None
+    scores: dict[int, float] = field(default_factory=dict)  # position in the evaluation order -> score
+    acceptance: AcceptanceStats | None = None
+    stopped: dict[str, Any] | None = None
+    looks: list[dict[str, Any]] = field(default_factory=list)
+    decision: dict[str, Any] | None = None  # the accuracy design's last decision (final at a stop or at n_max)
+
+    @property
+    def done(self) -> int:
+        """Documents evaluated as a prefix of the order (a look needs an unbroken prefix)."""
+        n = 0
+        while n in self.scores:
+            n += 1
+        return n
+
+
+class EarlyStop:
+    """The run's sequential controller. `design_for(task, n_max)` gives a task's accuracy design (None without a
+    reference); `acceptance_refs` and `test_id` serve the acceptance tripwire; `exact` says whether any divergence
+    from the baseline fails (float32/float64)."""
+
+    def __init__(
+        self,
+        design_for: Callable[[str, int], AccuracySequentialDesign | None],
+        batch: int = DEFAULT_BATCH,
+        test_id: str | None = None,
+        acceptance_refs: dict | None = None,
+        exact: bool = True,
+        max_draft_len: int = 0,
+        stop_file: str | None = None,
+    ) -> None:
+        """stop_file (a side of a sequential `ab`): after each batch, every finished sample's score is appended to
+        `<stop_file>.progress.jsonl`, and once `stop_file` exists every task stops, its content the reason."""
+        self.design_for = design_for
+        self.batch = batch
+        self.test_id = test_id
+        self.acceptance_refs = acceptance_refs or {}
+        self.exact = exact
+        self.max_draft_len = max_draft_len
+        self.stop_file = Path(stop_file) if stop_file else None
+        self.tasks: dict[str, TaskProgress] = {}
+        self._reported: set[tuple[str, int]] = set()
+
+    def start(self, task: str, n_max: int) -> TaskProgress:
+        acceptance = AcceptanceStats(self.max_draft_len) if self.max_draft_len else None
+        self.tasks[task] = TaskProgress(task, n_max, self.design_for(task, n_max), acceptance=acceptance)
+        return self.tasks[task]
+
+    def is_open(self, task: str) -> bool:
+        return self.tasks[task].stopped is None
+
+    def observe(self, task: str, position: int, score: float, acceptance: dict | None, divergence: int | None,
+                doc_id: Any) -> None:  # fmt: skip
+        """One finished sample. divergence: the first token where it differs from its baseline (None: identical or
+        no baseline to compare with)."""
+        t = self.tasks[task]
+        t.scores[position] = score
+        if acceptance and t.acceptance is not None:
+            t.acceptance.merge(AcceptanceStats.from_dict(acceptance))
+        if divergence is not None and self.exact and t.stopped is None:
+            t.stopped = {"gate": "lossless", "verdict": "FAIL", "n": None, "of": t.n_max, "doc_id": doc_id,
+                         "reason": f"doc {doc_id} differs from the baseline at token {divergence} (any divergence "
+                         "fails in float32): stopped at the first divergent sample"}  # fmt: skip
+
+    def after_batch(self, task: str) -> None:
+        """A look, once the prefix of the order is complete up to the last batch boundary."""
+        t = self.tasks[task]
+        n = t.done
+        if self.stop_file is not None:
+            self._report(t)
+            if self.stop_file.exists() and t.stopped is None:
+                reason = self.stop_file.read_text(encoding="utf-8").strip() or "the A/B decided"
+                t.stopped = {"gate": "ab", "verdict": None, "n": n, "of": t.n_max, "reason": reason}
+        if t.stopped is not None:
+            t.stopped["n"] = t.stopped["n"] or n
+            return
+        if n == 0:
+            return
+        if t.acceptance is not None and self.test_id is not None:
+            early = acceptance_early_fail(self.test_id, t.acceptance.to_dict(), self.acceptance_refs)
+            if early is not None:
+                t.stopped = {"gate": "acceptance", "verdict": "FAIL", "n": n, "of": t.n_max, "reason": early["reason"]}
+                return
+        if t.design is None or n not in t.design.looks:
+            return
+        score = sum(t.scores[i] for i in range(n)) / n
+        decision = t.design.decide(n, score)
+        t.decision = decision.to_dict()
+        t.looks.append(t.decision)
+        if decision.verdict in ("PASS", "FAIL") and n < t.n_max:
+            t.stopped = {"gate": "accuracy", "verdict": decision.verdict, "n": n, "of": t.n_max,
+                         "reason": decision.reason}  # fmt: skip
+
+    def _report(self, t: TaskProgress) -> None:
+        lines = []
+        for position in sorted(set(t.scores)):
+            if (t.name, position) not in self._reported:
+                self._reported.add((t.name, position))
+                lines.append(json.dumps({"task": t.name, "position": position, "score": t.scores[position]}))
+        if lines:
+            progress = self.stop_file.with_name(self.stop_file.name + ".progress.jsonl")
+            with progress.open("a", encoding="utf-8") as f:
+                f.write("".join(line + "\n" for line in lines))
+
+    def accuracy_decision(self, task: str) -> dict[str, Any] | None:
+        """The sequential accuracy verdict the task ended with (None without a design or a look)."""
+        t = self.tasks.get(task)
+        return t.decision if t is not None else None
+
+    def record(self, task: str) -> dict[str, Any] | None:
+        """What the summary says about the task's stop (None: it ran to the end)."""
+        t = self.tasks.get(task)
+        if t is None or t.stopped is None:
+            return None
+        return {**t.stopped, "looks": t.looks[-3:]}

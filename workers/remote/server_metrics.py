@@ -1,0 +1,262 @@
+"""Speculative-decoding acceptance as a server reports it, scraped before and after a run, as the run's delta in our
+layout (`AcceptanceStats.to_dict()`, workers/spec/metrics.py) plus "source" (which endpoint and names were read)
+and "scope" ("run": a delta over this run; "server_lifetime": the server gives only an average since it started).
+Which server exports what, and how each defines acceptance: workers/remote/server_metric_formats.py."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import httpx
+
+from ..spec.metrics import AcceptanceStats
+from .server_metric_formats import Counters, parse_metrics_response
+
+NOT_REPORTED = "not reported by this server"
+
+
+# ------------------------------------------------------------------------------------------- the delta
+
+
+def acceptance_delta(before: Counters | None, after: Counters | None, max_draft_len: int | None = None):
+    """The run's acceptance in our layout plus "source" and "scope"; None when the server reports none.
+
+    `before` None means the first scrape found no series: Prometheus counters that a server creates at their first
+    increment were then zero. `max_draft_len`: the K the user declared, used only where the server does not tell."""
+    if after is None:
+        return None
+    if after.average_length is not None:
+        fresh = before is None or not before.average_length
+        return _layout(
+            after.source,
+            "run" if fresh else "server_lifetime",
+            average_length=after.average_length,
+            max_draft_len=max_draft_len or 0,
+        )
+    if before is None:
+        d = after
+    else:
+        d = _subtract(after, before)
+        if d is None:
+            return _layout(
+                after.source,
+                "run",
+                max_draft_len=max_draft_len or 0,
+                note="counters went backwards during the run (server restarted?); acceptance unknown",
+            )
+    return _from_counts(d, max_draft_len)
+
+
+def _subtract(after: Counters, before: Counters) -> Counters | None:
+    def minus(a, b):
+        return None if a is None else a - (b or 0.0)
+
+    d = Counters(
+        source=after.source,
+        cycles=minus(after.cycles, before.cycles),
+        draft_tokens=minus(after.draft_tokens, before.draft_tokens),
+        accepted=minus(after.accepted, before.accepted),
+        accepted_per_pos={p: v - before.accepted_per_pos.get(p, 0.0) for p, v in after.accepted_per_pos.items()},
+        drafted_per_pos={p: v - before.drafted_per_pos.get(p, 0.0) for p, v in after.drafted_per_pos.items()},
+    )
+    values = [d.cycles, d.draft_tokens, d.accepted, *d.accepted_per_pos.values(), *d.drafted_per_pos.values()]
+    return None if any(v is not None and v < 0 for v in values) else d
+
+
+def _from_counts(d: Counters, declared_k: int | None) -> dict[str, Any]:
+    notes = []
+    cycles = d.cycles
+    if cycles is None and 0 in d.drafted_per_pos:
+        cycles = d.drafted_per_pos[0]
+        notes.append("cycles = drafted tokens at position 0")
+    positions = max([*d.accepted_per_pos, *d.drafted_per_pos], default=-1) + 1
+    k = positions or declared_k or 0
+    if not k and cycles and d.draft_tokens is not None:
+        k = round(d.draft_tokens / cycles)
+    if cycles is None and d.draft_tokens is not None and declared_k:
+        cycles = d.draft_tokens / declared_k
+        notes.append(f"cycles estimated as draft tokens / declared K {declared_k} (the server counts no cycles)")
+    per_pos = [int(d.accepted_per_pos.get(i, 0)) for i in range(k)] if d.accepted_per_pos else None
+    if cycles is None or d.draft_tokens is None or d.accepted is None:
+        return _layout(
+            d.source,
+            "run",
+            max_draft_len=k,
+            counts=(cycles, d.draft_tokens, d.accepted),
+            note="; ".join(notes + ["the server does not report enough counters for an acceptance length"]),
+        )
+    stats = AcceptanceStats(k, round(cycles), round(d.draft_tokens), round(d.accepted), per_pos or [0] * k)
+    out = {**stats.to_dict(), "source": d.source, "scope": "run"}
+    if per_pos is None:  # zeros from AcceptanceStats would claim every position was never accepted
+        out["per_position_rate"], out["accepted_per_position"] = [], []
+        notes.append("the server reports no per-position counters")
+    if notes:
+        out["note"] = out["note"] + "; " + "; ".join(notes)
+    return out
+
+
+def _layout(
+    source: str,
+    scope: str,
+    *,
+    max_draft_len: int,
+    average_length: float | None = None,
+    counts: tuple = (None, None, None),
+    note: str | None = None,
+) -> dict[str, Any]:
+    """Our keys where the counts are incomplete: unknown numbers are None, never zeros."""
+    cycles, drafted, accepted = (None if c is None else round(c) for c in counts)
+    out = {
+        "acceptance_length": None if average_length is None else round(average_length, 4),
+        "acceptance_rate": round(accepted / drafted, 4) if accepted is not None and drafted else None,
+        "per_position_rate": [],
+        "num_cycles": cycles,
+        "num_draft_tokens": drafted,
+        "num_accepted_drafts": accepted,
+        "accepted_per_position": [],
+        "max_draft_len": max_draft_len,
+        "note": "acceptance_length includes the bonus token",
+        "source": source,
+        "scope": scope,
+    }
+    if note:
+        out["note"] += "; " + note
+    return out
+
+
+# ------------------------------------------------------------------------------------------- scraping
+
+
+class ServerAcceptance:
+    """Scrapes one server's acceptance: `start()` before a run, then `delta()` (since start) or `delta_since(mark)`
+    (since a `checkpoint()`), any number of times. Probes /metrics, /prometheus/metrics, /server_info and
+    /get_server_info until one reports acceptance, then keeps it; `source` names it, or says NOT_REPORTED."""
+
+    PATHS = ("/metrics", "/prometheus/metrics", "/server_info", "/get_server_info")
+
+    def __init__(
+        self,
+        base_url: str,
+        headers: Mapping[str, str] | None = None,
+        model: str | None = None,
+        max_draft_len: int | None = None,
+        timeout_s: float = 30.0,
+        verify: bool = True,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.headers = dict(headers or {})
+        self.model = model
+        self.max_draft_len = max_draft_len
+        self.timeout_s = timeout_s
+        self.verify = verify
+        self._path: str | None = None  # where acceptance was found
+        self._before: Counters | None = None
+        self._drained: Counters | None = None  # a draining source: the sum of its reads since start
+        self._client: httpx.Client | None = None  # one for every scrape: one TLS context, kept-alive connections
+
+    @property
+    def source(self) -> str:
+        return f"{self._before.source} at {self._path}" if self._before and self._path else NOT_REPORTED
+
+    def start(self) -> None:
+        self._drained = None
+        self._before = self.checkpoint()
+
+    def checkpoint(self) -> Counters | None:
+        """The server's counters now, cumulative (for a draining source: the sum of its reads since start)."""
+        counters = self.snapshot()
+        if counters is None or not counters.drains:
+            return counters
+        # A draining source returns only what happened since its previous read: what the first read returns is
+        # the server's past (not counted); later reads add up.
+        if self._drained is None:
+            self._drained = Counters(counters.source, cycles=0.0, draft_tokens=0.0, accepted=0.0)
+        else:
+            self._drained = _add(self._drained, counters)
+        return replace(self._drained)
+
+    def delta(self) -> dict[str, Any] | None:
+        return self.delta_since(self._before)
+
+    def delta_since(self, mark: Counters | None) -> dict[str, Any] | None:
+        result = acceptance_delta(mark, self.checkpoint(), self.max_draft_len)
+        if result is not None:
+            result["source"] = f"{result['source']} at {self._path}"
+        return result
+
+    def snapshot(self) -> Counters | None:
+        paths = (self._path,) if self._path else self.PATHS
+        for path in paths:
+            counters = self._read(path)
+            if counters is not None:
+                self._path = path
+                return counters
+        return None
+
+    def _read(self, path: str) -> Counters | None:
+        if self._client is None:
+            self._client = httpx.Client(headers=self.headers, timeout=self.timeout_s, verify=self.verify,
+                                        follow_redirects=True)  # fmt: skip
+        try:
+            response = self._client.get(self.base_url + path)
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        return parse_metrics_response(response.text, self.model)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def _add(a: Counters, b: Counters) -> Counters:
+    return Counters(
+        source=a.source,
+        cycles=(a.cycles or 0.0) + (b.cycles or 0.0),
+        draft_tokens=(a.draft_tokens or 0.0) + (b.draft_tokens or 0.0),
+        accepted=(a.accepted or 0.0) + (b.accepted or 0.0),
+    )
+
+
+class ResponseTally:
+    """Acceptance from per-response fields (SGLang's `meta_info.spec_verify_ct` + `completion_tokens`), summed
+    over a run's responses; `result()` is None when no response carried them."""
+
+    def __init__(self) -> None:
+        self.cycles = 0
+        self.accepted = 0
+        self.seen = False
+
+    def add(self, response: Mapping[str, Any]) -> None:
+        for meta in _meta_infos(response):
+            verify, tokens = meta.get("spec_verify_ct"), meta.get("completion_tokens")
+            if isinstance(verify, int) and isinstance(tokens, int) and verify > 0:
+                self.seen = True
+                self.cycles += verify
+                self.accepted += max(0, tokens - 1 - verify)
+
+    def result(self, max_draft_len: int | None = None) -> dict[str, Any] | None:
+        if not self.seen:
+            return None
+        return _layout(
+            "sglang meta_info.spec_verify_ct (per response)",
+            "run",
+            max_draft_len=max_draft_len or 0,
+            average_length=1 + self.accepted / self.cycles,
+            counts=(self.cycles, None, self.accepted),
+        )
+
+
+def _meta_infos(response: Any) -> list[Mapping[str, Any]]:
+    if not isinstance(response, Mapping):  # whatever a broken server sent: its request fails elsewhere
+        return []
+    found = [response.get("meta_info")]
+    choices = response.get("choices")
+    for choice in choices if isinstance(choices, list) else []:
+        if isinstance(choice, Mapping):
+            found.append(choice.get("meta_info"))
+    return [m for m in found if isinstance(m, Mapping)]
