@@ -7,8 +7,7 @@ from specdec_eval.workers.spec.eagle3 import Eagle3OneModelWorker
 
 def clone_worker(cls, engine):
     """Replace the engine's Eagle3 worker by an instance of a test subclass with the same parts."""
-    w = engine.spec_worker
-    worker = cls(w.target, w.draft, w.kv, w.kv_manager, engine.config.spec, w.events, w.tp, w.memory, w.faults)
+    worker = cls(engine.spec_worker.context)
     engine.spec_worker = engine.executor.spec = worker
     return worker
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from .errors import UserError
 
@@ -50,9 +50,13 @@ WARMUP_MODES = ("auto", "on", "off")
 
 @dataclass(frozen=True)
 class SpecConfig:
-    """One-model speculative decoding. `draft_model`: "auto" (the head that ships for the embedded model, the
-    random head for `tiny`), "random" (a seeded random Eagle3 head, for correctness checks) or a folder with an
-    Eagle3 checkpoint (config.json + model.safetensors or pytorch_model.bin)."""
+    """Speculative decoding with one method of the registry (workers/spec/registry.py). The options common to every
+    method come first; each method-specific option is read by the methods whose entry names it, and must stay at
+    its default for the others (a `--capture-layers` given to ngram would silently do nothing).
+
+    Eagle3: `draft_model` "auto" (the head that ships for the embedded model, the random head for `tiny`), "random"
+    (a seeded random Eagle3 head, for correctness checks) or a folder with an Eagle3 checkpoint (config.json +
+    model.safetensors or pytorch_model.bin). ngram: `ngram_size` (n, default 3), no draft model."""
 
     algorithm: str = "eagle3"
     max_draft_len: int = 3
@@ -62,18 +66,23 @@ class SpecConfig:
     # behaviour (no cleanup), kept on purpose so the harness can prove it catches the failure.
     guard: str = "template"
     draft_seed: int = 0
+    ngram_size: int | None = None  # ngram: tokens matched (n); None: the method's default
 
     def __post_init__(self) -> None:
-        from .spec import SPEC_ALGORITHMS  # the registry (late: it names worker classes this module must not load)
+        from .spec.registry import method_options, spec_method  # late: the registry names worker modules
 
-        if self.algorithm not in SPEC_ALGORITHMS:
-            raise UserError(f"unknown spec-dec algorithm {self.algorithm!r} (known: {', '.join(SPEC_ALGORITHMS)})")
+        method = spec_method(self.algorithm)
         if not 1 <= self.max_draft_len <= 16:
             raise UserError(f"max draft len must be in 1..16, got {self.max_draft_len}")
         if self.guard not in SPEC_GUARDS:
             raise UserError(f"unknown spec guard {self.guard!r} (known: {', '.join(SPEC_GUARDS)})")
-        if self.capture_layers is not None and len(self.capture_layers) != 3:
-            raise UserError(f"Eagle3 captures three target layers, got {list(self.capture_layers)}")
+        defaults = {f.name: f.default for f in fields(SpecConfig)}
+        for name, owners in method_options().items():
+            if name not in method.options and getattr(self, name) != defaults[name]:
+                raise UserError(f"spec option {name}={getattr(self, name)!r} applies to {' and '.join(owners)}, "
+                                f"not {self.algorithm}")  # fmt: skip
+        if method.check is not None:
+            method.check(self)
 
 
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
@@ -201,8 +210,11 @@ class EngineConfig:
 
     @property
     def num_extra_kv_layers(self) -> int:
-        """KV layers beyond the target's: the Eagle3 draft layer lives in the same pool."""
-        return 1 if self.spec is not None else 0
+        """KV layers beyond the target's, in the same pool: what the spec method's entry adds (Eagle3: its draft
+        layer; ngram: none)."""
+        from .spec.registry import spec_method  # late, as in SpecConfig
+
+        return spec_method(self.spec.algorithm).extra_kv_layers if self.spec is not None else 0
 
 
 # Temperatures in (0, GREEDY_BELOW) decode greedily (vLLM's sampling epsilon): sampling tends to the argmax as the
@@ -260,13 +272,14 @@ def from_options(
     draft_model: str = "auto",
     spec_guard: str = "template",
     capture_layers: str | None = None,
+    ngram_size: int | None = None,
     inject: Sequence[str] | None = None,
     max_retries: int = 2,
     warmup: str = "auto",
     events_path: str | None = None,
 ) -> EngineConfig:
     """The one builder of an EngineConfig from flat options, named as the command-line flags are (`--kv-cache` is
-    kv_cache, `--spec none|eagle3`, ...): every command and lm-eval's `--model_args` go through it. The defaults
+    kv_cache, `--spec none|eagle3|ngram`, ...): every command and lm-eval's `--model_args` go through it. The defaults
     equal the dataclasses' (a test checks it)."""
     spec_cfg = None
     if spec == "none" and inject:
@@ -278,7 +291,7 @@ def from_options(
     if spec != "none":
         layers = parse_capture_layers(capture_layers) if capture_layers else None
         spec_cfg = SpecConfig(algorithm=spec, max_draft_len=draft_len, draft_model=draft_model, guard=spec_guard,
-                              capture_layers=layers)  # fmt: skip
+                              capture_layers=layers, ngram_size=ngram_size)  # fmt: skip
     return EngineConfig(
         model=model,
         dtype=dtype,

@@ -41,8 +41,8 @@ from .parallel import TPGroup
 from .profiling import profile_forward
 from .request import Request
 from .scheduler import Scheduler
-from .spec import spec_worker_class
-from .spec.eagle3_head import Eagle3DraftModel, build_draft_model, resolve_draft_model
+from .spec import spec_method
+from .spec.base import DraftBuild, SpecContext
 from .spec.metrics import AcceptanceStats
 from .stopping import StopRules
 from .tokenizer import encode_any, eos_token_ids
@@ -77,7 +77,8 @@ class Engine:
         events_path = config.events_path.format(rank=self.tp.job_rank) if config.events_path else None
         self.events = EventLog(rank=self.tp.job_rank, path=events_path)
         self.faults = FaultInjector.from_strings(config.inject, self.events, config.seed) if config.inject else None
-        self.draft_model = self._build_draft_model() if config.spec else None
+        self.spec_method = spec_method(config.spec.algorithm) if config.spec else None
+        self.draft_model = self._build_draft_model() if self.spec_method else None
         self.kv_layout = self._size_kv_cache()
         self.kv_manager = make_kv_cache_manager(
             self.kv_layout,
@@ -89,11 +90,11 @@ class Engine:
         held = self.weights_bytes + self.kv_layout.total_bytes
         self.memory_budget = MemoryBudget(self.device, self.memory.total_bytes, held, self.events, self.faults)
         self.spec_worker = None
-        if config.spec is not None:
-            self.spec_worker = spec_worker_class(config.spec.algorithm)(
-                self.model, self.draft_model, self.kv, self.kv_manager, config.spec, self.events, self.tp,
-                self.memory_budget, self.faults,
-            )  # fmt: skip
+        if self.spec_method is not None:
+            context = SpecContext(target=self.model, draft=self.draft_model, kv=self.kv, kv_manager=self.kv_manager,
+                                  spec=config.spec, events=self.events, tp=self.tp, memory=self.memory_budget,
+                                  faults=self.faults)  # fmt: skip
+            self.spec_worker = self.spec_method.worker_class()(context)
         # One scheduler and one executor for the engine's life: requests of any caller share the running batch.
         k = self.max_draft_len
         self.scheduler = Scheduler(
@@ -101,7 +102,7 @@ class Engine:
             max_batch_size=config.max_batch_size,
             max_num_tokens=config.max_num_tokens,
             tokens_per_generation=1 + k,
-            kv_lookahead=max(0, k - 1),  # the K-1 draft steps write past the verified tokens
+            kv_lookahead=self.spec_method.kv_lookahead(k) if self.spec_method else 0,  # draft KV past the verified
         )
         self.stop_rules = StopRules(self._tokenizer, self.eos_ids)
         self.executor = Executor(
@@ -123,11 +124,11 @@ class Engine:
         model.load_weights(self.checkpoint.tensors())
         return model.to(self.device).eval()
 
-    def _build_draft_model(self) -> Eagle3DraftModel:
-        spec = self.config.spec
-        head = resolve_draft_model(spec.draft_model, preset_of(self.checkpoint) or self.config.model)
-        draft = build_draft_model(self.model_config, head, spec.capture_layers, spec.draft_seed, self.tp)
-        return draft.to(self.dtype).to(self.device).eval()
+    def _build_draft_model(self) -> torch.nn.Module | None:
+        """The spec method's draft model (its registry entry builds it), or None for a method without one."""
+        build = DraftBuild(target=self.model_config, model_name=preset_of(self.checkpoint) or self.config.model,
+                           spec=self.config.spec, tp=self.tp, dtype=self.dtype, device=self.device)  # fmt: skip
+        return self.spec_method.build_draft(build)
 
     def _wants_decode_copy(self) -> bool:
         wanted = self.config.kv_cache.decode_copy
@@ -269,7 +270,7 @@ class Engine:
         with its own output and counters. Returns (speculative outputs, plain outputs), both in prompt order: the
         run and its lossless baseline from one prefill, each what a separate run would give."""
         if self.config.spec is None:
-            raise UserError("paired decoding needs a spec-dec engine (--spec eagle3)")
+            raise UserError("paired decoding needs a spec-dec engine (--spec eagle3 or ngram)")
         params = per_prompt(sampling, len(prompts))
         requests = self._requests(prompts, params)
         twins = []

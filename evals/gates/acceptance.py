@@ -2,7 +2,8 @@
 speculative decoding is lossless, so a drafter accepting nothing still scores the same).
 
 References live in TensorRT-LLM's layout (`references/acceptance_length.yaml`): a mapping from test id to
-`{ref_al: float, min_al: float}`, plus optional keys of ours beside them: `ref_per_position: [r0, r1, ...]`,
+`{ref_al: float, min_al: float}`, plus optional keys of ours beside them: `method` (the spec method's registry
+name, workers/spec/registry.py; eagle3 when absent), `ref_per_position: [r0, r1, ...]`,
 `max_draft_len`, `model`, `draft_model`, `task`, `engine`, `definition`, `source`. `ref_al: null` marks a stub
 still to be measured.
 
@@ -44,6 +45,7 @@ MIN_AL_FRACTION = 0.95  # TensorRT-LLM's populate: min_al = 0.95 * ref_al
 DEFAULT_RTOL = 0.05  # vLLM's acceptance test
 EARLY_MIN_CYCLES = 256
 EARLY_FRACTION = 0.5
+DEFAULT_METHOD = "eagle3"  # what an entry without a `method` key measured
 
 
 def load_acceptance_references(path: Path = ACCEPTANCE_PATH) -> dict[str, dict[str, Any]]:
@@ -64,11 +66,17 @@ def load_acceptance_references(path: Path = ACCEPTANCE_PATH) -> dict[str, dict[s
     return data
 
 
-def find_acceptance_reference(refs: Mapping[str, Mapping[str, Any]], **conditions: Any) -> str | None:
-    """The first test id whose entry names every given condition with the given value (e.g. model=...,
-    max_draft_len=3, task="mt_bench"): how an endpoint run finds a published figure for its server."""
+def find_acceptance_reference(
+    refs: Mapping[str, Mapping[str, Any]], method: str = "eagle3", **conditions: Any
+) -> str | None:
+    """The first test id of spec method `method` whose entry names every given condition with the given value
+    (e.g. model=..., max_draft_len=3, task="mt_bench"): how an endpoint run finds a published figure for its
+    server. An entry without `method` is an Eagle3 one (the only method before the registry): an ngram server is
+    never held to an Eagle3 drafter's figure for the same model and K."""
     for test_id, entry in refs.items():
-        if entry.get("ref_al") is not None and all(entry.get(k) == v for k, v in conditions.items()):
+        if entry.get("method", DEFAULT_METHOD) != method or entry.get("ref_al") is None:
+            continue
+        if all(entry.get(k) == v for k, v in conditions.items()):
             return test_id
     return None
 

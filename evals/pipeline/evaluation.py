@@ -20,6 +20,7 @@ from unittest import mock
 from ...workers.errors import UserError  # noqa: E402
 from ...workers.interface import InferenceEngine
 from ...workers.spec.metrics import AcceptanceStats
+from ...workers.spec.registry import spec_method
 from ..gates.references import Reference, lookup
 from ..tasks import gsm8k
 from ..tasks.registry import FILTERS, TaskSpec, parse_tasks, source_for, write_task_yamls
@@ -99,7 +100,7 @@ def selection_for(engine: InferenceEngine, spec: TaskSpec, options: EvalOptions)
         "dtype": i.dtype,
         "quant_algo": None,
         "kv_cache_quant_algo": None,
-        "spec_dec_algo": "Eagle3" if i.spec == "eagle3" else i.spec,
+        "spec_dec_algo": spec_method(i.spec).reference_algo if i.spec else None,
         "extra_acc_spec": "chat_template" if options.apply_chat_template else None,
         "kv_cache": i.kv_cache,
         "num_fewshot": spec.num_fewshot if options.num_fewshot is None else options.num_fewshot,

@@ -13,6 +13,7 @@ from ...results import store
 from ...workers.config import EngineConfig
 from ...workers.faults import behaviour_faults
 from ...workers.interface import EngineIdentity, InferenceEngine
+from ...workers.spec.registry import spec_method
 from .evaluation import EvalOptions, model_key_for
 
 
@@ -53,13 +54,16 @@ def run_key(identity: EngineIdentity, options: EvalOptions) -> str:
 
 def test_id(engine: InferenceEngine, options: EvalOptions) -> str:
     """A pytest node id in TensorRT-LLM's accuracy-test style, so runs line up with waives.txt entries, e.g.
-    accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3[v2_kv_cache-one_model-tp1]."""
+    accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3[v2_kv_cache-one_model-tp1]. The spec method's registry
+    entry names its test and parameters (ngram: test_ngram[v1_kv_cache-tp1]); plain decoding is test_auto_dtype."""
     i = engine.identity
     name = model_key_for(engine, options.model_key).split("/")[-1]
     cls = "Test" + re.sub(r"[^0-9A-Za-z]+", "_", name.replace("-Instruct", "")).strip("_")
-    test = "test_eagle3" if i.spec else "test_auto_dtype"
-    params = ([f"{i.kv_cache}_kv_cache"] if i.kv_cache else []) + (["one_model"] if i.spec else []) + [f"tp{i.tp_size}"]
-    return f"accuracy/test_specdec.py::{cls}::{test}[{'-'.join(params)}]"
+    method = spec_method(i.spec) if i.spec else None
+    test = method.test_function if method else "test_auto_dtype"
+    params = [f"{i.kv_cache}_kv_cache"] if i.kv_cache else []
+    params += list(method.test_params) if method else []
+    return f"accuracy/test_specdec.py::{cls}::{test}[{'-'.join(params + [f'tp{i.tp_size}'])}]"
 
 
 def baseline_config(config: EngineConfig) -> EngineConfig:

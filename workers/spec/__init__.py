@@ -1,27 +1,23 @@
-"""Speculative decoding: the Eagle3 draft head, verification, and the exception-safe spec-dec workers.
+"""Speculative decoding: the method registry (registry.py), the exception-safe worker template (base.py), the
+verification rule every method shares (verify.py), and one module per method (eagle3.py with its draft head,
+ngram.py).
 
-`SPEC_WORKERS` is the registry of algorithms (the config's validation and the CLI's choices come from it)."""
+`SPEC_ALGORITHMS` lists the methods shipped at import (the CLI's choices); `spec_method(name)` is the entry the
+config, the engine and the test ids consult."""
 
 from __future__ import annotations
 
-from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from ..errors import UserError
+from .registry import SpecMethod, register, spec_method, spec_methods
 
 if TYPE_CHECKING:
     from .base import SpecWorkerBase
 
-# name -> "module:class", imported when first used (the config validates names without importing torch models)
-_WORKERS = MappingProxyType({"eagle3": "specdec_eval.workers.spec.eagle3:Eagle3OneModelWorker"})
-SPEC_ALGORITHMS: tuple[str, ...] = tuple(_WORKERS)
+SPEC_ALGORITHMS: tuple[str, ...] = spec_methods()
+
+__all__ = ["SPEC_ALGORITHMS", "SpecMethod", "register", "spec_method", "spec_methods", "spec_worker_class"]
 
 
 def spec_worker_class(algorithm: str) -> type[SpecWorkerBase]:
-    import importlib
-
-    try:
-        module, name = _WORKERS[algorithm].split(":")
-    except KeyError:
-        raise UserError(f"unknown spec-dec algorithm {algorithm!r} (known: {', '.join(SPEC_ALGORITHMS)})") from None
-    return getattr(importlib.import_module(module), name)
+    return spec_method(algorithm).worker_class()

@@ -18,11 +18,43 @@ from dataclasses import dataclass
 import torch
 
 from ..attn_metadata import AttentionMetadata
+from ..config import SpecConfig
 from ..events import EventLog
 from ..faults import FaultInjector
 from ..kv_cache.manager import KVCacheManager
+from ..layers.paged_kv import PagedKV
 from ..memory import MemoryBudget
+from ..model import CausalLM
+from ..model_config import ModelConfig
+from ..parallel import TPGroup
 from ..scheduler import ScheduledRequest
+
+
+@dataclass(frozen=True)
+class DraftBuild:
+    """What a method's draft-model builder gets from the engine (SpecMethod.build_draft)."""
+
+    target: ModelConfig
+    model_name: str  # the preset or the --model value (which shipped head "auto" means)
+    spec: SpecConfig
+    tp: TPGroup
+    dtype: torch.dtype
+    device: torch.device
+
+
+@dataclass(frozen=True)
+class SpecContext:
+    """The engine's parts a spec worker may use, handed over as one value (SpecMethod.worker_class()(context))."""
+
+    target: CausalLM
+    draft: torch.nn.Module | None  # None for a method without a draft model
+    kv: PagedKV
+    kv_manager: KVCacheManager
+    spec: SpecConfig
+    events: EventLog
+    tp: TPGroup
+    memory: MemoryBudget
+    faults: FaultInjector | None = None
 
 
 @dataclass
@@ -61,19 +93,14 @@ class SpecWorkerBase:
 
     capture_layers: tuple[int, ...] = ()  # target layers whose inputs the draft needs (the step captures them)
 
-    def __init__(
-        self,
-        kv_manager: KVCacheManager,
-        events: EventLog,
-        memory: MemoryBudget,
-        guard: str = "template",
-        faults: FaultInjector | None = None,
-    ) -> None:
-        self.kv_manager = kv_manager
-        self.events = events
-        self.memory = memory  # activation requests go through it
-        self.guard = guard
-        self.faults = faults
+    def __init__(self, context: SpecContext) -> None:
+        self.context = context
+        self.kv_manager = context.kv_manager
+        self.events = context.events
+        self.memory = context.memory  # activation requests go through it
+        self.guard = context.spec.guard
+        self.faults = context.faults
+        self.K = context.spec.max_draft_len
         self.step = 0  # the engine step being served (for events and fault injection)
         self._pending_rewinds: dict[int, int] = {}  # request id -> KV length to rewind to after drafting
 

@@ -12,39 +12,28 @@ from __future__ import annotations
 
 import torch
 
-from ..config import SpecConfig
-from ..events import EventLog
-from ..faults import FaultInjector
-from ..kv_cache.manager import KVCacheManager
-from ..layers.paged_kv import PagedKV
-from ..memory import MemoryBudget, draft_activation_bytes
-from ..model import CausalLM
-from ..parallel import TPGroup
-from .base import DraftInput, SpecWorkerBase
-from .eagle3_head import Eagle3DraftModel
+from ..memory import draft_activation_bytes
+from .base import DraftBuild, DraftInput, SpecContext, SpecWorkerBase
+from .eagle3_head import Eagle3DraftModel, build_draft_model, resolve_draft_model
+
+
+def build_eagle3_draft(build: DraftBuild) -> Eagle3DraftModel:
+    """The registry's draft builder: the head `--draft-model` names ("auto": the one that ships for the model)."""
+    spec = build.spec
+    head = resolve_draft_model(spec.draft_model, build.model_name)
+    draft = build_draft_model(build.target, head, spec.capture_layers, spec.draft_seed, build.tp)
+    return draft.to(build.dtype).to(build.device).eval()
 
 
 class Eagle3OneModelWorker(SpecWorkerBase):
-    def __init__(
-        self,
-        target: CausalLM,
-        draft: Eagle3DraftModel,
-        kv: PagedKV,
-        kv_manager: KVCacheManager,
-        spec: SpecConfig,
-        events: EventLog,
-        tp: TPGroup,
-        memory: MemoryBudget,
-        faults: FaultInjector | None = None,
-    ) -> None:
-        super().__init__(kv_manager, events, memory, spec.guard, faults)
-        self.target = target
-        self.draft = draft
-        self.kv = kv
-        self.K = spec.max_draft_len
-        self.tp = tp
-        self.draft_kv_layer = target.config.num_hidden_layers  # the extra layer after the target's
-        self.capture_layers = tuple(draft.config.capture_layers)
+    def __init__(self, context: SpecContext) -> None:
+        super().__init__(context)
+        self.target = context.target
+        self.draft: Eagle3DraftModel = context.draft
+        self.kv = context.kv
+        self.tp = context.tp
+        self.draft_kv_layer = self.target.config.num_hidden_layers  # the extra layer after the target's
+        self.capture_layers = tuple(self.draft.config.capture_layers)
 
     # Hooks a test or a fault injector can wrap (the draft loop calls them by name).
     def draft_step_hook(self, index: int) -> None:
