@@ -242,7 +242,8 @@ def _print_stats(engine, config) -> None:
         a = s.acceptance
         per_pos = ", ".join(f"{x:.2f}" for x in a["per_position_rate"])
         print(
-            f"eagle3 K={a['max_draft_len']}: acceptance length {a['acceptance_length']:.3f} (incl. bonus token), "
-            f"acceptance rate {a['acceptance_rate']:.3f}, per position [{per_pos}], {a['num_cycles']} draft cycles",
+            f"{engine.config.spec.algorithm} K={a['max_draft_len']}: acceptance length {a['acceptance_length']:.3f} "
+            f"(incl. bonus token), acceptance rate {a['acceptance_rate']:.3f}, per position [{per_pos}], "
+            f"{a['num_cycles']} draft cycles",
             file=sys.stderr,
         )

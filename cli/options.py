@@ -26,7 +26,7 @@ from ..workers.config import (
 )
 from ..workers.errors import UserError
 from ..workers.kv_cache import KV_CACHE_MANAGERS
-from ..workers.spec import SPEC_ALGORITHMS
+from ..workers.spec import SPEC_ALGORITHMS, spec_method
 
 # Defaults come from the config dataclasses, never written twice.
 E = EngineConfig()
@@ -161,7 +161,11 @@ SPEC = "Speculative decoding"
 S = SpecConfig()
 Spec = Annotated[
     SPEC_CHOICES,
-    typer.Option("--spec", help=f"none | {' | '.join(SPEC_ALGORITHMS)} (one-model).", rich_help_panel=SPEC),
+    typer.Option(
+        "--spec",
+        help="none, or a method: " + "; ".join(f"{m}: {spec_method(m).summary}" for m in SPEC_ALGORITHMS) + ".",
+        rich_help_panel=SPEC,
+    ),
 ]
 DraftLen = Annotated[
     int, typer.Option("--draft-len", "-k", min=1, max=16, help="Draft tokens per step (K).", rich_help_panel=SPEC)
