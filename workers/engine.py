@@ -270,7 +270,7 @@ class Engine:
         with its own output and counters. Returns (speculative outputs, plain outputs), both in prompt order: the
         run and its lossless baseline from one prefill, each what a separate run would give."""
         if self.config.spec is None:
-            raise UserError("paired decoding needs a spec-dec engine (--spec eagle3 or ngram)")
+            raise UserError("paired decoding needs a spec-dec engine (--spec METHOD, e.g. eagle3)")
         params = per_prompt(sampling, len(prompts))
         requests = self._requests(prompts, params)
         twins = []
