@@ -65,7 +65,7 @@ def train(
       specdec-eval draft train --data-dir ../shared/data
       specdec-eval draft train --data-dir ../shared/data --num-prompts 32 --epochs 1 -o /tmp/head   # quick look
     """
-    from ..evals.tasks.data import load_gsm8k_split
+    from ..evals.tasks.gsm8k import load_gsm8k_split
     from ..workers.errors import UserError
     from ..workers.spec.train.trainer import train_draft
 

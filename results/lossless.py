@@ -13,12 +13,19 @@ from __future__ import annotations
 from typing import Any
 
 EXACT_DTYPES = ("float32", "float64")
-SCORED_FILTERS = ("strict-match", "flexible-extract")
+MCNEMAR_FILTER = "flexible-extract"  # the filter McNemar's test counts, where the task has it (else its first)
+
+
+def _filters(sample: dict[str, Any]) -> list[str]:
+    """The filters a sample was scored on: its `correct[...]` fields (GSM8K's and GPQA's: strict-match and
+    flexible-extract); another task's columns in the same run are None on this sample."""
+    return [k[len("correct[") : -1] for k, v in sample.items() if k.startswith("correct[") and v is not None]
 
 
 def _score(sample: dict[str, Any]) -> float:
     """A sample's contribution to the task score: the mean of its filters' correctness."""
-    return sum(bool(sample.get(f"correct[{f}]")) for f in SCORED_FILTERS) / len(SCORED_FILTERS)
+    filters = _filters(sample)
+    return sum(bool(sample[f"correct[{f}]"]) for f in filters) / len(filters) if filters else 0.0
 
 
 def lossless_check(
@@ -43,7 +50,8 @@ def lossless_check(
             pos = first_divergence(list(s["output_token_ids"]), list(b["output_token_ids"]))
             if pos is not None:
                 divergent.append({"doc_id": s["doc_id"], "position": pos, "spec": _score(s), "baseline": _score(b)})
-        key = "correct[flexible-extract]"
+        filters = _filters(pairs[0][0]) if pairs else [MCNEMAR_FILTER]
+        key = f"correct[{MCNEMAR_FILTER if MCNEMAR_FILTER in filters or not filters else filters[0]}]"
         b_only = sum(bool(b[key]) and not bool(s[key]) for s, b in pairs)
         s_only = sum(bool(s[key]) and not bool(b[key]) for s, b in pairs)
         n, d = len(pairs), len(divergent)

@@ -7,8 +7,9 @@ import json
 import zipfile
 
 import pytest
-from specdec_eval.evals.tasks.data import GPQA_ZIP_MEMBER, gpqa_source, gsm8k_source
 from specdec_eval.evals.tasks.data_check import check_table
+from specdec_eval.evals.tasks.gpqa import GPQA_ZIP_MEMBER, gpqa_source
+from specdec_eval.evals.tasks.gsm8k import gsm8k_source
 from specdec_eval.evals.tasks.registry import TASKS, max_fewshot, source_for
 from specdec_eval.workers.errors import UserError
 

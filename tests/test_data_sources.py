@@ -9,8 +9,9 @@ from pathlib import Path
 import datasets
 import pandas as pd
 import pytest
-from specdec_eval.evals.tasks import data
-from specdec_eval.evals.tasks.data import DATA_ENV, gpqa_source, gsm8k_source
+from specdec_eval.evals.tasks.data import DATA_ENV
+from specdec_eval.evals.tasks.gpqa import GPQA_ZIP_MEMBER, gpqa_source
+from specdec_eval.evals.tasks.gsm8k import gsm8k_source
 from specdec_eval.workers.errors import UserError
 
 
@@ -194,7 +195,7 @@ def _touch(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".zip":
         with zipfile.ZipFile(path, "w") as z:
-            z.writestr(data.GPQA_ZIP_MEMBER, SYNTHETIC_GPQA)
+            z.writestr(GPQA_ZIP_MEMBER, SYNTHETIC_GPQA)
     else:
         path.write_text(SYNTHETIC_GPQA)
     return path
@@ -242,4 +243,4 @@ def test_shared_data_folder_if_present():
     g = gsm8k_source(str(shared))
     assert g.builder == "json" and Path(g.files["test"]).name == "test.jsonl"
     assert gpqa_source(str(shared)).builder == "gpqa-zip"
-    assert data.GPQA_ZIP_MEMBER == "dataset/gpqa_diamond.csv"
+    assert GPQA_ZIP_MEMBER == "dataset/gpqa_diamond.csv"

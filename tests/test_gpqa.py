@@ -434,7 +434,7 @@ def test_no_real_gpqa_question_in_the_repository():
 
 def test_gpqa_records_keep_only_the_letter_of_an_extraction():
     """lm-eval's strict-match keeps whatever follows "The answer is ", which may quote a choice: never stored."""
-    from specdec_eval.evals.pipeline.evaluation import gpqa_letter
+    from specdec_eval.evals.tasks.gpqa import gpqa_letter
 
     assert [gpqa_letter(x) for x in ["(D) some quoted choice", "(C", "B.", "[invalid]", "because of text"]] == [
         "(D)", "(C)", "(B)", "[invalid]", "[other]"]  # fmt: skip

@@ -41,7 +41,7 @@ def test_auto_means_the_shipped_head_for_smollm2_and_random_for_tiny():
 @pytest.mark.slow
 @pytest.mark.skipif(not (DATA / "gsm8k" / "test.jsonl").is_file(), reason="needs ../shared/data")
 def test_the_default_head_drafts_gsm8k_well_and_changes_no_output(smollm2, smollm2_engine):
-    from specdec_eval.evals.tasks.data import load_gsm8k_split
+    from specdec_eval.evals.tasks.gsm8k import load_gsm8k_split
 
     test = load_gsm8k_split(str(DATA), "test")[:8]
     prompts = fewshot_prompts(test, 8, 5, seed=1234, shots_from=load_gsm8k_split(str(DATA), "train"))

@@ -52,7 +52,7 @@ def bench_prompts(source: str, count: int, data_dir: str | None) -> list[str]:
             raise UserError(f"the builtin set has {len(BENCH_PROMPTS)} prompts; use fewer or --prompts gsm8k")
         return BENCH_PROMPTS[:count]
     from ...workers.spec.train.prompts import fewshot_prompts
-    from ..tasks.data import load_gsm8k_split
+    from ..tasks.gsm8k import load_gsm8k_split
 
     test = load_gsm8k_split(data_dir, "test")
     return fewshot_prompts(test, count, 5, seed=1234, shots_from=load_gsm8k_split(data_dir, "train"))

@@ -38,6 +38,7 @@ import yaml
 from ...results import locks
 from ...results.store import atomic_write
 from ...workers.errors import UserError
+from ..tasks.registry import family_named
 from .references import REFERENCE_DIR, parse_yaml, read_yaml
 
 ACCEPTANCE_PATH = REFERENCE_DIR / "acceptance_length.yaml"
@@ -255,7 +256,7 @@ def populate_from_run(summary: dict[str, Any], results: list, test_id: str, path
     measured one (GSM8K before GPQA) - only when the run is clean and passing (`populate_refusal`). Records in
     summary["acceptance_populated"] what was written, from how many documents and draft cycles, or why nothing
     was ("refused"). None when no task measured an acceptance length."""
-    measured = sorted((r for r in results if r.acceptance), key=lambda r: r.family != "gsm8k")
+    measured = sorted((r for r in results if r.acceptance), key=lambda r: not family_named(r.family).acceptance_first)
     if not measured:
         return None
     r = measured[0]

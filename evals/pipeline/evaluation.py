@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -22,8 +21,7 @@ from ...workers.interface import InferenceEngine
 from ...workers.spec.metrics import AcceptanceStats
 from ...workers.spec.registry import spec_method
 from ..gates.references import Reference, lookup
-from ..tasks import gsm8k
-from ..tasks.registry import FILTERS, TaskSpec, parse_tasks, source_for, write_task_yamls
+from ..tasks.registry import TaskSpec, parse_tasks, source_for, write_task_yamls
 
 DEFAULT_FEWSHOT_SEED = 1234  # lm-eval's fewshot_random_seed default: the GSM8K shots every lm-eval user gets
 
@@ -33,10 +31,10 @@ class EvalOptions:
     tasks: list[TaskSpec]
     data_dir: str | None = None
     limit: int | None = None
-    num_fewshot: int | None = None  # None: the task's own (GSM8K 5, GPQA 0)
+    num_fewshot: int | None = None  # None: the task family's own
     max_output_len: int | None = None  # None: the task's own
     apply_chat_template: bool = False
-    seed: int = 0  # lm-eval random_seed, and the GPQA choice shuffle
+    seed: int = 0  # lm-eval random_seed, and any seeded choice shuffle of a task (GPQA's)
     no_reference: bool = False
     model_key: str | None = None
     sample: str = "first"  # first | random: which documents --limit takes (random: a seeded random subset)
@@ -75,7 +73,7 @@ class TaskResult:
     acceptance_requests: list[tuple[int, int]] = field(default_factory=list)  # (cycles, accepted) per request
     num_failed_requests: int = 0
     data_origin: str = ""
-    filter_mismatches: list[dict[str, Any]] = field(default_factory=list)  # our GSM8K filters vs lm-eval's
+    filter_mismatches: list[dict[str, Any]] = field(default_factory=list)  # a family's own filters vs lm-eval's
     n_total: int | None = None  # documents the task has (samples can be fewer: a subset or an early stop)
     subset: dict[str, Any] | None = None  # the SubsetPlan (order) of the run, when it is not every document
     stopped: dict[str, Any] | None = None  # where and why an early-stopped task stopped
@@ -234,8 +232,10 @@ def check_references(engine: InferenceEngine, options: EvalOptions) -> None:
 def _reference(engine: InferenceEngine, spec: TaskSpec, options: EvalOptions) -> Reference | None:
     if options.no_reference or spec.smoke or spec.temperature:
         return None  # the smoke suite is never scored against the real references, nor sampling against greedy ones
-    selection = selection_for(engine, spec, options)
-    return lookup(spec.family, model_key_for(engine, options.model_key), selection)
+    family = spec.family
+    elsewhere = {"reference_dir": family.reference_dir} if family.reference_dir is not None else {}  # not shipped
+    return lookup(family.name, model_key_for(engine, options.model_key), selection_for(engine, spec, options),
+                  **elsewhere)  # fmt: skip
 
 
 def _simple_evaluate(**kwargs):
@@ -252,7 +252,7 @@ def _run_lm_eval(lm, options: EvalOptions, sources) -> tuple[dict[str, Any], dic
 
     from ..tasks.subsets import plan_subset
 
-    # lm-eval logs an example prompt at INFO (for GPQA that would put question text into logs) and warns about
+    # lm-eval logs an example prompt at INFO (for a sealed task that would put question text into logs) and warns about
     # custom_dataset kwargs it does not need; its progress bars and datasets' would bury ours.
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     datasets.disable_progress_bars()
@@ -299,8 +299,10 @@ def _hash(text: str) -> str:
 
 
 def _samples(spec: TaskSpec, entries: list[dict[str, Any]], lm) -> list[dict[str, Any]]:
-    """One record per document, whatever lm-eval's per-(doc, filter) layout. GPQA records hold no question,
-    choice or output text: only ids, hashes, the extracted letter and correctness."""
+    """One record per document, whatever lm-eval's per-(doc, filter) layout. The task's family says what a record
+    keeps: a sealed family's (GPQA's) hold no question, choice or output text, only ids, hashes, what its
+    extraction may keep (a letter) and correctness."""
+    family = spec.family
     by_doc: dict[int, dict[str, Any]] = {}
     for entry in entries:
         doc_id = int(entry["doc_id"])
@@ -317,8 +319,8 @@ def _samples(spec: TaskSpec, entries: list[dict[str, Any]], lm) -> list[dict[str
                 "doc_id": doc_id,
                 "doc_hash": entry.get("doc_hash"),
                 "prompt_hash": entry.get("prompt_hash"),
-                "target": gsm8k.final_answer(target) if spec.family == "gsm8k" else target,
-                "output": None if spec.family == "gpqa_diamond" else output_text,
+                "target": family.target(target),
+                "output": None if family.sealed else output_text,
                 "output_hash": _hash(",".join(map(str, out.token_ids))) if out is not None else None,
                 "num_output_tokens": len(out.token_ids) if out is not None else 0,
                 # token ids, not text: what output identity and the first divergence are measured on
@@ -328,26 +330,17 @@ def _samples(spec: TaskSpec, entries: list[dict[str, Any]], lm) -> list[dict[str
                 "_acceptance": _acceptance_of(out),
                 "acceptance_length": (out.stats.get("acceptance") or {}).get("acceptance_length") if out else None,
             }
-            if spec.family == "gpqa_diamond":  # its output can quote the question: never stored readable
+            if family.sealed:  # its output can quote the question: never stored readable
                 rec["sealed_fields"] = ["output_token_ids"]
             by_doc[doc_id] = rec
         extracted = entry["filtered_resps"][0] if isinstance(entry["filtered_resps"], list) else entry["filtered_resps"]
-        rec[f"extracted[{filt}]"] = gpqa_letter(str(extracted)) if spec.family == "gpqa_diamond" else str(extracted)
+        rec[f"extracted[{filt}]"] = family.extracted(str(extracted))
         rec[f"correct[{filt}]"] = bool(entry.get("exact_match", 0.0))
-        if spec.family == "gsm8k" and rec["output"] is not None:
-            # Our own filters on the same generation: must agree with lm-eval's (checked in _check_against_lm_eval)
-            ours = gsm8k.extract(rec["output"], filt)
-            rec[f"ours[{filt}]"] = (ours, gsm8k.is_correct(ours, target))
+        # The family's own filters on the same generation: must agree with lm-eval's (_check_against_lm_eval)
+        ours = family.own_extraction(rec["output"], filt, target) if rec["output"] is not None else None
+        if ours is not None:
+            rec[f"ours[{filt}]"] = ours
     return [by_doc[k] for k in sorted(by_doc)]
-
-
-def gpqa_letter(extracted: str) -> str:
-    """What a GPQA record may keep of an extraction: the letter. lm-eval's strict-match captures whatever follows
-    "The answer is ", which can quote a choice's text, and GPQA text must never be stored."""
-    m = re.match(r"\(?([A-D])\)?(?![A-Za-z])", extracted.strip())
-    if m:
-        return f"({m.group(1)})"
-    return extracted if extracted == "[invalid]" else "[other]"
 
 
 def _acceptance_of(out) -> AcceptanceStats | None:
@@ -357,7 +350,7 @@ def _acceptance_of(out) -> AcceptanceStats | None:
 
 def _score(spec: TaskSpec, samples: list[dict[str, Any]], reference: Reference | None, options: EvalOptions):
     n = len(samples)
-    filters = FILTERS[spec.family]
+    filters = spec.family.filters
     filter_scores = {f: 100.0 * sum(s[f"correct[{f}]"] for s in samples) / n if n else 0.0 for f in filters}
     scored = reference.score_filter if reference is not None and reference.score_filter else None
     # The mean of the filters, unless the reference was measured on one filter (then that one, as it was).
@@ -371,8 +364,8 @@ def _score(spec: TaskSpec, samples: list[dict[str, Any]], reference: Reference |
     if failed:
         verdict = "FAIL"  # a failed request is never scored as a wrong answer and never passes silently
         report += f"\n{failed} of {n} requests FAILED (finish reason error): the run fails whatever its accuracy"
-    return TaskResult(spec.name, spec.family, n, filter_scores, score, reference, threshold, theta, verdict, report,
-                      samples, num_failed_requests=failed)  # fmt: skip
+    return TaskResult(spec.name, spec.family.name, n, filter_scores, score, reference, threshold, theta, verdict,
+                      report, samples, num_failed_requests=failed)  # fmt: skip
 
 
 def _check_against_lm_eval(
@@ -380,14 +373,14 @@ def _check_against_lm_eval(
 ) -> None:
     """Our per-sample aggregation must reproduce lm-eval's own task scores (a mismatch is a harness bug and stops
     the run); lm-eval's aggregate covers every planned document, so this holds when all were evaluated (complete).
-    Our GSM8K filters are cross-checked on every sample; a disagreement is recorded in the result and reported,
-    never silently fixed: lm-eval's value is the one scored."""
+    A family's own filters (GSM8K's) are cross-checked on every sample; a disagreement is recorded in the result and
+    reported, never silently fixed: lm-eval's value is the one scored."""
     for f, ours in result.filter_scores.items() if complete else ():
         theirs = 100.0 * float(lm_eval_results.get(f"exact_match,{f}", float("nan")))
         if abs(ours - theirs) > 1e-6:
             raise RuntimeError(f"{spec.name} {f}: our score {ours:.4f} != lm-eval's {theirs:.4f}")
     for s in result.samples:
-        for f in FILTERS[spec.family]:
+        for f in spec.family.filters:
             ours = s.pop(f"ours[{f}]", None)
             theirs = (s[f"extracted[{f}]"], s[f"correct[{f}]"])
             if ours is not None and tuple(ours) != theirs:

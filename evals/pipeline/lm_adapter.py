@@ -12,7 +12,6 @@ are the command-line flags' names (`kv_cache=v2,spec=eagle3,draft_len=3`), built
 from __future__ import annotations
 
 import inspect
-import re
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +24,7 @@ from ...workers.config import EngineConfig, SamplingParams, from_options
 from ...workers.engine import Engine
 from ...workers.errors import UserError
 from ...workers.interface import GenerationOutput, InferenceEngine, OutputSink, Prompt
-from ..tasks import gsm8k
+from ..tasks.registry import task_for_lm_eval_name
 
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's own backends default to this when a task names no max_gen_toks
 # lm-eval spells the same limit four ways (lm_eval.models.utils.normalize_gen_kwargs); first one present wins.
@@ -116,7 +115,7 @@ class SpecDecLM(LM):
             return []
         prompts = [req.args[0] for req in requests]
         sampling = [sampling_from_gen_kwargs(req.args[1], self._max_for(req.metadata[0])) for req in requests]
-        self.running = RunningScore([getattr(req, "doc", None) for req in requests])
+        self.running = RunningScore([(req.metadata[0], getattr(req, "doc", None)) for req in requests])
         if self.only is not None:
             outputs = self._generate_only(requests, prompts, sampling)
         elif self.stopper is None:
@@ -291,23 +290,20 @@ class _RecordingSink:
 
 
 class RunningScore:
-    """A live score for the progress line while generation runs: GSM8K flexible-extract, or the last (X) letter
-    for GPQA, on the outputs finished so far. Only a progress hint: the reported score is lm-eval's."""
+    """A live score for the progress line while generation runs, on the outputs finished so far: each request's
+    task family judges its output (`TaskFamily.live_correct`). Only a progress hint: the reported score is lm-eval's."""
 
-    _LETTER = re.compile(r"\(([A-D])\)")
-
-    def __init__(self, docs: list) -> None:
-        self.docs = docs
+    def __init__(self, requests: list[tuple[str, Any]]) -> None:
+        """requests: (lm-eval task name, document) of each request, in order."""
+        self.requests = requests
         self.correct: dict[int, bool] = {}
 
     def add(self, i: int, text: str) -> None:
-        doc = self.docs[i] if i < len(self.docs) else None
-        answer = str(doc.get("answer", "")) if isinstance(doc, dict) else ""
-        if "####" in answer:
-            self.correct[i] = gsm8k.is_correct(gsm8k.extract(text, "flexible-extract"), answer)
-        elif re.fullmatch(r"\([A-D]\)", answer):
-            letters = self._LETTER.findall(text)
-            self.correct[i] = bool(letters) and f"({letters[-1]})" == answer
+        task, doc = self.requests[i] if i < len(self.requests) else ("", None)
+        spec = task_for_lm_eval_name(task)
+        verdict = spec.family.live_correct(text, doc) if spec is not None else None
+        if verdict is not None:
+            self.correct[i] = verdict
 
     @property
     def score(self) -> float | None:

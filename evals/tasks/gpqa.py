@@ -1,4 +1,6 @@
-"""GPQA-Diamond documents: read in memory (the password-protected zip is never extracted to disk) and given a
+"""The GPQA-Diamond task family: its data source, lm-eval YAML, sealed records and live score.
+
+Documents are read in memory (the password-protected zip is never extracted to disk) and given a
 per-question seeded choice order.
 
 lm-eval's stock GPQA `process_docs` shuffles with the global `random` module and runs several times per task;
@@ -15,14 +17,23 @@ import hashlib
 import io
 import os
 import random
+import re
 import zipfile
+from pathlib import Path
 from typing import Any
 
-from ...workers.errors import UserError
-from .data import GPQA_ZIP_MEMBER, GPQA_ZIP_PASSWORD
-from .data_check import check_csv_text, check_table, decode_utf8
+import yaml
 
+from ...workers.errors import UserError
+from .data import DataSource, data_root, hub_or_error
+from .data_check import check_csv_text, check_table, decode_utf8
+from .family import TaskFamily, TaskSpec
+
+HUB = ("Idavidrein/gpqa", "gpqa_diamond")
+GPQA_ZIP_MEMBER = "dataset/gpqa_diamond.csv"
+GPQA_ZIP_PASSWORD = b"deserted-untie-orchid"  # published in the official GPQA README
 LETTERS = "ABCD"
+_LETTER = re.compile(r"\(([A-D])\)")
 REQUIRED_COLUMNS = ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
 
 
@@ -112,3 +123,95 @@ def load_dataset(**kwargs: Any):
     seed = int(kwargs.get("shuffle_seed", 0))
     docs = [make_doc(r, i, seed) for i, r in enumerate(rows)]
     return datasets.DatasetDict({"train": datasets.Dataset.from_list(docs)})
+
+
+def checked_gpqa(src: DataSource) -> DataSource:
+    """A local GPQA source whose file (the csv, or the csv inside the official zip) has the expected columns."""
+    if src.files:
+        src.num_rows["train"] = check_gpqa_file(src.builder or "", src.files["train"])
+    return src
+
+
+def gpqa_source(data_dir: str | None) -> DataSource:
+    """gpqa/dataset.zip (the official layout, read in memory) or gpqa/gpqa_diamond.csv under the data folder, else
+    the hub."""
+    root = data_root(data_dir)
+    if root is not None:
+        for folder in (root / "gpqa", root):
+            if (folder / "dataset.zip").is_file():
+                zip_path = str(folder / "dataset.zip")
+                return checked_gpqa(DataSource(f"local:{zip_path}", "gpqa-zip", {"train": zip_path}))
+            for path in (folder / "gpqa_diamond.csv", folder / "dataset" / "gpqa_diamond.csv"):
+                if path.is_file():
+                    return checked_gpqa(DataSource(f"local:{path}", "csv", {"train": str(path)}))
+    return hub_or_error("GPQA-Diamond", HUB, root, "gpqa/dataset.zip (official layout) or gpqa/gpqa_diamond.csv")
+
+
+def gpqa_letter(extracted: str) -> str:
+    """What a GPQA record may keep of an extraction: the letter. lm-eval's strict-match captures whatever follows
+    "The answer is ", which can quote a choice's text, and GPQA text must never be stored."""
+    m = re.match(r"\(?([A-D])\)?(?![A-Za-z])", extracted.strip())
+    if m:
+        return f"({m.group(1)})"
+    return extracted if extracted == "[invalid]" else "[other]"
+
+
+class GpqaDiamond(TaskFamily):
+    """lm-eval's `gpqa_diamond_cot_zeroshot` with our per-question seeded choice shuffle (load_dataset above).
+    Its records hold no question, choice or output text: only ids, hashes, the extracted letter and correctness;
+    the output's token ids are sealed (results/seal.py)."""
+
+    name = "gpqa_diamond"
+    filters = ("strict-match", "flexible-extract")
+    max_output_len = 512  # chain of thought needs room to reason
+    floor = 25.0  # chance level for four choices
+    sealed = True
+
+    def source(self, spec: TaskSpec, data_dir: str | None) -> DataSource:
+        if spec.smoke:
+            path = str(spec.smoke_dir / "gpqa_diamond.csv")
+            return checked_gpqa(DataSource(f"smoke:{spec.smoke_dir}", "csv", {"train": path}))
+        return gpqa_source(data_dir)
+
+    def task_yaml(self, spec: TaskSpec, source: DataSource, stock: Path, seed: int) -> str:
+        config = {
+            "include": str(stock / "gpqa" / "cot_zeroshot" / "_gpqa_cot_zeroshot_yaml"),
+            "task": spec.lm_eval_name,
+            "tag": [],
+            "dataset_path": "specdec-gpqa",  # unused: custom_dataset supplies the docs, in memory
+            "dataset_name": None,
+            "process_docs": None,  # the stock one reshuffles with the global RNG on every call; ours is seeded
+            "dataset_kwargs": {
+                "builder": source.builder,
+                "path": source.files.get("train"),
+                "hub": list(source.hub) if source.hub else None,
+                "shuffle_seed": seed,
+            },
+        }
+        # A tag yaml.safe_dump cannot write: lm-eval's loader turns it into the callable (see hook_files).
+        return yaml.safe_dump(config, sort_keys=False) + "custom_dataset: !function specdec_hooks.load_dataset\n"
+
+    def hook_files(self) -> dict[str, str]:
+        # `!function name.attr` resolves next to the YAML that holds it: a two-line module forwards to ours.
+        return {"specdec_hooks.py": f"from {__name__} import load_dataset  # noqa: F401\n"}
+
+    def max_fewshot(self, source: DataSource) -> int | None:
+        rows = source.num_rows.get("train")  # shots come from the only split, leaving out the question asked
+        return None if rows is None else rows - 1
+
+    def extracted(self, filtered: str) -> str:
+        return gpqa_letter(filtered)
+
+    def live_correct(self, output: str, doc: Any) -> bool | None:
+        answer = doc.get("answer") if isinstance(doc, dict) else None
+        if not isinstance(answer, str) or not re.fullmatch(r"\([A-D]\)", answer):
+            return None
+        letters = _LETTER.findall(output)  # the last (X) the output names
+        return bool(letters) and f"({letters[-1]})" == answer
+
+
+FAMILY = GpqaDiamond()
+TASKS = (
+    TaskSpec("gpqa_diamond", FAMILY),
+    TaskSpec("gpqa_diamond_smoke", FAMILY, smoke=True),  # self-written GPQA-format questions (offline demos only)
+)

@@ -1,6 +1,6 @@
-"""Our tasks, defined as lm-eval task YAMLs that `include:` lm-eval's own configs (so prompts, filters and the
-metric are lm-eval's) and only swap the data source. The YAMLs are written into a run-local folder at run
-time, because the data paths are only known then.
+"""The tasks a run can name, collected from task-family modules, and the lm-eval task folder a run writes.
+
+Each family module (gsm8k.py, gpqa.py) exposes `FAMILY` (a family.TaskFamily) and `TASKS` (its TaskSpecs):
 
   gsm8k               lm-eval `gsm8k` (5-shot from train, strict-match + flexible-extract)
   gpqa_diamond        lm-eval `gpqa_diamond_cot_zeroshot`, with our per-question seeded choice shuffle
@@ -9,52 +9,96 @@ time, because the data paths are only known then.
   gsm8k_smoke         self-written GSM8K-format problems shipped with the project (offline demos only)
   gpqa_diamond_smoke  self-written GPQA-format questions (offline demos only)
 
-With --apply-chat-template the same tasks render through the model's chat template, few-shot as multi-turn.
+More task modules (a module name, or the path of a .py file), separated by the platform's path separator, come from
+the SPECDEC_EVAL_TASK_MODULES environment variable; they are registered the first time tasks are parsed, so that
+`run`, a torchrun job's ranks and each side of `ab` see them alike. A family's references are <name>.yaml in its
+`reference_dir` (by default evals/references/). With --apply-chat-template the same tasks render through the
+model's chat template, few-shot as multi-turn.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+import importlib.util
+import os
+import sys
 from pathlib import Path
-from typing import Any
-
-import yaml
+from types import ModuleType
 
 from ...workers.errors import UserError
-from .data import DataSource, checked_gpqa, checked_gsm8k, gpqa_source, gsm8k_source
+from . import gpqa, gsm8k
+from .data import DataSource
+from .family import TaskFamily, TaskSpec
 
-SMOKE_DIR = Path(__file__).parents[1] / "smoke"
+__all__ = ["FAMILIES", "TASKS", "TaskFamily", "TaskSpec", "family_named", "parse_tasks", "register"]
 
-
-@dataclass(frozen=True)
-class TaskSpec:
-    name: str  # what the user types
-    family: str  # gsm8k | gpqa_diamond: which reference file, filters and extraction apply
-    max_output_len: int  # TensorRT-LLM uses 256 for GSM8K; GPQA CoT needs room to reason
-    floor: float  # the score of a model that gets nothing right: 0, or chance level for 4 choices
-    smoke: bool = False
-    num_fewshot: int = 0  # lm-eval's own default for the task
-    temperature: float = 0.0  # > 0: sampled (lm-eval's do_sample), and no greedy reference applies
-
-    @property
-    def lm_eval_name(self) -> str:
-        return f"specdec_{self.name}"
+TASK_MODULES_ENV = "SPECDEC_EVAL_TASK_MODULES"
+FAMILIES: dict[str, TaskFamily] = {}
+TASKS: dict[str, TaskSpec] = {}
+_LOADED: set[str] = set()  # entries of TASK_MODULES_ENV already registered in this process
 
 
-TASKS = {
-    t.name: t
-    for t in (
-        TaskSpec("gsm8k", "gsm8k", 256, 0.0, num_fewshot=5),
-        TaskSpec("gpqa_diamond", "gpqa_diamond", 512, 25.0),
-        TaskSpec("gsm8k_sampled", "gsm8k", 256, 0.0, num_fewshot=5, temperature=0.7),
-        TaskSpec("gsm8k_smoke", "gsm8k", 256, 0.0, smoke=True, num_fewshot=5),
-        TaskSpec("gpqa_diamond_smoke", "gpqa_diamond", 512, 25.0, smoke=True),
-    )
-}
-FILTERS = {"gsm8k": ("strict-match", "flexible-extract"), "gpqa_diamond": ("strict-match", "flexible-extract")}
+def register(module: ModuleType) -> list[str]:
+    """Add a task-family module's FAMILY and TASKS; returns the task names. A name already taken by another module
+    is refused (a second module cannot silently replace a family or a task)."""
+    family, specs = getattr(module, "FAMILY", None), tuple(getattr(module, "TASKS", ()))
+    if not isinstance(family, TaskFamily) or not specs:
+        raise UserError(f"task module {module.__name__}: needs FAMILY (a TaskFamily) and TASKS (TaskSpecs)")
+    if FAMILIES.get(family.name, family) is not family:
+        raise UserError(f"task module {module.__name__}: family '{family.name}' is already registered")
+    taken = [s.name for s in specs if TASKS.get(s.name, s) != s or s.family is not family]
+    if taken:
+        raise UserError(f"task module {module.__name__}: task {', '.join(taken)} taken, or not of its FAMILY")
+    FAMILIES[family.name] = family
+    TASKS.update((s.name, s) for s in specs)
+    return [s.name for s in specs]
+
+
+for _module in (gsm8k, gpqa):
+    register(_module)
+
+
+def load_task_modules() -> None:
+    """Register the modules named in SPECDEC_EVAL_TASK_MODULES (each once per process)."""
+    for entry in filter(None, os.environ.get(TASK_MODULES_ENV, "").split(os.pathsep)):
+        if entry not in _LOADED:
+            register(_import(entry))
+            _LOADED.add(entry)
+
+
+def _import(entry: str) -> ModuleType:
+    """A module by dotted name, or a .py file by path (imported under its file name, prefixed)."""
+    try:
+        if not entry.endswith(".py"):
+            return importlib.import_module(entry)
+        path = Path(entry).expanduser().resolve()
+        name = f"specdec_eval_task_{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None or not path.is_file():
+            raise ImportError(f"no such file {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses and pickling look a module up by name
+        spec.loader.exec_module(module)
+        return module
+    except ImportError as e:
+        raise UserError(f"{TASK_MODULES_ENV}: cannot import task module {entry!r} ({e})") from None
+
+
+def family_named(name: str) -> TaskFamily:
+    """The registered family called name (a recorded result's `family`)."""
+    load_task_modules()
+    if name not in FAMILIES:
+        raise UserError(f"unknown task family '{name}'; known: {', '.join(FAMILIES)}")
+    return FAMILIES[name]
+
+
+def task_for_lm_eval_name(lm_eval_name: str) -> TaskSpec | None:
+    """The task whose lm-eval name this is (None: a task lm-eval loaded that is not ours)."""
+    return next((s for s in TASKS.values() if s.lm_eval_name == lm_eval_name), None)
 
 
 def parse_tasks(names: str | list[str]) -> list[TaskSpec]:
+    load_task_modules()
     items = names.split(",") if isinstance(names, str) else [n for x in names for n in x.split(",")]
     specs = []
     for name in (n.strip() for n in items if n.strip()):
@@ -69,69 +113,23 @@ def parse_tasks(names: str | list[str]) -> list[TaskSpec]:
 
 def source_for(spec: TaskSpec, data_dir: str | None) -> DataSource:
     """Where the task's documents come from; local files are schema-checked here (evals/tasks/data_check.py)."""
-    if spec.smoke:
-        folder = SMOKE_DIR / spec.family
-        if spec.family == "gsm8k":
-            files = {s: str(folder / f"{s}.jsonl") for s in ("train", "test")}
-            return checked_gsm8k(DataSource(f"smoke:{folder}", "json", files))
-        return checked_gpqa(DataSource(f"smoke:{folder}", "csv", {"train": str(folder / "gpqa_diamond.csv")}))
-    return gsm8k_source(data_dir) if spec.family == "gsm8k" else gpqa_source(data_dir)
+    return spec.family.source(spec, data_dir)
 
 
 def max_fewshot(spec: TaskSpec, source: DataSource) -> int | None:
-    """The most few-shot examples the task's source can give (None: unknown, a hub dataset). GSM8K draws them
-    from its train split; GPQA from its only split, leaving out the question asked."""
-    rows = source.num_rows.get("train")
-    if rows is None:
-        return None
-    return rows - 1 if spec.family == "gpqa_diamond" else rows
+    """The most few-shot examples the task's source can give (None: unknown, a hub dataset)."""
+    return spec.family.max_fewshot(source)
 
 
-def write_task_yamls(specs: list[TaskSpec], sources: dict[str, DataSource], folder: Path, gpqa_seed: int) -> Path:
-    """One YAML per task in `folder` (plus the hook module the GPQA YAML points at); returns the folder."""
+def write_task_yamls(specs: list[TaskSpec], sources: dict[str, DataSource], folder: Path, seed: int) -> Path:
+    """One YAML per task in `folder` (plus the hook modules its family's YAML points at); returns the folder."""
     import lm_eval.tasks
 
     stock = Path(lm_eval.tasks.__file__).parent
     folder.mkdir(parents=True, exist_ok=True)
-    # `!function name.attr` resolves next to the YAML that holds it: a two-line module forwards to ours.
-    (folder / "specdec_hooks.py").write_text("from specdec_eval.evals.tasks.gpqa import load_dataset  # noqa: F401\n")
     for spec in specs:
-        src = sources[spec.name]
-        if spec.family == "gsm8k":
-            config = _gsm8k_yaml(stock, spec, src)
-            text = yaml.safe_dump(config, sort_keys=False)
-        else:
-            config = _gpqa_yaml(stock, spec, src, gpqa_seed)
-            # A tag yaml.safe_dump cannot write: lm-eval's loader turns it into the callable.
-            text = yaml.safe_dump(config, sort_keys=False) + "custom_dataset: !function specdec_hooks.load_dataset\n"
+        for name, text in spec.family.hook_files().items():
+            (folder / name).write_text(text)
+        text = spec.family.task_yaml(spec, sources[spec.name], stock, seed)
         (folder / f"{spec.lm_eval_name}.yaml").write_text(text, encoding="utf-8")
     return folder
-
-
-def _gsm8k_yaml(stock: Path, spec: TaskSpec, src: DataSource) -> dict[str, Any]:
-    config: dict[str, Any] = {"include": str(stock / "gsm8k" / "gsm8k.yaml"), "task": spec.lm_eval_name, "tag": []}
-    if src.hub is not None:
-        config.update(dataset_path=src.hub[0], dataset_name=src.hub[1])
-    else:
-        config.update(dataset_path=src.builder, dataset_name=None, dataset_kwargs={"data_files": src.files})
-    if spec.temperature:  # a YAML's generation_kwargs replace the included ones whole: keep its stop strings
-        stock_kwargs = yaml.safe_load((stock / "gsm8k" / "gsm8k.yaml").read_text())["generation_kwargs"]
-        config["generation_kwargs"] = {**stock_kwargs, "do_sample": True, "temperature": spec.temperature}
-    return config
-
-
-def _gpqa_yaml(stock: Path, spec: TaskSpec, src: DataSource, seed: int) -> dict[str, Any]:
-    return {
-        "include": str(stock / "gpqa" / "cot_zeroshot" / "_gpqa_cot_zeroshot_yaml"),
-        "task": spec.lm_eval_name,
-        "tag": [],
-        "dataset_path": "specdec-gpqa",  # unused: custom_dataset supplies the docs, in memory
-        "dataset_name": None,
-        "process_docs": None,  # the stock one reshuffles with the global RNG on every call; ours is seeded
-        "dataset_kwargs": {
-            "builder": src.builder,
-            "path": src.files.get("train"),
-            "hub": list(src.hub) if src.hub else None,
-            "shuffle_seed": seed,
-        },
-    }
