@@ -66,13 +66,9 @@ class GateResult:
     def failed(self) -> bool:
         return self.verdict == FAIL
 
-    def get(self, key: str, default: Any = None) -> Any:
-        """A number, or the verdict or reason, by the key summary.json records it under."""
-        return self.to_json().get(key, default)
-
     def to_json(self) -> dict[str, Any]:
         values = {**self.numbers, "verdict": self.verdict, "reason": self.reason}
-        return _emit(values, self.key_order or tuple(values), frozenset())
+        return _emit(values, self.key_order or tuple(values), frozenset(), {"reason": ""})
 
     @classmethod
     def from_json(cls, record: Mapping[str, Any]) -> GateResult:

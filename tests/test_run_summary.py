@@ -69,7 +69,8 @@ OLD = {"verdict": "FAIL", "elapsed_s": 3.0, "events": {"spec_state_leak": 1}, "f
                                  "num_failed_requests": 0, "acceptance": None, "data": "smoke", "report": "r",
                                  "filter_mismatches": [],
                                  "lossless": {"num_pairs": 2, "identical": 2, "verdict": "PASS",
-                                              "reason": "same"}}}}  # fmt: skip
+                                              "reason": "same"},
+                                 "acceptance_gate": {"verdict": "PASS", "acceptance_length": 2.1}}}}  # fmt: skip
 
 
 def _written(summary: dict, path) -> bytes:
