@@ -307,9 +307,7 @@ def check_named_baseline(config: EngineConfig, plan: RunPlan) -> None:
         raise UserError(f"--baseline: {problem}")
 
 
-def run_with_baseline(
-    config: EngineConfig, plan: RunPlan, progress_for=None, baseline: str = "paired"
-) -> RunSummary:
+def run_with_baseline(config: EngineConfig, plan: RunPlan, progress_for=None, baseline: str = "paired") -> RunSummary:
     """One process. A spec-dec run whose baseline is not recorded gets it paired (one prefill), or with
     baseline="separate" as a run of its own first (reused by later runs); then the run.
     progress_for(): a context manager giving a progress callback, per evaluation."""
