@@ -13,6 +13,7 @@ import typer
 
 from ..evals.tasks.registry import TASKS
 from ..launch.torchrun import TorchrunSpec
+from ..results.run_summary import RunSummary
 from ..workers.errors import UserError
 from . import endpoint_options as eo
 from . import options as o
@@ -291,19 +292,20 @@ def run(
         summary = _run_endpoint(endpoint, baseline_endpoint, declared, config, plan)
     elif gpus > 1 or nnodes > 1 or dry_run:
         torchrun = TorchrunSpec(gpus, nnodes, node_rank, rdzv_endpoint, rdzv_backend)
-        summary = _run_job(config, plan, torchrun, tp, dry_run, rank_timeout, mode)
-        if summary is None:
+        recorded = _run_job(config, plan, torchrun, tp, dry_run, rank_timeout, mode)
+        if recorded is None:
             return
+        summary = RunSummary.from_json(recorded)  # rank 0's summary, sent back as JSON
     else:
         summary = run_with_baseline(config, plan, progress_for=lambda: generation_progress(0), baseline=mode)
     if json_out:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(summary.to_json(), indent=2))
     else:
         print_report(summary)
-    refused = (summary.get("acceptance_populated") or {}).get("refused")
+    refused = (summary.acceptance_populated or {}).get("refused")
     if refused:  # asked for, not done: the status says so even when the run itself passed
         print(f"specdec-eval: --populate-acceptance: reference not written: {refused}", file=sys.stderr)
-    if summary["verdict"] == "FAIL" or refused:
+    if summary.verdict == "FAIL" or refused:
         raise typer.Exit(1)
 
 
@@ -426,4 +428,4 @@ def job_driver(engine, payload: dict[str, Any]) -> dict[str, Any]:
     from ..evals.pipeline.orchestration import RunPlan, run_evaluation
 
     with generation_progress(0) as progress:
-        return run_evaluation(engine, RunPlan.from_dict(payload), progress)
+        return run_evaluation(engine, RunPlan.from_dict(payload), progress).to_json()

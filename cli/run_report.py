@@ -5,67 +5,68 @@ failure as a wrong answer, and "0.00" would read like a measurement."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
-from ..results.verdict import NO_GATE, run_verdict
+from ..results.run_summary import NO_GATE, RunSummary, TaskSummary, as_run_summary
 
 
-def failed_requests(task: dict[str, Any]) -> str | None:
+def failed_requests(task: TaskSummary) -> str | None:
     """'8 of 8 requests FAILED' when the task has failed requests (then its score is not a measurement)."""
-    failed = task.get("num_failed_requests") or 0
-    return f"{failed} of {task['num_samples']} requests FAILED" if failed else None
+    failed = task.num_failed_requests or 0
+    return f"{failed} of {task.num_samples} requests FAILED" if failed else None
 
 
-def print_report(summary: dict[str, Any]) -> None:
+def print_report(summary: RunSummary | Mapping[str, Any]) -> None:
     out = sys.stdout
-    for name, t in summary["tasks"].items():
-        print(f"\n{name}: {t['num_samples']} samples from {t['data']}", file=out)
+    summary = as_run_summary(summary)
+    for name, t in summary.tasks.items():
+        print(f"\n{name}: {t.num_samples} samples from {t.data}", file=out)
         failed = failed_requests(t)
         if failed:  # the hypothesis report and the filter scores would count each failure as a wrong answer
             print(f"score n/a: {failed} (a failed request is not an answer; the task is not scored)", file=out)
         else:
-            print(t["report"], file=out)
-        for m in t.get("filter_mismatches", [])[:5]:
+            print(t.report, file=out)
+        for m in (t.filter_mismatches or [])[:5]:
             print(f"warning: doc {m['doc_id']} {m['filter']}: our filter gives {m['ours']}, lm-eval's "
                   f"{m['lm_eval']} (lm-eval's is scored)", file=out)  # fmt: skip
         if not failed:
-            scores = ", ".join(f"{k} {v:.2f}" for k, v in t["filter_scores"].items())
-            print(f"filters: {scores}; score = their mean = {t['score']:.2f}", file=out)
-        if t.get("lossless"):
-            ls = t["lossless"]
-            line = f"lossless: {ls['verdict']} ({ls['reason']})"
+            scores = ", ".join(f"{k} {v:.2f}" for k, v in (t.filter_scores or {}).items())
+            print(f"filters: {scores}; score = their mean = {t.score:.2f}", file=out)
+        if t.lossless:
+            ls = t.lossless.numbers
+            line = f"lossless: {t.lossless.verdict} ({t.lossless.reason})"
             if ls.get("num_pairs"):
                 line += f"; identical {ls['identical']}/{ls['num_pairs']}, McNemar p {ls['mcnemar_p']:.3g}"
                 line += f" vs {ls.get('baseline_label') or 'baseline run'} {ls['baseline_run']}"
             print(line, file=out)
             for d in ls.get("divergences", [])[:10]:
                 print(f"  divergent doc {d['doc_id']}: first differing token at {d['position']}", file=out)
-        if t["acceptance"]:
-            a = t["acceptance"]
+        if t.acceptance:
+            a = t.acceptance
             per_pos = ", ".join(f"{x:.2f}" for x in a["per_position_rate"])
             print(f"acceptance length {a['acceptance_length']:.3f} (incl. bonus token), rate "
                   f"{a['acceptance_rate']:.3f}, per position [{per_pos}]", file=out)  # fmt: skip
-        if t.get("acceptance_gate"):
-            g = t["acceptance_gate"]
-            print(f"acceptance gate: {g['verdict']} ({g['reason']})", file=out)
+        if t.acceptance_gate:
+            print(f"acceptance gate: {t.acceptance_gate.verdict} ({t.acceptance_gate.reason})", file=out)
     print("", file=out)
-    for name, t in summary["tasks"].items():
+    for name, t in summary.tasks.items():
         ref = "no ref"
-        if t["reference"] is not None:
-            ref = f"ref {t['reference']:.2f} thr {t['threshold']:.2f} theta {t['theta']:.2f}"
-        lossless = f"  lossless {t['lossless']['verdict']}" if t.get("lossless") else ""
-        lossless += f"  acceptance {t['acceptance_gate']['verdict']}" if t.get("acceptance_gate") else ""
+        if t.reference is not None:
+            ref = f"ref {t.reference:.2f} thr {t.threshold:.2f} theta {t.theta:.2f}"
+        lossless = f"  lossless {t.lossless.verdict}" if t.lossless else ""
+        lossless += f"  acceptance {t.acceptance_gate.verdict}" if t.acceptance_gate else ""
         failed = failed_requests(t)
-        score = f"{'n/a':>6}" if failed else f"{t['score']:6.2f}"
+        score = f"{'n/a':>6}" if failed else f"{t.score:6.2f}"
         note = f"  ({failed})" if failed else ""
-        print(f"{name:<20} {score}  {ref:<32} {t['verdict']}{lossless}{note}", file=out)
+        print(f"{name:<20} {score}  {ref:<32} {t.verdict}{lossless}{note}", file=out)
     _print_audit(summary, out)
     _print_run_notes(summary, out)
-    if summary["events"]:
-        print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["events"].items())), file=out)
-    verdict = run_verdict(summary)  # NO-GATE where no gate could have failed the run
+    if summary.events:
+        print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.events.items())), file=out)
+    verdict = summary.shown_verdict  # NO-GATE where no gate could have failed the run
     why = " (no gate could fail this run)" if verdict == NO_GATE else ""
-    print(f"run {verdict}{why} in {summary['elapsed_s']:.0f} s ({summary['world_size']} rank(s))", file=out)
+    print(f"run {verdict}{why} in {summary.elapsed_s:.0f} s ({summary.world_size} rank(s))", file=out)
 
 
 def populated_line(populated: dict[str, Any]) -> str:
@@ -81,9 +82,9 @@ def populated_line(populated: dict[str, Any]) -> str:
     return f"acceptance reference written: {figure} in {populated['path']}"
 
 
-def _print_audit(summary: dict[str, Any], out) -> None:
+def _print_audit(summary: RunSummary, out) -> None:
     """The paired twins' audit: which documents a plain engine decoded, and where it first differed."""
-    audit = (summary.get("baseline") or {}).get("audit")
+    audit = (summary.baseline or {}).get("audit")
     if audit is None:
         return
     docs = ", ".join(f"{d['task']} {d['doc_id']}" for d in audit["audited"]) or "none"
@@ -94,16 +95,16 @@ def _print_audit(summary: dict[str, Any], out) -> None:
           f"{found}; {audit['elapsed_s']:.1f} s", file=out)  # fmt: skip
 
 
-def _print_run_notes(summary: dict[str, Any], out) -> None:
+def _print_run_notes(summary: RunSummary, out) -> None:
     """What the run says beside its tasks: the engine's (or server's) own acceptance figures, a written reference,
     a fault that was asked for and never fired (then the run did not test what it was asked to)."""
-    reported = summary.get("reported_acceptance")
+    reported = summary.reported_acceptance
     if reported:
         al = reported.get("acceptance_length")
         figure = f"acceptance length {al:.3f}" if isinstance(al, int | float) else "no acceptance length"
         print(f"reported by the engine: {figure} (source: {reported.get('source', 'unknown')})", file=out)
-    populated = summary.get("acceptance_populated")
+    populated = summary.acceptance_populated
     if populated:
         print(populated_line(populated), file=out)
-    for fault in summary.get("faults_never_fired") or []:
+    for fault in summary.faults_never_fired or ():
         print(f"warning: injected fault {fault} never fired; this run did not exercise it", file=out)

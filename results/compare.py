@@ -12,9 +12,11 @@ into text.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from .paired import first_divergence, mcnemar_exact, pair_samples, paired_mean_difference
+from .run_summary import RunSummary, TaskSummary
 from .store import Run
 
 REGRESSION, IMPROVEMENT, NO_CHANGE = "regression", "improvement", "no significant change"
@@ -48,10 +50,10 @@ def compare_runs(
             # on nothing.
             raise FileNotFoundError(f"run {which} ({run.run_id}) has no samples.parquet (lost or deleted): "
                                     "there is nothing to pair sample by sample")  # fmt: skip
-    summary_a, summary_b = run_a.summary(), run_b.summary()
+    summary_a, summary_b = run_a.run_summary(), run_b.run_summary()
     manifest_a, manifest_b = run_a.manifest(), run_b.manifest()
     samples_a, samples_b = run_a.samples(), run_b.samples()
-    tasks_a, tasks_b = summary_a.get("tasks", {}), summary_b.get("tasks", {})
+    tasks_a, tasks_b = summary_a.tasks, summary_b.tasks
     for run, which, samples, tasks_of in ((run_a, "A", samples_a, tasks_a), (run_b, "B", samples_b, tasks_b)):
         _check_samples_present(run, which, samples, tasks_of)
     pairs = pair_samples(samples_a, samples_b)
@@ -76,7 +78,7 @@ def compare_runs(
         ],
         "only_in_a": [t for t in tasks_a if t not in tasks_b],
         "only_in_b": [t for t in tasks_b if t not in tasks_a],
-        "events": _event_deltas(summary_a.get("events") or {}, summary_b.get("events") or {}),
+        "events": _event_deltas(summary_a.events, summary_b.events),
         "config_diff": diff_dicts(manifest_a.get("config") or {}, manifest_b.get("config") or {}),
         "environment_diff": diff_dicts(
             {k: manifest_a.get(k) for k in ENVIRONMENT_KEYS}, {k: manifest_b.get(k) for k in ENVIRONMENT_KEYS}
@@ -84,31 +86,32 @@ def compare_runs(
     }
 
 
-def _check_samples_present(run: Run, which: str, samples: list[dict[str, Any]], tasks: dict[str, Any]) -> None:
+def _check_samples_present(run: Run, which: str, samples: list[dict[str, Any]],
+                           tasks: Mapping[str, TaskSummary]) -> None:  # fmt: skip
     """FileNotFoundError when the summary counts samples of a task that samples.parquet does not hold (a file cut
     down or replaced): pairing what is left would report "no significant change" about samples never seen."""
     for task, info in tasks.items():
-        expected = info.get("num_samples") or 0
+        expected = info.num_samples or 0
         if expected and not any(s.get("task") == task for s in samples):
             raise FileNotFoundError(f"run {which} ({run.run_id}): its summary counts {expected} {task} samples but "
                                     "samples.parquet holds none of them")  # fmt: skip
 
 
-def _run_info(run: Run, manifest: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+def _run_info(run: Run, manifest: dict[str, Any], summary: RunSummary) -> dict[str, Any]:
     return {
         "run_id": run.run_id,
         "path": str(run.path),
         "test_id": manifest.get("test_id"),
         "commit": manifest.get("commit"),
         "dirty": manifest.get("dirty"),
-        "verdict": summary.get("verdict"),
+        "verdict": summary.verdict if summary.recorded_verdict is not None else None,
     }
 
 
 def _compare_task(
     pairs: list[tuple[dict[str, Any], dict[str, Any]]],
-    summary_a: dict[str, Any],
-    summary_b: dict[str, Any],
+    summary_a: TaskSummary,
+    summary_b: TaskSummary,
     unpaired: dict[str, list[Any]] | None,
     alpha: float,
     filter: str,
@@ -129,8 +132,8 @@ def _compare_task(
     if p < alpha:
         verdict = REGRESSION if b > c else IMPROVEMENT
     n = len(pairs)
-    score_a, score_b = summary_a.get("score"), summary_b.get("score")
-    filters_a, filters_b = summary_a.get("filter_scores") or {}, summary_b.get("filter_scores") or {}
+    score_a, score_b = summary_a.score, summary_b.score
+    filters_a, filters_b = dict(summary_a.filter_scores or {}), dict(summary_b.filter_scores or {})
     return {
         "n": n,
         "unpaired": unpaired or {"only_a": [], "only_b": []},
@@ -146,7 +149,7 @@ def _compare_task(
         "mcnemar": {"filter": filter, "b": b, "c": c, "p": p},
         "verdict": verdict,
         "outputs": _output_identity(pairs),
-        "acceptance": _acceptance(pairs, summary_a.get("acceptance"), summary_b.get("acceptance"), bootstrap),
+        "acceptance": _acceptance(pairs, summary_a.acceptance, summary_b.acceptance, bootstrap),
     }
 
 
@@ -198,7 +201,7 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _event_deltas(a: dict[str, int], b: dict[str, int]) -> dict[str, dict[str, int]]:
+def _event_deltas(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, dict[str, int]]:
     return {t: {"a": a.get(t, 0), "b": b.get(t, 0), "delta": b.get(t, 0) - a.get(t, 0)} for t in sorted({*a, *b})}
 
 

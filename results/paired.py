@@ -13,7 +13,10 @@ runs always give the same interval).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def mcnemar_exact(b: int, c: int) -> float:
@@ -96,41 +99,53 @@ class PairedSamples(dict):
         self.unpaired: dict[str, dict[str, list[Any]]] = {}
 
 
-def _index(samples: Iterable[dict[str, Any]], which: str) -> dict[tuple[str, Any], dict[str, Any]]:
-    out: dict[tuple[str, Any], dict[str, Any]] = {}
-    for s in samples:
-        key = (s["task"], s["doc_id"])
-        if key in out:
-            raise ValueError(f"run {which} holds task {key[0]!r} doc {key[1]} twice; its samples are corrupt")
-        out[key] = s
-    return out
+def _keys(samples: list[dict[str, Any]], which: str) -> pd.DataFrame:
+    """The join keys of a run's samples (task, doc_id), their prompt hashes and their place in the list."""
+    import pandas as pd
+
+    column = lambda values: pd.Series(list(values), dtype=object)  # noqa: E731  ints and strs as the store has them
+    frame = pd.DataFrame({"task": column(s["task"] for s in samples), "doc_id": column(s["doc_id"] for s in samples),
+                          "prompt_hash": column(s.get("prompt_hash") for s in samples),
+                          "row": range(len(samples))})  # fmt: skip
+    twice = frame.duplicated(["task", "doc_id"])
+    if twice.any():
+        task, doc = frame.loc[twice.idxmax(), ["task", "doc_id"]]
+        raise ValueError(f"run {which} holds task {task!r} doc {doc} twice; its samples are corrupt")
+    return frame
 
 
 def pair_samples(samples_a: Iterable[dict[str, Any]], samples_b: Iterable[dict[str, Any]]) -> PairedSamples:
-    """Join two runs' samples on (task, doc_id).
+    """Join two runs' samples on (task, doc_id) (results/frames.py `paired_frame`).
 
     Raises ValueError when a pair's prompt_hash differs: the runs prompted the model differently (other few-shot
     examples, chat template, data), so their samples are not comparable. Docs present in only one run are left
     out of the pairs and listed in the result's `unpaired`.
     """
-    a, b = _index(samples_a, "A"), _index(samples_b, "B")
-    mismatched = [key for key in a if key in b and a[key].get("prompt_hash") != b[key].get("prompt_hash")]
-    if mismatched:
-        task, doc = mismatched[0]
-        ha, hb = (str(x[(task, doc)].get("prompt_hash"))[:12] for x in (a, b))
+    import pandas as pd
+
+    from .frames import paired_frame
+
+    a, b = list(samples_a), list(samples_b)
+    keys_a, keys_b = _keys(a, "A"), _keys(b, "B")
+    joined = paired_frame(keys_a, keys_b)
+    both = joined[joined["side"] == "both"]
+    ha, hb = both["prompt_hash_a"], both["prompt_hash_b"]
+    differs = both[~((ha == hb) | (ha.isna() & hb.isna()))]
+    if len(differs):
+        first = differs.iloc[0]
+        shown = (str(first[f"prompt_hash_{side}"])[:12] for side in "ab")
         raise ValueError(
-            f"{len(mismatched)} paired sample(s) have different prompts (first: task {task!r} doc {doc}, "
-            f"prompt_hash {ha} vs {hb}); the runs used different prompts and cannot be compared sample by sample"
+            f"{len(differs)} paired sample(s) have different prompts (first: task {first['task']!r} doc "
+            f"{first['doc_id']}, prompt_hash {' vs '.join(shown)}); the runs used different prompts and cannot be "
+            "compared sample by sample"
         )
     pairs = PairedSamples()
-    tasks = list(dict.fromkeys([t for t, _ in a] + [t for t, _ in b]))
-    for task in tasks:
-        docs_a = {d for t, d in a if t == task}
-        docs_b = {d for t, d in b if t == task}
-        both = sorted(docs_a & docs_b, key=_doc_order)
-        if both:
-            pairs[task] = [(a[(task, d)], b[(task, d)]) for d in both]
-        only_a, only_b = sorted(docs_a - docs_b, key=_doc_order), sorted(docs_b - docs_a, key=_doc_order)
+    for task in pd.unique(pd.concat([keys_a["task"], keys_b["task"]])):
+        rows = joined[joined["task"] == task]
+        matched = sorted(rows[rows["side"] == "both"].itertuples(), key=lambda r: _doc_order(r.doc_id))
+        if matched:
+            pairs[task] = [(a[int(r.row_a)], b[int(r.row_b)]) for r in matched]
+        only_a, only_b = (sorted(rows.loc[rows["side"] == side, "doc_id"], key=_doc_order) for side in "ab")
         if only_a or only_b:
             pairs.unpaired[task] = {"only_a": only_a, "only_b": only_b}
     return pairs

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..event_types import FAILING_EVENTS
+from .run_summary import RunSummary
 from .store import Run, UnreadableRun, UnreadableRunError, scan_runs, start_time
-from .verdict import run_verdict
 
 _BRAND_WORDS = {"NVIDIA", "GEFORCE", "TESLA", "QUADRO", "AMD", "INSTINCT", "RADEON"}
 UNFINISHED = "unfinished"
@@ -67,9 +67,9 @@ def run_row(run: Run) -> dict[str, Any]:
     if started is not None and start_time(started) is None:
         raise UnreadableRunError(f"manifest.json: 'started' is {str(started)[:40]!r}, not a time")
     finished = run.is_finished
-    summary = run.summary() if finished else {}
+    summary = run.run_summary() if finished else RunSummary()
     if finished:
-        counts = dict(summary.get("events") or {})
+        counts = dict(summary.events)
     else:
         counts = {}
         for event in run.events():
@@ -77,19 +77,19 @@ def run_row(run: Run) -> dict[str, Any]:
     failing = {t: counts[t] for t in FAILING_EVENTS if counts.get(t)}
     tasks = {
         name: {
-            "score": t.get("score"),
-            "reference": t.get("reference"),
-            "threshold": t.get("threshold"),
-            "verdict": t.get("verdict"),
-            "num_samples": t.get("num_samples"),
+            "score": t.score,
+            "reference": t.reference,
+            "threshold": t.threshold,
+            "verdict": t.verdict,
+            "num_samples": t.num_samples,
             # the losslessness gate of a spec-dec run against its baseline (None when not run)
-            "lossless": (t.get("lossless") or {}).get("verdict"),
-            "lossless_reason": (t.get("lossless") or {}).get("reason"),
+            "lossless": t.lossless.verdict if t.lossless else None,
+            "lossless_reason": t.lossless.reason if t.lossless else None,
             # the acceptance-length gate against its reference band (None when not run)
-            "acceptance_gate": (t.get("acceptance_gate") or {}).get("verdict"),
-            "acceptance_reason": (t.get("acceptance_gate") or {}).get("reason"),
+            "acceptance_gate": t.acceptance_gate.verdict if t.acceptance_gate else None,
+            "acceptance_reason": t.acceptance_gate.reason if t.acceptance_gate else None,
         }
-        for name, t in (summary.get("tasks") or {}).items()
+        for name, t in summary.tasks.items()
     }
     return {
         "run_id": run.run_id,
@@ -103,14 +103,14 @@ def run_row(run: Run) -> dict[str, Any]:
         "gpu": gpu_of(manifest),
         "world_size": manifest.get("world_size"),
         "tasks": tasks,
-        # NO-GATE where the summary says PASS but no gate could have failed (results/verdict.py)
-        "verdict": run_verdict(summary) if finished else UNFINISHED,
+        # NO-GATE where the summary says PASS but no gate could have failed (results/run_summary.py)
+        "verdict": summary.shown_verdict if finished else UNFINISHED,
         "finished": finished,
         "live": (not finished) and run.is_locked(),
         "elapsed_s": manifest.get("elapsed_s"),
         "events": counts,
         "failing_events": failing,
-        "num_failing_events": max(sum(failing.values()), int(summary.get("failing_events") or 0)),
+        "num_failing_events": max(sum(failing.values()), int(summary.failing_events or 0)),
     }
 
 

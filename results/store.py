@@ -36,6 +36,7 @@ from typing import Any
 
 from . import locks
 from .atomic import atomic_open, atomic_write
+from .run_summary import RunSummary
 from .seal import is_sealed, seal, unseal
 
 DEFAULT_ROOT = "runs"
@@ -138,7 +139,12 @@ class Run:
         return _read_json(self.path / "manifest.json")
 
     def summary(self) -> dict[str, Any]:
+        """summary.json as written (see `run_summary` for it typed)."""
         return _read_json(self.path / "summary.json")
+
+    def run_summary(self) -> RunSummary:
+        """summary.json as a typed value (`problem()` says whether its shape is one every reader can rely on)."""
+        return RunSummary.from_json(self.summary())
 
     def problem(self) -> str | None:
         """Why this run cannot be read (its manifest, and its summary when it has one), or None if it can."""

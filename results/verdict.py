@@ -5,34 +5,25 @@ summary.json records PASS for any run that did not FAIL, including one on which 
 non-speculative baseline with no accuracy reference (REPORT) or below the accuracy floor (NO-GATE) has neither a
 lossless nor an acceptance gate, so nothing it did could have failed it. Calling that PASS reads as evidence; it is
 NO-GATE. A PASS needs at least one task whose accuracy gate (task verdict PASS: the threshold was above the
-floor), lossless gate or acceptance gate passed.
+floor), lossless gate or acceptance gate passed. The rule lives on the typed summary (results/run_summary.py:
+`TaskSummary.gates_passed`, `RunSummary.shown_verdict`); these are its entry points for summary.json's objects.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-PASS, FAIL, NO_GATE = "PASS", "FAIL", "NO-GATE"
+from .run_summary import FAIL, NO_GATE, PASS, RunSummary, TaskSummary, as_run_summary
+
+__all__ = ["FAIL", "NO_GATE", "PASS", "gates_passed", "run_verdict"]
 
 
-def gates_passed(task: dict[str, Any]) -> list[str]:
-    """The gates with the power to fail that passed this task's summary entry: accuracy, lossless, acceptance."""
-    passed = []
-    if task.get("verdict") == PASS:  # the hypothesis test says NO-GATE (or REPORT) where it cannot fail
-        passed.append("accuracy")
-    for gate in ("lossless", "acceptance_gate"):
-        info = task.get(gate)
-        if isinstance(info, dict) and info.get("verdict") == PASS:
-            passed.append(gate.removesuffix("_gate"))
-    return passed
+def gates_passed(task: TaskSummary | Mapping[str, Any]) -> list[str]:
+    """The gates with the power to fail that passed this task: accuracy, lossless, acceptance."""
+    return (task if isinstance(task, TaskSummary) else TaskSummary.from_json(task)).gates_passed()
 
 
-def run_verdict(summary: dict[str, Any]) -> str:
+def run_verdict(summary: RunSummary | Mapping[str, Any]) -> str:
     """The summary's verdict, except that a PASS no gate could have failed is NO-GATE."""
-    verdict = summary.get("verdict")
-    if verdict != PASS:
-        return str(verdict)
-    tasks = summary.get("tasks") or {}
-    if any(gates_passed(t) for t in tasks.values() if isinstance(t, dict)):
-        return PASS
-    return NO_GATE
+    return as_run_summary(summary).shown_verdict

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from specdec_eval.evals.bench import verdict as vb
 from specdec_eval.evals.bench.hardware import HardwareLimits
+from specdec_eval.results.run_summary import RunSummary
 from specdec_eval.workers.config import from_options
 from specdec_eval.workers.errors import UserError
 from specdec_eval.workers.interface import GenerateStats
@@ -43,7 +44,7 @@ class FakePipeline:
                 fake_stats(progress)
         time.sleep(0.002 if config.spec is not None else 0.001)
         lossless = {"lossless": {"verdict": "PASS"}} if config.spec is not None else {}
-        return {"verdict": "PASS", "tasks": {"gsm8k_smoke": lossless}}
+        return RunSummary.from_json({"verdict": "PASS", "tasks": {"gsm8k_smoke": lossless}})
 
     def install(self, monkeypatch) -> None:
         monkeypatch.setattr(vb.pipeline, "run_with_baseline", self.run_with_baseline)

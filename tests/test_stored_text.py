@@ -125,7 +125,7 @@ def test_no_stored_field_of_a_gpqa_run_gives_question_text_back(tiny, tmp_path):
                    str(tmp_path / "runs"))  # fmt: skip
     summary = run_evaluation(engine, plan)
     snippets = _question_snippets()
-    run_dir = Path(summary["run_dir"])
+    run_dir = Path(summary.run_dir)
     # Power: the outputs really quote questions (in memory), and the scan finds quoted text when it is there.
     samples = __import__("specdec_eval.results.store", fromlist=["Run"]).Run(run_dir).samples()
     assert _leaks([s["output_token_ids"] for s in samples], tokenizer, snippets) == 3

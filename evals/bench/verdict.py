@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...results.run_summary import RunSummary
 from ...workers.config import EngineConfig
 from ...workers.errors import UserError
 from ..pipeline import orchestration as pipeline
@@ -101,7 +102,7 @@ class PhaseClock:
 @dataclass
 class SideRun:
     wall_s: float
-    summary: dict[str, Any]
+    summary: RunSummary
     clocks: list[PhaseClock] = field(default_factory=list)  # one per evaluation the side ran
 
 
@@ -150,13 +151,13 @@ def _model_shape(config: EngineConfig) -> tuple[Any, int, Any]:
     return load_checkpoint(config.model).config, torch.empty((), dtype=dtype).element_size(), device
 
 
-def _audit_s(summary: dict[str, Any]) -> float:
+def _audit_s(summary: RunSummary) -> float:
     """Seconds the paired twins' audit took (0 when the run had none)."""
-    return float(((summary.get("baseline") or {}).get("audit") or {}).get("elapsed_s") or 0.0)
+    return float(((summary.baseline or {}).get("audit") or {}).get("elapsed_s") or 0.0)
 
 
-def _lossless(summary: dict[str, Any]) -> str:
-    verdicts = [(t.get("lossless") or {}).get("verdict", "-") for t in summary["tasks"].values()]
+def _lossless(summary: RunSummary) -> str:
+    verdicts = [t.lossless.verdict if t.lossless else "-" for t in summary.tasks.values()]
     return ",".join(verdicts)
 
 
@@ -196,7 +197,7 @@ def verdict_report(runs: dict[str, list[SideRun]], roof: roofline.Roofline, subs
     report: dict[str, Any] = {
         "task": plan.task, "docs": plan.docs, "subset": subset, "rounds": plan.rounds,
         "max_output_len": plan.max_output_len,
-        "sides": {name: {"wall_s": spread_of(w).to_dict(1), "verdicts": [r.summary["verdict"] for r in runs[name]],
+        "sides": {name: {"wall_s": spread_of(w).to_dict(1), "verdicts": [r.summary.verdict for r in runs[name]],
                          "lossless": [_lossless(r.summary) for r in runs[name]]}
                   for name, w in walls.items()},
     }  # fmt: skip

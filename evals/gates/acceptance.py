@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from ...results import locks
+from ...results.run_summary import RunSummary, as_run_summary
 from ...results.store import atomic_write
 from ...workers.errors import UserError
 from ..tasks.registry import family_named
@@ -224,38 +225,38 @@ def _float_or_none(x: Any) -> float | None:
 # --- populate: from a run ------------------------------------------------------------------------------------
 
 
-def populate_refusal(summary: Mapping[str, Any]) -> str | None:
+def populate_refusal(summary: RunSummary | Mapping[str, Any]) -> str | None:
     """Why a run's acceptance length must not become a reference, or None for a clean, passing run. Called after
     the accuracy and lossless gates and before the acceptance gate (a reference that moved is what populating
     re-measures, so that gate's own verdict does not count). A run that FAILed, had a failing event or a failed
     request, or had faults injected (fired or not) measured something other than the drafter at work."""
+    summary = as_run_summary(summary)
     reasons = []
-    faults = (summary.get("events") or {}).get("fault_injected") or 0
-    if faults or summary.get("faults_never_fired"):
+    if summary.events.get("fault_injected") or summary.faults_never_fired:
         reasons.append("faults were injected")
-    tasks = summary.get("tasks") or {}
-    failed = [name for name, t in tasks.items() if t.get("verdict") == "FAIL"]
+    failed = [name for name, t in summary.tasks.items() if t.verdict == "FAIL"]
     if failed:
         reasons.append(f"the accuracy gate FAILed on {', '.join(failed)}")
-    lossless = [name for name, t in tasks.items() if (t.get("lossless") or {}).get("verdict") == "FAIL"]
+    lossless = [name for name, t in summary.tasks.items() if t.lossless is not None and t.lossless.failed]
     if lossless:
         reasons.append(f"the lossless gate FAILed on {', '.join(lossless)}")
-    if summary.get("failing_events"):
-        reasons.append(f"{summary['failing_events']} failing event(s)")
-    requests = sum(t.get("num_failed_requests") or 0 for t in tasks.values())
-    if requests:
-        reasons.append(f"{requests} failed request(s)")
-    if summary.get("verdict") == "FAIL" and not reasons:
+    if summary.failing_events:
+        reasons.append(f"{summary.failing_events} failing event(s)")
+    if summary.num_failed_requests:
+        reasons.append(f"{summary.num_failed_requests} failed request(s)")
+    if summary.verdict == "FAIL" and not reasons:
         reasons.append("the run FAILed")
     return "; ".join(reasons) or None
 
 
-def populate_from_run(summary: dict[str, Any], results: list, test_id: str, path: Path) -> dict[str, Any] | None:
+def populate_from_run(
+    summary: RunSummary | Mapping[str, Any], results: list, test_id: str, path: Path
+) -> dict[str, Any] | None:
     """`--populate-acceptance`: write the run's acceptance length as the reference of its test id (ref_al = AL,
     min_al = 0.95 AL, per-position rates), as TensorRT-LLM's populate switch does, from the first task that
-    measured one (GSM8K before GPQA) - only when the run is clean and passing (`populate_refusal`). Records in
-    summary["acceptance_populated"] what was written, from how many documents and draft cycles, or why nothing
-    was ("refused"). None when no task measured an acceptance length."""
+    measured one (GSM8K before GPQA) - only when the run is clean and passing (`populate_refusal`). Returns the
+    record summary.json keeps as "acceptance_populated": what was written, from how many documents and draft
+    cycles, or why nothing was ("refused"). None when no task measured an acceptance length."""
     measured = sorted((r for r in results if r.acceptance), key=lambda r: not family_named(r.family).acceptance_first)
     if not measured:
         return None
@@ -273,7 +274,6 @@ def populate_from_run(summary: dict[str, Any], results: list, test_id: str, path
     else:
         rates = [n / cycles for n in counts["accepted_per_position"]]
         record["changed"] = populate(path, test_id, al, rates)
-    summary["acceptance_populated"] = record
     return record
 
 

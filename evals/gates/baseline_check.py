@@ -21,27 +21,26 @@ def baseline_problem(base: store.Run, identity: EngineIdentity, options: EvalOpt
     name = f"run {base.run_id}"
     if not base.is_finished:
         return f"{name} is not finished"
-    summary, manifest = base.summary(), base.manifest()
+    summary, manifest = base.run_summary(), base.manifest()
     engine = (manifest.get("config") or {}).get("engine") or {}
-    if summary.get("spec") or engine.get("spec"):
-        return f"{name} is speculative ({summary.get('spec') or 'spec-dec'}); a baseline is a run without --spec"
+    if summary.spec or engine.get("spec"):
+        return f"{name} is speculative ({summary.spec or 'spec-dec'}); a baseline is a run without --spec"
     if is_paired_twin(base):
         return f"{name} is a paired twin (decoded beside a spec-dec run), not an independent run"
     if engine.get("inject"):
         return f"{name} ran with injected faults ({', '.join(engine['inject'])}); a baseline is a clean run"
-    if summary.get("early_stopped"):
+    if summary.early_stopped:
         return f"{name} stopped early; it did not evaluate every document"
-    failed = sum((t.get("num_failed_requests") or 0) for t in (summary.get("tasks") or {}).values())
-    if failed:
-        return f"{name} has {failed} failed request(s)"
-    if summary.get("failing_events"):
-        return f"{name} recorded {summary['failing_events']} failing event(s)"
-    if summary.get("verdict") == "FAIL":
+    if summary.num_failed_requests:
+        return f"{name} has {summary.num_failed_requests} failed request(s)"
+    if summary.failing_events:
+        return f"{name} recorded {summary.failing_events} failing event(s)"
+    if summary.verdict == "FAIL":
         return f"{name} FAILed; a baseline is a run that passed"
-    return _incomparable(name, manifest, summary, identity, options)
+    return _incomparable(name, manifest, identity, options)
 
 
-def _incomparable(name: str, manifest: dict[str, Any], summary: dict[str, Any], identity: EngineIdentity,
+def _incomparable(name: str, manifest: dict[str, Any], identity: EngineIdentity,
                   options: EvalOptions) -> str | None:  # fmt: skip
     """Different tasks, prompts, generation limits or (for two local engines) model or dtype."""
     ours = run_config(identity, options)["eval"]

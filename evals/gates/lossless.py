@@ -11,11 +11,13 @@ the kind it rests on:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ...results import store
 from ...results.lossless import EXACT_DTYPES, lossless_check
+from ...results.run_summary import GateResult, RunSummary
 from ...workers.errors import UserError
 from ...workers.interface import EngineIdentity
 from ..pipeline.evaluation import EvalOptions, TaskResult
@@ -40,14 +42,26 @@ class BaselineRef:
     checked: bool = False  # `--baseline RUN`: must pass baseline_problem first
 
 
-def apply_lossless_gate(summary: dict, samples: list[dict], identity: EngineIdentity, out: str, options: EvalOptions,
-                        results: list[TaskResult], baseline: BaselineRef) -> None:  # fmt: skip
-    """Compare every spec-dec sample with the baseline; a FAIL fails the run."""
+def apply_lossless_gate(summary: RunSummary, samples: list[dict], identity: EngineIdentity, out: str,
+                        options: EvalOptions, results: list[TaskResult],
+                        baseline: BaselineRef) -> RunSummary:  # fmt: skip
+    """The summary with each task's lossless gate and the baseline it rests on (a FAIL fails the run)."""
+    gates, record = evaluate_lossless(summary.tasks, samples, identity, out, options, results, baseline)
+    for task, gate in gates.items():
+        summary = summary.with_task_gate(task, "lossless", gate)
+    return summary if record is None else summary.replace(baseline=record)
+
+
+def evaluate_lossless(tasks: Iterable[str], samples: list[dict], identity: EngineIdentity, out: str,
+                      options: EvalOptions, results: list[TaskResult],
+                      baseline: BaselineRef) -> tuple[dict[str, GateResult], dict[str, Any] | None]:  # fmt: skip
+    """Compare every spec-dec sample with the baseline: each task's GateResult, and the baseline's record (None
+    when no baseline was found: every task is NO-BASELINE)."""
     base = _open(baseline, identity, out, options)
     if base is None:
-        for t in summary["tasks"].values():
-            t["lossless"] = {"verdict": "NO-BASELINE", "reason": f"no finished baseline run under {out}"}
-        return
+        why = f"no finished baseline run under {out}"
+        return {task: GateResult("NO-BASELINE", why) for task in tasks}, None
+    gates = {}
     dtype = identity.resolved_dtype or identity.dtype
     tolerances = {r.task: (r.reference.entry.get("lossless_tolerance") if r.reference else None) for r in results}
     base_samples = base.samples()
@@ -62,11 +76,10 @@ def apply_lossless_gate(summary: dict, samples: list[dict], identity: EngineIden
         if baseline.audit is not None:
             check["audit"] = _audit_brief(baseline.audit)
             _apply_audit(check, task, baseline.audit, dtype, tolerances.get(task))
-        summary["tasks"][task]["lossless"] = check
-        if check["verdict"] == "FAIL":
-            summary["verdict"] = "FAIL"
-    summary["baseline"] = {"run": base.run_id, "kind": kind, "label": baseline_label(kind, baseline.audit),
-                           **({"audit": baseline.audit} if baseline.audit is not None else {})}  # fmt: skip
+        gates[task] = GateResult.from_json(check)
+    record = {"run": base.run_id, "kind": kind, "label": baseline_label(kind, baseline.audit),
+              **({"audit": baseline.audit} if baseline.audit is not None else {})}  # fmt: skip
+    return gates, record
 
 
 def baseline_label(kind: str, audit: dict[str, Any] | None) -> str:

@@ -3,56 +3,62 @@ lossless gate (evals/gates/lossless.py): the run's verdict from tasks and failin
 
 from __future__ import annotations
 
-from typing import Any
-
+from ...results.run_summary import GateResult, RunSummary, TaskSummary
 from ...workers.events import count_events, failing_events
 from ...workers.interface import EngineIdentity
 from ..pipeline.evaluation import TaskResult
 
 
-def summarise(
-    results: list[TaskResult], identity: EngineIdentity, events: list[dict], elapsed_s: float
-) -> dict[str, Any]:
-    failing = failing_events(events)
-    tasks = {}
-    for r in results:
-        tasks[r.task] = {
-            "num_samples": r.num_samples,
-            "score": round(r.score, 4),
-            "filter_scores": {k: round(v, 4) for k, v in r.filter_scores.items()},
-            "reference": r.reference.accuracy if r.reference else None,
-            "threshold": round(r.threshold, 4) if r.threshold is not None else None,
-            "theta": round(r.theta, 4) if r.theta is not None else None,
-            "verdict": r.verdict,
-            "num_failed_requests": r.num_failed_requests,
-            "acceptance": r.acceptance,
-            "data": r.data_origin,
-            "n_total": r.n_total,
-            **({"subset": {k: v for k, v in r.subset.items() if k != "order"}} if r.subset else {}),
-            **({"stopped": r.stopped} if r.stopped else {}),
-            "report": r.report,
-            "filter_mismatches": r.filter_mismatches,
-        }
-    verdicts = [t["verdict"] for t in tasks.values()]
-    verdict = "FAIL" if "FAIL" in verdicts or failing else "PASS"
-    return {"verdict": verdict, "tasks": tasks, "events": count_events(events), "failing_events": len(failing),
-            "elapsed_s": round(elapsed_s, 1), "model": identity.model, "kv_cache": identity.kv_cache,
-            "spec": identity.spec, "world_size": identity.world_size}  # fmt: skip
+def summarise(results: list[TaskResult], identity: EngineIdentity, events: list[dict], elapsed_s: float) -> RunSummary:
+    """The run's summary before the lossless and acceptance gates: each task's accuracy test, the event counts."""
+    tasks = {r.task: _task_summary(r) for r in results}
+    return RunSummary(tasks=tasks, events=count_events(events), failing_events=len(failing_events(events)),
+                      elapsed_s=round(elapsed_s, 1), model=identity.model, kv_cache=identity.kv_cache,
+                      spec=identity.spec, world_size=identity.world_size)  # fmt: skip
 
 
-def apply_acceptance_gate(summary: dict, results: list[TaskResult], test_id: str, refs: dict, rtol: float) -> None:
-    """Each spec-dec task's acceptance length against its reference (evals/gates/acceptance.py): an entry applies to the
-    tasks it names (`task:`), or to every task when it names none. A FAIL fails the run."""
+def _task_summary(r: TaskResult) -> TaskSummary:
+    return TaskSummary(
+        num_samples=r.num_samples,
+        score=round(r.score, 4),
+        filter_scores={k: round(v, 4) for k, v in r.filter_scores.items()},
+        reference=r.reference.accuracy if r.reference else None,
+        threshold=round(r.threshold, 4) if r.threshold is not None else None,
+        theta=round(r.theta, 4) if r.theta is not None else None,
+        verdict=r.verdict,
+        num_failed_requests=r.num_failed_requests,
+        acceptance=r.acceptance,
+        data=r.data_origin,
+        n_total=r.n_total,
+        subset={k: v for k, v in r.subset.items() if k != "order"} if r.subset else None,
+        stopped=r.stopped or None,
+        report=r.report,
+        filter_mismatches=r.filter_mismatches,
+    )
+
+
+def evaluate_acceptance(results: list[TaskResult], test_id: str, refs: dict, rtol: float) -> dict[str, GateResult]:
+    """Each spec-dec task's acceptance length against its reference (evals/gates/acceptance.py): an entry applies to
+    the tasks it names (`task:`), or to every task when it names none."""
     from .acceptance import acceptance_gate
 
     entry = refs.get(test_id) or {}
-    for r in results:
-        if not r.acceptance or entry.get("task") not in (None, r.task):
-            continue
-        gate = acceptance_gate(test_id, r.acceptance, refs, rtol, acceptance_slack(r.acceptance_requests))
-        summary["tasks"][r.task]["acceptance_gate"] = gate
-        if gate["verdict"] == "FAIL":
-            summary["verdict"] = "FAIL"
+    return {
+        r.task: GateResult.from_json(
+            acceptance_gate(test_id, r.acceptance, refs, rtol, acceptance_slack(r.acceptance_requests))
+        )
+        for r in results
+        if r.acceptance and entry.get("task") in (None, r.task)
+    }
+
+
+def apply_acceptance_gate(
+    summary: RunSummary, results: list[TaskResult], test_id: str, refs: dict, rtol: float
+) -> RunSummary:
+    """The summary with each task's acceptance gate recorded (a FAIL fails the run: RunSummary.verdict)."""
+    for task, gate in evaluate_acceptance(results, test_id, refs, rtol).items():
+        summary = summary.with_task_gate(task, "acceptance_gate", gate)
+    return summary
 
 
 def acceptance_slack(requests: list[tuple[int, int]], z: float = 2.576) -> float:
@@ -71,9 +77,10 @@ def acceptance_slack(requests: list[tuple[int, int]], z: float = 2.576) -> float
     return z * (residual / (n * (n - 1))) ** 0.5 / (cycles / n)
 
 
-def populate_acceptance(summary: dict, results: list[TaskResult], test_id: str, path) -> dict[str, Any] | None:
+def populate_acceptance(summary: RunSummary, results: list[TaskResult], test_id: str, path) -> RunSummary:
     """`--populate-acceptance`: the run's acceptance length as its test id's reference, only from a clean, passing
     run (evals/gates/acceptance.py, `populate_from_run`); called after the lossless gate, before the acceptance gate."""
     from .acceptance import populate_from_run
 
-    return populate_from_run(summary, results, test_id, path)
+    record = populate_from_run(summary, results, test_id, path)
+    return summary if record is None else summary.replace(acceptance_populated=record)

@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ...results.run_summary import GateResult, RunSummary, TaskSummary, as_run_summary
 from ...workers.config import EngineConfig
 from ...workers.errors import UserError
 from ..tasks.registry import TASKS
@@ -115,60 +116,64 @@ def _brief(cell: dict[str, Any]) -> str:
     return f"FAIL at doc {cell['doc']}" if cell["verdict"] == "FAIL" else cell["verdict"]
 
 
-def _evaluation_order(summary: dict[str, Any]) -> list[Any]:
+def _evaluation_order(summary: RunSummary) -> list[Any]:
     """The documents of the run's task in the order it evaluated them (from its manifest)."""
-    manifest = json.loads((Path(summary["run_dir"]) / "manifest.json").read_text())
+    manifest = json.loads((Path(summary.run_dir) / "manifest.json").read_text())
     orders = manifest.get("orders") or {}
     return next(iter(orders.values()), {}).get("order") or []
 
 
-def judge(bug: BugClass, summary: dict[str, Any], elapsed: float, order: list[Any]) -> dict[str, Any]:
+def judge(bug: BugClass, summary: RunSummary | Mapping[str, Any], elapsed: float, order: list[Any]) -> dict[str, Any]:
     """One row: each gate's cell (FAIL with the document and the time, PASS, or "-" where it could not decide) and
     the row's result: a class is "caught" only by its own gate, and the unmutated engine must PASS every gate."""
-    (task,) = summary["tasks"].values()
+    summary = as_run_summary(summary)
+    (task,) = summary.tasks.values()
     cells = {gate: _cell(gate, summary, task, elapsed, order) for gate in GATES}
     if bug.is_clean:
         result = "FALSE FAIL" if any(c["verdict"] == "FAIL" for c in cells.values()) else "PASS"
     else:
         result = "caught" if cells[bug.catcher]["verdict"] == "FAIL" else "MISSED"
     return {"class": bug.name, "what": bug.what, "catcher": bug.catcher, "result": result, "cells": cells,
-            "elapsed_s": round(elapsed, 1), "documents": task["num_samples"], "of": len(order) or task["num_samples"],
-            "fired_in_steps": summary["events"].get("fault_injected", 0),
-            "never_fired": summary.get("faults_never_fired", [])}  # fmt: skip
+            "elapsed_s": round(elapsed, 1), "documents": task.num_samples, "of": len(order) or task.num_samples,
+            "fired_in_steps": summary.events.get("fault_injected", 0),
+            "never_fired": list(summary.faults_never_fired or [])}  # fmt: skip
 
 
-def _cell(gate: str, summary: dict[str, Any], task: dict[str, Any], elapsed: float, order: list[Any]) -> dict:
+def _cell(gate: str, summary: RunSummary, task: TaskSummary, elapsed: float, order: list[Any]) -> dict:
     verdict, docs = _verdict(gate, summary, task), []
     if verdict != "FAIL":
         return {"verdict": verdict}
-    stopped = task.get("stopped") or {}
+    stopped = task.stopped or {}
     if gate == "lossless":  # the spec-dec outputs' divergences from the twins, or the twins' audit's
-        audited = ((summary.get("baseline") or {}).get("audit") or {}).get("first_divergence")
-        docs = [d["doc_id"] for d in task["lossless"].get("divergences") or []] + ([audited["doc_id"]] if audited
-                                                                                   else [])  # fmt: skip
+        audited = ((summary.baseline or {}).get("audit") or {}).get("first_divergence")
+        found = task.lossless.numbers if task.lossless else {}
+        docs = [d["doc_id"] for d in found.get("divergences") or []] + ([audited["doc_id"]] if audited else [])
     positions = sorted(order.index(d) + 1 for d in docs if d in order)
-    doc = positions[0] if positions else (stopped.get("n") if stopped.get("gate") == gate else task["num_samples"])
+    doc = positions[0] if positions else (stopped.get("n") if stopped.get("gate") == gate else task.num_samples)
     return {"verdict": "FAIL", "doc": doc, "seconds": round(elapsed, 1), "reason": _reason(gate, summary, task)}
 
 
-def _verdict(gate: str, summary: dict[str, Any], task: dict[str, Any]) -> str:
+def _gate(gate: str, task: TaskSummary) -> GateResult | None:
+    return task.lossless if gate == "lossless" else task.acceptance_gate
+
+
+def _verdict(gate: str, summary: RunSummary, task: TaskSummary) -> str:
     """FAIL, PASS, or "-" (the gate could not decide in this run: no reference, no baseline)."""
     if gate == "events":
-        return "FAIL" if summary["failing_events"] else "PASS"
+        return "FAIL" if summary.failing_events else "PASS"
     if gate == "accuracy":
-        return task["verdict"] if task["verdict"] in ("PASS", "FAIL") else "-"
-    found = task.get("lossless" if gate == "lossless" else "acceptance_gate") or {}
-    stopped = task.get("stopped") or {}
+        return task.verdict if task.verdict in ("PASS", "FAIL") else "-"
+    found = _gate(gate, task)
+    stopped = task.stopped or {}
     if stopped.get("gate") == gate and stopped.get("verdict") == "FAIL":
         return "FAIL"
-    return found.get("verdict") if found.get("verdict") in ("PASS", "FAIL") else "-"
+    return found.verdict if found is not None and found.verdict in ("PASS", "FAIL") else "-"
 
 
-def _reason(gate: str, summary: dict[str, Any], task: dict[str, Any]) -> str:
+def _reason(gate: str, summary: RunSummary, task: TaskSummary) -> str:
     if gate == "events":
-        counts = summary["events"]
-        return ", ".join(f"{n} {t}" for t, n in counts.items() if t in ("spec_state_leak", "request_failed"))
+        return ", ".join(f"{n} {t}" for t, n in summary.events.items() if t in ("spec_state_leak", "request_failed"))
     if gate == "accuracy":
-        return task["report"].splitlines()[-1] if task.get("report") else ""
-    found = task.get("lossless" if gate == "lossless" else "acceptance_gate") or {}
-    return found.get("reason") or (task.get("stopped") or {}).get("reason", "")
+        return task.report.splitlines()[-1] if task.report else ""
+    found = _gate(gate, task)
+    return (found.reason if found is not None else "") or (task.stopped or {}).get("reason", "")

@@ -21,6 +21,7 @@ from typing import Any
 from ...results import claims, store
 from ...results import manifest as mf
 from ...results.lossless import EXACT_DTYPES
+from ...results.run_summary import RunSummary
 from ...workers.config import EngineConfig
 from ...workers.engine import identity_of
 from ...workers.errors import UserError
@@ -112,42 +113,41 @@ def _open(engine: InferenceEngine, plan: RunPlan, run: store.Run, key: str, resu
 
 
 def _record(engine: InferenceEngine, plan: RunPlan, opened: _OpenRun, results: list[TaskResult], events: list[dict],
-            baseline: BaselineRef, twin: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+            baseline: BaselineRef, twin: dict[str, Any] | None = None) -> RunSummary:  # fmt: skip
     """Summary and gates; then samples, events, summary and the finished manifest are written."""
     identity, run = engine.identity, opened.run
     summary = summarise(results, identity, events, time.time() - opened.started)
-    summary.update(run_id=run.run_id, run_dir=str(run.path), test_id=opened.manifest["test_id"],
-                   reused_generations=opened.reused)  # fmt: skip
-    reported = engine.reported_acceptance()
-    if reported is not None:
-        summary["reported_acceptance"] = reported
+    summary = summary.replace(run_id=run.run_id, run_dir=str(run.path), test_id=opened.manifest["test_id"],
+                              reused_generations=opened.reused,
+                              reported_acceptance=engine.reported_acceptance())  # fmt: skip
     fired = {e.get("spec") for e in events if e["type"] == "fault_injected"}
     # A planted bug on a spec-dec path cannot fire in a plain engine that carries it (a baseline of a mutated build)
     expected = [f for f in identity.config.get("inject") or () if identity.spec or f not in behaviour_faults([f])]
     never = [f for f in expected if f not in fired]
     if never:  # e.g. target_forward@100000 in a run of fewer steps: the run tested nothing it was asked to
-        summary["faults_never_fired"] = never
+        summary = summary.replace(faults_never_fired=tuple(never))
     samples = [s for r in results for s in r.samples]
     if twin is not None:  # this run is the plain twins of a paired run: say so, and what the audit found
-        summary["paired_twin"] = twin
+        summary = summary.replace(paired_twin=twin)
         opened.manifest["paired_twin"] = twin
     if identity.spec is not None:
-        apply_lossless_gate(summary, samples, identity, plan.out, plan.options, results, baseline)
+        summary = apply_lossless_gate(summary, samples, identity, plan.out, plan.options, results, baseline)
         if baseline.audit is not None:
             opened.manifest["baseline_audit"] = baseline.audit
         test = opened.manifest["test_id"]
         if plan.populate_acceptance:
-            populate_acceptance(summary, results, test, plan.acceptance_path())
+            summary = populate_acceptance(summary, results, test, plan.acceptance_path())
         refs = load_acceptance_references(plan.acceptance_path())
-        apply_acceptance_gate(summary, results, test, refs, plan.options.acceptance_rtol)
+        summary = apply_acceptance_gate(summary, results, test, refs, plan.options.acceptance_rtol)
     if any(r.stopped for r in results):
-        summary["early_stopped"] = True  # a partial evaluation: never some later run's lossless baseline
+        # a partial evaluation: never some later run's lossless baseline
+        summary = summary.replace(early_stopped=True)
     orders = {r.task: r.subset for r in results if r.subset}
     if orders:  # the seeded document order of every task, as evaluated
         opened.manifest["orders"] = orders
     run.write_samples(samples)
     run.write_events(events)
-    run.write_summary(summary)
+    run.write_summary(summary.to_json())
     run.write_manifest(
         {**opened.manifest, "finished": time.time(), "elapsed_s": round(time.time() - opened.started, 1)}
     )
@@ -166,7 +166,7 @@ def _engine_record(identity: EngineIdentity) -> dict[str, Any]:
 
 
 def run_evaluation(engine: InferenceEngine, plan: RunPlan, progress=None, baseline: BaselineRef | None = None
-                   ) -> dict[str, Any]:  # fmt: skip
+                   ) -> RunSummary:  # fmt: skip
     """Evaluate on this engine, record the run, apply the gates; returns the summary (also in summary.json).
     baseline: the lossless baseline when the caller just made it (a separate plain run); None: the plan's."""
     key = run_key(engine.identity, plan.options)
@@ -228,7 +228,7 @@ def _baseline_tokens(identity: EngineIdentity, plan: RunPlan, baseline_run: str 
 
 
 def run_paired(engine: PairedEngine, plan: RunPlan, make_plain: Callable[[], InferenceEngine], progress=None
-               ) -> dict[str, Any]:  # fmt: skip
+               ) -> RunSummary:  # fmt: skip
     """A spec-dec run and its non-speculative baseline from one prefill per prompt: the speculative outputs are
     scored as this run, the plain twins' outputs as the twin run (recorded first, under a key of its own: a twin is
     never a later run's plain baseline), a seeded share of the twins is audited on `make_plain()` (an engine of the
@@ -307,9 +307,7 @@ def check_named_baseline(config: EngineConfig, plan: RunPlan) -> None:
         raise UserError(f"--baseline: {problem}")
 
 
-def run_with_baseline(
-    config: EngineConfig, plan: RunPlan, progress_for=None, baseline: str = "paired"
-) -> dict[str, Any]:
+def run_with_baseline(config: EngineConfig, plan: RunPlan, progress_for=None, baseline: str = "paired") -> RunSummary:
     """One process. A spec-dec run whose baseline is not recorded gets it paired (one prefill), or with
     baseline="separate" as a run of its own first (reused by later runs); then the run.
     progress_for(): a context manager giving a progress callback, per evaluation."""
@@ -343,7 +341,7 @@ def _separate_baseline(config: EngineConfig, plan: RunPlan, progress_for) -> str
     summary = _with_progress(base, progress_for, functools.partial(run_evaluation, base, plan))
     del base
     gc.collect()
-    return summary["run_dir"]
+    return summary.run_dir
 
 
 def audit_config(config: EngineConfig, spec_engine) -> EngineConfig:
@@ -364,7 +362,7 @@ def audit_config(config: EngineConfig, spec_engine) -> EngineConfig:
     return replace(plain, device_memory=budget)
 
 
-def _with_progress(engine: InferenceEngine, progress_for, body) -> dict[str, Any]:
+def _with_progress(engine: InferenceEngine, progress_for, body) -> RunSummary:
     """body(progress) with a progress display from progress_for() (a context manager), then close the engine."""
     try:
         if progress_for is None:
@@ -375,7 +373,7 @@ def _with_progress(engine: InferenceEngine, progress_for, body) -> dict[str, Any
         engine.close()
 
 
-def run_endpoint(config, plan: RunPlan, baseline=None, progress_for=None) -> dict[str, Any]:
+def run_endpoint(config, plan: RunPlan, baseline=None, progress_for=None) -> RunSummary:
     """An evaluation of an OpenAI-compatible server (workers/remote/endpoint.py), after its baseline server's when given
     (`baseline`: an EndpointConfig of the same engine without speculation), whose run the lossless gate uses."""
     from ...workers.remote.endpoint import EndpointEngine
@@ -384,7 +382,7 @@ def run_endpoint(config, plan: RunPlan, baseline=None, progress_for=None) -> dic
         print("lossless gate: evaluating the baseline endpoint first", file=sys.stderr)
         base = EndpointEngine(baseline)
         summary = _with_progress(base, progress_for, lambda progress: run_evaluation(base, plan, progress))
-        made = BaselineRef(summary["run_dir"], "separate")
+        made = BaselineRef(summary.run_dir, "separate")
         engine = EndpointEngine(config)
         return _with_progress(engine, progress_for, lambda progress: run_evaluation(engine, plan, progress, made))
     engine = EndpointEngine(config)

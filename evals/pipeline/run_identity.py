@@ -102,6 +102,6 @@ def find_baseline(out: str, identity: EngineIdentity, options: EvalOptions) -> s
     plain run, and a later `--baseline separate` run compared against it and said PASS)."""
     key = run_key(identity, options)
     for run in reversed(store.list_runs(out)):
-        if run.key == key and run.is_finished and not run.summary().get("early_stopped") and not is_paired_twin(run):
+        if run.key == key and run.is_finished and not run.run_summary().early_stopped and not is_paired_twin(run):
             return run
     return None

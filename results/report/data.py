@@ -14,11 +14,12 @@ successes, which a mean of filter fractions need not be.)
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..run_summary import RunSummary, TaskSummary
 from ..store import Run
-from ..verdict import run_verdict
 
 Z95 = 1.959963984540054
 
@@ -39,10 +40,15 @@ class TaskRow:
     run_index: int
     run_id: str
     task: str
-    info: dict[str, Any]  # the task's entry in summary.json
+    summary: TaskSummary  # the task's entry in summary.json
     n: int  # samples behind the interval
     p: float | None  # the score as a fraction, from the samples (else from the summary)
     ci: tuple[float, float] | None  # 95% interval, in score units (0..100)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The task's entry as summary.json holds it (for readers of the raw record, e.g. the plots)."""
+        return self.summary.to_json()
 
 
 @dataclass
@@ -50,13 +56,13 @@ class RunData:
     index: int  # 1-based position in the report: "#1", "#2", ...
     run: Run
     manifest: dict[str, Any]
-    summary: dict[str, Any]
+    summary: RunSummary
     events: list[dict[str, Any]]
     tasks: list[TaskRow] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
-        return str(self.summary.get("run_id") or self.manifest.get("run_id") or self.run.run_id)
+        return str(self.summary.run_id or self.manifest.get("run_id") or self.run.run_id)
 
     @property
     def label(self) -> str:
@@ -64,17 +70,16 @@ class RunData:
 
     @property
     def verdict(self) -> str:
-        """The summary's verdict, NO-GATE where it says PASS but no gate could have failed (results/verdict.py)."""
-        return run_verdict(self.summary) if "verdict" in self.summary else "?"
+        """The run's verdict, NO-GATE where it is PASS but no gate could have failed (results/run_summary.py)."""
+        return self.summary.shown_verdict if self.summary.recorded_verdict is not None else "?"
 
     @property
     def engine(self) -> dict[str, Any]:
         return (self.manifest.get("config") or {}).get("engine") or {}
 
     def event_counts(self) -> dict[str, int]:
-        counts = self.summary.get("events")
-        if isinstance(counts, dict) and counts:
-            return counts
+        if self.summary.events:
+            return dict(self.summary.events)
         out: dict[str, int] = {}
         for e in self.events:
             out[str(e.get("type", "?"))] = out.get(str(e.get("type", "?")), 0) + 1
@@ -85,13 +90,12 @@ def load_run(index: int, run: Run) -> RunData:
     """A finished run's data; ValueError for an unfinished one."""
     if not run.is_finished:
         raise ValueError(f"run {run.run_id} is not finished (no summary.json)")
-    data = RunData(index, run, run.manifest(), run.summary(), run.events())
-    per_task = _sample_scores(run, data.summary.get("tasks") or {})
-    for task, info in (data.summary.get("tasks") or {}).items():
-        info = info if isinstance(info, dict) else {}
+    data = RunData(index, run, run.manifest(), run.run_summary(), run.events())
+    per_task = _sample_scores(run, data.summary.tasks)
+    for task, info in data.summary.tasks.items():
         n, p = per_task.get(task, (0, None))
-        if n == 0 and isinstance(info.get("score"), (int, float)) and info.get("num_samples"):
-            n, p = int(info["num_samples"]), float(info["score"]) / 100.0
+        if n == 0 and info.score is not None and info.num_samples:
+            n, p = int(info.num_samples), float(info.score) / 100.0
         ci = None
         if n > 0 and p is not None:
             lo, hi = wilson_interval(p, n)
@@ -100,7 +104,7 @@ def load_run(index: int, run: Run) -> RunData:
     return data
 
 
-def _sample_scores(run: Run, tasks: dict[str, Any]) -> dict[str, tuple[int, float]]:
+def _sample_scores(run: Run, tasks: Mapping[str, TaskSummary]) -> dict[str, tuple[int, float]]:
     """Per task: (samples, mean over samples of the fraction of scored filters that marked the sample correct).
 
     Only correctness flags are read; no sample text is kept.
@@ -109,9 +113,9 @@ def _sample_scores(run: Run, tasks: dict[str, Any]) -> dict[str, tuple[int, floa
     for row in run.samples():
         task = row.get("task")
         info = tasks.get(task)
-        if not isinstance(info, dict):
+        if info is None:
             continue
-        filters = list((info.get("filter_scores") or {}).keys())
+        filters = list((info.filter_scores or {}).keys())
         if not filters:
             filters = [k[len("correct[") : -1] for k in row if k.startswith("correct[") and k.endswith("]")]
         flags = [row.get(f"correct[{f}]") for f in filters]

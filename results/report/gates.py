@@ -19,11 +19,12 @@ Every function returns plain text; the HTML and Markdown renderers escape it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...event_types import FAILING_EVENTS
-from ..verdict import FAIL, NO_GATE, PASS
+from ..run_summary import FAIL, NO_GATE, PASS, TaskSummary
 from .data import RunData
 from .text import num
 
@@ -36,13 +37,18 @@ class GateText:
     text: str  # the verdict in words
 
 
-def accuracy_gate(info: dict[str, Any]) -> GateText:
-    verdict = str(info.get("verdict", "?"))
-    score, threshold, reference = info.get("score"), info.get("threshold"), info.get("reference")
+def _typed(task: TaskSummary | Mapping[str, Any]) -> TaskSummary:
+    return task if isinstance(task, TaskSummary) else TaskSummary.from_json(task)
+
+
+def accuracy_gate(task: TaskSummary | Mapping[str, Any]) -> GateText:
+    info = _typed(task)
+    verdict = str(info.verdict or "?")
+    score, threshold, reference = info.score, info.threshold, info.reference
     ref = f" (reference {num(reference)})" if isinstance(reference, (int, float)) else ""
-    failed = info.get("num_failed_requests") or 0
+    failed = info.num_failed_requests or 0
     if failed:
-        n = info.get("num_samples")
+        n = info.num_samples
         of = f" of {n}" if n else ""
         return GateText(FAIL, f"FAIL: {failed}{of} requests failed (a failed request is never scored as an answer)")
     if verdict in (PASS, FAIL) and isinstance(threshold, (int, float)) and isinstance(score, (int, float)):
@@ -51,7 +57,7 @@ def accuracy_gate(info: dict[str, Any]) -> GateText:
             return GateText(PASS, f"PASS: {num(score)} ≥ threshold {num(threshold)}{ref}")
         return GateText(FAIL, f"FAIL: {num(score)} < threshold {num(threshold)}{ref}")
     if verdict == "NO-GATE":
-        n = info.get("num_samples")
+        n = info.num_samples
         at = f" n = {n}" if n else " this n"
         return GateText(verdict, f"NO-GATE: threshold {num(threshold)} is at or below the floor, so accuracy cannot "
                                  f"fail at{at} (score {num(score)}){ref}")  # fmt: skip
@@ -60,11 +66,12 @@ def accuracy_gate(info: dict[str, Any]) -> GateText:
     return GateText(verdict, f"{verdict}: score {num(score)}, threshold {num(threshold)}{ref}")
 
 
-def lossless_gate(info: dict[str, Any]) -> GateText | None:
+def lossless_gate(task: TaskSummary | Mapping[str, Any]) -> GateText | None:
     """None when the task had no lossless gate (not spec-dec)."""
-    ls = info.get("lossless")
-    if not isinstance(ls, dict):
+    gate = _typed(task).lossless
+    if gate is None:
         return None
+    ls = gate.to_json()  # the gate's numbers as it recorded them
     verdict = str(ls.get("verdict", "?"))
     identical, divergent = ls.get("identical"), ls.get("divergent")
     n = ls.get("num_pairs")
@@ -99,11 +106,12 @@ def acceptance_band(g: dict[str, Any]) -> tuple[float | None, float | None]:
     return (low if _is_number(low) else None), (high if _is_number(high) else None)
 
 
-def acceptance_gate(info: dict[str, Any]) -> GateText | None:
+def acceptance_gate(task: TaskSummary | Mapping[str, Any]) -> GateText | None:
     """None when the task had no acceptance gate."""
-    g = info.get("acceptance_gate")
-    if not isinstance(g, dict):
+    gate = _typed(task).acceptance_gate
+    if gate is None:
         return None
+    g = gate.to_json()  # the gate's numbers as it recorded them
     verdict = str(g.get("verdict", "?"))
     al = g.get("acceptance_length")
     lo, hi = acceptance_band(g)
@@ -142,8 +150,8 @@ def _percent(x: Any) -> str:
     return f"{100 * x:.0f}%" if _is_number(x) else "?"
 
 
-def stopped_text(info: dict[str, Any]) -> str | None:
-    s = info.get("stopped")
+def stopped_text(task: TaskSummary | Mapping[str, Any]) -> str | None:
+    s = _typed(task).stopped
     if not isinstance(s, dict):
         return None
     reason = f": {s['reason']}" if s.get("reason") else ""
@@ -186,25 +194,21 @@ def decide_run(run: RunData) -> RunDecision:
     failed: list[str] = []
     no_gate, no_ref, stopped = [], [], []
     for t in run.tasks:
-        gates = {"accuracy": accuracy_gate(t.info), "lossless": lossless_gate(t.info),
-                 "acceptance": acceptance_gate(t.info)}  # fmt: skip
+        gates = {"accuracy": accuracy_gate(t.summary), "lossless": lossless_gate(t.summary),
+                 "acceptance": acceptance_gate(t.summary)}  # fmt: skip
         for name, gate in gates.items():
             if gate is None:
                 continue
             if gate.verdict == FAIL:
-                what = (
-                    "failed requests"
-                    if name == "accuracy" and t.info.get("num_failed_requests")
-                    else f"the {name} gate"
-                )
+                what = "failed requests" if name == "accuracy" and t.summary.num_failed_requests else f"the {name} gate"
                 failed.append(f"{what} on {t.task}: {gate.text.removeprefix('FAIL: ').removeprefix('FAIL, ')}")
             elif gate.verdict == PASS:
                 passed[name].append(t.task)
-        verdict = t.info.get("verdict")
+        verdict = t.summary.verdict
         (no_gate if verdict == "NO-GATE" else no_ref if verdict == "REPORT" else []).append(t.task)
-        if stopped_text(t.info):
+        if stopped_text(t.summary):
             stopped.append(t.task)
-    failing_events = run.summary.get("failing_events")
+    failing_events = run.summary.failing_events
     if isinstance(failing_events, int) and failing_events:
         kinds = {k: v for k, v in run.event_counts().items() if k in FAILING_EVENTS}
         failed.append(f"failing events: {', '.join(f'{k} {v}' for k, v in kinds.items()) or failing_events}")

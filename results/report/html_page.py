@@ -38,6 +38,10 @@ _SCORE_NOTE = (
 )
 
 
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
 def _e(v: Any) -> str:
     return html.escape(str(v), quote=True)
 
@@ -80,10 +84,10 @@ def _runs_table(runs: list[RunData]) -> str:
     for r in runs:
         rows.append([
             _e(r.label), f"<code>{_e(r.run_id)}</code>", _badge(r.verdict), _e(commit_text(r.manifest)),
-            _e(r.engine.get("model", r.summary.get("model", "—"))),
-            _e(kv_text(r.engine.get("kv_cache", r.summary.get("kv_cache")))), _e(spec_text(r.engine.get("spec"))),
-            _e(r.manifest.get("world_size", r.summary.get("world_size", "—"))), _e(device_text(r.manifest, r.engine)),
-            _e(utc(r.manifest.get("started"))), _e(num(r.summary.get("elapsed_s", r.manifest.get("elapsed_s")), 1)),
+            _e(r.engine.get("model", _or(r.summary.model, "—"))),
+            _e(kv_text(r.engine.get("kv_cache", r.summary.kv_cache))), _e(spec_text(r.engine.get("spec"))),
+            _e(r.manifest.get("world_size", _or(r.summary.world_size, "—"))), _e(device_text(r.manifest, r.engine)),
+            _e(utc(r.manifest.get("started"))), _e(num(_or(r.summary.elapsed_s, r.manifest.get("elapsed_s")), 1)),
         ])  # fmt: skip
     head = ["#", "run id", "verdict", "commit", "model", "KV cache", "spec", "world size", "device", "started"]
     return _table([*head, "elapsed (s)"], rows, numeric={7, 10})
@@ -95,14 +99,14 @@ def _scores_table(runs: list[RunData]) -> str:
     rows = []
     for r in runs:
         for t in r.tasks:
-            info = t.info
-            filters = info.get("filter_scores") or {}
+            info = t.summary
+            filters = info.filter_scores or {}
             ftext = "<br>".join(f"{_e(k)}: {_e(num(v))}" for k, v in filters.items()) if filters else "—"
             ci = f"{t.ci[0]:.1f} – {t.ci[1]:.1f}" if t.ci else "—"
             rows.append([
-                _e(r.label), _e(t.task), _e(num(info.get("num_samples", t.n))), _e(num(info.get("score"))), _e(ci),
-                ftext, _e(num(info.get("reference"))), _e(num(info.get("threshold"))), _e(num(info.get("theta"), 3)),
-                _badge(info.get("verdict", "?")), _e(num(info.get("num_failed_requests"))),
+                _e(r.label), _e(t.task), _e(num(_or(info.num_samples, t.n))), _e(num(info.score)), _e(ci),
+                ftext, _e(num(info.reference)), _e(num(info.threshold)), _e(num(info.theta, 3)),
+                _badge(info.verdict or "?"), _e(num(info.num_failed_requests)),
                 _e(num(acceptance_length(info))),
             ])  # fmt: skip
     return _table(head, rows, numeric={2, 3, 6, 7, 8, 10, 11})
@@ -113,8 +117,8 @@ def _gates_table(runs: list[RunData]) -> str:
     rows: list[tuple[RunData, TaskRow, dict[str, Any]]] = []
     for r in runs:
         for t in r.tasks:
-            cells = {"accuracy": _gate_cell(accuracy_gate(t.info)), "lossless": lossless_gate(t.info),
-                     "acceptance": acceptance_gate(t.info), "stopped": stopped_text(t.info)}  # fmt: skip
+            cells = {"accuracy": _gate_cell(accuracy_gate(t.summary)), "lossless": lossless_gate(t.summary),
+                     "acceptance": acceptance_gate(t.summary), "stopped": stopped_text(t.summary)}  # fmt: skip
             rows.append((r, t, cells))
     columns = ["accuracy"] + [c for c in ("lossless", "acceptance", "stopped") if any(x[2][c] for x in rows)]
     out = []
@@ -132,7 +136,7 @@ def _acceptance_table(runs: list[RunData]) -> str:
     rows = []
     for r in runs:
         for t in r.tasks:
-            acc = t.info.get("acceptance")
+            acc = t.summary.acceptance
             if not isinstance(acc, dict):
                 continue
             per_pos = acc.get("per_position_rate") or []
@@ -154,7 +158,7 @@ def _events_table(runs: list[RunData]) -> str:
     if not types:
         return '<p class="note">No events in any run.</p>'
     rows = [[_e(t), *(_e(c.get(t, 0)) for c in counts)] for t in types]
-    rows.append(["<b>failing events</b>", *(_e(r.summary.get("failing_events", "—")) for r in runs)])
+    rows.append(["<b>failing events</b>", *(_e(r.summary.failing_events) for r in runs)])
     return _table(["event", *(r.label for r in runs)], rows, numeric=set(range(1, len(runs) + 1)))
 
 

@@ -19,16 +19,20 @@ def _md(v: Any) -> str:
     return text
 
 
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
 def _scores(runs: list[RunData]) -> list[str]:
-    has_lossless = any(lossless_gate(t.info) for r in runs for t in r.tasks)
+    has_lossless = any(lossless_gate(t.summary) for r in runs for t in r.tasks)
     head = ["run", "task", "score", "reference", "threshold", "verdict", "AL"] + (["lossless"] if has_lossless else [])
     align = ["---", "---", "---:", "---:", "---:", "---", "---:"] + (["---"] if has_lossless else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
     for r in runs:
         for t in r.tasks:
-            info = t.info
-            cells = [r.label, t.task, num(info.get("score")), num(info.get("reference")), num(info.get("threshold")),
-                     info.get("verdict", "?"), num(acceptance_length(info))]  # fmt: skip
+            info = t.summary
+            cells = [r.label, t.task, num(info.score), num(info.reference), num(info.threshold),
+                     info.verdict or "?", num(acceptance_length(info))]  # fmt: skip
             if has_lossless:
                 gate = lossless_gate(info)
                 cells.append(gate.text if gate else "—")
@@ -41,11 +45,11 @@ def _gates(runs: list[RunData]) -> list[str]:
     lines = []
     for r in runs:
         for t in r.tasks:
-            parts = [f"accuracy {accuracy_gate(t.info).text}"]
-            for name, gate in (("lossless", lossless_gate(t.info)), ("acceptance", acceptance_gate(t.info))):
+            parts = [f"accuracy {accuracy_gate(t.summary).text}"]
+            for name, gate in (("lossless", lossless_gate(t.summary)), ("acceptance", acceptance_gate(t.summary))):
                 if gate is not None:
                     parts.append(f"{name} {gate.text}")
-            stopped = stopped_text(t.info)
+            stopped = stopped_text(t.summary)
             if stopped:
                 parts.append(stopped)
             lines.append(f"- {_md(r.label)} {_md(t.task)}: " + "; ".join(_md(p) for p in parts))
@@ -60,9 +64,9 @@ def render_markdown(runs: list[RunData]) -> str:
     lines.append(_md(banner(runs)))
     lines.append("")
     for r in runs:
-        model = r.engine.get("model", r.summary.get("model", "—"))
-        kv = kv_text(r.engine.get("kv_cache", r.summary.get("kv_cache")))
-        world = r.manifest.get("world_size", r.summary.get("world_size", "—"))
+        model = r.engine.get("model", _or(r.summary.model, "—"))
+        kv = kv_text(r.engine.get("kv_cache", r.summary.kv_cache))
+        world = r.manifest.get("world_size", _or(r.summary.world_size, "—"))
         lines.append(
             f"- {_md(r.label)} {_md(r.run_id)} **{_md(r.verdict)}**: model {_md(model)}, "
             f"KV {_md(kv)}, spec {_md(spec_text(r.engine.get('spec')))}, world size {_md(world)}, "
@@ -72,7 +76,7 @@ def render_markdown(runs: list[RunData]) -> str:
     for r in runs:
         counts = r.event_counts()
         text = ", ".join(f"{_md(k)} {_md(v)}" for k, v in sorted(counts.items())) if counts else "none"
-        failing = r.summary.get("failing_events")
+        failing = r.summary.failing_events
         tail = f" (failing: {_md(failing)})" if failing else ""
         lines.append(f"Events {_md(r.label)}: {text}{tail}  ")
     return "\n".join(lines).rstrip() + "\n"

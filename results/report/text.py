@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
+
+from ..run_summary import TaskSummary
 
 
 def num(v: Any, digits: int = 2) -> str:
@@ -57,8 +60,8 @@ def commit_text(manifest: dict[str, Any]) -> str:
     return text
 
 
-def acceptance_length(info: dict[str, Any]) -> float | None:
-    acc = info.get("acceptance")
+def acceptance_length(info: Mapping[str, Any] | TaskSummary) -> float | None:
+    acc = info.acceptance if isinstance(info, TaskSummary) else info.get("acceptance")
     if isinstance(acc, dict) and isinstance(acc.get("acceptance_length"), (int, float)):
         return float(acc["acceptance_length"])
     return None
