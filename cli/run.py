@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import typer
 
@@ -250,9 +249,12 @@ def run(
       specdec-eval run --endpoint http://127.0.0.1:8000 --tasks gsm8k --limit 50 --data-dir ../shared/data
       specdec-eval run --endpoint URL --spec eagle3 --draft-len 3 --baseline-endpoint URL0 --tasks gsm8k
     """  # fmt: skip
+    from ..evals.pipeline.backends import backend_class, make_backend
     from ..evals.pipeline.evaluation import EvalOptions
-    from ..evals.pipeline.orchestration import BASELINE_MODES, RunPlan, run_with_baseline
+    from ..evals.pipeline.orchestration import BASELINE_MODES, RunPlan
+    from ..evals.pipeline.orchestration import run as run_pipeline
     from ..evals.tasks.registry import parse_tasks
+    from ..launch.job import JobFailed
 
     options = EvalOptions(
         tasks=parse_tasks(tasks), data_dir=data_dir, limit=limit, num_fewshot=num_fewshot,
@@ -288,14 +290,19 @@ def run(
         declared = dict(model=model, tokenizer=tokenizer, chat=chat, served_model=served_model, api_key=api_key,
                         concurrency=concurrency, timeout_s=request_timeout, max_retries=request_retries, seed=seed,
                         dtype=dtype, kv_cache=kv_cache if _given(ctx, "kv_cache") else None)  # fmt: skip
-        summary = _run_endpoint(endpoint, baseline_endpoint, declared, config, plan)
-    elif gpus > 1 or nnodes > 1 or dry_run:
-        torchrun = TorchrunSpec(gpus, nnodes, node_rank, rdzv_endpoint, rdzv_backend)
-        summary = _run_job(config, plan, torchrun, tp, dry_run, rank_timeout, mode)
-        if summary is None:
-            return
+        backend = backend_class("endpoint").from_flags(endpoint, baseline_endpoint, declared, config)
+    elif local_job:
+        backend = make_backend("local", config, mode)
     else:
-        summary = run_with_baseline(config, plan, progress_for=lambda: generation_progress(0), baseline=mode)
+        torchrun = TorchrunSpec(gpus, nnodes, node_rank, rdzv_endpoint, rdzv_backend)
+        backend = make_backend("torchrun", config, torchrun, tp, rank_timeout, mode, dry_run)
+    try:
+        summary = run_pipeline(plan, backend, progress_for=lambda: generation_progress(0))
+    except JobFailed as e:
+        print(f"specdec-eval: error: run failed: {e}", file=sys.stderr)
+        raise typer.Exit(e.code) from None
+    if summary is None:  # a dry run: the job was printed, nothing ran
+        return
     if json_out:
         print(json.dumps(summary, indent=2))
     else:
@@ -366,64 +373,3 @@ def check_draft_model(config) -> None:
 def _given(ctx: typer.Context, name: str) -> bool:
     source = ctx.get_parameter_source(name)
     return source is not None and source.name == "COMMANDLINE"
-
-
-def _run_endpoint(url: str, baseline_url: str | None, declared: dict, config, plan) -> dict[str, Any]:
-    """An endpoint run: the engine flags declare the server (--spec eagle3 --draft-len K: it speculates)."""
-    from ..evals.pipeline.orchestration import run_endpoint
-    from ..workers.remote.endpoint_config import EndpointConfig
-
-    spec = config.spec
-    target = EndpointConfig(url=url, spec=spec.algorithm if spec else None, max_draft_len=spec.max_draft_len if spec
-                            else 0, **declared)  # fmt: skip
-    base = EndpointConfig(url=baseline_url, **declared) if baseline_url else None
-    return run_endpoint(target, plan, base, progress_for=lambda: generation_progress(0))
-
-
-def _run_job(config, plan, torchrun, tp: int | None, dry_run: bool, rank_timeout: float, mode: str):
-    """The evaluation as a torchrun job: a spec-dec run with no recorded baseline runs a baseline job first. A job
-    never pairs: paired twins are a baseline only once audited on an engine with no spec worker, and a job's ranks
-    hold one sharded engine, the spec-dec one. Returns rank 0's summary (None for a dry run)."""
-    from ..evals.pipeline.orchestration import (
-        baseline_config,
-        check_named_baseline,
-        needs_baseline,
-        pairs_with_baseline,
-    )
-    from ..launch.job import Job, JobFailed, launch, resolve_job_device
-    from ..launch.layout import plan_layout
-    from ..workers.checkpoint import load_checkpoint
-
-    device = resolve_job_device(config.device, torchrun.nproc_per_node)
-    cfg = load_checkpoint(config.model).config
-    layout = plan_layout(torchrun.nproc_per_node * torchrun.nnodes, cfg.num_attention_heads, cfg.num_key_value_heads,
-                         tp)  # fmt: skip
-    if layout.tp > torchrun.nproc_per_node:
-        raise UserError(f"TP {layout.tp} would span nodes; use --tp <= --gpus ({torchrun.nproc_per_node})")
-    config = replace(config, tp_size=layout.tp, device=device)
-    check_named_baseline(config, plan)
-    if not dry_run and pairs_with_baseline(config, plan, mode):
-        print(
-            "lossless gate: a torchrun job cannot audit paired twins; its baseline is a separate job", file=sys.stderr
-        )
-    payload = plan.to_dict()
-    try:
-        if not dry_run and needs_baseline(config, plan):
-            print("lossless gate: running the non-speculative baseline job first", file=sys.stderr)
-            base = Job(JOB_DRIVER, baseline_config(config), layout.tp, payload, rank_timeout)
-            launch(base, torchrun, layout, device, dry_run=False)
-        return launch(Job(JOB_DRIVER, config, layout.tp, payload, rank_timeout), torchrun, layout, device, dry_run)
-    except JobFailed as e:
-        print(f"specdec-eval: error: run failed: {e}", file=sys.stderr)
-        raise typer.Exit(e.code) from None
-
-
-JOB_DRIVER = "specdec_eval.cli.run:job_driver"
-
-
-def job_driver(engine, payload: dict[str, Any]) -> dict[str, Any]:
-    """Rank 0 of a torchrun job (launch/rank_main.py): one run on the sharded engine, with rank 0's progress."""
-    from ..evals.pipeline.orchestration import RunPlan, run_evaluation
-
-    with generation_progress(0) as progress:
-        return run_evaluation(engine, RunPlan.from_dict(payload), progress)

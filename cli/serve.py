@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -17,6 +16,7 @@ from ..serve.defaults import (
     DEFAULT_MAX_REQUEST_SIZE,
     DEFAULT_PORT,
 )
+from ..serve.job_driver import API_KEY_ENV, JOB_DRIVER, serve_engine
 from ..workers.config import parse_bytes
 from ..workers.errors import UserError
 from . import options as o
@@ -24,7 +24,6 @@ from .generate import _rank_events_path
 
 SERVER = "Server"
 JOB = "Job (torchrun)"
-API_KEY_ENV = "SPECDEC_EVAL_API_KEY"  # how a torchrun job's rank 0 gets the key (never written to the job file)
 
 
 def serve(
@@ -169,21 +168,9 @@ def serve(
 
     engine = Engine(config)
     try:
-        _serve(engine, engine, server, api_key)
+        serve_engine(engine, engine, server, api_key)
     finally:
         engine.close()
-
-
-def _serve(engine: Any, local: Any, server: dict[str, Any], api_key: str | None) -> None:
-    """Serve `engine` (a ServingEngine); `local` is the Engine whose limits it has (rank 0's, under torchrun)."""
-    from ..serve.app import ServerSettings
-    from ..serve.server import serve_forever
-
-    settings = ServerSettings(
-        model_name=server["model_name"], max_model_len=local.max_seq_len, vocab_size=local.model_config.vocab_size,
-        api_key=api_key or None, max_queue=server["max_queue"], max_request_bytes=server["max_request_bytes"],
-    )  # fmt: skip
-    serve_forever(engine, settings, server["host"], server["port"], server["grace_s"], server["log_level"])
 
 
 def _serve_job(config, server: dict[str, Any], api_key: str | None, gpus: int, tp: int | None,
@@ -207,13 +194,3 @@ def _serve_job(config, server: dict[str, Any], api_key: str | None, gpus: int, t
     except JobFailed as e:
         print(f"specdec-eval: error: serve failed: {e}", file=sys.stderr)
         raise typer.Exit(e.code) from None
-
-
-JOB_DRIVER = "specdec_eval.cli.serve:job_driver"
-
-
-def job_driver(engine, payload: dict[str, Any]) -> dict[str, Any]:
-    """Rank 0 of a serving job (launch/rank_main.py): the server over the sharded engine, until SIGTERM."""
-    Path(payload["pid_file"]).write_text(str(os.getpid()), encoding="utf-8")  # where the launcher sends SIGTERM
-    _serve(engine, engine.local_engine, payload, os.environ.get(API_KEY_ENV))
-    return {"stopped": "cleanly"}
