@@ -15,6 +15,7 @@ from ..launch.torchrun import TorchrunSpec
 from ..workers.errors import UserError
 from . import endpoint_options as eo
 from . import options as o
+from .generate import _rank_events_path
 from .progress import generation_progress
 from .run_report import print_report
 
@@ -26,6 +27,7 @@ RDZV_BACKENDS = Literal["c10d", "static", "etcd", "etcd-v2"]
 SAMPLE_CHOICES = Literal["first", "random"]  # evals/tasks/subsets.py: refused before any run folder is made
 
 
+@o.engine_options(exclude=("tp",))
 def run(
     ctx: typer.Context,
     tasks: Annotated[
@@ -208,22 +210,6 @@ def run(
             rich_help_panel=JOB,
         ),
     ] = 600.0,  # fmt: skip
-    model: o.Model = o.E.model,
-    kv_cache: o.KVCache = o.K.version,
-    dtype: o.DType = o.E.dtype,
-    device: o.Device = o.E.device,
-    device_memory: o.DeviceMemory = None,
-    max_batch_size: o.MaxBatch = o.E.max_batch_size,
-    max_num_tokens: o.MaxNumTokens = o.E.max_num_tokens,
-    max_seq_len: o.MaxSeqLen = None,
-    seed: o.Seed = o.E.seed,
-    spec: o.Spec = "none",
-    draft_len: o.DraftLen = o.S.max_draft_len,
-    draft_model: o.DraftModel = o.S.draft_model,
-    spec_guard: o.SpecGuard = o.S.guard,
-    inject: o.Inject = None,
-    max_retries: o.MaxRetries = o.E.max_retries,
-    warmup: o.Warmup = o.E.warmup,
     endpoint: eo.Endpoint = None,
     chat: eo.Chat = False,
     tokenizer: eo.Tokenizer = None,
@@ -234,6 +220,7 @@ def run(
     request_retries: eo.RequestRetries = eo.DEFAULTS["retries"],
     baseline_endpoint: eo.BaselineEndpoint = None,
     baseline: eo.BaselineRun = "paired",
+    engine_flags: o.EngineFlags | None = None,  # every engine option but --tp, a job option here (cli/options.py)
 ) -> None:
     """Score tasks through lm-eval on our engine (or any OpenAI-compatible server), then test each score against its
     reference.
@@ -264,17 +251,14 @@ def run(
         stop_file=ab_stop_file,
     )  # fmt: skip
     # Bad engine options fail here, before any model loads or process starts.
-    config = o.engine_config(
-        model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
-        max_batch_size=max_batch_size, max_num_tokens=max_num_tokens, max_seq_len=max_seq_len, seed=seed,
-        spec=spec, draft_len=draft_len, draft_model=draft_model, spec_guard=spec_guard, inject=inject,
-        max_retries=max_retries, warmup=warmup,
-    )  # fmt: skip
+    flags = engine_flags
+    config = flags.config(events_path=_rank_events_path(flags["events_path"], gpus * nnodes))
+    model, dtype, kv_cache, seed = flags["model"], flags["dtype"], flags["kv_cache"], flags["seed"]
     mode = baseline if baseline in BASELINE_MODES else "separate"
     plan = RunPlan(options, out, resume, None if baseline in BASELINE_MODES else baseline, populate_acceptance)
     if baseline_endpoint is not None and endpoint is None:
         raise UserError("--baseline-endpoint needs --endpoint (the server under test)")
-    if endpoint is not None and inject:
+    if endpoint is not None and config.inject:
         raise UserError("--inject can never fire in an endpoint run: the faults are our engine's, not the server's")
     local_job = not (gpus > 1 or nnodes > 1 or dry_run)
     if endpoint is None and local_job and tp not in (None, 1):

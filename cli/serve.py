@@ -26,6 +26,7 @@ SERVER = "Server"
 JOB = "Job (torchrun)"
 
 
+@o.engine_options(exclude=("tp",))
 def serve(
     host: Annotated[
         str, typer.Option("--host", help="Address to bind (0.0.0.0: every interface).", rich_help_panel=SERVER)
@@ -101,27 +102,7 @@ def serve(
     rank_timeout: Annotated[
         float, typer.Option("--rank-timeout", help="Seconds a collective may wait for a rank.", rich_help_panel=JOB)
     ] = 600.0,
-    model: o.Model = o.E.model,
-    kv_cache: o.KVCache = o.K.version,
-    dtype: o.DType = o.E.dtype,
-    device: o.Device = o.E.device,
-    device_memory: o.DeviceMemory = None,
-    block_size: o.BlockSize = o.K.block_size,
-    block_reuse: o.BlockReuse = o.K.enable_block_reuse,
-    decode_copy: o.DecodeCopy = o.K.decode_copy,
-    max_batch_size: o.MaxBatch = o.E.max_batch_size,
-    max_num_tokens: o.MaxNumTokens = o.E.max_num_tokens,
-    max_seq_len: o.MaxSeqLen = None,
-    seed: o.Seed = o.E.seed,
-    spec: o.Spec = "none",
-    draft_len: o.DraftLen = o.S.max_draft_len,
-    draft_model: o.DraftModel = o.S.draft_model,
-    spec_guard: o.SpecGuard = o.S.guard,
-    capture_layers: o.CaptureLayers = None,
-    inject: o.Inject = None,
-    max_retries: o.MaxRetries = o.E.max_retries,
-    warmup: o.Warmup = o.E.warmup,
-    events: o.EventsPath = None,
+    engine_flags: o.EngineFlags | None = None,  # every engine option but --tp (cli/options.py)
 ) -> None:
     """Serve the engine over the OpenAI API: /v1/completions, /v1/chat/completions (streaming with server-sent
     events), /v1/models, /health, /metrics (vLLM's spec-decode counter names). Requests that arrive while others
@@ -150,13 +131,8 @@ def serve(
 
     validate_api_key(api_key or None)
     bind(host, port).close()  # a port in use or an address not ours: said now, not after the model has loaded
-    config = o.engine_config(
-        model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
-        block_size=block_size, block_reuse=block_reuse, decode_copy=decode_copy, max_batch_size=max_batch_size,
-        max_num_tokens=max_num_tokens, max_seq_len=max_seq_len, seed=seed, spec=spec, draft_len=draft_len,
-        draft_model=draft_model, spec_guard=spec_guard, capture_layers=capture_layers, inject=inject,
-        max_retries=max_retries, warmup=warmup, events_path=_rank_events_path(events, gpus),
-    )  # fmt: skip
+    model = engine_flags["model"]
+    config = engine_flags.config(events_path=_rank_events_path(engine_flags["events_path"], gpus))
     server = {"host": host, "port": port, "model_name": served_model_name or model, "max_queue": max_queue,
               "max_request_bytes": body_limit, "grace_s": grace, "log_level": log_level}  # fmt: skip
     if gpus > 1:
