@@ -52,34 +52,25 @@ def ab(
       specdec-eval ab v0.1.0 my-branch --repo ~/specdec-eval -- --model tiny --tasks gsm8k_smoke --no-reference
       specdec-eval ab main HEAD --early-stop -- --tasks gsm8k --data-dir ../shared/data   # stops when decided
     """  # fmt: skip
-    from ..results.ab import ABError, Terminated, checked_out, run_side, terminated_as_exception
-    from ..results.compare import compare_runs, render_compare
-    from ..results.store import Run
+    from ..evals.sequential.ab_controller import ABPlan, run_ab
+    from ..results.ab import ABError, Terminated
+    from ..results.compare import render_compare
 
     if not 0.0 < alpha < 1.0:  # checked now: both sides would run before the comparison reads it
         raise UserError(f"--alpha must be between 0 and 1 (exclusive), got {alpha:g}")
     run_args = list(ctx.args)
     if any(a in ("--out", "--resume", "--fresh", "--json") or a.startswith("--out=") for a in run_args):
         raise UserError("ab sets --out, --fresh and --json for both sides itself; leave them out after --")
-    sequential = None
+    plan = ABPlan(repo, (ref_a, ref_b), tuple(run_args), Path(out), alpha, early_stop, early_stop_batch, p1)
     try:
-        with terminated_as_exception(), checked_out(repo.resolve(), (ref_a, ref_b)) as sides:
-            if early_stop:
-                runs, sequential = _sequential(sides, run_args, Path(out).resolve(), early_stop_batch, alpha, p1)
-            else:
-                runs = []
-                for side in sides:
-                    typer.echo(f"side {side.name}: {side.ref} = {side.commit[:12]}: running", err=True)
-                    runs.append(Run(run_side(side, run_args, Path(out).resolve())))
+        result = run_ab(plan, lambda line: typer.echo(line, err=True))
     except ABError as e:
         raise UserError(str(e)) from None
     except Terminated as e:  # the running side was stopped and waited for; worktrees and temporary files are gone
         typer.echo(f"specdec-eval: ab {e}: the running side was stopped, worktrees and temporary files removed",
                    err=True)  # fmt: skip
         raise typer.Exit(128 + e.signum) from None
-    result = compare_runs(runs[0], runs[1], alpha=alpha)
-    if sequential is not None:
-        result["sequential"] = sequential
+    sequential = result.get("sequential")
     if json_out:
         typer.echo(json.dumps(result, indent=2, default=str))
     else:
@@ -90,45 +81,3 @@ def ab(
             typer.echo(render(sequential))
     if result.get("verdict") == "regression":
         raise typer.Exit(1)
-
-
-def _sequential(sides, run_args: list[str], out: Path, batch: int, alpha: float, p1: float):
-    """Both sides at once, each a passive sequential run; the controller stops them when the paired test decides."""
-    import tempfile
-
-    from ..evals.sequential.ab import SideProgress, watch
-    from ..evals.sequential.paired import PairedSequentialDesign
-    from ..results.ab import side_result, start_side, stop_side
-    from ..results.store import Run
-
-    with tempfile.TemporaryDirectory(prefix="specdec-ab-seq-") as tmp:
-        progress = {s.name: SideProgress(Path(tmp) / f"side-{s.name}.stop") for s in sides}
-        procs = {}
-        for side in sides:
-            args = [*run_args, "--ab-stop-file", str(progress[side.name].stop_file), "--early-stop-batch", str(batch)]
-            typer.echo(f"side {side.name}: {side.ref} = {side.commit[:12]}: running (sequential)", err=True)
-            procs[side.name] = start_side(side, args, out)
-        # Output is collected by threads, so a side's full pipe never blocks it while the controller polls.
-        import threading
-
-        outputs: dict[str, tuple[str, str]] = {}
-
-        def drain(name: str, proc) -> None:
-            outputs[name] = proc.communicate()
-
-        threads = [threading.Thread(target=drain, args=(n, p), daemon=True) for n, p in procs.items()]
-        for t in threads:
-            t.start()
-        design = PairedSequentialDesign(alpha=alpha, p1=p1)
-        try:
-            record = watch(progress, design, lambda: any(t.is_alive() for t in threads))
-            for t in threads:
-                t.join()
-        except BaseException as e:  # Terminated, KeyboardInterrupt: both sides stop with ab
-            import signal
-
-            for proc in procs.values():
-                stop_side(proc, getattr(e, "signum", signal.SIGINT))
-            raise
-        runs = [Run(side_result(s, procs[s.name].returncode, *outputs[s.name])) for s in sides]
-    return runs, record

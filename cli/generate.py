@@ -107,6 +107,7 @@ def _rank_events_path(events: str | None, tp: int) -> str | None:
     return str(p.with_name(f"{p.stem}.rank{{rank}}{p.suffix or '.jsonl'}"))
 
 
+@o.engine_options()
 def generate(
     prompts_file: Annotated[
         str,
@@ -124,28 +125,7 @@ def generate(
     stop: Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")] = None,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Keep going past EOS.")] = False,
     chat: Annotated[bool, typer.Option("--chat", help="Wrap plain-line prompts in the chat template.")] = False,
-    model: o.Model = o.E.model,
-    kv_cache: o.KVCache = o.K.version,
-    dtype: o.DType = o.E.dtype,
-    device: o.Device = o.E.device,
-    device_memory: o.DeviceMemory = None,
-    block_size: o.BlockSize = o.K.block_size,
-    block_reuse: o.BlockReuse = o.K.enable_block_reuse,
-    decode_copy: o.DecodeCopy = o.K.decode_copy,
-    max_batch_size: o.MaxBatch = o.E.max_batch_size,
-    max_num_tokens: o.MaxNumTokens = o.E.max_num_tokens,
-    max_seq_len: o.MaxSeqLen = None,
-    tp: o.TPSize = o.E.tp_size,
-    seed: o.Seed = o.E.seed,
-    spec: o.Spec = "none",
-    draft_len: o.DraftLen = o.S.max_draft_len,
-    draft_model: o.DraftModel = o.S.draft_model,
-    spec_guard: o.SpecGuard = o.S.guard,
-    capture_layers: o.CaptureLayers = None,
-    inject: o.Inject = None,
-    max_retries: o.MaxRetries = o.E.max_retries,
-    warmup: o.Warmup = o.E.warmup,
-    events: o.EventsPath = None,
+    engine_flags: o.EngineFlags | None = None,  # every engine option (cli/options.py)
 ) -> None:
     """Generate completions and print one JSON object per prompt (text, token ids, finish reason, stats).
 
@@ -161,6 +141,8 @@ def generate(
     from ..workers.engine import Engine
     from ..workers.events import merge_event_files
 
+    flags = engine_flags
+    model, tp, events = flags["model"], flags["tp"], flags["events_path"]
     check_events_path(events)
     text, source = read_prompts_file(prompts_file)
     prompts = read_prompts(text, source)
@@ -178,19 +160,13 @@ def generate(
             f"--tp {tp} needs {tp} processes; start this command with "
             f"`torchrun --nproc-per-node {tp} -m specdec_eval.cli.main ...`"
         )
-    config = o.engine_config(
-        model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
-        block_size=block_size, block_reuse=block_reuse, decode_copy=decode_copy, max_batch_size=max_batch_size,
-        max_num_tokens=max_num_tokens, max_seq_len=max_seq_len, tp=tp, seed=seed,
-        spec=spec, draft_len=draft_len, draft_model=draft_model, spec_guard=spec_guard, capture_layers=capture_layers,
-        inject=inject, max_retries=max_retries, warmup=warmup, events_path=_rank_events_path(events, tp),
-    )  # fmt: skip
+    config = flags.config(events_path=_rank_events_path(events, tp))
     if config.spec is not None:  # a bad head folder: one line now, not a traceback from the engine build
         from ..workers.checkpoint import preset_of
         from ..workers.spec.head_check import check_draft_model
 
         check_draft_model(config.spec, checkpoint.config, preset_of(checkpoint) or model)
-    with world_session(env, resolve_device(device).type, Layout(tp, tp)) as world:  # NCCL on CUDA, gloo on CPU
+    with world_session(env, resolve_device(flags["device"]).type, Layout(tp, tp)) as world:  # NCCL on CUDA, gloo on CPU
         tp_group = world.tp
         engine = Engine(config, tp_group, checkpoint)
         with generation_progress(len(prompts), enabled=tp_group.is_leader) as progress:

@@ -1,4 +1,6 @@
-"""Engine options shared by every command, declared once; defaults come from the config dataclasses.
+"""Engine options of every command, built from the one list in workers/engine_options.py (which also builds the
+EngineConfig, `from_options`); defaults come from the config dataclasses. `@engine_options()` gives a command
+all of them; a command that takes a few declares them with `ANN[name]` and `default(name)`.
 
 Each option is validated where it is declared: counts and sizes carry their ranges, names are choices taken from
 the registries (so `--help` lists them and a bad value is a usage error, exit status 2), and values with a
@@ -6,7 +8,12 @@ syntax of their own (memory sizes, fault specs, layer lists) are parsed by a cal
 
 from __future__ import annotations
 
+import functools
+import inspect
+import typing
 from collections.abc import Callable
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 import typer
@@ -20,19 +27,18 @@ from ..workers.config import (
     KVCacheConfig,
     SamplingParams,
     SpecConfig,
-    from_options,
-    parse_bytes,
-    parse_capture_layers,
 )
+from ..workers.engine_options import ENGINE as ENGINE
+from ..workers.engine_options import ENGINE_OPTIONS, OPTIONS, EngineOption, from_options
 from ..workers.errors import UserError
 from ..workers.kv_cache import KV_CACHE_MANAGERS
-from ..workers.spec import SPEC_ALGORITHMS, spec_method
+from ..workers.spec import SPEC_ALGORITHMS
 
 # Defaults come from the config dataclasses, never written twice.
 E = EngineConfig()
 K = KVCacheConfig()
+S = SpecConfig()
 SP = SamplingParams()
-ENGINE = "Engine"
 
 # Choices as Literal types built from the registries: Typer lists them in --help and refuses anything else.
 KV_CACHE_CHOICES = Literal[tuple(KV_CACHE_MANAGERS)]  # type: ignore[valid-type]
@@ -59,141 +65,98 @@ def checked(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return callback
 
 
-def _memory_size(text: str) -> None:
-    if parse_bytes(text) <= 0:
-        raise UserError(f"memory size must be positive, got {text!r}")
+def _annotated(option: EngineOption) -> Any:
+    """The typer option of one engine option: its flags, range, help and group; choices as a Literal type (listed in
+    --help, anything else refused), a value with a syntax of its own checked by its parse."""
+    kind = option.type
+    choices = option.choices() if option.choices else None
+    if choices is not None:
+        kind = Literal[choices]  # type: ignore[valid-type]
+    bounds = {k: v for k, v in (("min", option.min), ("max", option.max)) if v is not None}
+    help_text = option.help.replace("{choices}", " | ".join(choices or ()))
+    callback = checked(option.parse) if option.parse else None
+    info = typer.Option(*option.flags, help=help_text, callback=callback, rich_help_panel=option.group, **bounds)
+    return Annotated[kind, info]
 
 
-def _fault_specs(texts: list[str]) -> None:
-    from ..workers.faults import FaultSpec  # late: it imports torch
-
-    for text in texts:
-        FaultSpec.parse(text)
+# One Annotated type per engine option, by its name: commands that take a few declare `model: o.ANN["model"] = ...`
+ANN: dict[str, Any] = {option.name: _annotated(option) for option in ENGINE_OPTIONS}
 
 
-Model = Annotated[
-    str,
-    typer.Option(
-        "--model",
-        "-m",
-        help="'smollm2' (embedded SmolLM2-135M-Instruct GGUF), 'tiny' (random test model), a Hugging Face "
-        "folder (config.json + safetensors) or a .gguf file.",
-        rich_help_panel=ENGINE,
-    ),
-]
-KVCache = Annotated[
-    KV_CACHE_CHOICES,
-    typer.Option("--kv-cache", help=f"KV-cache manager: {' | '.join(KV_CACHE_MANAGERS)}.", rich_help_panel=ENGINE),
-]
-DType = Annotated[
-    DTYPE_CHOICES, typer.Option("--dtype", help=f"{' | '.join(DTYPES)} (auto: float32 on CPU, bfloat16 on CUDA).",
-                      rich_help_panel=ENGINE),
-]  # fmt: skip
-Device = Annotated[DEVICE_CHOICES, typer.Option("--device", help=f"{' | '.join(DEVICES)}.", rich_help_panel=ENGINE)]
-DeviceMemory = Annotated[
-    str | None,
-    typer.Option(
-        "--device-memory",
-        help="Memory budget, e.g. 2GiB. CPU: stands in for device memory (default 4GiB); CUDA: caps it.",
-        callback=checked(_memory_size),
-        rich_help_panel=ENGINE,
-    ),
-]
-BlockSize = Annotated[
-    int, typer.Option("--block-size", min=1, max=1024, help="Tokens per KV block.", rich_help_panel=ENGINE)
-]
-BlockReuse = Annotated[
-    bool, typer.Option("--block-reuse/--no-block-reuse", help="Reuse KV blocks of shared prompt prefixes.",
-                       rich_help_panel=ENGINE),
-]  # fmt: skip
-DecodeCopy = Annotated[
-    bool | None,
-    typer.Option("--decode-copy/--no-decode-copy",
-                 help="Decode over a contiguous copy of each request's KV instead of gathering its blocks every "
-                 "step (default: on for CPU, off for CUDA).", rich_help_panel=ENGINE),
-]  # fmt: skip
-MaxBatch = Annotated[
-    int,
-    typer.Option("--max-batch-size", "--batch", min=1, help="Requests decoded together.", rich_help_panel=ENGINE),
-]
-MaxNumTokens = Annotated[
-    int, typer.Option("--max-num-tokens", min=1, help="Tokens one forward may carry.", rich_help_panel=ENGINE)
-]
-MaxSeqLen = Annotated[
-    int | None,
-    typer.Option("--max-seq-len", min=2, help="Prompt + output tokens per request.", rich_help_panel=ENGINE),
-]
-TPSize = Annotated[
-    int, typer.Option("--tp", min=1, help="Tensor-parallel size (needs that many processes, e.g. under torchrun).",
-                      rich_help_panel=ENGINE),
-]  # fmt: skip
-Seed = Annotated[int, typer.Option("--seed", min=0, help="Seed for sampling.", rich_help_panel=ENGINE)]
-
-FAULTS = "Faults"
-Inject = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--inject",
-        help="Inject a fault: POINT[:K][@STEP|@random][xCOUNT], POINT one of warmup_oom, prepare_for_spec_dec, "
-        "draft_step, target_forward, restore, or a planted bug class: emit_rejected_draft, draft_kv_into_target, "
-        "spec_alters_target, rewind_keeps_rejected, accept_off_by_one, sample_key_shift, verify_width_numerics "
-        "(repeatable; see selftest --mutants). Example: draft_step:1@3",
-        callback=checked(_fault_specs),
-        rich_help_panel=FAULTS,
-    ),
-]
-Warmup = Annotated[
-    WARMUP_CHOICES,
-    typer.Option("--warmup", help="General warmup at the max shapes after KV sizing: auto (CUDA only) | on | off.",
-                 rich_help_panel=FAULTS),
-]  # fmt: skip
-EventsPath = Annotated[
-    str | None,
-    typer.Option("--events", help="Write events as JSON lines to this file (one file per rank: events.rank{rank}.jsonl "
-                 "beside it under torchrun).", rich_help_panel=FAULTS),
-]  # fmt: skip
-MaxRetries = Annotated[
-    int, typer.Option("--max-retries", min=0, max=100, help="Recompute a request whose batch failed at most this "
-                      "often.", rich_help_panel=FAULTS),
-]  # fmt: skip
-
-SPEC = "Speculative decoding"
-S = SpecConfig()
-Spec = Annotated[
-    SPEC_CHOICES,
-    typer.Option(
-        "--spec",
-        help="none, or a method: " + "; ".join(f"{m}: {spec_method(m).summary}" for m in SPEC_ALGORITHMS) + ".",
-        rich_help_panel=SPEC,
-    ),
-]
-DraftLen = Annotated[
-    int, typer.Option("--draft-len", "-k", min=1, max=16, help="Draft tokens per step (K).", rich_help_panel=SPEC)
-]
-DraftModel = Annotated[
-    str,
-    typer.Option(
-        "--draft-model",
-        help="'auto' (the trained head that ships for smollm2; random for tiny), 'random' (seeded random Eagle3 "
-        "head: a correctness canary, acceptance ~1) or an Eagle3 head folder (config.json + model.safetensors "
-        "or pytorch_model.bin).",
-        rich_help_panel=SPEC,
-    ),
-]
-SpecGuard = Annotated[
-    SPEC_GUARD_CHOICES,
-    typer.Option(
-        "--spec-guard",
-        help="template: restore spec-dec state after a failed forward; none: the historical unsafe behaviour.",
-        rich_help_panel=SPEC,
-    ),
-]
-CaptureLayers = Annotated[
-    str | None,
-    typer.Option("--capture-layers", help="Three target layer ids (input-of-layer), e.g. 2,15,27.",
-                 callback=checked(parse_capture_layers), rich_help_panel=SPEC),
-]  # fmt: skip
+def default(name: str) -> Any:
+    """An engine option's default (its config field's)."""
+    return OPTIONS[name].default
 
 
-# The one config builder (workers/config.py); commands call it with their flags' values.
+Model = ANN["model"]
+KVCache = ANN["kv_cache"]
+DType = ANN["dtype"]
+Device = ANN["device"]
+DeviceMemory = ANN["device_memory"]
+BlockSize = ANN["block_size"]
+BlockReuse = ANN["block_reuse"]
+DecodeCopy = ANN["decode_copy"]
+MaxBatch = ANN["max_batch_size"]
+MaxNumTokens = ANN["max_num_tokens"]
+MaxSeqLen = ANN["max_seq_len"]
+TPSize = ANN["tp"]
+Seed = ANN["seed"]
+Spec = ANN["spec"]
+DraftLen = ANN["draft_len"]
+DraftModel = ANN["draft_model"]
+SpecGuard = ANN["spec_guard"]
+CaptureLayers = ANN["capture_layers"]
+Inject = ANN["inject"]
+MaxRetries = ANN["max_retries"]
+Warmup = ANN["warmup"]
+EventsPath = ANN["events_path"]
+
+
+@dataclass(frozen=True)
+class EngineFlags:
+    """The engine options a command was given (every one in ENGINE_OPTIONS it takes, defaults filled in)."""
+
+    values: MappingProxyType
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def config(self, **overrides: Any) -> EngineConfig:
+        """The EngineConfig of these options (workers/engine_options.py); bad values raise UserError now."""
+        return from_options(**{**self.values, **overrides})
+
+
+def engine_options(*, exclude: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
+    """A command takes every engine option, built from the one list (workers/engine_options.py), after its own
+    parameters; they reach it as one EngineFlags in its parameter `engine_flags`. `exclude`: options the command
+    declares itself with another meaning (run and serve: --tp, a job's TP size whose default comes from the layout)."""
+    unknown = set(exclude) - set(OPTIONS)
+    if unknown:
+        raise ValueError(f"not engine options: {', '.join(sorted(unknown))}")
+    taken = [option for option in ENGINE_OPTIONS if option.name not in exclude]
+
+    def decorate(command: Callable) -> Callable:
+        hints = typing.get_type_hints(command, include_extras=True)
+        own = [p.replace(annotation=hints.get(p.name, p.annotation), kind=inspect.Parameter.KEYWORD_ONLY)
+               for p in inspect.signature(command).parameters.values() if p.name != "engine_flags"]  # fmt: skip
+        clash = {p.name for p in own} & {option.name for option in taken}
+        if clash:
+            raise ValueError(f"{command.__name__} declares engine options itself: {', '.join(sorted(clash))}")
+        added = [inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=option.default,
+                                   annotation=ANN[option.name]) for option in taken]  # fmt: skip
+
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> Any:
+            flags = EngineFlags(MappingProxyType({option.name: kwargs.pop(option.name) for option in taken}))
+            return command(**kwargs, engine_flags=flags)
+
+        wrapper.__signature__ = inspect.Signature([*own, *added])  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in (*own, *added)}
+        del wrapper.__wrapped__  # typer reads the signature above, not the command's own
+        return wrapper
+
+    return decorate
+
+
+# The one config builder (workers/engine_options.py), for commands that declare a few engine options themselves.
 engine_config = from_options

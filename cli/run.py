@@ -5,18 +5,17 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import typer
 
 from ..evals.tasks.registry import TASKS
 from ..launch.torchrun import TorchrunSpec
-from ..results.run_summary import RunSummary
 from ..workers.errors import UserError
 from . import endpoint_options as eo
 from . import options as o
+from .generate import _rank_events_path
 from .progress import generation_progress
 from .run_report import print_report
 
@@ -28,6 +27,7 @@ RDZV_BACKENDS = Literal["c10d", "static", "etcd", "etcd-v2"]
 SAMPLE_CHOICES = Literal["first", "random"]  # evals/tasks/subsets.py: refused before any run folder is made
 
 
+@o.engine_options(exclude=("tp",))
 def run(
     ctx: typer.Context,
     tasks: Annotated[
@@ -210,22 +210,6 @@ def run(
             rich_help_panel=JOB,
         ),
     ] = 600.0,  # fmt: skip
-    model: o.Model = o.E.model,
-    kv_cache: o.KVCache = o.K.version,
-    dtype: o.DType = o.E.dtype,
-    device: o.Device = o.E.device,
-    device_memory: o.DeviceMemory = None,
-    max_batch_size: o.MaxBatch = o.E.max_batch_size,
-    max_num_tokens: o.MaxNumTokens = o.E.max_num_tokens,
-    max_seq_len: o.MaxSeqLen = None,
-    seed: o.Seed = o.E.seed,
-    spec: o.Spec = "none",
-    draft_len: o.DraftLen = o.S.max_draft_len,
-    draft_model: o.DraftModel = o.S.draft_model,
-    spec_guard: o.SpecGuard = o.S.guard,
-    inject: o.Inject = None,
-    max_retries: o.MaxRetries = o.E.max_retries,
-    warmup: o.Warmup = o.E.warmup,
     endpoint: eo.Endpoint = None,
     chat: eo.Chat = False,
     tokenizer: eo.Tokenizer = None,
@@ -236,6 +220,7 @@ def run(
     request_retries: eo.RequestRetries = eo.DEFAULTS["retries"],
     baseline_endpoint: eo.BaselineEndpoint = None,
     baseline: eo.BaselineRun = "paired",
+    engine_flags: o.EngineFlags | None = None,  # every engine option but --tp, a job option here (cli/options.py)
 ) -> None:
     """Score tasks through lm-eval on our engine (or any OpenAI-compatible server), then test each score against its
     reference.
@@ -251,9 +236,12 @@ def run(
       specdec-eval run --endpoint http://127.0.0.1:8000 --tasks gsm8k --limit 50 --data-dir ../shared/data
       specdec-eval run --endpoint URL --spec eagle3 --draft-len 3 --baseline-endpoint URL0 --tasks gsm8k
     """  # fmt: skip
+    from ..evals.pipeline.backends import backend_class, make_backend
     from ..evals.pipeline.evaluation import EvalOptions
-    from ..evals.pipeline.orchestration import BASELINE_MODES, RunPlan, run_with_baseline
+    from ..evals.pipeline.orchestration import BASELINE_MODES, RunPlan
+    from ..evals.pipeline.orchestration import run as run_pipeline
     from ..evals.tasks.registry import parse_tasks
+    from ..launch.job import JobFailed
 
     options = EvalOptions(
         tasks=parse_tasks(tasks), data_dir=data_dir, limit=limit, num_fewshot=num_fewshot,
@@ -263,17 +251,14 @@ def run(
         stop_file=ab_stop_file,
     )  # fmt: skip
     # Bad engine options fail here, before any model loads or process starts.
-    config = o.engine_config(
-        model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
-        max_batch_size=max_batch_size, max_num_tokens=max_num_tokens, max_seq_len=max_seq_len, seed=seed,
-        spec=spec, draft_len=draft_len, draft_model=draft_model, spec_guard=spec_guard, inject=inject,
-        max_retries=max_retries, warmup=warmup,
-    )  # fmt: skip
+    flags = engine_flags
+    config = flags.config(events_path=_rank_events_path(flags["events_path"], gpus * nnodes))
+    model, dtype, kv_cache, seed = flags["model"], flags["dtype"], flags["kv_cache"], flags["seed"]
     mode = baseline if baseline in BASELINE_MODES else "separate"
     plan = RunPlan(options, out, resume, None if baseline in BASELINE_MODES else baseline, populate_acceptance)
     if baseline_endpoint is not None and endpoint is None:
         raise UserError("--baseline-endpoint needs --endpoint (the server under test)")
-    if endpoint is not None and inject:
+    if endpoint is not None and config.inject:
         raise UserError("--inject can never fire in an endpoint run: the faults are our engine's, not the server's")
     local_job = not (gpus > 1 or nnodes > 1 or dry_run)
     if endpoint is None and local_job and tp not in (None, 1):
@@ -289,15 +274,19 @@ def run(
         declared = dict(model=model, tokenizer=tokenizer, chat=chat, served_model=served_model, api_key=api_key,
                         concurrency=concurrency, timeout_s=request_timeout, max_retries=request_retries, seed=seed,
                         dtype=dtype, kv_cache=kv_cache if _given(ctx, "kv_cache") else None)  # fmt: skip
-        summary = _run_endpoint(endpoint, baseline_endpoint, declared, config, plan)
-    elif gpus > 1 or nnodes > 1 or dry_run:
-        torchrun = TorchrunSpec(gpus, nnodes, node_rank, rdzv_endpoint, rdzv_backend)
-        recorded = _run_job(config, plan, torchrun, tp, dry_run, rank_timeout, mode)
-        if recorded is None:
-            return
-        summary = RunSummary.from_json(recorded)  # rank 0's summary, sent back as JSON
+        backend = backend_class("endpoint").from_flags(endpoint, baseline_endpoint, declared, config)
+    elif local_job:
+        backend = make_backend("local", config, mode)
     else:
-        summary = run_with_baseline(config, plan, progress_for=lambda: generation_progress(0), baseline=mode)
+        torchrun = TorchrunSpec(gpus, nnodes, node_rank, rdzv_endpoint, rdzv_backend)
+        backend = make_backend("torchrun", config, torchrun, tp, rank_timeout, mode, dry_run)
+    try:
+        summary = run_pipeline(plan, backend, progress_for=lambda: generation_progress(0))
+    except JobFailed as e:
+        print(f"specdec-eval: error: run failed: {e}", file=sys.stderr)
+        raise typer.Exit(e.code) from None
+    if summary is None:  # a dry run: the job was printed, nothing ran
+        return
     if json_out:
         print(json.dumps(summary.to_json(), indent=2))
     else:
@@ -368,64 +357,3 @@ def check_draft_model(config) -> None:
 def _given(ctx: typer.Context, name: str) -> bool:
     source = ctx.get_parameter_source(name)
     return source is not None and source.name == "COMMANDLINE"
-
-
-def _run_endpoint(url: str, baseline_url: str | None, declared: dict, config, plan) -> dict[str, Any]:
-    """An endpoint run: the engine flags declare the server (--spec eagle3 --draft-len K: it speculates)."""
-    from ..evals.pipeline.orchestration import run_endpoint
-    from ..workers.remote.endpoint_config import EndpointConfig
-
-    spec = config.spec
-    target = EndpointConfig(url=url, spec=spec.algorithm if spec else None, max_draft_len=spec.max_draft_len if spec
-                            else 0, **declared)  # fmt: skip
-    base = EndpointConfig(url=baseline_url, **declared) if baseline_url else None
-    return run_endpoint(target, plan, base, progress_for=lambda: generation_progress(0))
-
-
-def _run_job(config, plan, torchrun, tp: int | None, dry_run: bool, rank_timeout: float, mode: str):
-    """The evaluation as a torchrun job: a spec-dec run with no recorded baseline runs a baseline job first. A job
-    never pairs: paired twins are a baseline only once audited on an engine with no spec worker, and a job's ranks
-    hold one sharded engine, the spec-dec one. Returns rank 0's summary (None for a dry run)."""
-    from ..evals.pipeline.orchestration import (
-        baseline_config,
-        check_named_baseline,
-        needs_baseline,
-        pairs_with_baseline,
-    )
-    from ..launch.job import Job, JobFailed, launch, resolve_job_device
-    from ..launch.layout import plan_layout
-    from ..workers.checkpoint import load_checkpoint
-
-    device = resolve_job_device(config.device, torchrun.nproc_per_node)
-    cfg = load_checkpoint(config.model).config
-    layout = plan_layout(torchrun.nproc_per_node * torchrun.nnodes, cfg.num_attention_heads, cfg.num_key_value_heads,
-                         tp)  # fmt: skip
-    if layout.tp > torchrun.nproc_per_node:
-        raise UserError(f"TP {layout.tp} would span nodes; use --tp <= --gpus ({torchrun.nproc_per_node})")
-    config = replace(config, tp_size=layout.tp, device=device)
-    check_named_baseline(config, plan)
-    if not dry_run and pairs_with_baseline(config, plan, mode):
-        print(
-            "lossless gate: a torchrun job cannot audit paired twins; its baseline is a separate job", file=sys.stderr
-        )
-    payload = plan.to_dict()
-    try:
-        if not dry_run and needs_baseline(config, plan):
-            print("lossless gate: running the non-speculative baseline job first", file=sys.stderr)
-            base = Job(JOB_DRIVER, baseline_config(config), layout.tp, payload, rank_timeout)
-            launch(base, torchrun, layout, device, dry_run=False)
-        return launch(Job(JOB_DRIVER, config, layout.tp, payload, rank_timeout), torchrun, layout, device, dry_run)
-    except JobFailed as e:
-        print(f"specdec-eval: error: run failed: {e}", file=sys.stderr)
-        raise typer.Exit(e.code) from None
-
-
-JOB_DRIVER = "specdec_eval.cli.run:job_driver"
-
-
-def job_driver(engine, payload: dict[str, Any]) -> dict[str, Any]:
-    """Rank 0 of a torchrun job (launch/rank_main.py): one run on the sharded engine, with rank 0's progress."""
-    from ..evals.pipeline.orchestration import RunPlan, run_evaluation
-
-    with generation_progress(0) as progress:
-        return run_evaluation(engine, RunPlan.from_dict(payload), progress).to_json()

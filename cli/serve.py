@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -17,6 +16,7 @@ from ..serve.defaults import (
     DEFAULT_MAX_REQUEST_SIZE,
     DEFAULT_PORT,
 )
+from ..serve.job_driver import API_KEY_ENV, JOB_DRIVER, serve_engine
 from ..workers.config import parse_bytes
 from ..workers.errors import UserError
 from . import options as o
@@ -24,9 +24,9 @@ from .generate import _rank_events_path
 
 SERVER = "Server"
 JOB = "Job (torchrun)"
-API_KEY_ENV = "SPECDEC_EVAL_API_KEY"  # how a torchrun job's rank 0 gets the key (never written to the job file)
 
 
+@o.engine_options(exclude=("tp",))
 def serve(
     host: Annotated[
         str, typer.Option("--host", help="Address to bind (0.0.0.0: every interface).", rich_help_panel=SERVER)
@@ -102,27 +102,7 @@ def serve(
     rank_timeout: Annotated[
         float, typer.Option("--rank-timeout", help="Seconds a collective may wait for a rank.", rich_help_panel=JOB)
     ] = 600.0,
-    model: o.Model = o.E.model,
-    kv_cache: o.KVCache = o.K.version,
-    dtype: o.DType = o.E.dtype,
-    device: o.Device = o.E.device,
-    device_memory: o.DeviceMemory = None,
-    block_size: o.BlockSize = o.K.block_size,
-    block_reuse: o.BlockReuse = o.K.enable_block_reuse,
-    decode_copy: o.DecodeCopy = o.K.decode_copy,
-    max_batch_size: o.MaxBatch = o.E.max_batch_size,
-    max_num_tokens: o.MaxNumTokens = o.E.max_num_tokens,
-    max_seq_len: o.MaxSeqLen = None,
-    seed: o.Seed = o.E.seed,
-    spec: o.Spec = "none",
-    draft_len: o.DraftLen = o.S.max_draft_len,
-    draft_model: o.DraftModel = o.S.draft_model,
-    spec_guard: o.SpecGuard = o.S.guard,
-    capture_layers: o.CaptureLayers = None,
-    inject: o.Inject = None,
-    max_retries: o.MaxRetries = o.E.max_retries,
-    warmup: o.Warmup = o.E.warmup,
-    events: o.EventsPath = None,
+    engine_flags: o.EngineFlags | None = None,  # every engine option but --tp (cli/options.py)
 ) -> None:
     """Serve the engine over the OpenAI API: /v1/completions, /v1/chat/completions (streaming with server-sent
     events), /v1/models, /health, /metrics (vLLM's spec-decode counter names). Requests that arrive while others
@@ -151,13 +131,8 @@ def serve(
 
     validate_api_key(api_key or None)
     bind(host, port).close()  # a port in use or an address not ours: said now, not after the model has loaded
-    config = o.engine_config(
-        model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
-        block_size=block_size, block_reuse=block_reuse, decode_copy=decode_copy, max_batch_size=max_batch_size,
-        max_num_tokens=max_num_tokens, max_seq_len=max_seq_len, seed=seed, spec=spec, draft_len=draft_len,
-        draft_model=draft_model, spec_guard=spec_guard, capture_layers=capture_layers, inject=inject,
-        max_retries=max_retries, warmup=warmup, events_path=_rank_events_path(events, gpus),
-    )  # fmt: skip
+    model = engine_flags["model"]
+    config = engine_flags.config(events_path=_rank_events_path(engine_flags["events_path"], gpus))
     server = {"host": host, "port": port, "model_name": served_model_name or model, "max_queue": max_queue,
               "max_request_bytes": body_limit, "grace_s": grace, "log_level": log_level}  # fmt: skip
     if gpus > 1:
@@ -169,21 +144,9 @@ def serve(
 
     engine = Engine(config)
     try:
-        _serve(engine, engine, server, api_key)
+        serve_engine(engine, engine, server, api_key)
     finally:
         engine.close()
-
-
-def _serve(engine: Any, local: Any, server: dict[str, Any], api_key: str | None) -> None:
-    """Serve `engine` (a ServingEngine); `local` is the Engine whose limits it has (rank 0's, under torchrun)."""
-    from ..serve.app import ServerSettings
-    from ..serve.server import serve_forever
-
-    settings = ServerSettings(
-        model_name=server["model_name"], max_model_len=local.max_seq_len, vocab_size=local.model_config.vocab_size,
-        api_key=api_key or None, max_queue=server["max_queue"], max_request_bytes=server["max_request_bytes"],
-    )  # fmt: skip
-    serve_forever(engine, settings, server["host"], server["port"], server["grace_s"], server["log_level"])
 
 
 def _serve_job(config, server: dict[str, Any], api_key: str | None, gpus: int, tp: int | None,
@@ -207,13 +170,3 @@ def _serve_job(config, server: dict[str, Any], api_key: str | None, gpus: int, t
     except JobFailed as e:
         print(f"specdec-eval: error: serve failed: {e}", file=sys.stderr)
         raise typer.Exit(e.code) from None
-
-
-JOB_DRIVER = "specdec_eval.cli.serve:job_driver"
-
-
-def job_driver(engine, payload: dict[str, Any]) -> dict[str, Any]:
-    """Rank 0 of a serving job (launch/rank_main.py): the server over the sharded engine, until SIGTERM."""
-    Path(payload["pid_file"]).write_text(str(os.getpid()), encoding="utf-8")  # where the launcher sends SIGTERM
-    _serve(engine, engine.local_engine, payload, os.environ.get(API_KEY_ENV))
-    return {"stopped": "cleanly"}

@@ -2,8 +2,9 @@
 every rank reads, start torchrun with an explicit environment, and read rank 0's result back.
 
 A job is data, not an argv to rebuild: the engine configuration, the TP size, and a driver (`module:function`)
-that rank 0 calls with its `ShardedEngine` and the job's payload (launch/ never imports the driver's folder). The
-per-rank entry is launch/rank_main.py."""
+that rank 0 calls with its `ShardedEngine` and the job's payload. Drivers are library code beside what they drive
+(evals/pipeline/backend_torchrun.py for `run`, serve/job_driver.py for `serve`), never cli/: launch/ imports neither
+folder, and calls back into no command. The per-rank entry is launch/rank_main.py."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from .torchrun import TorchrunSpec, start
 
 @dataclass
 class Job:
-    driver: str  # "module:function", called on rank 0 as function(engine, payload) -> result dict
+    driver: str  # "module:function" of a library module, called on rank 0 as function(engine, payload) -> dict
     engine: EngineConfig  # tp_size is set per rank from the layout
     tp: int
     payload: dict[str, Any] = field(default_factory=dict)

@@ -20,7 +20,10 @@ from .layout import plan_layout
 
 
 def load_driver(name: str):
+    """The job's driver, a library function (launch/job.py); a command module is refused: launch/ sits below cli/."""
     module, _, func = name.partition(":")
+    if module == "specdec_eval.cli" or module.startswith("specdec_eval.cli."):
+        raise UserError(f"job driver {name!r} is in cli/; drivers are library functions (launch/job.py)")
     return getattr(importlib.import_module(module), func)
 
 

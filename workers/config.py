@@ -4,7 +4,6 @@ naming the bad value. The model's own shape is workers/model_config.py."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 
 from .errors import UserError
@@ -252,62 +251,11 @@ class SamplingParams:
         return self.temperature < GREEDY_BELOW
 
 
-def from_options(
-    *,
-    model: str = "smollm2",
-    kv_cache: str = "v1",
-    dtype: str = "auto",
-    device: str = "auto",
-    device_memory: str | int | None = None,
-    block_size: int = 16,
-    block_reuse: bool = True,
-    decode_copy: bool | None = None,
-    max_batch_size: int = 64,
-    max_num_tokens: int = 4096,
-    max_seq_len: int | None = None,
-    tp: int = 1,
-    seed: int = 0,
-    spec: str = "none",
-    draft_len: int = 3,
-    draft_model: str = "auto",
-    spec_guard: str = "template",
-    capture_layers: str | None = None,
-    ngram_size: int | None = None,
-    inject: Sequence[str] | None = None,
-    max_retries: int = 2,
-    warmup: str = "auto",
-    events_path: str | None = None,
-) -> EngineConfig:
-    """The one builder of an EngineConfig from flat options, named as the command-line flags are (`--kv-cache` is
-    kv_cache, `--spec none|eagle3|ngram`, ...): every command and lm-eval's `--model_args` go through it. The defaults
-    equal the dataclasses' (a test checks it)."""
-    spec_cfg = None
-    if spec == "none" and inject:
-        from .faults import behaviour_faults  # late: faults.py imports torch
+def __getattr__(name: str):
+    """`from_options` lives beside the engine option list it is built from (engine_options.py, which imports this
+    module); it is still importable from here."""
+    if name == "from_options":
+        from .engine_options import from_options
 
-        bugs = behaviour_faults(inject)
-        if bugs:
-            raise UserError(f"--inject {bugs[0]!r} can never fire: it is a bug on a spec-dec code path; add --spec")
-    if spec != "none":
-        layers = parse_capture_layers(capture_layers) if capture_layers else None
-        spec_cfg = SpecConfig(algorithm=spec, max_draft_len=draft_len, draft_model=draft_model, guard=spec_guard,
-                              capture_layers=layers, ngram_size=ngram_size)  # fmt: skip
-    return EngineConfig(
-        model=model,
-        dtype=dtype,
-        device=device,
-        tp_size=tp,
-        max_batch_size=max_batch_size,
-        max_num_tokens=max_num_tokens,
-        max_seq_len=max_seq_len,
-        kv_cache=KVCacheConfig(
-            version=kv_cache, block_size=block_size, enable_block_reuse=block_reuse, decode_copy=decode_copy
-        ),  # fmt: skip
-        device_memory=parse_bytes(device_memory) if device_memory else None,
-        seed=seed,
-        spec=spec_cfg,
-        inject=tuple(inject or ()),
-        max_retries=max_retries,
-        warmup=warmup,
-        events_path=events_path,
-    )
+        return from_options
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,8 +5,9 @@ configuration), evaluates through lm-eval with finished generations persisted as
 events and the summary, and applies the gates (evals/gates/verdict.py). `run_paired(engine, plan, make_plain)` is a
 spec-dec run and its lossless baseline from one prefill per prompt (paired decoding), recorded as two runs, the twins
 audited on a seeded share of the documents by a plain engine (evals/pipeline/twin_audit.py) and never reused as a plain
-run. `run_with_baseline(config, plan)` is what `specdec-eval run` does in one process; `run_endpoint` the
-same for an OpenAI-compatible server. Commands parse options, call these, and print (cli/run.py).
+run. `run_with_baseline(config, plan)` is a run with its baseline in one process; `run_endpoint` the same for an
+OpenAI-compatible server. `run(plan, backend)` is the one path every command takes: the backend (backends.py: local,
+torchrun, endpoint) says where the engine runs. Commands parse options, call it, and print (cli/run.py).
 """
 
 from __future__ import annotations
@@ -305,6 +306,13 @@ def check_named_baseline(config: EngineConfig, plan: RunPlan) -> None:
     problem = baseline_problem(base, identity_of(config), plan.options)
     if problem is not None:
         raise UserError(f"--baseline: {problem}")
+
+
+def run(plan: RunPlan, backend, progress_for=None) -> RunSummary | None:
+    """The run pipeline on any backend (evals/pipeline/backends.py): evaluate, record and gate `plan` on the
+    backend's engine, its lossless baseline included; returns the summary (None when the backend ran nothing: a
+    torchrun dry run). progress_for(): a context manager giving a progress callback, per evaluation."""
+    return backend.run(plan, progress_for)
 
 
 def run_with_baseline(config: EngineConfig, plan: RunPlan, progress_for=None, baseline: str = "paired") -> RunSummary:

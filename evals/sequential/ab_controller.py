@@ -1,0 +1,91 @@
+"""The A/B of two commits as a library call (`specdec-eval ab` parses its options, calls `run_ab`, prints).
+
+Each side is its own commit's `specdec-eval run` in a git worktree (results/ab.py makes the worktrees and the side
+processes). Fixed-sample: the sides run one after the other. Sequential (`early_stop`): both at once, their output
+drained by threads so that a full pipe never blocks a side, while the controller (evals/sequential/ab.py) pairs
+their scores and stops both when the paired test decides; a signal to ab stops both sides too. The two runs are
+then compared sample by sample (results/compare.py).
+
+Lives here, beside the sequential designs, rather than in results/ because it drives the sequential controller, and
+results/ imports nothing from evals/."""
+
+from __future__ import annotations
+
+import signal
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...results.ab import Side, checked_out, run_side, side_result, start_side, stop_side, terminated_as_exception
+from ...results.compare import compare_runs
+from ...results.store import Run
+from .ab import SideProgress, watch
+from .paired import PairedSequentialDesign
+
+
+@dataclass(frozen=True)
+class ABPlan:
+    """What `ab` compares: two refs of one repository, the same `run` arguments on each, and the test's settings."""
+
+    repo: Path
+    refs: tuple[str, str]
+    run_args: tuple[str, ...]
+    out: Path
+    alpha: float = 0.05
+    early_stop: bool = False
+    early_stop_batch: int = 32
+    p1: float = 1 / 3
+
+
+def run_ab(plan: ABPlan, say: Callable[[str], None]) -> dict[str, Any]:
+    """Both sides, then their comparison (with the sequential record under "sequential" when early_stop).
+    Raises results.ab.ABError (a side failed, a ref is unknown) and Terminated (a signal: the running sides were
+    stopped and waited for, worktrees and temporary files removed). `say` gets one line per side started."""
+    sequential = None
+    with terminated_as_exception(), checked_out(plan.repo.resolve(), plan.refs) as sides:
+        if plan.early_stop:
+            runs, sequential = _sequential(sides, plan, say)
+        else:
+            runs = []
+            for side in sides:
+                say(f"side {side.name}: {side.ref} = {side.commit[:12]}: running")
+                runs.append(Run(run_side(side, list(plan.run_args), plan.out.resolve())))
+    result = compare_runs(runs[0], runs[1], alpha=plan.alpha)
+    if sequential is not None:
+        result["sequential"] = sequential
+    return result
+
+
+def _sequential(sides: list[Side], plan: ABPlan, say: Callable[[str], None]) -> tuple[list[Run], dict[str, Any]]:
+    """Both sides at once, each a passive sequential run; the controller stops them when the paired test decides."""
+    out = plan.out.resolve()
+    with tempfile.TemporaryDirectory(prefix="specdec-ab-seq-") as tmp:
+        progress = {s.name: SideProgress(Path(tmp) / f"side-{s.name}.stop") for s in sides}
+        procs = {}
+        for side in sides:
+            args = [*plan.run_args, "--ab-stop-file", str(progress[side.name].stop_file), "--early-stop-batch",
+                    str(plan.early_stop_batch)]  # fmt: skip
+            say(f"side {side.name}: {side.ref} = {side.commit[:12]}: running (sequential)")
+            procs[side.name] = start_side(side, args, out)
+        outputs: dict[str, tuple[str, str]] = {}
+
+        def drain(name: str, proc) -> None:
+            outputs[name] = proc.communicate()
+
+        threads = [threading.Thread(target=drain, args=(n, p), daemon=True) for n, p in procs.items()]
+        for t in threads:
+            t.start()
+        design = PairedSequentialDesign(alpha=plan.alpha, p1=plan.p1)
+        try:
+            record = watch(progress, design, lambda: any(t.is_alive() for t in threads))
+            for t in threads:
+                t.join()
+        except BaseException as e:  # Terminated, KeyboardInterrupt: both sides stop with ab
+            for proc in procs.values():
+                stop_side(proc, getattr(e, "signum", signal.SIGINT))
+            raise
+        runs = [Run(side_result(s, procs[s.name].returncode, *outputs[s.name])) for s in sides]
+    return runs, record
