@@ -58,8 +58,11 @@ class Engine:
         tp: TPGroup | None = None,
         checkpoint: Checkpoint | None = None,
         tokenizer: Any = None,
+        model: CausalLM | None = None,
     ) -> None:
-        """checkpoint / tokenizer: pass already-loaded ones to share them between engines (tests, A/B)."""
+        """checkpoint / tokenizer: pass already-loaded ones to share them between engines (tests, A/B); model: a
+        target model already built from `checkpoint` in this dtype, on this device and TP group, to share its
+        weights (the twin audit's engine, evals/pipeline/twin_audit.py)."""
         self.config = config
         self.tp = tp or TPGroup()
         if config.tp_size != self.tp.size:
@@ -71,7 +74,7 @@ class Engine:
         self.dtype = resolve_dtype(config.dtype, self.device)
         self.max_seq_len = min(config.max_seq_len or 4096, self.model_config.max_position_embeddings)
 
-        self.model = self._build_model()
+        self.model = model if model is not None else self._build_model()
         self._tokenizer = tokenizer if tokenizer is not None else self.checkpoint.load_tokenizer()
         self.eos_ids = eos_token_ids(self._tokenizer, self.model_config)
         events_path = config.events_path.format(rank=self.tp.job_rank) if config.events_path else None

@@ -49,7 +49,9 @@ def apply_acceptance_gate(summary: dict, results: list[TaskResult], test_id: str
     for r in results:
         if not r.acceptance or entry.get("task") not in (None, r.task):
             continue
-        gate = acceptance_gate(test_id, r.acceptance, refs, rtol, acceptance_slack(r.acceptance_requests))
+        positions = [acceptance_slack([(c, accepted[i]) for c, accepted in r.acceptance_positions])
+                     for i in range(len(r.acceptance.get("accepted_per_position") or []))]  # fmt: skip
+        gate = acceptance_gate(test_id, r.acceptance, refs, rtol, acceptance_slack(r.acceptance_requests), positions)
         summary["tasks"][r.task]["acceptance_gate"] = gate
         if gate["verdict"] == "FAIL":
             summary["verdict"] = "FAIL"
@@ -60,7 +62,8 @@ def acceptance_slack(requests: list[tuple[int, int]], z: float = 2.576) -> float
     sum(cycles) is a ratio over requests (a request's cycles are not independent, requests are), and long requests
     weigh more, so its standard error is the ratio estimator's (delta method): with r = sum(a) / sum(c),
     SE = sqrt(sum((a_i - r c_i)^2) / (n (n - 1))) / mean(c). The unweighted standard error of per-request ALs
-    understated it (a seeded random 32 GSM8K questions measured AL 1.748 against 1.999 for the 100 around them)."""
+    understated it (a seeded random 32 GSM8K questions measured AL 1.748 against 1.999 for the 100 around them).
+    With (cycles, drafts accepted at position i) per request, the same for position i's rate."""
     requests = [(c, a) for c, a in requests if c > 0]
     n = len(requests)
     if n < 2:
