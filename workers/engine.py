@@ -122,9 +122,7 @@ class Engine:
     # --- construction ---------------------------------------------------------------------------------
 
     def _build_model(self) -> CausalLM:
-        model = CausalLM(self.model_config, self.tp).to(self.dtype)
-        model.load_weights(self.checkpoint.tensors())
-        return model.to(self.device).eval()
+        return build_target_model(self.config, self.checkpoint, self.tp)
 
     def _build_draft_model(self) -> Eagle3DraftModel:
         spec = self.config.spec
@@ -360,6 +358,15 @@ class Engine:
     def default_seed(self, index: int) -> int:
         """The sampling seed of prompt `index` of a call when its parameters name none."""
         return self.config.seed * 1_000_003 + index
+
+
+def build_target_model(config: EngineConfig, checkpoint: Checkpoint, tp: TPGroup | None = None) -> CausalLM:
+    """The target model of an engine of this configuration, its weights loaded from the checkpoint (built apart
+    from an engine to be shared: `Engine(..., model=)`)."""
+    device = resolve_device(config.device)
+    model = CausalLM(checkpoint.config, tp or TPGroup()).to(resolve_dtype(config.dtype, device))
+    model.load_weights(checkpoint.tensors())
+    return model.to(device).eval()
 
 
 def identity_of(config: EngineConfig, resolved_dtype: str | None = None) -> EngineIdentity:

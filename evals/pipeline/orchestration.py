@@ -313,12 +313,15 @@ def run_with_baseline(
     """One process. A spec-dec run whose baseline is not recorded gets it paired (one prefill), or with
     baseline="separate" as a run of its own first (reused by later runs); then the run.
     progress_for(): a context manager giving a progress callback, per evaluation."""
-    from ...workers.engine import Engine
+    from ...workers.checkpoint import load_checkpoint
+    from ...workers.engine import Engine, build_target_model
 
     check_named_baseline(config, plan)
     if pairs_with_baseline(config, plan, baseline):
-        engine = Engine(config)
-        seal = WeightSeal(engine.model)  # before any request: the audit shares these weights while they hold
+        checkpoint = load_checkpoint(config.model)
+        target = build_target_model(config, checkpoint)
+        seal = WeightSeal(target)  # before a spec worker is attached: the audit shares these weights while it holds
+        engine = Engine(config, checkpoint=checkpoint, model=target)
 
         def make_plain(tokens: int) -> Engine:  # the audit's engine: same weights, its own KV pool, no spec worker
             model = engine.model if seal.intact() else None  # changed by the spec engine: load its own
