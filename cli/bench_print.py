@@ -79,6 +79,17 @@ def _print_row(row: dict[str, Any]) -> None:
         print(_fraction_line(f"  {label:<22}{s}: ", rates))
 
 
+def _reasons(failed: list[list[str]]) -> dict[str, str]:
+    """Each distinct reason a side FAILed for -> the rounds it did ("every round", "round 2")."""
+    rounds: dict[str, list[int]] = {}
+    for i, reasons in enumerate(failed, 1):
+        for why in reasons:
+            rounds.setdefault(why, []).append(i)
+    every = len(failed)
+    return {why: "every round" if len(r) == every > 1 else "round" + "s" * (len(r) > 1) + " " + ", ".join(map(str, r))
+            for why, r in rounds.items()}  # fmt: skip
+
+
 def print_verdict(report: dict[str, Any]) -> None:
     print(f"verdict bench  {report['task']}, {report['subset']}, {report['model']}, kv {report['kv_cache']}, "
           f"{report['rounds']} rounds interleaved"
@@ -90,6 +101,9 @@ def print_verdict(report: dict[str, Any]) -> None:
         print(f"  {name:<18}{_spread(side['wall_s']):<26}{' '.join(side['verdicts']):<20}{' '.join(side['lossless'])}")
     for name, s in report["ratios"].items():
         print(f"  {name:<34}{_spread(s, 'x', 2)}")
+    for name, side in report["sides"].items():
+        for why, rounds in _reasons(side.get("failed") or []).items():
+            print(f"  {name} FAIL ({rounds}): {why}")
     phases = {k: v["median"] for k, v in report["plain_phases"].items()}
     print(_fraction_line("  plain run vs hardware limit: ", phases))
     for line in report["unstable"]:

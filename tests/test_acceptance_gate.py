@@ -318,3 +318,33 @@ def test_the_slack_weighs_requests_by_their_cycles():
     assert acceptance_slack(equal) == pytest.approx(2.576 * sd / 2)
     assert acceptance_slack([*equal[:3], (400, 100)]) > acceptance_slack(equal)
     assert acceptance_slack([(50, 50)]) == 0.0 and acceptance_slack([(0, 0), (0, 0)]) == 0.0
+
+
+def test_a_per_position_rate_is_judged_within_its_own_sampling_error():
+    """Eight requests (146 cycles) whose position-2 rate is 0.137 against a reference of 0.1643 (a bound of 0.1561
+    at rtol 5%): the unmutated SmolLM2 engine on `bench --verdict --docs 8`. Within that position's own sampling
+    error, so PASS, as AL is judged; the same rates with no slack FAIL; a collapsed position FAILs whatever the
+    slack."""
+    from specdec_eval.evals.gates.verdict import acceptance_slack
+
+    refs = {"t": {"ref_al": 2.0, "min_al": 1.9, "max_draft_len": 3, "ref_per_position": [0.53, 0.30, 0.1643]}}
+    # (cycles, accepted at positions 0, 1, 2) of eight requests: 81 / 50 / 20 accepted of 146 cycles
+    requests = [(20, [12, 8, 5]), (18, [10, 6, 1]), (16, [9, 5, 0]), (22, [12, 7, 4]), (15, [8, 5, 3]),
+                (19, [11, 7, 2]), (17, [9, 6, 3]), (19, [10, 6, 2])]  # fmt: skip
+    counts = [sum(a[i] for _, a in requests) for i in range(3)]
+    cycles = sum(c for c, _ in requests)
+    assert (cycles, counts) == (146, [81, 50, 20])
+    stats = {"num_cycles": cycles, "num_accepted_drafts": sum(counts), "accepted_per_position": counts,
+             "max_draft_len": 3}  # fmt: skip
+    slacks = [acceptance_slack([(c, a[i]) for c, a in requests]) for i in range(3)]
+    assert all(0.02 < s < 0.1 for s in slacks)
+    al_slack = acceptance_slack([(c, sum(a)) for c, a in requests])
+    judged = acceptance_gate("t", stats, refs, slack=al_slack, position_slacks=slacks)
+    assert judged["verdict"] == "PASS", judged["reason"]
+    assert judged["per_position"][2]["verdict"] == "PASS" and judged["per_position"][2]["slack"] == round(slacks[2], 4)
+    bare = acceptance_gate("t", stats, refs, slack=al_slack)
+    assert bare["verdict"] == "FAIL" and "position 2 rate 0.1370 < 0.1561 = ref 0.1643 x (1 - 0.05)" in bare["reason"]
+    collapsed = {**stats, "num_accepted_drafts": 131, "accepted_per_position": [81, 50, 0]}
+    failed = acceptance_gate("t", collapsed, refs, slack=al_slack, position_slacks=slacks)
+    assert failed["verdict"] == "FAIL" and "position 2 rate 0.0000 <" in failed["reason"]
+    assert "of sampling error" in failed["reason"]

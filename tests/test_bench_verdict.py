@@ -69,6 +69,39 @@ def test_sides_interleave_each_into_a_fresh_folder(monkeypatch, tmp_path):
     assert phases["prefill_gflops"]["median"] > 0 and phases["decode_of_bandwidth"]["median"] > 0
 
 
+def test_the_report_says_which_gate_failed_and_why(capsys):
+    """A spec-dec side FAILs on acceptance while its lossless gate PASSes: the verdict column says FAIL, the lines
+    under the ratios say which gate and why, once per reason with the rounds it held in."""
+    from specdec_eval.cli.bench_print import print_verdict
+
+    reason = "position 2 rate 0.1370 < 0.1561 = ref 0.1643 x (1 - 0.05)"
+    gate = {"verdict": "FAIL", "reason": reason}
+    task = {"verdict": "NO-GATE", "lossless": {"verdict": "PASS"}, "acceptance_gate": gate}
+    failing = {"verdict": "FAIL", "failing_events": 0, "tasks": {"gsm8k": task}}
+    passing = {"verdict": "PASS", "failing_events": 0, "tasks": {"gsm8k": {"verdict": "PASS"}}}
+    assert vb.failed_gates(failing) == [f"acceptance on gsm8k: {reason}"] and vb.failed_gates(passing) == []
+    events = {**passing, "verdict": "FAIL", "failing_events": 2}
+    assert vb.failed_gates(events) == ["events: 2 failing event(s)"]
+    from specdec_eval.results.run_summary import RunSummary
+
+    passing_run, failing_run = RunSummary.from_json(passing), RunSummary.from_json(failing)
+    assert vb.failed_gates(failing_run) == vb.failed_gates(failing)
+    runs = {vb.PLAIN: [vb.SideRun(1.0, passing_run)] * 2,
+            vb.PAIRED: [vb.SideRun(1.2, failing_run), vb.SideRun(1.3, failing_run)]}  # fmt: skip
+    runs[vb.PLAIN][0].clocks.append(vb.PhaseClock())
+    fake_stats(runs[vb.PLAIN][0].clocks[0])
+    from specdec_eval.evals.bench import roofline
+    from specdec_eval.workers.checkpoint import load_checkpoint
+
+    roof = roofline.Roofline(load_checkpoint("tiny").config, 4, LIMITS)
+    report = vb.verdict_report(runs, roof, "subset", vb.VerdictBenchPlan(docs=3, rounds=2))
+    assert report["sides"][vb.PAIRED]["failed"] == [[f"acceptance on gsm8k: {reason}"]] * 2
+    assert report["sides"][vb.PLAIN]["failed"] == [[], []]
+    print_verdict({**report, "model": "tiny", "kv_cache": "v1"})
+    out = capsys.readouterr().out
+    assert f"spec+paired FAIL (every round): acceptance on gsm8k: {reason}" in out and "plain FAIL" not in out
+
+
 def test_phase_clock_splits_prefill_from_decode():
     clock = vb.PhaseClock()
     fake_stats(clock)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from specdec_eval.evals.gates.lossless import CHANGES_TARGET
-from specdec_eval.evals.pipeline.twin_audit import audit_order, audit_size
+from specdec_eval.evals.pipeline.twin_audit import WeightSeal, audit_order, audit_size
 from specdec_eval.results.store import list_runs, open_run
 
 from .cli_helpers import run_cli
@@ -74,3 +75,35 @@ def test_a_clean_paired_run_passes_with_its_audit_and_its_twin_is_never_a_baseli
     assert code == 0 and lossless["verdict"] == "PASS" and lossless["baseline_kind"] == "separate"
     assert lossless["baseline_run"] != twin.run_id and open_run(lossless["baseline_run"], tmp_path).key != twin.key
     assert len([r for r in list_runs(tmp_path) if r.manifest()["config"]["engine"]["spec"] is None]) == 2
+
+
+def test_the_weight_seal_sees_any_changed_element():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8)).to(torch.bfloat16)
+    seal = WeightSeal(model)
+    assert seal.intact()
+    with torch.no_grad():
+        model[0].weight.view(torch.int16)[3, 5] += 1  # the smallest change there is: one unit in the last place
+    assert not seal.intact()
+
+
+def test_a_spec_worker_that_writes_into_the_shared_weights_is_caught(capsys, tmp_path, monkeypatch):
+    """The audit's engine shares the spec engine's loaded weights only while their seal, taken before the spec worker
+    was attached, holds: a spec worker that writes into the target's weights as it attaches corrupts spec-dec outputs
+    and twins alike, and the audit, on weights of its own from the checkpoint, FAILs the run. (With the seal made
+    blind, `WeightSeal.intact` always True, the same run PASSes: the shared weights carry the bug to the audit.)"""
+    from specdec_eval.workers.spec.eagle3 import Eagle3OneModelWorker
+
+    attach = Eagle3OneModelWorker.__init__
+
+    def writes_into_the_target(self, *args, **kwargs) -> None:
+        attach(self, *args, **kwargs)
+        with torch.no_grad():
+            w = self.target.model.layers[-1].mlp.down_proj.weight
+            w.add_(torch.randn(w.shape, generator=torch.Generator().manual_seed(0)).to(w) * w.std() * 4)
+
+    monkeypatch.setattr(Eagle3OneModelWorker, "__init__", writes_into_the_target)
+    code, paired = _run(capsys, tmp_path, *SMALL)
+    lossless = paired["tasks"]["gsm8k_smoke"]["lossless"]
+    assert lossless["identical"] == lossless["num_pairs"]  # spec-dec outputs and twins agree: both carry the bug
+    assert code == 1 and lossless["verdict"] == "FAIL" and CHANGES_TARGET in lossless["reason"]
+    assert paired["baseline"]["audit"]["first_divergence"] is not None

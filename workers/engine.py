@@ -58,8 +58,11 @@ class Engine:
         tp: TPGroup | None = None,
         checkpoint: Checkpoint | None = None,
         tokenizer: Any = None,
+        model: CausalLM | None = None,
     ) -> None:
-        """checkpoint / tokenizer: pass already-loaded ones to share them between engines (tests, A/B)."""
+        """checkpoint / tokenizer: pass already-loaded ones to share them between engines (tests, A/B); model: a
+        target model already built from `checkpoint` in this dtype, on this device and TP group, to share its
+        weights (the twin audit's engine, evals/pipeline/twin_audit.py)."""
         self.config = config
         self.tp = tp or TPGroup()
         if config.tp_size != self.tp.size:
@@ -71,7 +74,7 @@ class Engine:
         self.dtype = resolve_dtype(config.dtype, self.device)
         self.max_seq_len = min(config.max_seq_len or 4096, self.model_config.max_position_embeddings)
 
-        self.model = self._build_model()
+        self.model = model if model is not None else self._build_model()
         self._tokenizer = tokenizer if tokenizer is not None else self.checkpoint.load_tokenizer()
         self.eos_ids = eos_token_ids(self._tokenizer, self.model_config)
         events_path = config.events_path.format(rank=self.tp.job_rank) if config.events_path else None
@@ -120,9 +123,7 @@ class Engine:
     # --- construction ---------------------------------------------------------------------------------
 
     def _build_model(self) -> CausalLM:
-        model = CausalLM(self.model_config, self.tp).to(self.dtype)
-        model.load_weights(self.checkpoint.tensors())
-        return model.to(self.device).eval()
+        return build_target_model(self.config, self.checkpoint, self.tp)
 
     def _build_draft_model(self) -> torch.nn.Module | None:
         """The spec method's draft model (its registry entry builds it), or None for a method without one."""
@@ -358,6 +359,15 @@ class Engine:
     def default_seed(self, index: int) -> int:
         """The sampling seed of prompt `index` of a call when its parameters name none."""
         return self.config.seed * 1_000_003 + index
+
+
+def build_target_model(config: EngineConfig, checkpoint: Checkpoint, tp: TPGroup | None = None) -> CausalLM:
+    """The target model of an engine of this configuration, its weights loaded from the checkpoint (built apart
+    from an engine to be shared: `Engine(..., model=)`)."""
+    device = resolve_device(config.device)
+    model = CausalLM(checkpoint.config, tp or TPGroup()).to(resolve_dtype(config.dtype, device))
+    model.load_weights(checkpoint.tensors())
+    return model.to(device).eval()
 
 
 def identity_of(config: EngineConfig, resolved_dtype: str | None = None) -> EngineIdentity:

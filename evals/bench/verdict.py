@@ -156,6 +156,29 @@ def _audit_s(summary: RunSummary) -> float:
     return float(((summary.baseline or {}).get("audit") or {}).get("elapsed_s") or 0.0)
 
 
+def failed_gates(run_summary: RunSummary | dict[str, Any]) -> list[str]:
+    """Why a side's run FAILed, gate by gate, in the gates' own words ("acceptance on gsm8k: position 2 rate ..."):
+    the verdict column alone cannot tell a lossless failure from an acceptance one."""
+    summary = run_summary.to_json() if isinstance(run_summary, RunSummary) else run_summary
+    why = []
+    for name, task in summary["tasks"].items():
+        if task.get("verdict") == "FAIL":
+            report = (task.get("report") or "").strip().splitlines()
+            why.append(f"accuracy on {name}: {report[-1] if report else 'FAIL'}")
+        for gate, key in (("lossless", "lossless"), ("acceptance", "acceptance_gate")):
+            found = task.get(key) or {}
+            if found.get("verdict") == "FAIL":
+                why.append(f"{gate} on {name}: {found.get('reason') or 'FAIL'}")
+        stopped = task.get("stopped") or {}
+        if stopped.get("verdict") == "FAIL" and stopped.get("gate") not in ("lossless", "acceptance"):
+            why.append(f"early stop ({stopped.get('gate')}) on {name}: {stopped.get('reason')}")
+    if summary.get("failing_events"):
+        why.append(f"events: {summary['failing_events']} failing event(s)")
+    if summary.get("verdict") == "FAIL" and not why:
+        why.append("the run FAILed (no gate names a reason)")
+    return why
+
+
 def _lossless(summary: RunSummary) -> str:
     verdicts = [t.lossless.verdict if t.lossless else "-" for t in summary.tasks.values()]
     return ",".join(verdicts)
@@ -198,7 +221,8 @@ def verdict_report(runs: dict[str, list[SideRun]], roof: roofline.Roofline, subs
         "task": plan.task, "docs": plan.docs, "subset": subset, "rounds": plan.rounds,
         "max_output_len": plan.max_output_len,
         "sides": {name: {"wall_s": spread_of(w).to_dict(1), "verdicts": [r.summary.verdict for r in runs[name]],
-                         "lossless": [_lossless(r.summary) for r in runs[name]]}
+                         "lossless": [_lossless(r.summary) for r in runs[name]],
+                         "failed": [failed_gates(r.summary) for r in runs[name]]}
                   for name, w in walls.items()},
     }  # fmt: skip
     if PAIRED in runs:

@@ -17,7 +17,8 @@ The gate (`acceptance_gate`) FAILs
 - when |AL - ref_al| > rtol * ref_al: a move in either direction, as vLLM's acceptance test checks it (a rise
   means the drafter, the verifier or the metric changed, and the reference no longer describes the run);
 - when a per-position rate falls below ref * (1 - rtol), where per-position references exist (one-sided, as
-  vLLM checks them).
+  vLLM checks them), or below ref - slack_i where that position's own sampling error (slack_i) is the larger, as
+  for AL: a per-position rate of ten questions moves by far more than 5% by chance.
 
 `populate` writes a run's AL into the file by editing only that entry's lines, so every other byte (comments,
 other entries, line endings) stays as it was, and a populate with unchanged values leaves the file identical.
@@ -29,7 +30,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,11 +90,13 @@ def acceptance_gate(
     refs: Mapping[str, Mapping[str, Any]],
     rtol: float = DEFAULT_RTOL,
     slack: float = 0.0,
+    position_slacks: Sequence[float] = (),
 ) -> dict[str, Any]:
     """The verdict of a run's acceptance (AcceptanceStats.to_dict()) against the entry for test_id. `slack`: the
     run's own sampling error of AL (absolute; e.g. 2.58 standard errors over its requests): a small run is judged
     within max(rtol x ref_al, slack) of ref_al and above min_al - slack, so that ten questions do not fail a
-    healthy drafter by chance; on a full set the slack is far below rtol x ref_al and the gate is TensorRT-LLM's."""
+    healthy drafter by chance; on a full set the slack is far below rtol x ref_al and the gate is TensorRT-LLM's.
+    `position_slacks`: the same sampling error for each per-position rate (absolute), applied the same way."""
     if not 0 <= rtol < 1:
         raise ValueError(f"rtol must lie in [0, 1), got {rtol}")
     al, rates = _measured(acceptance)
@@ -115,7 +118,7 @@ def acceptance_gate(
         result["reason"] = f"the reference was measured with max_draft_len {k_ref}, this run used {k_run}"
         result["per_position"] = _positions(rates, [], rtol, checked=False)
         return result
-    result["per_position"] = positions = _positions(rates, ref_rates, rtol, checked=True)
+    result["per_position"] = positions = _positions(rates, ref_rates, rtol, checked=True, slacks=position_slacks)
     failures = _failures(al, ref_al, min_al, rtol, positions, acceptance, slack)
     result["verdict"] = "FAIL" if failures else "PASS"
     result["band"] = band = acceptance_band(ref_al, min_al, rtol, slack)
@@ -148,8 +151,10 @@ def _failures(al, ref_al, min_al, rtol, positions, acceptance, slack=0.0) -> lis
                         f"+-{tolerance:.0%}; a rise fails too: re-measure the reference if intended)")  # fmt: skip
     for p in positions:
         if p["verdict"] == "FAIL":
-            failures.append(f"position {p['position']} rate {p['rate']:.4f} < {p['ref'] * (1 - rtol):.4f} "
-                            f"= ref {p['ref']:.4f} x (1 - {rtol:g})")  # fmt: skip
+            bound, slack_i = _position_bound(p["ref"], rtol, p.get("slack", 0.0))
+            why = f"ref {p['ref']:.4f} - {slack_i:.4f} of sampling error" if slack_i > p["ref"] * rtol else \
+                f"ref {p['ref']:.4f} x (1 - {rtol:g})"  # fmt: skip
+            failures.append(f"position {p['position']} rate {p['rate']:.4f} < {bound:.4f} = {why}")
     return failures
 
 
@@ -157,16 +162,24 @@ def _slack(slack: float) -> str:
     return f" - {slack:.3f} of sampling error" if slack else ""
 
 
-def _positions(rates: list[float], refs: list[float], rtol: float, checked: bool) -> list[dict[str, Any]]:
+def _positions(rates: list[float], refs: list[float], rtol: float, checked: bool, slacks: Sequence[float] = ()
+               ) -> list[dict[str, Any]]:  # fmt: skip
     rows = []
     for i, rate in enumerate(rates):
         ref = refs[i] if i < len(refs) else None
-        if ref is None or not checked:
-            verdict = "NO-REFERENCE"
-        else:
-            verdict = "FAIL" if rate < ref * (1 - rtol) else "PASS"
-        rows.append({"position": i, "rate": rate, "ref": ref, "verdict": verdict})
+        row = {"position": i, "rate": rate, "ref": ref, "verdict": "NO-REFERENCE"}
+        if ref is not None and checked:
+            bound, slack = _position_bound(ref, rtol, slacks[i] if i < len(slacks) else 0.0)
+            row["verdict"] = "FAIL" if rate < bound else "PASS"
+            if slack:  # the position's own sampling error, when the run gave one
+                row["slack"] = round(slack, 4)
+        rows.append(row)
     return rows
+
+
+def _position_bound(ref: float, rtol: float, slack: float) -> tuple[float, float]:
+    """(the lowest rate a position passes at, its sampling slack): within max(rtol x ref, slack) of ref."""
+    return min(ref * (1 - rtol), ref - slack), slack
 
 
 def acceptance_early_fail(

@@ -43,13 +43,15 @@ def evaluate_acceptance(results: list[TaskResult], test_id: str, refs: dict, rto
     from .acceptance import acceptance_gate
 
     entry = refs.get(test_id) or {}
-    return {
-        r.task: GateResult.from_json(
-            acceptance_gate(test_id, r.acceptance, refs, rtol, acceptance_slack(r.acceptance_requests))
-        )
-        for r in results
-        if r.acceptance and entry.get("task") in (None, r.task)
-    }
+    gates = {}
+    for r in results:
+        if not r.acceptance or entry.get("task") not in (None, r.task):
+            continue
+        positions = [acceptance_slack([(c, accepted[i]) for c, accepted in r.acceptance_positions])
+                     for i in range(len(r.acceptance.get("accepted_per_position") or []))]  # fmt: skip
+        slack = acceptance_slack(r.acceptance_requests)
+        gates[r.task] = GateResult.from_json(acceptance_gate(test_id, r.acceptance, refs, rtol, slack, positions))
+    return gates
 
 
 def apply_acceptance_gate(
@@ -66,7 +68,8 @@ def acceptance_slack(requests: list[tuple[int, int]], z: float = 2.576) -> float
     sum(cycles) is a ratio over requests (a request's cycles are not independent, requests are), and long requests
     weigh more, so its standard error is the ratio estimator's (delta method): with r = sum(a) / sum(c),
     SE = sqrt(sum((a_i - r c_i)^2) / (n (n - 1))) / mean(c). The unweighted standard error of per-request ALs
-    understated it (a seeded random 32 GSM8K questions measured AL 1.748 against 1.999 for the 100 around them)."""
+    understated it (a seeded random 32 GSM8K questions measured AL 1.748 against 1.999 for the 100 around them).
+    With (cycles, drafts accepted at position i) per request, the same for position i's rate."""
     requests = [(c, a) for c, a in requests if c > 0]
     n = len(requests)
     if n < 2:

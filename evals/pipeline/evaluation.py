@@ -71,6 +71,7 @@ class TaskResult:
     samples: list[dict[str, Any]] = field(default_factory=list)
     acceptance: dict[str, Any] | None = None
     acceptance_requests: list[tuple[int, int]] = field(default_factory=list)  # (cycles, accepted) per request
+    acceptance_positions: list[tuple[int, list[int]]] = field(default_factory=list)  # (cycles, per position) each
     num_failed_requests: int = 0
     data_origin: str = ""
     filter_mismatches: list[dict[str, Any]] = field(default_factory=list)  # a family's own filters vs lm-eval's
@@ -171,6 +172,7 @@ def evaluate(
                 total.merge(st)
             result.acceptance = total.to_dict()
             result.acceptance_requests = [(st.num_cycles, st.num_accepted) for st in stats]
+            result.acceptance_positions = [(st.num_cycles, list(st.accepted_per_position)) for st in stats]
         _check_against_lm_eval(spec, result, raw["results"][name], complete=result.stopped is None)
         _note_subset(result, plan)
         results.append(result)

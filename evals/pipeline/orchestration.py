@@ -44,7 +44,7 @@ from .run_identity import (
     test_id,
     twin_identity,
 )
-from .twin_audit import AuditedTwins, audit_record
+from .twin_audit import AuditedTwins, WeightSeal, audit_record
 
 BASELINE_MODES = ("paired", "separate")
 # Spec-only events: a baseline decoded beside a spec-dec run (paired) does not carry them.
@@ -319,14 +319,20 @@ def run_with_baseline(config: EngineConfig, plan: RunPlan, progress_for=None, ba
     """One process. A spec-dec run whose baseline is not recorded gets it paired (one prefill), or with
     baseline="separate" as a run of its own first (reused by later runs); then the run.
     progress_for(): a context manager giving a progress callback, per evaluation."""
-    from ...workers.engine import Engine
+    from ...workers.checkpoint import load_checkpoint
+    from ...workers.engine import Engine, build_target_model
 
     check_named_baseline(config, plan)
     if pairs_with_baseline(config, plan, baseline):
-        engine = Engine(config)
+        checkpoint = load_checkpoint(config.model)
+        target = build_target_model(config, checkpoint)
+        seal = WeightSeal(target)  # before a spec worker is attached: the audit shares these weights while it holds
+        engine = Engine(config, checkpoint=checkpoint, model=target)
 
-        def make_plain() -> Engine:  # the audit's engine: same weights and tokenizer, its own KV pool, no spec worker
-            return Engine(audit_config(config, engine), checkpoint=engine.checkpoint, tokenizer=engine.tokenizer)
+        def make_plain(tokens: int) -> Engine:  # the audit's engine: same weights, its own KV pool, no spec worker
+            model = engine.model if seal.intact() else None  # changed by the spec engine: load its own
+            return Engine(audit_config(config, engine, tokens, model is not None), checkpoint=engine.checkpoint,
+                          tokenizer=engine.tokenizer, model=model)  # fmt: skip
 
         return _with_progress(engine, progress_for, lambda progress: run_paired(engine, plan, make_plain, progress))
     made = None
@@ -352,21 +358,30 @@ def _separate_baseline(config: EngineConfig, plan: RunPlan, progress_for) -> str
     return summary.run_dir
 
 
-def audit_config(config: EngineConfig, spec_engine) -> EngineConfig:
+def audit_config(config: EngineConfig, spec_engine, tokens: int | None = None, shares_weights: bool = False
+                 ) -> EngineConfig:  # fmt: skip
     """The twin audit's engine: the baseline configuration (behaviour faults included: they are in the build) for
-    one sequence at a time, with a memory budget of its weights, activations and a KV pool for one longest sequence
-    (twice over: the pool takes a fraction of what is free), not a second copy of the spec engine's whole pool."""
+    one sequence at a time, its KV pool capped at `tokens` positions (the longest audited document; None: one longest
+    sequence), with a memory budget of its weights, activations and that pool (twice over: the pool takes a fraction
+    of what is free), not a second copy of the spec engine's whole pool. shares_weights: the spec engine's weights,
+    already held on the device (a CPU budget counts them either way: the engine subtracts its weights from it)."""
     import torch
 
     from ...workers.device import activation_estimate
 
     plain = replace(baseline_config(config), max_batch_size=1)
+    block = spec_engine.kv_layout.block_size
+    positions = min(spec_engine.max_seq_len, tokens) if tokens else spec_engine.max_seq_len
+    positions += 4 * block  # the window and a partial block or two past the longest document
+    if tokens:
+        plain = replace(plain, kv_cache=replace(plain.kv_cache, max_tokens=positions))
     dtype_bytes = torch.empty((), dtype=spec_engine.dtype).element_size()
-    kv = 2 * spec_engine.kv_layout.bytes_per_token * (spec_engine.max_seq_len + 4 * spec_engine.kv_layout.block_size)
-    budget = spec_engine.weights_bytes + activation_estimate(spec_engine.model_config, plain, dtype_bytes,
-                                                             config.tp_size) + kv  # fmt: skip
+    kv = 2 * spec_engine.kv_layout.bytes_per_token * positions
+    budget = activation_estimate(spec_engine.model_config, plain, dtype_bytes, config.tp_size) + kv
     if spec_engine.device.type == "cuda":  # the cap counts what this process already holds on the device
         budget += torch.cuda.memory_allocated(spec_engine.device)
+    if spec_engine.device.type != "cuda" or not shares_weights:
+        budget += spec_engine.weights_bytes
     return replace(plain, device_memory=budget)
 
 

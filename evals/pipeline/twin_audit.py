@@ -15,6 +15,12 @@ keeps it from being all: each audited document is one more forward pass over pro
 and the paired verdict must stay within 1.45x of a plain one (`bench --verdict`). A quarter, at least two
 documents (one audited document would leave a 20% miss even at f = 0.8), fits that budget.
 
+What the audit's engine shares. Not the spec engine's KV pool, prefill, batches, executor or spec worker: those are
+what it audits. It shares the target's weights (built once, by the spec engine), so that no second copy is read,
+dequantized and held; and since a spec-dec bug could as well write into those weights, a seal of their contents taken
+when the spec engine was built (`WeightSeal`, before any request ran) must still hold when the audit starts, else the
+audit's engine loads its own weights from the checkpoint. Its KV pool holds the longest audited document, no more.
+
 How a document is audited. Greedy: the plain engine scores the twin's tokens in one forward pass (the check
 lm-eval's `loglikelihood` is_greedy makes): every token must be the plain engine's own argmax, which is exactly
 "a plain decode emits these tokens". Only if that fails does the plain engine decode the document, and the twin is
@@ -33,6 +39,8 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import torch
 
 from ...results.lossless import EXACT_DTYPES
 from ...results.paired import first_divergence
@@ -61,18 +69,52 @@ def audit_order(hashes: Sequence[str], seed: int) -> list[int]:
     return sorted(range(len(hashes)), key=lambda i: hashlib.sha256(f"twin-audit:{seed}:{hashes[i]}".encode()).digest())
 
 
+class WeightSeal:
+    """A fingerprint of a model's weights: per parameter, the sum of its elements' bits read as integers of their
+    width, wrapping (any single changed element changes it: a change d with 0 < |d| < 2^bits is never 0 modulo
+    2^bits). One pass on the parameter's device, in its own integer type: summing into int64 instead is a cast that
+    costs 20-100x as much on CPU (measured: 30M float32 elements, 13 ms wrapping vs 2.3 s into int64). Taken before
+    the spec worker is attached to the target and checked when the audit's engine would share those weights."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.sums = self._sums()
+
+    @torch.inference_mode()
+    def _sums(self) -> list[int]:
+        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+        sums = []
+        for p in self.model.parameters():
+            bits = ints[p.element_size()]
+            sums.append(int(p.detach().reshape(-1).view(bits).sum(dtype=bits)))
+        return sums
+
+    def intact(self) -> bool:
+        """Whether every weight still holds what it held when the seal was taken."""
+        return self._sums() == self.sums
+
+
+def audit_tokens(prompt_lens: Sequence[int], twins: Sequence[GenerationOutput], params: Sequence) -> int:
+    """KV positions the audit's engine needs: its longest document, scored (prompt + twin output) or, where the
+    check fails, decoded again (prompt + the request's own output limit)."""
+    return max(n + max(len(t.token_ids), s.max_new_tokens) for n, t, s in zip(prompt_lens, twins, params, strict=True))
+
+
 class AuditedTwins:
     """The baseline engine of a paired run: `generate` answers every prompt with its twin's output (all in the
-    twins' generation cache) and audits a seeded share of them on a plain engine built by `make_plain()` (only when
-    the audit first needs it). `record` says what was audited and the first divergence, if any."""
+    twins' generation cache) and audits a seeded share of them on a plain engine built by `make_plain(tokens)` (only
+    when the audit first needs it; `tokens`: the KV positions its longest audited document takes, `audit_tokens`).
+    `record` says what was audited and the first divergence, if any."""
 
-    def __init__(self, identity: EngineIdentity, tokenizer: Any, twins: Any, make_plain: Callable[[], InferenceEngine],
-                 seed: int, dtype: str) -> None:  # fmt: skip
+    def __init__(self, identity: EngineIdentity, tokenizer: Any, twins: Any,
+                 make_plain: Callable[[int], InferenceEngine], seed: int, dtype: str) -> None:  # fmt: skip
         self._identity = identity
         self._tokenizer = tokenizer
         self.twins = twins  # evals.resume.GenerationCache of the baseline run
         self.make_plain = make_plain
         self.plain: InferenceEngine | None = None
+        self._tokens = 0  # KV positions the audit's engine must hold (set when the planned documents are known)
+        self._plain_tokens = 0  # what the built one holds
         self.seed = seed
         self.sequential = dtype in EXACT_DTYPES
         self.last_stats = GenerateStats()
@@ -109,6 +151,9 @@ class AuditedTwins:
         ranked = audit_order([hashes[i] for i in eligible], self.seed)
         order = [eligible[r] for r in ranked[: audit_size(len(eligible))]] if eligible else []
         self.record["planned"] += len(order)
+        if order:
+            lens = [len(self.encode(prompts[i])) for i in order]
+            self._tokens = max(self._tokens, audit_tokens(lens, [twins[i] for i in order], [params[i] for i in order]))
         started = time.perf_counter()
         print(f"lossless gate: auditing the paired twins of {len(order)} of {len(prompts)} documents on an engine "
               "with no spec worker", file=sys.stderr)  # fmt: skip
@@ -137,8 +182,11 @@ class AuditedTwins:
         return first_divergence(list(decoded.token_ids), list(twin.token_ids))
 
     def _plain(self) -> InferenceEngine:
+        if self.plain is not None and self._tokens > self._plain_tokens:  # a later task's longer documents
+            self.plain.close()
+            self.plain = None
         if self.plain is None:
-            self.plain = self.make_plain()
+            self.plain, self._plain_tokens = self.make_plain(self._tokens), self._tokens
         return self.plain
 
     def score(self, pairs) -> list[tuple[float, bool]]:
