@@ -19,7 +19,7 @@ from unittest import mock
 
 from ...workers.errors import UserError  # noqa: E402
 from ...workers.interface import InferenceEngine
-from ...workers.spec.metrics import AcceptanceStats
+from ...workers.spec.metrics import run_acceptance
 from ...workers.spec.registry import spec_method
 from ..gates.references import Reference, lookup
 from ..tasks import gsm8k
@@ -166,13 +166,10 @@ def evaluate(
                 "of": plan.n,
                 "reason": "the baseline of an early-stopped paired run: the documents its run evaluated",
             }
-        stats = [s.pop("_acceptance") for s in samples if s.get("_acceptance")]
-        if stats:
-            total = AcceptanceStats(engine.identity.max_draft_len)
-            for st in stats:
-                total.merge(st)
-            result.acceptance = total.to_dict()
-            result.acceptance_requests = [(st.num_cycles, st.num_accepted) for st in stats]
+        per_request = [s.pop("_acceptance") for s in samples if s.get("_acceptance")]
+        if per_request:
+            result.acceptance = run_acceptance(per_request, engine.identity.max_draft_len)
+            result.acceptance_requests = [(d["num_cycles"], d["num_accepted_drafts"]) for d in per_request]
         _check_against_lm_eval(spec, result, raw["results"][name], complete=result.stopped is None)
         _note_subset(result, plan)
         results.append(result)
@@ -350,9 +347,10 @@ def gpqa_letter(extracted: str) -> str:
     return extracted if extracted == "[invalid]" else "[other]"
 
 
-def _acceptance_of(out) -> AcceptanceStats | None:
+def _acceptance_of(out) -> dict[str, Any] | None:
+    """One request's acceptance counts (our engine's counters, or a server's per-request fields; same layout)."""
     acc = out.stats.get("acceptance") if out is not None else None
-    return AcceptanceStats.from_dict(acc) if acc else None
+    return acc or None
 
 
 def _score(spec: TaskSpec, samples: list[dict[str, Any]], reference: Reference | None, options: EvalOptions):
