@@ -9,6 +9,7 @@ import threading
 import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from specdec_eval.evals.gates.verdict import acceptance_slack
@@ -260,3 +261,39 @@ def test_serve_per_request_counts_equal_the_engines(tiny, ngram_pair):
     assert sum(w.stats["acceptance"]["num_accepted_drafts"] for w in want) > 0  # drafts were accepted
     # the run-level figure from the per-request counts is the server's counter delta
     assert run["basis"] == PER_REQUEST and {k: run[k] for k in keys} == {k: delta[k] for k in keys}
+
+
+@pytest.mark.slow  # two servers and a whole run (lm-eval's pipeline): ~20 s on an idle 2-core machine
+def test_endpoint_run_stores_counts_per_sample_and_reports_them(tiny, ngram_pair, tmp_path, capsys):
+    """`run --endpoint` on our serve: each sample keeps its request's counts, the task's AL is their ratio of sums
+    and equals the server's counter delta, the report draws AL by output length, and compare pairs them."""
+    from specdec_eval.results import store
+    from specdec_eval.results.compare import compare_runs
+    from specdec_eval.results.report import build_report
+
+    from .cli_helpers import run_cli
+
+    engine, _ = ngram_pair
+    plain = tiny_engine(tiny)
+    out = tmp_path / "runs"
+    args = ("--spec", "ngram", "--draft-len", "3", "--model", "tiny", "--tasks", "gsm8k_smoke", "--limit", "4",
+            "--max-output-len", "24", "--no-reference", "--out", str(out), "--fresh", "--json")  # fmt: skip
+    with serving(engine) as spec_server, serving(plain) as plain_server:
+        code, stdout, err = run_cli(capsys, "run", "--endpoint", spec_server.url, "--baseline-endpoint",
+                                    plain_server.url, *args)  # fmt: skip
+    assert code == 0, err
+    summary = json.loads(stdout)
+    task = summary["tasks"]["gsm8k_smoke"]["acceptance"]
+    assert task["basis"] == PER_REQUEST and task["source"].startswith("vllm per-request")
+    server = summary["reported_acceptance"]["server_wide"]  # the /metrics delta over the same run
+    keys = ("num_cycles", "num_draft_tokens", "num_accepted_drafts", "accepted_per_position", "acceptance_length")
+    assert {k: task[k] for k in keys} == {k: server[k] for k in keys}
+    run = store.Run(Path(summary["run_dir"]))
+    samples = list(run.samples())
+    assert sum(s["acceptance"]["num_cycles"] for s in samples) == task["num_cycles"]
+    assert all(s["acceptance_length"] == round(1 + s["acceptance"]["num_accepted_drafts"]
+                                               / s["acceptance"]["num_cycles"], 4) for s in samples)  # fmt: skip
+    html, _ = build_report([run])
+    assert 'alt="#1 acceptance by output length"' in html and "per-request counts (vllm" in html
+    paired = compare_runs(run, run)["tasks"]["gsm8k_smoke"]["acceptance"]["per_request"]
+    assert paired["n"] == len(samples) and paired["mean_delta"] == 0

@@ -324,6 +324,7 @@ def _samples(spec: TaskSpec, entries: list[dict[str, Any]], lm) -> list[dict[str
                 "error": out.error if out is not None else "no engine output for this document",
                 "_acceptance": _acceptance_of(out),
                 "acceptance_length": (out.stats.get("acceptance") or {}).get("acceptance_length") if out else None,
+                "acceptance": _counts(out),  # the request's own counts: the report's AL by output length
             }
             if spec.family == "gpqa_diamond":  # its output can quote the question: never stored readable
                 rec["sealed_fields"] = ["output_token_ids"]
@@ -351,6 +352,12 @@ def _acceptance_of(out) -> dict[str, Any] | None:
     """One request's acceptance counts (our engine's counters, or a server's per-request fields; same layout)."""
     acc = out.stats.get("acceptance") if out is not None else None
     return acc or None
+
+
+def _counts(out) -> dict[str, Any] | None:
+    acc = _acceptance_of(out)
+    keys = ("num_cycles", "num_draft_tokens", "num_accepted_drafts", "accepted_per_position", "max_draft_len")
+    return {k: acc[k] for k in keys} if acc else None
 
 
 def _score(spec: TaskSpec, samples: list[dict[str, Any]], reference: Reference | None, options: EvalOptions):

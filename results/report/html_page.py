@@ -11,7 +11,7 @@ from . import plots
 from .data import RunData, TaskRow
 from .gates import GateText, acceptance_gate, accuracy_gate, banner, lossless_gate, overall, stopped_text
 from .plots import VERDICT_COLOURS
-from .text import acceptance_length, commit_text, device_text, kv_text, num, spec_text, utc
+from .text import acceptance_length, basis_text, commit_text, device_text, kv_text, num, spec_text, utc
 
 _CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 24px; color: #1f2328; }
@@ -128,7 +128,8 @@ def _gates_table(runs: list[RunData]) -> str:
 
 
 def _acceptance_table(runs: list[RunData]) -> str:
-    head = ["#", "task", "AL", "acceptance rate", "cycles", "draft tokens", "accepted drafts", "K", "per position"]
+    head = ["#", "task", "AL", "acceptance rate", "cycles", "draft tokens", "accepted drafts", "K", "per position",
+            "basis"]  # fmt: skip
     rows = []
     for r in runs:
         for t in r.tasks:
@@ -142,6 +143,17 @@ def _acceptance_table(runs: list[RunData]) -> str:
                 _e(num(acc.get("num_draft_tokens"))), _e(num(acc.get("num_accepted_drafts"))),
                 _e(num(acc.get("max_draft_len"))),
                 _e(", ".join(num(v, 3) for v in per_pos) if isinstance(per_pos, list) else per_pos),
+                _e(basis_text(acc)),
+            ])  # fmt: skip
+        reported = r.summary.get("reported_acceptance")
+        if isinstance(reported, dict) and str(reported.get("basis")).startswith(
+            "server-wide"
+        ):  # no task figure: the fallback's
+            rows.append([
+                _e(r.label), "(server)", _e(num(reported.get("acceptance_length"))),
+                _e(num(reported.get("acceptance_rate"), 3)), _e(num(reported.get("num_cycles"))),
+                _e(num(reported.get("num_draft_tokens"))), _e(num(reported.get("num_accepted_drafts"))),
+                _e(num(reported.get("max_draft_len"))), "—", _e(basis_text(reported)),
             ])  # fmt: skip
     if not rows:
         return '<p class="note">No run used speculative decoding.</p>'
@@ -166,7 +178,10 @@ def render_html(runs: list[RunData]) -> str:
         for t in r.tasks:
             tasks.setdefault(t.task, []).append(t)
     score_plots = _plots([(plots.task_scores(task, rows, labels), f"{task} scores") for task, rows in tasks.items()])
-    acc_plots = _plots([(plots.acceptance(r), f"{r.label} acceptance") for r in runs])
+    acc_plots = _plots(
+        [(plots.acceptance(r), f"{r.label} acceptance") for r in runs]
+        + [(plots.acceptance_by_length(r), f"{r.label} acceptance by output length") for r in runs]
+    )
     event_plots = _plots([(plots.events(r), f"{r.label} events") for r in runs])
     generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     parts = [

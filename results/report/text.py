@@ -64,6 +64,13 @@ def acceptance_length(info: dict[str, Any]) -> float | None:
     return None
 
 
+def basis_text(acc: dict[str, Any]) -> str:
+    """What an acceptance figure was computed from, and which fields of whose (runs before the label: unknown)."""
+    basis = acc.get("basis") or ("per-request counts" if "scope" not in acc else "unknown")
+    source = acc.get("source")
+    return f"{basis} ({source})" if source else str(basis)
+
+
 def utc(ts: Any) -> str:
     if not isinstance(ts, (int, float)):
         return "—"
