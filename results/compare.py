@@ -59,8 +59,9 @@ def compare_runs(
     bootstrap = {"confidence": confidence, "resamples": resamples, "seed": seed}
     for task in [t for t in tasks_a if t in tasks_b]:
         tasks[task] = _compare_task(
-            pairs.get(task, []), tasks_a[task], tasks_b[task], pairs.unpaired.get(task), alpha, filter, bootstrap
-        )
+            pairs.get(task, []), _with_fallback(tasks_a[task], summary_a), _with_fallback(tasks_b[task], summary_b),
+            pairs.unpaired.get(task), alpha, filter, bootstrap,
+        )  # fmt: skip
     verdicts = [t["verdict"] for t in tasks.values()]
     verdict = REGRESSION if REGRESSION in verdicts else IMPROVEMENT if IMPROVEMENT in verdicts else NO_CHANGE
     return {
@@ -82,6 +83,15 @@ def compare_runs(
             {k: manifest_a.get(k) for k in ENVIRONMENT_KEYS}, {k: manifest_b.get(k) for k in ENVIRONMENT_KEYS}
         ),
     }
+
+
+def _with_fallback(task: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """A task without per-request acceptance (an endpoint whose answers carry none) gets the run's server-wide
+    delta, which keeps its "basis" label: an AL to compare, never paired per request."""
+    reported = summary.get("reported_acceptance")
+    if task.get("acceptance") or not isinstance(reported, dict) or reported.get("acceptance_length") is None:
+        return task
+    return {**task, "acceptance": reported}
 
 
 def _check_samples_present(run: Run, which: str, samples: list[dict[str, Any]], tasks: dict[str, Any]) -> None:
@@ -191,7 +201,9 @@ def _acceptance(
     if both:
         per_request = paired_mean_difference([p[0] for p in both], [p[1] for p in both], **bootstrap)
         per_request["unpaired"] = len(pairs) - len(both)  # pairs where a side has no acceptance length
-    return {"a": length_a, "b": length_b, "delta": _delta(length_a, length_b), "per_request": per_request}
+    basis = {"a": (a or {}).get("basis"), "b": (b or {}).get("basis")}  # per-request counts, or the server fallback
+    return {"a": length_a, "b": length_b, "delta": _delta(length_a, length_b), "per_request": per_request,
+            "basis": basis}  # fmt: skip
 
 
 def _finite(x: Any) -> bool:
@@ -336,6 +348,9 @@ def _acceptance_lines(acc: dict[str, Any]) -> list[str]:
         lines.append(
             f"  acceptance length: A {_num(acc['a'], 3)} -> B {_num(acc['b'], 3)} ({_signed(acc['delta'], 3)})"
         )
+    for side, basis in (acc.get("basis") or {}).items():
+        if basis and str(basis).startswith("server-wide"):
+            lines.append(f"  acceptance of {side.upper()}: {basis}; no per-request test on it")
     p = acc.get("per_request")
     if p:
         ci = "no interval (fewer than 2 pairs)"
