@@ -297,3 +297,16 @@ def test_endpoint_run_stores_counts_per_sample_and_reports_them(tiny, ngram_pair
     assert 'alt="#1 acceptance by output length"' in html and "per-request counts (vllm" in html
     paired = compare_runs(run, run)["tasks"]["gsm8k_smoke"]["acceptance"]["per_request"]
     assert paired["n"] == len(samples) and paired["mean_delta"] == 0
+
+
+def test_compare_labels_a_server_wide_fallback():
+    from specdec_eval.results.compare import _acceptance, _acceptance_lines, _with_fallback
+
+    server = {"acceptance_length": 1.8, "basis": SERVER_DELTA, "num_cycles": 10}
+    task = _with_fallback({"acceptance": None}, {"reported_acceptance": server})
+    assert task["acceptance"] is server  # the run's only figure, kept with its label
+    per_request = {"acceptance_length": 2.0, "basis": PER_REQUEST}
+    assert _with_fallback({"acceptance": per_request}, {"reported_acceptance": server})["acceptance"] is per_request
+    acc = _acceptance([], per_request, server, {"confidence": 0.95, "resamples": 10, "seed": 0})
+    assert acc["per_request"] is None and acc["basis"] == {"a": PER_REQUEST, "b": SERVER_DELTA}
+    assert any(line.startswith("  acceptance of B: server-wide") for line in _acceptance_lines(acc))
