@@ -359,7 +359,9 @@ class EndpointEngine:
         per_request = self._tally.result()
         if per_request is None:
             return delta
-        return {**per_request, "server_wide": delta} if delta is not None else per_request
+        if delta is None:
+            return per_request
+        return {**per_request, "server_wide": {**delta, "basis": "server-wide counter delta (a cross-check)"}}
 
     def close(self) -> None:
         """The scraper's connection; nothing else is held between calls (lm-eval's backend opens a connection per
