@@ -1,10 +1,10 @@
 """Speculative-decoding acceptance as a server reports it, scraped before and after a run (a draining source also
-polled during it: `ServerAcceptance.polling`), as the run's delta in our
-layout (`AcceptanceStats.to_dict()`, workers/spec/metrics.py) plus "source" (which endpoint and names were read)
-and "scope" ("run": a delta over this run; "server_lifetime": the server gives only an average since it started).
-Which server exports what, and how each defines acceptance: workers/remote/server_metric_formats.py. The delta is
-the fallback: where responses carry per-request counts (workers/remote/response_acceptance.py), `ResponseTally`
-sums those instead, and "basis" says which a figure came from."""
+polled during it: `ServerAcceptance.polling`), as the run's delta in our layout (`AcceptanceStats.to_dict()`,
+workers/spec/metrics.py) plus "source" (which endpoint and names were read) and "scope" ("run": a delta over this
+run; "server_lifetime": the server gives only an average since it started). Which server exports what, and how
+each defines acceptance: workers/remote/server_metric_formats.py. The delta is the fallback: where responses carry
+per-request counts (workers/remote/response_acceptance.py), `ResponseTally` sums those instead, and "basis" says
+which a figure came from."""
 
 from __future__ import annotations
 
