@@ -102,7 +102,8 @@ def _print_run_notes(summary: RunSummary, out) -> None:
     if reported:
         al = reported.get("acceptance_length")
         figure = f"acceptance length {al:.3f}" if isinstance(al, int | float) else "no acceptance length"
-        print(f"reported by the engine: {figure} (source: {reported.get('source', 'unknown')})", file=out)
+        basis = f"; {reported['basis']}" if reported.get("basis") else ""  # per-request counts or the fallback
+        print(f"reported by the engine: {figure} (source: {reported.get('source', 'unknown')}{basis})", file=out)
     populated = summary.acceptance_populated
     if populated:
         print(populated_line(populated), file=out)

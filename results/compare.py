@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from .paired import first_divergence, mcnemar_exact, pair_samples, paired_mean_difference
@@ -61,8 +62,9 @@ def compare_runs(
     bootstrap = {"confidence": confidence, "resamples": resamples, "seed": seed}
     for task in [t for t in tasks_a if t in tasks_b]:
         tasks[task] = _compare_task(
-            pairs.get(task, []), tasks_a[task], tasks_b[task], pairs.unpaired.get(task), alpha, filter, bootstrap
-        )
+            pairs.get(task, []), _with_fallback(tasks_a[task], summary_a), _with_fallback(tasks_b[task], summary_b),
+            pairs.unpaired.get(task), alpha, filter, bootstrap,
+        )  # fmt: skip
     verdicts = [t["verdict"] for t in tasks.values()]
     verdict = REGRESSION if REGRESSION in verdicts else IMPROVEMENT if IMPROVEMENT in verdicts else NO_CHANGE
     return {
@@ -84,6 +86,15 @@ def compare_runs(
             {k: manifest_a.get(k) for k in ENVIRONMENT_KEYS}, {k: manifest_b.get(k) for k in ENVIRONMENT_KEYS}
         ),
     }
+
+
+def _with_fallback(task: TaskSummary, summary: RunSummary) -> TaskSummary:
+    """A task without per-request acceptance (an endpoint whose answers carry none) gets the run's server-wide
+    delta, which keeps its "basis" label: an AL to compare, never paired per request."""
+    reported = summary.reported_acceptance
+    if task.acceptance or not isinstance(reported, Mapping) or reported.get("acceptance_length") is None:
+        return task
+    return replace(task, acceptance=dict(reported))
 
 
 def _check_samples_present(run: Run, which: str, samples: list[dict[str, Any]],
@@ -194,7 +205,9 @@ def _acceptance(
     if both:
         per_request = paired_mean_difference([p[0] for p in both], [p[1] for p in both], **bootstrap)
         per_request["unpaired"] = len(pairs) - len(both)  # pairs where a side has no acceptance length
-    return {"a": length_a, "b": length_b, "delta": _delta(length_a, length_b), "per_request": per_request}
+    basis = {"a": (a or {}).get("basis"), "b": (b or {}).get("basis")}  # per-request counts, or the server fallback
+    return {"a": length_a, "b": length_b, "delta": _delta(length_a, length_b), "per_request": per_request,
+            **({"basis": basis} if any(basis.values()) else {})}  # fmt: skip
 
 
 def _finite(x: Any) -> bool:
@@ -339,6 +352,9 @@ def _acceptance_lines(acc: dict[str, Any]) -> list[str]:
         lines.append(
             f"  acceptance length: A {_num(acc['a'], 3)} -> B {_num(acc['b'], 3)} ({_signed(acc['delta'], 3)})"
         )
+    for side, basis in (acc.get("basis") or {}).items():
+        if basis and str(basis).startswith("server-wide"):
+            lines.append(f"  acceptance of {side.upper()}: {basis}; no per-request test on it")
     p = acc.get("per_request")
     if p:
         ci = "no interval (fewer than 2 pairs)"

@@ -2,7 +2,9 @@
 chunks "chat.completion.chunk"). Our finish reasons map onto OpenAI's: eos and stop -> "stop", length -> "length";
 `stop_reason` says which (vLLM's extension: the stop string, or None for the end-of-sequence token). Each choice
 also carries its output token ids (`token_ids`) and prompt token ids (`prompt_token_ids`), as vLLM does with
-`return_token_ids`, so a client can compare outputs token for token."""
+`return_token_ids`, so a client can compare outputs token for token. Under spec-dec, an answer carries its
+requests' acceptance counts in vLLM's per-request shape (`metrics.speculative_decoding`), read back by endpoint runs
+(workers/remote/response_acceptance.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..workers.interface import GenerationOutput
+from ..workers.spec.metrics import merge_acceptance
 
 OPENAI_FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
 
@@ -28,6 +31,26 @@ def stop_reason(output: GenerationOutput, stop: tuple[str, ...], tokenizer: Any)
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
+
+
+def speculative_decoding(outputs: list[GenerationOutput]) -> dict[str, Any] | None:
+    """The engine's own acceptance counters of an answer's requests, summed, in vLLM's per-request shape; None
+    without spec-dec. Histogram entry j: verify steps that accepted exactly j drafts (a chain accepts a prefix, so
+    the steps that accepted at least j are the per-position count of position j - 1)."""
+    counts = [o.stats["acceptance"] for o in outputs if o.stats.get("acceptance")]
+    if not counts:
+        return None
+    total = merge_acceptance(counts)
+    at_least = [total.num_cycles, *total.accepted_per_position, 0]
+    return {
+        "mean_acceptance_length": total.acceptance_length if total.num_cycles else 1.0,
+        "draft_acceptance_rate": total.acceptance_rate,
+        "acceptance_histogram": [at_least[j] - at_least[j + 1] for j in range(total.max_draft_len + 1)],
+        "num_spec_steps": total.num_cycles,
+        "num_accepted_draft_tokens": total.num_accepted,
+        "num_draft_tokens": total.num_draft_tokens,
+        "num_spec_tokens": total.max_draft_len,
+    }
 
 
 @dataclass
@@ -59,7 +82,7 @@ class Responder:
             choices.append(choice)
         body = self._envelope("chat.completion" if self.chat else "text_completion", choices)
         body["usage"] = usage(sum(len(o.prompt_token_ids) for o in outputs), sum(len(o.token_ids) for o in outputs))
-        return body
+        return _with_acceptance(body, outputs)
 
     def chunk(self, index: int, text: str, token_ids: list[int], output: GenerationOutput | None = None,
               reason: str | None = None, first: bool = False) -> dict[str, Any]:  # fmt: skip
@@ -81,4 +104,11 @@ class Responder:
         """The last chunk when the client asked for stream_options.include_usage."""
         body = self._envelope("chat.completion.chunk" if self.chat else "text_completion", [])
         body["usage"] = usage(sum(len(o.prompt_token_ids) for o in outputs), sum(len(o.token_ids) for o in outputs))
-        return body
+        return _with_acceptance(body, outputs)
+
+
+def _with_acceptance(body: dict[str, Any], outputs: list[GenerationOutput]) -> dict[str, Any]:
+    spec = speculative_decoding(outputs)
+    if spec is not None:
+        body["metrics"] = {"speculative_decoding": spec}
+    return body

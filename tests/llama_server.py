@@ -1,5 +1,8 @@
 """llama.cpp's OpenAI-compatible server (the llama-cpp-python package, `server` extra) as a real third-party peer for
-the endpoint tests: started on a free port over the embedded SmolLM2 GGUF, waited for, and stopped.
+the endpoint tests: started on a free port over the embedded SmolLM2 GGUF, waited for, and stopped. With
+`draft_len` it speculates: prompt-lookup decoding (`--draft_model prompt-lookup-decoding`), K tokens proposed from
+the request's own text and verified in one batch, what `--spec ngram --draft-len K` declares. `llama_pair` is the
+session's pair of servers, speculative and plain, on the same GGUF (started once: a few seconds each).
 
 scripts/setup.sh installs it (the `peer` extra). Tests that need it call `require_llama_cpp()`: it skips with the
 reason when the package is missing, and fails instead under CI=true, where the peer must be there."""
@@ -61,9 +64,11 @@ def free_port() -> int:
 class LlamaServer:
     """`with LlamaServer(log_dir) as server:` runs the server until the block ends; `server.url` is its root."""
 
-    def __init__(self, log_dir: Path, api_key: str | None = None, model: Path | None = None) -> None:
+    def __init__(self, log_dir: Path, api_key: str | None = None, model: Path | None = None,
+                 draft_len: int | None = None) -> None:  # fmt: skip
         self.log_path = Path(log_dir) / "llama-server.log"
         self.api_key = api_key
+        self.draft_len = draft_len
         self.model = model or smollm2_gguf()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -74,6 +79,8 @@ class LlamaServer:
                "--host", "127.0.0.1", "--port", str(self.port), *SERVER_OPTIONS]  # fmt: skip
         if self.api_key:
             cmd += ["--api_key", self.api_key]
+        if self.draft_len:
+            cmd += ["--draft_model", "prompt-lookup-decoding", "--draft_model_num_pred_tokens", str(self.draft_len)]
         return cmd
 
     def start(self) -> LlamaServer:
@@ -112,3 +119,17 @@ class LlamaServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+PEER_DRAFT_LEN = 3
+
+
+@pytest.fixture(scope="session")
+def llama_pair(tmp_path_factory):
+    """(speculative, plain) llama.cpp servers on the same GGUF, started once per session."""
+    require_llama_cpp()
+    logs = tmp_path_factory.mktemp("llama-pair")
+    (logs / "spec").mkdir()
+    (logs / "plain").mkdir()
+    with LlamaServer(logs / "spec", draft_len=PEER_DRAFT_LEN) as spec, LlamaServer(logs / "plain") as plain:
+        yield spec, plain

@@ -310,10 +310,11 @@ def test_real_run_end_to_end(tmp_path, capsys):
     _report_cli([*(p.name for p in run_dirs), "--root", str(root), "--out", str(out)])
     md = capsys.readouterr().out
     html = out.read_text(encoding="utf-8")
-    # one score plot per task, an acceptance plot per spec-dec run and an event timeline per run with events
+    # one score plot per task, per spec-dec run an acceptance plot and its AL by output length (per-request
+    # counts), and an event timeline per run with events
     with_events = [p for p in run_dirs if open_run(p).events()]
     assert spec_runs[0] in with_events  # the injected fault is an event
-    assert len(re.findall(r'src="data:image/png;base64,', html)) == 2 + len(spec_runs) + len(with_events)
+    assert len(re.findall(r'src="data:image/png;base64,', html)) == 2 + 2 * len(spec_runs) + len(with_events)
     assert "forward_error" in html and "eagle3 (K=3)" in html and spec_runs[0].name in html
     assert "| #1 | gsm8k_smoke |" in md and "| #1 | gpqa_diamond_smoke |" in md
     assert "forward_error 1" in md

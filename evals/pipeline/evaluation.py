@@ -18,7 +18,7 @@ from unittest import mock
 
 from ...workers.errors import UserError  # noqa: E402
 from ...workers.interface import InferenceEngine
-from ...workers.spec.metrics import AcceptanceStats
+from ...workers.spec.metrics import run_acceptance
 from ...workers.spec.registry import spec_method
 from ..gates.references import Reference, lookup
 from ..tasks.registry import TaskSpec, parse_tasks, source_for, write_task_yamls
@@ -165,14 +165,12 @@ def evaluate(
                 "of": plan.n,
                 "reason": "the baseline of an early-stopped paired run: the documents its run evaluated",
             }
-        stats = [s.pop("_acceptance") for s in samples if s.get("_acceptance")]
-        if stats:
-            total = AcceptanceStats(engine.identity.max_draft_len)
-            for st in stats:
-                total.merge(st)
-            result.acceptance = total.to_dict()
-            result.acceptance_requests = [(st.num_cycles, st.num_accepted) for st in stats]
-            result.acceptance_positions = [(st.num_cycles, list(st.accepted_per_position)) for st in stats]
+        per_request = [s.pop("_acceptance") for s in samples if s.get("_acceptance")]
+        if per_request:
+            result.acceptance = run_acceptance(per_request, engine.identity.max_draft_len)
+            result.acceptance_requests = [(d["num_cycles"], d["num_accepted_drafts"]) for d in per_request]
+            result.acceptance_positions = [(d["num_cycles"], list(d["accepted_per_position"]))
+                                           for d in per_request if d.get("accepted_per_position")]  # fmt: skip
         _check_against_lm_eval(spec, result, raw["results"][name], complete=result.stopped is None)
         _note_subset(result, plan)
         results.append(result)
@@ -331,6 +329,7 @@ def _samples(spec: TaskSpec, entries: list[dict[str, Any]], lm) -> list[dict[str
                 "error": out.error if out is not None else "no engine output for this document",
                 "_acceptance": _acceptance_of(out),
                 "acceptance_length": (out.stats.get("acceptance") or {}).get("acceptance_length") if out else None,
+                "acceptance": _counts(out),  # the request's own counts: the report's AL by output length
             }
             if family.sealed:  # its output can quote the question: never stored readable
                 rec["sealed_fields"] = ["output_token_ids"]
@@ -345,9 +344,16 @@ def _samples(spec: TaskSpec, entries: list[dict[str, Any]], lm) -> list[dict[str
     return [by_doc[k] for k in sorted(by_doc)]
 
 
-def _acceptance_of(out) -> AcceptanceStats | None:
+def _acceptance_of(out) -> dict[str, Any] | None:
+    """One request's acceptance counts (our engine's counters, or a server's per-request fields; same layout)."""
     acc = out.stats.get("acceptance") if out is not None else None
-    return AcceptanceStats.from_dict(acc) if acc else None
+    return acc or None
+
+
+def _counts(out) -> dict[str, Any] | None:
+    acc = _acceptance_of(out)
+    keys = ("num_cycles", "num_draft_tokens", "num_accepted_drafts", "accepted_per_position", "max_draft_len")
+    return {k: acc[k] for k in keys} if acc else None
 
 
 def _score(spec: TaskSpec, samples: list[dict[str, Any]], reference: Reference | None, options: EvalOptions):

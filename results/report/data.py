@@ -59,6 +59,8 @@ class RunData:
     summary: RunSummary
     events: list[dict[str, Any]]
     tasks: list[TaskRow] = field(default_factory=list)
+    # per task, each spec-dec request's (output tokens, its acceptance counts): the AL-by-length plot
+    requests: dict[str, list[tuple[int, dict[str, Any]]]] = field(default_factory=dict)
 
     @property
     def run_id(self) -> str:
@@ -92,6 +94,7 @@ def load_run(index: int, run: Run) -> RunData:
         raise ValueError(f"run {run.run_id} is not finished (no summary.json)")
     data = RunData(index, run, run.manifest(), run.run_summary(), run.events())
     per_task = _sample_scores(run, data.summary.tasks)
+    data.requests = request_acceptance(run)
     for task, info in data.summary.tasks.items():
         n, p = per_task.get(task, (0, None))
         if n == 0 and info.score is not None and info.num_samples:
@@ -124,3 +127,14 @@ def _sample_scores(run: Run, tasks: Mapping[str, TaskSummary]) -> dict[str, tupl
             continue
         sums.setdefault(task, []).append(sum(flags) / len(flags))
     return {task: (len(xs), sum(xs) / len(xs)) for task, xs in sums.items()}
+
+
+def request_acceptance(run: Run) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+    """Per task, (output tokens, acceptance counts) of each sample that stored its request's counts (runs before
+    per-request counts were stored have none: their report leaves the plot out)."""
+    out: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for row in run.samples():
+        counts = row.get("acceptance")
+        if isinstance(counts, dict) and isinstance(counts.get("num_cycles"), int) and counts["num_cycles"] > 0:
+            out.setdefault(str(row.get("task")), []).append((int(row.get("num_output_tokens") or 0), counts))
+    return out

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import html
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from . import plots
 from .data import RunData, TaskRow
 from .gates import GateText, acceptance_gate, accuracy_gate, banner, lossless_gate, overall, stopped_text
 from .plots import VERDICT_COLOURS
-from .text import acceptance_length, commit_text, device_text, kv_text, num, spec_text, utc
+from .text import acceptance_length, basis_text, commit_text, device_text, kv_text, num, spec_text, utc
 
 _CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 24px; color: #1f2328; }
@@ -132,12 +133,13 @@ def _gates_table(runs: list[RunData]) -> str:
 
 
 def _acceptance_table(runs: list[RunData]) -> str:
-    head = ["#", "task", "AL", "acceptance rate", "cycles", "draft tokens", "accepted drafts", "K", "per position"]
+    head = ["#", "task", "AL", "acceptance rate", "cycles", "draft tokens", "accepted drafts", "K", "per position",
+            "basis"]  # fmt: skip
     rows = []
     for r in runs:
         for t in r.tasks:
             acc = t.summary.acceptance
-            if not isinstance(acc, dict):
+            if not isinstance(acc, Mapping):
                 continue
             per_pos = acc.get("per_position_rate") or []
             rows.append([
@@ -146,6 +148,17 @@ def _acceptance_table(runs: list[RunData]) -> str:
                 _e(num(acc.get("num_draft_tokens"))), _e(num(acc.get("num_accepted_drafts"))),
                 _e(num(acc.get("max_draft_len"))),
                 _e(", ".join(num(v, 3) for v in per_pos) if isinstance(per_pos, list) else per_pos),
+                _e(basis_text(acc)),
+            ])  # fmt: skip
+        reported = r.summary.reported_acceptance
+        if isinstance(reported, Mapping) and str(reported.get("basis")).startswith(
+            "server-wide"
+        ):  # no task figure: the fallback's
+            rows.append([
+                _e(r.label), "(server)", _e(num(reported.get("acceptance_length"))),
+                _e(num(reported.get("acceptance_rate"), 3)), _e(num(reported.get("num_cycles"))),
+                _e(num(reported.get("num_draft_tokens"))), _e(num(reported.get("num_accepted_drafts"))),
+                _e(num(reported.get("max_draft_len"))), "—", _e(basis_text(reported)),
             ])  # fmt: skip
     if not rows:
         return '<p class="note">No run used speculative decoding.</p>'
@@ -170,7 +183,10 @@ def render_html(runs: list[RunData]) -> str:
         for t in r.tasks:
             tasks.setdefault(t.task, []).append(t)
     score_plots = _plots([(plots.task_scores(task, rows, labels), f"{task} scores") for task, rows in tasks.items()])
-    acc_plots = _plots([(plots.acceptance(r), f"{r.label} acceptance") for r in runs])
+    acc_plots = _plots(
+        [(plots.acceptance(r), f"{r.label} acceptance") for r in runs]
+        + [(plots.acceptance_by_length(r), f"{r.label} acceptance by output length") for r in runs]
+    )
     event_plots = _plots([(plots.events(r), f"{r.label} events") for r in runs])
     generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     parts = [

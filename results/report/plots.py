@@ -118,6 +118,60 @@ def acceptance(run: RunData) -> str | None:
     return _png(fig)
 
 
+LENGTH_BINS = 3  # output-length terciles: short, middle, long
+
+
+def _length_bins(requests: list[tuple[int, dict[str, Any]]]) -> list[list[tuple[int, dict[str, Any]]]]:
+    """The requests sorted by output length and cut into LENGTH_BINS groups of (nearly) equal size."""
+    ordered = sorted(requests, key=lambda r: r[0])
+    n = len(ordered)
+    bins = [ordered[i * n // LENGTH_BINS : (i + 1) * n // LENGTH_BINS] for i in range(LENGTH_BINS)]
+    return [b for b in bins if b]
+
+
+def acceptance_by_length(run: RunData) -> str | None:
+    """Per task, each request's AL against its output length (a marker each; the line: the AL of each length
+    tercile, a ratio of sums as the run's AL is), and per draft position the acceptance rate of each tercile, so a
+    collapse on long outputs shows where the run's mean hides it. None without per-request counts."""
+    tasks = {t: r for t, r in run.requests.items() if len(r) >= 2}
+    if not tasks:
+        return None
+    fig = _figure(10.0, 3.2 * len(tasks))
+    for row, (task, requests) in enumerate(tasks.items()):
+        left = fig.add_subplot(len(tasks), 2, 2 * row + 1)
+        lengths = [n for n, _ in requests]
+        als = [1 + c["num_accepted_drafts"] / c["num_cycles"] for _, c in requests]
+        left.scatter(lengths, als, s=16, alpha=0.6, color=RANK_COLOURS[0], label="one request")
+        bins = _length_bins(requests)
+        mids = [sum(n for n, _ in b) / len(b) for b in bins]
+        bin_al = [1 + sum(c["num_accepted_drafts"] for _, c in b) / sum(c["num_cycles"] for _, c in b) for b in bins]
+        left.plot(mids, bin_al, "-o", color=RANK_COLOURS[1], label="AL of each length tercile")
+        left.set_xlabel("output tokens")
+        left.set_ylabel("acceptance length")
+        left.set_title(f"{run.label} {task}: AL per request by output length", fontsize=9)
+        left.grid(alpha=0.3)
+        left.legend(loc="best", fontsize=7)
+        right = fig.add_subplot(len(tasks), 2, 2 * row + 2)
+        k = max(len(c.get("accepted_per_position") or []) for _, c in requests)
+        width = 0.8 / len(bins)
+        for j, b in enumerate(bins):
+            cycles = sum(c["num_cycles"] for _, c in b)
+            rates = [sum((c.get("accepted_per_position") or [0] * k)[i] if i < len(c.get("accepted_per_position") or [])
+                         else 0 for _, c in b) / cycles for i in range(k)]  # fmt: skip
+            xs = [i + 1 + (j - (len(bins) - 1) / 2) * width for i in range(k)]
+            right.bar(xs, rates, width=width, color=RANK_COLOURS[j + 2],
+                      label=f"outputs {b[0][0]}-{b[-1][0]} tokens ({len(b)} requests)")  # fmt: skip
+        right.set_xticks(list(range(1, k + 1)))
+        right.set_xlabel("draft position")
+        right.set_ylabel("acceptance rate")
+        right.set_ylim(0, 1.12)
+        right.set_title(f"{run.label} {task}: acceptance per position by output length", fontsize=9)
+        right.grid(axis="y", alpha=0.3)
+        right.legend(loc="upper right", fontsize=7)
+    fig.tight_layout()
+    return _png(fig)
+
+
 def events(run: RunData) -> str | None:
     """Every timestamped event of a run over time, one row per type, coloured by rank; None without events."""
     timed = [e for e in run.events if isinstance(e, dict) and _is_num(e.get("ts"))]

@@ -62,9 +62,16 @@ def commit_text(manifest: dict[str, Any]) -> str:
 
 def acceptance_length(info: Mapping[str, Any] | TaskSummary) -> float | None:
     acc = info.acceptance if isinstance(info, TaskSummary) else info.get("acceptance")
-    if isinstance(acc, dict) and isinstance(acc.get("acceptance_length"), (int, float)):
+    if isinstance(acc, Mapping) and isinstance(acc.get("acceptance_length"), (int, float)):
         return float(acc["acceptance_length"])
     return None
+
+
+def basis_text(acc: dict[str, Any]) -> str:
+    """What an acceptance figure was computed from, and which fields of whose (runs before the label: unknown)."""
+    basis = acc.get("basis") or ("per-request counts" if "scope" not in acc else "unknown")
+    source = acc.get("source")
+    return f"{basis} ({source})" if source else str(basis)
 
 
 def utc(ts: Any) -> str:

@@ -48,6 +48,7 @@ from .endpoint_requests import (
     read_choice,
     server_message,
 )
+from .response_acceptance import response_acceptance
 from .server_metrics import ResponseTally, ServerAcceptance
 
 PROBE_TIMEOUT_S = 30.0
@@ -89,7 +90,7 @@ class EndpointEngine:
         self.metrics.start()
         server["acceptance_source"] = self.metrics.source
         self.events = EventLog(rank=0)
-        self._tally = ResponseTally()  # per-response acceptance (SGLang's meta_info), when the server adds it
+        self._tally = ResponseTally(k)  # per-request acceptance, when the responses carry it
         self._last_stats = GenerateStats()
         self._identity = EngineIdentity(
             kind="endpoint",
@@ -235,35 +236,37 @@ class EndpointEngine:
             if not ids:
                 raise UserError(f"prompt {i} is empty")
         stats = GenerateStats(num_requests=len(prompts), num_prompt_tokens=sum(map(len, prompt_ids)))
-        mark, tally = self.metrics.checkpoint(), ResponseTally()
+        mark, tally = self.metrics.checkpoint(), ResponseTally(self.config.max_draft_len or None)
         outputs: list[GenerationOutput | None] = [None] * len(prompts)
         start = time.perf_counter()
         pool = ThreadPoolExecutor(max_workers=self.config.concurrency, thread_name_prefix="endpoint")
         futures = {pool.submit(self._request, i, prompts[i], params[i]): i for i in range(len(prompts))}
         finished = False
         try:
-            for future in as_completed(futures):
-                i = futures[future]
-                answer, choice = future.result()
-                if choice is not None:
-                    tally.add(answer.response)
-                    self._tally.add(answer.response)
-                out = self._output(i, prompt_ids[i], answer, choice)
-                outputs[i] = out
-                stats.num_output_tokens += out.stats.get("num_output_tokens", 0)
-                stats.num_retries += out.stats.get("num_retries", 0)
-                stats.num_failed += out.finish_reason == "error"
-                stats.elapsed_s = time.perf_counter() - start
-                if sink is not None and out.finish_reason != "error":
-                    sink.put(prompts[i], params[i], out)  # failures are not persisted: a resume retries them
-                if progress is not None:
-                    progress(sum(o is not None for o in outputs), len(outputs), stats)
+            with self.metrics.polling():  # a draining metrics source is read during the run, not only after
+                for future in as_completed(futures):
+                    i = futures[future]
+                    answer, choice = future.result()
+                    if choice is not None:
+                        tally.add(answer.response)
+                        self._tally.add(answer.response)
+                    out = self._output(i, prompt_ids[i], answer, choice)
+                    outputs[i] = out
+                    stats.num_output_tokens += out.stats.get("num_output_tokens", 0)
+                    stats.num_retries += out.stats.get("num_retries", 0)
+                    stats.num_failed += out.finish_reason == "error"
+                    stats.elapsed_s = time.perf_counter() - start
+                    if sink is not None and out.finish_reason != "error":
+                        sink.put(prompts[i], params[i], out)  # failures are not persisted: a resume retries them
+                    if progress is not None:
+                        progress(sum(o is not None for o in outputs), len(outputs), stats)
             finished = True
         finally:
             # Interrupted (Ctrl-C, a failing sink): queued requests are dropped and requests in flight are not
             # waited for (they may take an hour); what was finished has already reached the sink.
             pool.shutdown(wait=finished, cancel_futures=True)
-        stats.acceptance = self.metrics.delta_since(mark) or tally.result(self.config.max_draft_len)
+        # The responses' own counts when they carry them; else the server-wide delta (labelled by its "basis").
+        stats.acceptance = tally.result() or self.metrics.delta_since(mark)
         self._last_stats = stats
         return outputs  # type: ignore[return-value]
 
@@ -325,6 +328,9 @@ class EndpointEngine:
             choice.completion_tokens if choice.completion_tokens is not None else len(token_ids)
         )
         stats["server_prompt_tokens"] = choice.prompt_tokens
+        acceptance = response_acceptance(answer.response, self.config.max_draft_len or None)
+        if acceptance is not None:  # per request, in our engine's layout: the pipeline reads it as it reads ours
+            stats["acceptance"] = acceptance
         return GenerationOutput(
             index=index,
             prompt_token_ids=choice.prompt_token_ids or prompt_ids,
@@ -344,10 +350,18 @@ class EndpointEngine:
         return sorted(self.events.events, key=lambda e: e["ts"])
 
     def reported_acceptance(self) -> dict[str, Any] | None:
-        """The server's spec-decode acceptance since this engine connected (workers/remote/server_metrics.py), or None
-        when it reports none (`identity.server["acceptance_source"]` then says so). A server that reports it per
-        response instead (SGLang's meta_info) is summed over this engine's responses."""
-        return self.metrics.delta() or self._tally.result(self.config.max_draft_len)
+        """The server's spec-decode acceptance since this engine connected: the sum of the responses' per-request
+        counts (workers/remote/response_acceptance.py) when they carry them, with the server-wide counter delta
+        beside it ("server_wide") as a cross-check; else that delta alone (workers/remote/server_metrics.py), its
+        "basis" saying it is the fallback; None when the server reports neither (`identity.server
+        ["acceptance_source"]` then says so)."""
+        delta = self.metrics.delta()
+        per_request = self._tally.result()
+        if per_request is None:
+            return delta
+        if delta is None:
+            return per_request
+        return {**per_request, "server_wide": {**delta, "basis": "server-wide counter delta (a cross-check)"}}
 
     def close(self) -> None:
         """The scraper's connection; nothing else is held between calls (lm-eval's backend opens a connection per

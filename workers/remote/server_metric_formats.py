@@ -19,8 +19,8 @@ How each server defines its numbers, and how they become ours:
   since the last read, each with `specDecodingStats` {numDraftTokens, numAcceptedTokens,
   numRequestsWithDraftTokens, acceptanceLength}. Its acceptanceLength is (accepted + requests with drafts) /
   requests with drafts, i.e. ours with cycles = numRequestsWithDraftTokens. Reading drains the list, so the
-  scrape before the run only empties it and the scrape after sums the run's iterations (the server keeps a bounded
-  number of iterations: a very long run can lose the oldest).
+  scrape before the run only empties it, and the source is polled during the run (the server keeps a bounded queue
+  of 1000 iterations and evicts the oldest silently), so every iteration of the run is summed once.
 - SGLang, JSON on /server_info (older: /get_server_info): `avg_spec_accept_length` (top level or per data-parallel
   rank in `internal_states`) = accepted tokens incl. the bonus / verify steps, i.e. our AL, but averaged over the
   server's life without the counts, so no delta can be formed: scope "server_lifetime" unless the server had not

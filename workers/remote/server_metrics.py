@@ -1,20 +1,30 @@
-"""Speculative-decoding acceptance as a server reports it, scraped before and after a run, as the run's delta in our
-layout (`AcceptanceStats.to_dict()`, workers/spec/metrics.py) plus "source" (which endpoint and names were read)
-and "scope" ("run": a delta over this run; "server_lifetime": the server gives only an average since it started).
-Which server exports what, and how each defines acceptance: workers/remote/server_metric_formats.py."""
+"""Speculative-decoding acceptance as a server reports it, scraped before and after a run (a draining source also
+polled during it: `ServerAcceptance.polling`), as the run's delta in our layout (`AcceptanceStats.to_dict()`,
+workers/spec/metrics.py) plus "source" (which endpoint and names were read) and "scope" ("run": a delta over this
+run; "server_lifetime": the server gives only an average since it started). Which server exports what, and how
+each defines acceptance: workers/remote/server_metric_formats.py. The delta is the fallback: where responses carry
+per-request counts (workers/remote/response_acceptance.py), `ResponseTally` sums those instead, and "basis" says
+which a figure came from."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
 import httpx
 
-from ..spec.metrics import AcceptanceStats
+from ..spec.metrics import AcceptanceStats, run_acceptance
+from .response_acceptance import acceptance_fields, response_acceptance
 from .server_metric_formats import Counters, parse_metrics_response
 
 NOT_REPORTED = "not reported by this server"
+POLL_EVERY_S = 1.0  # TensorRT-LLM keeps 1000 iterations: many seconds of decoding even on a fast GPU
+# The fallback "basis" (spec/metrics.py names the first choice, PER_REQUEST): where the responses carry no counts,
+# the server-wide counters before and after, which mix in any other traffic on the server.
+SERVER_DELTA = "server-wide counter delta (fallback: the responses carry no per-request counts)"
 
 
 # ------------------------------------------------------------------------------------------- the delta
@@ -155,6 +165,7 @@ class ServerAcceptance:
         self._before: Counters | None = None
         self._drained: Counters | None = None  # a draining source: the sum of its reads since start
         self._client: httpx.Client | None = None  # one for every scrape: one TLS context, kept-alive connections
+        self._lock = threading.Lock()
 
     @property
     def source(self) -> str:
@@ -166,6 +177,10 @@ class ServerAcceptance:
 
     def checkpoint(self) -> Counters | None:
         """The server's counters now, cumulative (for a draining source: the sum of its reads since start)."""
+        with self._lock:  # the poller and the run's own reads share one client and one sum
+            return self._checkpoint()
+
+    def _checkpoint(self) -> Counters | None:
         counters = self.snapshot()
         if counters is None or not counters.drains:
             return counters
@@ -184,7 +199,34 @@ class ServerAcceptance:
         result = acceptance_delta(mark, self.checkpoint(), self.max_draft_len)
         if result is not None:
             result["source"] = f"{result['source']} at {self._path}"
+            result["basis"] = SERVER_DELTA
         return result
+
+    @property
+    def drains(self) -> bool:
+        return self._drained is not None
+
+    @contextmanager
+    def polling(self, every_s: float = POLL_EVERY_S) -> Iterator[None]:
+        """While the block runs, a draining source (TensorRT-LLM's JSON iteration stats, a bounded queue that evicts
+        its oldest entries silently) is read every `every_s` seconds, so every iteration is summed before it can be
+        evicted. Other sources keep their counts: nothing is polled."""
+        if not self.drains:
+            yield
+            return
+        stop = threading.Event()
+
+        def poll() -> None:
+            while not stop.wait(every_s):
+                self.checkpoint()
+
+        thread = threading.Thread(target=poll, name="acceptance-poll", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def snapshot(self) -> Counters | None:
         paths = (self._path,) if self._path else self.PATHS
@@ -223,40 +265,21 @@ def _add(a: Counters, b: Counters) -> Counters:
 
 
 class ResponseTally:
-    """Acceptance from per-response fields (SGLang's `meta_info.spec_verify_ct` + `completion_tokens`), summed
-    over a run's responses; `result()` is None when no response carried them."""
+    """Acceptance from per-response fields (vLLM's `metrics.speculative_decoding`, SGLang's `meta_info`, our serve's;
+    workers/remote/response_acceptance.py), summed over a run's responses; `result()` is None when no response
+    carried them."""
 
-    def __init__(self) -> None:
-        self.cycles = 0
-        self.accepted = 0
-        self.seen = False
+    def __init__(self, max_draft_len: int | None = None) -> None:
+        self.max_draft_len = max_draft_len
+        self._responses: list[dict[str, Any]] = []
 
     def add(self, response: Mapping[str, Any]) -> None:
-        for meta in _meta_infos(response):
-            verify, tokens = meta.get("spec_verify_ct"), meta.get("completion_tokens")
-            if isinstance(verify, int) and isinstance(tokens, int) and verify > 0:
-                self.seen = True
-                self.cycles += verify
-                self.accepted += max(0, tokens - 1 - verify)
+        self._responses.append(acceptance_fields(response))
 
     def result(self, max_draft_len: int | None = None) -> dict[str, Any] | None:
-        if not self.seen:
+        k = max_draft_len or self.max_draft_len
+        found = [a for a in (response_acceptance(r, k) for r in self._responses) if a is not None]
+        if not found:
             return None
-        return _layout(
-            "sglang meta_info.spec_verify_ct (per response)",
-            "run",
-            max_draft_len=max_draft_len or 0,
-            average_length=1 + self.accepted / self.cycles,
-            counts=(self.cycles, None, self.accepted),
-        )
-
-
-def _meta_infos(response: Any) -> list[Mapping[str, Any]]:
-    if not isinstance(response, Mapping):  # whatever a broken server sent: its request fails elsewhere
-        return []
-    found = [response.get("meta_info")]
-    choices = response.get("choices")
-    for choice in choices if isinstance(choices, list) else []:
-        if isinstance(choice, Mapping):
-            found.append(choice.get("meta_info"))
-    return [m for m in found if isinstance(m, Mapping)]
+        out = run_acceptance(found, k or 0)
+        return {**out, "scope": "run", "num_requests": len(found)}

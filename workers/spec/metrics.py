@@ -68,3 +68,35 @@ class AcceptanceStats:
             "max_draft_len": self.max_draft_len,
             "note": "acceptance_length includes the bonus token",
         }
+
+
+# What a run's acceptance was computed from (its "basis"): each request's own counts (our engine's counters, or the
+# fields a server returns with each response), summed. workers/remote/server_metrics.py names the fallback.
+PER_REQUEST = "per-request counts"
+
+
+def merge_acceptance(per_request: list[dict[str, Any]], max_draft_len: int = 0) -> AcceptanceStats:
+    """The sum of per-request acceptance dicts (`to_dict()` layout: our engine's counters or a server's per-request
+    fields). K is the largest any request or the caller names: a server that reports its own K wins over the one
+    the user declared."""
+    k = max([max_draft_len, *(d["max_draft_len"] for d in per_request)])
+    total = AcceptanceStats(k)
+    for d in per_request:
+        stats = AcceptanceStats.from_dict(d)
+        stats.accepted_per_position += [0] * (k - len(stats.accepted_per_position))
+        total.merge(stats)
+    return total
+
+
+def run_acceptance(per_request: list[dict[str, Any]], max_draft_len: int = 0) -> dict[str, Any]:
+    """A run's acceptance from its requests' counts, `to_dict()` layout, with "basis" (what it was computed from)
+    and "source" (which server fields, when a server's)."""
+    out = merge_acceptance(per_request, max_draft_len).to_dict()
+    if not all(d.get("accepted_per_position") for d in per_request):  # SGLang's have none: zeros measure nothing
+        out["per_position_rate"], out["accepted_per_position"] = [], []
+        out["note"] += "; not every request reported per-position counts"
+    sources = sorted({d["source"] for d in per_request if d.get("source")})
+    out["basis"] = PER_REQUEST
+    if sources:
+        out["source"] = " + ".join(sources)
+    return out
