@@ -39,7 +39,7 @@ def print_report(summary: dict[str, Any]) -> None:
                 line += f" vs {ls.get('baseline_label') or 'baseline run'} {ls['baseline_run']}"
             print(line, file=out)
             for d in ls.get("divergences", [])[:10]:
-                print(f"  divergent doc {d['doc_id']}: first differing token at {d['position']}", file=out)
+                print(f"  divergent doc {d['doc_id']}: first differing token at {d['position']}{_margin(d)}", file=out)
         if t["acceptance"]:
             a = t["acceptance"]
             per_pos = ", ".join(f"{x:.2f}" for x in a["per_position_rate"])
@@ -107,3 +107,12 @@ def _print_run_notes(summary: dict[str, Any], out) -> None:
         print(populated_line(populated), file=out)
     for fault in summary.get("faults_never_fired") or []:
         print(f"warning: injected fault {fault} never fired; this run did not exercise it", file=out)
+
+
+def _margin(divergence: dict[str, Any]) -> str:
+    """", margin 0.0156 nats (near-tie)" when the divergence carries margins (evals/gates/margins.py)."""
+    m = divergence.get("margins") or {}
+    if m.get("judged") is None:
+        return ""
+    bound = " (lower bound)" if m.get("lower_bound") else ""
+    return f", margin {m['judged']:.4f} nats{bound}" + (f" ({m['class']})" if m.get("class") else "")

@@ -28,11 +28,20 @@ def gates_passed(task: dict[str, Any]) -> list[str]:
 
 
 def run_verdict(summary: dict[str, Any]) -> str:
-    """The summary's verdict, except that a PASS no gate could have failed is NO-GATE."""
+    """The summary's verdict, except that a PASS no gate could have failed is NO-GATE, and so is a PASS whose lossless
+    gate could not judge (UNCALIBRATED: divergences with neither margins nor a tolerance to weigh them by)."""
     verdict = summary.get("verdict")
     if verdict != PASS:
         return str(verdict)
     tasks = summary.get("tasks") or {}
+    if any(lossless_uncalibrated(t) for t in tasks.values() if isinstance(t, dict)):
+        return NO_GATE
     if any(gates_passed(t) for t in tasks.values() if isinstance(t, dict)):
         return PASS
     return NO_GATE
+
+
+def lossless_uncalibrated(task: dict[str, Any]) -> bool:
+    """The task's lossless gate could not judge its divergences (older runs said UNCALIBRATED, newer NO-GATE)."""
+    info = task.get("lossless")
+    return isinstance(info, dict) and (info.get("verdict") == "UNCALIBRATED" or bool(info.get("uncalibrated")))
