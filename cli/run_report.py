@@ -7,7 +7,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..results.verdict import NO_GATE, run_verdict
+from ..evals.gates.margins import WHAT_TO_DO
+from ..results.verdict import NO_GATE, lossless_uncalibrated, run_verdict
 
 
 def failed_requests(task: dict[str, Any]) -> str | None:
@@ -65,6 +66,9 @@ def print_report(summary: dict[str, Any]) -> None:
         print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["events"].items())), file=out)
     verdict = run_verdict(summary)  # NO-GATE where no gate could have failed the run
     why = " (no gate could fail this run)" if verdict == NO_GATE else ""
+    unjudged = [n for n, t in summary["tasks"].items() if lossless_uncalibrated(t)]
+    if verdict == NO_GATE and unjudged:  # the lossless gate could not judge: say what would let it
+        why = f" (the lossless gate could not judge {', '.join(unjudged)}: {WHAT_TO_DO})"
     print(f"run {verdict}{why} in {summary['elapsed_s']:.0f} s ({summary['world_size']} rank(s))", file=out)
 
 
@@ -110,7 +114,7 @@ def _print_run_notes(summary: dict[str, Any], out) -> None:
 
 
 def _margin(divergence: dict[str, Any]) -> str:
-    """", margin 0.0156 nats (near-tie)" when the divergence carries margins (evals/gates/margins.py)."""
+    """The text after a divergence, e.g. ", margin 0.0156 nats (near-tie)", when it carries margins."""
     m = divergence.get("margins") or {}
     if m.get("judged") is None:
         return ""
