@@ -61,5 +61,13 @@ BaselineRun = Annotated[
                  "run from one prefill per prompt, recorded as its own run; our engine), 'separate' (a run of its "
                  "own first), or a recorded run (id or folder) to compare with.", rich_help_panel="Evaluation"),
 ]  # fmt: skip
+Control = Annotated[
+    bool | None,
+    typer.Option("--control/--no-control", help="The lossless gate's noise floor outside float32: decode the plain "
+                 "side again at another batch shape (our engine: max batch size 1; an endpoint: the baseline server "
+                 "at concurrency 1) and judge each divergence's logit margin against what that control measured. "
+                 "Default: made for a spec-dec run in a dtype that is not exact when none is recorded; reused.",
+                 rich_help_panel="Evaluation"),
+]  # fmt: skip
 
 DEFAULTS = {"concurrency": DEFAULT_CONCURRENCY, "timeout": DEFAULT_TIMEOUT_S, "retries": DEFAULT_RETRIES}

@@ -220,6 +220,7 @@ def run(
     request_retries: eo.RequestRetries = eo.DEFAULTS["retries"],
     baseline_endpoint: eo.BaselineEndpoint = None,
     baseline: eo.BaselineRun = "paired",
+    control: eo.Control = None,
     engine_flags: o.EngineFlags | None = None,  # every engine option but --tp, a job option here (cli/options.py)
 ) -> None:
     """Score tasks through lm-eval on our engine (or any OpenAI-compatible server), then test each score against its
@@ -235,6 +236,7 @@ def run(
       specdec-eval run --tasks gsm8k_smoke --model tiny --no-reference     # offline demo, no real data
       specdec-eval run --endpoint http://127.0.0.1:8000 --tasks gsm8k --limit 50 --data-dir ../shared/data
       specdec-eval run --endpoint URL --spec eagle3 --draft-len 3 --baseline-endpoint URL0 --tasks gsm8k
+      specdec-eval run --tasks gsm8k --limit 32 --sample random --spec eagle3 --dtype bfloat16 --control
     """  # fmt: skip
     from ..evals.pipeline.backends import backend_class, make_backend
     from ..evals.pipeline.evaluation import EvalOptions
@@ -255,7 +257,8 @@ def run(
     config = flags.config(events_path=_rank_events_path(flags["events_path"], gpus * nnodes))
     model, dtype, kv_cache, seed = flags["model"], flags["dtype"], flags["kv_cache"], flags["seed"]
     mode = baseline if baseline in BASELINE_MODES else "separate"
-    plan = RunPlan(options, out, resume, None if baseline in BASELINE_MODES else baseline, populate_acceptance)
+    plan = RunPlan(options, out, resume, None if baseline in BASELINE_MODES else baseline, populate_acceptance,
+                   control=control)  # fmt: skip
     if baseline_endpoint is not None and endpoint is None:
         raise UserError("--baseline-endpoint needs --endpoint (the server under test)")
     if endpoint is not None and config.inject:

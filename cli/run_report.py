@@ -8,6 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from ..evals.gates.margins import WHAT_TO_DO
 from ..results.run_summary import NO_GATE, RunSummary, TaskSummary, as_run_summary
 
 
@@ -41,7 +42,7 @@ def print_report(summary: RunSummary | Mapping[str, Any]) -> None:
                 line += f" vs {ls.get('baseline_label') or 'baseline run'} {ls['baseline_run']}"
             print(line, file=out)
             for d in ls.get("divergences", [])[:10]:
-                print(f"  divergent doc {d['doc_id']}: first differing token at {d['position']}", file=out)
+                print(f"  divergent doc {d['doc_id']}: first differing token at {d['position']}{_margin(d)}", file=out)
         if t.acceptance:
             a = t.acceptance
             per_pos = ", ".join(f"{x:.2f}" for x in a["per_position_rate"])
@@ -66,6 +67,9 @@ def print_report(summary: RunSummary | Mapping[str, Any]) -> None:
         print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.events.items())), file=out)
     verdict = summary.shown_verdict  # NO-GATE where no gate could have failed the run
     why = " (no gate could fail this run)" if verdict == NO_GATE else ""
+    unjudged = [n for n, t in summary.tasks.items() if t.lossless_uncalibrated]
+    if verdict == NO_GATE and unjudged:  # the lossless gate could not judge: say what would let it
+        why = f" (the lossless gate could not judge {', '.join(unjudged)}: {WHAT_TO_DO})"
     print(f"run {verdict}{why} in {summary.elapsed_s:.0f} s ({summary.world_size} rank(s))", file=out)
 
 
@@ -109,3 +113,12 @@ def _print_run_notes(summary: RunSummary, out) -> None:
         print(populated_line(populated), file=out)
     for fault in summary.faults_never_fired or ():
         print(f"warning: injected fault {fault} never fired; this run did not exercise it", file=out)
+
+
+def _margin(divergence: dict[str, Any]) -> str:
+    """The text after a divergence, e.g. ", margin 0.0156 nats (near-tie)", when it carries margins."""
+    m = divergence.get("margins") or {}
+    if m.get("judged") is None:
+        return ""
+    bound = " (lower bound)" if m.get("lower_bound") else ""
+    return f", margin {m['judged']:.4f} nats{bound}" + (f" ({m['class']})" if m.get("class") else "")

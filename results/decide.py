@@ -169,7 +169,7 @@ def decide(test_id: str, gpu: str | None, root: str | Path, waives_path: str | P
         reason = f"the newest run {newest['run_id']} fails: {signature}{_note(newer)}"
         return decision(WAIVE, reason, rows[:k], signature)
     if not waived:
-        what = "passes" if run_passes(newest) else "is NO-GATE (no gate could fail it)"
+        what = "passes" if run_passes(newest) else f"is NO-GATE ({_no_gate_why(newest)})"
         return decision(KEEP, f"the newest run {newest['run_id']} {what} and the test is not waived", rows[:k])
     # Runs no gate could fail are no evidence either way: the k passing runs are the newest k that could fail.
     ungated_runs = [r for r in rows if r["verdict"] == NO_GATE]
@@ -254,3 +254,11 @@ def apply_decision(decision: Decision, waives_path: str | Path, bug_url: str | N
             entry = next(e for e in waives.entries if decision.test_id in e.test_ids and e.gpu == decision.gpu)
             return [f"+{entry.text}"]
         return [f"-{e.text}" for e in waives.unwaive(decision.test_id, gpu=decision.gpu)]
+
+
+def _no_gate_why(row: dict[str, Any]) -> str:
+    """Why a run is NO-GATE: its lossless gate could not judge (with what to do), or no gate could fail it."""
+    for name, t in row["tasks"].items():
+        if t.get("lossless") in ("NO-GATE", "UNCALIBRATED") and "UNCALIBRATED" in str(t.get("lossless_reason")):
+            return f"{name} lossless {t['lossless_reason']}"
+    return "no gate could fail it"

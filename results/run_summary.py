@@ -133,6 +133,13 @@ class TaskSummary:
         passed = ["accuracy"] if self.verdict == PASS else []
         return passed + [name.removesuffix("_gate") for name, g in self.gates.items() if g.passed]
 
+    @property
+    def lossless_uncalibrated(self) -> bool:
+        """The lossless gate could not judge its divergences (older runs said UNCALIBRATED, newer NO-GATE with
+        "uncalibrated": true): the run shows NO-GATE for losslessness, never PASS."""
+        gate = self.gates.get("lossless")
+        return gate is not None and (gate.verdict == "UNCALIBRATED" or bool(gate.numbers.get("uncalibrated")))
+
     def with_gate(self, name: str, result: GateResult) -> TaskSummary:
         return dataclasses.replace(self, gates={**self.gates, name: result})
 
@@ -200,10 +207,13 @@ class RunSummary:
 
     @property
     def shown_verdict(self) -> str:
-        """The verdict as every reader shows it: a PASS no gate with the power to fail passed is NO-GATE."""
-        if self.verdict != PASS or any(t.gates_passed() for t in self.tasks.values()):
+        """The verdict as every reader shows it: a PASS no gate with the power to fail passed is NO-GATE, and so is a
+        PASS whose lossless gate could not judge (UNCALIBRATED)."""
+        if self.verdict != PASS:
             return self.verdict
-        return NO_GATE
+        if any(t.lossless_uncalibrated for t in self.tasks.values()):
+            return NO_GATE
+        return PASS if any(t.gates_passed() for t in self.tasks.values()) else NO_GATE
 
     @property
     def num_failed_requests(self) -> int:

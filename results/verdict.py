@@ -16,7 +16,7 @@ from typing import Any
 
 from .run_summary import FAIL, NO_GATE, PASS, RunSummary, TaskSummary, as_run_summary
 
-__all__ = ["FAIL", "NO_GATE", "PASS", "gates_passed", "run_verdict"]
+__all__ = ["FAIL", "NO_GATE", "PASS", "gates_passed", "lossless_uncalibrated", "run_verdict"]
 
 
 def gates_passed(task: TaskSummary | Mapping[str, Any]) -> list[str]:
@@ -25,5 +25,11 @@ def gates_passed(task: TaskSummary | Mapping[str, Any]) -> list[str]:
 
 
 def run_verdict(summary: RunSummary | Mapping[str, Any]) -> str:
-    """The summary's verdict, except that a PASS no gate could have failed is NO-GATE."""
+    """The summary's verdict, except that a PASS no gate could have failed is NO-GATE, and so is a PASS whose lossless
+    gate could not judge (UNCALIBRATED: results/run_summary.py)."""
     return as_run_summary(summary).shown_verdict
+
+
+def lossless_uncalibrated(task: TaskSummary | Mapping[str, Any]) -> bool:
+    """The task's lossless gate could not judge its divergences (older runs said UNCALIBRATED, newer NO-GATE)."""
+    return (task if isinstance(task, TaskSummary) else TaskSummary.from_json(task)).lossless_uncalibrated

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..workers.interface import GenerationOutput
 from ..workers.spec.metrics import merge_acceptance
+from .logprobs import chat_logprobs, completion_logprobs
 
 OPENAI_FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
 
@@ -61,6 +62,7 @@ class Responder:
     model: str
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
+    tokenizer: Any = None  # renders tokens of the log-probabilities a request asked for (serve/logprobs.py)
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -77,7 +79,8 @@ class Responder:
                 choice["message"] = {"role": "assistant", "content": out.text}
             else:
                 choice["text"] = out.text
-            choice.update(logprobs=None, finish_reason=OPENAI_FINISH[out.finish_reason], stop_reason=reason,
+            logprobs = (chat_logprobs if self.chat else completion_logprobs)(out, self.tokenizer)
+            choice.update(logprobs=logprobs, finish_reason=OPENAI_FINISH[out.finish_reason], stop_reason=reason,
                           token_ids=list(out.token_ids), prompt_token_ids=list(out.prompt_token_ids))  # fmt: skip
             choices.append(choice)
         body = self._envelope("chat.completion" if self.chat else "text_completion", choices)

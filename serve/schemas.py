@@ -1,8 +1,9 @@
 """OpenAI request bodies (completions and chat) and their conversion into what the engine takes: prompts and one
 `SamplingParams`, validated by the engine's own dataclass, so a bad value gets the engine's message as a 400.
 
-Fields we do not implement but that would change the answer (n > 1, logprobs, echo, penalties, ...) are refused
-with a 400 rather than silently ignored; fields that do not change it (user, metadata, ...) are ignored."""
+Fields we do not implement but that would change the answer (n > 1, echo, penalties, ...) are refused with a 400
+rather than silently ignored; fields that do not change it (user, metadata, ...) are ignored. Log-probabilities are
+returned (completions: `logprobs: k`; chat: `logprobs: true` with `top_logprobs: k`), except in a stream."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..workers.config import GREEDY_BELOW, SamplingParams
+from ..workers.config import GREEDY_BELOW, MAX_LOGPROBS, SamplingParams
 from ..workers.errors import UserError
 from .errors import bad_request
 
 # OpenAI's defaults (not the engine's greedy default): a client that names no temperature samples.
 DEFAULT_TEMPERATURE = 1.0
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's max_tokens default for /v1/completions
+COMPLETION_MAX_LOGPROBS = 5  # OpenAI's limit for /v1/completions `logprobs` (chat's top_logprobs: MAX_LOGPROBS, 20)
 
 
 class StreamOptions(BaseModel):
@@ -76,8 +78,8 @@ class CompletionRequest(_Generation):
         super().refuse_unsupported()
         if self.echo:
             raise bad_request("echo is not supported")
-        if self.logprobs:
-            raise bad_request("logprobs are not supported")
+        if self.logprobs is not None:
+            _check_logprobs(self.logprobs, "logprobs", COMPLETION_MAX_LOGPROBS, self.stream)
         if self.suffix:
             raise bad_request("suffix is not supported")
 
@@ -105,12 +107,15 @@ class ChatRequest(_Generation):
     messages: list[ChatMessage]
     max_completion_tokens: int | None = None  # OpenAI's newer name for max_tokens
     logprobs: bool | None = None
+    top_logprobs: int | None = None
     tools: list[Any] | None = None
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
+        if self.top_logprobs is not None and not self.logprobs:
+            raise bad_request("top_logprobs needs logprobs: true")
         if self.logprobs:
-            raise bad_request("logprobs are not supported")
+            _check_logprobs(self.top_logprobs or 0, "top_logprobs", MAX_LOGPROBS, self.stream)
         if self.tools:
             raise bad_request("tools are not supported")
         if not self.messages:
@@ -190,7 +195,7 @@ def completion_input(request: CompletionRequest, vocab_size: int) -> EngineInput
         if isinstance(p, list):
             _check_token_ids(p, vocab_size)
     max_tokens = DEFAULT_COMPLETION_TOKENS if request.max_tokens is None else request.max_tokens
-    return EngineInput(prompts, sampling_params(request, max_tokens))
+    return EngineInput(prompts, sampling_params(request, max_tokens, request.logprobs))
 
 
 def chat_input(request: ChatRequest) -> EngineInput:
@@ -198,10 +203,18 @@ def chat_input(request: ChatRequest) -> EngineInput:
     messages = [m.as_dict() for m in request.messages]
     # No limit named: the rest of the context (set by the engine loop once the prompt is tokenized).
     placeholder = 1 if limit is None else limit
-    return EngineInput([messages], sampling_params(request, placeholder), default_max_tokens=limit is None)
+    logprobs = (request.top_logprobs or 0) if request.logprobs else None
+    return EngineInput([messages], sampling_params(request, placeholder, logprobs), default_max_tokens=limit is None)
 
 
-def sampling_params(request: _Generation, max_tokens: int) -> SamplingParams:
+def _check_logprobs(k: int, name: str, most: int, stream: bool) -> None:
+    if stream:
+        raise bad_request("logprobs are not supported in a stream; ask without stream: true")
+    if not 0 <= k <= most:
+        raise bad_request(f"{name} must be in 0..{most}, got {k}")
+
+
+def sampling_params(request: _Generation, max_tokens: int, logprobs: int | None = None) -> SamplingParams:
     temperature = DEFAULT_TEMPERATURE if request.temperature is None else request.temperature
     if not (math.isfinite(temperature) and temperature >= 0):  # 1e400 reads as inf
         raise bad_request(f"temperature must be >= 0 and finite, got {temperature}")
@@ -217,7 +230,7 @@ def sampling_params(request: _Generation, max_tokens: int) -> SamplingParams:
     try:
         return SamplingParams(
             max_new_tokens=max_tokens, temperature=temperature, top_p=1.0 if request.top_p is None else request.top_p,
-            top_k=top_k, stop=tuple(s for s in stop if s), ignore_eos=request.ignore_eos, seed=seed,
+            top_k=top_k, stop=tuple(s for s in stop if s), ignore_eos=request.ignore_eos, seed=seed, logprobs=logprobs,
         )  # fmt: skip
     except UserError as e:
         raise bad_request(str(e)) from None

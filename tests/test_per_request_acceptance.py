@@ -301,7 +301,6 @@ def test_endpoint_run_stores_counts_per_sample_and_reports_them(tiny, ngram_pair
 
 def test_compare_labels_a_server_wide_fallback():
     from specdec_eval.results.compare import _acceptance, _acceptance_lines, _with_fallback
-
     from specdec_eval.results.run_summary import RunSummary, TaskSummary
 
     server = {"acceptance_length": 1.8, "basis": SERVER_DELTA, "num_cycles": 10}

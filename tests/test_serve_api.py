@@ -106,7 +106,7 @@ BAD_REQUESTS = [
     ("top_p above one", {"json": {"prompt": "hi", "top_p": 1.5}}, 400),
     ("max_tokens zero", {"json": {"prompt": "hi", "max_tokens": 0}}, 400),
     ("n = 2", {"json": {"prompt": "hi", "n": 2}}, 400),
-    ("logprobs", {"json": {"prompt": "hi", "logprobs": 1}}, 400),
+    ("logprobs in a stream", {"json": {"prompt": "hi", "logprobs": 1, "stream": True}}, 400),
     ("token id outside the vocabulary", {"json": {"prompt": [1, 99999]}}, 400),
     ("empty prompt", {"json": {"prompt": []}}, 400),
     ("a 1 MB prompt", {"json": {"prompt": "x" * 1_100_000}}, 413),

@@ -220,6 +220,7 @@ class EngineConfig:
 # temperature tends to 0, and dividing float32 logits by ~1e-38 overflows into NaN probabilities, which drew token 0
 # every time. Greedy is what such a request asks for; temperature 0 is the same request, said exactly.
 GREEDY_BELOW = 1e-5
+MAX_LOGPROBS = 20  # top alternatives per token, as OpenAI's chat API allows
 
 
 @dataclass(frozen=True)
@@ -233,8 +234,13 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
     seed: int | None = None  # None: derived from the engine seed and the request index
+    # Record each output token's log-probability and this many top alternatives (None: none; 0: the token's own
+    # only). Read from the logits the step already has; the tokens are the same either way (workers/sampling.py).
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise UserError(f"logprobs must be in 0..{MAX_LOGPROBS}, got {self.logprobs}")
         if self.max_new_tokens < 1:
             raise UserError(f"max new tokens must be positive, got {self.max_new_tokens}")
         if not (math.isfinite(self.temperature) and self.temperature >= 0):  # NaN passes a plain `< 0` check

@@ -229,6 +229,7 @@ class Engine:
             text=self.stop_rules.final_text(req),
             finish_reason=req.finish_reason or "length",
             error=req.error,
+            logprobs=list(req.output_logprobs) if req.sampling.logprobs is not None else None,
             stats={
                 "num_prompt_tokens": len(req.prompt_token_ids),
                 "num_output_tokens": len(req.output_token_ids),

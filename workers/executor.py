@@ -25,6 +25,7 @@ from .layers.paged_kv import PagedKV
 from .memory import MemoryBudget, forward_activation_bytes
 from .model import CausalLM
 from .request import Request
+from .sampling import step_logprobs
 from .scheduler import ScheduledBatch, ScheduledRequest, Scheduler
 from .spec.base import DraftInput, SpecWorkerBase
 from .spec.metrics import AcceptanceStats
@@ -95,18 +96,19 @@ class Executor:
         if not batch.items:
             return StepOutput({}, [])
         try:
-            emitted, drafts = self._forward(batch, self.num_steps)
+            emitted, drafts, logprobs = self._forward(batch, self.num_steps)
         except Exception as exc:
             if not recover:
                 raise
             return StepOutput({}, self._recover(batch, exc), failed=True)
-        new_tokens = self._commit(batch, emitted, drafts)
+        new_tokens = self._commit(batch, emitted, drafts, logprobs)
         self.num_steps += 1
         return StepOutput(new_tokens, self.scheduler.retire_finished())
 
-    def _forward(self, batch: ScheduledBatch, step: int) -> tuple[list[list[int]], list[list[int]] | None]:
+    def _forward(self, batch: ScheduledBatch, step: int):
         """The step's computation: target forward, verification, and the optional draft. Returns the emitted
-        tokens of each request (accepted drafts plus the target's token) and the next drafts."""
+        tokens of each request (accepted drafts plus the target's token), the next drafts, and the emitted tokens'
+        log-probabilities where a request asked for them (else None)."""
         meta = self.meta.prepare([_entry(i, self.scheduler) for i in batch.items])
         self.kv.begin_step(meta)
         input_ids = torch.tensor([t for i in batch.items for t in _step_tokens(i)], dtype=torch.int64,
@@ -125,11 +127,13 @@ class Executor:
         # rank 0 decides, every rank receives
         emitted = verify_batch(batch.items, logits, self.model.tp, self.bugs.sample_key_shift(batch.items, step))
         emitted = self.bugs.after_verify(batch.items, logits, emitted, step)
+        wanted = any(i.request.sampling.logprobs is not None for i in batch.items)
+        logprobs = step_logprobs(batch.items, logits, emitted) if wanted and self.model.tp.is_leader else None
         if self.spec is None:
-            return emitted, None
-        return emitted, self.spec.forward(DraftInput(meta, input_ids, batch.items, captured, emitted, step))
+            return emitted, None, logprobs
+        return emitted, self.spec.forward(DraftInput(meta, input_ids, batch.items, captured, emitted, step)), logprobs
 
-    def _commit(self, batch: ScheduledBatch, emitted, drafts) -> dict[int, list[int]]:
+    def _commit(self, batch: ScheduledBatch, emitted, drafts, logprobs=None) -> dict[int, list[int]]:
         """One commit loop for plain and speculative steps: progress, acceptance, tokens with the stop rules
         (tokens after a stop are never emitted), and the KV cache's record of what is final."""
         new_tokens: dict[int, list[int]] = {}
@@ -145,6 +149,8 @@ class Executor:
                 if self.acceptance is not None and not req.is_warmup:
                     self.acceptance.record(item.num_new_tokens - 1, accepted)
             kept = self.stop.append(req, tokens)
+            if logprobs is not None and logprobs[r] is not None:
+                req.output_logprobs.extend(logprobs[r][: len(kept)])
             new_tokens[req.request_id] = kept
             final = min(computed, req.num_tokens)
             self.scheduler.kv.commit(req.request_id, req.all_token_ids[:final])

@@ -26,6 +26,9 @@ class GenerationOutput:
     finish_reason: str  # "eos" | "stop" | "length" | "error" | "aborted" (an error is never a normal answer)
     stats: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    # Asked for (SamplingParams.logprobs): per output token [its log-probability, [[id or key, logprob], ...] of the
+    # top alternatives]; an endpoint's token keys come from its own tokens (workers/remote/endpoint_logprobs.py)
+    logprobs: list[list] | None = None
 
 
 @dataclass

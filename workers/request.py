@@ -30,6 +30,8 @@ class Request:
     twin: Request | None = field(default=None, repr=False)
     parked: bool = False
     output_token_ids: list[int] = field(default_factory=list)
+    # sampling.logprobs set: one [logprob, top alternatives] record per output token (workers/sampling.py)
+    output_logprobs: list[list] = field(default_factory=list)
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0  # tokens whose KV is in the cache
     num_cached_tokens: int = 0  # prompt tokens reused from cached blocks at the last admission

@@ -48,3 +48,36 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """The distribution a non-speculative sampler draws from (used by rejection sampling too)."""
     return torch.softmax(filter_logits(logits, params), -1)
+
+
+# One output token's record: [its log-probability, [[id, log-probability] of the top alternatives, best first]].
+TokenLogprob = list
+
+
+def token_logprobs(rows: torch.Tensor, tokens: list[int], k: int) -> list[TokenLogprob]:
+    """The log-probabilities (log-softmax of the raw logits, before temperature or filters: what the model said)
+    of `tokens`, token i read from row i, each with the top k alternatives. rows: [len(tokens), V]. No forward of
+    its own and no effect on which token was chosen: only what the lossless gate's margins and an OpenAI client's
+    `logprobs` need."""
+    logp = torch.log_softmax(rows.float(), dim=-1)
+    own = logp.gather(-1, torch.tensor(tokens, device=logp.device).unsqueeze(-1)).squeeze(-1).tolist()
+    if k:
+        values, ids = torch.topk(logp, k, dim=-1)
+        tops = [[[i, round(v, 5)] for i, v in zip(r_ids, r_vals, strict=True)]
+                for r_ids, r_vals in zip(ids.tolist(), values.tolist(), strict=True)]  # fmt: skip
+    else:
+        tops = [[] for _ in tokens]
+    return [[round(lp, 5), top] for lp, top in zip(own, tops, strict=True)]
+
+
+def step_logprobs(items, logits: torch.Tensor, emitted: list[list[int]]) -> list[list[TokenLogprob] | None]:
+    """Per scheduled request of a step, the records of its emitted tokens (None where its request asked for none).
+    The rows are laid out as verification reads them (workers/spec/verify.py): one per context request, 1 + K per
+    generation request; emitted token i of a request was decided by its row i."""
+    out: list[list[TokenLogprob] | None] = []
+    row = 0
+    for item, tokens in zip(items, emitted, strict=True):
+        k = item.request.sampling.logprobs
+        out.append(None if k is None else token_logprobs(logits[row : row + len(tokens)], tokens, k))
+        row += 1 if item.is_context else item.num_new_tokens
+    return out

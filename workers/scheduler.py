@@ -165,6 +165,7 @@ class Scheduler:
             return None
         twin.parked = False
         twin.output_token_ids = list(req.output_token_ids)
+        twin.output_logprobs = list(req.output_logprobs)
         twin.first_token_time, twin.num_steps = req.first_token_time, req.num_steps
         if req.finish_reason is not None:  # the first token already ended both
             twin.finish_reason, twin.finish_time = req.finish_reason, req.finish_time

@@ -23,6 +23,9 @@ from ...workers.spec.registry import spec_method
 from ..gates.references import Reference, lookup
 from ..tasks.registry import TaskSpec, parse_tasks, source_for, write_task_yamls
 
+# Top alternatives recorded per output token for the lossless gate's margins (evals/gates/margins.py): 5 is the most
+# OpenAI's completions API returns (`logprobs` <= 5), so every server can give the same record our engine keeps.
+LOSSLESS_TOP_K = 5
 DEFAULT_FEWSHOT_SEED = 1234  # lm-eval's fewshot_random_seed default: the GSM8K shots every lm-eval user gets
 
 
@@ -43,6 +46,7 @@ class EvalOptions:
     acceptance_rtol: float = 0.05  # the acceptance-length gate's two-sided tolerance
     acceptance_refs: str | None = None  # the acceptance-length references file (default: the shipped one)
     stop_file: str | None = None  # a side of a sequential `ab`: report each batch, stop when this file appears
+    logprobs: int | None = LOSSLESS_TOP_K  # per output token: its logprob and top alternatives (lossless margins)
 
     def max_output_for(self, spec: TaskSpec) -> int:
         return self.max_output_len or spec.max_output_len
@@ -133,6 +137,7 @@ def evaluate(
         cache=cache,
         record_failures=True,
         pair_cache=pair_cache,
+        logprobs=options.logprobs,
     )
     stopper = None
     if only is not None:
@@ -325,6 +330,8 @@ def _samples(spec: TaskSpec, entries: list[dict[str, Any]], lm) -> list[dict[str
                 "num_output_tokens": len(out.token_ids) if out is not None else 0,
                 # token ids, not text: what output identity and the first divergence are measured on
                 "output_token_ids": list(out.token_ids) if out is not None else [],
+                # per output token [logprob, top alternatives]: the lossless gate's margins (numbers and ids only)
+                "logprobs": out.logprobs if out is not None else None,
                 "finish_reason": out.finish_reason if out is not None else "missing",
                 "error": out.error if out is not None else "no engine output for this document",
                 "_acceptance": _acceptance_of(out),
@@ -332,7 +339,7 @@ def _samples(spec: TaskSpec, entries: list[dict[str, Any]], lm) -> list[dict[str
                 "acceptance": _counts(out),  # the request's own counts: the report's AL by output length
             }
             if family.sealed:  # its output can quote the question: never stored readable
-                rec["sealed_fields"] = ["output_token_ids"]
+                rec["sealed_fields"] = ["output_token_ids", "logprobs"]
             by_doc[doc_id] = rec
         extracted = entry["filtered_resps"][0] if isinstance(entry["filtered_resps"], list) else entry["filtered_resps"]
         rec[f"extracted[{filt}]"] = family.extracted(str(extracted))

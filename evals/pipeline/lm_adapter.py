@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from lm_eval.api.model import LM
@@ -57,6 +58,7 @@ class SpecDecLM(LM):
         cache: Any = None,  # evals.resume.GenerationCache: finished generations of this run, for resume
         record_failures: bool = False,
         pair_cache: Any = None,  # paired decoding: the baseline run's GenerationCache gets the plain twins' outputs
+        logprobs: int | None = None,  # record each output token's logprob and top alternatives (the lossless margins)
         **engine_args: Any,
     ) -> None:
         """record_failures: the run pipeline records failed requests itself (and fails the run); anywhere else
@@ -69,6 +71,7 @@ class SpecDecLM(LM):
         self.cache = cache
         self.record_failures = record_failures
         self.pair_cache = pair_cache
+        self.logprobs = logprobs
         self.tasks: dict[str, Any] = {}  # lm-eval task name -> Task object (its filters score samples early)
         self.plans: dict[str, Any] = {}  # lm-eval task name -> evals.subsets.SubsetPlan (documents and order)
         self.stopper = None  # evals.early_stop.EarlyStop, for sequential verdicts
@@ -114,7 +117,8 @@ class SpecDecLM(LM):
         if not requests:
             return []
         prompts = [req.args[0] for req in requests]
-        sampling = [sampling_from_gen_kwargs(req.args[1], self._max_for(req.metadata[0])) for req in requests]
+        sampling = [replace(sampling_from_gen_kwargs(req.args[1], self._max_for(req.metadata[0])),
+                            logprobs=self.logprobs) for req in requests]  # fmt: skip
         self.running = RunningScore([(req.metadata[0], getattr(req, "doc", None)) for req in requests])
         if self.only is not None:
             outputs = self._generate_only(requests, prompts, sampling)

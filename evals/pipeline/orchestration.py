@@ -32,6 +32,7 @@ from ..gates.acceptance import load_acceptance_references
 from ..gates.baseline_check import baseline_problem
 from ..gates.lossless import BaselineRef, apply_lossless_gate
 from ..gates.verdict import apply_acceptance_gate, populate_acceptance, summarise
+from .control import ensure_endpoint_control, ensure_local_control
 from .evaluation import EvalOptions, TaskResult, check_references, evaluate
 from .resume import GenerationCache
 from .run_identity import (
@@ -60,15 +61,17 @@ class RunPlan:
     resume: bool | None = None  # None: resume an unfinished run of this configuration when there is one
     baseline_run: str | None = None  # the lossless gate's baseline (a run id or folder); None: look it up by key
     populate_acceptance: bool = False  # write the run's acceptance length as its test id's reference
+    control: bool | None = None  # the lossless noise-floor control (evals/pipeline/control.py); None: when needed
 
     def to_dict(self) -> dict[str, Any]:
         return {"options": self.options.to_dict(), "out": self.out, "resume": self.resume,
-                "baseline_run": self.baseline_run, "populate_acceptance": self.populate_acceptance}  # fmt: skip
+                "baseline_run": self.baseline_run, "populate_acceptance": self.populate_acceptance,
+                "control": self.control}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunPlan:
         return cls(EvalOptions.from_dict(d["options"]), d["out"], d["resume"], d.get("baseline_run"),
-                   d.get("populate_acceptance", False))  # fmt: skip
+                   d.get("populate_acceptance", False), d.get("control"))  # fmt: skip
 
     def acceptance_path(self):
         from ..gates.acceptance import ACCEPTANCE_PATH
@@ -323,6 +326,7 @@ def run_with_baseline(config: EngineConfig, plan: RunPlan, progress_for=None, ba
     from ...workers.engine import Engine, build_target_model
 
     check_named_baseline(config, plan)
+    ensure_local_control(config, plan, progress_for, _with_progress, run_evaluation)
     if pairs_with_baseline(config, plan, baseline):
         checkpoint = load_checkpoint(config.model)
         target = build_target_model(config, checkpoint)
@@ -402,6 +406,7 @@ def run_endpoint(config, plan: RunPlan, baseline=None, progress_for=None) -> Run
     from ...workers.remote.endpoint import EndpointEngine
 
     if baseline is not None:
+        ensure_endpoint_control(baseline, plan, progress_for, _with_progress, run_evaluation, config.spec is not None)
         print("lossless gate: evaluating the baseline endpoint first", file=sys.stderr)
         base = EndpointEngine(baseline)
         summary = _with_progress(base, progress_for, lambda progress: run_evaluation(base, plan, progress))

@@ -28,7 +28,10 @@ from ...workers.interface import GenerationOutput
 
 
 def request_key(prompt: Any, sampling: SamplingParams) -> str:
-    text = json.dumps([prompt, asdict(sampling)], sort_keys=True, default=str)
+    params = asdict(sampling)
+    if params.get("logprobs") is None:  # keys of runs recorded before logprobs existed stay the same
+        params.pop("logprobs", None)
+    text = json.dumps([prompt, params], sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -74,7 +77,8 @@ class GenerationCache:
             "key": key, "index": output.index, "finish_reason": output.finish_reason, "error": output.error,
             "stats": output.stats, "num_prompt_tokens": len(output.prompt_token_ids),
             "prompt_sha256": hashlib.sha256(json.dumps(output.prompt_token_ids).encode()).hexdigest()[:16],
-            "output": seal({"text": output.text, "token_ids": output.token_ids}),
+            "output": seal({"text": output.text, "token_ids": output.token_ids,
+                            **({"logprobs": output.logprobs} if output.logprobs is not None else {})}),
         }  # fmt: skip
         path = self.folder / f"generations.{self.writer}.jsonl"
         with path.open("a+b") as f:
@@ -98,14 +102,16 @@ def _parse(raw: bytes) -> tuple[str, GenerationOutput]:
     if "output" in rec:
         sealed = unseal(rec["output"])
         text, token_ids = sealed["text"], sealed["token_ids"]
+        logprobs = sealed.get("logprobs")
     else:  # older files: text in plain or zlib+base64, token ids in plain
         text = _unpack(rec["text_z"]) if "text_z" in rec else rec["text"]
         token_ids = rec["token_ids"]
+        logprobs = None
     if not isinstance(text, str) or not isinstance(token_ids, list) or not all(isinstance(t, int) for t in token_ids):
         raise ValueError("wrong shape")
     output = GenerationOutput(index=int(rec["index"]), prompt_token_ids=[], token_ids=token_ids, text=text,
                               finish_reason=str(rec["finish_reason"]), stats=dict(rec.get("stats") or {}),
-                              error=rec.get("error"))  # fmt: skip
+                              error=rec.get("error"), logprobs=logprobs)  # fmt: skip
     return rec["key"], output
 
 

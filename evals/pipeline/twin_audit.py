@@ -47,6 +47,7 @@ from ...results.paired import first_divergence
 from ...workers.errors import UserError
 from ...workers.interface import EngineIdentity, GenerateStats, GenerationOutput, InferenceEngine, Prompt
 from ...workers.tokenizer import encode_any
+from ..gates.margins import divergence_margin
 
 AUDIT_SHARE = 0.25
 AUDIT_MIN_DOCS = 2
@@ -158,16 +159,18 @@ class AuditedTwins:
         print(f"lossless gate: auditing the paired twins of {len(order)} of {len(prompts)} documents on an engine "
               "with no spec worker", file=sys.stderr)  # fmt: skip
         for i in order:
-            position = self._divergence(prompts[i], params[i], twins[i])
+            position, margins = self._divergence(prompts[i], params[i], twins[i])
             self.record["audited"].append(hashes[i])
             if position is not None:
-                self.record["divergences"].append({"prompt_hash": hashes[i], "position": position})
+                self.record["divergences"].append({"prompt_hash": hashes[i], "position": position,
+                                                   **({"margins": margins} if margins else {})})  # fmt: skip
                 if self.sequential:
                     break
         self.record["elapsed_s"] = round(self.record["elapsed_s"] + time.perf_counter() - started, 2)
 
-    def _divergence(self, prompt: Prompt, params, twin: GenerationOutput) -> int | None:
-        """Where a plain engine's output first differs from the twin's (None: identical)."""
+    def _divergence(self, prompt: Prompt, params, twin: GenerationOutput) -> tuple[int | None, dict | None]:
+        """Where a plain engine's output first differs from the twin's (None: identical), with the margins there
+        (evals/gates/margins.py) when both carry logprobs."""
         plain = self._plain()
         if params.greedy and twin.token_ids:
             try:
@@ -175,11 +178,13 @@ class AuditedTwins:
             except UserError:  # prompt and output do not fit one scoring pass: decode instead
                 greedy = False
             if greedy:
-                return None
+                return None, None
         decoded = plain.generate([prompt], [params])[0]
         if decoded.finish_reason == "error":
             raise RuntimeError(f"the twin audit's plain engine failed a request: {decoded.error}")
-        return first_divergence(list(decoded.token_ids), list(twin.token_ids))
+        margins = divergence_margin({"output_token_ids": decoded.token_ids, "logprobs": decoded.logprobs},
+                                    {"output_token_ids": twin.token_ids, "logprobs": twin.logprobs})  # fmt: skip
+        return first_divergence(list(decoded.token_ids), list(twin.token_ids)), margins
 
     def _plain(self) -> InferenceEngine:
         if self.plain is not None and self._tokens > self._plain_tokens:  # a later task's longer documents
@@ -208,7 +213,14 @@ def audit_record(record: dict[str, Any], results: list) -> dict[str, Any]:
     docs = {s["prompt_hash"]: {"task": s["task"], "doc_id": s["doc_id"]} for r in results for s in r.samples}
     unknown = {"task": None, "doc_id": None}
     audited = [docs.get(h, unknown) for h in record["audited"]]
-    divergences = [{**docs.get(d["prompt_hash"], unknown), "position": d["position"]} for d in record["divergences"]]
+    divergences = [
+        {
+            **docs.get(d["prompt_hash"], unknown),
+            "position": d["position"],
+            **({"margins": d["margins"]} if d.get("margins") else {}),
+        }
+        for d in record["divergences"]
+    ]
     return {
         "share": record["share"], "seed": record["seed"], "planned": record["planned"], "audited": audited,
         "num_audited": len(audited), "divergences": divergences,

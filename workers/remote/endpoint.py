@@ -38,6 +38,7 @@ from ..interface import (
 )
 from ..tokenizer import encode_any
 from .endpoint_config import EndpointConfig, EndpointURL, load_local_tokenizer
+from .endpoint_logprobs import parse_logprobs, token_key
 from .endpoint_requests import (
     Answer,
     Choice,
@@ -81,6 +82,7 @@ class EndpointEngine:
         else:
             tokenizer_source = "given"
         self._tokenizer = tokenizer
+        self._token_key = token_key(tokenizer)  # a server's token texts as numbers (endpoint_logprobs.py)
         self._headers = config.headers()
         self._secrets = (*self.url.secrets, *([config.resolved_api_key()] if config.resolved_api_key() else []))
         served, server = self._probe()
@@ -275,7 +277,7 @@ class EndpointEngine:
         a server sends back, this returns: an answer that cannot be read is this request's recorded failure."""
         seed = params.seed if params.seed is not None else self.config.seed * 1_000_003 + index
         message, sent = self._message(prompt)
-        kwargs = gen_kwargs(params, None if params.greedy else seed)
+        kwargs = gen_kwargs(params, None if params.greedy else seed, self.config.chat)
 
         def send() -> dict[str, Any] | None:
             return self._backend.model_call(messages=[message], generate=True, gen_kwargs=kwargs)
@@ -288,7 +290,10 @@ class EndpointEngine:
             return answer, None
         try:
             text = self._backend.parse_generations(outputs=answer.response)[0]
-            return answer, read_choice(answer.response, text, params)
+            choice = read_choice(answer.response, text, params)
+            if params.logprobs is not None:  # None when the server sent none: the gate then says so
+                choice.logprobs = parse_logprobs(answer.response["choices"][0], self._token_key)
+            return answer, choice
         except ValueError as exc:  # read_choice's own reasons (a server's finish reason the most it quotes)
             why = str(exc) if not quotes_prompt(str(exc), sent) else "unreadable answer (it quotes the prompt)"
         except Exception as exc:  # a shape lm-eval's parser did not expect; its message may quote the body
@@ -338,6 +343,7 @@ class EndpointEngine:
             text=choice.text,
             finish_reason=choice.finish_reason,
             stats=stats,
+            logprobs=choice.logprobs,
         )
 
     def score(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:

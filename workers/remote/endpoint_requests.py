@@ -29,10 +29,12 @@ ECHO_WINDOW = 12
 FAILED_FINISH_REASONS = {"abort", "aborted", "cancelled", "canceled", "error", "timeout"}
 
 
-def gen_kwargs(params: SamplingParams, seed: int | None) -> dict[str, Any]:
+def gen_kwargs(params: SamplingParams, seed: int | None, chat: bool = False) -> dict[str, Any]:
     """lm-eval's generation kwargs for one request: `until` and `max_gen_toks` are lm-eval's names (it turns them
     into `stop` and `max_tokens`); the others pass through into the payload unchanged. Only what differs from the
-    API's defaults is sent, so a server that lacks an extension (top_k, ignore_eos) is not asked for it."""
+    API's defaults is sent, so a server that lacks an extension (top_k, ignore_eos) is not asked for it.
+    Log-probabilities (params.logprobs) in the API's own shape: `logprobs: k` for completions, `logprobs: true`
+    with `top_logprobs: k` for chat."""
     kwargs: dict[str, Any] = {
         "until": list(params.stop),
         "max_gen_toks": params.max_new_tokens,
@@ -47,6 +49,8 @@ def gen_kwargs(params: SamplingParams, seed: int | None) -> dict[str, Any]:
             kwargs["seed"] = seed  # overrides the backend's one seed for all requests
     if params.ignore_eos:
         kwargs["ignore_eos"] = True  # vLLM / SGLang / TensorRT-LLM extension
+    if params.logprobs is not None:
+        kwargs.update({"logprobs": True, "top_logprobs": params.logprobs} if chat else {"logprobs": params.logprobs})
     return kwargs
 
 
@@ -194,6 +198,7 @@ class Choice:
     prompt_token_ids: list[int] | None
     completion_tokens: int | None  # the server's usage count
     prompt_tokens: int | None
+    logprobs: list[list] | None = None  # asked for: per token [logprob, alternatives, key] (endpoint_logprobs.py)
 
 
 def read_choice(response: dict[str, Any], text: str | None, params: SamplingParams) -> Choice:

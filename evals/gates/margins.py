@@ -1,0 +1,241 @@
+"""The lossless gate outside float32: each divergence judged by its logit margin against a measured noise floor.
+
+In bf16/fp16 two non-speculative runs already differ once the batch shape changes the reduction order: rounding
+moves every log-probability a little, and where the two best tokens were nearly tied the argmax flips. A spec-dec
+bug instead emits a token the baseline was confident against. What tells them apart is the margin at the first
+divergent token, where both sides share the prefix:
+
+    margin = log p_base(baseline's token) - log p_base(other side's token)      (nats, >= 0 under greedy)
+
+and the other side's own view of it, `reverse = log p_other(its token) - log p_other(baseline's token)` (>= 0
+when it chose greedily from its own logits). A side records each output token's log-probability and its top k
+alternatives (k = 5: the most OpenAI's completions API returns, so every server can give what our engine keeps);
+when the other token is not among them the margin is only bounded below (by the k-th alternative).
+
+The noise floor comes from a control: the plain side decoded again at another batch shape (evals/pipeline/control.py).
+Its divergences from the baseline are numerics by construction, and every position the two share before they
+diverge measures the same noise directly: for each token of both top-k lists, how much its gap to the emitted token
+moved between the two runs. A numerics flip needs the gap to move by more than the margin, so
+
+    noise bound  y = FACTOR x max(|gap moves| over the control's shared positions, control divergence margins)
+
+THE RULE. float32 is exact (any divergence fails). Otherwise a task FAILs when (1) a divergence's judged margin,
+max(margin, -reverse), exceeds y (a lower bound that exceeds it counts), or (2) its divergence rate is above the
+control's by a one-sided Fisher exact test at ALPHA, or (3) a calibrated `lossless_tolerance` (a fraction) is
+exceeded. FALSE-FAIL RATE: if a clean run's gap moves are exchangeable with the control's N measured ones, a
+numerics divergence's margin exceeds the largest of them with probability <= 1 / (N + 1), so (1) falsely fails
+with probability <= d / (N + 1) for d divergences (FACTOR > 1 only lowers it, and leaves room for a spec-dec step's
+shape change being another than the control's); (2) falsely fails with probability <= ALPHA. Both are stated in
+each verdict. `tests/test_margins_rule.py` measures the rate by a seeded simulation.
+
+Pure functions on sample records (no torch): a record's "logprobs" is a list, per output token, of [logprob,
+[[token, logprob], ...top k], (token)]; the third element, when present, is the token as the server named it (an
+endpoint), else the token is the sample's output_token_ids entry.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+FACTOR = 2.0  # slack on the measured noise: a spec-dec step changes the shape differently than the control does
+ALPHA = 0.01  # the divergence-rate test's one-sided level
+MIN_NOISE_SAMPLES = 20  # fewer measured gap moves than this: no noise floor (the gate cannot judge)
+
+
+def tokens_of(sample: dict[str, Any]) -> list[Any] | None:
+    """The output tokens the sample's logprobs are about, or None when it has no logprobs."""
+    records = sample.get("logprobs")
+    if not records:
+        return None
+    ids = sample.get("output_token_ids") or []
+    out = []
+    for i, rec in enumerate(records):
+        if len(rec) > 2:
+            out.append(rec[2])
+        elif i < len(ids):
+            out.append(ids[i])
+        else:
+            return None  # a record without its token: unusable
+    return out
+
+
+def _first_divergence(a: Sequence[Any], b: Sequence[Any]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _logprob_of(record: list, token: Any) -> float | None:
+    """token's logprob in one position's record: exact when it is the emitted token or among the alternatives."""
+    for t, lp in record[1]:
+        if t == token:
+            return float(lp)
+    return None
+
+
+def _gap(record: list, token: Any, other: Any) -> tuple[float, bool]:
+    """log p(token) - log p(other) at one position where `token` was emitted; (value, exact). Not exact: `other` is
+    not among the alternatives, so the gap is at least the one to the last alternative (0 when there are none)."""
+    own = float(record[0])
+    lp = _logprob_of(record, other)
+    if lp is not None:
+        return own - lp, True
+    floor = min((float(v) for _, v in record[1]), default=own)
+    return own - floor, False
+
+
+def divergence_margin(base: dict[str, Any], other: dict[str, Any]) -> dict[str, Any] | None:
+    """The margins at the first token where `other` departs from `base` (None: identical, or no logprobs on a side).
+    Numbers and token ids only. `lower_bound`: the margin is only bounded below (the other token is not in the
+    baseline's stored top k); `reverse_lower_bound` likewise on the other side."""
+    bt, ot = tokens_of(base), tokens_of(other)
+    if bt is None or ot is None:
+        return None
+    p = _first_divergence(bt, ot)
+    if p is None:
+        return None
+    rec = {"position": p}
+    if p >= len(bt) or p >= len(ot):  # one output ends there: no token to weigh against
+        rec.update(margin=None, ended=True)
+        return rec
+    b, o = bt[p], ot[p]
+    margin, exact = _gap(base["logprobs"][p], b, o)
+    reverse, rexact = _gap(other["logprobs"][p], o, b)
+    rec.update(
+        baseline_token=b, other_token=o,
+        baseline_logprob=round(float(base["logprobs"][p][0]), 5),
+        baseline_logprob_other=_round(_logprob_of(base["logprobs"][p], o)),
+        other_logprob=round(float(other["logprobs"][p][0]), 5),
+        other_logprob_baseline=_round(_logprob_of(other["logprobs"][p], b)),
+        margin=round(margin, 5), lower_bound=not exact,
+        reverse_margin=round(reverse, 5), reverse_lower_bound=not rexact,
+    )  # fmt: skip
+    rec["judged"] = judged_margin(rec)
+    return rec
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 5)
+
+
+def judged_margin(rec: dict[str, Any]) -> float | None:
+    """How strongly the evidence favours the baseline's token: the baseline's margin, or the other side's own logits
+    ranking the baseline's token above the one it emitted (a negative exact reverse margin), whichever is larger."""
+    if rec.get("margin") is None:
+        return None
+    judged = rec["margin"]
+    if rec.get("reverse_margin") is not None and not rec.get("reverse_lower_bound"):
+        judged = max(judged, -rec["reverse_margin"])
+    return round(judged, 5)
+
+
+def gap_moves(base: dict[str, Any], other: dict[str, Any]) -> list[float]:
+    """The noise measured on one pair of plain runs: at every position both share (before any divergence) and for
+    every alternative both stored, |gap in base - gap in other| of the emitted token to that alternative."""
+    bt, ot = tokens_of(base), tokens_of(other)
+    if bt is None or ot is None:
+        return []
+    p = _first_divergence(bt, ot)
+    end = min(len(bt), len(ot)) if p is None else p
+    moves = []
+    for i in range(end):
+        rb, ro = base["logprobs"][i], other["logprobs"][i]
+        theirs = {t: float(lp) for t, lp in ro[1]}
+        for t, lp in rb[1]:
+            if t != bt[i] and t in theirs:
+                moves.append(abs((float(rb[0]) - float(lp)) - (float(ro[0]) - theirs[t])))
+    return moves
+
+
+def pair_by_doc(a: Iterable[dict[str, Any]], b: Iterable[dict[str, Any]], task: str) -> list[tuple[dict, dict]]:
+    other = {s["doc_id"]: s for s in b if s["task"] == task}
+    return [(s, other[s["doc_id"]]) for s in a if s["task"] == task and s["doc_id"] in other]
+
+
+def noise_floor(base_samples: list[dict], control_samples: list[dict], task: str) -> dict[str, Any] | None:
+    """What the control measured for one task: its divergences from the baseline (with margins), how many gap moves,
+    their largest, and the noise bound y. None when the control holds no logprobs for this task."""
+    pairs = pair_by_doc(base_samples, control_samples, task)
+    moves: list[float] = []
+    margins = []
+    divergent = 0
+    for b, c in pairs:
+        if tokens_of(b) is None or tokens_of(c) is None:
+            continue
+        moves.extend(gap_moves(b, c))
+        if _first_divergence(b.get("output_token_ids") or [], c.get("output_token_ids") or []) is not None:
+            divergent += 1
+            m = divergence_margin(b, c)
+            if m is not None and m.get("margin") is not None:
+                margins.append({"doc_id": b["doc_id"], **m})
+    if len(moves) < MIN_NOISE_SAMPLES:
+        return None
+    # A control divergence's margin is a gap that moved at least that much: part of the measured noise too.
+    largest = max(moves + [m["margin"] for m in margins if not m["lower_bound"]])
+    return {
+        "num_pairs": len(pairs), "divergent": divergent, "divergences": margins,
+        "num_noise_samples": len(moves), "max_gap_move": round(max(moves), 5),
+        "largest_noise": round(largest, 5), "factor": FACTOR, "bound": round(FACTOR * largest, 5),
+    }  # fmt: skip
+
+
+def fisher_greater(d: int, n: int, m: int, n_control: int) -> float:
+    """One-sided Fisher exact p-value that d of n is a higher rate than m of n_control: P(X >= d) for X
+    hypergeometric (n draws from n + n_control holding d + m divergent)."""
+    total, hits = n + n_control, d + m
+    denom = math.comb(total, n)
+    upper = min(n, hits)
+    return min(1.0, sum(math.comb(hits, x) * math.comb(total - hits, n - x) for x in range(d, upper + 1)) / denom)
+
+
+def margin_verdict(divergences: list[dict[str, Any]], n: int, floor: dict[str, Any] | None, tolerance: float | None,
+                   control_run: str | None = None) -> tuple[str, str, dict[str, Any]]:  # fmt: skip
+    """(verdict, reason, record) for a non-exact dtype. `divergences`: the spec run's first divergences, each with
+    its margins (divergence_margin) or none. floor: noise_floor() of the control, None when there is none.
+    tolerance: a calibrated lossless_tolerance (the largest divergent fraction accepted), None when uncalibrated."""
+    d = len(divergences)
+    record: dict[str, Any] = {"rule": RULE, "alpha": ALPHA, "factor": FACTOR}
+    if tolerance is not None and d / n > tolerance:
+        return "FAIL", f"{d} of {n} differ ({d / n:.4f} > tolerance {tolerance:.4f})", record
+    judged = [x for x in divergences if x.get("judged") is not None]
+    if floor is None or len(judged) < d:
+        missing = "no control run with logprobs" if floor is None else f"{d - len(judged)} divergences lack logprobs"
+        if tolerance is not None:
+            return (
+                "PASS",
+                f"{d} of {n} differ ({d / n:.4f} <= tolerance {tolerance:.4f}; margins not judged: {missing})",
+                record,
+            )
+        return "UNCALIBRATED", f"{d} of {n} differ and the margins cannot be judged ({missing}); {WHAT_TO_DO}", record
+    y = floor["bound"]
+    beyond = [x for x in judged if x["judged"] > y]
+    for x in judged:  # "near-tie?": within the bound, but only a lower bound of the margin is known
+        x["class"] = "beyond-noise" if x["judged"] > y else ("near-tie" if not x.get("lower_bound") else "near-tie?")
+    p = fisher_greater(d, n, floor["divergent"], floor["num_pairs"])
+    false_fail = min(1.0, ALPHA + d / (floor["num_noise_samples"] + 1))
+    record.update(noise_bound=y, control_run=control_run, control_divergent=floor["divergent"],
+                  control_pairs=floor["num_pairs"], rate_p=round(p, 6), false_fail_bound=round(false_fail, 6),
+                  num_noise_samples=floor["num_noise_samples"], largest_margin=max((x["judged"] for x in judged), default=None))  # fmt: skip  # noqa: E501
+    measured = f"the noise bound {y:.4f} measured on the control ({floor['divergent']} of {floor['num_pairs']} diverge)"
+    if beyond:
+        worst = max(beyond, key=lambda x: x["judged"])
+        docs = ", ".join(f"doc {x['doc_id']} at token {x['position']} ({x['judged']:.3f})" for x in beyond[:5])
+        return "FAIL", (f"{len(beyond)} of {d} divergences are beyond {measured}: largest margin {worst['judged']:.3f} "
+                        f"nats; {docs}"), record  # fmt: skip
+    if p < ALPHA:
+        return "FAIL", (f"{d} of {n} diverge, significantly more than the control's {floor['divergent']} of "
+                        f"{floor['num_pairs']} (one-sided Fisher p = {p:.2g} < {ALPHA})"), record  # fmt: skip
+    unsure = sum(x["class"] == "near-tie?" for x in judged)
+    largest = max(x["judged"] for x in judged)
+    note = f", {unsure} of them only bounded below" if unsure else ""
+    return "PASS", (f"{d} of {n} diverge, all at near-ties (largest margin {largest:.4f} within {measured}{note}; "
+                    f"divergence rate p = {p:.2g}; false-FAIL rate <= {false_fail:.3f})"), record  # fmt: skip
+
+
+RULE = (f"FAIL if a divergence's margin exceeds {FACTOR:g} x the largest noise the control measured, or its "
+        f"divergence rate is above the control's (one-sided Fisher exact, alpha {ALPHA:g})")  # fmt: skip
+WHAT_TO_DO = ("record a control with `specdec-eval run ... --control` (runs with logprobs: this version), or "
+              "store a calibrated lossless_tolerance in the reference entry")  # fmt: skip

@@ -1,0 +1,124 @@
+"""The lossless gate's noise-floor control: the non-speculative side decoded a second time at another batch shape.
+
+Outside float32 two plain runs differ where the batch shape changes the reduction order; their divergences are
+numerics by construction, and the margins they leave (evals/gates/margins.py) are the noise floor a spec-dec run's
+divergences are judged against. The control is a run of its own, recorded under the baseline's key plus a
+`noise_control` marker naming the shape (so it is never taken for a baseline, and is reused by every later spec-dec
+run of the same configuration):
+
+- our engine: the baseline at max batch size 1 (2 when the run itself uses 1). Measured on this project's CPU
+  (bf16, tiny and SmolLM2-135M): batch sizes 64 and 16 decode bit-identically (each row's reduction is the same
+  whatever the batch), while a batch of one takes other kernels: 2 of 32 (tiny) and 2 of 8 (SmolLM2) outputs
+  diverge, gap moves up to 0.03 and 0.6 nats. So only 1 against more-than-1 moves the numerics here.
+- an endpoint: the baseline server at concurrency 1 (2 when the run itself uses 1): the server then batches other
+  requests together.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import sys
+from dataclasses import replace
+from typing import Any
+
+from ...results import store
+from ...results.lossless import EXACT_DTYPES
+from ...workers.interface import EngineIdentity
+from .evaluation import EvalOptions
+from .run_identity import baseline_config, baseline_identity, find_baseline
+
+MARKER = "noise_control"
+
+
+def other_shape(size: int) -> int:
+    """The control's batch size (or concurrency) for a run that uses `size`: 1, or 2 when that is 1 already."""
+    return 1 if size > 1 else 2
+
+
+def control_identity(identity: EngineIdentity, shape: dict[str, int]) -> EngineIdentity:
+    """The control of a run of `identity` (spec-dec or plain): the plain configuration, marked with its shape."""
+    base = baseline_identity(identity) if identity.spec else identity
+    config = {**base.config, MARKER: dict(shape)}
+    if "max_batch_size" in shape:
+        config["max_batch_size"] = shape["max_batch_size"]
+    return replace(base, config=config)
+
+
+def candidate_shapes(identity: EngineIdentity) -> list[dict[str, int]]:
+    """Shapes a recorded control of this configuration may have: ours is determined by the configuration; an
+    endpoint's concurrency is not part of its identity, so either of the two a control can use."""
+    if identity.kind == "endpoint":
+        return [{"concurrency": 1}, {"concurrency": 2}]
+    return [{"max_batch_size": other_shape(int(identity.config.get("max_batch_size") or 1))}]
+
+
+def find_control(out: str, identity: EngineIdentity, options: EvalOptions) -> store.Run | None:
+    """The newest finished control recorded for a run of this configuration, if any."""
+    for shape in candidate_shapes(identity):
+        run = find_baseline(out, control_identity(identity, shape), options)
+        if run is not None:
+            return run
+    return None
+
+
+def wants_control(asked: bool | None, spec: bool, dtype: str) -> bool:
+    """--control / --no-control, else automatically for a spec-dec run in a dtype that is not exact."""
+    if asked is not None:
+        return asked
+    return spec and dtype not in EXACT_DTYPES
+
+
+class ControlEngine:
+    """An engine whose runs are recorded as a control: the same engine, its identity marked with the shape."""
+
+    def __init__(self, engine: Any, shape: dict[str, int]) -> None:
+        self._engine = engine
+        self._identity = control_identity(engine.identity, shape)
+
+    @property
+    def identity(self) -> EngineIdentity:
+        return self._identity
+
+    def __getattr__(self, name: str) -> Any:  # everything else is the wrapped engine's
+        return getattr(self._engine, name)
+
+
+def ensure_local_control(config, plan, progress_for, with_progress, run_evaluation) -> str | None:
+    """Decode the control of a local run unless it is recorded or not wanted; returns its run folder (None: none).
+    The engine is freed before the caller builds the next one."""
+    from ...workers.device import dtype_name, resolve_device, resolve_dtype
+    from ...workers.engine import Engine, identity_of
+
+    dtype = dtype_name(resolve_dtype(config.dtype, resolve_device(config.device)))
+    if not wants_control(getattr(plan, "control", None), config.spec is not None, dtype):
+        return None
+    shape = {"max_batch_size": other_shape(config.max_batch_size)}
+    found = find_control(plan.out, identity_of(config), plan.options)
+    if found is not None:
+        return str(found.path)
+    print(f"lossless gate: decoding the noise-floor control (the plain side at max batch size "
+          f"{shape['max_batch_size']}; reused by later runs)", file=sys.stderr)  # fmt: skip
+    engine = ControlEngine(Engine(replace(baseline_config(config), max_batch_size=shape["max_batch_size"])), shape)
+    summary = with_progress(engine, progress_for, functools.partial(run_evaluation, engine, plan))
+    del engine
+    gc.collect()
+    return summary["run_dir"]
+
+
+def ensure_endpoint_control(baseline, plan, progress_for, with_progress, run_evaluation, spec: bool) -> str | None:
+    """The control of an endpoint run: the baseline server (an EndpointConfig) at another concurrency."""
+    from ...workers.remote.endpoint import EndpointEngine
+
+    if baseline is None or not wants_control(getattr(plan, "control", None), spec, baseline.dtype):
+        return None
+    shape = {"concurrency": other_shape(baseline.concurrency)}
+    engine = ControlEngine(EndpointEngine(replace(baseline, concurrency=shape["concurrency"])), shape)
+    found = find_baseline(plan.out, engine.identity, plan.options)
+    if found is not None:
+        engine.close()
+        return str(found.path)
+    print(f"lossless gate: evaluating the baseline endpoint again at concurrency {shape['concurrency']} (the "
+          "noise-floor control)", file=sys.stderr)  # fmt: skip
+    summary = with_progress(engine, progress_for, lambda progress: run_evaluation(engine, plan, progress))
+    return summary["run_dir"]

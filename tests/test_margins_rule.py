@@ -1,0 +1,131 @@
+"""The margin rule of the lossless gate outside float32 (evals/gates/margins.py): margins read at the first divergence
+(exact, or bounded below when the other token is not among the stored alternatives), the one-sided Fisher test, and
+the rule's false-FAIL rate measured by a seeded simulation of numerics-only divergences (and its power on a planted
+bug), UNCALIBRATED as NO-GATE, float32 exact."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from specdec_eval.evals.gates.lossless import judge_by_margins, uncalibrated_is_no_gate
+from specdec_eval.evals.gates.margins import (
+    ALPHA,
+    divergence_margin,
+    fisher_greater,
+    margin_verdict,
+    noise_floor,
+)
+from specdec_eval.results.lossless import lossless_check
+from specdec_eval.results.verdict import run_verdict
+
+K = 5
+
+
+def _record(logits: np.ndarray, token: int) -> list:
+    logp = logits - np.log(np.exp(logits - logits.max()).sum()) - logits.max()
+    top = np.argsort(-logp)[:K]
+    return [float(logp[token]), [[int(i), float(logp[i])] for i in top]]
+
+
+def _sample(doc: int, rows: list[np.ndarray], tokens: list[int]) -> dict:
+    return {"task": "t", "doc_id": doc, "prompt_hash": str(doc), "output_token_ids": tokens,
+            "logprobs": [_record(r, t) for r, t in zip(rows, tokens, strict=True)],
+            "correct[strict-match]": False, "correct[flexible-extract]": False}  # fmt: skip
+
+
+def _runs(rng: np.random.Generator, docs: int, length: int, vocab: int, sigma: float, bug_doc: int | None = None):
+    """Three greedy decodes of the same logits, each with its own rounding noise (scale sigma): baseline, control,
+    spec. Each doc is followed up to the first position where any side departs from the baseline. With bug_doc, the
+    spec side emits, at one position of that doc, a token the baseline ranks 3rd or lower."""
+    sides: dict[str, list[dict]] = {"base": [], "control": [], "spec": []}
+    for doc in range(docs):
+        true = rng.normal(0.0, 2.0, size=(length, vocab))
+        rows = {s: true + rng.normal(0.0, sigma, size=true.shape) for s in sides}
+        tokens = {s: [int(np.argmax(r)) for r in rows[s]] for s in sides}
+        if doc == bug_doc:
+            p = 1
+            tokens["spec"][p] = int(np.argsort(-rows["base"][p])[3 + rng.integers(0, vocab - 4)])
+        for s in sides:
+            sides[s].append(_sample(doc, list(rows[s]), tokens[s]))
+    return sides["base"], sides["control"], sides["spec"]
+
+
+def _verdict(base, control, spec) -> str:
+    check = lossless_check(spec, base, "bfloat16")["t"]
+    judge_by_margins(check, "t", spec, base, noise_floor(base, control, "t"), "bfloat16", None, "control")
+    return check["verdict"]
+
+
+def test_false_fail_rate_on_numerics_only_divergences_is_within_its_bound():
+    """Seeded: 100 clean runs whose divergences are rounding alone (bf16-like noise, 32 documents of 16 tokens);
+    the rule's stated bound is ALPHA + d / (N + 1) per run, so the measured FAIL rate must stay near ALPHA."""
+    rng = np.random.default_rng(23)
+    fails = divergent = 0
+    trials = 100
+    for _ in range(trials):
+        base, control, spec = _runs(rng, docs=32, length=16, vocab=12, sigma=0.02)
+        verdict = _verdict(base, control, spec)
+        divergent += lossless_check(spec, base, "bfloat16")["t"]["divergent"]
+        fails += verdict == "FAIL"
+    assert divergent > trials  # the simulation does make numerics divergences (more than one a run)
+    assert fails / trials <= 2 * ALPHA + 0.01, f"{fails} of {trials} clean runs failed"
+
+
+def test_a_planted_confident_divergence_fails_nearly_always():
+    rng = np.random.default_rng(7)
+    fails = sum(_verdict(*_runs(rng, docs=32, length=16, vocab=12, sigma=0.02, bug_doc=5)) == "FAIL"
+                for _ in range(40))  # fmt: skip
+    assert fails >= 36
+
+
+def test_margin_at_first_divergence_exact_and_lower_bound():
+    base = {"output_token_ids": [1, 2, 3], "logprobs": [[-0.1, [[1, -0.1]]], [-0.5, [[2, -0.5], [7, -0.9]]],
+                                                      [-0.2, [[3, -0.2]]]]}  # fmt: skip
+    other = {"output_token_ids": [1, 7, 4], "logprobs": [[-0.1, [[1, -0.1]]], [-0.6, [[7, -0.6], [2, -0.7]]],
+                                                       [-0.3, [[4, -0.3]]]]}  # fmt: skip
+    m = divergence_margin(base, other)
+    assert (m["position"], m["baseline_token"], m["other_token"]) == (1, 2, 7)
+    assert m["margin"] == pytest.approx(0.4) and not m["lower_bound"]
+    assert m["reverse_margin"] == pytest.approx(0.1) and not m["reverse_lower_bound"]
+    assert m["judged"] == pytest.approx(0.4)
+    far = {"output_token_ids": [1, 9], "logprobs": [[-0.1, [[1, -0.1]]], [-3.0, [[9, -3.0]]]]}
+    m = divergence_margin(base, far)  # 9 is not among the baseline's alternatives: at least 0.4 (to the last one)
+    assert m["lower_bound"] and m["margin"] == pytest.approx(0.4)
+    # the other side's own logits favour the baseline's token by 2.5: that is the judged margin
+    wrong = {"output_token_ids": [1, 9], "logprobs": [[-0.1, [[1, -0.1]]], [-3.0, [[2, -0.5], [9, -3.0]]]]}
+    assert divergence_margin(base, wrong)["judged"] == pytest.approx(2.5)
+    assert divergence_margin(base, {"output_token_ids": [1, 2, 3]}) is None  # no logprobs on a side
+
+
+def test_fisher_one_sided():
+    assert fisher_greater(0, 32, 3, 32) == 1.0
+    assert fisher_greater(3, 32, 3, 32) > 0.5
+    # 10 of 32 against 0 of 32: P(all 10 divergent in the first 32 of 64) = C(32,10) / C(64,10)
+    assert fisher_greater(10, 32, 0, 32) == pytest.approx(math.comb(32, 10) / math.comb(64, 10))
+    assert fisher_greater(10, 32, 0, 32) < ALPHA
+
+
+def test_uncalibrated_is_no_gate_for_the_task_and_the_run():
+    d = [{"doc_id": 1, "position": 3}]
+    verdict, reason, _ = margin_verdict(d, 10, None, None)
+    assert verdict == "UNCALIBRATED" and "--control" in reason
+    check = {"verdict": verdict, "reason": reason}
+    uncalibrated_is_no_gate(check)
+    assert check["verdict"] == "NO-GATE" and check["reason"].startswith("UNCALIBRATED")
+    summary = {"verdict": "PASS", "tasks": {"t": {"verdict": "PASS", "lossless": check}}}
+    assert run_verdict(summary) == "NO-GATE"  # accuracy passed, but the lossless gate could not judge
+    # a calibrated tolerance still judges (an upper limit): within it PASS, beyond it FAIL
+    assert margin_verdict(d, 10, None, 0.2)[0] == "PASS"
+    assert margin_verdict(d * 3, 10, None, 0.2)[0] == "FAIL"
+
+
+def test_float32_stays_exact():
+    rng = np.random.default_rng(1)
+    base, control, spec = _runs(rng, docs=32, length=24, vocab=16, sigma=0.02)
+    check = lossless_check(spec, base, "float32")["t"]
+    assert check["divergent"] > 0
+    judge_by_margins(check, "t", spec, base, noise_floor(base, control, "t"), "float32", None, "control")
+    assert check["verdict"] == "FAIL" and "any divergence fails" in check["reason"]
+    assert all("margins" in x for x in check["divergences"])  # recorded, not used
