@@ -7,6 +7,7 @@ import html
 
 from specdec_eval.results.report.data import RunData, TaskRow
 from specdec_eval.results.report.margins import margin_plot, margin_rows, margins_section
+from specdec_eval.results.run_summary import RunSummary, TaskSummary
 
 LOSSLESS = {
     "verdict": "FAIL", "reason": "1 of 2 divergences are beyond the noise bound",
@@ -20,7 +21,7 @@ LOSSLESS = {
 
 
 def _row(info):
-    return TaskRow(1, "r1", "gsm8k", info, 32, None, None)
+    return TaskRow(1, "r1", "gsm8k", TaskSummary.from_json(info), 32, None, None)
 
 
 def test_rows_largest_first_and_the_plot_drawn():
@@ -31,7 +32,9 @@ def test_rows_largest_first_and_the_plot_drawn():
 
 
 def test_section_lists_divergences_with_lower_bounds_marked():
-    run = RunData(1, None, {}, {}, [], [_row({"lossless": LOSSLESS})])
+    run = RunData(
+        1, None, {}, RunSummary.from_json({"verdict": "FAIL", "tasks": {}}), [], [_row({"lossless": LOSSLESS})]
+    )
     page = margins_section([run], lambda v: html.escape(str(v)), lambda head, rows, numeric: repr(rows),
                            lambda images: "".join(alt for _, alt in images))  # fmt: skip
     assert "&gt;= 3.2500" in page and "0.0156" in page and "gsm8k margins" in page
