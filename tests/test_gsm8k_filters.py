@@ -213,7 +213,7 @@ def test_per_sample_cross_check_uses_each_documents_own_target():
     answers = {0: ("She pays 12 dollars.\n#### 12\n", "12"), 1: ("So 7 + 3 = 10.\n#### 10\n", "10")}
     outputs = {
         (spec.lm_eval_name, d): SimpleNamespace(
-            text=text, token_ids=[1, 2], finish_reason="stop", error=None, stats={}
+            text=text, token_ids=[1, 2], finish_reason="stop", error=None, stats={}, logprobs=None
         )  # fmt: skip
         for d, (text, _) in answers.items()
     }

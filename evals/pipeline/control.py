@@ -103,7 +103,7 @@ def ensure_local_control(config, plan, progress_for, with_progress, run_evaluati
     summary = with_progress(engine, progress_for, functools.partial(run_evaluation, engine, plan))
     del engine
     gc.collect()
-    return summary["run_dir"]
+    return summary.run_dir
 
 
 def ensure_endpoint_control(baseline, plan, progress_for, with_progress, run_evaluation, spec: bool) -> str | None:
@@ -121,4 +121,4 @@ def ensure_endpoint_control(baseline, plan, progress_for, with_progress, run_eva
     print(f"lossless gate: evaluating the baseline endpoint again at concurrency {shape['concurrency']} (the "
           "noise-floor control)", file=sys.stderr)  # fmt: skip
     summary = with_progress(engine, progress_for, lambda progress: run_evaluation(engine, plan, progress))
-    return summary["run_dir"]
+    return summary.run_dir
