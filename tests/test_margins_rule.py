@@ -129,3 +129,19 @@ def test_float32_stays_exact():
     judge_by_margins(check, "t", spec, base, noise_floor(base, control, "t"), "float32", None, "control")
     assert check["verdict"] == "FAIL" and "any divergence fails" in check["reason"]
     assert all("margins" in x for x in check["divergences"])  # recorded, not used
+
+
+def test_a_control_without_any_noise_fails_every_divergence_and_says_why():
+    """A deterministic plain side (llama-cpp-python serializes requests: both concurrencies decode alike) measures
+    no noise, so the bound is 0 and every divergence is beyond it; the reason says what that rests on."""
+    rng = np.random.default_rng(3)
+    base, _, spec = _runs(rng, docs=16, length=24, vocab=16, sigma=0.05)
+    floor = noise_floor(base, base, "t")  # the control decoded exactly like the baseline
+    assert floor["largest_noise"] == 0 and floor["bound"] == 0
+    check = lossless_check(spec, base, "bfloat16")["t"]
+    assert check["divergent"] > 0
+    judge_by_margins(check, "t", spec, base, floor, "bfloat16", None, "control")
+    assert check["verdict"] == "FAIL" and "measured no noise at all" in check["reason"]
+    noisy = {**floor, "largest_noise": 0.01, "bound": 0.02}  # a control that measured some noise: no such note
+    verdict, reason, _ = margin_verdict([{"doc_id": 1, "position": 2, "judged": 1.0}], 16, noisy, None)
+    assert verdict == "FAIL" and "no noise at all" not in reason

@@ -224,7 +224,7 @@ def margin_verdict(divergences: list[dict[str, Any]], n: int, floor: dict[str, A
         worst = max(beyond, key=lambda x: x["judged"])
         docs = ", ".join(f"doc {x['doc_id']} at token {x['position']} ({x['judged']:.3f})" for x in beyond[:5])
         return "FAIL", (f"{len(beyond)} of {d} divergences are beyond {measured}: largest margin {worst['judged']:.3f} "
-                        f"nats; {docs}"), record  # fmt: skip
+                        f"nats; {docs}{_no_noise_note(floor)}"), record  # fmt: skip
     if p < ALPHA:
         return "FAIL", (f"{d} of {n} diverge, significantly more than the control's {floor['divergent']} of "
                         f"{floor['num_pairs']} (one-sided Fisher p = {p:.2g} < {ALPHA})"), record  # fmt: skip
@@ -233,6 +233,19 @@ def margin_verdict(divergences: list[dict[str, Any]], n: int, floor: dict[str, A
     note = f", {unsure} of them only bounded below" if unsure else ""
     return "PASS", (f"{d} of {n} diverge, all at near-ties (largest margin {largest:.4f} within {measured}{note}; "
                     f"divergence rate p = {p:.2g}; false-FAIL rate <= {false_fail:.3f})"), record  # fmt: skip
+
+
+def _no_noise_note(floor: dict[str, Any]) -> str:
+    """When the control measured no noise at all, a FAIL rests on the plain side being deterministic: say so, and
+    what that leaves open (the spec path's own verify-width numerics, which no plain control can measure)."""
+    if floor["largest_noise"] > 0:
+        return ""
+    return (
+        f" (the control measured no noise at all: {floor['num_noise_samples']} gap moves, all 0, so this "
+        "engine's plain decoding does not depend on the batch shape; any divergence is then the spec-dec path's "
+        "own doing, a bug or logits that depend on how many tokens a step verifies (what the "
+        "verify_width_numerics bug class plants))"
+    )
 
 
 RULE = (f"FAIL if a divergence's margin exceeds {FACTOR:g} x the largest noise the control measured, or its "
