@@ -95,6 +95,10 @@ def _print_audit(summary: RunSummary, out) -> None:
     first = audit["first_divergence"]
     found = (f"first divergence: {first['task']} doc {first['doc_id']} at token {first['position']}" if first
              else "every audited twin identical")  # fmt: skip
+    # Outside float32 a plain engine may differ from a twin by rounding: each task's gate judged those divergences.
+    judged = [f"{name}: {t.lossless.numbers['audit_margins']}" for name, t in summary.tasks.items()
+              if t.lossless is not None and t.lossless.numbers.get("audit_margins")]  # fmt: skip
+    found += "".join(f"; {j}" for j in judged)
     print(f"twin audit (no spec worker): {audit['num_audited']} of {audit['planned']} planned documents ({docs}); "
           f"{found}; {audit['elapsed_s']:.1f} s", file=out)  # fmt: skip
 

@@ -145,3 +145,23 @@ def test_a_control_without_any_noise_fails_every_divergence_and_says_why():
     noisy = {**floor, "largest_noise": 0.01, "bound": 0.02}  # a control that measured some noise: no such note
     verdict, reason, _ = margin_verdict([{"doc_id": 1, "position": 2, "judged": 1.0}], 16, noisy, None)
     assert verdict == "FAIL" and "no noise at all" not in reason
+
+
+def test_an_audited_twin_that_differs_by_rounding_is_judged_by_its_margin():
+    """Outside float32 the twin audit's plain engine runs at another batch shape and may flip a near-tie: judged by
+    the margin against the control's bound (PASS, and said), FAIL beyond it."""
+    from specdec_eval.evals.gates.lossless import _apply_audit
+
+    def audit(judged: float) -> dict:
+        d = {"task": "t", "doc_id": 7, "position": 3, "margins": {"judged": judged, "margin": judged}}
+        return {"first_divergence": d, "divergences": [d], "num_audited": 4, "planned": 4,
+                "audited": [{"task": "t", "doc_id": i} for i in (1, 7, 9, 12)]}  # fmt: skip
+
+    floor = {"bound": 0.05}
+    near = {"verdict": "PASS", "reason": "every output identical to the baseline"}
+    _apply_audit(near, "t", audit(0.0156), "bfloat16", None, floor)
+    assert near["verdict"] == "PASS"
+    assert near["audit_margins"].startswith("1 of 4 audited twins differ") and "0.0156 within" in near["audit_margins"]
+    far = {"verdict": "PASS", "reason": "every output identical to the baseline"}
+    _apply_audit(far, "t", audit(0.9), "bfloat16", None, floor)
+    assert far["verdict"] == "FAIL" and "changes the target's own outputs" in far["reason"]

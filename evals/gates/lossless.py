@@ -42,6 +42,9 @@ class BaselineRef:
     kind: str  # "twin" | "separate" | "recorded" | "none" (a run with no lossless gate)
     audit: dict[str, Any] | None = None  # the twins' audit (kind "twin")
     checked: bool = False  # `--baseline RUN`: must pass baseline_problem first
+    # The noise-floor control's run folder when the caller made or found it (an endpoint's: keyed by the baseline
+    # server, which the spec-dec run's own identity cannot name); None: looked up from the run's identity.
+    control: str | None = None
 
 
 def apply_lossless_gate(summary: RunSummary, samples: list[dict], identity: EngineIdentity, out: str,
@@ -68,7 +71,7 @@ def evaluate_lossless(tasks: Iterable[str], samples: list[dict], identity: Engin
     tolerances = {r.task: (r.reference.entry.get("lossless_tolerance") if r.reference else None) for r in results}
     base_samples = base.samples()
     kind = baseline.kind if baseline.kind in BASELINE_KINDS else "recorded"
-    control = find_control(out, identity, options)
+    control = store.open_run(baseline.control) if baseline.control else find_control(out, identity, options)
     control_samples = control.samples() if control is not None else []
     for task, check in lossless_check(samples, base_samples, dtype).items():
         if tolerances.get(task) is not None and check["verdict"] == "UNCALIBRATED":
@@ -153,7 +156,9 @@ def _apply_audit(check: dict[str, Any], task: str, audit: dict[str, Any], dtype:
                                f"{worst['judged']:.3f} nats, beyond the control's noise bound {floor['bound']:.4f} "
                                f"({len(diverged)} of {len(mine)} audited twins differ)")  # fmt: skip
         else:
-            check["audit_margins"] = f"{len(diverged)} of {len(mine)} audited twins differ, all at near-ties"
+            check["audit_margins"] = (f"{len(diverged)} of {len(mine)} audited twins differ from a plain engine, "
+                                      f"all at near-ties (largest margin {worst['judged']:.4f} within the "
+                                      f"control's noise bound {floor['bound']:.4f})")  # fmt: skip
         return
     if tolerance is None:
         check["verdict"] = "UNCALIBRATED"

@@ -406,11 +406,12 @@ def run_endpoint(config, plan: RunPlan, baseline=None, progress_for=None) -> Run
     from ...workers.remote.endpoint import EndpointEngine
 
     if baseline is not None:
-        ensure_endpoint_control(baseline, plan, progress_for, _with_progress, run_evaluation, config.spec is not None)
+        control = ensure_endpoint_control(baseline, plan, progress_for, _with_progress, run_evaluation,
+                                          config.spec is not None)  # fmt: skip
         print("lossless gate: evaluating the baseline endpoint first", file=sys.stderr)
         base = EndpointEngine(baseline)
         summary = _with_progress(base, progress_for, lambda progress: run_evaluation(base, plan, progress))
-        made = BaselineRef(summary.run_dir, "separate")
+        made = BaselineRef(summary.run_dir, "separate", control=control)
         engine = EndpointEngine(config)
         return _with_progress(engine, progress_for, lambda progress: run_evaluation(engine, plan, progress, made))
     engine = EndpointEngine(config)

@@ -80,7 +80,8 @@ def lossless_gate(task: TaskSummary | Mapping[str, Any]) -> GateText | None:
     kind = ls.get("baseline_label") or "baseline"  # which kind of baseline the verdict rests on (runs since issue 24)
     base = f"{kind} {ls['baseline_run']}" if ls.get("baseline_run") else "the baseline"
     audit = ls.get("audit") if isinstance(ls.get("audit"), dict) else {}
-    if audit.get("first_divergence") and ls.get("reason"):  # the twins themselves are wrong: their count means nothing
+    # The twins themselves are wrong (their count means nothing), unless the audit's divergences were near-ties.
+    if audit.get("first_divergence") and ls.get("reason") and not ls.get("audit_margins"):
         return GateText(verdict, f"{verdict}: {ls['reason']}")
     if verdict in (PASS, FAIL) and isinstance(identical, int) and n:
         text = f"{verdict}, {identical}/{n} identical to {base}"
@@ -91,6 +92,8 @@ def lossless_gate(task: TaskSummary | Mapping[str, Any]) -> GateText | None:
             text += f"; first divergent: {shown}{more}"
         if ls.get("margin_rule") and ls.get("reason"):  # judged by margins against a control (evals/gates/margins.py)
             text += f"; {ls['reason']}"
+        if ls.get("audit_margins"):
+            text += f"; twin audit: {ls['audit_margins']}"
         return GateText(verdict, text)
     reason = ls.get("reason")
     return GateText(verdict, f"{verdict}: {reason}" if reason else verdict)
