@@ -1,7 +1,9 @@
 """Log-probabilities in OpenAI's two shapes, from what the engine recorded per output token (GenerationOutput.logprobs:
 [logprob, [[id, logprob], ...top k]]): /v1/completions' `{tokens, token_logprobs, top_logprobs, text_offset}` and
 /v1/chat/completions' `{content: [{token, logprob, bytes, top_logprobs: [...]}]}`. A token is shown as its own
-decoded text; `text_offset` counts characters of those texts from the start of the completion."""
+decoded text (or, when the request asks with vLLM's `return_tokens_as_token_ids`, as "token_id:N": byte tokens
+that are no whole UTF-8 character all print as U+FFFD, and a top_logprobs dict keyed by text would merge them);
+`text_offset` counts characters of those texts from the start of the completion."""
 
 from __future__ import annotations
 
@@ -9,33 +11,39 @@ from typing import Any
 
 from ..workers.interface import GenerationOutput
 
-
-def _piece(tokenizer: Any, token_id: int) -> str:
-    return tokenizer.decode([int(token_id)])
+TOKEN_ID_PREFIX = "token_id:"  # vLLM's name of a token under return_tokens_as_token_ids
 
 
-def completion_logprobs(output: GenerationOutput, tokenizer: Any) -> dict[str, Any] | None:
+def _namer(tokenizer: Any, as_ids: bool):
+    if as_ids:
+        return lambda token_id: f"{TOKEN_ID_PREFIX}{int(token_id)}"
+    return lambda token_id: tokenizer.decode([int(token_id)])
+
+
+def completion_logprobs(output: GenerationOutput, tokenizer: Any, as_ids: bool = False) -> dict[str, Any] | None:
     if output.logprobs is None:
         return None
-    tokens = [_piece(tokenizer, t) for t in output.token_ids[: len(output.logprobs)]]
+    name = _namer(tokenizer, as_ids)
+    tokens = [name(t) for t in output.token_ids[: len(output.logprobs)]]
     offsets, at = [], 0
-    for piece in tokens:
+    for t in output.token_ids[: len(output.logprobs)]:  # offsets count the completion's text, whatever the names
         offsets.append(at)
-        at += len(piece)
+        at += len(tokenizer.decode([int(t)]))
     return {
         "tokens": tokens,
         "token_logprobs": [rec[0] for rec in output.logprobs],
-        "top_logprobs": [{_piece(tokenizer, t): lp for t, lp in rec[1]} for rec in output.logprobs],
+        "top_logprobs": [{name(t): lp for t, lp in rec[1]} for rec in output.logprobs],
         "text_offset": offsets,
     }
 
 
-def chat_logprobs(output: GenerationOutput, tokenizer: Any) -> dict[str, Any] | None:
+def chat_logprobs(output: GenerationOutput, tokenizer: Any, as_ids: bool = False) -> dict[str, Any] | None:
     if output.logprobs is None:
         return None
+    name = _namer(tokenizer, as_ids)
 
     def entry(token_id: int, logprob: float) -> dict[str, Any]:
-        piece = _piece(tokenizer, token_id)
+        piece = name(token_id)
         return {"token": piece, "logprob": logprob, "bytes": list(piece.encode("utf-8"))}
 
     content = []

@@ -63,6 +63,7 @@ class Responder:
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
     tokenizer: Any = None  # renders tokens of the log-probabilities a request asked for (serve/logprobs.py)
+    token_ids_as_names: bool = False  # the request's return_tokens_as_token_ids: "token_id:N" in the logprobs
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -79,7 +80,9 @@ class Responder:
                 choice["message"] = {"role": "assistant", "content": out.text}
             else:
                 choice["text"] = out.text
-            logprobs = (chat_logprobs if self.chat else completion_logprobs)(out, self.tokenizer)
+            logprobs = (chat_logprobs if self.chat else completion_logprobs)(
+                out, self.tokenizer, self.token_ids_as_names
+            )
             choice.update(logprobs=logprobs, finish_reason=OPENAI_FINISH[out.finish_reason], stop_reason=reason,
                           token_ids=list(out.token_ids), prompt_token_ids=list(out.prompt_token_ids))  # fmt: skip
             choices.append(choice)

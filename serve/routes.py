@@ -93,7 +93,15 @@ async def _generate(request: Request, chat: bool) -> Response:
     tickets = [Ticket(p, engine_input.sampling, channel.poster(i), engine_input.default_max_tokens)
                for i, p in enumerate(engine_input.prompts)]  # fmt: skip
     state.loop.submit(tickets)
-    call = _Call(state, tickets, channel, Responder(chat, settings.model_name, tokenizer=state.tokenizer), engine_input)
+    call = _Call(
+        state,
+        tickets,
+        channel,
+        Responder(
+            chat, settings.model_name, tokenizer=state.tokenizer, token_ids_as_names=body.return_tokens_as_token_ids
+        ),
+        engine_input,
+    )
     watch = _DisconnectWatch(request)
     handed_over = False  # once the stream is returned, it aborts what is left when it ends
     try:

@@ -51,6 +51,8 @@ class _Generation(BaseModel):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
+    # vLLM's extension: logprobs name each token "token_id:N" instead of its text (two tokens can print alike)
+    return_tokens_as_token_ids: bool = False
 
     def refuse_unsupported(self) -> None:
         if self.n != 1:

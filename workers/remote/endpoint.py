@@ -53,6 +53,8 @@ from .response_acceptance import response_acceptance
 from .server_metrics import ResponseTally, ServerAcceptance
 
 PROBE_TIMEOUT_S = 30.0
+# Servers whose model card says they take vLLM's return_tokens_as_token_ids (logprobs then name token ids, not texts)
+NAMES_TOKENS_BY_ID = frozenset({"vllm", "specdec-eval"})
 
 
 def _not_a_server_body(record: logging.LogRecord) -> bool:
@@ -134,7 +136,9 @@ class EndpointEngine:
             if response.status_code in (401, 403):
                 raise UserError(self._refused(response))
             response.raise_for_status()
-            models = [m["id"] for m in response.json().get("data", []) if isinstance(m, dict) and "id" in m]
+            cards = [m for m in response.json().get("data", []) if isinstance(m, dict) and "id" in m]
+            models = [m["id"] for m in cards]
+            owners = {m["id"]: m.get("owned_by") for m in cards}
             server["server_header"] = response.headers.get("server")
         except (httpx.HTTPError, ValueError, AttributeError) as exc:
             reason = self._scrub(one_line(exc))
@@ -151,6 +155,8 @@ class EndpointEngine:
         elif models and served not in models:
             raise UserError(f"{self.url.public} does not serve {served!r} (it serves: {', '.join(models)})")
         server["version"] = self._version(client)
+        if models:
+            server["owned_by"] = owners.get(served)  # which server this is, as far as its model card says
         return served, server
 
     def _refused(self, response: httpx.Response) -> str:
@@ -277,7 +283,8 @@ class EndpointEngine:
         a server sends back, this returns: an answer that cannot be read is this request's recorded failure."""
         seed = params.seed if params.seed is not None else self.config.seed * 1_000_003 + index
         message, sent = self._message(prompt)
-        kwargs = gen_kwargs(params, None if params.greedy else seed, self.config.chat)
+        kwargs = gen_kwargs(params, None if params.greedy else seed, self.config.chat,
+                            token_ids=self.identity.server.get("owned_by") in NAMES_TOKENS_BY_ID)  # fmt: skip
 
         def send() -> dict[str, Any] | None:
             return self._backend.model_call(messages=[message], generate=True, gen_kwargs=kwargs)

@@ -5,7 +5,9 @@
 (vLLM, SGLang, trtllm-serve, llama.cpp's server, ours). /v1/chat/completions: choices[0].logprobs.content =
 [{token, logprob, top_logprobs: [{token, logprob}]}]. A server names tokens by their text, not their ids; `key`
 turns a token's text into a number (the local tokenizer's id when the text is exactly one token, else a negative
-hash), so records hold numbers only and equal texts compare equal on both sides of a divergence."""
+hash), so records hold numbers only and equal texts compare equal on both sides of a divergence. A server that
+names tokens "token_id:N" (vLLM's and ours, asked with `return_tokens_as_token_ids`) gives the ids themselves: byte
+tokens that print alike (U+FFFD) stay apart there, and only there."""
 
 from __future__ import annotations
 
@@ -13,12 +15,16 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
+TOKEN_ID_PREFIX = "token_id:"  # vLLM's return_tokens_as_token_ids names
+
 
 def token_key(tokenizer: Any) -> Callable[[str], int]:
     """text -> a number: the id of the one token that encodes and decodes back to it, else -(a 62-bit hash) - 1."""
     cache: dict[str, int] = {}
 
     def key(text: str) -> int:
+        if text.startswith(TOKEN_ID_PREFIX) and text[len(TOKEN_ID_PREFIX) :].isdigit():  # the server named the id
+            return int(text[len(TOKEN_ID_PREFIX) :])
         if text not in cache:
             ids = tokenizer.encode(text, add_special_tokens=False) if text else []
             if len(ids) == 1 and tokenizer.decode(ids) == text:

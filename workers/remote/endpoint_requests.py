@@ -29,12 +29,13 @@ ECHO_WINDOW = 12
 FAILED_FINISH_REASONS = {"abort", "aborted", "cancelled", "canceled", "error", "timeout"}
 
 
-def gen_kwargs(params: SamplingParams, seed: int | None, chat: bool = False) -> dict[str, Any]:
+def gen_kwargs(params: SamplingParams, seed: int | None, chat: bool = False, token_ids: bool = False) -> dict[str, Any]:
     """lm-eval's generation kwargs for one request: `until` and `max_gen_toks` are lm-eval's names (it turns them
     into `stop` and `max_tokens`); the others pass through into the payload unchanged. Only what differs from the
     API's defaults is sent, so a server that lacks an extension (top_k, ignore_eos) is not asked for it.
     Log-probabilities (params.logprobs) in the API's own shape: `logprobs: k` for completions, `logprobs: true`
-    with `top_logprobs: k` for chat."""
+    with `top_logprobs: k` for chat; `token_ids`: also vLLM's `return_tokens_as_token_ids` (only for a server known
+    to take it: a strict one refuses fields it does not know)."""
     kwargs: dict[str, Any] = {
         "until": list(params.stop),
         "max_gen_toks": params.max_new_tokens,
@@ -51,6 +52,8 @@ def gen_kwargs(params: SamplingParams, seed: int | None, chat: bool = False) -> 
         kwargs["ignore_eos"] = True  # vLLM / SGLang / TensorRT-LLM extension
     if params.logprobs is not None:
         kwargs.update({"logprobs": True, "top_logprobs": params.logprobs} if chat else {"logprobs": params.logprobs})
+        if token_ids:
+            kwargs["return_tokens_as_token_ids"] = True
     return kwargs
 
 
