@@ -165,3 +165,18 @@ def test_an_audited_twin_that_differs_by_rounding_is_judged_by_its_margin():
     far = {"verdict": "PASS", "reason": "every output identical to the baseline"}
     _apply_audit(far, "t", audit(0.9), "bfloat16", None, floor)
     assert far["verdict"] == "FAIL" and "changes the target's own outputs" in far["reason"]
+
+
+def test_a_baseline_whose_logprobs_contradict_its_token_is_never_a_near_tie():
+    """llama.cpp's plain server once emitted a token its own logprobs ranked 3.27 nats below the spec side's (both
+    sides agreed on that): a negative margin, which greedy decoding cannot give. Not a near-tie: cannot be judged."""
+    floor = {"bound": 0.5, "largest_noise": 0.25, "divergent": 1, "num_pairs": 32, "num_noise_samples": 1000}
+    odd = {"doc_id": 976, "position": 22, "margin": -3.26637, "reverse_margin": 3.343, "judged": -3.26637}
+    near = {"doc_id": 5, "position": 3, "margin": 0.1, "judged": 0.1}
+    verdict, reason, _ = margin_verdict([odd, near], 32, floor, None)
+    assert verdict == "UNCALIBRATED" and "doc 976 at token 22 (3.266 nats)" in reason
+    assert odd["class"] == "inconsistent" and near["class"] == "near-tie"
+    far = {"doc_id": 6, "position": 1, "margin": 2.0, "judged": 2.0}
+    assert margin_verdict([odd, far], 32, floor, None)[0] == "FAIL"  # a divergence beyond the bound still fails
+    tie = {"doc_id": 7, "position": 1, "margin": -0.00001, "judged": -0.00001}  # rounding of an exact tie
+    assert margin_verdict([tie], 32, floor, None)[0] == "PASS"

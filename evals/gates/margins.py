@@ -39,6 +39,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+CONSISTENCY_SLACK = 1e-3  # nats: stored logprobs are rounded to 5 decimals; below -this a margin contradicts greedy
 FACTOR = 2.0  # slack on the measured noise: a spec-dec step changes the shape differently than the control does
 ALPHA = 0.01  # the divergence-rate test's one-sided level
 MIN_NOISE_SAMPLES = 20  # fewer measured gap moves than this: no noise floor (the gate cannot judge)
@@ -211,6 +212,13 @@ def margin_verdict(divergences: list[dict[str, Any]], n: int, floor: dict[str, A
             )
         return "UNCALIBRATED", f"{d} of {n} differ and the margins cannot be judged ({missing}); {WHAT_TO_DO}", record
     y = floor["bound"]
+    # Under greedy decoding the baseline's token is its own argmax, so its margin is >= 0 (ties: 0). A negative one
+    # means its logprobs do not describe the choice it made (misaligned logprobs, or it did not decode greedily):
+    # that divergence cannot be judged, and is never counted as a near-tie.
+    inconsistent = [x for x in judged if x.get("margin", 0.0) < -CONSISTENCY_SLACK]
+    judged = [x for x in judged if x.get("margin", 0.0) >= -CONSISTENCY_SLACK]
+    for x in inconsistent:
+        x["class"] = "inconsistent"
     beyond = [x for x in judged if x["judged"] > y]
     for x in judged:  # "near-tie?": within the bound, but only a lower bound of the margin is known
         x["class"] = "beyond-noise" if x["judged"] > y else ("near-tie" if not x.get("lower_bound") else "near-tie?")
@@ -228,6 +236,14 @@ def margin_verdict(divergences: list[dict[str, Any]], n: int, floor: dict[str, A
     if p < ALPHA:
         return "FAIL", (f"{d} of {n} diverge, significantly more than the control's {floor['divergent']} of "
                         f"{floor['num_pairs']} (one-sided Fisher p = {p:.2g} < {ALPHA})"), record  # fmt: skip
+    if inconsistent:
+        docs = ", ".join(
+            f"doc {x['doc_id']} at token {x['position']} ({-x['margin']:.3f} nats)" for x in inconsistent[:5]
+        )
+        why = (f"{len(inconsistent)} of {d} divergences cannot be judged: the baseline emitted a token its own "
+               f"logprobs rank below the other side's ({docs}), so its logprobs do not describe its greedy choice "
+               f"(misaligned, or not greedy); the rest are within {measured}")  # fmt: skip
+        return "UNCALIBRATED", why, record
     unsure = sum(x["class"] == "near-tie?" for x in judged)
     largest = max(x["judged"] for x in judged)
     note = f", {unsure} of them only bounded below" if unsure else ""
