@@ -153,3 +153,13 @@ def test_lossless_names_its_baseline_kind_and_an_audit_failure_in_words():
     judged = {**twin, "reason": "every output identical to the baseline", "audit": audit, "audit_margins": near}
     text = lossless_gate({"lossless": judged}).text
     assert text.startswith("PASS, 10/10 identical to paired twin") and text.endswith(f"twin audit: {near}")
+
+
+def test_the_spec_method_is_named_for_local_and_endpoint_runs():
+    """A local engine records {algorithm, max_draft_len}; an endpoint its declared method's name (a llama.cpp run
+    declared `--spec ngram` once read "spec none" in the report)."""
+    from specdec_eval.results.report.text import spec_text
+
+    assert spec_text({"spec": {"algorithm": "eagle3", "max_draft_len": 3}}) == "eagle3 (K=3)"
+    assert spec_text({"spec": "ngram", "max_draft_len": 3}) == "ngram (K=3)"
+    assert spec_text({"spec": None, "max_draft_len": 0}) == "none" and spec_text({}) == "none"

@@ -87,7 +87,7 @@ def _runs_table(runs: list[RunData]) -> str:
         rows.append([
             _e(r.label), f"<code>{_e(r.run_id)}</code>", _badge(r.verdict), _e(commit_text(r.manifest)),
             _e(r.engine.get("model", _or(r.summary.model, "—"))),
-            _e(kv_text(r.engine.get("kv_cache", r.summary.kv_cache))), _e(spec_text(r.engine.get("spec"))),
+            _e(kv_text(r.engine.get("kv_cache", r.summary.kv_cache))), _e(spec_text(r.engine)),
             _e(r.manifest.get("world_size", _or(r.summary.world_size, "—"))), _e(device_text(r.manifest, r.engine)),
             _e(utc(r.manifest.get("started"))), _e(num(_or(r.summary.elapsed_s, r.manifest.get("elapsed_s")), 1)),
         ])  # fmt: skip

@@ -69,7 +69,7 @@ def render_markdown(runs: list[RunData]) -> str:
         world = r.manifest.get("world_size", _or(r.summary.world_size, "—"))
         lines.append(
             f"- {_md(r.label)} {_md(r.run_id)} **{_md(r.verdict)}**: model {_md(model)}, "
-            f"KV {_md(kv)}, spec {_md(spec_text(r.engine.get('spec')))}, world size {_md(world)}, "
+            f"KV {_md(kv)}, spec {_md(spec_text(r.engine))}, world size {_md(world)}, "
             f"commit {_md(commit_text(r.manifest))}"
         )
     lines += ["", *_scores(runs), "", "Gates:", "", *_gates(runs), ""]

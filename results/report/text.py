@@ -18,7 +18,13 @@ def num(v: Any, digits: int = 2) -> str:
     return str(v)
 
 
-def spec_text(spec: Any) -> str:
+def spec_text(engine: dict[str, Any]) -> str:
+    """The spec-dec method of a run's engine config: a local engine's {algorithm, max_draft_len}, or an endpoint's
+    declared method name with its max_draft_len beside it."""
+    spec = engine.get("spec")
+    if isinstance(spec, str) and spec:
+        k = engine.get("max_draft_len")
+        return f"{spec} (K={k})" if k else spec
     if not isinstance(spec, dict) or not spec:
         return "none"
     alg = spec.get("algorithm", "?")
