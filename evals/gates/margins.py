@@ -22,9 +22,11 @@ moved between the two runs. A numerics flip needs the gap to move by more than t
 THE RULE. float32 is exact (any divergence fails). Otherwise a task FAILs when (1) a divergence's judged margin,
 max(margin, -reverse), exceeds y (a lower bound that exceeds it counts), or (2) its divergence rate is above the
 control's by a one-sided Fisher exact test at ALPHA, or (3) a calibrated `lossless_tolerance` (a fraction) is
-exceeded. FALSE-FAIL RATE: if a clean run's gap moves are exchangeable with the control's N measured ones, a
-numerics divergence's margin exceeds the largest of them with probability <= 1 / (N + 1), so (1) falsely fails
-with probability <= d / (N + 1) for d divergences (FACTOR > 1 only lowers it, and leaves room for a spec-dec step's
+exceeded. A divergence whose baseline margin is negative (beyond rounding) contradicts the baseline's own greedy
+choice: it is "inconsistent", never a near-tie, and a task that would otherwise PASS cannot be judged.
+FALSE-FAIL RATE: if a clean run's gap moves are exchangeable with the control's N measured ones, a numerics
+divergence's margin exceeds the largest of them with probability <= 1 / (N + 1), so (1) falsely fails with
+probability <= d / (N + 1) for d divergences (FACTOR > 1 only lowers it, and leaves room for a spec-dec step's
 shape change being another than the control's); (2) falsely fails with probability <= ALPHA. Both are stated in
 each verdict. `tests/test_margins_rule.py` measures the rate by a seeded simulation.
 
