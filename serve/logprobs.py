@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..workers.interface import GenerationOutput
-
-TOKEN_ID_PREFIX = "token_id:"  # vLLM's name of a token under return_tokens_as_token_ids
+from ..workers.remote.endpoint_logprobs import TOKEN_ID_PREFIX
 
 
 def _namer(tokenizer: Any, as_ids: bool):
@@ -24,11 +23,13 @@ def completion_logprobs(output: GenerationOutput, tokenizer: Any, as_ids: bool =
     if output.logprobs is None:
         return None
     name = _namer(tokenizer, as_ids)
-    tokens = [name(t) for t in output.token_ids[: len(output.logprobs)]]
+    emitted = output.token_ids[: len(output.logprobs)]
+    texts = [tokenizer.decode([int(t)]) for t in emitted]
+    tokens = [name(t) for t in emitted] if as_ids else texts
     offsets, at = [], 0
-    for t in output.token_ids[: len(output.logprobs)]:  # offsets count the completion's text, whatever the names
+    for text in texts:  # offsets count the completion's text, whatever the tokens are named
         offsets.append(at)
-        at += len(tokenizer.decode([int(t)]))
+        at += len(text)
     return {
         "tokens": tokens,
         "token_logprobs": [rec[0] for rec in output.logprobs],

@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-TOKEN_ID_PREFIX = "token_id:"  # vLLM's return_tokens_as_token_ids names
+TOKEN_ID_PREFIX = "token_id:"  # vLLM's name of a token under return_tokens_as_token_ids (our serve names them so too)
 
 
 def token_key(tokenizer: Any) -> Callable[[str], int]:
