@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ..workers.errors import UserError
+from ..errors import UserError
 
 
 def ab(

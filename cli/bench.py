@@ -123,7 +123,7 @@ def bench(
       specdec-eval bench --spec eagle3 --prompts gsm8k --data-dir ../shared/data --estimate-only
       specdec-eval bench --verdict --spec eagle3 --docs 16 --data-dir ../shared/data
     """
-    from ..workers.errors import UserError
+    from ..errors import UserError
 
     common = dict(model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
                   decode_copy=decode_copy)  # fmt: skip

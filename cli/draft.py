@@ -65,8 +65,8 @@ def train(
       specdec-eval draft train --data-dir ../shared/data
       specdec-eval draft train --data-dir ../shared/data --num-prompts 32 --epochs 1 -o /tmp/head   # quick look
     """
+    from ..errors import UserError
     from ..evals.tasks.gsm8k import load_gsm8k_split
-    from ..workers.errors import UserError
     from ..workers.spec.train.trainer import train_draft
 
     if out.exists() and not out.is_dir():

@@ -34,7 +34,7 @@ def info(
 
     Example:  specdec-eval engine info --model smollm2 --device-memory 2GiB
     """
-    from ..workers.capacity import capacity_report
+    from ..workers.memory.capacity import capacity_report
 
     base = o.engine_config(
         model=model, dtype=dtype, device=device, device_memory=device_memory, block_size=block_size,

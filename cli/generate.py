@@ -10,9 +10,9 @@ from typing import Annotated
 
 import typer
 
+from ..errors import UserError
 from ..evals.tasks.data_check import decode_utf8
 from ..workers.config import SamplingParams
-from ..workers.errors import UserError
 from . import options as o
 from .progress import generation_progress
 
@@ -136,10 +136,10 @@ def generate(
     """  # fmt: skip
     from ..launch.dist import RankEnv, world_session
     from ..launch.layout import Layout
-    from ..workers.checkpoint import load_checkpoint
-    from ..workers.device import resolve_device
-    from ..workers.engine import Engine
+    from ..workers.engine.engine import Engine
     from ..workers.events import merge_event_files
+    from ..workers.loading.checkpoint import load_checkpoint
+    from ..workers.memory.device import resolve_device
 
     flags = engine_flags
     model, tp, events = flags["model"], flags["tp"], flags["events_path"]
@@ -162,7 +162,7 @@ def generate(
         )
     config = flags.config(events_path=_rank_events_path(events, tp))
     if config.spec is not None:  # a bad head folder: one line now, not a traceback from the engine build
-        from ..workers.checkpoint import preset_of
+        from ..workers.loading.checkpoint import preset_of
         from ..workers.spec.head_check import check_draft_model
 
         check_draft_model(config.spec, checkpoint.config, preset_of(checkpoint) or model)

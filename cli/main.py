@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from ..workers.errors import UserError
+from ..errors import UserError
 from . import ab, bench, draft, engine_info, generate, lm_eval_cmd, report, results_cmds, run, selftest, serve, waives
 
 app = typer.Typer(

@@ -1,4 +1,4 @@
-"""The bug-class matrix of `selftest --mutants` as a table (evals/pipeline/mutants.py builds it)."""
+"""The bug-class matrix of `selftest --mutants` as a table (evals/selftest/mutants.py builds it)."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from ..errors import UserError
 from ..workers.config import (
     DEVICES,
     DTYPES,
@@ -30,7 +31,6 @@ from ..workers.config import (
 )
 from ..workers.engine_options import ENGINE as ENGINE
 from ..workers.engine_options import ENGINE_OPTIONS, OPTIONS, EngineOption, from_options
-from ..workers.errors import UserError
 from ..workers.kv_cache import KV_CACHE_MANAGERS
 from ..workers.spec import SPEC_ALGORITHMS
 

@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
+from ..errors import UserError
 from ..results.atomic import atomic_write
 from ..results.printable import printable
 from ..results.store import DEFAULT_ROOT, Run, open_run, parse_run_id
-from ..workers.errors import UserError
 
 RUN_FILES = ("summary.json", "samples.parquet", "events.jsonl", "partial", ".lock")  # what only a run folder holds
 

@@ -9,13 +9,13 @@ from typing import Annotated, Any
 
 import typer
 
+from ..errors import UserError
 from ..results.compare import REGRESSION, compare_runs, render_compare
 from ..results.decide import apply_decision
 from ..results.decide import decide as decide_test
 from ..results.printable import printable
 from ..results.runs_table import format_tasks, runs_table
 from ..results.store import DEFAULT_ROOT, open_run
-from ..workers.errors import UserError
 
 Out = Annotated[
     Path | None,

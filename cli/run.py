@@ -10,9 +10,9 @@ from typing import Annotated, Literal
 
 import typer
 
+from ..errors import UserError
 from ..evals.tasks.registry import TASKS
 from ..launch.torchrun import TorchrunSpec
-from ..workers.errors import UserError
 from . import endpoint_options as eo
 from . import options as o
 from .generate import _rank_events_path
@@ -350,7 +350,7 @@ def check_draft_model(config) -> None:
     spec = config.spec
     if spec is None or (spec.draft_model in ("auto", "random") and spec.capture_layers is None):
         return
-    from ..workers.checkpoint import load_checkpoint, preset_of
+    from ..workers.loading.checkpoint import load_checkpoint, preset_of
     from ..workers.spec.head_check import check_draft_model as check
 
     checkpoint = load_checkpoint(config.model)

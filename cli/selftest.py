@@ -5,7 +5,7 @@ Default: the canary A/B. Side by side, on the same prompts: a fault-free run; th
 with the stale-state signature (a spec_state_leak event naming the fields, failed requests); and the guarded worker
 (`--spec-guard template`) under the same OOM, which must PASS with outputs identical to the fault-free run.
 
-`--mutants`: the bug-class matrix (evals/pipeline/mutants.py): every bug class through the default `run`, and which gate
+`--mutants`: the bug-class matrix (evals/selftest/mutants.py): every bug class through the default `run`, and which gate
 caught it, at which document, after how long."""
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def selftest(
         kv_cache = kv_cache or o.K.version  # the run's default
         _mutants(model, kv_cache, draft_len, device, device_memory, max_num_tokens, only, options, as_json)
         return
-    from ..workers.canary import run_canary
+    from ..evals.selftest.canary import run_canary
 
     model, kv_cache = model or "tiny", kv_cache or "v2"
     base = o.engine_config(
@@ -167,7 +167,7 @@ def _matrix_options(data_dir, limit, max_output_len, num_fewshot, no_reference):
 
 
 def _mutants(model, kv_cache, draft_len, device, device_memory, max_num_tokens, only, options, as_json) -> None:
-    from ..evals.pipeline.mutants import run_matrix, select_classes
+    from ..evals.selftest.mutants import run_matrix, select_classes
     from .mutants_print import print_matrix
 
     classes = select_classes(only)

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..errors import UserError
 from ..serve.defaults import (
     DEFAULT_GRACE_S,
     DEFAULT_HOST,
@@ -18,7 +19,6 @@ from ..serve.defaults import (
 )
 from ..serve.job_driver import API_KEY_ENV, JOB_DRIVER, serve_engine
 from ..workers.config import parse_bytes
-from ..workers.errors import UserError
 from . import options as o
 from .generate import _rank_events_path
 
@@ -140,7 +140,7 @@ def serve(
         return
     if tp not in (None, 1):
         raise UserError("--tp > 1 needs --gpus (one process per TP rank)")
-    from ..workers.engine import Engine
+    from ..workers.engine.engine import Engine
 
     engine = Engine(config)
     try:
@@ -157,7 +157,7 @@ def _serve_job(config, server: dict[str, Any], api_key: str | None, gpus: int, t
     from ..launch.layout import plan_layout
     from ..launch.serving import launch_serving
     from ..launch.torchrun import TorchrunSpec
-    from ..workers.checkpoint import load_checkpoint
+    from ..workers.loading.checkpoint import load_checkpoint
 
     device = resolve_job_device(config.device, gpus)
     cfg = load_checkpoint(config.model).config

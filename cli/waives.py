@@ -16,9 +16,9 @@ from typing import Annotated, Literal
 
 import typer
 
+from ..errors import UserError
 from ..results.printable import printable
 from ..results.waives import MARKERS, WaiveEntry, WaivesFile, check_one_line, edit_waives
-from ..workers.errors import UserError
 
 WaivesPath = Annotated[Path, typer.Option("--file", "-f", help="The waives file.", dir_okay=False)]
 GPU = Annotated[

@@ -18,7 +18,7 @@ from typing import Any
 import torch.distributed as dist
 
 from ..workers.config import SamplingParams
-from ..workers.engine import Engine, per_prompt
+from ..workers.engine.engine import Engine, per_prompt
 from ..workers.interface import (
     EngineIdentity,
     GenerateStats,
@@ -156,7 +156,7 @@ class ShardedEngine(ReplicaFront):
         sink: OutputSink | None = None,
         plain_sink: OutputSink | None = None,
     ) -> tuple[list[GenerationOutput], list[GenerationOutput]]:
-        """Paired decoding on every replica (workers/engine.py `generate_paired`)."""
+        """Paired decoding on every replica (workers/engine/engine.py `generate_paired`)."""
         spec, plain = self._generate("generate_paired", prompts, sampling, progress, (sink, plain_sink))
         return spec, plain
 

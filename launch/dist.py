@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..workers.parallel import TPGroup
+from ..workers.model.parallel import TPGroup
 from .layout import Layout
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserError
 from ..workers.config import EngineConfig
-from ..workers.errors import UserError
 from .layout import Layout
 from .torchrun import TorchrunSpec, start
 

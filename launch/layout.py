@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..workers.errors import UserError
+from ..errors import UserError
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..workers.errors import UserError
+from ..errors import UserError
 from .dist import RankEnv, world_session
 from .job import Job
 from .layout import plan_layout
@@ -28,8 +28,8 @@ def load_driver(name: str):
 
 
 def rank_main(job: Job, result_file: str | None, env: RankEnv) -> dict[str, Any] | None:
-    from ..workers.checkpoint import load_checkpoint
-    from ..workers.engine import Engine
+    from ..workers.engine.engine import Engine
+    from ..workers.loading.checkpoint import load_checkpoint
     from .dispatch import ShardedEngine, serve_forever
     from .serving import ShardedServingEngine, serve_steps_forever
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..workers.config import SamplingParams
-from ..workers.engine import Engine, per_prompt
+from ..workers.engine.engine import Engine, per_prompt
 from ..workers.interface import GenerationOutput, Prompt, RequestDelta
 from .dispatch import ReplicaFront, _broadcast, _gather
 from .dist import World

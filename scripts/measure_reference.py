@@ -19,7 +19,7 @@ from specdec_eval.evals.pipeline.evaluation import EvalOptions, evaluate
 from specdec_eval.evals.pipeline.resume import GenerationCache
 from specdec_eval.evals.tasks.registry import parse_tasks
 from specdec_eval.workers.config import EngineConfig, KVCacheConfig
-from specdec_eval.workers.engine import Engine
+from specdec_eval.workers.engine.engine import Engine
 
 
 def main() -> None:

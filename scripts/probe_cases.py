@@ -261,7 +261,7 @@ def _head(folder: Path, config: dict, weights: bytes, name: str = "model.safeten
 
 def _tiny_head_config() -> dict:
     """An Eagle3 head config.json shaped for the tiny preset (so only the tensors are wrong)."""
-    from specdec_eval.workers.presets import tiny_config
+    from specdec_eval.workers.loading.presets import tiny_config
 
     cfg = tiny_config().to_hf_dict()
     cfg.update(architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=1)

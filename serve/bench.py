@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    from ..workers.engine import Engine
+    from ..workers.engine.engine import Engine
 
     config = from_options(model=args.model, device=args.device, device_memory=args.device_memory,
                           kv_cache=args.kv_cache, spec=args.spec, max_batch_size=args.max_batch_size)  # fmt: skip
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
 if __name__ == "__main__":
     import sys
 
-    from ..workers.errors import UserError
+    from ..errors import UserError
 
     try:
         main()

@@ -15,8 +15,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from ..errors import UserError
 from ..workers.config import SamplingParams
-from ..workers.errors import UserError
 from ..workers.interface import Prompt, RequestDelta, ServingEngine
 from .errors import ApiError, bad_request, engine_failed, unavailable
 from .metrics import ServerMetrics

@@ -7,7 +7,7 @@ import hmac
 
 from fastapi import Request
 
-from ..workers.errors import UserError
+from ..errors import UserError
 from .errors import ApiError
 
 # An oversize body is still read (and thrown away) up to this much, so the client gets to see our 413 instead of

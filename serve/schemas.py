@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ..errors import UserError
 from ..workers.config import GREEDY_BELOW, MAX_LOGPROBS, SamplingParams
-from ..workers.errors import UserError
 from .errors import bad_request
 
 # OpenAI's defaults (not the engine's greedy default): a client that names no temperature samples.

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import uvicorn
 
 from .. import __version__
-from ..workers.errors import UserError
+from ..errors import UserError
 from ..workers.interface import ServingEngine
 from .app import ServerSettings, create_app
 from .defaults import BACKSTOP_S, DEFAULT_GRACE_S, DEFAULT_HOST, DEFAULT_PORT

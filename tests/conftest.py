@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
-from specdec_eval.workers.checkpoint import load_checkpoint
 from specdec_eval.workers.config import EngineConfig, KVCacheConfig
-from specdec_eval.workers.engine import Engine
+from specdec_eval.workers.engine.engine import Engine
+from specdec_eval.workers.loading.checkpoint import load_checkpoint
 
 # CPU budgets: plenty for the tests, cheap to allocate (the KV pool takes most of what weights leave).
 TEST_MEMORY = {"preset:tiny": 256 * 2**20}
@@ -63,7 +63,7 @@ def make_engine(shared, kv: str = "v1", tp=None, **overrides) -> Engine:
 @pytest.fixture(autouse=True)
 def _nothing_written_into_the_working_directory():
     """Tests write under tmp_path only: a `runs/` left in the working directory is picked up by the next run's
-    resume-by-default (issue 18, item 14). Fails the test that created anything there."""
+    resume-by-default. Fails the test that created anything there."""
     cwd = Path.cwd()
     before = set(os.listdir(cwd))
     yield

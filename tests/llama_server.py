@@ -50,7 +50,7 @@ def require_llama_cpp() -> None:
 
 
 def smollm2_gguf() -> Path:
-    from specdec_eval.workers.checkpoint import smollm2_path
+    from specdec_eval.workers.loading.checkpoint import smollm2_path
 
     return smollm2_path()
 

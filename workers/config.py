@@ -1,12 +1,12 @@
 """What the user asks an engine to do: configuration dataclasses. Each validates itself and raises `UserError`
-naming the bad value. The model's own shape is workers/model_config.py."""
+naming the bad value. The model's own shape is workers/loading/model_config.py."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
 
-from .errors import UserError
+from ..errors import UserError
 
 MAX_BYTES = 2**63  # sizes are int64 wherever torch and the OS count bytes
 
@@ -134,7 +134,7 @@ class EngineConfig:
     device_memory: int | None = None  # CPU: memory budget in bytes (default 8 GiB); CUDA: total, if capped
     spec: SpecConfig | None = None  # None: plain decoding
     seed: int = 0
-    inject: tuple[str, ...] = ()  # fault injection specs, see workers/faults.py
+    inject: tuple[str, ...] = ()  # fault injection specs, see workers/engine/faults.py
     max_retries: int = 2  # a request in a batch whose forward raised is recomputed at most this often
     # General warmup at the max shapes after the KV pool is sized: "on", "off", or "auto" (on for CUDA only:
     # on this CPU a 4096-token context forward costs seconds each start).
@@ -166,7 +166,7 @@ class EngineConfig:
         """Each --inject parses, and can fire in this configuration: a fault that never fires would make a run
         look as if the engine had survived it. (A fault scheduled past the run's last step cannot be known
         here.)"""
-        from .faults import SPEC_POINTS, FaultSpec  # late: faults.py imports torch
+        from .engine.faults import SPEC_POINTS, FaultSpec  # late: faults.py imports torch
 
         for text in self.inject:
             fault = FaultSpec.parse(text, self.seed)
@@ -183,7 +183,7 @@ class EngineConfig:
                                 "add --warmup on")  # fmt: skip
 
     def _runs_warmup(self) -> bool:
-        """Whether the engine will run the general warmup (workers/engine.py: on, or auto on CUDA)."""
+        """Whether the engine will run the general warmup (workers/engine/engine.py: on, or auto on CUDA)."""
         if self.warmup != "auto":
             return self.warmup == "on"
         if self.device != "auto":
@@ -235,7 +235,7 @@ class SamplingParams:
     ignore_eos: bool = False
     seed: int | None = None  # None: derived from the engine seed and the request index
     # Record each output token's log-probability and this many top alternatives (None: none; 0: the token's own
-    # only). Read from the logits the step already has; the tokens are the same either way (workers/sampling.py).
+    # only). Read from the logits the step already has; the tokens are the same either way (workers/engine/sampling.py).
     logprobs: int | None = None
 
     def __post_init__(self) -> None:

@@ -1,7 +1,7 @@
 """The engine options, listed once: every command's engine flags (cli/options.py builds them from this list),
 lm-eval's `--model_args` keys (evals/pipeline/lm_adapter.py) and the one builder of an EngineConfig from them,
 `from_options`. Each entry names the config field that holds its default, so no default is written twice and a
-flag cannot drift from the config (tests/test_option_list.py).
+flag cannot drift from the config (tests/workers/test_engine_option_list.py).
 
 Plain data, no CLI library: the name is the builder's keyword and every command's parameter, the flags, the value's
 type, the registry its choices come from, the parse that checks a value with a syntax of its own."""
@@ -14,6 +14,7 @@ from dataclasses import MISSING, dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
+from ..errors import UserError
 from .config import (
     DEVICES,
     DTYPES,
@@ -25,7 +26,6 @@ from .config import (
     parse_bytes,
     parse_capture_layers,
 )
-from .errors import UserError
 
 ENGINE, SPEC, FAULTS = "Engine", "Speculative decoding", "Faults"  # the groups of `--help`
 _OWNERS = MappingProxyType({"": EngineConfig, "kv_cache": KVCacheConfig, "spec": SpecConfig})
@@ -79,7 +79,7 @@ def _memory_size(text: str) -> None:
 
 
 def _fault_specs(texts: Sequence[str]) -> None:
-    from .faults import FaultSpec  # late: it imports torch
+    from .engine.faults import FaultSpec  # late: it imports torch
 
     for text in texts:
         FaultSpec.parse(text)
@@ -159,7 +159,7 @@ def from_options(**values: Any) -> EngineConfig:
     v = {name: option.default for name, option in OPTIONS.items()} | values
     spec_cfg = None
     if v["spec"] == "none" and v["inject"]:
-        from .faults import behaviour_faults  # late: faults.py imports torch
+        from .engine.faults import behaviour_faults  # late: faults.py imports torch
 
         bugs = behaviour_faults(v["inject"])
         if bugs:

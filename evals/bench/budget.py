@@ -13,11 +13,11 @@ import math
 
 import torch
 
-from ...workers.capacity import weights_bytes_estimate
 from ...workers.config import EngineConfig
-from ...workers.device import activation_estimate, resolve_device, resolve_dtype
 from ...workers.kv_cache.layout import size_kv_cache
-from ...workers.model_config import ModelConfig
+from ...workers.loading.model_config import ModelConfig
+from ...workers.memory.capacity import weights_bytes_estimate
+from ...workers.memory.device import activation_estimate, resolve_device, resolve_dtype
 
 ROUND_TO = 256 * 2**20
 DRAFT_HEAD_ALLOWANCE = 256 * 2**20  # an Eagle3 head is one decoder layer and a small LM head (~40 MB in fp32)

@@ -3,7 +3,7 @@ training distribution)."""
 
 from __future__ import annotations
 
-from ...workers.errors import UserError
+from ...errors import UserError
 
 # Varied, self-written prompts: instructions, arithmetic, code, lists, prose, of different lengths.
 BENCH_PROMPTS = [

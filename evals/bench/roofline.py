@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...workers.model_config import ModelConfig
+from ...workers.loading.model_config import ModelConfig
 from .hardware import HardwareLimits
 
 PREFILL_FORMULA = (

@@ -1,13 +1,13 @@
 """The sides `bench` compares, each a callable (prompt token ids, new tokens) -> Chunk: our engine, our engine with
 speculative decoding (same checkpoint and tokenizer), and Hugging Face transformers `generate` on the same weights
-(workers/hf_reference.py)."""
+(workers/loading/hf_reference.py)."""
 
 from __future__ import annotations
 
 import time
 
 from ...workers.config import EngineConfig, SamplingParams
-from ...workers.engine import Engine
+from ...workers.engine.engine import Engine
 from .speed import Chunk, Side
 
 
@@ -25,7 +25,7 @@ def engine_side(engine: Engine) -> Side:
 
 def hf_side(engine: Engine) -> Side:
     """HF `generate` on our engine's checkpoint, dtype and device; decode time from its first-token clock."""
-    from ...workers.hf_reference import FirstTokenClock, build_hf_model, hf_greedy
+    from ...workers.loading.hf_reference import FirstTokenClock, build_hf_model, hf_greedy
 
     hf = build_hf_model(engine.checkpoint, engine.dtype).to(engine.device)
     pad = engine.tokenizer.pad_token_id if engine.tokenizer.pad_token_id is not None else 0

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
+from ...errors import UserError
 from ...workers.config import EngineConfig
-from ...workers.errors import UserError
 from . import roofline
 from .budget import bench_device_memory
 from .estimate import ModelBytes, describe_duration, estimate_bench
@@ -237,8 +237,8 @@ def run_bench(
     prefill on our side only. An engine without a device memory budget gets what the plan needs
     (evals/bench/budget.py). Before the rounds it says how long they will take (evals/bench/estimate.py);
     estimate_only: stop there (the result then has the estimate and no rows)."""
-    from ...workers.checkpoint import load_checkpoint
-    from ...workers.tokenizer import encode_any
+    from ...workers.loading.checkpoint import load_checkpoint
+    from ...workers.loading.tokenizer import encode_any
     from .sides import build_sides
 
     say = log or (lambda _msg: None)

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...errors import UserError
 from ...results.run_summary import RunSummary
 from ...workers.config import EngineConfig
-from ...workers.errors import UserError
 from ..pipeline import orchestration as pipeline
 from ..pipeline.evaluation import EvalOptions
 from ..tasks.registry import parse_tasks, source_for
@@ -143,8 +143,8 @@ def _model_shape(config: EngineConfig) -> tuple[Any, int, Any]:
     """(model config, dtype bytes, device) of a run, without loading its weights."""
     import torch
 
-    from ...workers.checkpoint import load_checkpoint
-    from ...workers.device import resolve_device, resolve_dtype
+    from ...workers.loading.checkpoint import load_checkpoint
+    from ...workers.memory.device import resolve_device, resolve_dtype
 
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)

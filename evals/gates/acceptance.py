@@ -36,10 +36,10 @@ from typing import Any
 
 import yaml
 
+from ...errors import UserError
 from ...results import locks
 from ...results.run_summary import RunSummary, as_run_summary
 from ...results.store import atomic_write
-from ...workers.errors import UserError
 from ..tasks.registry import family_named
 from .references import REFERENCE_DIR, parse_yaml, read_yaml
 

@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ...errors import UserError
 from ...results import store
 from ...results.lossless import EXACT_DTYPES, lossless_check
 from ...results.run_summary import GateResult, RunSummary
-from ...workers.errors import UserError
 from ...workers.interface import EngineIdentity
 from ..pipeline.control import find_control
 from ..pipeline.evaluation import EvalOptions, TaskResult

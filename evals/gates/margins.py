@@ -28,7 +28,7 @@ FALSE-FAIL RATE: if a clean run's gap moves are exchangeable with the control's 
 divergence's margin exceeds the largest of them with probability <= 1 / (N + 1), so (1) falsely fails with
 probability <= d / (N + 1) for d divergences (FACTOR > 1 only lowers it, and leaves room for a spec-dec step's
 shape change being another than the control's); (2) falsely fails with probability <= ALPHA. Both are stated in
-each verdict. `tests/test_margins_rule.py` measures the rate by a seeded simulation.
+each verdict. `tests/evals/test_lossless_margin_rule.py` measures the rate by a seeded simulation.
 
 Pure functions on sample records (no torch): a record's "logprobs" is a list, per output token, of [logprob,
 [[token, logprob], ...top k], (token)]; the third element, when present, is the token as the server named it (an

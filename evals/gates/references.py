@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from ...workers.errors import UserError
+from ...errors import UserError
 from .hypothesis import HypothesisTest
 
 REFERENCE_DIR = Path(__file__).parents[1] / "references"

@@ -12,10 +12,10 @@ import sys
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ...errors import UserError
 from ...launch.torchrun import TorchrunSpec
 from ...results.run_summary import RunSummary
 from ...workers.config import EngineConfig
-from ...workers.errors import UserError
 from .backends import ProgressFor
 from .orchestration import (
     RunPlan,
@@ -43,7 +43,7 @@ class TorchrunBackend:
         Progress is rank 0's own (plain lines on the job's stderr)."""
         from ...launch.job import Job, launch, resolve_job_device
         from ...launch.layout import plan_layout
-        from ...workers.checkpoint import load_checkpoint
+        from ...workers.loading.checkpoint import load_checkpoint
 
         torchrun = self.torchrun
         device = resolve_job_device(self.config.device, torchrun.nproc_per_node)

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ...errors import UserError
 from ...results.run_summary import RunSummary
 from ...workers.config import EngineConfig
-from ...workers.errors import UserError
 
 if TYPE_CHECKING:
     from ...workers.remote.endpoint_config import EndpointConfig

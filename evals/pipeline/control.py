@@ -87,8 +87,8 @@ class ControlEngine:
 def ensure_local_control(config, plan, progress_for, with_progress, run_evaluation) -> str | None:
     """Decode the control of a local run unless it is recorded or not wanted; returns its run folder (None: none).
     The engine is freed before the caller builds the next one."""
-    from ...workers.device import dtype_name, resolve_device, resolve_dtype
-    from ...workers.engine import Engine, identity_of
+    from ...workers.engine.engine import Engine, identity_of
+    from ...workers.memory.device import dtype_name, resolve_device, resolve_dtype
 
     dtype = dtype_name(resolve_dtype(config.dtype, resolve_device(config.device)))
     if not wants_control(getattr(plan, "control", None), config.spec is not None, dtype):

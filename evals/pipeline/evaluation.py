@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from ...workers.errors import UserError  # noqa: E402
+from ...errors import UserError  # noqa: E402
 from ...workers.interface import InferenceEngine
 from ...workers.spec.metrics import run_acceptance
 from ...workers.spec.registry import spec_method

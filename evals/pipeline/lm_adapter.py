@@ -20,10 +20,10 @@ from typing import Any
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
+from ...errors import UserError
 from ...results.paired import first_divergence
 from ...workers.config import EngineConfig, SamplingParams, from_options
-from ...workers.engine import Engine
-from ...workers.errors import UserError
+from ...workers.engine.engine import Engine
 from ...workers.interface import GenerationOutput, InferenceEngine, OutputSink, Prompt
 from ..tasks.registry import task_for_lm_eval_name
 

@@ -19,14 +19,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ...errors import UserError
 from ...results import claims, store
 from ...results import manifest as mf
 from ...results.lossless import EXACT_DTYPES
 from ...results.run_summary import RunSummary
 from ...workers.config import EngineConfig
-from ...workers.engine import identity_of
-from ...workers.errors import UserError
-from ...workers.faults import behaviour_faults
+from ...workers.engine.engine import identity_of
+from ...workers.engine.faults import behaviour_faults
 from ...workers.interface import EngineIdentity, InferenceEngine, PairedEngine
 from ..gates.acceptance import load_acceptance_references
 from ..gates.baseline_check import baseline_problem
@@ -322,8 +322,8 @@ def run_with_baseline(config: EngineConfig, plan: RunPlan, progress_for=None, ba
     """One process. A spec-dec run whose baseline is not recorded gets it paired (one prefill), or with
     baseline="separate" as a run of its own first (reused by later runs); then the run.
     progress_for(): a context manager giving a progress callback, per evaluation."""
-    from ...workers.checkpoint import load_checkpoint
-    from ...workers.engine import Engine, build_target_model
+    from ...workers.engine.engine import Engine, build_target_model
+    from ...workers.loading.checkpoint import load_checkpoint
 
     check_named_baseline(config, plan)
     ensure_local_control(config, plan, progress_for, _with_progress, run_evaluation)
@@ -353,7 +353,7 @@ def _separate_baseline(config: EngineConfig, plan: RunPlan, progress_for) -> str
     import functools
     import gc
 
-    from ...workers.engine import Engine
+    from ...workers.engine.engine import Engine
 
     base = Engine(baseline_config(config))
     summary = _with_progress(base, progress_for, functools.partial(run_evaluation, base, plan))
@@ -371,7 +371,7 @@ def audit_config(config: EngineConfig, spec_engine, tokens: int | None = None, s
     already held on the device (a CPU budget counts them either way: the engine subtracts its weights from it)."""
     import torch
 
-    from ...workers.device import activation_estimate
+    from ...workers.memory.device import activation_estimate
 
     plain = replace(baseline_config(config), max_batch_size=1)
     block = spec_engine.kv_layout.block_size

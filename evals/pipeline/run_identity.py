@@ -11,7 +11,7 @@ from typing import Any
 from ...results import manifest as mf
 from ...results import store
 from ...workers.config import EngineConfig
-from ...workers.faults import behaviour_faults
+from ...workers.engine.faults import behaviour_faults
 from ...workers.interface import EngineIdentity, InferenceEngine
 from ...workers.spec.registry import spec_method
 from .evaluation import EvalOptions, model_key_for

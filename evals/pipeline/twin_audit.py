@@ -42,11 +42,11 @@ from typing import Any
 
 import torch
 
+from ...errors import UserError
 from ...results.lossless import EXACT_DTYPES
 from ...results.paired import first_divergence
-from ...workers.errors import UserError
 from ...workers.interface import EngineIdentity, GenerateStats, GenerationOutput, InferenceEngine, Prompt
-from ...workers.tokenizer import encode_any
+from ...workers.loading.tokenizer import encode_any
 from ..gates.margins import divergence_margin
 
 AUDIT_SHARE = 0.25

@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...workers.errors import UserError
+from ...errors import UserError
 
 DATA_ENV = "SPECDEC_EVAL_DATA"
 _TABLE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}

@@ -17,7 +17,7 @@ import io
 import json
 from pathlib import Path
 
-from ...workers.errors import UserError
+from ...errors import UserError
 
 
 def check_table(path: str | Path, builder: str, columns: tuple[str, ...]) -> int:

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from ...workers.errors import UserError
+from ...errors import UserError
 from .data import DataSource, data_root, hub_or_error
 from .data_check import check_csv_text, check_table, decode_utf8
 from .family import TaskFamily, TaskSpec

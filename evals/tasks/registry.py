@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from ...workers.errors import UserError
+from ...errors import UserError
 from . import gpqa, gsm8k
 from .data import DataSource
 from .family import TaskFamily, TaskSpec

@@ -39,7 +39,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...workers.errors import UserError
+from ...errors import UserError
 
 HOW = ("all", "first", "random")
 

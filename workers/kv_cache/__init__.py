@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from ..errors import UserError
+from ...errors import UserError
 from .layout import KVLayout, size_kv_cache
 from .manager import KVCacheManager
 from .pool import BlockPool, NoFreeBlocks, block_hash

@@ -10,9 +10,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ...errors import UserError
 from ..config import KVCacheConfig
-from ..errors import UserError
-from ..model_config import ModelConfig
+from ..loading.model_config import ModelConfig
 
 
 @dataclass(frozen=True)

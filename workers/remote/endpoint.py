@@ -25,8 +25,8 @@ from typing import Any
 
 import httpx
 
+from ...errors import UserError
 from ..config import SamplingParams
-from ..errors import UserError
 from ..events import EventLog
 from ..interface import (
     EngineIdentity,
@@ -36,7 +36,7 @@ from ..interface import (
     ProgressFn,
     Prompt,
 )
-from ..tokenizer import encode_any
+from ..loading.tokenizer import encode_any
 from .endpoint_config import EndpointConfig, EndpointURL, load_local_tokenizer
 from .endpoint_logprobs import parse_logprobs, token_key
 from .endpoint_requests import (

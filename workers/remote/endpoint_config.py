@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from ...errors import UserError
 from ..config import DTYPES
-from ..errors import UserError
 from ..kv_cache import KV_CACHE_MANAGERS
 from ..spec import SPEC_ALGORITHMS
 
@@ -143,7 +143,7 @@ def load_local_tokenizer(tokenizer: str | None, model: str | None) -> tuple[Any,
     """(tokenizer, where it came from). `tokenizer`: a Hugging Face folder, a tokenizer name already in the local
     cache (nothing is downloaded), or anything `--model` takes (a preset, a .gguf file or a folder holding one).
     Without it, the tokenizer of `model` (its GGUF or HF folder). Raises UserError when neither gives one."""
-    from ..checkpoint import load_checkpoint
+    from ..loading.checkpoint import load_checkpoint
 
     if tokenizer is None and model is None:
         raise UserError("an endpoint run needs a local tokenizer: pass --tokenizer (HF folder or name) or --model")

@@ -1,6 +1,6 @@
 """SpecWorkerBase: the exception-safe template every spec-dec worker inherits.
 
-A spec worker adds drafting to the engine step (workers/executor.py owns the step: target forward, verification,
+A spec worker adds drafting to the engine step (workers/engine/executor.py owns the step: target forward, verification,
 commit); it never runs the target itself. The failure this product exists to catch: a forward aborts half-way (a
 tolerated warmup OOM, a bad kernel) after the worker saved attention metadata for its draft loop; nobody restores
 it, and every later step dies at the "never restored" assertion ("Sampling failed"). Here `forward()` is a template
@@ -17,17 +17,17 @@ from dataclasses import dataclass
 
 import torch
 
-from ..attn_metadata import AttentionMetadata
 from ..config import SpecConfig
+from ..engine.attn_metadata import AttentionMetadata
+from ..engine.faults import FaultInjector
+from ..engine.scheduler import ScheduledRequest
 from ..events import EventLog
-from ..faults import FaultInjector
 from ..kv_cache.manager import KVCacheManager
-from ..layers.paged_kv import PagedKV
-from ..memory import MemoryBudget
-from ..model import CausalLM
-from ..model_config import ModelConfig
-from ..parallel import TPGroup
-from ..scheduler import ScheduledRequest
+from ..loading.model_config import ModelConfig
+from ..memory.budget import MemoryBudget
+from ..model.causal_lm import CausalLM
+from ..model.layers.paged_kv import PagedKV
+from ..model.parallel import TPGroup
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""Eagle3OneModelWorker: chain drafting for the one-model engine step (workers/executor.py runs the target forward,
-capturing the three layers this worker asks for, and verifies; then it calls `forward` here).
+"""Eagle3OneModelWorker: chain drafting for the one-model engine step (workers/engine/executor.py runs the target
+forward, capturing the three layers this worker asks for, and verifies; then it calls `forward` here).
 
 Per step (DESIGN.md "The engine", shared/reference/eagle3.md §5-7):
 1. save metadata; draft pass 0 over every position the target just processed (target features through `fc`, token
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..memory import draft_activation_bytes
+from ..memory.budget import draft_activation_bytes
 from .base import DraftBuild, DraftInput, SpecContext, SpecWorkerBase
 from .eagle3_head import Eagle3DraftModel, build_draft_model, resolve_draft_model
 

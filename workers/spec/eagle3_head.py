@@ -12,16 +12,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..attn_metadata import AttentionMetadata
-from ..errors import UserError
-from ..layers.attention import Attention
-from ..layers.linear import linear
-from ..layers.mlp import SwiGLU
-from ..layers.norm import RMSNorm
-from ..layers.paged_kv import LayerKV
-from ..layers.rotary import RotaryEmbedding
-from ..model_config import ModelConfig
-from ..parallel import TPGroup
+from ...errors import UserError
+from ..engine.attn_metadata import AttentionMetadata
+from ..loading.model_config import ModelConfig
+from ..model.layers.attention import Attention
+from ..model.layers.linear import linear
+from ..model.layers.mlp import SwiGLU
+from ..model.layers.norm import RMSNorm
+from ..model.layers.paged_kv import LayerKV
+from ..model.layers.rotary import RotaryEmbedding
+from ..model.parallel import TPGroup
 
 
 def default_capture_layers(num_layers: int) -> tuple[int, int, int]:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
+from ...errors import UserError
 from ..config import SpecConfig
-from ..errors import UserError
-from ..model_config import ModelConfig
+from ..loading.model_config import ModelConfig
 from .eagle3_head import Eagle3DraftModel, Eagle3HeadConfig, head_tensor_name, resolve_draft_model
 
 

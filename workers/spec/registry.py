@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UserError
+from ...errors import UserError
 
 if TYPE_CHECKING:
     from ..config import SpecConfig

@@ -3,7 +3,7 @@ many drafts are accepted and which token follows. Plain decoding is K = 0: no dr
 
 Greedy: a draft is accepted while it equals the target's argmax. Sampling: rejection sampling against a one-hot
 (argmax) draft, realised by coupling: the token at each position is the keyed sample of the target distribution
-(workers/sampling.py), and a draft is accepted exactly when it equals that sample. A draft d is then accepted with
+(engine/sampling.py), and a draft is accepted exactly when it equals that sample. A draft d is then accepted with
 probability p(d), and after a rejection the emitted token is distributed as p without d, renormalised: the
 textbook rule for a one-hot draft, so the target distribution is unchanged; and because the sample at a position
 does not depend on the draft, a spec-dec run emits exactly the tokens a plain run of the same seed samples."""
@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 
 from ..config import SamplingParams
-from ..parallel import TPGroup
-from ..sampling import keyed_sample
+from ..engine.sampling import keyed_sample
+from ..model.parallel import TPGroup
 
 
 def greedy_verify(logits: torch.Tensor, drafts: list[int]) -> list[int]:

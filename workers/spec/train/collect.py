@@ -20,7 +20,7 @@ LABEL_CHUNK = 256  # rows of full-vocabulary logits computed at a time (49k colu
 
 
 class FeatureRecorder:
-    """A FeatureTap (workers/executor.py): keeps fp16 features and int32 labels per request and position.
+    """A FeatureTap (workers/engine/executor.py): keeps fp16 features and int32 labels per request and position.
     A request recomputed after preemption records the same positions again; the last recording wins."""
 
     def __init__(self, capture_layers: tuple[int, ...]) -> None:

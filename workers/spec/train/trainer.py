@@ -108,7 +108,7 @@ class _Collected:
 
 
 def _collect(cfg: DraftTrainConfig, docs: list[dict], data_dir: Path, log: Log) -> _Collected:
-    from ...engine import Engine  # late: the engine pulls in transformers
+    from ...engine.engine import Engine  # late: the engine pulls in transformers
 
     engine = Engine(
         EngineConfig(

@@ -20,7 +20,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ...layers.rotary import apply_rotary
+from ...model.layers.rotary import apply_rotary
 from ..eagle3_head import Eagle3DraftModel
 
 STEP_WEIGHT = 0.8

@@ -1,0 +1,2 @@
+"""The harness's own self-test: the canary (canary.py: the unguarded engine must FAIL, the guarded one PASS) and the
+bug-class matrix of `selftest --mutants` (mutants.py: every planted bug class against every gate)."""

@@ -1,0 +1,179 @@
+"""The bug-class matrix behind `specdec-eval selftest --mutants`: what this tool catches.
+
+Each bug class of spec-dec engines (planted as a behaviour fault, workers/engine/faults.py, or the seed's unrestored
+metadata) runs through the default `run` configuration: `run_with_baseline` with its paired baseline, early stop
+on, a seeded random GSM8K subset, each class in a fresh runs folder (nothing reused between classes). The engine
+without any mutation runs the same way and must PASS every gate. A class that changes outputs counts as caught only
+when the lossless gate FAILs it (acceptance catching it is luck: a collapsed acceptance is a symptom of some bugs,
+of no others); a class that changes no output is caught by the events gate. The sampling class runs GSM8K at
+temperature > 0 (`gsm8k_sampled`), with an unmutated sampled run beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ...errors import UserError
+from ...results.run_summary import GateResult, RunSummary, TaskSummary, as_run_summary
+from ...workers.config import EngineConfig
+from ..pipeline.evaluation import EvalOptions
+from ..pipeline.orchestration import RunPlan, run_with_baseline
+from ..tasks.registry import TASKS
+
+GATES = ("accuracy", "lossless", "acceptance", "events")
+
+
+@dataclass(frozen=True)
+class BugClass:
+    name: str
+    what: str  # one line, for the matrix
+    inject: tuple[str, ...] = ()
+    guard: str = "template"
+    warmup: str | None = None  # the general warmup must run for a warmup fault to fire
+    sampled: bool = False  # evaluated at temperature > 0 (gsm8k_sampled)
+    catcher: str | None = "lossless"  # the gate that must FAIL it; None: the unmutated engine, which must PASS
+
+    @property
+    def is_clean(self) -> bool:
+        return self.catcher is None
+
+
+CLEAN = BugClass("unmutated", "the engine as it is: every gate must PASS", catcher=None)
+CLEAN_SAMPLED = BugClass("unmutated, sampled", "the same at temperature > 0", sampled=True, catcher=None)
+BUG_CLASSES = (
+    BugClass("emit_rejected_draft", "verification emits a rejected draft once", ("emit_rejected_draft",)),
+    BugClass("draft_kv_into_target", "the draft layer writes into the target's last KV layer (vLLM #25406)",
+             ("draft_kv_into_target",)),
+    BugClass("spec_alters_target", "the capture rounds the target's residual stream while a spec worker is attached",
+             ("spec_alters_target",)),
+    BugClass("rewind_keeps_rejected", "a rejected draft's KV is kept as committed", ("rewind_keeps_rejected",)),
+    BugClass("accept_off_by_one", "one draft more is accepted than verified", ("accept_off_by_one",)),
+    BugClass("sample_key_shift", "at temperature > 0 position p is sampled with p+1's key", ("sample_key_shift",),
+             sampled=True),
+    BugClass("verify_width_numerics", "logits depend on the verify width (1 vs K+1)", ("verify_width_numerics",)),
+    BugClass("unrestored_metadata", "the seed: --spec-guard none, a tolerated warmup OOM leaves draft metadata saved",
+             ("warmup_oom",), guard="none", warmup="on", catcher="events"),
+)  # fmt: skip
+CLASS_NAMES = tuple(b.name for b in BUG_CLASSES)
+
+
+def select_classes(only: Sequence[str] | None) -> list[BugClass]:
+    """The matrix's rows: the unmutated runs (the sampled one only when a sampled class runs), then the classes
+    asked for (all by default)."""
+    names = [n.strip() for item in only or () for n in item.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CLASS_NAMES]
+    if unknown:
+        raise UserError(f"--only: unknown bug class {', '.join(unknown)} (known: {', '.join(CLASS_NAMES)})")
+    classes = [b for b in BUG_CLASSES if not names or b.name in names]
+    return [CLEAN] + ([CLEAN_SAMPLED] if any(b.sampled for b in classes) else []) + classes
+
+
+def mutant_config(base: EngineConfig, bug: BugClass) -> EngineConfig:
+    """The run's engine configuration with the class planted."""
+    if base.spec is None:
+        raise UserError("the bug-class matrix needs a spec-dec engine (--spec eagle3)")
+    return replace(base, inject=tuple(base.inject) + bug.inject, spec=replace(base.spec, guard=bug.guard),
+                   warmup=bug.warmup or base.warmup)  # fmt: skip
+
+
+def matrix_options(base: EvalOptions, bug: BugClass) -> EvalOptions:
+    """The default run's evaluation: a seeded random subset in a seeded random order, early stop on; GSM8K sampled
+    at temperature > 0 for the sampling classes."""
+    tasks = [TASKS["gsm8k_sampled"] if bug.sampled else TASKS["gsm8k"]]
+    return replace(base, tasks=tasks, sample="random", early_stop=True)
+
+
+def run_matrix(
+    config: EngineConfig,
+    options: EvalOptions,
+    classes: Sequence[BugClass],
+    note: Callable[[str], None] = lambda line: None,
+    workdir: str | None = None,
+) -> dict[str, Any]:
+    """Every class through `run_with_baseline`, each in a fresh runs folder; returns the matrix (JSON-ready)."""
+    rows = []
+    for i, bug in enumerate(classes, 1):
+        note(f"[{i}/{len(classes)}] {bug.name}: {bug.what}")
+        with tempfile.TemporaryDirectory(prefix=f"mutant-{bug.name.split(',')[0]}-", dir=workdir) as out:
+            plan = RunPlan(matrix_options(options, bug), out=out, resume=False)
+            started = time.perf_counter()
+            summary = run_with_baseline(mutant_config(config, bug), plan, baseline="paired")
+            row = judge(bug, summary, time.perf_counter() - started, _evaluation_order(summary))
+        cells = ", ".join(f"{gate} {_brief(cell)}" for gate, cell in row["cells"].items())
+        note(f"[{i}/{len(classes)}] {bug.name}: {row['result']} ({row['elapsed_s']:.0f} s; {cells})")
+        rows.append(row)
+    ok = all(r["result"] in ("caught", "PASS") for r in rows)
+    return {"ok": ok, "model": config.model, "limit": options.limit, "rows": rows, "gates": list(GATES)}
+
+
+def _brief(cell: dict[str, Any]) -> str:
+    return f"FAIL at doc {cell['doc']}" if cell["verdict"] == "FAIL" else cell["verdict"]
+
+
+def _evaluation_order(summary: RunSummary) -> list[Any]:
+    """The documents of the run's task in the order it evaluated them (from its manifest)."""
+    manifest = json.loads((Path(summary.run_dir) / "manifest.json").read_text())
+    orders = manifest.get("orders") or {}
+    return next(iter(orders.values()), {}).get("order") or []
+
+
+def judge(bug: BugClass, summary: RunSummary | Mapping[str, Any], elapsed: float, order: list[Any]) -> dict[str, Any]:
+    """One row: each gate's cell (FAIL with the document and the time, PASS, or "-" where it could not decide) and
+    the row's result: a class is "caught" only by its own gate, and the unmutated engine must PASS every gate."""
+    summary = as_run_summary(summary)
+    (task,) = summary.tasks.values()
+    cells = {gate: _cell(gate, summary, task, elapsed, order) for gate in GATES}
+    if bug.is_clean:
+        result = "FALSE FAIL" if any(c["verdict"] == "FAIL" for c in cells.values()) else "PASS"
+    else:
+        result = "caught" if cells[bug.catcher]["verdict"] == "FAIL" else "MISSED"
+    return {"class": bug.name, "what": bug.what, "catcher": bug.catcher, "result": result, "cells": cells,
+            "elapsed_s": round(elapsed, 1), "documents": task.num_samples, "of": len(order) or task.num_samples,
+            "fired_in_steps": summary.events.get("fault_injected", 0),
+            "never_fired": list(summary.faults_never_fired or [])}  # fmt: skip
+
+
+def _cell(gate: str, summary: RunSummary, task: TaskSummary, elapsed: float, order: list[Any]) -> dict:
+    verdict, docs = _verdict(gate, summary, task), []
+    if verdict != "FAIL":
+        return {"verdict": verdict}
+    stopped = task.stopped or {}
+    if gate == "lossless":  # the spec-dec outputs' divergences from the twins, or the twins' audit's
+        audited = ((summary.baseline or {}).get("audit") or {}).get("first_divergence")
+        found = task.lossless.numbers if task.lossless else {}
+        docs = [d["doc_id"] for d in found.get("divergences") or []] + ([audited["doc_id"]] if audited else [])
+    positions = sorted(order.index(d) + 1 for d in docs if d in order)
+    doc = positions[0] if positions else (stopped.get("n") if stopped.get("gate") == gate else task.num_samples)
+    return {"verdict": "FAIL", "doc": doc, "seconds": round(elapsed, 1), "reason": _reason(gate, summary, task)}
+
+
+def _gate(gate: str, task: TaskSummary) -> GateResult | None:
+    return task.lossless if gate == "lossless" else task.acceptance_gate
+
+
+def _verdict(gate: str, summary: RunSummary, task: TaskSummary) -> str:
+    """FAIL, PASS, or "-" (the gate could not decide in this run: no reference, no baseline)."""
+    if gate == "events":
+        return "FAIL" if summary.failing_events else "PASS"
+    if gate == "accuracy":
+        return task.verdict if task.verdict in ("PASS", "FAIL") else "-"
+    found = _gate(gate, task)
+    stopped = task.stopped or {}
+    if stopped.get("gate") == gate and stopped.get("verdict") == "FAIL":
+        return "FAIL"
+    return found.verdict if found is not None and found.verdict in ("PASS", "FAIL") else "-"
+
+
+def _reason(gate: str, summary: RunSummary, task: TaskSummary) -> str:
+    if gate == "events":
+        return ", ".join(f"{n} {t}" for t, n in summary.events.items() if t in ("spec_state_leak", "request_failed"))
+    if gate == "accuracy":
+        return task.report.splitlines()[-1] if task.report else ""
+    found = _gate(gate, task)
+    return (found.reason if found is not None else "") or (task.stopped or {}).get("reason", "")

@@ -1,0 +1,47 @@
+"""The noise-floor control's identity (evals/pipeline/control.py): the run a control engine records is the one the
+lossless gate looks up for a spec-dec run of the same configuration, never a baseline, and made only outside
+float32 unless asked for."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from specdec_eval.evals.pipeline.control import ControlEngine, candidate_shapes, control_identity, wants_control
+from specdec_eval.evals.pipeline.evaluation import EvalOptions
+from specdec_eval.evals.pipeline.run_identity import baseline_config, baseline_identity, run_key
+from specdec_eval.evals.tasks.registry import parse_tasks
+from specdec_eval.workers.config import from_options
+from specdec_eval.workers.engine.engine import identity_of
+
+
+class _Fake:
+    def __init__(self, identity):
+        self.identity = identity
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def test_the_control_engine_records_what_the_gate_looks_up():
+    options = EvalOptions(tasks=parse_tasks(["gsm8k"]), limit=32, sample="random")
+    bug = ("emit_rejected_draft",)
+    spec = from_options(model="tiny", dtype="bfloat16", spec="eagle3", max_batch_size=64, inject=bug)
+    (shape,) = candidate_shapes(identity_of(spec))
+    assert shape == {"max_batch_size": 1}
+    plain = replace(baseline_config(spec), max_batch_size=1)
+    engine = ControlEngine(_Fake(identity_of(plain)), shape)
+    wanted = control_identity(identity_of(spec), shape)
+    assert run_key(engine.identity, options) == run_key(wanted, options)
+    assert run_key(wanted, options) != run_key(baseline_identity(identity_of(spec)), options)  # never a baseline
+    assert run_key(wanted, options) != run_key(identity_of(plain), options)  # nor a plain run at batch size 1
+    engine.close()  # everything but the identity is the wrapped engine's
+    assert engine._engine.closed
+    one = from_options(model="tiny", dtype="bfloat16", spec="eagle3", max_batch_size=1)
+    assert candidate_shapes(identity_of(one)) == [{"max_batch_size": 2}]
+
+
+def test_made_outside_float32_unless_asked():
+    assert wants_control(None, True, "bfloat16") and wants_control(None, True, "float16")
+    assert not wants_control(None, True, "float32") and not wants_control(None, False, "bfloat16")
+    assert wants_control(True, True, "float32") and not wants_control(False, True, "bfloat16")

@@ -1,0 +1,81 @@
+"""The sequential A/B controller (evals/sequential/ab.py): pairs two sides' progress along the seeded order, feeds
+the discordant pairs to the SPRT, and stops both sides when it decides."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from specdec_eval.evals.sequential.ab import SideProgress, discordant_in_order, watch
+from specdec_eval.evals.sequential.paired import PairedSequentialDesign
+
+
+def _write(side: SideProgress, scores: list[float], task: str = "gsm8k", start: int = 0) -> None:
+    with side.progress_file.open("a") as f:
+        for i, s in enumerate(scores, start):
+            f.write(json.dumps({"task": task, "position": i, "score": s}) + "\n")
+
+
+def test_discordant_pairs_follow_the_common_prefix_of_the_order():
+    a = {("t", 0): 100.0, ("t", 1): 0.0, ("t", 2): 50.0, ("t", 4): 0.0}
+    b = {("t", 0): 0.0, ("t", 1): 0.0, ("t", 2): 100.0, ("t", 3): 0.0, ("t", 4): 100.0}
+    assert discordant_in_order(a, b) == [False, True]  # position 3 is missing on A: the prefix ends there
+
+
+def test_a_clearly_worse_b_is_decided_and_both_sides_are_told_to_stop(tmp_path):
+    sides = {n: SideProgress(tmp_path / f"side-{n}.stop") for n in "AB"}
+    _write(sides["A"], [100.0] * 40)
+    _write(sides["B"], [0.0] * 40)
+    record = watch(sides, PairedSequentialDesign(), lambda: True, poll_s=0)
+    assert record["verdict"] == "B-WORSE" and record["stopped_sides"]
+    assert all(s.stop_file.exists() and "B-WORSE" in s.stop_file.read_text() for s in sides.values())
+    assert record["discordant_pairs"] < 40
+
+
+def test_sides_that_end_undecided_get_the_final_verdict(tmp_path):
+    sides = {n: SideProgress(tmp_path / f"side-{n}.stop") for n in "AB"}
+    _write(sides["A"], [100.0, 0.0, 100.0])
+    _write(sides["B"], [0.0, 100.0, 100.0])
+    record = watch(sides, PairedSequentialDesign(), lambda: False, poll_s=0)
+    assert record["verdict"] == "NO-DIFFERENCE" and not record["stopped_sides"]
+    assert not any(s.stop_file.exists() for s in sides.values())
+
+
+@pytest.mark.slow
+def test_ab_early_stop_end_to_end_on_one_commit(tmp_path):
+    """Two sides of the same commit never disagree: the controller lets them finish and reports no difference."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", str(__import__("pathlib").Path(__file__).resolve().parents[2]), str(repo)],
+                   check=True)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "specdec_eval.cli.main",
+        "ab",
+        "HEAD",
+        "HEAD",
+        "--repo",
+        str(repo),
+        "--early-stop",
+        "--early-stop-batch",
+        "2",
+        "--out",
+        str(tmp_path / "runs"),
+        "--",
+        "--model",
+        "tiny",
+        "--tasks",
+        "gsm8k_smoke",
+        "--limit",
+        "4",
+        "--max-output-len",
+        "8",
+        "--no-reference",
+        "--device-memory",
+        "256MiB",
+    ]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "sequential A/B: NO-DIFFERENCE after 0 discordant pairs (both sides ran to the end)" in p.stdout

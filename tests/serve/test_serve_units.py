@@ -1,0 +1,107 @@
+"""The server's pure parts: streamed text that adds up to the final answer, request fields into SamplingParams, and
+the Prometheus exposition of the spec-decode counters as workers/remote/server_metric_formats.py reads it."""
+
+from __future__ import annotations
+
+import pytest
+from specdec_eval.serve.errors import ApiError
+from specdec_eval.serve.metrics import ServerMetrics
+from specdec_eval.serve.schemas import ChatRequest, CompletionRequest, chat_input, completion_input, parse_body
+from specdec_eval.serve.streaming import TextStream, _safe_prefix
+from specdec_eval.workers.loading.presets import tiny_tokenizer
+from specdec_eval.workers.remote.server_metric_formats import parse_prometheus
+from specdec_eval.workers.spec.metrics import AcceptanceStats
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()  # byte-level: a multi-byte character takes several tokens
+
+
+def test_streamed_pieces_add_up_and_never_split_a_character(tok):
+    text = "héllo wörld, 3 € ✓ — done"
+    ids = tok.encode(text, add_special_tokens=False)
+    assert len(ids) > len(text)  # é, ö, €, ✓, — are 2-3 tokens each
+    stream = TextStream(tok)
+    pieces = [stream.add([t]) for t in ids]
+    assert all("\ufffd" not in p for p in pieces)
+    assert "".join(pieces) + stream.finish(text) == text
+
+
+def test_a_possible_stop_string_is_held_back_until_it_is_settled(tok):
+    stream = TextStream(tok, stop=("\n\n", "END"))
+    assert stream.add(tok.encode("ab\n", add_special_tokens=False)) == "ab"  # "\n" may begin "\n\n"
+    assert stream.add(tok.encode("c", add_special_tokens=False)) == "\nc"
+    assert stream.add(tok.encode("EN", add_special_tokens=False)) == ""
+    assert stream.finish("ab\nc") == ""  # the engine stopped at "END": nothing of it was sent
+    assert _safe_prefix("x END y", ("END",)) == "x "
+    assert _safe_prefix("xE", ("END", "Ex")) == "x"
+
+
+def test_completion_fields_become_sampling_params():
+    req = parse_body(b'{"prompt": "hi", "stop": "##", "top_k": -1, "seed": 5}', CompletionRequest)
+    engine_input = completion_input(req, vocab_size=320)
+    s = engine_input.sampling
+    assert engine_input.prompts == ["hi"] and not engine_input.default_max_tokens
+    # OpenAI's defaults: 16 tokens, temperature 1
+    assert (s.max_new_tokens, s.temperature, s.top_k, s.stop, s.seed) == (16, 1.0, 0, ("##",), 5)
+    assert completion_input(parse_body(b'{"prompt": [[1, 2], [3]]}', CompletionRequest), 320).prompts == [[1, 2], [3]]
+    unseeded = completion_input(parse_body(b'{"prompt": "a"}', CompletionRequest), 320).sampling
+    assert unseeded.seed is not None  # a fresh sample per request, not the engine's one default seed
+    greedy = completion_input(parse_body(b'{"prompt": "a", "temperature": 0}', CompletionRequest), 320).sampling
+    assert greedy.greedy and greedy.seed is None
+
+
+def test_chat_fields_and_default_length():
+    body = (
+        b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}'
+    )
+    engine_input = chat_input(parse_body(body, ChatRequest))
+    assert engine_input.prompts == [[{"role": "user", "content": "ab"}]] and engine_input.default_max_tokens
+    limited = chat_input(parse_body(b'{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 7}',
+                                    ChatRequest))  # fmt: skip
+    assert limited.sampling.max_new_tokens == 7 and not limited.default_max_tokens
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        (b"{nope", "not valid JSON"),
+        (b'"a string"', "JSON object"),
+        (b'{"prompt": "a", "temperature": -1}', "temperature must be >= 0"),
+        (b'{"prompt": "a", "top_p": 2}', "top-p must be in (0, 1]"),
+        (b'{"prompt": "a", "n": 3}', "n must be 1"),
+        (b'{"prompt": "a", "echo": true}', "echo"),
+        (b'{"prompt": "a", "seed": 99999999999999999999}', "64 signed bits"),
+        (b'{"prompt": "a", "max_tokens": "many"}', "max_tokens"),
+        (b'{"prompt": [5, 400]}', "outside the vocabulary"),
+    ],
+)
+def test_bad_fields_are_400s_that_name_the_problem(body, words):
+    with pytest.raises(ApiError) as caught:
+        completion_input(parse_body(body, CompletionRequest), vocab_size=320)
+    assert caught.value.status == 400 and words in caught.value.message
+
+
+@pytest.mark.parametrize("temperature, greedy", [(0, True), (1e-40, True), (9.9e-6, True), (1e-5, False), (0.7, False)])
+def test_temperatures_below_1e_5_decode_greedily(temperature, greedy):
+    """The rule (workers.config.GREEDY_BELOW): a temperature in (0, 1e-5) is temperature 0, as vLLM's; greedy takes no
+    seed."""
+    body = f'{{"prompt": "a", "temperature": {temperature!r}}}'.encode()
+    sampling = completion_input(parse_body(body, CompletionRequest), vocab_size=320).sampling
+    assert sampling.greedy is greedy and (sampling.seed is None) is greedy
+    assert sampling.temperature == (0.0 if greedy else temperature)
+
+
+def test_spec_decode_counters_read_back_as_vllm_names():
+    metrics = ServerMetrics("served", spec_decoding=True)
+    early = AcceptanceStats(3, 10, 30, 12, [6, 4, 2])
+    late = AcceptanceStats(3, 110, 330, 192, [86, 64, 42])
+    for stats in (early, late):  # cumulative engine counters: the exported ones follow them
+        metrics._sync_acceptance(stats.to_dict())
+    text = metrics.render().decode()
+    assert 'vllm:spec_decode_num_drafts_total{model_name="served"} 110.0' in text
+    counters = parse_prometheus(text, model="served")
+    assert (counters.cycles, counters.draft_tokens, counters.accepted) == (110, 330, 192)
+    assert counters.accepted_per_pos == {0: 86, 1: 64, 2: 42}
+    assert parse_prometheus(ServerMetrics("served", spec_decoding=False).render().decode()) is None

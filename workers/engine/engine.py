@@ -1,0 +1,400 @@
+"""The local engine: `Engine(config)`, an `InferenceEngine` (workers/interface.py).
+
+Two ways in, one loop: `add_request` / `step` / `abort` (what a server drives, so a request that arrives while
+others decode joins the running batch at the next step, like vLLM's engine core), and `generate(prompts)`, a thin
+loop over them that returns outputs in prompt order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+import torch
+
+from ...errors import UserError
+from ..config import EngineConfig, SamplingParams
+from ..events import EventLog
+from ..interface import (
+    EngineIdentity,
+    GenerateStats,
+    GenerationOutput,
+    OutputSink,
+    ProgressFn,
+    Prompt,
+    RequestDelta,
+)
+from ..kv_cache import make_kv_cache_manager
+from ..kv_cache.layout import KVLayout
+from ..loading.checkpoint import Checkpoint, load_checkpoint, preset_of
+from ..loading.tokenizer import encode_any, eos_token_ids
+from ..memory.budget import MemoryBudget
+from ..memory.capacity import plan_capacity
+from ..memory.device import dtype_name, resolve_device, resolve_dtype
+from ..memory.profiling import profile_forward
+from ..model.causal_lm import CausalLM
+from ..model.layers.paged_kv import PagedKV
+from ..model.parallel import TPGroup
+from ..spec import spec_method
+from ..spec.base import DraftBuild, SpecContext
+from ..spec.metrics import AcceptanceStats
+from .attn_metadata import AttentionMetadata
+from .executor import Executor, StepOutput
+from .faults import FaultInjector
+from .request import Request
+from .scheduler import Scheduler
+from .stopping import StopRules
+from .warmup import general_warmup, max_shapes
+
+__all__ = ["Engine", "GenerateStats", "GenerationOutput", "Prompt"]
+
+
+class Engine:
+    def __init__(
+        self,
+        config: EngineConfig,
+        tp: TPGroup | None = None,
+        checkpoint: Checkpoint | None = None,
+        tokenizer: Any = None,
+        model: CausalLM | None = None,
+    ) -> None:
+        """checkpoint / tokenizer: pass already-loaded ones to share them between engines (tests, A/B); model: a
+        target model already built from `checkpoint` in this dtype, on this device and TP group, to share its
+        weights (the twin audit's engine, evals/pipeline/twin_audit.py)."""
+        self.config = config
+        self.tp = tp or TPGroup()
+        if config.tp_size != self.tp.size:
+            raise UserError(f"engine config asks for TP size {config.tp_size}, but the TP group has {self.tp.size}")
+        self.checkpoint = checkpoint or load_checkpoint(config.model)
+        self.model_config = self.checkpoint.config
+        self.model_config.check_tp_size(self.tp.size)
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        self.max_seq_len = min(config.max_seq_len or 4096, self.model_config.max_position_embeddings)
+
+        self.model = model if model is not None else self._build_model()
+        self._tokenizer = tokenizer if tokenizer is not None else self.checkpoint.load_tokenizer()
+        self.eos_ids = eos_token_ids(self._tokenizer, self.model_config)
+        events_path = config.events_path.format(rank=self.tp.job_rank) if config.events_path else None
+        self.events = EventLog(rank=self.tp.job_rank, path=events_path)
+        self.faults = FaultInjector.from_strings(config.inject, self.events, config.seed) if config.inject else None
+        self.spec_method = spec_method(config.spec.algorithm) if config.spec else None
+        self.draft_model = self._build_draft_model() if self.spec_method else None
+        self.kv_layout = self._size_kv_cache()
+        self.kv_manager = make_kv_cache_manager(
+            self.kv_layout,
+            enable_block_reuse=config.kv_cache.enable_block_reuse,
+            window_tokens=1 + self.max_draft_len,
+            max_batch_size=config.max_batch_size,
+        )
+        self.kv = PagedKV.allocate(self.kv_layout, self.dtype, self.device, self._wants_decode_copy())
+        held = self.weights_bytes + self.kv_layout.total_bytes
+        self.memory_budget = MemoryBudget(self.device, self.memory.total_bytes, held, self.events, self.faults)
+        self.spec_worker = None
+        if self.spec_method is not None:
+            context = SpecContext(target=self.model, draft=self.draft_model, kv=self.kv, kv_manager=self.kv_manager,
+                                  spec=config.spec, events=self.events, tp=self.tp, memory=self.memory_budget,
+                                  faults=self.faults)  # fmt: skip
+            self.spec_worker = self.spec_method.worker_class()(context)
+        # One scheduler and one executor for the engine's life: requests of any caller share the running batch.
+        k = self.max_draft_len
+        self.scheduler = Scheduler(
+            self.kv_manager,
+            max_batch_size=config.max_batch_size,
+            max_num_tokens=config.max_num_tokens,
+            tokens_per_generation=1 + k,
+            kv_lookahead=self.spec_method.kv_lookahead(k) if self.spec_method else 0,  # draft KV past the verified
+        )
+        self.stop_rules = StopRules(self._tokenizer, self.eos_ids)
+        self.executor = Executor(
+            self.model, self.kv, self.scheduler, AttentionMetadata(self.kv_layout.block_size, self.device),
+            self.stop_rules, self.memory_budget, self.events, self.faults, self.spec_worker, config.max_retries,
+            AcceptanceStats(k) if k else None,
+        )  # fmt: skip
+        self.last_stats = GenerateStats()
+        self._next_request_id = 0
+        self._served: dict[int, Request] = {}  # requests added one at a time, by id
+        if config.warmup == "on" or (config.warmup == "auto" and self.device.type == "cuda"):
+            general_warmup(self.executor, self.warmup_shapes(), self.memory_budget, self._warmup_request,
+                           stop_on_oom=self.tp.size > 1)  # fmt: skip
+
+    # --- construction ---------------------------------------------------------------------------------
+
+    def _build_model(self) -> CausalLM:
+        return build_target_model(self.config, self.checkpoint, self.tp)
+
+    def _build_draft_model(self) -> torch.nn.Module | None:
+        """The spec method's draft model (its registry entry builds it), or None for a method without one."""
+        build = DraftBuild(target=self.model_config, model_name=preset_of(self.checkpoint) or self.config.model,
+                           spec=self.config.spec, tp=self.tp, dtype=self.dtype, device=self.device)  # fmt: skip
+        return self.spec_method.build_draft(build)
+
+    def _wants_decode_copy(self) -> bool:
+        wanted = self.config.kv_cache.decode_copy
+        return wanted if wanted is not None else self.device.type == "cpu"
+
+    @property
+    def weights_bytes(self) -> int:
+        """Target and draft head parameters on this rank."""
+        modules = [self.model] + ([self.draft_model] if self.draft_model is not None else [])
+        return sum(p.numel() * p.element_size() for m in modules for p in m.parameters())
+
+    def _size_kv_cache(self) -> KVLayout:
+        if self.device.type == "cuda":
+            # The allocator's peak after one forward at the max context shape includes activations before the
+            # pool is sized from what is left.
+            profile_forward(self.model, self.config, self.max_seq_len, self.tp.size, self.dtype, self.device)
+        plan = plan_capacity(self.model_config, self.config, weights_bytes=self.weights_bytes)
+        self.memory = plan.memory
+        return plan.layout
+
+    @property
+    def max_draft_len(self) -> int:
+        return self.config.spec.max_draft_len if self.config.spec else 0
+
+    def warmup_shapes(self) -> list[tuple[int, int]]:
+        """(num_tokens, num_generation_requests) of the general warmup: pure context, then pure generation."""
+        return max_shapes(self.config, self.kv_manager.num_free_blocks * self.kv_layout.block_size,
+                          self.max_seq_len, self.max_draft_len)  # fmt: skip
+
+    def _warmup_request(self, index: int, token_ids: list[int], params: SamplingParams) -> Request:
+        return self.make_request(index, token_ids, params, request_id=-1 - index)  # never meets a real request
+
+    # --- the engine interface -------------------------------------------------------------------------
+
+    @property
+    def identity(self) -> EngineIdentity:
+        return identity_of(self.config, dtype_name(self.dtype))
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        return encode_any(self._tokenizer, prompt)
+
+    def collect_events(self) -> list[dict[str, Any]]:
+        return self.events.events
+
+    def reported_acceptance(self) -> dict[str, Any] | None:
+        total = self.executor.acceptance
+        return None if total is None else {**total.to_dict(), "source": "engine counters"}
+
+    def close(self) -> None:
+        for req in self.scheduler.running + list(self.scheduler.waiting):
+            self.scheduler.abort(req)
+
+    # --- requests one at a time (serving: a `ServingEngine`) -------------------------------------------
+
+    def add_request(self, prompt: Prompt, sampling: SamplingParams | None = None) -> int:
+        """Queue a request; it joins the running batch at the next step. Returns its request id."""
+        req = self.make_request(0, self.encode(prompt), sampling or SamplingParams())
+        self._served[req.request_id] = req
+        self.scheduler.add(req)
+        return req.request_id
+
+    def step(self) -> list[RequestDelta]:
+        out = self._step()
+        deltas = {rid: RequestDelta(rid, tokens) for rid, tokens in out.new_tokens.items() if rid in self._served}
+        for req in out.finished:
+            if self._served.pop(req.request_id, None) is not None:
+                delta = deltas.setdefault(req.request_id, RequestDelta(req.request_id, []))
+                delta.finished, delta.output = True, self.output_of(req)
+        return list(deltas.values())
+
+    def abort(self, request_id: int) -> bool:
+        """Stop a served request now (its client went away): its KV blocks go back at once."""
+        req = self._served.pop(request_id, None)
+        return req is not None and self.scheduler.abort(req)
+
+    @property
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_work
+
+    def kv_usage(self) -> dict[str, int]:
+        return {"num_blocks": self.kv_manager.num_blocks, "free_blocks": self.kv_manager.num_free_blocks,
+                "live_requests": len(self.scheduler.running) + len(self.scheduler.waiting)}  # fmt: skip
+
+    def _step(self) -> StepOutput:
+        return self.executor.step()
+
+    def output_of(self, req: Request) -> GenerationOutput:
+        end = req.finish_time or time.perf_counter()
+        return GenerationOutput(
+            index=req.index,
+            prompt_token_ids=req.prompt_token_ids,
+            token_ids=list(req.output_token_ids),
+            text=self.stop_rules.final_text(req),
+            finish_reason=req.finish_reason or "length",
+            error=req.error,
+            logprobs=list(req.output_logprobs) if req.sampling.logprobs is not None else None,
+            stats={
+                "num_prompt_tokens": len(req.prompt_token_ids),
+                "num_output_tokens": len(req.output_token_ids),
+                "num_cached_tokens": req.num_cached_tokens,
+                "num_steps": req.num_steps,
+                "num_preemptions": req.num_preemptions,
+                "num_retries": req.num_retries,
+                "ttft_s": round((req.first_token_time or end) - req.arrival_time, 4),
+                "latency_s": round(end - req.arrival_time, 4),
+                **({"acceptance": req.spec_stats.to_dict()} if req.spec_stats else {}),
+            },
+        )
+
+    # --- a batch of prompts ---------------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+        progress: ProgressFn | None = None,
+        sink: OutputSink | None = None,
+    ) -> list[GenerationOutput]:
+        """Run every prompt to completion with continuous batching; outputs come back in prompt order. The sink,
+        if given, receives each output as soon as its request finishes (to persist work for resume)."""
+        params = per_prompt(sampling, len(prompts))
+        requests = self._requests(prompts, params)
+        self._run(requests, {id(r): sink for r in requests}, prompts, params, progress)
+        return [self.output_of(r) for r in requests]
+
+    def generate_paired(
+        self,
+        prompts: Sequence[Prompt],
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+        progress: ProgressFn | None = None,
+        sink: OutputSink | None = None,
+        plain_sink: OutputSink | None = None,
+    ) -> tuple[list[GenerationOutput], list[GenerationOutput]]:
+        """Paired decoding (a spec-dec engine only): each prompt is prefilled once; a speculative request and a
+        plain twin then decode from that prefill (shared KV blocks, copy-on-write for the partial last one), each
+        with its own output and counters. Returns (speculative outputs, plain outputs), both in prompt order: the
+        run and its lossless baseline from one prefill, each what a separate run would give."""
+        if self.config.spec is None:
+            raise UserError("paired decoding needs a spec-dec engine (--spec METHOD, e.g. eagle3)")
+        params = per_prompt(sampling, len(prompts))
+        requests = self._requests(prompts, params)
+        twins = []
+        for req in requests:
+            twin = self.make_request(req.index, req.prompt_token_ids, req.sampling)
+            twin.speculative, twin.spec_stats, twin.parked = False, None, True
+            req.twin, twin.twin = twin, req
+            twins.append(twin)
+        sinks = {**{id(r): sink for r in requests}, **{id(t): plain_sink for t in twins}}
+        self._run(requests + twins, sinks, prompts, params, progress, queued=requests)
+        return [self.output_of(r) for r in requests], [self.output_of(t) for t in twins]
+
+    def _requests(self, prompts: Sequence[Prompt], params: list[SamplingParams]) -> list[Request]:
+        tokens = [self.encode(p) for p in prompts]  # every prompt is checked before any is queued
+        return [self.make_request(i, t, s) for i, (t, s) in enumerate(zip(tokens, params, strict=True))]
+
+    def _run(self, requests, sinks, prompts, params, progress, queued=None) -> None:
+        """Step until every request is finished, handing each finished one (not failed) to its sink."""
+        for r in requests if queued is None else queued:
+            self.scheduler.add(r)
+        stats = GenerateStats(len(requests), sum(len(r.prompt_token_ids) for r in requests))
+        start, first_step = time.perf_counter(), self.executor.num_steps
+        reported: set[int] = set()
+        try:
+            while not all(r.is_finished for r in requests):
+                self._step()
+                for r in requests:
+                    sink = sinks.get(id(r))
+                    if sink is not None and r.is_finished and id(r) not in reported and r.finish_reason != "error":
+                        reported.add(id(r))
+                        sink.put(prompts[r.index], params[r.index], self.output_of(r))
+                self._update_stats(stats, requests, start, first_step)
+                if progress is not None:
+                    if self.config.spec:
+                        stats.acceptance = _acceptance_of(requests, self.max_draft_len)  # live, for the progress line
+                    progress(sum(r.is_finished for r in requests), len(requests), stats)
+        finally:
+            for r in requests:  # an interrupted call must not keep blocks reserved for requests nobody will finish
+                r.parked = False
+                self.scheduler.abort(r)
+        stats.num_failed = sum(r.finish_reason == "error" for r in requests)
+        stats.num_retries = sum(r.num_retries for r in requests)
+        stats.num_preemptions = sum(r.num_preemptions for r in requests)
+        if self.config.spec:
+            stats.acceptance = _acceptance_of(requests, self.max_draft_len)
+        self.last_stats = stats
+
+    def _update_stats(self, stats: GenerateStats, requests: list[Request], start: float, first_step: int) -> None:
+        stats.num_steps = self.executor.num_steps - first_step
+        stats.num_output_tokens = sum(len(r.output_token_ids) for r in requests)
+        stats.elapsed_s = time.perf_counter() - start
+        if stats.all_started_s is None and all(r.first_token_time is not None for r in requests):
+            stats.all_started_s, stats.tokens_when_all_started = stats.elapsed_s, stats.num_output_tokens
+
+    @torch.inference_mode()
+    def score(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
+        """(log p(continuation | context), greedy?) for each (context ids, continuation ids) pair."""
+        from .scoring import score_continuation
+
+        limit = min(self.max_seq_len, self.config.max_num_tokens) + 1
+        return [score_continuation(self.executor, context, continuation, limit) for context, continuation in pairs]
+
+    def make_request(
+        self, index: int, token_ids: list[int], params: SamplingParams, request_id: int | None = None
+    ) -> Request:
+        if not token_ids:
+            raise UserError(f"prompt {index} is empty")
+        limit = min(self.max_seq_len - 1, self.config.max_num_tokens)
+        if len(token_ids) > limit:
+            raise UserError(
+                f"prompt {index} has {len(token_ids)} tokens; this engine takes at most {limit} "
+                f"(max_seq_len {self.max_seq_len}, max_num_tokens {self.config.max_num_tokens})"
+            )
+        seed = None
+        if not params.greedy:
+            seed = params.seed if params.seed is not None else self.default_seed(index)
+        if request_id is None:
+            request_id, self._next_request_id = self._next_request_id, self._next_request_id + 1
+        max_new = min(params.max_new_tokens, self.max_seq_len - len(token_ids))
+        req = Request(request_id, list(token_ids), params, max_new, seed, index=index)
+        if self.config.spec:
+            req.spec_stats = AcceptanceStats(self.config.spec.max_draft_len)
+        return req
+
+    def default_seed(self, index: int) -> int:
+        """The sampling seed of prompt `index` of a call when its parameters name none."""
+        return self.config.seed * 1_000_003 + index
+
+
+def build_target_model(config: EngineConfig, checkpoint: Checkpoint, tp: TPGroup | None = None) -> CausalLM:
+    """The target model of an engine of this configuration, its weights loaded from the checkpoint (built apart
+    from an engine to be shared: `Engine(..., model=)`)."""
+    device = resolve_device(config.device)
+    model = CausalLM(checkpoint.config, tp or TPGroup()).to(resolve_dtype(config.dtype, device))
+    model.load_weights(checkpoint.tensors())
+    return model.to(device).eval()
+
+
+def identity_of(config: EngineConfig, resolved_dtype: str | None = None) -> EngineIdentity:
+    """What a local engine of this configuration reports (also computed without building one, to find runs)."""
+    record = asdict(config)
+    record.pop("events_path", None)  # where events go does not shape outputs
+    spec = config.spec
+    return EngineIdentity(
+        kind="local", model=config.model, spec=spec.algorithm if spec else None,
+        max_draft_len=spec.max_draft_len if spec else 0, kv_cache=config.kv_cache.version, dtype=config.dtype,
+        resolved_dtype=resolved_dtype, tp_size=config.tp_size, world_size=config.tp_size, config=record,
+    )  # fmt: skip
+
+
+def per_prompt(sampling: SamplingParams | Sequence[SamplingParams] | None, n: int) -> list[SamplingParams]:
+    """One SamplingParams per prompt."""
+    sampling = sampling or SamplingParams()
+    params = [sampling] * n if isinstance(sampling, SamplingParams) else list(sampling)
+    if len(params) != n:
+        raise UserError(f"{n} prompts but {len(params)} sampling parameter sets")
+    return params
+
+
+def _acceptance_of(requests: list[Request], max_draft_len: int) -> dict[str, Any]:
+    total = AcceptanceStats(max_draft_len)
+    for r in requests:
+        if r.spec_stats is not None:  # plain twins of paired decoding have none
+            total.merge(r.spec_stats)
+    return total.to_dict()
