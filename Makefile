@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml scripts/setup.sh
 # What only the tests need on top: pytest and ruff, llama.cpp's server (compiled) and Chromium.
 setup-tests: $(TEST_STAMP)
 
-$(TEST_STAMP): $(STAMP) scripts/llama-cpp-lean.cmake
+$(TEST_STAMP): $(STAMP) scripts/llama-cpp-lean.cmake scripts/check_llama_peer.py
 	bash scripts/setup.sh --for-tests
 	touch $(TEST_STAMP)
 

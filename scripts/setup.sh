@@ -43,16 +43,36 @@ test_setup() {
     # compiles llama.cpp from source: only the shared libraries the Python binding loads, not the multimodal (mtmd)
     # library, tools, examples, tests, the C++ server or HTTPS support, and llama.cpp's `common` library (which
     # llama-cpp-python forces on but never loads) as an empty stub (scripts/llama-cpp-lean.cmake): 72 compile steps
-    # instead of 127. pip caches the built wheel (then 2 s), so only a fresh machine pays it. A failed build does not
-    # stop the setup: the peer tests then say what is missing (skipped locally, failed under CI=true).
-    # LLAMA_CMAKE_ARGS adds flags (e.g. -DGGML_CUDA=ON).
+    # instead of 127: about 4 minutes on two cores. A failed build does not stop the setup: the peer tests then say
+    # what is missing (skipped locally, failed under CI=true). LLAMA_CMAKE_ARGS adds flags (e.g. -DGGML_CUDA=ON).
+    # CPU kernels: a portable AVX2 build (GGML_NATIVE=OFF), the same on every machine we run on, never -march=native.
+    # A native build on the Intel Xeon with AMX (2026-12-05) compiled ggml's AMX matmul kernels and died on its first
+    # completion (SIGILL at `tilezero` in ggml_backend_amx_mul_mat under gdb; the server exited 139), while the AMD
+    # EPYC machines (AVX2 only) never compiled them. --no-cache-dir: pip keys its wheel cache by the source package,
+    # not by CMAKE_ARGS, so a wheel built earlier with other flags (a native one) would be reused silently.
     if ! "$VENV/bin/python" -c "import llama_cpp, sse_starlette, starlette_context, pydantic_settings" 2>/dev/null; then
         echo "setup: building llama-cpp-python (llama.cpp's server for the endpoint tests; minutes on a fresh machine)"
         CMAKE_ARGS="-DCMAKE_PROJECT_llama_cpp_INCLUDE=$PWD/scripts/llama-cpp-lean.cmake -DLLAVA_BUILD=OFF \
 -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
--DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF ${LLAMA_CMAKE_ARGS:-}" \
-            "$VENV/bin/pip" install --quiet -e ".[peer]" \
+-DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
+-DGGML_F16C=ON -DGGML_BMI2=ON ${LLAMA_CMAKE_ARGS:-}" \
+            "$VENV/bin/pip" install --quiet --no-cache-dir -e ".[peer]" \
             || echo "setup: warning: could not install llama-cpp-python; the llama.cpp peer tests will say so" >&2
+    fi
+    # One real completion (a separate process: a crash in native code kills it), so that a peer that loads but cannot
+    # decode stops the setup here, in one line, instead of failing the endpoint tests one by one.
+    if "$VENV/bin/python" -c "import llama_cpp" 2>/dev/null; then
+        local answer detail status=0
+        answer=$(timeout 300 "$VENV/bin/python" scripts/check_llama_peer.py 2>&1) || status=$?
+        if [ "$status" != 0 ]; then
+            detail="exit status $status"
+            if [ "$status" -gt 128 ]; then detail+=", signal SIG$(kill -l $((status - 128)))"; fi
+            if [ -n "$(echo "$answer" | tail -1)" ]; then detail+=": $(echo "$answer" | tail -1)"; fi
+            echo "setup: error: the llama.cpp peer (llama-cpp-python) failed its first completion ($detail);" \
+                "rebuild it: $VENV/bin/pip uninstall -y llama-cpp-python && make setup-tests" >&2
+            exit 1
+        fi
+        echo "setup: llama.cpp peer answers a completion: $answer"
     fi
     # Headless Chromium renders the `report` page in tests/test_report.py (a screenshot must not be blank). It is
     # installed only as root with apt-get (CI: a fresh Debian clone run as root); elsewhere the test is skipped
