@@ -239,9 +239,9 @@ def run(
       specdec-eval run --tasks gsm8k --limit 32 --sample random --spec eagle3 --dtype bfloat16 --control
     """  # fmt: skip
     from ..evals.pipeline.backends import backend_class, make_backend
-    from ..evals.pipeline.evaluation import EvalOptions
     from ..evals.pipeline.orchestration import BASELINE_MODES, RunPlan
     from ..evals.pipeline.orchestration import run as run_pipeline
+    from ..evals.run_types import EvalOptions
     from ..evals.tasks.registry import parse_tasks
     from ..launch.job import JobFailed
 

@@ -156,7 +156,7 @@ def selftest(
 
 
 def _matrix_options(data_dir, limit, max_output_len, num_fewshot, no_reference):
-    from ..evals.pipeline.evaluation import EvalOptions
+    from ..evals.run_types import EvalOptions
     from ..evals.tasks.registry import TASKS
     from .run import check_task_data
 

@@ -4,7 +4,7 @@ run` does: evaluate, record, gates) on a subset of GSM8K, for three ways of gett
 - plain: one run without speculative decoding (the cost a verdict is measured against);
 - spec+separate: a spec-dec run plus its lossless baseline as a second full evaluation (`--baseline separate`);
 - spec+paired: a spec-dec run whose baseline decodes from the same prefill (paired decoding, `run`'s default),
-  including the audit of its twins on a second engine with no spec worker (evals/pipeline/twin_audit.py): its engine's
+  including the audit of its twins on a second engine with no spec worker (evals/lossless/twin_audit.py): its engine's
   construction and its checks are in the side's wall time, and each round's audit seconds are reported apart.
 
 Each side runs into its own fresh temporary runs folder, so no baseline is found and reused between sides or
@@ -27,7 +27,7 @@ from ...errors import UserError
 from ...results.run_summary import RunSummary
 from ...workers.config import EngineConfig
 from ..pipeline import orchestration as pipeline
-from ..pipeline.evaluation import EvalOptions
+from ..run_types import EvalOptions
 from ..tasks.registry import parse_tasks, source_for
 from . import roofline
 from .hardware import BANDWIDTH_MIB, GEMM_SIZE, measure_limits_apart

@@ -1,12 +1,14 @@
 """The gates a run's summary is judged by, besides each task's accuracy test (evals/pipeline/evaluation.py) and the
-lossless gate (evals/gates/lossless.py): the run's verdict from tasks and failing events, and the acceptance gate."""
+lossless gate (evals/lossless/gate.py): the run's verdict from tasks and failing events, and the acceptance gate."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from ...results.run_summary import GateResult, RunSummary, TaskSummary
 from ...workers.events import count_events, failing_events
 from ...workers.interface import EngineIdentity
-from ..pipeline.evaluation import TaskResult
+from ..run_types import EvalOptions, TaskResult
 
 
 def summarise(results: list[TaskResult], identity: EngineIdentity, events: list[dict], elapsed_s: float) -> RunSummary:
@@ -35,6 +37,13 @@ def _task_summary(r: TaskResult) -> TaskSummary:
         report=r.report,
         filter_mismatches=r.filter_mismatches,
     )
+
+
+def acceptance_path(options: EvalOptions) -> Path:
+    """The acceptance-length references file of a run: --acceptance-refs, else the shipped one."""
+    from .acceptance import ACCEPTANCE_PATH
+
+    return Path(options.acceptance_refs) if options.acceptance_refs else ACCEPTANCE_PATH
 
 
 def evaluate_acceptance(results: list[TaskResult], test_id: str, refs: dict, rtol: float) -> dict[str, GateResult]:

@@ -26,7 +26,7 @@ from ...workers.config import EngineConfig
 
 if TYPE_CHECKING:
     from ...workers.remote.endpoint_config import EndpointConfig
-    from .orchestration import RunPlan
+    from ..run_types import RunPlan
 
 # progress_for(): a context manager giving a progress callback (done, total, stats), one per evaluation
 ProgressFor = Callable[[], AbstractContextManager[Callable | None]]

@@ -8,92 +8,22 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from ...errors import UserError  # noqa: E402
+from ...errors import UserError
 from ...workers.interface import InferenceEngine
 from ...workers.spec.metrics import run_acceptance
 from ...workers.spec.registry import spec_method
 from ..gates.references import Reference, lookup
-from ..tasks.registry import TaskSpec, parse_tasks, source_for, write_task_yamls
+from ..run_identity import model_key_for
+from ..run_types import EvalOptions, TaskResult
+from ..tasks.registry import TaskSpec, source_for, write_task_yamls
 
-# Top alternatives recorded per output token for the lossless gate's margins (evals/gates/margins.py): 5 is the most
-# OpenAI's completions API returns (`logprobs` <= 5), so every server can give the same record our engine keeps.
-LOSSLESS_TOP_K = 5
 DEFAULT_FEWSHOT_SEED = 1234  # lm-eval's fewshot_random_seed default: the GSM8K shots every lm-eval user gets
-
-
-@dataclass
-class EvalOptions:
-    tasks: list[TaskSpec]
-    data_dir: str | None = None
-    limit: int | None = None
-    num_fewshot: int | None = None  # None: the task family's own
-    max_output_len: int | None = None  # None: the task's own
-    apply_chat_template: bool = False
-    seed: int = 0  # lm-eval random_seed, and any seeded choice shuffle of a task (GPQA's)
-    no_reference: bool = False
-    model_key: str | None = None
-    sample: str = "first"  # first | random: which documents --limit takes (random: a seeded random subset)
-    early_stop: bool = False  # sequential verdicts (evals/sequential/early_stop.py): documents in a seeded random order
-    early_stop_batch: int = 64  # documents per look
-    acceptance_rtol: float = 0.05  # the acceptance-length gate's two-sided tolerance
-    acceptance_refs: str | None = None  # the acceptance-length references file (default: the shipped one)
-    stop_file: str | None = None  # a side of a sequential `ab`: report each batch, stop when this file appears
-    logprobs: int | None = LOSSLESS_TOP_K  # per output token: its logprob and top alternatives (lossless margins)
-
-    def max_output_for(self, spec: TaskSpec) -> int:
-        return self.max_output_len or spec.max_output_len
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (a torchrun job's payload); tasks by name."""
-        return {**{k: v for k, v in asdict(self).items() if k != "tasks"}, "tasks": [t.name for t in self.tasks]}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> EvalOptions:
-        return cls(**{**d, "tasks": parse_tasks(list(d["tasks"]))})
-
-
-@dataclass
-class TaskResult:
-    task: str
-    family: str
-    num_samples: int
-    filter_scores: dict[str, float]  # 0-100
-    score: float  # mean over filters, 0-100
-    reference: Reference | None
-    threshold: float | None
-    theta: float | None
-    verdict: str  # PASS | FAIL | NO-GATE | REPORT (no reference)
-    report: str
-    samples: list[dict[str, Any]] = field(default_factory=list)
-    acceptance: dict[str, Any] | None = None
-    acceptance_requests: list[tuple[int, int]] = field(default_factory=list)  # (cycles, accepted) per request
-    acceptance_positions: list[tuple[int, list[int]]] = field(default_factory=list)  # (cycles, per position) each
-    num_failed_requests: int = 0
-    data_origin: str = ""
-    filter_mismatches: list[dict[str, Any]] = field(default_factory=list)  # a family's own filters vs lm-eval's
-    n_total: int | None = None  # documents the task has (samples can be fewer: a subset or an early stop)
-    subset: dict[str, Any] | None = None  # the SubsetPlan (order) of the run, when it is not every document
-    stopped: dict[str, Any] | None = None  # where and why an early-stopped task stopped
-
-
-def model_key_for(engine: InferenceEngine, explicit: str | None) -> str:
-    """The references' model key: --model-key, else a known name for the presets, else the checkpoint's
-    Hugging Face name (config.json _name_or_path) or folder name."""
-    if explicit:
-        return explicit
-    model = engine.identity.model
-    if model == "smollm2":
-        return "HuggingFaceTB/SmolLM2-135M-Instruct"
-    name = getattr(engine.tokenizer, "name_or_path", "") or ""
-    return name if name and "/" in name and not os.path.isabs(name) else Path(model).name
 
 
 def selection_for(engine: InferenceEngine, spec: TaskSpec, options: EvalOptions) -> dict[str, Any]:

@@ -4,7 +4,7 @@
 configuration), evaluates through lm-eval with finished generations persisted as they come, records samples,
 events and the summary, and applies the gates (evals/gates/verdict.py). `run_paired(engine, plan, make_plain)` is a
 spec-dec run and its lossless baseline from one prefill per prompt (paired decoding), recorded as two runs, the twins
-audited on a seeded share of the documents by a plain engine (evals/pipeline/twin_audit.py) and never reused as a plain
+audited on a seeded share of the documents by a plain engine (evals/lossless/twin_audit.py) and never reused as a plain
 run. `run_with_baseline(config, plan)` is a run with its baseline in one process; `run_endpoint` the same for an
 OpenAI-compatible server. `run(plan, backend)` is the one path every command takes: the backend (backends.py: local,
 torchrun, endpoint) says where the engine runs. Commands parse options, call it, and print (cli/run.py).
@@ -22,20 +22,20 @@ from typing import Any
 from ...errors import UserError
 from ...results import claims, store
 from ...results import manifest as mf
-from ...results.lossless import EXACT_DTYPES
 from ...results.run_summary import RunSummary
 from ...workers.config import EngineConfig
 from ...workers.engine.engine import identity_of
 from ...workers.engine.faults import behaviour_faults
 from ...workers.interface import EngineIdentity, InferenceEngine, PairedEngine
 from ..gates.acceptance import load_acceptance_references
-from ..gates.baseline_check import baseline_problem
-from ..gates.lossless import BaselineRef, apply_lossless_gate
-from ..gates.verdict import apply_acceptance_gate, populate_acceptance, summarise
-from .control import ensure_endpoint_control, ensure_local_control
-from .evaluation import EvalOptions, TaskResult, check_references, evaluate
-from .resume import GenerationCache
-from .run_identity import (
+from ..gates.verdict import acceptance_path, apply_acceptance_gate, populate_acceptance, summarise
+from ..lossless.baseline import BaselineRef
+from ..lossless.baseline import check_named_baseline as check_named_run
+from ..lossless.check import EXACT_DTYPES
+from ..lossless.control import ControlEngine, find_control, other_shape, wants_control
+from ..lossless.gate import apply_lossless_gate
+from ..lossless.twin_audit import AuditedTwins, WeightSeal, audit_record
+from ..run_identity import (
     baseline_config,
     baseline_identity,
     find_baseline,
@@ -45,38 +45,13 @@ from .run_identity import (
     test_id,
     twin_identity,
 )
-from .twin_audit import AuditedTwins, WeightSeal, audit_record
+from ..run_types import EvalOptions, RunPlan, TaskResult
+from .evaluation import check_references, evaluate
+from .resume import GenerationCache
 
 BASELINE_MODES = ("paired", "separate")
 # Spec-only events: a baseline decoded beside a spec-dec run (paired) does not carry them.
 _SPEC_ONLY_EVENTS = ("spec_state_restored", "spec_state_leak", "fault_injected")
-
-
-@dataclass
-class RunPlan:
-    """Everything about a run that is not the engine: what to evaluate and where to record it."""
-
-    options: EvalOptions
-    out: str = store.DEFAULT_ROOT
-    resume: bool | None = None  # None: resume an unfinished run of this configuration when there is one
-    baseline_run: str | None = None  # the lossless gate's baseline (a run id or folder); None: look it up by key
-    populate_acceptance: bool = False  # write the run's acceptance length as its test id's reference
-    control: bool | None = None  # the lossless noise-floor control (evals/pipeline/control.py); None: when needed
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"options": self.options.to_dict(), "out": self.out, "resume": self.resume,
-                "baseline_run": self.baseline_run, "populate_acceptance": self.populate_acceptance,
-                "control": self.control}  # fmt: skip
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RunPlan:
-        return cls(EvalOptions.from_dict(d["options"]), d["out"], d["resume"], d.get("baseline_run"),
-                   d.get("populate_acceptance", False), d.get("control"))  # fmt: skip
-
-    def acceptance_path(self):
-        from ..gates.acceptance import ACCEPTANCE_PATH
-
-        return self.options.acceptance_refs or ACCEPTANCE_PATH
 
 
 @dataclass
@@ -140,8 +115,8 @@ def _record(engine: InferenceEngine, plan: RunPlan, opened: _OpenRun, results: l
             opened.manifest["baseline_audit"] = baseline.audit
         test = opened.manifest["test_id"]
         if plan.populate_acceptance:
-            summary = populate_acceptance(summary, results, test, plan.acceptance_path())
-        refs = load_acceptance_references(plan.acceptance_path())
+            summary = populate_acceptance(summary, results, test, acceptance_path(plan.options))
+        refs = load_acceptance_references(acceptance_path(plan.options))
         summary = apply_acceptance_gate(summary, results, test, refs, plan.options.acceptance_rtol)
     if any(r.stopped for r in results):
         # a partial evaluation: never some later run's lossless baseline
@@ -212,7 +187,7 @@ def _stop_inputs(engine: InferenceEngine, plan: RunPlan, opened: _OpenRun, paire
     inputs: dict[str, Any] = {"test_id": opened.manifest["test_id"],
                               "exact": (identity.resolved_dtype or identity.dtype) in EXACT_DTYPES}  # fmt: skip
     if identity.spec is not None:
-        inputs["acceptance_refs"] = load_acceptance_references(plan.acceptance_path())
+        inputs["acceptance_refs"] = load_acceptance_references(acceptance_path(plan.options))
         if not paired:  # paired runs compare each output with its twin as it comes
             inputs["baseline_tokens"] = _baseline_tokens(identity, plan, baseline_run)
     return inputs
@@ -302,13 +277,7 @@ def check_named_baseline(config: EngineConfig, plan: RunPlan) -> None:
     """`--baseline RUN`: refuse, before any engine is built, a run no lossless verdict may rest on."""
     if config.spec is None or plan.baseline_run is None:
         return
-    try:
-        base = store.open_run(plan.baseline_run, plan.out)
-    except (FileNotFoundError, ValueError) as e:
-        raise UserError(f"--baseline: {e}") from None
-    problem = baseline_problem(base, identity_of(config), plan.options)
-    if problem is not None:
-        raise UserError(f"--baseline: {problem}")
+    check_named_run(plan.baseline_run, identity_of(config), plan.options, plan.out)
 
 
 def run(plan: RunPlan, backend, progress_for=None) -> RunSummary | None:
@@ -326,7 +295,7 @@ def run_with_baseline(config: EngineConfig, plan: RunPlan, progress_for=None, ba
     from ...workers.loading.checkpoint import load_checkpoint
 
     check_named_baseline(config, plan)
-    ensure_local_control(config, plan, progress_for, _with_progress, run_evaluation)
+    _local_control(config, plan, progress_for)
     if pairs_with_baseline(config, plan, baseline):
         checkpoint = load_checkpoint(config.model)
         target = build_target_model(config, checkpoint)
@@ -406,8 +375,7 @@ def run_endpoint(config, plan: RunPlan, baseline=None, progress_for=None) -> Run
     from ...workers.remote.endpoint import EndpointEngine
 
     if baseline is not None:
-        control = ensure_endpoint_control(baseline, plan, progress_for, _with_progress, run_evaluation,
-                                          config.spec is not None)  # fmt: skip
+        control = _endpoint_control(baseline, plan, progress_for, config.spec is not None)
         print("lossless gate: evaluating the baseline endpoint first", file=sys.stderr)
         base = EndpointEngine(baseline)
         summary = _with_progress(base, progress_for, lambda progress: run_evaluation(base, plan, progress))
@@ -416,3 +384,46 @@ def run_endpoint(config, plan: RunPlan, baseline=None, progress_for=None) -> Run
         return _with_progress(engine, progress_for, lambda progress: run_evaluation(engine, plan, progress, made))
     engine = EndpointEngine(config)
     return _with_progress(engine, progress_for, lambda progress: run_evaluation(engine, plan, progress))
+
+
+def _local_control(config, plan, progress_for) -> str | None:
+    """Decode the control of a local run unless it is recorded or not wanted; returns its run folder (None: none).
+    The engine is freed before the caller builds the next one."""
+    import functools
+    import gc
+
+    from ...workers.engine.engine import Engine
+    from ...workers.memory.device import dtype_name, resolve_device, resolve_dtype
+
+    dtype = dtype_name(resolve_dtype(config.dtype, resolve_device(config.device)))
+    if not wants_control(plan.control, config.spec is not None, dtype):
+        return None
+    shape = {"max_batch_size": other_shape(config.max_batch_size)}
+    found = find_control(plan.out, identity_of(config), plan.options)
+    if found is not None:
+        return str(found.path)
+    print(f"lossless gate: decoding the noise-floor control (the plain side at max batch size "
+          f"{shape['max_batch_size']}; reused by later runs)", file=sys.stderr)  # fmt: skip
+    engine = ControlEngine(Engine(replace(baseline_config(config), max_batch_size=shape["max_batch_size"])), shape)
+    summary = _with_progress(engine, progress_for, functools.partial(run_evaluation, engine, plan))
+    del engine
+    gc.collect()
+    return summary.run_dir
+
+
+def _endpoint_control(baseline, plan, progress_for, spec: bool) -> str | None:
+    """The control of an endpoint run: the baseline server (an EndpointConfig) at another concurrency."""
+    from ...workers.remote.endpoint import EndpointEngine
+
+    if baseline is None or not wants_control(plan.control, spec, baseline.dtype):
+        return None
+    shape = {"concurrency": other_shape(baseline.concurrency)}
+    engine = ControlEngine(EndpointEngine(replace(baseline, concurrency=shape["concurrency"])), shape)
+    found = find_baseline(plan.out, engine.identity, plan.options)
+    if found is not None:
+        engine.close()
+        return str(found.path)
+    print(f"lossless gate: evaluating the baseline endpoint again at concurrency {shape['concurrency']} (the "
+          "noise-floor control)", file=sys.stderr)  # fmt: skip
+    summary = _with_progress(engine, progress_for, lambda progress: run_evaluation(engine, plan, progress))
+    return summary.run_dir

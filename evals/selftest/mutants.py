@@ -23,7 +23,8 @@ from ...errors import UserError
 from ...results.run_summary import GateResult, RunSummary, TaskSummary, as_run_summary
 from ...workers.config import EngineConfig
 from ..pipeline.evaluation import EvalOptions
-from ..pipeline.orchestration import RunPlan, run_with_baseline
+from ..pipeline.orchestration import run_with_baseline
+from ..run_types import RunPlan
 from ..tasks.registry import TASKS
 
 GATES = ("accuracy", "lossless", "acceptance", "events")

@@ -90,7 +90,7 @@ def lossless_gate(task: TaskSummary | Mapping[str, Any]) -> GateText | None:
             shown = ", ".join(f"doc {d.get('doc_id')} @ token {d.get('position')}" for d in firsts[:_MAX_DIVERGENT])
             more = f" (+{len(firsts) - _MAX_DIVERGENT} more)" if len(firsts) > _MAX_DIVERGENT else ""
             text += f"; first divergent: {shown}{more}"
-        if ls.get("margin_rule") and ls.get("reason"):  # judged by margins against a control (evals/gates/margins.py)
+        if ls.get("margin_rule") and ls.get("reason"):  # judged by margins against a control (evals/lossless/)
             text += f"; {ls['reason']}"
         if ls.get("audit_margins"):
             text += f"; twin audit: {ls['audit_margins']}"

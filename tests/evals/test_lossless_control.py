@@ -1,4 +1,4 @@
-"""The noise-floor control's identity (evals/pipeline/control.py): the run a control engine records is the one the
+"""The noise-floor control's identity (evals/lossless/control.py): the run a control engine records is the one the
 lossless gate looks up for a spec-dec run of the same configuration, never a baseline, and made only outside
 float32 unless asked for."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from specdec_eval.evals.pipeline.control import ControlEngine, candidate_shapes, control_identity, wants_control
-from specdec_eval.evals.pipeline.evaluation import EvalOptions
-from specdec_eval.evals.pipeline.run_identity import baseline_config, baseline_identity, run_key
+from specdec_eval.evals.lossless.control import ControlEngine, candidate_shapes, control_identity, wants_control
+from specdec_eval.evals.run_identity import baseline_config, baseline_identity, run_key
+from specdec_eval.evals.run_types import EvalOptions
 from specdec_eval.evals.tasks.registry import parse_tasks
 from specdec_eval.workers.config import from_options
 from specdec_eval.workers.engine.engine import identity_of

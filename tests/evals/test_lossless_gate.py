@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from specdec_eval.evals.gates.references import lookup
-from specdec_eval.results.lossless import lossless_check
+from specdec_eval.evals.lossless.check import lossless_check
 from specdec_eval.results.store import list_runs
 
 CLI = [sys.executable, "-m", "specdec_eval.cli.main"]

@@ -1,7 +1,7 @@
-"""The margin rule of the lossless gate outside float32 (evals/gates/margins.py): margins read at the first divergence
-(exact, or bounded below when the other token is not among the stored alternatives), the one-sided Fisher test, and
-the rule's false-FAIL rate measured by a seeded simulation of numerics-only divergences (and its power on a planted
-bug), UNCALIBRATED as NO-GATE, float32 exact."""
+"""The margin rule of the lossless gate outside float32 (evals/lossless/margins.py): margins read at the first
+divergence (exact, or bounded below when the other token is not among the stored alternatives), the one-sided Fisher
+test, and the rule's false-FAIL rate measured by a seeded simulation of numerics-only divergences (and its power on a
+planted bug), UNCALIBRATED as NO-GATE, float32 exact."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import math
 
 import numpy as np
 import pytest
-from specdec_eval.evals.gates.lossless import judge_by_margins, uncalibrated_is_no_gate
-from specdec_eval.evals.gates.margins import (
+from specdec_eval.evals.lossless.check import lossless_check
+from specdec_eval.evals.lossless.gate import judge_by_margins, uncalibrated_is_no_gate
+from specdec_eval.evals.lossless.margins import (
     ALPHA,
     divergence_margin,
     fisher_greater,
     margin_verdict,
     noise_floor,
 )
-from specdec_eval.results.lossless import lossless_check
 from specdec_eval.results.verdict import run_verdict
 
 K = 5
@@ -150,7 +150,7 @@ def test_a_control_without_any_noise_fails_every_divergence_and_says_why():
 def test_an_audited_twin_that_differs_by_rounding_is_judged_by_its_margin():
     """Outside float32 the twin audit's plain engine runs at another batch shape and may flip a near-tie: judged by
     the margin against the control's bound (PASS, and said), FAIL beyond it."""
-    from specdec_eval.evals.gates.lossless import _apply_audit
+    from specdec_eval.evals.lossless.gate import _apply_audit
 
     def audit(judged: float) -> dict:
         d = {"task": "t", "doc_id": 7, "position": 3, "margins": {"judged": judged, "margin": judged}}

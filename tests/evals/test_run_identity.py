@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import subprocess
 
-from specdec_eval.evals.pipeline import run_identity
-from specdec_eval.evals.pipeline.evaluation import EvalOptions
+from specdec_eval.evals import run_identity
+from specdec_eval.evals.run_types import EvalOptions
 from specdec_eval.evals.tasks.registry import parse_tasks
 from specdec_eval.results.manifest import git_state
 from specdec_eval.workers.config import EngineConfig

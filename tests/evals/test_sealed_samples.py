@@ -13,9 +13,9 @@ import zlib
 from pathlib import Path
 
 import pytest
-from specdec_eval.evals.pipeline.evaluation import EvalOptions
-from specdec_eval.evals.pipeline.orchestration import RunPlan, run_evaluation
+from specdec_eval.evals.pipeline.orchestration import run_evaluation
 from specdec_eval.evals.pipeline.resume import GenerationCache
+from specdec_eval.evals.run_types import EvalOptions, RunPlan
 from specdec_eval.evals.tasks.registry import parse_tasks
 from specdec_eval.results.seal import seal, unseal
 from specdec_eval.workers.config import EngineConfig, SamplingParams

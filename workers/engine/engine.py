@@ -62,7 +62,7 @@ class Engine:
     ) -> None:
         """checkpoint / tokenizer: pass already-loaded ones to share them between engines (tests, A/B); model: a
         target model already built from `checkpoint` in this dtype, on this device and TP group, to share its
-        weights (the twin audit's engine, evals/pipeline/twin_audit.py)."""
+        weights (the twin audit's engine, evals/lossless/twin_audit.py)."""
         self.config = config
         self.tp = tp or TPGroup()
         if config.tp_size != self.tp.size:

@@ -12,7 +12,7 @@ when it chose greedily from its own logits). A side records each output token's 
 alternatives (k = 5: the most OpenAI's completions API returns, so every server can give what our engine keeps);
 when the other token is not among them the margin is only bounded below (by the k-th alternative).
 
-The noise floor comes from a control: the plain side decoded again at another batch shape (evals/pipeline/control.py).
+The noise floor comes from a control: the plain side decoded again at another batch shape (control.py).
 Its divergences from the baseline are numerics by construction, and every position the two share before they
 diverge measures the same noise directly: for each token of both top-k lists, how much its gap to the emitted token
 moved between the two runs. A numerics flip needs the gap to move by more than the margin, so
@@ -38,8 +38,10 @@ endpoint), else the token is the sample's output_token_ids entry.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
+
+from ...results.paired import first_divergence
 
 CONSISTENCY_SLACK = 1e-3  # nats: stored logprobs are rounded to 5 decimals; below -this a margin contradicts greedy
 FACTOR = 2.0  # slack on the measured noise: a spec-dec step changes the shape differently than the control does
@@ -62,13 +64,6 @@ def tokens_of(sample: dict[str, Any]) -> list[Any] | None:
         else:
             return None  # a record without its token: unusable
     return out
-
-
-def _first_divergence(a: Sequence[Any], b: Sequence[Any]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def _logprob_of(record: list, token: Any) -> float | None:
@@ -97,7 +92,7 @@ def divergence_margin(base: dict[str, Any], other: dict[str, Any]) -> dict[str, 
     bt, ot = tokens_of(base), tokens_of(other)
     if bt is None or ot is None:
         return None
-    p = _first_divergence(bt, ot)
+    p = first_divergence(bt, ot)
     if p is None:
         return None
     rec = {"position": p}
@@ -141,7 +136,7 @@ def gap_moves(base: dict[str, Any], other: dict[str, Any]) -> list[float]:
     bt, ot = tokens_of(base), tokens_of(other)
     if bt is None or ot is None:
         return []
-    p = _first_divergence(bt, ot)
+    p = first_divergence(bt, ot)
     end = min(len(bt), len(ot)) if p is None else p
     moves = []
     for i in range(end):
@@ -169,7 +164,7 @@ def noise_floor(base_samples: list[dict], control_samples: list[dict], task: str
         if tokens_of(b) is None or tokens_of(c) is None:
             continue
         moves.extend(gap_moves(b, c))
-        if _first_divergence(b.get("output_token_ids") or [], c.get("output_token_ids") or []) is not None:
+        if first_divergence(b.get("output_token_ids") or [], c.get("output_token_ids") or []) is not None:
             divergent += 1
             m = divergence_margin(b, c)
             if m is not None and m.get("margin") is not None:

@@ -1,16 +1,20 @@
-"""The losslessness gate: a spec-dec run checked sample by sample against its non-speculative baseline.
+"""Token identity, task by task: a spec-dec run's samples against its non-speculative baseline's.
 
-Greedy speculative decoding must reproduce the baseline's tokens exactly, so a spec-dec bug (a wrong KV rewind,
-a stale position, a rejected draft leaking out) shows up as a divergent sample long before it moves accuracy.
-In float32 any divergence fails. In bf16/fp16 even two non-speculative runs can differ once batch composition
-changes the reduction order, so a tolerance (the largest divergent fraction accepted) must be calibrated: run
-the baseline twice with different --max-batch-size and `specdec-eval compare` them; the divergent fraction
-observed, with headroom, is the tolerance to store as `lossless_tolerance` in the reference entry.
+Greedy speculative decoding must reproduce the baseline's tokens exactly, so a spec-dec bug (a wrong KV rewind, a
+stale position, a rejected draft leaking out) shows up as a divergent sample long before it moves accuracy. This
+module counts: identical outputs, each divergent sample's first divergent token, accuracy of both sides on the
+divergent subset, the exact McNemar p-value, and the verdict of identity alone. In float32 (and float64) any
+divergence fails. Elsewhere two plain runs already differ where the batch shape changes the reduction order, so
+identity alone cannot judge: the verdict is UNCALIBRATED, and the gate (gate.py) judges each divergence by its
+logit margin against the noise measured on a control (margins.py); a `lossless_tolerance` stored in a reference
+entry, where there is one, still caps the divergent fraction.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from ...results.paired import first_divergence, mcnemar_exact
 
 EXACT_DTYPES = ("float32", "float64")
 MCNEMAR_FILTER = "flexible-extract"  # the filter McNemar's test counts, where the task has it (else its first)
@@ -36,8 +40,6 @@ def lossless_check(
 ) -> dict[str, dict[str, Any]]:
     """Per task: identical-output rate, first divergence of each divergent sample, accuracy of both sides on the
     divergent subset, the exact McNemar p-value (flexible-extract) and the lossless verdict."""
-    from .paired import first_divergence, mcnemar_exact
-
     base = {(s["task"], s["doc_id"]): s for s in base_samples}
     out: dict[str, dict[str, Any]] = {}
     for task in sorted({s["task"] for s in spec_samples}):
