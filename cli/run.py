@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
 
-from ..errors import UserError
 from ..evals.tasks.registry import TASKS
-from ..launch.torchrun import TorchrunSpec
 from . import endpoint_options as eo
 from . import options as o
-from .generate import _rank_events_path
 from .progress import generation_progress
 from .run_report import print_report
 
@@ -238,12 +233,13 @@ def run(
       specdec-eval run --endpoint URL --spec eagle3 --draft-len 3 --baseline-endpoint URL0 --tasks gsm8k
       specdec-eval run --tasks gsm8k --limit 32 --sample random --spec eagle3 --dtype bfloat16 --control
     """  # fmt: skip
-    from ..evals.pipeline.backends import backend_class, make_backend
-    from ..evals.pipeline.orchestration import BASELINE_MODES, RunPlan
-    from ..evals.pipeline.orchestration import run as run_pipeline
-    from ..evals.run_types import EvalOptions
+    from ..evals.pipeline.backends import RunTarget, backend_name, make_backend
+    from ..evals.pipeline.run import run as run_pipeline
+    from ..evals.run_types import EvalOptions, RunPlan
     from ..evals.tasks.registry import parse_tasks
     from ..launch.job import JobFailed
+    from ..launch.job_options import JobOptions
+    from ..workers.remote.endpoint_options import EndpointOptions
 
     options = EvalOptions(
         tasks=parse_tasks(tasks), data_dir=data_dir, limit=limit, num_fewshot=num_fewshot,
@@ -252,37 +248,14 @@ def run(
         early_stop_batch=early_stop_batch, acceptance_rtol=acceptance_rtol, acceptance_refs=acceptance_refs,
         stop_file=ab_stop_file,
     )  # fmt: skip
+    plan = RunPlan(options, out, resume, baseline, populate_acceptance, control=control)
+    job = JobOptions(gpus, tp, nnodes, node_rank, rdzv_endpoint, rdzv_backend, dry_run, rank_timeout)
+    endpoints = EndpointOptions(endpoint, chat, tokenizer, served_model, api_key, concurrency, request_timeout,
+                                request_retries, baseline_endpoint)  # fmt: skip
     # Bad engine options fail here, before any model loads or process starts.
-    flags = engine_flags
-    config = flags.config(events_path=_rank_events_path(flags["events_path"], gpus * nnodes))
-    model, dtype, kv_cache, seed = flags["model"], flags["dtype"], flags["kv_cache"], flags["seed"]
-    mode = baseline if baseline in BASELINE_MODES else "separate"
-    plan = RunPlan(options, out, resume, None if baseline in BASELINE_MODES else baseline, populate_acceptance,
-                   control=control)  # fmt: skip
-    if baseline_endpoint is not None and endpoint is None:
-        raise UserError("--baseline-endpoint needs --endpoint (the server under test)")
-    if endpoint is not None and config.inject:
-        raise UserError("--inject can never fire in an endpoint run: the faults are our engine's, not the server's")
-    local_job = not (gpus > 1 or nnodes > 1 or dry_run)
-    if endpoint is None and local_job and tp not in (None, 1):
-        raise UserError("--tp > 1 needs --gpus (one process per TP rank)")
-    # Every input checked before the pipeline creates a run folder: nothing is left half-written.
-    check_out_folder(out)
-    check_acceptance_options(acceptance_refs, populate_acceptance, config)
-    if endpoint is not None or not dry_run:
-        check_task_data(options)
-    if endpoint is None:
-        check_draft_model(config)
-    if endpoint is not None:
-        declared = dict(model=model, tokenizer=tokenizer, chat=chat, served_model=served_model, api_key=api_key,
-                        concurrency=concurrency, timeout_s=request_timeout, max_retries=request_retries, seed=seed,
-                        dtype=dtype, kv_cache=kv_cache if _given(ctx, "kv_cache") else None)  # fmt: skip
-        backend = backend_class("endpoint").from_flags(endpoint, baseline_endpoint, declared, config)
-    elif local_job:
-        backend = make_backend("local", config, mode)
-    else:
-        torchrun = TorchrunSpec(gpus, nnodes, node_rank, rdzv_endpoint, rdzv_backend)
-        backend = make_backend("torchrun", config, torchrun, tp, rank_timeout, mode, dry_run)
+    declared = frozenset(name for name in ("kv_cache",) if _given(ctx, name))
+    target = RunTarget(engine_flags.config(), job, endpoints, declared)
+    backend = make_backend(backend_name(target), target)
     try:
         summary = run_pipeline(plan, backend, progress_for=lambda: generation_progress(0))
     except JobFailed as e:
@@ -299,62 +272,6 @@ def run(
         print(f"specdec-eval: --populate-acceptance: reference not written: {refused}", file=sys.stderr)
     if summary.verdict == "FAIL" or refused:
         raise typer.Exit(1)
-
-
-def check_out_folder(out: str) -> None:
-    """--out names a folder that is there or can be made: not a file, nor under one, and writable."""
-    path = Path(out).expanduser()
-    if path.exists() and not path.is_dir():
-        raise UserError(f"--out {out} is a file, not a folder for runs")
-    existing = next((p for p in (path, *path.parents) if p.exists()), None)
-    if existing is not None and not existing.is_dir():
-        raise UserError(f"--out {out}: {existing} is a file, so no folder can be made under it")
-    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"--out {out}: {existing} is not writable")
-
-
-def check_acceptance_options(refs: str | None, populate: bool, config) -> None:
-    """--acceptance-refs is a readable references file (or a name for one), and --populate-acceptance can write it
-    and has something clean to write: checked before anything runs."""
-    from ..evals.gates.acceptance import ACCEPTANCE_PATH, check_writable, load_acceptance_references
-
-    path = Path(refs).expanduser() if refs is not None else ACCEPTANCE_PATH
-    if refs is not None:
-        load_acceptance_references(path)  # a folder, unreadable text or bad YAML: one line now, not after the run
-    if not populate:
-        return
-    if config.spec is None:
-        raise UserError("--populate-acceptance needs --spec: a run without speculative decoding has no acceptance "
-                        "length")  # fmt: skip
-    if config.inject:
-        raise UserError("--populate-acceptance writes a reference only from a clean run; leave out --inject")
-    check_writable(path)
-
-
-def check_task_data(options) -> None:
-    """Each task's data is there and has the expected schema (evals/tasks/data_check.py), and --num-fewshot fits it."""
-    from ..evals.tasks.registry import max_fewshot, source_for
-
-    for spec in options.tasks:
-        source = source_for(spec, options.data_dir)
-        most = max_fewshot(spec, source)
-        if options.num_fewshot is not None and most is not None and options.num_fewshot > most:
-            raise UserError(f"--num-fewshot {options.num_fewshot}: {spec.name} has only {most} examples to draw "
-                            f"shots from ({source.origin})")  # fmt: skip
-
-
-def check_draft_model(config) -> None:
-    """A spec-dec run's draft head folder is read and matched to the target now, not after the baseline run.
-    The defaults (the shipped or the random head, default capture layers) are skipped: nothing a user gave can be
-    wrong there, and the check would parse the target's GGUF header once more."""
-    spec = config.spec
-    if spec is None or (spec.draft_model in ("auto", "random") and spec.capture_layers is None):
-        return
-    from ..workers.loading.checkpoint import load_checkpoint, preset_of
-    from ..workers.spec.head_check import check_draft_model as check
-
-    checkpoint = load_checkpoint(config.model)
-    check(config.spec, checkpoint.config, preset_of(checkpoint) or config.model)
 
 
 def _given(ctx: typer.Context, name: str) -> bool:

@@ -156,9 +156,9 @@ def selftest(
 
 
 def _matrix_options(data_dir, limit, max_output_len, num_fewshot, no_reference):
+    from ..evals.pipeline.preflight import check_task_data
     from ..evals.run_types import EvalOptions
     from ..evals.tasks.registry import TASKS
-    from .run import check_task_data
 
     options = EvalOptions(tasks=[TASKS["gsm8k"]], data_dir=data_dir, limit=limit, max_output_len=max_output_len,
                           num_fewshot=num_fewshot, no_reference=no_reference)  # fmt: skip

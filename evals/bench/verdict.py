@@ -26,8 +26,10 @@ from typing import Any
 from ...errors import UserError
 from ...results.run_summary import RunSummary
 from ...workers.config import EngineConfig
-from ..pipeline import orchestration as pipeline
-from ..run_types import EvalOptions
+from ..pipeline.backends import RunTarget, make_backend
+from ..pipeline.run import run
+from ..run_identity import baseline_config
+from ..run_types import EvalOptions, RunPlan
 from ..tasks.registry import parse_tasks, source_for
 from . import roofline
 from .hardware import BANDWIDTH_MIB, GEMM_SIZE, measure_limits_apart
@@ -122,8 +124,8 @@ def run_side(config: EngineConfig, options: EvalOptions, baseline: str, work_dir
     out = tempfile.mkdtemp(prefix="specdec-verdict-bench-", dir=work_dir)
     try:
         t0 = time.perf_counter()
-        plan = pipeline.RunPlan(options, out, resume=False)
-        summary = pipeline.run_with_baseline(config, plan, clocked, baseline=baseline)
+        plan = RunPlan(options, out, resume=False, baseline=baseline)
+        summary = run(plan, make_backend("local", RunTarget(config)), clocked)
         return SideRun(time.perf_counter() - t0, summary, clocks)
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -193,7 +195,7 @@ def run_verdict_bench(spec_config: EngineConfig, plan: VerdictBenchPlan, log: Ca
     options, subset = plan.options()
     for task in options.tasks:
         source_for(task, options.data_dir)  # missing data: one clear error before any model loads
-    plain_config = pipeline.baseline_config(spec_config)
+    plain_config = baseline_config(spec_config)
     sides: dict[str, Callable[[int], SideRun]] = {
         PLAIN: lambda _r: run_side(plain_config, options, "separate", plan.work_dir, progress_for),
         SEPARATE: lambda _r: run_side(spec_config, options, "separate", plan.work_dir, progress_for),

@@ -1,14 +1,18 @@
-"""The gates a run's summary is judged by, besides each task's accuracy test (evals/pipeline/evaluation.py) and the
-lossless gate (evals/lossless/gate.py): the run's verdict from tasks and failing events, and the acceptance gate."""
+"""The gates a run's summary is judged by, in one place (`apply_gates`: a new gate is one more call there): each
+task's accuracy test (summarised from the evaluation), the lossless gate (evals/lossless/gate.py) and the acceptance
+gate (acceptance.py); the run's verdict then follows from them and the failing events (results/run_summary.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ...results.run_summary import GateResult, RunSummary, TaskSummary
 from ...workers.events import count_events, failing_events
 from ...workers.interface import EngineIdentity
-from ..run_types import EvalOptions, TaskResult
+from ..lossless.baseline import BaselineRef
+from ..lossless.gate import apply_lossless_gate
+from ..run_types import EvalOptions, RunPlan, TaskResult
 
 
 def summarise(results: list[TaskResult], identity: EngineIdentity, events: list[dict], elapsed_s: float) -> RunSummary:
@@ -17,6 +21,23 @@ def summarise(results: list[TaskResult], identity: EngineIdentity, events: list[
     return RunSummary(tasks=tasks, events=count_events(events), failing_events=len(failing_events(events)),
                       elapsed_s=round(elapsed_s, 1), model=identity.model, kv_cache=identity.kv_cache,
                       spec=identity.spec, world_size=identity.world_size)  # fmt: skip
+
+
+def apply_gates(summary: RunSummary, results: list[TaskResult], samples: list[dict[str, Any]], identity: EngineIdentity,
+                plan: RunPlan, baseline: BaselineRef, test_id: str) -> RunSummary:  # fmt: skip
+    """The summary judged by every gate a run of this engine has beyond its tasks' accuracy tests: a spec-dec run's
+    lossless gate against `baseline`, then its acceptance gate (its reference first written from this run when
+    --populate-acceptance asks, from a clean, passing run only)."""
+    if identity.spec is None:
+        return summary
+    summary = apply_lossless_gate(summary, samples, identity, plan.out, plan.options, results, baseline)
+    path = acceptance_path(plan.options)
+    if plan.populate_acceptance:
+        summary = populate_acceptance(summary, results, test_id, path)
+    from .acceptance import load_acceptance_references
+
+    return apply_acceptance_gate(summary, results, test_id, load_acceptance_references(path),
+                                 plan.options.acceptance_rtol)  # fmt: skip
 
 
 def _task_summary(r: TaskResult) -> TaskSummary:

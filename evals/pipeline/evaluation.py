@@ -10,6 +10,7 @@ import hashlib
 import logging
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -22,6 +23,18 @@ from ..gates.references import Reference, lookup
 from ..run_identity import model_key_for
 from ..run_types import EvalOptions, TaskResult
 from ..tasks.registry import TaskSpec, source_for, write_task_yamls
+
+
+@dataclass(frozen=True)
+class StopInputs:
+    """What the sequential controller needs besides the references (only with --early-stop)."""
+
+    test_id: str | None = None  # the acceptance tripwire's reference entry
+    exact: bool = True  # float32/float64: any divergence from the baseline fails at once
+    acceptance_refs: dict[str, Any] | None = None
+    # (lm-eval task, doc id) -> the lossless baseline's token ids (None: not known); a paired run has its twins
+    baseline_tokens: Callable[[str, int], list[int] | None] | None = None
+
 
 DEFAULT_FEWSHOT_SEED = 1234  # lm-eval's fewshot_random_seed default: the GSM8K shots every lm-eval user gets
 
@@ -47,13 +60,12 @@ def evaluate(
     progress: Callable | None = None,
     cache=None,
     pair_cache=None,
-    stop_inputs: dict[str, Any] | None = None,
+    stop_inputs: StopInputs | None = None,
     only: set[tuple[str, int]] | None = None,
 ) -> list[TaskResult]:
     """cache: an evals.resume.GenerationCache; outputs found there are reused instead of generated again.
     pair_cache: paired decoding (a PairedEngine): the plain twins' outputs go there, for the baseline run.
-    stop_inputs (with options.early_stop): test_id, acceptance_refs, exact (any divergence fails) and
-    baseline_tokens(task, doc_id) -> the lossless baseline's token ids (None: not known).
+    stop_inputs: what the sequential controller needs (with options.early_stop).
     only: evaluate just these (lm-eval task, doc id) of the planned documents (the baseline of an early-stopped paired
     run: what its spec-dec side evaluated); the rest are skipped."""
     from .lm_adapter import SpecDecLM
@@ -73,11 +85,9 @@ def evaluate(
     if only is not None:
         lm.only = only
     elif options.early_stop or options.stop_file:
-        inputs = stop_inputs or {}
+        inputs = stop_inputs or StopInputs()
         stopper = _stopper(engine, options, references, inputs)
-        lm.stop_early(
-            stopper, {s.lm_eval_name: references[s.name] for s in options.tasks}, inputs.get("baseline_tokens")
-        )
+        lm.stop_early(stopper, {s.lm_eval_name: references[s.name] for s in options.tasks}, inputs.baseline_tokens)
     raw, plans = _run_lm_eval(lm, options, sources)
     results = []
     for spec in options.tasks:
@@ -112,7 +122,7 @@ def evaluate(
     return results
 
 
-def _stopper(engine: InferenceEngine, options: EvalOptions, references: dict, inputs: dict[str, Any]):
+def _stopper(engine: InferenceEngine, options: EvalOptions, references: dict, inputs: StopInputs):
     """The sequential controller: each task's accuracy design comes from its reference (none without one)."""
     from ..sequential.accuracy import AccuracySequentialDesign
     from ..sequential.early_stop import EarlyStop
@@ -130,8 +140,8 @@ def _stopper(engine: InferenceEngine, options: EvalOptions, references: dict, in
 
     if options.stop_file:  # a passive side of a sequential A/B: the controller decides, not this run's gates
         return EarlyStop(lambda task, n: None, options.early_stop_batch, exact=False, stop_file=options.stop_file)
-    return EarlyStop(design_for, options.early_stop_batch, inputs.get("test_id"), inputs.get("acceptance_refs"),
-                     inputs.get("exact", True), engine.identity.max_draft_len)  # fmt: skip
+    return EarlyStop(design_for, options.early_stop_batch, inputs.test_id, inputs.acceptance_refs, inputs.exact,
+                     engine.identity.max_draft_len)  # fmt: skip
 
 
 def _sequential_verdict(result: TaskResult, stopper, name: str) -> None:

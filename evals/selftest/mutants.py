@@ -1,12 +1,12 @@
 """The bug-class matrix behind `specdec-eval selftest --mutants`: what this tool catches.
 
 Each bug class of spec-dec engines (planted as a behaviour fault, workers/engine/faults.py, or the seed's unrestored
-metadata) runs through the default `run` configuration: `run_with_baseline` with its paired baseline, early stop
-on, a seeded random GSM8K subset, each class in a fresh runs folder (nothing reused between classes). The engine
-without any mutation runs the same way and must PASS every gate. A class that changes outputs counts as caught only
-when the lossless gate FAILs it (acceptance catching it is luck: a collapsed acceptance is a symptom of some bugs,
-of no others); a class that changes no output is caught by the events gate. The sampling class runs GSM8K at
-temperature > 0 (`gsm8k_sampled`), with an unmutated sampled run beside it.
+metadata) runs through the default `run` configuration: the run pipeline (evals/pipeline/run.py) on the local backend
+with its paired baseline, early stop on, a seeded random GSM8K subset, each class in a fresh runs folder (nothing
+reused between classes). The engine without any mutation runs the same way and must PASS every gate. A class that
+changes outputs counts as caught only when the lossless gate FAILs it (acceptance catching it is luck: a collapsed
+acceptance is a symptom of some bugs, of no others); a class that changes no output is caught by the events gate.
+The sampling class runs GSM8K at temperature > 0 (`gsm8k_sampled`), with an unmutated sampled run beside it.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from typing import Any
 from ...errors import UserError
 from ...results.run_summary import GateResult, RunSummary, TaskSummary, as_run_summary
 from ...workers.config import EngineConfig
+from ..pipeline.backends import RunTarget, make_backend
 from ..pipeline.evaluation import EvalOptions
-from ..pipeline.orchestration import run_with_baseline
+from ..pipeline.run import run
 from ..run_types import RunPlan
 from ..tasks.registry import TASKS
 
@@ -97,14 +98,15 @@ def run_matrix(
     note: Callable[[str], None] = lambda line: None,
     workdir: str | None = None,
 ) -> dict[str, Any]:
-    """Every class through `run_with_baseline`, each in a fresh runs folder; returns the matrix (JSON-ready)."""
+    """Every class through the run pipeline (evals/pipeline/run.py), each in a fresh runs folder; returns the
+    matrix (JSON-ready)."""
     rows = []
     for i, bug in enumerate(classes, 1):
         note(f"[{i}/{len(classes)}] {bug.name}: {bug.what}")
         with tempfile.TemporaryDirectory(prefix=f"mutant-{bug.name.split(',')[0]}-", dir=workdir) as out:
             plan = RunPlan(matrix_options(options, bug), out=out, resume=False)
             started = time.perf_counter()
-            summary = run_with_baseline(mutant_config(config, bug), plan, baseline="paired")
+            summary = run(plan, make_backend("local", RunTarget(mutant_config(config, bug))))
             row = judge(bug, summary, time.perf_counter() - started, _evaluation_order(summary))
         cells = ", ".join(f"{gate} {_brief(cell)}" for gate, cell in row["cells"].items())
         note(f"[{i}/{len(classes)}] {bug.name}: {row['result']} ({row['elapsed_s']:.0f} s; {cells})")

@@ -13,7 +13,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from specdec_eval.evals.pipeline.orchestration import run_evaluation
+from specdec_eval.evals.pipeline.one_run import run_evaluation
 from specdec_eval.evals.pipeline.resume import GenerationCache
 from specdec_eval.evals.run_types import EvalOptions, RunPlan
 from specdec_eval.evals.tasks.registry import parse_tasks
