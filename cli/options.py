@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
@@ -217,3 +217,9 @@ def dataclass_options(**classes: type) -> Callable[[Callable], Callable]:
         return wrapper
 
     return decorate
+
+
+def given(ctx: typer.Context, names: Iterable[str]) -> frozenset[str]:
+    """The options among `names` given on the command line (the others took their defaults)."""
+    sources = {name: ctx.get_parameter_source(name) for name in names}
+    return frozenset(name for name, source in sources.items() if source is not None and source.name == "COMMANDLINE")

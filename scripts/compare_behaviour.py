@@ -7,7 +7,7 @@ BEFORE and AFTER are folders holding, per command, a runs folder (BEFORE/local/,
 output beside it (BEFORE/local.out: its --json summary, or `selftest --mutants --json`'s matrix); scripts/
 behaviour_runs.sh writes such a folder from a checkout. Runs are matched across the two by their recorded
 configuration (manifest.json "config": engine and evaluation, which names a run's side: the run, its baseline, its
-paired twins, its noise-floor control), never by run id, which holds the commit. Prints, per command, whether each
+paired twins, its noise-floor control; a server's port left out), never by run id, which holds the commit. Prints, per command, whether each
 run's samples and summary are identical, and every difference (a key path, before -> after); a run only one side
 has is a difference too. Exit status 0 when everything is identical, 1 otherwise, 2 on bad input.
 """
@@ -25,6 +25,7 @@ from typing import Any
 IGNORED_KEYS = frozenset({"elapsed_s", "seconds", "run_id", "run_dir", "baseline_run", "control_run", "started",
                           "finished", "reused_generations"})  # fmt: skip
 RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9A-Za-z]+(?:-\d+)?")
+PORT = re.compile(r"(//[^/:\s\"]+):\d+")  # a server started for the commands listens on a port of the moment
 
 
 def normalised(value: Any, runs: Path | None = None) -> Any:
@@ -37,7 +38,7 @@ def normalised(value: Any, runs: Path | None = None) -> Any:
     if isinstance(value, str):
         if runs is not None:
             value = value.replace(str(runs), "<runs>")
-        return RUN_ID.sub("<run>", value)
+        return PORT.sub(r"\1:<port>", RUN_ID.sub("<run>", value))
     return value
 
 
@@ -64,7 +65,7 @@ def runs_of(folder: Path) -> dict[str, dict[str, Any]]:
 
     out: dict[str, dict[str, Any]] = {}
     for run in list_runs(folder):
-        config = json.dumps(run.manifest().get("config"), sort_keys=True)
+        config = json.dumps(normalised(run.manifest().get("config")), sort_keys=True)
         samples = sorted((normalised(s, folder) for s in run.samples()), key=lambda s: (s["task"], s["doc_id"]))
         summary = normalised(run.summary(), folder) if run.is_finished else None
         key = config if config not in out else f"{config} #{sum(k.startswith(config) for k in out) + 1}"

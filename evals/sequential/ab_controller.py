@@ -22,6 +22,7 @@ from typing import Any
 from ...results.ab import Side, checked_out, run_side, side_result, start_side, stop_side, terminated_as_exception
 from ...results.compare import compare_runs
 from ...results.store import Run
+from ..run_types import EvalOptions
 from .ab import SideProgress, watch
 from .paired import PairedSequentialDesign
 
@@ -36,7 +37,7 @@ class ABPlan:
     out: Path
     alpha: float = 0.05
     early_stop: bool = False
-    early_stop_batch: int = 32
+    early_stop_batch: int = EvalOptions.early_stop_batch  # what `run` looks after, so both sides look alike
     p1: float = 1 / 3
 
 

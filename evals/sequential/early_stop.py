@@ -25,9 +25,10 @@ from typing import Any
 
 from ...workers.spec.metrics import AcceptanceStats
 from ..gates.acceptance import acceptance_early_fail
+from ..run_types import EvalOptions
 from .accuracy import AccuracySequentialDesign
 
-DEFAULT_BATCH = 64
+DEFAULT_BATCH = EvalOptions.early_stop_batch  # documents per look: `run --early-stop-batch`'s default
 
 
 def sample_score(task: Any, instance: Any, text: str, score_filter: str | None = None) -> float:
