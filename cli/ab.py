@@ -58,8 +58,8 @@ def ab(
       specdec-eval ab v0.1.0 my-branch --repo ~/specdec-eval -- --model tiny --tasks gsm8k_smoke --no-reference
       specdec-eval ab main HEAD --early-stop -- --tasks gsm8k --data-dir ../shared/data   # stops when decided
     """  # fmt: skip
-    from ..evals.sequential.ab_controller import ABPlan, run_ab
-    from ..results.ab import ABError, Terminated
+    from ..evals.sequential.commit_ab import ABPlan, run_ab
+    from ..results.ab_sides import ABError, Terminated
     from ..results.compare import render_compare
 
     if not 0.0 < alpha < 1.0:  # checked now: both sides would run before the comparison reads it
@@ -82,7 +82,7 @@ def ab(
     else:
         typer.echo(render_compare(result))
         if sequential is not None:
-            from ..evals.sequential.ab import render
+            from ..evals.sequential.ab_watch import render
 
             typer.echo(render(sequential))
     if result.get("verdict") == "regression":

@@ -1,7 +1,7 @@
 """`specdec-eval bench`: our engine vs Hugging Face transformers (and our spec-dec engine) on the same prompts in
 interleaved rounds, with this machine's limits measured in the same run; `bench --verdict`: the wall time of whole
 GSM8K verdicts, plain vs spec-dec with its lossless baseline. The work is in evals/bench/speed.py and
-evals/bench/verdict.py; this module parses and prints (cli/bench_print.py)."""
+evals/bench/verdict_timing.py; this module parses and prints (cli/bench_print.py)."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def bench(
                   decode_copy=decode_copy)  # fmt: skip
     spec_cfg = dict(spec=spec, draft_len=draft_len, draft_model=draft_model)
     if verdict:
-        from ..evals.bench.verdict import VerdictBenchPlan, run_verdict_bench
+        from ..evals.bench.verdict_timing import VerdictBenchPlan, run_verdict_bench
         from .bench_print import print_verdict
 
         plan = VerdictBenchPlan(task=task, docs=docs, seed=sample_seed, data_dir=data_dir,

@@ -15,6 +15,7 @@ import typer
 
 from ..evals.run_types import EvalOptions, RunPlan
 from ..launch.job_options import JobOptions
+from ..results.run_summary import Verdict
 from ..workers.remote.endpoint_options import EndpointOptions
 from . import options as o
 from .progress import generation_progress
@@ -68,5 +69,5 @@ def run(
     refused = (summary.acceptance_populated or {}).get("refused")
     if refused:  # asked for, not done: the status says so even when the run itself passed
         print(f"specdec-eval: --populate-acceptance: reference not written: {refused}", file=sys.stderr)
-    if summary.verdict == "FAIL" or refused:
+    if summary.verdict == Verdict.FAIL or refused:
         raise typer.Exit(1)

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..option_fields import flag
 from ..results import store
+from ..results.run_summary import GateResult
+from ..results.sample_record import SampleRecord
 from .tasks.registry import TASKS, TaskSpec, parse_tasks
 from .tasks.subsets import HOW
 
@@ -167,19 +169,18 @@ class RunPlan:
                    d.get("populate_acceptance", False), d.get("control"))  # fmt: skip
 
 
-@dataclass
+@dataclass(frozen=True)
 class TaskResult:
+    """One task of one evaluation, scored and judged by its accuracy gate (gates/hypothesis.py `accuracy_gate`)."""
+
     task: str
     family: str
     num_samples: int
     filter_scores: dict[str, float]  # 0-100
     score: float  # mean over filters, 0-100
     reference: Reference | None
-    threshold: float | None
-    theta: float | None
-    verdict: str  # PASS | FAIL | NO-GATE | REPORT (no reference)
-    report: str
-    samples: list[dict[str, Any]] = field(default_factory=list)
+    accuracy: GateResult  # PASS | FAIL | NO-GATE | REPORT (no reference); reason: the test's report
+    samples: list[SampleRecord] = field(default_factory=list)
     acceptance: dict[str, Any] | None = None
     acceptance_requests: list[tuple[int, int]] = field(default_factory=list)  # (cycles, accepted) per request
     acceptance_positions: list[tuple[int, list[int]]] = field(default_factory=list)  # (cycles, per position) each

@@ -4,12 +4,13 @@ timings, run ids and paths left out.
     python scripts/compare_behaviour.py BEFORE AFTER [--json]
 
 BEFORE and AFTER are folders holding, per command, a runs folder (BEFORE/local/, ...) and the command's standard
-output beside it (BEFORE/local.out: its --json summary, or `selftest --mutants --json`'s matrix); scripts/
-behaviour_runs.sh writes such a folder from a checkout. Runs are matched across the two by their recorded
+output beside it (BEFORE/local.out: its --json summary, or `selftest --mutants --json`'s matrix);
+scripts/behaviour_runs.sh writes such a folder from a checkout. Runs are matched across the two by their recorded
 configuration (manifest.json "config": engine and evaluation, which names a run's side: the run, its baseline, its
-paired twins, its noise-floor control; a server's port left out), never by run id, which holds the commit. Prints, per command, whether each
-run's samples and summary are identical, and every difference (a key path, before -> after); a run only one side
-has is a difference too. Exit status 0 when everything is identical, 1 otherwise, 2 on bad input.
+paired twins, its noise-floor control; a server's port left out), never by run id, which holds the commit. Prints,
+per command, whether each run's samples and summary are identical, and every difference (a key path, before ->
+after); a run only one side has is a difference too. Exit status 0 when everything is identical, 1 otherwise, 2 on
+bad input.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def runs_of(folder: Path) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for run in list_runs(folder):
         config = json.dumps(normalised(run.manifest().get("config")), sort_keys=True)
-        samples = sorted((normalised(s, folder) for s in run.samples()), key=lambda s: (s["task"], s["doc_id"]))
+        samples = sorted((normalised(s, folder) for s in run.sample_rows()), key=lambda s: (s["task"], s["doc_id"]))
         summary = normalised(run.summary(), folder) if run.is_finished else None
         key = config if config not in out else f"{config} #{sum(k.startswith(config) for k in out) + 1}"
         out[key] = {"samples": samples, "summary": summary, "side": _side(run.manifest())}

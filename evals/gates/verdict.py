@@ -5,9 +5,9 @@ gate (acceptance.py); the run's verdict then follows from them and the failing e
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ...results.run_summary import GateResult, RunSummary, TaskSummary
+from ...results.sample_record import SampleRecord
 from ...workers.events import count_events, failing_events
 from ...workers.interface import EngineIdentity
 from ..lossless.baseline import BaselineRef
@@ -23,7 +23,7 @@ def summarise(results: list[TaskResult], identity: EngineIdentity, events: list[
                       spec=identity.spec, world_size=identity.world_size)  # fmt: skip
 
 
-def apply_gates(summary: RunSummary, results: list[TaskResult], samples: list[dict[str, Any]], identity: EngineIdentity,
+def apply_gates(summary: RunSummary, results: list[TaskResult], samples: list[SampleRecord], identity: EngineIdentity,
                 plan: RunPlan, baseline: BaselineRef, test_id: str) -> RunSummary:  # fmt: skip
     """The summary judged by every gate a run of this engine has beyond its tasks' accuracy tests: a spec-dec run's
     lossless gate against `baseline`, then its acceptance gate (its reference first written from this run when
@@ -46,16 +46,16 @@ def _task_summary(r: TaskResult) -> TaskSummary:
         score=round(r.score, 4),
         filter_scores={k: round(v, 4) for k, v in r.filter_scores.items()},
         reference=r.reference.accuracy if r.reference else None,
-        threshold=round(r.threshold, 4) if r.threshold is not None else None,
-        theta=round(r.theta, 4) if r.theta is not None else None,
-        verdict=r.verdict,
+        threshold=_rounded(r.accuracy.numbers.get("threshold")),
+        theta=_rounded(r.accuracy.numbers.get("theta")),
+        verdict=r.accuracy.verdict,
         num_failed_requests=r.num_failed_requests,
         acceptance=r.acceptance,
         data=r.data_origin,
         n_total=r.n_total,
         subset={k: v for k, v in r.subset.items() if k != "order"} if r.subset else None,
         stopped=r.stopped or None,
-        report=r.report,
+        report=r.accuracy.reason,
         filter_mismatches=r.filter_mismatches,
     )
 
@@ -65,6 +65,10 @@ def acceptance_path(options: EvalOptions) -> Path:
     from .acceptance import ACCEPTANCE_PATH
 
     return Path(options.acceptance_refs) if options.acceptance_refs else ACCEPTANCE_PATH
+
+
+def _rounded(x: float | None) -> float | None:
+    return round(x, 4) if x is not None else None
 
 
 def evaluate_acceptance(results: list[TaskResult], test_id: str, refs: dict, rtol: float) -> dict[str, GateResult]:

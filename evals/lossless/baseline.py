@@ -17,6 +17,7 @@ from typing import Any
 
 from ...errors import UserError
 from ...results import store
+from ...results.run_summary import Verdict
 from ...workers.interface import EngineIdentity
 from ..run_identity import baseline_identity, find_baseline, is_paired_twin, run_config
 from ..run_types import EvalOptions
@@ -110,7 +111,7 @@ def baseline_problem(base: store.Run, identity: EngineIdentity, options: EvalOpt
         return f"{name} has {summary.num_failed_requests} failed request(s)"
     if summary.failing_events:
         return f"{name} recorded {summary.failing_events} failing event(s)"
-    if summary.verdict == "FAIL":
+    if summary.verdict == Verdict.FAIL:
         return f"{name} FAILed; a baseline is a run that passed"
     return _incomparable(name, manifest, identity, options)
 

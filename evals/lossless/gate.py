@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...results import store
-from ...results.run_summary import GateResult, RunSummary
+from ...results.run_summary import GateResult, RunSummary, Verdict
+from ...results.sample_record import SampleRecord
 from ...workers.interface import EngineIdentity
 from ..run_types import EvalOptions, TaskResult
 from .baseline import BASELINE_KINDS, BaselineRef, baseline_label, open_baseline
@@ -37,21 +38,21 @@ class LosslessCase:
     """What one task's lossless verdict rests on."""
 
     task: str
-    samples: list[dict[str, Any]]  # the spec-dec run's samples (every task's)
-    baseline_samples: list[dict[str, Any]]
+    samples: list[SampleRecord]  # the spec-dec run's samples (every task's)
+    baseline_samples: list[SampleRecord]
     baseline_run: str  # its run id
     baseline: BaselineRef
     kind: str  # the baseline's kind: "twin" | "separate" | "recorded"
     dtype: str  # what ran: float32 and float64 are exact
     tolerance: float | None  # the task's calibrated lossless_tolerance, if its reference entry has one
-    control_samples: list[dict[str, Any]] | None  # the noise-floor control's samples (None: no control found)
+    control_samples: list[SampleRecord] | None  # the noise-floor control's samples (None: no control found)
     control_run: str | None
 
 
 Judge = Callable[[LosslessCase], dict[str, Any]]  # one task's gate record (GateResult.from_json reads it)
 
 
-def apply_lossless_gate(summary: RunSummary, samples: list[dict], identity: EngineIdentity, out: str,
+def apply_lossless_gate(summary: RunSummary, samples: list[SampleRecord], identity: EngineIdentity, out: str,
                         options: EvalOptions, results: list[TaskResult],
                         baseline: BaselineRef) -> RunSummary:  # fmt: skip
     """The summary with each task's lossless gate and the baseline it rests on (a FAIL fails the run)."""
@@ -61,7 +62,7 @@ def apply_lossless_gate(summary: RunSummary, samples: list[dict], identity: Engi
     return summary if record is None else summary.replace(baseline=record)
 
 
-def evaluate_lossless(tasks: Iterable[str], samples: list[dict], identity: EngineIdentity, out: str,
+def evaluate_lossless(tasks: Iterable[str], samples: list[SampleRecord], identity: EngineIdentity, out: str,
                       options: EvalOptions, results: list[TaskResult],
                       baseline: BaselineRef) -> tuple[dict[str, GateResult], dict[str, Any] | None]:  # fmt: skip
     """Compare every spec-dec sample with the baseline: each task's GateResult, and the baseline's record (None
@@ -69,7 +70,7 @@ def evaluate_lossless(tasks: Iterable[str], samples: list[dict], identity: Engin
     base = open_baseline(baseline, identity, out, options)
     if base is None:
         why = f"no finished baseline run under {out}"
-        return {task: GateResult("NO-BASELINE", why) for task in tasks}, None
+        return {task: GateResult(Verdict.NO_BASELINE, why) for task in tasks}, None
     dtype = identity.resolved_dtype or identity.dtype
     tolerances = {r.task: (r.reference.entry.get("lossless_tolerance") if r.reference else None) for r in results}
     base_samples = base.samples()
@@ -77,7 +78,7 @@ def evaluate_lossless(tasks: Iterable[str], samples: list[dict], identity: Engin
     control = store.open_run(baseline.control) if baseline.control else find_control(out, identity, options)
     control_samples = control.samples() if control is not None else None
     gates = {}
-    for task in sorted({s["task"] for s in samples}):
+    for task in sorted({s.task for s in samples}):
         case = LosslessCase(task, samples, base_samples, base.run_id, baseline, kind, dtype, tolerances.get(task),
                             control_samples, control.run_id if control is not None else None)  # fmt: skip
         gates[task] = GateResult.from_json(JUDGES[verdict_kind(case)](case))
@@ -95,7 +96,7 @@ def judge_identity(case: LosslessCase) -> dict[str, Any]:
     """Token identity with its baseline, divergences judged by their margins outside an exact dtype, the twins'
     audit applied; an UNCALIBRATED verdict reads NO-GATE."""
     task, dtype = case.task, case.dtype
-    mine = [s for s in case.samples if s["task"] == task]
+    mine = [s for s in case.samples if s.task == task]
     check = lossless_check(mine, case.baseline_samples, dtype, case.tolerance)[task]
     floor = noise_floor(case.baseline_samples, case.control_samples, task) if case.control_samples is not None else None
     judge_by_margins(check, task, case.samples, case.baseline_samples, floor, dtype, case.tolerance, case.control_run)
@@ -128,27 +129,27 @@ def _apply_audit(check: dict[str, Any], task: str, audit: dict[str, Any], dtype:
     first = audit["first_divergence"]
     if dtype in EXACT_DTYPES:
         if first is not None:
-            check["verdict"] = "FAIL"
+            check["verdict"] = Verdict.FAIL
             check["reason"] = (f"{CHANGES_TARGET}: the paired twin of {first['task']} doc {first['doc_id']} "
                                f"differs from a plain engine's output at token {first['position']} (audit of "
                                f"{audit['num_audited']} of {audit['planned']} planned documents, stopped at the "
                                "first divergence); the twins are no baseline")  # fmt: skip
-        elif not audit["num_audited"] and check["verdict"] == "PASS":
-            check["verdict"] = "NO-GATE"
+        elif not audit["num_audited"] and check["verdict"] == Verdict.PASS:
+            check["verdict"] = Verdict.NO_GATE
             check["reason"] = "the paired twins could not be audited (no greedy or seeded document); no baseline"
         return
     mine = [d for d in audit["audited"] if d["task"] == task]
     diverged = [d for d in audit["divergences"] if d["task"] == task]
     if not diverged:
-        if not mine and check["verdict"] == "PASS":
-            check["verdict"], check["reason"] = "NO-GATE", "no document of this task was audited; no baseline"
+        if not mine and check["verdict"] == Verdict.PASS:
+            check["verdict"], check["reason"] = Verdict.NO_GATE, "no document of this task was audited; no baseline"
         return
     share = len(diverged) / len(mine)
     judged = [d["margins"] for d in diverged if (d.get("margins") or {}).get("judged") is not None]
     if floor is not None and len(judged) == len(diverged):
         worst = max(judged, key=lambda m: m["judged"])
         if worst["judged"] > floor["bound"]:
-            check["verdict"] = "FAIL"
+            check["verdict"] = Verdict.FAIL
             check["reason"] = (f"{CHANGES_TARGET}: an audited twin differs from a plain engine with margin "
                                f"{worst['judged']:.3f} nats, beyond the control's noise bound {floor['bound']:.4f} "
                                f"({len(diverged)} of {len(mine)} audited twins differ)")  # fmt: skip
@@ -158,17 +159,17 @@ def _apply_audit(check: dict[str, Any], task: str, audit: dict[str, Any], dtype:
                                       f"control's noise bound {floor['bound']:.4f})")  # fmt: skip
         return
     if tolerance is None:
-        check["verdict"] = "UNCALIBRATED"
+        check["verdict"] = Verdict.UNCALIBRATED
         check["reason"] = (f"{len(diverged)} of {len(mine)} audited twins differ from a plain engine in {dtype}; "
                            "no calibrated lossless_tolerance to judge whether the spec-dec engine altered the "
                            "target")  # fmt: skip
     elif share > tolerance:
-        check["verdict"] = "FAIL"
+        check["verdict"] = Verdict.FAIL
         check["reason"] = (f"{CHANGES_TARGET}: {len(diverged)} of {len(mine)} audited twins differ from a plain "
                            f"engine ({share:.4f} > tolerance {tolerance:.4f} for {dtype})")  # fmt: skip
 
 
-def judge_by_margins(check: dict[str, Any], task: str, samples: list[dict], base_samples: list[dict],
+def judge_by_margins(check: dict[str, Any], task: str, samples: list[SampleRecord], base_samples: list[SampleRecord],
                      floor: dict[str, Any] | None, dtype: str, tolerance: float | None,
                      control_run: str | None) -> None:  # fmt: skip
     """Every divergence gets its margins (numbers and token ids); outside an exact dtype they decide the verdict
@@ -180,13 +181,13 @@ def judge_by_margins(check: dict[str, Any], task: str, samples: list[dict], base
         check["noise"]["control_run"] = control_run
     if not check["divergences"]:
         return
-    spec = {s["doc_id"]: s for s in samples if s["task"] == task}
-    base = {s["doc_id"]: s for s in base_samples if s["task"] == task}
+    spec = {s.doc_id: s for s in samples if s.task == task}
+    base = {s.doc_id: s for s in base_samples if s.task == task}
     for x in check["divergences"]:
         m = divergence_margin(base[x["doc_id"]], spec[x["doc_id"]])
         if m is not None:
             x["margins"] = m
-    if dtype in EXACT_DTYPES or check["verdict"] == "FAIL" and check["reason"].startswith("not comparable"):
+    if dtype in EXACT_DTYPES or check["verdict"] == Verdict.FAIL and check["reason"].startswith("not comparable"):
         return
     flat = [{"doc_id": x["doc_id"], **x["margins"]} if x.get("margins") else {"doc_id": x["doc_id"]}
             for x in check["divergences"]]  # fmt: skip
@@ -199,10 +200,10 @@ def judge_by_margins(check: dict[str, Any], task: str, samples: list[dict], base
 
 def uncalibrated_is_no_gate(check: dict[str, Any]) -> None:
     """A gate that could not judge never reads PASS: UNCALIBRATED is NO-GATE for losslessness, with what to do."""
-    if check["verdict"] == "UNCALIBRATED":
-        check["verdict"] = "NO-GATE"
+    if check["verdict"] == Verdict.UNCALIBRATED:
+        check["verdict"] = Verdict.NO_GATE
         check["uncalibrated"] = True
         if WHAT_TO_DO not in check["reason"]:
             check["reason"] = f"UNCALIBRATED: {check['reason']}; {WHAT_TO_DO}"
-        elif not check["reason"].startswith("UNCALIBRATED"):
+        elif not check["reason"].startswith(Verdict.UNCALIBRATED):
             check["reason"] = f"UNCALIBRATED: {check['reason']}"

@@ -44,6 +44,7 @@ import torch
 
 from ...errors import UserError
 from ...results.paired import first_divergence
+from ...results.sample_record import SampleRecord
 from ...workers.interface import EngineIdentity, GenerateStats, GenerationOutput, InferenceEngine, Prompt
 from ...workers.loading.tokenizer import encode_any
 from .check import EXACT_DTYPES
@@ -182,8 +183,7 @@ class AuditedTwins:
         decoded = plain.generate([prompt], [params])[0]
         if decoded.finish_reason == "error":
             raise RuntimeError(f"the twin audit's plain engine failed a request: {decoded.error}")
-        margins = divergence_margin({"output_token_ids": decoded.token_ids, "logprobs": decoded.logprobs},
-                                    {"output_token_ids": twin.token_ids, "logprobs": twin.logprobs})  # fmt: skip
+        margins = divergence_margin(_decoded(decoded), _decoded(twin))
         return first_divergence(list(decoded.token_ids), list(twin.token_ids)), margins
 
     def _plain(self) -> InferenceEngine:
@@ -208,9 +208,14 @@ class AuditedTwins:
             self.plain.close()
 
 
+def _decoded(output: GenerationOutput) -> SampleRecord:
+    """An output as the record the margins are read from (its tokens and their logprobs; no document)."""
+    return SampleRecord(task="", doc_id=None, output_token_ids=list(output.token_ids), logprobs=output.logprobs)
+
+
 def audit_record(record: dict[str, Any], results: list) -> dict[str, Any]:
     """The audit as recorded in the runs' summaries and manifests: documents named by (task, doc id)."""
-    docs = {s["prompt_hash"]: {"task": s["task"], "doc_id": s["doc_id"]} for r in results for s in r.samples}
+    docs = {s.prompt_hash: {"task": s.task, "doc_id": s.doc_id} for r in results for s in r.samples}
     unknown = {"task": None, "doc_id": None}
     audited = [docs.get(h, unknown) for h in record["audited"]]
     divergences = [

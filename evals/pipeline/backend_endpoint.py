@@ -16,7 +16,7 @@ from ..lossless.control import other_shape
 from ..run_types import RunPlan
 from .backends import Abilities, RunTarget
 from .one_run import ProgressFor, evaluate_side
-from .sides import Side
+from .run_sides import Side
 
 
 class EndpointBackend:

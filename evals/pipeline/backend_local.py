@@ -17,7 +17,7 @@ from ..run_identity import baseline_config
 from ..run_types import RunPlan
 from .backends import Abilities, RunTarget, refuse_baseline_endpoint
 from .one_run import ProgressFor, evaluate_side
-from .sides import Side, side_config, side_identity
+from .run_sides import Side, side_config, side_identity
 
 
 class LocalBackend:

@@ -23,7 +23,7 @@ from ..lossless.control import other_shape
 from ..run_types import RunPlan
 from .backends import Abilities, RunTarget, refuse_baseline_endpoint
 from .one_run import NO_BASELINE, ProgressFor, evaluate_side
-from .sides import RUN, Side, side_config, side_identity
+from .run_sides import RUN, Side, side_config, side_identity
 
 JOB_DRIVER = "specdec_eval.evals.pipeline.backend_torchrun:job_driver"
 

@@ -8,7 +8,7 @@ registry.
 | endpoint | any OpenAI-compatible server; its plain side another server | backend_endpoint.py |
 
 A backend says what it can do (`Abilities`: can it pair, build a plain engine of the same configuration, decode a
-control and at which shape, score) and how to build an engine for each side of a run (sides.py); the policy of which
+control and at which shape, score) and how to build an engine for each side of a run (run_sides.py); the policy of which
 sides a run needs (its baseline, its control) is written once, in run.py. Each is built from a `RunTarget` (what the
 command line says about the engine and where it runs), by name (`make_backend`), as the spec workers and KV managers
 are picked; a new backend is one class and one entry here. Building one starts nothing."""
@@ -30,7 +30,7 @@ from ...workers.remote.endpoint_options import EndpointOptions
 from ..lossless.baseline import BaselineRef
 from ..run_types import RunPlan
 from .one_run import ProgressFor
-from .sides import Side
+from .run_sides import Side
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from ..run_identity import baseline_identity, find_baseline, run_key
 from ..run_types import RunPlan
 from .evaluation import StopInputs, check_references, evaluate
 from .recording import OpenRun, claim_run, discarded_on_user_error, open_run, record_run
-from .sides import Side
+from .run_sides import Side
 
 # progress_for(): a context manager giving a progress callback (done, total, stats), one per evaluation
 ProgressFor = Callable[[], AbstractContextManager[Callable | None]]
@@ -88,6 +88,6 @@ def _baseline_tokens(identity: EngineIdentity, plan: RunPlan, baseline_run: str 
         base = find_baseline(plan.out, baseline_identity(identity), plan.options)
     if base is None:
         return None
-    tokens = {(s["task"], s["doc_id"]): s["output_token_ids"] for s in base.samples()}
+    tokens = {(s.task, s.doc_id): s.output_token_ids for s in base.samples()}
     names = {t.lm_eval_name: t.name for t in plan.options.tasks}
     return lambda task, doc_id: tokens.get((names.get(task, task), doc_id))

@@ -26,7 +26,7 @@ from ..run_types import RunPlan
 from .backends import Backend
 from .one_run import NO_BASELINE, ProgressFor
 from .preflight import preflight
-from .sides import BASELINE, RUN, control_side
+from .run_sides import BASELINE, RUN, control_side
 
 
 def run(plan: RunPlan, backend: Backend, progress_for: ProgressFor | None = None) -> RunSummary | None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UserError
-from ...results.run_summary import GateResult, RunSummary, TaskSummary, as_run_summary
+from ...results.run_summary import GateResult, RunSummary, TaskSummary, Verdict, as_run_summary
 from ...workers.config import EngineConfig
 from ..pipeline.backends import RunTarget, make_backend
 from ..pipeline.evaluation import EvalOptions
@@ -116,7 +116,7 @@ def run_matrix(
 
 
 def _brief(cell: dict[str, Any]) -> str:
-    return f"FAIL at doc {cell['doc']}" if cell["verdict"] == "FAIL" else cell["verdict"]
+    return f"FAIL at doc {cell['doc']}" if cell["verdict"] == Verdict.FAIL else cell["verdict"]
 
 
 def _evaluation_order(summary: RunSummary) -> list[Any]:
@@ -135,7 +135,7 @@ def judge(bug: BugClass, summary: RunSummary | Mapping[str, Any], elapsed: float
     if bug.is_clean:
         result = "FALSE FAIL" if any(c["verdict"] == "FAIL" for c in cells.values()) else "PASS"
     else:
-        result = "caught" if cells[bug.catcher]["verdict"] == "FAIL" else "MISSED"
+        result = "caught" if cells[bug.catcher]["verdict"] == Verdict.FAIL else "MISSED"
     return {"class": bug.name, "what": bug.what, "catcher": bug.catcher, "result": result, "cells": cells,
             "elapsed_s": round(elapsed, 1), "documents": task.num_samples, "of": len(order) or task.num_samples,
             "fired_in_steps": summary.events.get("fault_injected", 0),
@@ -144,7 +144,7 @@ def judge(bug: BugClass, summary: RunSummary | Mapping[str, Any], elapsed: float
 
 def _cell(gate: str, summary: RunSummary, task: TaskSummary, elapsed: float, order: list[Any]) -> dict:
     verdict, docs = _verdict(gate, summary, task), []
-    if verdict != "FAIL":
+    if verdict != Verdict.FAIL:
         return {"verdict": verdict}
     stopped = task.stopped or {}
     if gate == "lossless":  # the spec-dec outputs' divergences from the twins, or the twins' audit's
@@ -153,7 +153,7 @@ def _cell(gate: str, summary: RunSummary, task: TaskSummary, elapsed: float, ord
         docs = [d["doc_id"] for d in found.get("divergences") or []] + ([audited["doc_id"]] if audited else [])
     positions = sorted(order.index(d) + 1 for d in docs if d in order)
     doc = positions[0] if positions else (stopped.get("n") if stopped.get("gate") == gate else task.num_samples)
-    return {"verdict": "FAIL", "doc": doc, "seconds": round(elapsed, 1), "reason": _reason(gate, summary, task)}
+    return {"verdict": Verdict.FAIL, "doc": doc, "seconds": round(elapsed, 1), "reason": _reason(gate, summary, task)}
 
 
 def _gate(gate: str, task: TaskSummary) -> GateResult | None:
@@ -163,14 +163,14 @@ def _gate(gate: str, task: TaskSummary) -> GateResult | None:
 def _verdict(gate: str, summary: RunSummary, task: TaskSummary) -> str:
     """FAIL, PASS, or "-" (the gate could not decide in this run: no reference, no baseline)."""
     if gate == "events":
-        return "FAIL" if summary.failing_events else "PASS"
+        return Verdict.FAIL if summary.failing_events else Verdict.PASS
     if gate == "accuracy":
-        return task.verdict if task.verdict in ("PASS", "FAIL") else "-"
+        return task.verdict if task.verdict in (Verdict.PASS, Verdict.FAIL) else "-"
     found = _gate(gate, task)
     stopped = task.stopped or {}
-    if stopped.get("gate") == gate and stopped.get("verdict") == "FAIL":
-        return "FAIL"
-    return found.verdict if found is not None and found.verdict in ("PASS", "FAIL") else "-"
+    if stopped.get("gate") == gate and stopped.get("verdict") == Verdict.FAIL:
+        return Verdict.FAIL
+    return found.verdict if found is not None and found.verdict in (Verdict.PASS, Verdict.FAIL) else "-"
 
 
 def _reason(gate: str, summary: RunSummary, task: TaskSummary) -> str:

@@ -35,16 +35,16 @@ def test_run_takes_every_listed_option_with_its_values_default_and_nothing_else(
         assert option.flags[0].split("/")[0] in params[name].opts, name
 
 
+@dataclasses.dataclass(frozen=True)
+class Extra:
+    width: int = dataclasses.field(default=3, metadata=flag("--width", min=1, help="How wide."))
+    names: tuple[str, ...] = dataclasses.field(default=(), metadata=flag(
+        "--names", type=str, convert=lambda text: tuple(text.split(",")), help="Comma-separated."))  # fmt: skip
+    internal: int = 7  # no flag: not an option
+
+
 def test_a_new_option_is_one_field():
     """A field with a flag is an option; its default is the field's, and the value comes back converted."""
-
-    @dataclasses.dataclass(frozen=True)
-    class Extra:
-        width: int = dataclasses.field(default=3, metadata=flag("--width", min=1, help="How wide."))
-        names: tuple[str, ...] = dataclasses.field(default=(), metadata=flag(
-            "--names", type=str, convert=lambda text: tuple(text.split(",")), help="Comma-separated."))  # fmt: skip
-        internal: int = 7  # no flag: not an option
-
     (width, names) = listed_options(Extra)
     assert (width.name, width.default, width.min, names.type) == ("width", 3, 1, str)
     assert from_values(Extra, {"width": 5, "names": "a,b"}) == Extra(5, ("a", "b"), 7)

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from specdec_eval.evals.bench import verdict as vb
+from specdec_eval.evals.bench import verdict_timing as vb
 from specdec_eval.evals.bench.hardware import HardwareLimits
 from specdec_eval.results.run_summary import RunSummary
 from specdec_eval.workers.config import from_options

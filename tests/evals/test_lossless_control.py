@@ -13,14 +13,7 @@ from specdec_eval.evals.tasks.registry import parse_tasks
 from specdec_eval.workers.config import from_options
 from specdec_eval.workers.engine.engine import identity_of
 
-
-class _Fake:
-    def __init__(self, identity):
-        self.identity = identity
-        self.closed = False
-
-    def close(self):
-        self.closed = True
+from ..engine_helpers import FakeEngine
 
 
 def test_the_control_engine_records_what_the_gate_looks_up():
@@ -30,7 +23,7 @@ def test_the_control_engine_records_what_the_gate_looks_up():
     (shape,) = candidate_shapes(identity_of(spec))
     assert shape == {"max_batch_size": 1}
     plain = replace(baseline_config(spec), max_batch_size=1)
-    engine = ControlEngine(_Fake(identity_of(plain)), shape)
+    engine = ControlEngine(FakeEngine(identity=identity_of(plain)), shape)
     wanted = control_identity(identity_of(spec), shape)
     assert run_key(engine.identity, options) == run_key(wanted, options)
     assert run_key(wanted, options) != run_key(baseline_identity(identity_of(spec)), options)  # never a baseline

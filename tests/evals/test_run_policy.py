@@ -11,7 +11,7 @@ import pytest
 from specdec_eval.evals.lossless.baseline import BaselineRef
 from specdec_eval.evals.pipeline import run as pipeline
 from specdec_eval.evals.pipeline.backends import Abilities, RunTarget
-from specdec_eval.evals.pipeline.sides import Side
+from specdec_eval.evals.pipeline.run_sides import Side
 from specdec_eval.evals.run_types import EvalOptions, RunPlan
 from specdec_eval.evals.tasks.registry import parse_tasks
 from specdec_eval.results import store

@@ -88,7 +88,7 @@ Root Cause (first observed failure):
 
 def _samples(out: Path) -> list[dict]:
     (run,) = [r for r in list_runs(out) if r.is_finished]
-    return sorted(run.samples(), key=lambda s: (s["task"], s["doc_id"]))
+    return sorted(run.sample_rows(), key=lambda s: (s["task"], s["doc_id"]))
 
 
 def _run(out: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import UserError
-from ...results.run_summary import RunSummary
+from ...results.run_summary import RunSummary, Verdict
 from ...workers.config import EngineConfig
 from ..pipeline.backends import RunTarget, make_backend
 from ..pipeline.run import run
@@ -164,19 +164,19 @@ def failed_gates(run_summary: RunSummary | dict[str, Any]) -> list[str]:
     summary = run_summary.to_json() if isinstance(run_summary, RunSummary) else run_summary
     why = []
     for name, task in summary["tasks"].items():
-        if task.get("verdict") == "FAIL":
+        if task.get("verdict") == Verdict.FAIL:
             report = (task.get("report") or "").strip().splitlines()
             why.append(f"accuracy on {name}: {report[-1] if report else 'FAIL'}")
         for gate, key in (("lossless", "lossless"), ("acceptance", "acceptance_gate")):
             found = task.get(key) or {}
-            if found.get("verdict") == "FAIL":
+            if found.get("verdict") == Verdict.FAIL:
                 why.append(f"{gate} on {name}: {found.get('reason') or 'FAIL'}")
         stopped = task.get("stopped") or {}
-        if stopped.get("verdict") == "FAIL" and stopped.get("gate") not in ("lossless", "acceptance"):
+        if stopped.get("verdict") == Verdict.FAIL and stopped.get("gate") not in ("lossless", "acceptance"):
             why.append(f"early stop ({stopped.get('gate')}) on {name}: {stopped.get('reason')}")
     if summary.get("failing_events"):
         why.append(f"events: {summary['failing_events']} failing event(s)")
-    if summary.get("verdict") == "FAIL" and not why:
+    if summary.get("verdict") == Verdict.FAIL and not why:
         why.append("the run FAILed (no gate names a reason)")
     return why
 
