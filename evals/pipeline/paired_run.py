@@ -65,4 +65,4 @@ def _evaluated(results: list[TaskResult], options: EvalOptions) -> set[tuple[str
     if not any(r.stopped for r in results):
         return None
     names = {t.name: t.lm_eval_name for t in options.tasks}
-    return {(names[s["task"]], s["doc_id"]) for r in results for s in r.samples}
+    return {(names[s.task], s.doc_id) for r in results for s in r.samples}
