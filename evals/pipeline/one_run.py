@@ -55,6 +55,7 @@ def evaluate_side(engine: InferenceEngine, side: Side, plan: RunPlan, baseline: 
             if found is not None:
                 print(f"lossless gate: the noise-floor control is recorded ({found.run_id}); reused", file=sys.stderr)
                 return found.run_summary()
+            print(f"lossless gate: decoding {side.describe()}; reused by later runs", file=sys.stderr)
         if progress_for is None:
             return run_evaluation(engine, plan, None, baseline)
         with progress_for() as progress:

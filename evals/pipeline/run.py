@@ -56,7 +56,7 @@ def decode_control(plan: RunPlan, backend: Backend, progress_for: ProgressFor | 
     found = find_baseline(plan.out, identity, plan.options) if identity is not None else None
     if found is not None:
         return str(found.path)
-    print(f"lossless gate: decoding {side.describe()}; reused by later runs", file=sys.stderr)
+    # a server's control is looked up once it answers (evaluate_side), which says whether it decodes it
     return backend.evaluate(side, plan, NO_BASELINE, progress_for).run_dir
 
 
