@@ -1,0 +1,19 @@
+"""A server's log as our events: one signature table per engine (tables.py, data), one matcher (matcher.py), and a
+follower that reads the log from the server's start while the run goes (follower.py)."""
+
+from .follower import AUTO, ServerLog, check_log_format, format_of_server
+from .matcher import LogMatcher
+from .signature import LogFormat, Signature
+from .tables import GENERIC, LOG_FORMATS
+
+__all__ = [
+    "AUTO",
+    "GENERIC",
+    "LOG_FORMATS",
+    "LogFormat",
+    "LogMatcher",
+    "ServerLog",
+    "Signature",
+    "check_log_format",
+    "format_of_server",
+]
