@@ -26,6 +26,7 @@ class EventLines:
             if key in self._written:
                 continue
             self._written.add(key)
-            print(event_line(event), file=stream, flush=True)
+            stream.write(event_line(event) + "\n")  # one write: another thread's log line cannot split it
+            stream.flush()
             written += 1
         return written

@@ -74,12 +74,13 @@ def event_line(event: dict[str, Any]) -> str:
 
 def parse_event_line(text: str) -> dict[str, Any] | None:
     """The event an event line holds, wherever the line's prefix starts in `text` (a log may put its own prefix
-    before it); None when `text` holds none, or a JSON object without a `type`."""
+    before it) and whatever follows the JSON object (another thread's output may land on the same line); None when
+    `text` holds none, or a JSON object without a `type`."""
     at = text.find(EVENT_LINE_PREFIX)
     if at < 0:
         return None
     try:
-        event = json.loads(text[at + len(EVENT_LINE_PREFIX) :])
+        event, _ = json.JSONDecoder().raw_decode(text, at + len(EVENT_LINE_PREFIX))
     except ValueError:
         return None
     return event if isinstance(event, dict) and isinstance(event.get("type"), str) else None

@@ -66,12 +66,19 @@ def test_time_without_the_watch():
 # --- against a server that hangs --------------------------------------------------------------------------------------
 
 
+STORY = "Natalia sold clips to forty-eight of her friends in April. How many did she sell in May?"
+# A server's log line that quotes a prompt (a GPQA question must never reach the disk through an event's raw line).
+QUOTING = (
+    "[12/05/2026-10:00:09] [TRT-LLM] [E] Encountered an error in sampling: bad input 'sold clips to forty-eight of'"
+)
+
+
 def _run(server: HangingServer, tiny, n: int, **config) -> tuple[EndpointEngine, list, float]:
     config = EndpointConfig(url=server.url, concurrency=2, max_retries=3, timeout_s=30, stall_floor_s=1.0,
                             kv_drain_timeout_s=0, **config)  # fmt: skip
     engine = EndpointEngine(config, tokenizer=tiny[1])
     start = time.perf_counter()
-    outputs = engine.generate([f"Question {i}: 2 + 2 =" for i in range(n)], SamplingParams(max_new_tokens=4))
+    outputs = engine.generate([f"Question {i}: {STORY}" for i in range(n)], SamplingParams(max_new_tokens=4))
     return engine, outputs, time.perf_counter() - start
 
 
@@ -96,7 +103,7 @@ def test_a_server_that_hangs_after_its_third_answer_fails_the_run_within_the_win
 
 def test_the_cause_is_named_from_the_servers_log(tiny, tmp_path):
     log = tmp_path / "server.log"
-    log.write_text(SEED_LOG)
+    log.write_text(SEED_LOG + QUOTING + "\n")
     with HangingServer(answer_first=2) as server:
         engine, outputs, took = _run(server, tiny, 6, server_log=str(log), server_log_format="trtllm")
         try:
@@ -108,7 +115,11 @@ def test_the_cause_is_named_from_the_servers_log(tiny, tmp_path):
     assert "cause from its log: executor loop died: Sampling failed, log line 11" in stalled["reason"]
     assert took < 10.0 and [o.finish_reason for o in outputs].count("error") == 4
     from_log = [e for e in events if e.get("source") == "server_log"]
-    assert [e["type"] for e in from_log] == ["warmup_oom", "spec_state_leak", "forward_error", "engine_dead"]
+    assert [e["type"] for e in from_log] == ["warmup_oom", "spec_state_leak", "forward_error", "engine_dead",
+                                             "forward_error"]  # fmt: skip
+    quoting = from_log[-1]  # it quotes the run's prompts: its text is withheld
+    assert quoting["line"] == 16 and quoting["raw"].startswith("(line withheld: it quotes a prompt; ")
+    assert "forty" not in str(quoting)
     assert engine.identity.server["log_format"] == "trtllm" and engine.identity.server["log_format_from"] == "named"
 
 
@@ -118,3 +129,15 @@ def test_a_server_that_answers_is_never_cut_short(tiny):
         engine.close()
     assert all(o.finish_reason != "error" for o in outputs)
     assert not [e for e in engine.collect_events() if e["type"] in ("server_stalled", "request_failed")]
+
+
+def test_sent_prompts_withhold_a_line_that_quotes_one():
+    from specdec_eval.workers.remote.endpoint_requests import SentPrompts
+
+    sent = SentPrompts()
+    assert sent.withhold("anything at all") == "anything at all"  # nothing sent yet
+    sent.add("Question 3: " + STORY)
+    for echo in ("natalia SOLD clips to forty-eight", "...friends in April. How many did she sell..."):
+        assert sent.withhold(f"error: {echo}").startswith("(line withheld: it quotes a prompt; ")
+    kept = "Encountered an error in forward function: CUDA error: an illegal memory access"
+    assert sent.withhold(kept) == kept

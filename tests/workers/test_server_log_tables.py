@@ -216,6 +216,9 @@ def test_our_event_lines_are_read_back_whole():
     assert event["server_rank"] == 2 and event["server_ts"] == original["ts"] and event["rank"] == 0
     assert event["message"] == "spec_state_leak: fields=['seq_lens', 'kv_lens']"
     assert _one("specdec-eval", "specdec-eval event: {not json") is None
+    # another thread's output glued after the object (seen in a real serve log) does not lose the event
+    glued = _one("specdec-eval", event_line(original) + "INFO:     Application startup complete.")
+    assert glued["type"] == "spec_state_leak" and glued["fields"] == ["seq_lens", "kv_lens"]
 
 
 def test_every_table_names_only_known_event_types_and_compiles():
