@@ -93,21 +93,22 @@ class EndpointEngine:
         self.watch = ServerWatch(self.url.root, config.serve_cmd, config.server_log, config.server_log_format,
                                  self._secrets, self._headers, config.startup_timeout_s, config.stop_grace_s,
                                  config.verify_tls)  # fmt: skip
-        try:
+        try:  # a server this engine started is stopped again when anything below fails
             served, server = probe_server(self.url, config, self._headers, self._scrub)
+            self.watch.identify(server.get("owned_by"), server.get("server_header"))
+            self._backend = self._make_backend(served)
+            self.metrics = ServerAcceptance(self.url.root, self._headers, served, config.max_draft_len or None,
+                                            verify=config.verify_tls)  # fmt: skip
+            self.metrics.start()
+            server["acceptance_source"] = self.metrics.source
+            if config.kv_drain_timeout_s > 0:  # after the acceptance scrape: TensorRT-LLM's JSON stats drain on reading
+                kv = ServerKVUsage(self.url.root, self._headers, served, config.verify_tls, not self.metrics.drains)
+                self.watch.watch_kv(kv, config.kv_drain_timeout_s)
+            server.update(self.watch.record())
         except BaseException:
             self.watch.close()
             raise
-        self.watch.identify(server.get("owned_by"), server.get("server_header"))
-        self._backend = self._make_backend(served)
         k = config.max_draft_len or None
-        self.metrics = ServerAcceptance(self.url.root, self._headers, served, k, verify=config.verify_tls)
-        self.metrics.start()
-        server["acceptance_source"] = self.metrics.source
-        if config.kv_drain_timeout_s > 0:  # after the acceptance scrape: TensorRT-LLM's JSON stats drain on reading
-            kv = ServerKVUsage(self.url.root, self._headers, served, config.verify_tls, not self.metrics.drains)
-            self.watch.watch_kv(kv, config.kv_drain_timeout_s)
-        server.update(self.watch.record())
         self._sent = SentPrompts()  # what a server's log line must not quote on our disk
         self.events = EventLog(rank=0)
         self._tally = ResponseTally(k)  # per-request acceptance, when the responses carry it

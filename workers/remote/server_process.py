@@ -87,7 +87,7 @@ class ServerProcess:
     def start(self) -> ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **dict(self.command.env), "PYTHONUNBUFFERED": "1"}  # its lines reach the log at once
-        with self.log_path.open("ab") as log:
+        with self.log_path.open("wb") as log:  # this server's log only: an old server's lines must not count
             try:
                 self._process = subprocess.Popen(self.command.argv, stdout=log, stderr=subprocess.STDOUT,
                                                  stdin=subprocess.DEVNULL, env=env, cwd=self.cwd,
