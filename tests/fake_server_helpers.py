@@ -25,6 +25,7 @@ class HangingServer:
         self.hanging = 0
         self.metrics_text = metrics_text
         self._release: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
         async def completions(request: Request) -> JSONResponse:
             await request.json()
@@ -35,8 +36,8 @@ class HangingServer:
                                      "usage": {"prompt_tokens": 3, "completion_tokens": 1}})  # fmt: skip
             self.hanging += 1
             if self._release is None:
-                self._release = asyncio.Event()
-            await self._release.wait()  # never answered: the connection ends when the server stops
+                self._loop, self._release = asyncio.get_running_loop(), asyncio.Event()
+            await self._release.wait()  # not answered until the server stops
             return JSONResponse({"error": {"message": "server stopped"}}, status_code=503)
 
         async def health(request: Request) -> JSONResponse:
@@ -68,6 +69,8 @@ class HangingServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._release is not None:  # the hanging requests end with a 503 rather than cancelled mid-await
+            self._loop.call_soon_threadsafe(self._release.set)
         self._server.should_exit = True
         self._thread.join(10)
         self._sock.close()

@@ -110,7 +110,7 @@ def check_drained(read: Callable[[], KVUsage | None], idle: KVUsage, timeout_s: 
                   poll_s: float = 0.25, clock: Callable[[], float] = time.monotonic,
                   sleep: Callable[[float], None] = time.sleep) -> dict[str, Any] | None:  # fmt: skip
     """After a run drained: None once the usage is back at `idle` (within `timeout_s`), else the fields of a
-    `kv_leak` event (idle and final usage, the gauge, how long it was given)."""
+    `kv_leak` event (idle and final usage, the gauge read, how long it was given)."""
     start = clock()
     last = None
     while True:
@@ -124,7 +124,7 @@ def check_drained(read: Callable[[], KVUsage | None], idle: KVUsage, timeout_s: 
         sleep(poll_s)
     if last is None:
         return None  # the gauge went away: nothing to judge
-    return {"idle_used": round(idle.used, 6), "used": round(last.used, 6), "source": last.source,
+    return {"idle_used": round(idle.used, 6), "used": round(last.used, 6), "gauge": last.source,
             "waited_s": round(clock() - start, 2),
             "message": f"KV usage stayed at {last.used:.2%} after the run drained (idle: {idle.used:.2%}; "
                        f"{last.source}, waited {clock() - start:.1f} s)"}  # fmt: skip
