@@ -32,6 +32,7 @@ def test_back_to_idle_or_a_leak():
     idle = KVUsage("g at /metrics", 0.0)
     clock = iter(range(100))
     readings = iter([0.2, 0.1, 0.0])  # freed over a few steps: no leak
+
     def read() -> KVUsage:
         return KVUsage("g at /metrics", next(readings))
 
