@@ -11,6 +11,7 @@ import pytest
 from specdec_eval.workers.config import SamplingParams
 from specdec_eval.workers.remote.endpoint import EndpointEngine
 from specdec_eval.workers.remote.endpoint_config import EndpointConfig
+from specdec_eval.workers.remote.server_watch import server_failure_line
 from specdec_eval.workers.remote.stall_watch import StallPolicy, StallWatch, time_without_watch
 
 from specdec_eval.errors import UserError
@@ -113,6 +114,8 @@ def test_the_cause_is_named_from_the_servers_log(tiny, tmp_path):
     (stalled,) = [e for e in events if e["type"] == "server_stalled"]
     assert stalled["cause"] == "executor loop died: Sampling failed, log line 11"
     assert "cause from its log: executor loop died: Sampling failed, log line 11" in stalled["reason"]
+    line = server_failure_line(events)  # what `run` prints after its verdict (phase 2)
+    assert line.startswith("server: the server stopped answering: ") and line.endswith("(4 documents unanswered)")
     assert took < 10.0 and [o.finish_reason for o in outputs].count("error") == 4
     from_log = [e for e in events if e.get("source") == "server_log"]
     assert [e["type"] for e in from_log] == ["warmup_oom", "spec_state_leak", "forward_error", "engine_dead",
@@ -128,7 +131,9 @@ def test_a_server_that_answers_is_never_cut_short(tiny):
         engine, outputs, _ = _run(server, tiny, 6)
         engine.close()
     assert all(o.finish_reason != "error" for o in outputs)
-    assert not [e for e in engine.collect_events() if e["type"] in ("server_stalled", "request_failed")]
+    events = engine.collect_events()
+    assert not [e for e in events if e["type"] in ("server_stalled", "request_failed")]
+    assert server_failure_line(events) is None
 
 
 def test_sent_prompts_withhold_a_line_that_quotes_one():

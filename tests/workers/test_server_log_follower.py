@@ -77,3 +77,14 @@ def test_secrets_never_reach_the_events(tmp_path):
         (event,) = log.events()
         assert "sk-123" not in str(event) and event["error"] == "token *** refused"
         assert log.tail(2)[0] == "args: --api-key *** --endpoint http://***@h/v1"
+
+
+def test_the_run_line_names_a_dead_engine_from_its_log(tmp_path):
+    from specdec_eval.workers.remote.server_watch import server_failure_line
+
+    path = tmp_path / "server.log"
+    path.write_text(SEED_LOG)
+    with ServerLog(path, "trtllm", poll_s=0.02) as log:
+        log.catch_up()
+        assert server_failure_line(log.events()) == "server: executor loop died: Sampling failed, log line 11"
+    assert server_failure_line([{"type": "warmup_oom", "source": "server_log", "fatal": False}]) is None

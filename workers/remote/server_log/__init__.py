@@ -6,10 +6,14 @@ from .matcher import LogMatcher
 from .signature import LogFormat, Signature
 from .tables import GENERIC, LOG_FORMATS
 
+# What `--server-log-format` offers: "auto" (the server's identity, else the log's content), then each table.
+LOG_FORMAT_NAMES = (AUTO, *LOG_FORMATS)
+
 __all__ = [
     "AUTO",
     "GENERIC",
     "LOG_FORMATS",
+    "LOG_FORMAT_NAMES",
     "LogFormat",
     "LogMatcher",
     "ServerLog",
