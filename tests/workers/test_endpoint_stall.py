@@ -11,7 +11,7 @@ import pytest
 from specdec_eval.workers.config import SamplingParams
 from specdec_eval.workers.remote.endpoint import EndpointEngine
 from specdec_eval.workers.remote.endpoint_config import EndpointConfig
-from specdec_eval.workers.remote.server_watch import server_failure_line
+from specdec_eval.workers.remote.server_failure import server_failure_line
 from specdec_eval.workers.remote.stall_watch import StallPolicy, StallWatch, time_without_watch
 
 from specdec_eval.errors import UserError

@@ -80,7 +80,7 @@ def test_secrets_never_reach_the_events(tmp_path):
 
 
 def test_the_run_line_names_a_dead_engine_from_its_log(tmp_path):
-    from specdec_eval.workers.remote.server_watch import server_failure_line
+    from specdec_eval.workers.remote.server_failure import server_failure_line
 
     path = tmp_path / "server.log"
     path.write_text(SEED_LOG)
