@@ -13,7 +13,8 @@ Cases:
     .venv/bin/python scripts/serve_events_ab.py --case kv-leak --max-tokens 32
     .venv/bin/python scripts/serve_events_ab.py --model smollm2 --device-memory 2GiB
 
-Phase 2 wires the same as `run --endpoint URL --serve-cmd "..."`; this script drives the endpoint engine directly."""
+The same through the command line: `specdec-eval run --endpoint URL --serve-cmd "specdec-eval serve ... --port P"`
+(README, "Events from any engine"); this script drives the endpoint engine directly, to show every event's source."""
 
 from __future__ import annotations
 
