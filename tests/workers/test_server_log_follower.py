@@ -88,3 +88,14 @@ def test_the_run_line_names_a_dead_engine_from_its_log(tmp_path):
         log.catch_up()
         assert server_failure_line(log.events()) == "server: executor loop died: Sampling failed, log line 11"
     assert server_failure_line([{"type": "warmup_oom", "source": "server_log", "fatal": False}]) is None
+
+
+def test_the_run_line_names_a_failing_log_line_or_metric_leak_never_our_own_engines_events():
+    from specdec_eval.workers.remote.server_failure import server_failure_line
+
+    ours = {"type": "kv_block_leak", "num_blocks": 3}  # a local run's own engine: no server failed it
+    assert server_failure_line([ours, {"type": "spec_state_leak"}]) is None
+    leak = {"type": "spec_state_leak", "source": "server_log", "line": 8, "message": "spec-dec state leaked"}
+    assert server_failure_line([ours, leak]) == "server: spec-dec state leaked, log line 8"
+    metric = {"type": "kv_leak", "message": "KV usage stayed at 0.99% after the run drained"}
+    assert server_failure_line([metric]) == "server: KV usage stayed at 0.99% after the run drained"
