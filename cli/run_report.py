@@ -71,6 +71,8 @@ def print_report(summary: RunSummary | Mapping[str, Any]) -> None:
     if verdict == NO_GATE and unjudged:  # the lossless gate could not judge: say what would let it
         why = f" (the lossless gate could not judge {', '.join(unjudged)}: {WHAT_TO_DO})"
     print(f"run {verdict}{why} in {summary.elapsed_s:.0f} s ({summary.world_size} rank(s))", file=out)
+    if summary.server_failure:  # why the server failed it, after the verdict (an endpoint run)
+        print(summary.server_failure, file=out)
 
 
 def populated_line(populated: dict[str, Any]) -> str:

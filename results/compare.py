@@ -117,6 +117,7 @@ def _run_info(run: Run, manifest: dict[str, Any], summary: RunSummary) -> dict[s
         "commit": manifest.get("commit"),
         "dirty": manifest.get("dirty"),
         "verdict": summary.verdict if summary.recorded_verdict is not None else None,
+        "server_failure": summary.server_failure,  # an endpoint run's server failed it: why (its log, a stall)
     }
 
 
@@ -331,6 +332,9 @@ def render_compare(result: dict[str, Any]) -> str:
         )
     else:
         lines.append("events: none in either run")
+    for side, label in (("run_a", "A"), ("run_b", "B")):
+        if result[side].get("server_failure"):
+            lines.append(f"{label}'s {result[side]['server_failure']}")
     for key, label in (("config_diff", "configuration"), ("environment_diff", "environment")):
         rows = result[key]
         if not rows:

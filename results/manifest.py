@@ -6,13 +6,14 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-import re
 import subprocess
 import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from ..redaction import redact_argv
 
 CODE_DIR = Path(__file__).resolve().parent.parent  # the checkout this package runs from (editable install)
 
@@ -65,41 +66,6 @@ def devices() -> dict[str, Any]:
     except ImportError:
         pass
     return info
-
-
-# Options whose value is a secret (`--api-key KEY` or `--api-key=KEY`), and `name=value` pairs of the same kind
-# inside one argument (lm-eval's `--model_args base_url=...,api_key=KEY`). Not `--model-key`: a reference key.
-_SECRET_OPTION = re.compile(r"--(?:[\w-]*[-_])?(?:api[-_]?key|token|password|passwd|secret)", re.IGNORECASE)
-_SECRET_PAIR = re.compile(r"((?:^|[,;&?\s])(?:[\w-]*[-_])?(?:api[-_]?key|token|password|passwd|secret)=)([^,;&\s]+)",
-                          re.IGNORECASE)  # fmt: skip
-# user[:password]@ in a URL: a password, or a token passed as the user name (https://TOKEN@host).
-_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
-REDACTED = "***"
-
-
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """The command line as a manifest may record it: the value of every secret option (`--api-key KEY`,
-    `--api-key=KEY`), `api_key=KEY`-style pairs, and the user and password of every URL (`http://u:p@host`)
-    replaced by ***. Everything else is kept verbatim, so the command still says what ran."""
-    out: list[str] = []
-    secret_next = False
-    for arg in argv:
-        arg = str(arg)
-        if secret_next:
-            out.append(REDACTED)
-            secret_next = False
-            continue
-        option, eq, _ = arg.partition("=")
-        if _SECRET_OPTION.fullmatch(option):
-            if eq:
-                out.append(f"{option}={REDACTED}")
-            else:
-                out.append(arg)
-                secret_next = True
-            continue
-        arg = _URL_USERINFO.sub(rf"\g<1>{REDACTED}@", arg)
-        out.append(_SECRET_PAIR.sub(rf"\g<1>{REDACTED}", arg))
-    return out
 
 
 def command_line(argv: Sequence[str] | None = None) -> list[str]:

@@ -181,7 +181,7 @@ class TaskSummary:
 # The run's own keys in the order the pipeline writes them; "verdict" is derived, written first.
 _RUN_KEYS = ("events", "failing_events", "elapsed_s", "model", "kv_cache", "spec", "world_size", "run_id", "run_dir",
              "test_id", "reused_generations", "reported_acceptance", "faults_never_fired", "paired_twin", "baseline",
-             "acceptance_populated", "early_stopped")  # fmt: skip
+             "acceptance_populated", "early_stopped", "server_failure")  # fmt: skip
 _RUN_OPTIONAL = frozenset(_RUN_KEYS[_RUN_KEYS.index("run_id") :])  # written only when set
 
 
@@ -207,6 +207,7 @@ class RunSummary:
     baseline: Mapping[str, Any] | None = None  # the lossless gate's baseline run: run, kind, label, audit
     acceptance_populated: Mapping[str, Any] | None = None
     early_stopped: bool | None = None
+    server_failure: str | None = None  # why the server failed the run, one line (workers/remote/server_failure.py)
     # The verdict summary.json recorded (a summary read from disk only; None when built, or when the file has none).
     # Never the source of the verdict, except that a recorded FAIL this reader cannot explain (an older writer's
     # reason) stays FAIL.

@@ -19,6 +19,7 @@ from ..errors import UserError
 from ..workers.config import SamplingParams
 from ..workers.interface import Prompt, RequestDelta, ServingEngine
 from .errors import ApiError, bad_request, engine_failed, unavailable
+from .event_lines import EventLines
 from .metrics import ServerMetrics
 
 log = logging.getLogger("specdec_eval.serve")
@@ -82,6 +83,7 @@ class EngineLoop:
         self._stopping = False
         self._failure: str | None = None  # why the loop died, if it did
         self._live: dict[int, Ticket] = {}  # engine request id -> ticket (engine thread only)
+        self._event_lines = EventLines()  # the engine's events, written to the server's log
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
 
     # --- any thread ---------------------------------------------------------------------------------
@@ -149,10 +151,10 @@ class EngineLoop:
 
     def _run(self) -> None:
         try:
-            self.metrics.sync(self.engine, self.in_flight)  # events of the start-up (warmup OOMs)
+            self._sync()  # events of the start-up (warmup OOMs)
             while True:
                 if self._take_inbox():
-                    self.metrics.sync(self.engine, self.in_flight)  # aborts return KV blocks at once
+                    self._sync()  # aborts return KV blocks at once
                 with self._lock:
                     stopping = self._stopping
                 if stopping:
@@ -236,7 +238,13 @@ class EngineLoop:
                 reason = delta.output.finish_reason if delta.output is not None else "error"
                 self.metrics.request_finished(reason, delta.output)
             ticket.post(delta)
-        self.metrics.sync(self.engine, self.in_flight)
+        self._sync()
+
+    def _sync(self) -> None:
+        """Metrics up to date, and the engine's new events in the log."""
+        events = self.engine.collect_events()
+        self.metrics.sync(self.engine, self.in_flight, events)
+        self._event_lines.write_new(events)
 
     def _fail_all(self, error: ApiError) -> None:
         for request_id, ticket in list(self._live.items()):

@@ -13,12 +13,12 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from ..event_types import REQUEST_FAILED, SPEC_STATE_LEAK, SPEC_STATE_RESTORED, WARMUP_OOM
+from ..event_types import KV_BLOCK_LEAK, REQUEST_FAILED, SPEC_STATE_LEAK, SPEC_STATE_RESTORED, WARMUP_OOM
 from ..workers.events import count_events
 from ..workers.interface import GenerationOutput, ServingEngine
 
 # Our events, exported as counters `specdec_<type>` (`specdec_<type>_total` in the exposition).
-EVENT_COUNTERS = (WARMUP_OOM, SPEC_STATE_RESTORED, SPEC_STATE_LEAK, REQUEST_FAILED)
+EVENT_COUNTERS = (WARMUP_OOM, SPEC_STATE_RESTORED, SPEC_STATE_LEAK, REQUEST_FAILED, KV_BLOCK_LEAK)
 # vLLM's spec-decode counters: our AcceptanceStats key, vLLM's name, what it counts.
 SPEC_COUNTERS = (
     ("num_cycles", "vllm:spec_decode_num_drafts", "Draft cycles (target steps that verified drafts)."),
@@ -75,12 +75,13 @@ class ServerMetrics:
         if output is not None and "latency_s" in output.stats:
             self.e2e_latency.labels(self.model_name).observe(output.stats["latency_s"])
 
-    def sync(self, engine: ServingEngine, in_flight: int) -> None:
-        """Bring the engine-side metrics up to date (acceptance counters, events, KV usage)."""
+    def sync(self, engine: ServingEngine, in_flight: int, events: list[dict[str, Any]] | None = None) -> None:
+        """Bring the engine-side metrics up to date (acceptance counters, events, KV usage). `events`: the engine's
+        events when the caller has just collected them."""
         self._sync_acceptance(engine.reported_acceptance())
         # Counted by type, not by position: a torchrun engine may merge a late rank's older event in before
         # events already seen.
-        counts = count_events(engine.collect_events())
+        counts = count_events(engine.collect_events() if events is None else events)
         for type_, counter in self.events.items():
             counter.inc(counts.get(type_, 0) - self._seen_events.get(type_, 0))
         self._seen_events = counts

@@ -17,7 +17,15 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_failing_events_are_defined_once():
     assert events.FAILING_EVENTS is event_types.FAILING_EVENTS
     assert runs_table.FAILING_EVENTS is event_types.FAILING_EVENTS
-    assert set(event_types.FAILING_EVENTS) == {"spec_state_leak", "request_failed"}
+    assert set(event_types.FAILING_EVENTS) == {
+        "spec_state_leak",
+        "request_failed",
+        "kv_block_leak",
+        "kv_leak",
+        "engine_dead",
+        "server_stalled",
+        "nccl_timeout",
+    }
     assert set(event_types.FAILING_EVENTS) <= set(event_types.EVENT_TYPES)
 
 

@@ -1,6 +1,10 @@
 """Structured events: one dict per event, always with `ts`, `rank` and `type` (DESIGN.md, "Events").
 
-Each rank keeps its own log (and, when given a path, appends JSON lines to its file); rank 0 merges them."""
+Each rank keeps its own log (and, when given a path, appends JSON lines to its file); rank 0 merges them.
+
+A server writes its events into its own log as event lines (`event_line`): EVENT_LINE_PREFIX, then the event as one
+JSON object, on one line. The prefix and the JSON shape are a stable format: `specdec-eval serve` writes them, and
+the log reader's table for our engine (workers/remote/server_log/tables.py) reads them back (`parse_event_line`)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ..event_types import FAILING_EVENTS  # events that fail a run whatever its accuracy (DESIGN.md, "Events")
+
+EVENT_LINE_PREFIX = "specdec-eval event: "
 
 
 class EventLog:
@@ -68,3 +74,22 @@ def count_events(events: list[dict[str, Any]]) -> dict[str, int]:
 def failing_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Events that fail a run on their own: any spec_state_leak, any unrecovered request_failed."""
     return [e for e in events if e["type"] in FAILING_EVENTS]
+
+
+def event_line(event: dict[str, Any]) -> str:
+    """One event as a log line: EVENT_LINE_PREFIX and the event's JSON (keys sorted, no newline inside)."""
+    return EVENT_LINE_PREFIX + json.dumps(event, sort_keys=True, default=str)
+
+
+def parse_event_line(text: str) -> dict[str, Any] | None:
+    """The event an event line holds, wherever the line's prefix starts in `text` (a log may put its own prefix
+    before it) and whatever follows the JSON object (another thread's output may land on the same line); None when
+    `text` holds none, or a JSON object without a `type`."""
+    at = text.find(EVENT_LINE_PREFIX)
+    if at < 0:
+        return None
+    try:
+        event, _ = json.JSONDecoder().raw_decode(text, at + len(EVENT_LINE_PREFIX))
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) and isinstance(event.get("type"), str) else None

@@ -10,17 +10,20 @@ from ...results.run_summary import GateResult, RunSummary, TaskSummary
 from ...results.sample_record import SampleRecord
 from ...workers.events import count_events, failing_events
 from ...workers.interface import EngineIdentity
+from ...workers.remote.server_failure import server_failure_line
 from ..lossless.baseline import BaselineRef
 from ..lossless.gate import apply_lossless_gate
 from ..run_types import EvalOptions, RunPlan, TaskResult
 
 
 def summarise(results: list[TaskResult], identity: EngineIdentity, events: list[dict], elapsed_s: float) -> RunSummary:
-    """The run's summary before the lossless and acceptance gates: each task's accuracy test, the event counts."""
+    """The run's summary before the lossless and acceptance gates: each task's accuracy test, the event counts, and
+    why a server failed the run when its events say so (an endpoint run: a stall, a fatal log line, a leak)."""
     tasks = {r.task: _task_summary(r) for r in results}
     return RunSummary(tasks=tasks, events=count_events(events), failing_events=len(failing_events(events)),
                       elapsed_s=round(elapsed_s, 1), model=identity.model, kv_cache=identity.kv_cache,
-                      spec=identity.spec, world_size=identity.world_size)  # fmt: skip
+                      spec=identity.spec, world_size=identity.world_size,
+                      server_failure=server_failure_line(events))  # fmt: skip
 
 
 def apply_gates(summary: RunSummary, results: list[TaskResult], samples: list[SampleRecord], identity: EngineIdentity,

@@ -68,8 +68,10 @@ class EndpointBackend:
             raise RuntimeError("an endpoint run without --baseline-endpoint has no plain side")
         elif side.role == "baseline":
             config = self.baseline_server
-        else:
-            config = replace(self.baseline_server, concurrency=int(side.shape["concurrency"]))
+        else:  # a server started again for the control writes a log of its own, not over the baseline's
+            log = self.baseline_server.server_log
+            config = replace(self.baseline_server, concurrency=int(side.shape["concurrency"]),
+                             server_log=f"{log}.control" if log else None)  # fmt: skip
         return evaluate_side(EndpointEngine(config), side, plan, baseline, progress_for)
 
     def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None) -> RunSummary:

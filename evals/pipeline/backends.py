@@ -100,9 +100,14 @@ class Backend(Protocol):
 
 
 def refuse_baseline_endpoint(target: RunTarget) -> None:
-    """A backend of our own engine has no server under test to compare a baseline server with."""
+    """A backend of our own engine has no server under test to compare a baseline server with, nor a server to
+    start or whose log to read."""
     if target.endpoint.baseline_endpoint is not None:
         raise UserError("--baseline-endpoint needs --endpoint (the server under test)")
+    given = target.endpoint.server_flags_given
+    if given:
+        verb = "needs" if len(given) == 1 else "need"
+        raise UserError(f"{' and '.join(given)} {verb} --endpoint (where the server answers)")
 
 
 # name -> "module:class", imported when picked (the torchrun backend brings launch/ and its job plumbing)

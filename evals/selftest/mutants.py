@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UserError
+from ...event_types import FAILING_EVENTS
 from ...results.run_summary import GateResult, RunSummary, TaskSummary, Verdict, as_run_summary
 from ...workers.config import EngineConfig
 from ..pipeline.backends import RunTarget, make_backend
@@ -61,6 +62,8 @@ BUG_CLASSES = (
     BugClass("verify_width_numerics", "logits depend on the verify width (1 vs K+1)", ("verify_width_numerics",)),
     BugClass("unrestored_metadata", "the seed: --spec-guard none, a tolerated warmup OOM leaves draft metadata saved",
              ("warmup_oom",), guard="none", warmup="on", catcher="events"),
+    BugClass("rewind_leaks_blocks", "KV blocks of rejected drafts are never returned to the pool",
+             ("rewind_leaks_blocks",), catcher="events"),
 )  # fmt: skip
 CLASS_NAMES = tuple(b.name for b in BUG_CLASSES)
 
@@ -175,7 +178,7 @@ def _verdict(gate: str, summary: RunSummary, task: TaskSummary) -> str:
 
 def _reason(gate: str, summary: RunSummary, task: TaskSummary) -> str:
     if gate == "events":
-        return ", ".join(f"{n} {t}" for t, n in summary.events.items() if t in ("spec_state_leak", "request_failed"))
+        return ", ".join(f"{n} {t}" for t, n in summary.events.items() if t in FAILING_EVENTS)
     if gate == "accuracy":
         return task.report.splitlines()[-1] if task.report else ""
     found = _gate(gate, task)

@@ -217,6 +217,8 @@ def decide_run(run: RunData) -> RunDecision:
     if isinstance(failing_events, int) and failing_events:
         kinds = {k: v for k, v in run.event_counts().items() if k in FAILING_EVENTS}
         failed.append(f"failing events: {', '.join(f'{k} {v}' for k, v in kinds.items()) or failing_events}")
+    if run.summary.server_failure:  # an endpoint run's server: why, from its log or the stall watch
+        failed.append(run.summary.server_failure)
     notes = []
     if no_gate:
         notes.append("accuracy cannot fail at this n" + _on(no_gate, every))

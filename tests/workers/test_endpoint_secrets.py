@@ -6,7 +6,8 @@ from __future__ import annotations
 import sys
 
 import pytest
-from specdec_eval.results.manifest import redact_argv
+
+from specdec_eval.redaction import redact_argv
 
 from ..cli_helpers import run_cli
 from ..llama_server import free_port

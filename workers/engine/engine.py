@@ -42,7 +42,7 @@ from ..spec.base import DraftBuild, SpecContext
 from ..spec.metrics import AcceptanceStats
 from .attn_metadata import AttentionMetadata
 from .executor import Executor, StepOutput
-from .faults import FaultInjector
+from .faults import FaultInjector, rewind_leak_hook
 from .request import Request
 from .scheduler import Scheduler
 from .stopping import StopRules
@@ -88,6 +88,7 @@ class Engine:
             enable_block_reuse=config.kv_cache.enable_block_reuse,
             window_tokens=1 + self.max_draft_len,
             max_batch_size=config.max_batch_size,
+            leaks_on_rewind=rewind_leak_hook(self.faults, lambda: self.executor.num_steps),
         )
         self.kv = PagedKV.allocate(self.kv_layout, self.dtype, self.device, self._wants_decode_copy())
         held = self.weights_bytes + self.kv_layout.total_bytes
@@ -117,6 +118,7 @@ class Engine:
         self.closed = False
         self._next_request_id = 0
         self._served: dict[int, Request] = {}  # requests added one at a time, by id
+        self._leaked_reported = 0  # KV blocks already named by a kv_block_leak event
         if config.warmup == "on" or (config.warmup == "auto" and self.device.type == "cuda"):
             general_warmup(self.executor, self.warmup_shapes(), self.memory_budget, self._warmup_request,
                            stop_on_oom=self.tp.size > 1)  # fmt: skip
@@ -209,6 +211,8 @@ class Engine:
 
     def step(self) -> list[RequestDelta]:
         out = self._step()
+        if not self.scheduler.has_work:
+            self.check_kv_drained("serving: idle after a step")
         deltas = {rid: RequestDelta(rid, tokens) for rid, tokens in out.new_tokens.items() if rid in self._served}
         for req in out.finished:
             if self._served.pop(req.request_id, None) is not None:
@@ -219,7 +223,24 @@ class Engine:
     def abort(self, request_id: int) -> bool:
         """Stop a served request now (its client went away): its KV blocks go back at once."""
         req = self._served.pop(request_id, None)
-        return req is not None and self.scheduler.abort(req)
+        aborted = req is not None and self.scheduler.abort(req)
+        if aborted and not self.scheduler.has_work:
+            self.check_kv_drained("serving: idle after an abort")
+        return aborted
+
+    def check_kv_drained(self, where: str) -> dict[str, Any] | None:
+        """Once every request has finished, every KV block is free or cached-free. A block still referenced that no
+        live request holds was leaked: a `kv_block_leak` event (a failing one) naming how many, and the requests
+        that took them from the pool; emitted when the count grows, so a leak is named once. Returns the event."""
+        leaked = self.kv_manager.unowned_blocks()
+        if len(leaked) <= self._leaked_reported:
+            return None
+        self._leaked_reported = len(leaked)
+        holders = sorted({int(h) for h in leaked.values() if isinstance(h, int) and h >= 0})  # warmup ids are < 0
+        return self.events.emit("kv_block_leak", num_blocks=len(leaked), blocks=sorted(leaked)[:32],
+                                requests=holders[:32], num_requests=len(holders), detected_at=where,
+                                free_blocks=self.kv_manager.num_free_blocks,
+                                total_blocks=self.kv_manager.num_blocks)  # fmt: skip
 
     @property
     def has_unfinished_requests(self) -> bool:
@@ -331,6 +352,7 @@ class Engine:
             for r in requests:  # an interrupted call must not keep blocks reserved for requests nobody will finish
                 r.parked = False
                 self.scheduler.abort(r)
+        self.check_kv_drained("generate: every request finished")
         stats.num_failed = sum(r.finish_reason == "error" for r in requests)
         stats.num_retries = sum(r.num_retries for r in requests)
         stats.num_preemptions = sum(r.num_preemptions for r in requests)

@@ -29,6 +29,9 @@ separate baseline, an audit engine), so these stay in every configuration of the
   verify_width_numerics a request's logits depend on how many tokens it verifies: a small deterministic
                         perturbation (5 % of the logits' spread) of every request verifying more than 1 token
                         (1 + K rows), enough to flip a close greedy choice now and then in float32
+  rewind_leaks_blocks   a rewind that gives back the KV blocks holding only rejected drafts drops them from the
+                        request's block table without returning them to the pool: outputs stay right, the pool
+                        shrinks until it runs dry (caught at drain: the `kv_block_leak` event)
 The seed's own bug (metadata saved for the draft never restored after a tolerated warmup OOM) is not a fault point:
 it is `--spec-guard none` with `--inject warmup_oom` (see workers/spec/base.py and `selftest --mutants`).
 
@@ -53,7 +56,7 @@ from ..events import EventLog
 
 ENVIRONMENT_POINTS = ("warmup_oom", "prepare_for_spec_dec", "draft_step", "target_forward", "restore")
 RECURRING_POINTS = ("draft_kv_into_target", "spec_alters_target", "rewind_keeps_rejected", "accept_off_by_one",
-                    "sample_key_shift", "verify_width_numerics")  # fmt: skip
+                    "sample_key_shift", "verify_width_numerics", "rewind_leaks_blocks")  # fmt: skip
 BEHAVIOUR_POINTS = ("emit_rejected_draft", *RECURRING_POINTS)  # change results instead of raising
 FAULT_POINTS = ENVIRONMENT_POINTS + BEHAVIOUR_POINTS
 # Reached only under spec-dec. Behaviour points are all spec-dec paths, but a plain engine may carry them (a planted
@@ -240,6 +243,14 @@ class PlantedBugs:
             after = verify(logits[row : row + 1], [], req.sampling, req.seed, len(req.output_token_ids) + a + 1)
             out[r] = drafts[: a + 1] + after
         return out
+
+
+def rewind_leak_hook(faults: FaultInjector | None, step: Callable[[], int]) -> Callable[[], bool] | None:
+    """rewind_leaks_blocks: what the KV-cache manager asks on a rewind that would give blocks back (the manager's
+    `leaks_on_rewind`); None when the fault was not asked for. `step`: the engine step now."""
+    if faults is None or not faults.wants("rewind_leaks_blocks"):
+        return None
+    return lambda: faults.due("rewind_leaks_blocks", step())
 
 
 # In units of each row's logit spread (standard deviation): flips the greedy token where the top two are closer than

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import MappingProxyType
 
 from ...errors import UserError
@@ -26,15 +27,22 @@ def manager_class(version: str) -> type[KVCacheManager]:
 
 
 def make_kv_cache_manager(
-    layout: KVLayout, *, enable_block_reuse: bool, window_tokens: int = 1, max_batch_size: int | None = None
+    layout: KVLayout,
+    *,
+    enable_block_reuse: bool,
+    window_tokens: int = 1,
+    max_batch_size: int | None = None,
+    leaks_on_rewind: Callable[[], bool] | None = None,
 ) -> KVCacheManager:
-    """The manager of `layout.version` over a pool of `layout.num_blocks` blocks."""
+    """The manager of `layout.version` over a pool of `layout.num_blocks` blocks (`leaks_on_rewind`: a planted bug,
+    see KVCacheManager)."""
     return manager_class(layout.version)(
         layout.num_blocks,
         layout.block_size,
         enable_block_reuse=enable_block_reuse,
         window_tokens=window_tokens,
         max_batch_size=max_batch_size,
+        leaks_on_rewind=leaks_on_rewind,
     )
 
 

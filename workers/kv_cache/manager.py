@@ -12,7 +12,8 @@ drafts of its last step can run past the end. That is its `limit`, and what v1 r
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -58,7 +59,10 @@ class KVCacheManager(ABC):
         enable_block_reuse: bool = True,
         window_tokens: int = 1,
         max_batch_size: int | None = None,
+        leaks_on_rewind: Callable[[], bool] | None = None,
     ) -> None:
+        """leaks_on_rewind: the planted bug `rewind_leaks_blocks` (workers/engine/faults.py): asked on every rewind
+        that would give blocks back; True drops them from the request's table without returning them to the pool."""
         if window_tokens < 1:
             raise ValueError(f"window_tokens must be >= 1, got {window_tokens}")
         if max_batch_size is not None and max_batch_size < 1:
@@ -68,6 +72,8 @@ class KVCacheManager(ABC):
         self._window = window_tokens
         self._max_batch_size = max_batch_size
         self._seqs: dict[RequestId, SequenceBlocks] = {}
+        self._leaks_on_rewind = leaks_on_rewind
+        self._holder: dict[int, RequestId] = {}  # block id -> the request that last took it from the pool
         self._peak_used = 0
         self._reuse_hit_tokens = 0
         self._reuse_queried_tokens = 0
@@ -132,7 +138,7 @@ class KVCacheManager(ABC):
             return None
         for block_id in plan.reused:
             self._pool.incref(block_id)
-        blocks = list(plan.reused) + [self._pool.allocate() for _ in range(plan.num_new)]
+        blocks = list(plan.reused) + [self._allocate(request_id) for _ in range(plan.num_new)]
         num_reused_tokens = len(plan.reused) * self.block_size
         self._seqs[request_id] = SequenceBlocks(
             limit=plan.limit,
@@ -171,7 +177,7 @@ class KVCacheManager(ABC):
             return None
         for block_id in shared:
             self._pool.incref(block_id)
-        new = [self._pool.allocate() for _ in range(plan.num_new)]
+        new = [self._allocate(request_id) for _ in range(plan.num_new)]
         self._seqs[request_id] = SequenceBlocks(limit=src.limit, blocks=list(shared) + new, hashes=list(plan.hashes),
                                                 num_committed=num_tokens, num_ensured=first_extent)  # fmt: skip
         self._num_admitted += 1
@@ -192,7 +198,7 @@ class KVCacheManager(ABC):
             self._num_capacity_failures += 1
             return self._on_shortage(request_id, missing)
         for _ in range(missing):
-            seq.blocks.append(self._pool.allocate())
+            seq.blocks.append(self._allocate(request_id))
         seq.num_ensured = max(seq.num_ensured, num_tokens)
         self._note_usage()
         return True
@@ -231,6 +237,10 @@ class KVCacheManager(ABC):
                 f"[committed {seq.num_committed}, ensured {seq.num_ensured}]"
             )
         seq.num_ensured = num_tokens
+        keep = self.blocks_for(num_tokens)
+        if self._leaks_on_rewind is not None and len(seq.blocks) > keep and self._leaks_on_rewind():
+            del seq.blocks[keep:]  # the planted bug: out of the table, never back in the pool
+            return
         self._release_past(seq, num_tokens)
 
     def free(self, request_id: RequestId) -> None:
@@ -242,6 +252,13 @@ class KVCacheManager(ABC):
         # from its start, so the prefix should outlive the tail.
         for block_id in reversed(seq.blocks):
             self._pool.decref(block_id)
+
+    def unowned_blocks(self) -> dict[int, RequestId | None]:
+        """Blocks referenced more often than the live requests' block tables hold them: nothing will ever return
+        them to the pool (a leak). Each maps to the request that last took it from the pool, where known. Once every
+        request has finished, every block must be free or cached-free, so this must be empty."""
+        held = Counter(b for seq in self._seqs.values() for b in seq.blocks)
+        return {b: self._holder.get(b) for b in range(self.num_blocks) if self._pool.ref_count(b) > held[b]}
 
     def stats(self) -> dict[str, Any]:
         used = self.num_blocks - self.num_free_blocks
@@ -287,6 +304,11 @@ class KVCacheManager(ABC):
         if seq is None:
             raise KeyError(f"unknown request {request_id!r}")
         return seq
+
+    def _allocate(self, request_id: RequestId) -> int:
+        block_id = self._pool.allocate()
+        self._holder[block_id] = request_id
+        return block_id
 
     def _live(self) -> list[SequenceBlocks]:
         return list(self._seqs.values())

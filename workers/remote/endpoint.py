@@ -10,6 +10,12 @@ done. So every request goes through the backend's `model_call` (lm-eval's payloa
 and `parse_generations` (lm-eval's reading of the answer), each in a thread of our pool (`concurrency`), with
 lm-eval's retry policy applied per request (workers/remote/endpoint_requests.py).
 
+Beyond the answers (workers/remote/server_watch.py): the engine can start the server itself (`serve_cmd`), follows
+its log from its start (`server_log`), whose known lines join this engine's events; a server that stops answering
+ends the run at once with a `server_stalled` event naming the cause its log gives, every unanswered document a failed
+request (workers/remote/stall_watch.py); after each call the server's KV usage must return to its idle value
+(workers/remote/server_kv_usage.py), else a `kv_leak` event.
+
 Token ids: the server's when it returns them (vLLM's `token_ids` / `prompt_token_ids`); otherwise the local
 tokenizer's encoding of the returned text and of the prompt (`stats["token_ids_source"]` says which). Re-encoding
 gives the server's tokens for plain text, but not the end-of-sequence token, which no text shows.
@@ -20,10 +26,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, wait
 from typing import Any
-
-import httpx
 
 from ...errors import UserError
 from ..config import SamplingParams
@@ -37,11 +41,14 @@ from ..interface import (
     Prompt,
 )
 from ..loading.tokenizer import encode_any
+from .daemon_pool import DaemonPool
 from .endpoint_config import EndpointConfig, EndpointURL, load_local_tokenizer
 from .endpoint_logprobs import parse_logprobs, token_key
+from .endpoint_probe import probe_server
 from .endpoint_requests import (
     Answer,
     Choice,
+    SentPrompts,
     call_with_retries,
     chat_message_str,
     gen_kwargs,
@@ -50,11 +57,14 @@ from .endpoint_requests import (
     server_message,
 )
 from .response_acceptance import response_acceptance
+from .server_kv_usage import ServerKVUsage
 from .server_metrics import ResponseTally, ServerAcceptance
+from .server_watch import ServerWatch
+from .stall_watch import StallWatch
 
-PROBE_TIMEOUT_S = 30.0
 # Servers whose model card says they take vLLM's return_tokens_as_token_ids (logprobs then name token ids, not texts)
 NAMES_TOKENS_BY_ID = frozenset({"vllm", "specdec-eval"})
+TICK_S = 0.25  # how often a run looks for a stalled server while it waits for answers
 
 
 def _not_a_server_body(record: logging.LogRecord) -> bool:
@@ -63,18 +73,11 @@ def _not_a_server_body(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith("API request failed with error message")
 
 
-def one_line(exc: BaseException) -> str:
-    """An httpx error in one line: a status error as its status (httpx's own text adds a second line with a link), any
-    other as its type and message, whitespace collapsed."""
-    if isinstance(exc, httpx.HTTPStatusError):
-        return f"HTTP {exc.response.status_code} {exc.response.reason_phrase}".rstrip()
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
-
-
 class EndpointEngine:
-    """Connects on construction: asks /v1/models for the served model id (and the `Server` header), /version for a
-    version, and takes the first acceptance-metrics scrape. Raises UserError when the server cannot be reached
-    and no served model id was given, or when the given id is not served."""
+    """Connects on construction (after starting the server when `serve_cmd` says so, and following its log when
+    there is one): asks /v1/models for the served model id (and the `Server` header), /version for a version, and
+    takes the first acceptance-metrics and KV-usage scrapes. Raises UserError when the server cannot be reached and
+    no served model id was given, or when the given id is not served, or when the server it started did not come up."""
 
     def __init__(self, config: EndpointConfig, tokenizer: Any | None = None) -> None:
         self.config = config
@@ -87,12 +90,26 @@ class EndpointEngine:
         self._token_key = token_key(tokenizer)  # a server's token texts as numbers (endpoint_logprobs.py)
         self._headers = config.headers()
         self._secrets = (*self.url.secrets, *([config.resolved_api_key()] if config.resolved_api_key() else []))
-        served, server = self._probe()
-        self._backend = self._make_backend(served)
+        self.watch = ServerWatch(self.url.root, config.serve_cmd, config.server_log, config.server_log_format,
+                                 self._secrets, self._headers, config.startup_timeout_s, config.stop_grace_s,
+                                 config.verify_tls)  # fmt: skip
+        try:  # a server this engine started is stopped again when anything below fails
+            served, server = probe_server(self.url, config, self._headers, self._scrub)
+            self.watch.identify(server.get("owned_by"), server.get("server_header"))
+            self._backend = self._make_backend(served)
+            self.metrics = ServerAcceptance(self.url.root, self._headers, served, config.max_draft_len or None,
+                                            verify=config.verify_tls)  # fmt: skip
+            self.metrics.start()
+            server["acceptance_source"] = self.metrics.source
+            if config.kv_drain_timeout_s > 0:  # after the acceptance scrape: TensorRT-LLM's JSON stats drain on reading
+                kv = ServerKVUsage(self.url.root, self._headers, served, config.verify_tls, not self.metrics.drains)
+                self.watch.watch_kv(kv, config.kv_drain_timeout_s)
+            server.update(self.watch.record())
+        except BaseException:
+            self.watch.close()
+            raise
         k = config.max_draft_len or None
-        self.metrics = ServerAcceptance(self.url.root, self._headers, served, k, verify=config.verify_tls)
-        self.metrics.start()
-        server["acceptance_source"] = self.metrics.source
+        self._sent = SentPrompts()  # what a server's log line must not quote on our disk
         self.events = EventLog(rank=0)
         self._tally = ResponseTally(k)  # per-request acceptance, when the responses carry it
         self._last_stats = GenerateStats()
@@ -122,61 +139,6 @@ class EndpointEngine:
         )
 
     # --- connection ---------------------------------------------------------------------------------
-
-    def _probe(self) -> tuple[str, dict[str, Any]]:
-        with httpx.Client(headers=self._headers, timeout=PROBE_TIMEOUT_S, verify=self.config.verify_tls,
-                          follow_redirects=True) as client:  # fmt: skip
-            return self._probe_with(client)
-
-    def _probe_with(self, client: httpx.Client) -> tuple[str, dict[str, Any]]:
-        server: dict[str, Any] = {"base_url": self.url.public, "server_header": None, "version": None}
-        served = self.config.served_model
-        try:
-            response = client.get(self.url.root + "/v1/models")
-            if response.status_code in (401, 403):
-                raise UserError(self._refused(response))
-            response.raise_for_status()
-            cards = [m for m in response.json().get("data", []) if isinstance(m, dict) and "id" in m]
-            models = [m["id"] for m in cards]
-            owners = {m["id"]: m.get("owned_by") for m in cards}
-            server["server_header"] = response.headers.get("server")
-        except (httpx.HTTPError, ValueError, AttributeError) as exc:
-            reason = self._scrub(one_line(exc))
-            if served is None:
-                message = f"cannot list the models of {self.url.public} ({reason}); pass the served model id"
-                raise UserError(message) from None
-            server["models_error"] = reason
-            models = []
-        if served is None:
-            if len(models) != 1:
-                listing = ", ".join(models) or "none"
-                raise UserError(f"{self.url.public} serves {len(models)} models ({listing}); pass the one to use")
-            served = models[0]
-        elif models and served not in models:
-            raise UserError(f"{self.url.public} does not serve {served!r} (it serves: {', '.join(models)})")
-        server["version"] = self._version(client)
-        if models:
-            server["owned_by"] = owners.get(served)  # which server this is, as far as its model card says
-        return served, server
-
-    def _refused(self, response: httpx.Response) -> str:
-        """The one line for a server that refuses our key: an API key is what it wants, whatever else was given."""
-        status = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
-        if self.config.resolved_api_key() is None:
-            return (f"{self.url.public} wants an API key ({status}): pass it with --api-key KEY (sent as "
-                    f"'Authorization: Bearer KEY') or set OPENAI_API_KEY")  # fmt: skip
-        return (f"{self.url.public} refused the API key ({status}): pass the server's key with --api-key KEY "
-                f"(sent as 'Authorization: Bearer KEY'; --api-key wins over OPENAI_API_KEY)")  # fmt: skip
-
-    def _version(self, client: httpx.Client) -> str | None:
-        try:
-            response = client.get(self.url.root + "/version")
-            if response.status_code == 200:
-                value = response.json().get("version")
-                return str(value) if value is not None else None
-        except (httpx.HTTPError, ValueError, AttributeError):
-            pass
-        return None
 
     def _make_backend(self, served: str) -> Any:
         from lm_eval.models.openai_completions import LocalChatCompletion, LocalCompletionsAPI
@@ -247,42 +209,74 @@ class EndpointEngine:
         mark, tally = self.metrics.checkpoint(), ResponseTally(self.config.max_draft_len or None)
         outputs: list[GenerationOutput | None] = [None] * len(prompts)
         start = time.perf_counter()
-        pool = ThreadPoolExecutor(max_workers=self.config.concurrency, thread_name_prefix="endpoint")
-        futures = {pool.submit(self._request, i, prompts[i], params[i]): i for i in range(len(prompts))}
-        finished = False
+        started: dict[int, float] = {}  # request index -> when its first attempt began (written by pool threads)
+        watch = StallWatch(self.config.stall_policy, time.monotonic())
+        pool = DaemonPool(self.config.concurrency, "endpoint")  # a stalled request must not keep the process alive
+        futures = {pool.submit(self._request, i, prompts[i], params[i], started): i for i in range(len(prompts))}
+        pending, stall, finished = set(futures), None, False
+
+        def record(i: int, out: GenerationOutput) -> None:
+            outputs[i] = out
+            stats.num_output_tokens += out.stats.get("num_output_tokens", 0)
+            stats.num_retries += out.stats.get("num_retries", 0)
+            stats.num_failed += out.finish_reason == "error"
+            stats.elapsed_s = time.perf_counter() - start
+            if sink is not None and out.finish_reason != "error":
+                sink.put(prompts[i], params[i], out)  # failures are not persisted: a resume retries them
+            if progress is not None:
+                progress(sum(o is not None for o in outputs), len(outputs), stats)
+
         try:
             with self.metrics.polling():  # a draining metrics source is read during the run, not only after
-                for future in as_completed(futures):
-                    i = futures[future]
-                    answer, choice = future.result()
-                    if choice is not None:
-                        tally.add(answer.response)
-                        self._tally.add(answer.response)
-                    out = self._output(i, prompt_ids[i], answer, choice)
-                    outputs[i] = out
-                    stats.num_output_tokens += out.stats.get("num_output_tokens", 0)
-                    stats.num_retries += out.stats.get("num_retries", 0)
-                    stats.num_failed += out.finish_reason == "error"
-                    stats.elapsed_s = time.perf_counter() - start
-                    if sink is not None and out.finish_reason != "error":
-                        sink.put(prompts[i], params[i], out)  # failures are not persisted: a resume retries them
-                    if progress is not None:
-                        progress(sum(o is not None for o in outputs), len(outputs), stats)
+                while pending and stall is None:
+                    done, pending = wait(pending, timeout=TICK_S, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        i = futures[future]
+                        answer, choice = future.result()
+                        watch.answered(answer.latency_s, time.monotonic())
+                        if choice is not None:
+                            tally.add(answer.response)
+                            self._tally.add(answer.response)
+                        record(i, self._output(i, prompt_ids[i], answer, choice))
+                    if pending:
+                        in_flight = {i: started[i] for i in map(futures.get, pending) if i in started}
+                        stall = self.watch.stalled(watch, in_flight)
+                if stall is not None:  # the server stopped answering: every unanswered document fails, now
+                    found = self.watch.stall_report(stall, sum(o is None for o in outputs), self._scrub)
+                    self.events.emit("server_stalled", **found)
+                    for i in (i for i, o in enumerate(outputs) if o is None):
+                        record(i, self._unanswered(i, prompt_ids[i], found["reason"]))
             finished = True
         finally:
-            # Interrupted (Ctrl-C, a failing sink): queued requests are dropped and requests in flight are not
-            # waited for (they may take an hour); what was finished has already reached the sink.
-            pool.shutdown(wait=finished, cancel_futures=True)
+            # Interrupted (Ctrl-C, a failing sink) or stalled: queued requests are dropped and requests in flight are
+            # not waited for (they may take an hour, or never end); what was finished has already reached the sink.
+            pool.shutdown(wait=finished and stall is None, cancel_futures=True)
+        leak = self.watch.kv_leak() if stall is None else None  # the server's KV usage back at idle after the call
+        if leak is not None:
+            self.events.emit("kv_leak", **leak)
         # The responses' own counts when they carry them; else the server-wide delta (labelled by its "basis").
         stats.acceptance = tally.result() or self.metrics.delta_since(mark)
         self._last_stats = stats
         return outputs  # type: ignore[return-value]
 
-    def _request(self, index: int, prompt: Prompt, params: SamplingParams) -> tuple[Answer, Choice | None]:
+    # --- a server that stops answering ----------------------------------------------------------------------------
+
+    def _unanswered(self, index: int, prompt_ids: list[int], reason: str) -> GenerationOutput:
+        error = f"not answered: {reason}"
+        self.events.emit("request_failed", request_id=index, reason=error, retries=0)
+        stats = {"num_prompt_tokens": len(prompt_ids), "num_retries": 0, "num_output_tokens": 0, "latency_s": 0.0}
+        return GenerationOutput(index, prompt_ids, [], "", "error", stats, error=error)
+
+    def _request(self, index: int, prompt: Prompt, params: SamplingParams, started: dict[int, float] | None = None
+                 ) -> tuple[Answer, Choice | None]:  # fmt: skip
         """Runs in a pool thread: send one request (with retries) and read it (lm-eval's parser, then ours). Whatever
-        a server sends back, this returns: an answer that cannot be read is this request's recorded failure."""
+        a server sends back, this returns: an answer that cannot be read is this request's recorded failure.
+        `started`: where the request's start time is written (the stall watch reads it)."""
+        if started is not None:
+            started[index] = time.monotonic()
         seed = params.seed if params.seed is not None else self.config.seed * 1_000_003 + index
         message, sent = self._message(prompt)
+        self._sent.add(sent)
         kwargs = gen_kwargs(params, None if params.greedy else seed, self.config.chat,
                             token_ids=self.identity.server.get("owned_by") in NAMES_TOKENS_BY_ID)  # fmt: skip
 
@@ -360,7 +354,16 @@ class EndpointEngine:
         )
 
     def collect_events(self) -> list[dict[str, Any]]:
-        return sorted(self.events.events, key=lambda e: e["ts"])
+        """This engine's events (requests, a stall, a KV leak) and the server's, read from its log: each of those
+        keeps its line (`raw`, withheld when it quotes a prompt of this run) and line number."""
+        from_log = [self._withheld(e) for e in self.watch.events(catch_up=True)]
+        if self.watch.log is not None:
+            self._identity.server.update(self.watch.record())  # the table may have been recognised since
+        return sorted([*self.events.events, *from_log], key=lambda e: e["ts"])
+
+    def _withheld(self, event: dict[str, Any]) -> dict[str, Any]:
+        return {k: self._sent.withhold(v) if k in ("raw", "message", "error", "cause", "exception") and
+                isinstance(v, str) else v for k, v in event.items()}  # fmt: skip
 
     def reported_acceptance(self) -> dict[str, Any] | None:
         """The server's spec-decode acceptance since this engine connected: the sum of the responses' per-request
@@ -377,6 +380,7 @@ class EndpointEngine:
         return {**per_request, "server_wide": {**delta, "basis": "server-wide counter delta (a cross-check)"}}
 
     def close(self) -> None:
-        """The scraper's connection; nothing else is held between calls (lm-eval's backend opens a connection per
-        request)."""
+        """The scraper's connection, and the server this engine started (stopped) and its log (read to its end);
+        nothing else is held between calls (lm-eval's backend opens a connection per request)."""
         self.metrics.close()
+        self.watch.close()

@@ -14,6 +14,10 @@ from ...errors import UserError
 from ..config import DTYPES
 from ..kv_cache import KV_CACHE_MANAGERS
 from ..spec import SPEC_ALGORITHMS
+from .server_kv_usage import DRAIN_TIMEOUT_S
+from .server_log import AUTO, check_log_format
+from .server_process import DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_STOP_GRACE_S, ServerCommand
+from .stall_watch import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S, StallPolicy
 
 # Long generations (GPQA's 32k-token answers on real models) take many minutes per request on a busy server.
 DEFAULT_TIMEOUT_S = 3600.0
@@ -30,6 +34,16 @@ class EndpointConfig:
     tokenizer / model: where the local tokenizer comes from (see `load_local_tokenizer`).
     max_retries: retries after the first attempt of a request that failed transiently (connection, timeout, 5xx,
     408, 429); a 4xx answer is not retried. spec / max_draft_len / kv_cache / dtype / tp_size: declared, recorded.
+
+    The server beyond its answers (workers/remote/server_watch.py):
+    serve_cmd: start the server with this command (its stdout and stderr become its log), wait until `url` answers
+    (at most startup_timeout_s), stop it at the end (SIGTERM, SIGKILL after stop_grace_s). The command is recorded
+    with its secrets scrubbed.
+    server_log: the server's log file, followed from its start (with serve_cmd: where its output goes; default a
+    temporary file); its known lines become events (workers/remote/server_log/). server_log_format: the signature
+    table that reads it ("auto": from the server's identity, else from the log's content).
+    stall_factor / stall_floor_s: a server that stops answering ends the run (workers/remote/stall_watch.py).
+    kv_drain_timeout_s: how long the server's KV usage may take to return to idle after a run (0: not checked).
     """
 
     url: str
@@ -48,6 +62,14 @@ class EndpointConfig:
     dtype: str = "auto"
     tp_size: int = 1
     verify_tls: bool = True
+    serve_cmd: str | None = None
+    server_log: str | None = None
+    server_log_format: str = AUTO
+    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S
+    stall_factor: float = DEFAULT_STALL_FACTOR
+    stall_floor_s: float = DEFAULT_STALL_FLOOR_S
+    kv_drain_timeout_s: float = DRAIN_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if EndpointURL.parse(self.url).has_credentials and self.api_key:
@@ -71,9 +93,25 @@ class EndpointConfig:
             raise UserError(f"unknown dtype {self.dtype!r} (known: {', '.join(DTYPES)})")
         if self.tp_size < 1:
             raise UserError(f"TP size must be positive, got {self.tp_size}")
+        if self.serve_cmd is not None:
+            ServerCommand.parse(self.serve_cmd)  # a command that cannot be read: said now
+        check_log_format(self.server_log_format)
+        if not self.startup_timeout_s > 0:
+            raise UserError(f"the server startup timeout must be positive, got {self.startup_timeout_s}")
+        if self.stop_grace_s < 0:
+            raise UserError(f"the server stop grace period must be >= 0, got {self.stop_grace_s}")
+        if self.kv_drain_timeout_s < 0:
+            raise UserError(f"the KV drain timeout must be >= 0, got {self.kv_drain_timeout_s}")
+        self.stall_policy  # noqa: B018 - validates the factor and the floor
+
+    @property
+    def stall_policy(self) -> StallPolicy:
+        return StallPolicy(factor=self.stall_factor, floor_s=self.stall_floor_s)
 
     def __repr__(self) -> str:  # tracebacks and logs show the config: never its credentials
         shown = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("url", "api_key")}
+        if self.serve_cmd is not None:  # a command may carry keys too
+            shown["serve_cmd"] = ServerCommand.parse(self.serve_cmd).recorded
         body = ", ".join(f"{k}={v!r}" for k, v in shown.items())
         key = "'***'" if self.api_key else "None"
         return f"EndpointConfig(url={EndpointURL.parse(self.url).public!r}, api_key={key}, {body})"

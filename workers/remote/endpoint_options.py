@@ -8,11 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...errors import UserError
 from ...option_fields import flag
 from ..config import EngineConfig
 from .endpoint_config import DEFAULT_CONCURRENCY, DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, EndpointConfig
+from .server_kv_usage import DRAIN_TIMEOUT_S
+from .server_log import AUTO, LOG_FORMAT_NAMES
+from .server_process import DEFAULT_STARTUP_TIMEOUT_S
+from .stall_watch import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 
 ENDPOINT = "Endpoint (any OpenAI-compatible server)"
+SERVER = "Endpoint: the server's process, log and health (workers/remote/server_watch.py)"
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,38 @@ class EndpointOptions:
             help="The same engine without speculation: evaluated first, it is the lossless gate's baseline.",
         ),
     )
+    serve_cmd: str | None = field(default=None, metadata=flag(
+        "--serve-cmd", group=SERVER,
+        help="Start the server under test with this command (shell-like words, leading NAME=VALUE words its "
+             "environment), wait until --endpoint answers, stop it at the end; its output becomes its log. "
+             "Recorded with secrets scrubbed."))  # fmt: skip
+    server_log: str | None = field(default=None, metadata=flag(
+        "--server-log", group=SERVER,
+        help="The server's log file, read from its start while the run goes: its known lines become the run's "
+             "events (with --serve-cmd: where its output goes; default a temporary file)."))  # fmt: skip
+    server_log_format: str = field(default=AUTO, metadata=flag(
+        "--server-log-format", group=SERVER, choices=lambda: LOG_FORMAT_NAMES,
+        help="The signature table that reads the log: {choices} (auto: from the server's identity, else from the "
+             "log's lines)."))  # fmt: skip
+    baseline_serve_cmd: str | None = field(default=None, metadata=flag(
+        "--baseline-serve-cmd", group=SERVER,
+        help="Start the baseline server the same way (it must answer at --baseline-endpoint)."))  # fmt: skip
+    baseline_server_log: str | None = field(default=None, metadata=flag(
+        "--baseline-server-log", group=SERVER, help="The baseline server's log file (as --server-log)."))  # fmt: skip
+    startup_timeout: float = field(default=DEFAULT_STARTUP_TIMEOUT_S, metadata=flag(
+        "--startup-timeout", min=1.0, group=SERVER,
+        help="Seconds a server started by --serve-cmd may take to answer; if it exits or never answers, the run "
+             "stops with the log's last lines."))  # fmt: skip
+    stall_factor: float = field(default=DEFAULT_STALL_FACTOR, metadata=flag(
+        "--stall-factor", min=1.0, group=SERVER,
+        help="A server that answers nothing for this many times its slowest answer (at least "
+             "--stall-floor seconds) has stopped answering: the run ends, its unanswered documents fail."))  # fmt: skip
+    stall_floor: float = field(default=DEFAULT_STALL_FLOOR_S, metadata=flag(
+        "--stall-floor", min=0.1, group=SERVER, help="The shortest stall window, in seconds."))  # fmt: skip
+    kv_drain_timeout: float = field(default=DRAIN_TIMEOUT_S, metadata=flag(
+        "--kv-drain-timeout", min=0.0, group=SERVER,
+        help="Seconds the server's KV usage may take to return to idle after the run (0: not checked); else a "
+             "failing kv_leak event."))  # fmt: skip
 
     def configs(self, engine: EngineConfig, declares_kv_cache: bool) -> tuple[EndpointConfig, EndpointConfig | None]:
         """The server under test and its baseline server (None: no --baseline-endpoint). The engine flags declare
@@ -67,12 +105,33 @@ class EndpointOptions:
         given: a server does not say which it runs); --model is where the local tokenizer comes from."""
         if self.endpoint is None:
             raise ValueError("no --endpoint")
+        if (self.baseline_serve_cmd or self.baseline_server_log) and not self.baseline_endpoint:
+            raise UserError("--baseline-serve-cmd and --baseline-server-log need --baseline-endpoint (where that "
+                            "server answers)")  # fmt: skip
         declared = dict(model=engine.model, tokenizer=self.tokenizer, chat=self.chat, served_model=self.served_model,
                         api_key=self.api_key, concurrency=self.concurrency, timeout_s=self.request_timeout,
                         max_retries=self.request_retries, seed=engine.seed, dtype=engine.dtype,
-                        kv_cache=engine.kv_cache.version if declares_kv_cache else None)  # fmt: skip
+                        kv_cache=engine.kv_cache.version if declares_kv_cache else None,
+                        server_log_format=self.server_log_format, startup_timeout_s=self.startup_timeout,
+                        stall_factor=self.stall_factor, stall_floor_s=self.stall_floor,
+                        kv_drain_timeout_s=self.kv_drain_timeout)  # fmt: skip
         spec = engine.spec
         target = EndpointConfig(url=self.endpoint, spec=spec.algorithm if spec else None,
-                                max_draft_len=spec.max_draft_len if spec else 0, **declared)  # fmt: skip
-        baseline = EndpointConfig(url=self.baseline_endpoint, **declared) if self.baseline_endpoint else None
+                                max_draft_len=spec.max_draft_len if spec else 0, serve_cmd=self.serve_cmd,
+                                server_log=self.server_log, **declared)  # fmt: skip
+        baseline = None
+        if self.baseline_endpoint:
+            baseline = EndpointConfig(url=self.baseline_endpoint, serve_cmd=self.baseline_serve_cmd,
+                                      server_log=self.baseline_server_log, **declared)  # fmt: skip
         return target, baseline
+
+    @property
+    def server_flags_given(self) -> list[str]:
+        """The flags about a server's process and log that were given (they need --endpoint)."""
+        given = {
+            "--serve-cmd": self.serve_cmd,
+            "--server-log": self.server_log,
+            "--baseline-serve-cmd": self.baseline_serve_cmd,
+            "--baseline-server-log": self.baseline_server_log,
+        }
+        return [name for name, value in given.items() if value is not None]  # fmt: skip

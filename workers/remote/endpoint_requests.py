@@ -152,6 +152,32 @@ def quotes_prompt(text: str, prompt: str) -> bool:
     return any(t[i : i + ECHO_WINDOW] in windows for i in range(len(t) - ECHO_WINDOW + 1))
 
 
+class SentPrompts:
+    """The prompts a run has sent, to keep a server's log line that quotes one off the disk (a server may log a
+    request's text, or an error that echoes it). Kept as their letters' ECHO_WINDOW-long pieces at every
+    ECHO_WINDOW-th position: a line that repeats 2 x ECHO_WINDOW - 1 letters or more of a prompt in a row holds one of
+    them whole, wherever the echo starts (shorter echoes go unseen here: `quotes_prompt` catches those in one known
+    prompt). The few-shot examples every prompt shares are kept once."""
+
+    def __init__(self) -> None:
+        self._pieces: set[str] = set()
+
+    def add(self, prompt: str) -> None:
+        letters = _letters(prompt)
+        self._pieces.update(letters[i : i + ECHO_WINDOW] for i in range(0, len(letters) - ECHO_WINDOW + 1, ECHO_WINDOW))
+
+    def quoted_in(self, text: str) -> bool:
+        t = _letters(text)
+        return any(t[i : i + ECHO_WINDOW] in self._pieces for i in range(len(t) - ECHO_WINDOW + 1))
+
+    def withhold(self, line: str) -> str:
+        """`line`, or what a record may keep of it when it quotes a prompt: its length and hash."""
+        if not self._pieces or not self.quoted_in(line):
+            return line
+        digest = hashlib.sha256(line.encode()).hexdigest()[:16]
+        return f"(line withheld: it quotes a prompt; {len(line)} chars, sha256 {digest})"
+
+
 def call_with_retries(
     send: Callable[[], dict[str, Any] | None],
     max_retries: int,
