@@ -40,6 +40,7 @@ from ...errors import UserError
 from ...results import locks
 from ...results.run_summary import RunSummary, as_run_summary
 from ...results.store import atomic_write
+from ...user_files import check_regular, read_limited
 from ..tasks.registry import family_named
 from .references import REFERENCE_DIR, parse_yaml, read_yaml
 
@@ -327,6 +328,7 @@ def check_writable(path: Path) -> None:
     path = Path(path)
     if path.is_dir():
         raise UserError(f"acceptance references {path}: is a folder, not a file")
+    check_regular(path, "acceptance references")  # /dev/zero: said before the run, not after it
     folder = next(p for p in (path.parent, *path.parent.parents) if p.exists())  # made if missing
     if not folder.is_dir():
         raise UserError(f"acceptance references {path}: {folder} is a file, so no folder can be made under it")
@@ -336,7 +338,7 @@ def check_writable(path: Path) -> None:
 
 def _populate_locked(path: Path, test_id: str, al: float, per_position: list[float] | None) -> bool:
     try:
-        text = path.read_bytes().decode("utf-8") if path.exists() else ""
+        text = read_limited(path, "acceptance references").decode("utf-8") if path.exists() else ""
     except UnicodeDecodeError as e:
         raise UserError(f"{path}: not UTF-8 text (byte {e.start})") from None
     values: dict[str, Any] = {"ref_al": float(al), "min_al": float(f"{MIN_AL_FRACTION * al:.12g}")}
