@@ -1,0 +1,98 @@
+"""What a lossless verdict may rest on: the rules behind issue 38's items 1, 3 and 9 (the reasons), as functions the
+gate calls (evals/gates/margins.py, evals/gates/lossless.py; evals/lossless/ after the redesign). A gate reads
+NO-GATE, never PASS, when its evidence is missing, non-finite or impossible, and says which.
+
+- A sample's logprob records must be usable (workers/logprob_records.py): a NaN margin is neither a near-tie nor
+  beyond the bound, so it slipped through as neither; +-inf printed as "(inf nats)".
+- A baseline margin that is only a lower bound because the baseline returned no alternatives at all is no evidence
+  of a near-tie: that bound is 0 by construction. The divergence is then judged by the other side's exact view of
+  the flip (`reverse`: how far its own logits put the baseline's token below its own), which a numerics flip keeps
+  within the noise as well (at a flip the control measures the gap move margin + reverse, both >= 0 under greedy
+  decoding, so each is at most the move); with neither, it cannot be judged.
+- A pair in which a side's request failed is a failure, not a divergence: "4 of 4 differ ... (divergences lack
+  logprobs)" described four failed requests.
+- Numbers in reasons: significant digits, so a bound of 2e-05 does not print as 0.0000.
+
+Pure functions on the records a run stores (no torch)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ...workers.logprob_records import record_problem, records_problem
+
+# What a run records for a request that produced no answer (evals/pipeline/evaluation.py): an error and these.
+FAILED_FINISH = ("error", "missing")
+
+
+def sample_logprobs_problem(sample: Mapping[str, Any]) -> str | None:
+    """Why a sample's logprobs cannot be evidence, or None when they can (or it has none: the gate's "no logprobs").
+    Reads the records themselves and what the endpoint's reader said when it refused a server's logprobs
+    (`logprobs_unusable` in the output's stats, kept in the sample as `logprobs_problem`)."""
+    if sample.get("logprobs_problem"):
+        return str(sample["logprobs_problem"])
+    return records_problem(sample.get("logprobs"), len(sample.get("output_token_ids") or []))
+
+
+def request_failed(sample: Mapping[str, Any]) -> bool:
+    """The sample holds no answer: its request failed (a recorded failure, never an output to compare)."""
+    return bool(sample.get("error")) or sample.get("finish_reason") in FAILED_FINISH
+
+
+def comparable_pairs(pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]]
+                     ) -> tuple[list[tuple[Mapping, Mapping]], list[Any]]:  # fmt: skip
+    """(pairs whose both requests answered, doc ids of the others): the lossless gate counts divergences among the
+    first and reports the second as failed requests ("k requests failed: not compared"), never as divergences."""
+    kept, failed = [], []
+    for base, other in pairs:
+        if request_failed(base) or request_failed(other):
+            failed.append(base.get("doc_id", other.get("doc_id")))
+        else:
+            kept.append((base, other))
+    return kept, failed
+
+
+@dataclass(frozen=True)
+class Judged:
+    """How a divergence may be judged: `margin` (nats) to compare with the noise bound, or `problem` saying why there
+    is no evidence to judge it with (then the task's lossless verdict cannot be PASS)."""
+
+    margin: float | None
+    problem: str | None = None
+    from_reverse: bool = False  # judged on the other side's exact view because the baseline's told nothing
+
+
+def judge_divergence(rec: Mapping[str, Any], base_record: Any, other_record: Any) -> Judged:
+    """`rec`: the gate's record of one first divergence (margins.divergence_margin: margin, lower_bound,
+    reverse_margin, reverse_lower_bound, judged); `base_record` / `other_record`: the two sides' logprob records at
+    its position (None where a side has none)."""
+    where = f"token {rec.get('position')}"
+    for side, record in (("baseline", base_record), ("other side", other_record)):
+        if record is not None and (why := record_problem(record)) is not None:
+            return Judged(None, f"the {side}'s logprobs at {where}: {why}")
+    numbers = [rec.get(k) for k in ("margin", "reverse_margin", "judged") if rec.get(k) is not None]
+    if any(not isinstance(x, int | float) or not math.isfinite(x) for x in numbers):
+        return Judged(None, f"a margin at {where} is not a finite number")
+    if rec.get("margin") is None:
+        return Judged(None, f"no margin at {where} (an output ended there, or a side has no logprobs)")
+    reverse = rec.get("reverse_margin")
+    reverse_exact = reverse is not None and not rec.get("reverse_lower_bound")
+    told_nothing = bool(rec.get("lower_bound")) and base_record is not None and not base_record[1]
+    if told_nothing:  # the baseline's bound is 0 by construction: the flip's size is only on the other side
+        if reverse_exact:
+            return Judged(round(abs(float(reverse)), 5), from_reverse=True)
+        return Judged(None, f"the baseline returned no alternatives at {where}, and the other side does not rank "
+                            "the baseline's token: no margin to judge")  # fmt: skip
+    judged = rec.get("judged", rec["margin"])
+    return Judged(round(float(judged), 5))
+
+
+def format_nats(x: float | None) -> str:
+    """A margin or bound in a reason: 4 significant digits (2e-05 stays 2e-05, never 0.0000); "unknown" for None or a
+    number that is not finite (which no verdict may rest on)."""
+    if x is None or not isinstance(x, int | float) or not math.isfinite(x):
+        return "unknown"
+    return f"{x:.4g}"
