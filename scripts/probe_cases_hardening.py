@@ -49,16 +49,21 @@ def hardening_cases() -> list[Case]:
         # tracebacks: task modules, serve options, endpoint options
         Case("hard-task-module-raises-at-import", run, env={"SPECDEC_EVAL_TASK_MODULES": "{module_raises}"},
              message="raised RuntimeError on import"),
-        Case("hard-task-module-syntax-error-runs", ["runs", "--out", "{store_plain}"],
-             env={"SPECDEC_EVAL_TASK_MODULES": "{module_syntax}"}, message="has a syntax error at"),
+        Case("hard-task-module-syntax-error-run", run, env={"SPECDEC_EVAL_TASK_MODULES": "{module_syntax}"},
+             message="has a syntax error at syntax.py:1"),
+        Case("hard-task-module-syntax-error-runs-still-lists", ["runs", "--out", "{store_plain}"],
+             env={"SPECDEC_EVAL_TASK_MODULES": "{module_syntax}"}, expect=0, prefix="", multiline=True,
+             check=_lists_plain_run),  # `runs` reads run folders only: a broken module must not stop it
         Case("hard-task-module-tasks-not-specs", run, env={"SPECDEC_EVAL_TASK_MODULES": "{module_tasks_int}"},
              message="TASKS must be a list or tuple of TaskSpecs"),
         Case("hard-task-module-source-raises", module_run, env={"SPECDEC_EVAL_TASK_MODULES": "{module_source}"},
              message="FAMILY.source() raised KeyError"),
+        # these fail inside the evaluation: the runs folder (its lock) may stay, no run folder may
         Case("hard-task-module-task-yaml-raises", module_run, env={"SPECDEC_EVAL_TASK_MODULES": "{module_yaml}"},
-             message="FAMILY.task_yaml() raised ValueError"),
+             message="FAMILY.task_yaml() raised ValueError", keep=True, check=_no_run_folder),
         Case("hard-task-module-live-correct-raises", module_run,
-             env={"SPECDEC_EVAL_TASK_MODULES": "{module_live}"}, message="FAMILY.live_correct() raised"),
+             env={"SPECDEC_EVAL_TASK_MODULES": "{module_live}"}, message="FAMILY.live_correct() raised", keep=True,
+             check=_no_run_folder),
         Case("hard-serve-log-level-bogus", [*serve, "--log-level", "bogus"], message="--log-level must be one of"),
         Case("hard-run-request-timeout-inf", [*run, "--endpoint", "http://127.0.0.1:9", "--request-timeout", "inf"],
              message="request timeout must be a number of seconds"),
@@ -73,6 +78,17 @@ def hardening_cases() -> list[Case]:
         Case("hard-waive-bug-empty", ["waive", "t1", "--bug", "", "-f", "waives.txt"], message="--bug is empty"),
     ]
     # fmt: on
+
+
+def _no_run_folder(scratch: Path, out: str, err: str, fx: dict[str, str]) -> list[str]:
+    left = [p.name for p in (scratch / "runs").glob("*") if p.is_dir()]
+    return [f"run folders left behind: {', '.join(left)}"] if left else []
+
+
+def _lists_plain_run(scratch: Path, out: str, err: str, fx: dict[str, str]) -> list[str]:
+    from probe_cases_trust import RUN_PLAIN
+
+    return [] if RUN_PLAIN in out and "Traceback" not in err else [f"{RUN_PLAIN} is not listed"]
 
 
 SERVER_CASES.extend([
@@ -317,84 +333,146 @@ def _no_traceback(code: int | None, err: str) -> list[str]:
     return problems + ([f"exit {code}"] if code not in (0, 1, 2) else [])
 
 
-def _endpoint_scenarios(ctx: ScenarioContext) -> list[tuple[str, int | None, list[str], str]]:
-    """Issue 38's items 1-9 against one Misbehaving server: each a run (or two), judged by what it printed."""
-    server = Misbehaving()
-    results = []
+Result = tuple[str, "int | None", list[str], str]  # (case name, exit status, problems, tail of stderr)
 
-    def case(name: str, code: int | None, problems: list[str], err: str) -> None:
-        results.append((name, code, problems, err[-400:]))
 
-    try:
-        # item 1: a NaN logprob at every divergence: never a PASS, never a crash
-        code, summary, _, err = _endpoint_run(ctx, server, "spec", "nan", ctx.root / "r1")
+def _not_pass(name: str, spec: str, base: str):
+    """A case: `run --endpoint /spec --baseline-endpoint /base` must print a summary whose lossless verdict is not
+    PASS (the evidence is not there), without a traceback."""
+
+    def case(ctx: ScenarioContext, server: Misbehaving) -> Result:
+        code, summary, _, err = _endpoint_run(ctx, server, spec, base, ctx.root / name)
         gate = _lossless(summary)
         problems = _no_traceback(code, err) + ([] if summary else ["no summary printed"])
-        problems += [f"lossless {gate.get('verdict')}: {gate.get('reason', '')[:160]}"] if gate.get("verdict") == \
-            "PASS" else []  # fmt: skip
-        case("hard-endpoint-nan-logprobs", code, problems, err)
-        # item 2: the plain answer's ids with another text: never "identical"
-        code, summary, _, err = _endpoint_run(ctx, server, "lying-ids", "plain", ctx.root / "r2")
-        gate = _lossless(summary)
-        problems = _no_traceback(code, err)
-        problems += ["lossless PASS on ids that are not the text"] if gate.get("verdict") == "PASS" else []
-        problems += [] if code == 1 else [f"exit {code}, expected 1 (the lying answers are failed requests)"]
-        case("hard-endpoint-lying-token-ids", code, problems, err)
-        # item 3: no alternatives at the divergence, the other side 5.95 nats against: never a PASS
-        code, summary, _, err = _endpoint_run(ctx, server, "spec-far", "empty-alts", ctx.root / "r3")
-        gate = _lossless(summary)
-        problems = _no_traceback(code, err)
-        problems += [f"lossless PASS on no evidence: {gate.get('reason', '')[:160]}"] if gate.get("verdict") == \
-            "PASS" else []  # fmt: skip
-        case("hard-endpoint-empty-alternatives", code, problems, err)
-        # item 4: a server as its own baseline: refused
-        code, _, _, err = _endpoint_run(ctx, server, "spec", "spec", ctx.root / "r4")
-        case("hard-endpoint-same-server-baseline", code, _one_error_line(code, err, "same server"), err)
-        # item 5: 50 accepted of 3 drafted: no acceptance length, nothing populated
-        refs = ctx.root / "r5-refs.yaml"
-        code, summary, _, err = _endpoint_run(ctx, server, "acceptance", "plain", ctx.root / "r5",
-                                              "--populate-acceptance", "--acceptance-refs", str(refs))  # fmt: skip
-        task = ((summary or {}).get("tasks") or {}).get("gsm8k_smoke") or {}
-        al = (task.get("acceptance") or {}).get("acceptance_length")
-        problems = _no_traceback(code, err)
-        problems += [f"acceptance length {al}"] if al is not None and al > 4 else []
-        problems += ["a reference was written"] if refs.exists() and "ref_al" in refs.read_text() else []
-        case("hard-endpoint-impossible-acceptance", code, problems, err)
-        # item 8: two choices, out of order: refused, never mixed
-        code, summary, _, err = _endpoint_run(ctx, server, "choices", "plain", ctx.root / "r8")
-        failed = ((summary or {}).get("tasks") or {}).get("gsm8k_smoke", {}).get("num_failed_requests")
-        problems = _no_traceback(code, err) + ([] if failed == 4 else [f"{failed} failed requests, expected 4"])
-        case("hard-endpoint-two-choices", code, problems, err)
-        # item 9: failed requests are not divergences; infinite margins and a bound of 2e-05 said as numbers
-        code, summary, _, err = _endpoint_run(ctx, server, "refuse", "plain", ctx.root / "r9a")
+        if gate.get("verdict") == "PASS":
+            problems.append(f"lossless PASS: {gate.get('reason', '')[:160]}")
+        return name, code, problems, err
+
+    return case
+
+
+def _lying_ids(ctx: ScenarioContext, server: Misbehaving) -> Result:
+    """Item 2: the plain answer's ids with another text: failed requests (exit 1), never "identical"."""
+    code, summary, _, err = _endpoint_run(ctx, server, "lying-ids", "plain", ctx.root / "lying")
+    problems = _no_traceback(code, err)
+    problems += ["lossless PASS on ids that are not the text"] if _lossless(summary).get("verdict") == "PASS" else []
+    problems += [] if code == 1 else [f"exit {code}, expected 1 (the lying answers are failed requests)"]
+    return "hard-endpoint-lying-token-ids", code, problems, err
+
+
+def _same_server(ctx: ScenarioContext, server: Misbehaving) -> Result:
+    """Item 4: a server as its own baseline: refused in one line."""
+    code, _, _, err = _endpoint_run(ctx, server, "spec", "spec", ctx.root / "same")
+    return "hard-endpoint-same-server-baseline", code, _one_error_line(code, err, "same server"), err
+
+
+def _impossible_acceptance(ctx: ScenarioContext, server: Misbehaving) -> Result:
+    """Item 5: 50 accepted of 3 drafted: no acceptance length, nothing populated."""
+    refs = ctx.root / "acceptance-refs.yaml"
+    code, summary, _, err = _endpoint_run(ctx, server, "acceptance", "plain", ctx.root / "acceptance",
+                                          "--populate-acceptance", "--acceptance-refs", str(refs))  # fmt: skip
+    task = ((summary or {}).get("tasks") or {}).get("gsm8k_smoke") or {}
+    al = (task.get("acceptance") or {}).get("acceptance_length")
+    problems = _no_traceback(code, err) + ([f"acceptance length {al}"] if al is not None and al > 4 else [])
+    problems += ["a reference was written"] if refs.exists() and "ref_al" in refs.read_text() else []
+    return "hard-endpoint-impossible-acceptance", code, problems, err
+
+
+def _two_choices(ctx: ScenarioContext, server: Misbehaving) -> Result:
+    """Item 8: two choices for n = 1, out of order: each a failed request, never mixed."""
+    code, summary, _, err = _endpoint_run(ctx, server, "choices", "plain", ctx.root / "choices")
+    failed = ((summary or {}).get("tasks") or {}).get("gsm8k_smoke", {}).get("num_failed_requests")
+    problems = _no_traceback(code, err) + ([] if failed == 4 else [f"{failed} failed requests, expected 4"])
+    return "hard-endpoint-two-choices", code, problems, err
+
+
+def _reason_lacks(name: str, spec: str, base: str, words: str, *, needs: str = ""):
+    """Item 9: the lossless reason of `run --endpoint /spec --baseline-endpoint /base` must not say `words` (and
+    must say `needs`)."""
+
+    def case(ctx: ScenarioContext, server: Misbehaving) -> Result:
+        code, summary, _, err = _endpoint_run(ctx, server, spec, base, ctx.root / name)
         reason = _lossless(summary).get("reason", "")
-        problems = _no_traceback(code, err) + ([f"reason {reason[:120]!r}"] if "differ" in reason else [])
-        case("hard-endpoint-failed-requests-reason", code, problems, err)
-        code, summary, _, err = _endpoint_run(ctx, server, "spec", "minus-inf", ctx.root / "r9b")
-        reason = _lossless(summary).get("reason", "")
-        problems = _no_traceback(code, err) + ([f"reason {reason[:120]!r}"] if "inf nats" in reason else [])
-        case("hard-endpoint-infinite-margin-reason", code, problems, err)
-        code, summary, _, err = _endpoint_run(ctx, server, "spec-far", "jitter", ctx.root / "r9c")
-        reason = _lossless(summary).get("reason", "")
-        problems = _no_traceback(code, err) + ([f"reason {reason[:160]!r}"] if "0.0000" in reason else [])
-        problems += [] if "noise bound" in reason else [f"no noise bound in {reason[:160]!r}"]
-        case("hard-endpoint-tiny-bound-printed", code, problems, err)
-        code, _, _, err = _endpoint_run(ctx, server, "spec", None, ctx.root / "r9d", "--baseline", "paired")
-        case("hard-endpoint-baseline-paired", code, _one_error_line(code, err, "only our engine"), err)
-        code, _, _, err = _endpoint_run(ctx, server, "spec", "plain", ctx.root / "r9e", "--gpus", "2")
-        case("hard-endpoint-gpus", code, _one_error_line(code, err, "--gpus 2"), err)
-        # items 6 and 7: a recorded run of another engine, and the noise-floor control, as --baseline RUN
-        store = ctx.root / "r67"
-        code, local, _, err = _cli(ctx, "run", "--model", "tiny", "--device-memory", "256MiB", "--tasks",
-                                   "gsm8k_smoke", "--limit", "4", "--no-reference", "--max-output-len", "16",
-                                   "--out", str(store), "--json")  # fmt: skip
-        local_id = json.loads(local[local.index("{") :]).get("run_id") if code == 0 and "{" in local else None
-        code, _, _, err = _endpoint_run(ctx, server, "spec", None, store, "--baseline", str(local_id))
-        case("hard-endpoint-baseline-of-another-engine", code, _one_error_line(code, err, "our engine"), err)
-        controls = [p for p in (ctx.root / "r1").glob("2*") if "noise_control" in (p / "manifest.json").read_text()]
-        control = controls[0].name if controls else "no-control-recorded"
-        code, _, _, err = _endpoint_run(ctx, server, "spec", None, ctx.root / "r1", "--baseline", control)
-        case("hard-endpoint-baseline-is-the-control", code, _one_error_line(code, err, "noise-floor control"), err)
+        problems = _no_traceback(code, err) + ([f"reason {reason[:160]!r}"] if words in reason else [])
+        problems += [f"no {needs!r} in {reason[:160]!r}"] if needs not in reason else []
+        return name, code, problems, err
+
+    return case
+
+
+def _refused(name: str, words: str, base: str | None, *extra: str, out: str = ""):
+    """Items 6, 7, 9: an option an endpoint run cannot take is one error line holding `words`."""
+
+    def case(ctx: ScenarioContext, server: Misbehaving) -> Result:
+        args = [a.format(control=_control_of(ctx.root / "hard-endpoint-nan-logprobs"), local=_local_run(ctx))
+                if "{" in a else a for a in extra]  # fmt: skip
+        code, _, _, err = _endpoint_run(ctx, server, "spec", base, ctx.root / (out or name), *args)
+        return name, code, _one_error_line(code, err, words), err
+
+    return case
+
+
+def _control_of(store: Path) -> str:
+    """The noise-floor control an earlier endpoint run recorded in `store`."""
+    found = [p.name for p in store.glob("2*") if "noise_control" in (p / "manifest.json").read_text()]
+    return found[0] if found else "no-control-recorded"
+
+
+def _local_run(ctx: ScenarioContext) -> str:
+    """A plain run of our engine (tiny) in the store the endpoint run uses (ctx.root / "local"), once: its run id."""
+    done = ctx.root / "local" / "run-id"
+    if not done.exists():
+        code, out, err = _cli(ctx, "run", "--model", "tiny", "--device-memory", "256MiB", "--tasks", "gsm8k_smoke",
+                              "--limit", "4", "--no-reference", "--max-output-len", "16", "--out",
+                              str(ctx.root / "local"), "--json")  # fmt: skip
+        run_id = json.loads(out[out.index("{") :]).get("run_id") if code == 0 and "{" in out else None
+        _write(done, str(run_id))
+    return done.read_text()
+
+
+ENDPOINT_CASES = [
+    _not_pass("hard-endpoint-nan-logprobs", "spec", "nan"),  # item 1 (NaN at every divergence: no crash either)
+    _lying_ids,  # item 2
+    _not_pass("hard-endpoint-empty-alternatives", "spec-far", "empty-alts"),  # item 3
+    _same_server,  # item 4
+    _impossible_acceptance,  # item 5
+    _two_choices,  # item 8
+    _reason_lacks("hard-endpoint-failed-requests-reason", "refuse", "plain", "differ"),  # item 9
+    _reason_lacks("hard-endpoint-infinite-margin-reason", "spec", "minus-inf", "inf nats"),
+    _reason_lacks("hard-endpoint-tiny-bound-printed", "spec-far", "jitter", "0.0000", needs="noise bound"),
+    _refused("hard-endpoint-baseline-paired", "only our engine", None, "--baseline", "paired"),
+    _refused("hard-endpoint-gpus", "--gpus 2", "plain", "--gpus", "2"),
+    _refused("hard-endpoint-baseline-of-another-engine", "our engine", None, "--baseline", "{local}", out="local"),
+    _refused(
+        "hard-endpoint-baseline-is-the-control",
+        "noise-floor control",
+        None,
+        "--baseline",
+        "{control}",
+        out="hard-endpoint-nan-logprobs",
+    ),  # item 7: the control item 1's run recorded
+]
+ENDPOINT_NAMES = ("hard-endpoint-nan-logprobs", "hard-endpoint-lying-token-ids", "hard-endpoint-empty-alternatives",
+                  "hard-endpoint-same-server-baseline", "hard-endpoint-impossible-acceptance",
+                  "hard-endpoint-two-choices", "hard-endpoint-failed-requests-reason",
+                  "hard-endpoint-infinite-margin-reason", "hard-endpoint-tiny-bound-printed",
+                  "hard-endpoint-baseline-paired", "hard-endpoint-gpus", "hard-endpoint-baseline-of-another-engine",
+                  "hard-endpoint-baseline-is-the-control")  # fmt: skip
+
+
+def _endpoint_scenarios(ctx: ScenarioContext) -> list[Result]:
+    """Issue 38's items 1-9 against one Misbehaving server, in order (items 6 and 7 reuse earlier runs). A case that
+    breaks the probe itself is reported as that case's problem, and the others still run."""
+    server = Misbehaving()
+    results = []
+    try:
+        for name, case in zip(ENDPOINT_NAMES, ENDPOINT_CASES, strict=True):
+            try:
+                got_name, code, problems, err = case(ctx, server)
+                assert got_name == name, (got_name, name)
+            except Exception as exc:  # noqa: BLE001 - the probe reports, it does not stop
+                code, problems, err = None, [f"the probe failed: {type(exc).__name__}: {exc}"], ""
+            results.append((name, code, problems, err[-400:]))
     finally:
         server.close()
     return results
@@ -442,11 +520,7 @@ def _serve_logprob_texts(ctx: ScenarioContext) -> list[tuple[str, int | None, li
 
 
 SCENARIOS = [
-    (("hard-endpoint-nan-logprobs", "hard-endpoint-lying-token-ids", "hard-endpoint-empty-alternatives",
-      "hard-endpoint-same-server-baseline", "hard-endpoint-impossible-acceptance", "hard-endpoint-two-choices",
-      "hard-endpoint-failed-requests-reason", "hard-endpoint-infinite-margin-reason",
-      "hard-endpoint-tiny-bound-printed", "hard-endpoint-baseline-paired", "hard-endpoint-gpus",
-      "hard-endpoint-baseline-of-another-engine", "hard-endpoint-baseline-is-the-control"), _endpoint_scenarios),
+    (ENDPOINT_NAMES, _endpoint_scenarios),
     (("hard-serve-text-offset-inside-text", "hard-serve-chat-bytes-own"), _serve_logprob_texts),
     (("hard-frames-not-a-run-or-store",), _frames_scenario),
 ]  # fmt: skip
