@@ -55,7 +55,7 @@ def load_samples(run: Run | str | Path, root: str | Path | None = None) -> pd.Da
             raise FileNotFoundError(f"{run} is not a run folder (it has no manifest.json); to find a run by its id, "
                                     "pass the runs folder as root")  # fmt: skip
         run = open_run(str(run), root if root is not None else Path(run).parent)  # a folder: root unused
-    frame = samples_frame(run.samples())
+    frame = samples_frame(run.sample_rows())
     frame.insert(0, "run_id", run.run_id)
     correct = [c for c in frame.columns if c.startswith(_CORRECT) and c.endswith("]")]
     # a sample's filters' correctness, as fractions: missing flags (a filter another task has) are left out
