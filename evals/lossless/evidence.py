@@ -1,6 +1,7 @@
-"""What a lossless verdict may rest on: the rules behind issue 38's items 1, 3 and 9 (the reasons), as functions the
-gate calls (evals/gates/margins.py, evals/gates/lossless.py; evals/lossless/ after the redesign). A gate reads
-NO-GATE, never PASS, when its evidence is missing, non-finite or impossible, and says which.
+"""What a lossless verdict may rest on: the rules behind issue 38's items 1, 3 and 9 (the reasons), applied by the
+gate (check.py sets failed requests apart, gate.py judges each divergence with `judge_divergence`, margins.py prints
+numbers with `format_nats`). A gate reads NO-GATE, never PASS, when its evidence is missing, non-finite or
+impossible, and says which.
 
 - A sample's logprob records must be usable (workers/logprob_records.py): a NaN margin is neither a near-tie nor
   beyond the bound, so it slipped through as neither; +-inf printed as "(inf nats)".
@@ -13,7 +14,7 @@ NO-GATE, never PASS, when its evidence is missing, non-finite or impossible, and
   logprobs)" described four failed requests.
 - Numbers in reasons: significant digits, so a bound of 2e-05 does not print as 0.0000.
 
-Pure functions on the records a run stores (no torch)."""
+Pure functions on the records a run stores (results/sample_record.py; no torch)."""
 
 from __future__ import annotations
 
@@ -22,36 +23,30 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...results.sample_record import SampleRecord
 from ...workers.logprob_records import record_problem, records_problem
 
-# What a run records for a request that produced no answer (evals/pipeline/evaluation.py): an error and these.
-FAILED_FINISH = ("error", "missing")
+
+def sample_logprobs_problem(sample: SampleRecord) -> str | None:
+    """Why a sample's logprobs cannot be evidence, or None when they can (or it has none: the gate's "no logprobs")."""
+    return records_problem(sample.logprobs, len(sample.output_token_ids or []))
 
 
-def sample_logprobs_problem(sample: Mapping[str, Any]) -> str | None:
-    """Why a sample's logprobs cannot be evidence, or None when they can (or it has none: the gate's "no logprobs").
-    Reads the records themselves and what the endpoint's reader said when it refused a server's logprobs
-    (`logprobs_unusable` in the output's stats, kept in the sample as `logprobs_problem`)."""
-    if sample.get("logprobs_problem"):
-        return str(sample["logprobs_problem"])
-    return records_problem(sample.get("logprobs"), len(sample.get("output_token_ids") or []))
-
-
-def request_failed(sample: Mapping[str, Any]) -> bool:
+def request_failed(sample: SampleRecord) -> bool:
     """The sample holds no answer: its request failed (a recorded failure, never an output to compare)."""
-    return bool(sample.get("error")) or sample.get("finish_reason") in FAILED_FINISH
+    return sample.failed or bool(sample.error)
 
 
-def comparable_pairs(pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]]
-                     ) -> tuple[list[tuple[Mapping, Mapping]], list[Any]]:  # fmt: skip
+def comparable_pairs(pairs: Iterable[tuple[SampleRecord, SampleRecord]]
+                     ) -> tuple[list[tuple[SampleRecord, SampleRecord]], list[Any]]:  # fmt: skip
     """(pairs whose both requests answered, doc ids of the others): the lossless gate counts divergences among the
     first and reports the second as failed requests ("k requests failed: not compared"), never as divergences."""
     kept, failed = [], []
-    for base, other in pairs:
-        if request_failed(base) or request_failed(other):
-            failed.append(base.get("doc_id", other.get("doc_id")))
+    for a, b in pairs:
+        if request_failed(a) or request_failed(b):
+            failed.append(a.doc_id)
         else:
-            kept.append((base, other))
+            kept.append((a, b))
     return kept, failed
 
 

@@ -1,5 +1,6 @@
-"""What may be a lossless baseline, beyond evals/gates/baseline_check.py: the rules behind issue 38's items 4, 6, 7
-and 9 (its misleading refusals), as functions the run's option checks and `baseline_problem` call. A baseline
+"""What may be a lossless baseline, beyond baseline.py's checks of a recorded run: the rules behind issue 38's items 4,
+6, 7 and 9 (its misleading refusals), called by `baseline.baseline_problem` and the endpoint backend's checks
+(evals/pipeline/backend_endpoint.py). A baseline
 must be a different engine process of the same model and evaluation:
 
 - not the server under test itself (item 4): a server judged against itself always agrees;
@@ -18,7 +19,7 @@ from typing import Any
 
 from ...workers.interface import EngineIdentity
 from ...workers.remote.endpoint_config import EndpointURL
-from ..pipeline.control import MARKER as CONTROL_MARKER
+from .control import MARKER as CONTROL_MARKER
 
 LOCAL_KINDS = ("local", "torchrun")  # one engine, ours, on one process or a torchrun job
 
@@ -35,7 +36,7 @@ def endpoint_pair_problem(endpoint: str, baseline_endpoint: str) -> str | None:
 
 def recorded_baseline_problem(name: str, manifest: Mapping[str, Any], identity: EngineIdentity) -> str | None:
     """Why the recorded run `name` (its manifest.json) cannot be the baseline of a run of `identity`, or None: the
-    checks baseline_check.baseline_problem lacks (it compares models only between two local runs)."""
+    checks baseline.baseline_problem makes with it (its own compare models and dtypes only between two local runs)."""
     engine_config = (manifest.get("config") or {}).get("engine") or {}
     if CONTROL_MARKER in engine_config:
         return (f"{name} is a noise-floor control (the plain side at {engine_config[CONTROL_MARKER]}): the gate's "
@@ -47,9 +48,16 @@ def recorded_baseline_problem(name: str, manifest: Mapping[str, Any], identity: 
         theirs = "our engine" if kind in LOCAL_KINDS else "a server"
         return (f"{name} was decoded by {theirs} ({kind}), this run by {ours} ({identity.kind}): another engine's "
                 "numerics and tokenisation would be blamed on spec-dec")  # fmt: skip
-    if record.get("model") is not None and record["model"] != identity.model:
+    if record.get("model") is not None and model_declared(identity) and record["model"] != identity.model:
         return f"{name} is of model {record['model']!r}, this run of {identity.model!r}"
     return None
+
+
+def model_declared(identity: EngineIdentity) -> bool:
+    """Whether `identity` names its model before it runs: ours always; a server only when --served-model or --model
+    was given (else the declared identity carries the server's URL in its place, and the served model is known once
+    the server answers)."""
+    return identity.kind != "endpoint" or identity.model != (identity.config or {}).get("endpoint")
 
 
 def endpoint_baseline_mode_problem(baseline: str) -> str | None:
