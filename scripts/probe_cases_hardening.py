@@ -6,9 +6,8 @@ make_fixtures() and SERVER_SCENARIOS include it.
 The endpoint items (issue 38's 1-9) run `run --endpoint` against `Misbehaving`, an OpenAI-compatible ASGI app of
 this module on 127.0.0.1 (uvicorn in a thread), whose first path segment picks what it gets wrong: NaN, missing or
 infinite logprobs, lying token ids, empty alternatives, impossible acceptance counts, extra and out-of-order
-choices. Cases whose fix lands in phase 2 (the lossless gate's rules and the baseline checks live in files frozen
-during the pipeline's redesign) are listed in probe_cases.KNOWN: the probe prints them as "known, fixed in phase 2"
-instead of hiding them, and they do not fail the probe's exit status."""
+choices, failed requests. None is known to fail: every item's fix is in (the lossless gate's rules in
+evals/lossless/evidence.py and baseline_rules.py, applied by the gate and the endpoint backend's checks)."""
 
 from __future__ import annotations
 
@@ -19,9 +18,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from probe_cases import FAST, KNOWN, SERVER_CASES, Case, ScenarioContext, _cli, _one_error_line, _write
+from probe_cases import FAST, SERVER_CASES, Case, ScenarioContext, _cli, _one_error_line, _write
 
-PHASE2 = "known, fixed in phase 2"
 SMOKE_ENDPOINT = ["--model", "tiny", "--tasks", "gsm8k_smoke", "--limit", "4", "--no-reference", "--max-output-len",
                   "16", "--request-retries", "0", "--json"]  # fmt: skip
 _HELD: list[socket.socket] = []  # the busy port's socket, open while the probe runs
@@ -524,16 +522,3 @@ SCENARIOS = [
     (("hard-serve-text-offset-inside-text", "hard-serve-chat-bytes-own"), _serve_logprob_texts),
     (("hard-frames-not-a-run-or-store",), _frames_scenario),
 ]  # fmt: skip
-
-# Cases whose fix is phase 2's (evals/gates/margins.py, lossless.py, baseline_check.py, evals/pipeline/, cli/run.py
-# are frozen during the redesign); the rules are functions already (evals/gates/evidence.py, baseline_rules.py).
-KNOWN.update({
-    "hard-endpoint-empty-alternatives": "item 3: evidence.judge_divergence in margins.margin_verdict",
-    "hard-endpoint-same-server-baseline": "item 4: baseline_rules.endpoint_pair_problem in run's checks",
-    "hard-endpoint-failed-requests-reason": "item 9: evidence.comparable_pairs in the lossless gate",
-    "hard-endpoint-tiny-bound-printed": "item 9: evidence.format_nats in margins.margin_verdict",
-    "hard-endpoint-baseline-paired": "item 9: baseline_rules.endpoint_baseline_mode_problem in run's checks",
-    "hard-endpoint-gpus": "item 9: baseline_rules.endpoint_job_problem in run's checks",
-    "hard-endpoint-baseline-of-another-engine": "item 6: baseline_rules.recorded_baseline_problem",
-    "hard-endpoint-baseline-is-the-control": "item 7: baseline_rules.recorded_baseline_problem",
-})  # fmt: skip
