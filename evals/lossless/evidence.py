@@ -75,7 +75,11 @@ def judge_divergence(rec: Mapping[str, Any], base_record: Any, other_record: Any
         return Judged(None, f"no margin at {where} (an output ended there, or a side has no logprobs)")
     reverse = rec.get("reverse_margin")
     reverse_exact = reverse is not None and not rec.get("reverse_lower_bound")
-    told_nothing = bool(rec.get("lower_bound")) and base_record is not None and not base_record[1]
+    # no alternative but its own token (or none at all): the lower bound is 0 by construction
+    named = [t for t, _ in base_record[1]] if base_record is not None else []
+    told_nothing = (
+        bool(rec.get("lower_bound")) and base_record is not None and set(named) <= {rec.get("baseline_token")}
+    )
     if told_nothing:  # the baseline's bound is 0 by construction: the flip's size is only on the other side
         if reverse_exact:
             return Judged(round(abs(float(reverse)), 5), from_reverse=True)

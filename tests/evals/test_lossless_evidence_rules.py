@@ -60,6 +60,9 @@ def test_a_baseline_without_alternatives_is_judged_by_the_other_sides_exact_view
     assert rec["margin"] == 0 and rec["lower_bound"]  # the old gate's "possible near-tie" on no evidence
     judged = judge_divergence(rec, base.logprobs[0], other.logprobs[0])
     assert judged.margin == pytest.approx(5.95) and judged.from_reverse  # beyond any plausible noise bound
+    own_only = _sample([4], [[-0.01, [[4, -0.01]]]])  # its own token alone names no alternative either
+    rec = divergence_margin(own_only, other)
+    assert judge_divergence(rec, own_only.logprobs[0], other.logprobs[0]).from_reverse
     silent = _sample([9], [[-0.002, []]])
     rec = divergence_margin(base, silent)
     judged = judge_divergence(rec, base.logprobs[0], silent.logprobs[0])
