@@ -12,6 +12,7 @@ import typer
 
 from ..errors import UserError
 from ..evals.tasks.data_check import decode_utf8
+from ..user_files import TEXT_LIMIT, read_limited
 from ..workers.config import SamplingParams
 from . import options as o
 from .progress import generation_progress
@@ -67,16 +68,16 @@ def read_prompts_file(prompts_file: str) -> tuple[str, str]:
         stream = getattr(sys.stdin, "buffer", None)
         if stream is None:  # a text stream put in place of stdin (tests)
             return sys.stdin.read(), "stdin"
-        return decode_utf8(stream.read(), "stdin"), "stdin"
+        data = stream.read(TEXT_LIMIT + 1)  # `generate - < /dev/zero` must end too
+        if len(data) > TEXT_LIMIT:
+            raise UserError(f"stdin holds more than the {TEXT_LIMIT // 2**20} MiB read as prompts")
+        return decode_utf8(data, "stdin"), "stdin"
     path = Path(prompts_file)
     if path.is_dir():
         raise UserError(f"prompts file {prompts_file} is a folder; name a file of prompts, or '-' for stdin")
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"prompts file not found: {prompts_file}")
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise UserError(f"cannot read prompts file {prompts_file}: {e.strerror or e}") from None
+    data = read_limited(path, "prompts file")  # a device or a FIFO says what it is, and is never read whole
     return decode_utf8(data, prompts_file), prompts_file
 
 

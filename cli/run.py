@@ -54,8 +54,9 @@ def run(
     from ..evals.pipeline.run import run as run_pipeline
     from ..launch.job import JobFailed
 
-    # Bad engine options fail here, before any model loads or process starts; a server declares only what was given.
-    target = RunTarget(engine_flags.config(), job, endpoint, o.given(ctx, ("kv_cache",)))
+    # Bad engine options fail here, before any model loads or process starts; a server declares only what was given
+    # (and refuses --baseline paired only when it was asked for, not by default).
+    target = RunTarget(engine_flags.config(), job, endpoint, o.given(ctx, ("kv_cache", "baseline")))
     try:
         summary = run_pipeline(plan, make_backend(backend_name(target), target), lambda: generation_progress(0))
     except JobFailed as e:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import Annotated, Any
@@ -11,13 +12,15 @@ import typer
 
 from ..errors import UserError
 from ..serve.defaults import (
+    API_KEY_ENV,
     DEFAULT_GRACE_S,
     DEFAULT_HOST,
     DEFAULT_MAX_QUEUE,
     DEFAULT_MAX_REQUEST_SIZE,
     DEFAULT_PORT,
+    LOG_LEVELS,
 )
-from ..serve.job_driver import API_KEY_ENV, JOB_DRIVER, serve_engine
+from ..serve.job_driver import JOB_DRIVER, serve_engine
 from ..workers.config import parse_bytes
 from ..workers.events import rank_events_path
 from . import options as o
@@ -119,17 +122,30 @@ def serve(
     """  # fmt: skip
     if gpus < 1:
         raise UserError(f"--gpus must be at least 1, got {gpus}")
+    if tp is not None and tp < 1:
+        raise UserError(f"--tp must be at least 1, got {tp}")
     if max_queue < 1:
         raise UserError(f"--max-queue must be at least 1, got {max_queue}")
-    if grace < 0:
-        raise UserError(f"--grace must be >= 0, got {grace}")
+    if not (math.isfinite(grace) and grace >= 0):  # NaN compares false with everything, and acted as 0
+        raise UserError(f"--grace must be a finite number of seconds >= 0, got {grace}")
+    if not (math.isfinite(rank_timeout) and rank_timeout > 0):
+        raise UserError(f"--rank-timeout must be a finite number of seconds > 0, got {rank_timeout}")
     if not 0 <= port <= 65535:
         raise UserError(f"--port must be in 0..65535, got {port}")
+    if not host.strip():  # an unset $HOST: uvicorn and the socket module read "" as every interface (0.0.0.0)
+        raise UserError(f"--host is empty; name the address to bind (default {DEFAULT_HOST}; 0.0.0.0 for every "
+                        "interface, if that is what you mean)")  # fmt: skip
+    if log_level.lower() not in LOG_LEVELS:
+        raise UserError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+    log_level = log_level.lower()
     body_limit = parse_bytes(max_request_bytes)
+    if body_limit < 1:
+        raise UserError(f"--max-request-bytes must be at least 1 byte, got {max_request_bytes!r}")
     from ..serve.limits import validate_api_key
     from ..serve.server import bind
 
-    validate_api_key(api_key or None)
+    api_key = api_key_from(api_key)
+    validate_api_key(api_key)
     bind(host, port).close()  # a port in use or an address not ours: said now, not after the model has loaded
     model = engine_flags["model"]
     config = engine_flags.config(events_path=rank_events_path(engine_flags["events_path"], gpus))
@@ -147,6 +163,15 @@ def serve(
         serve_engine(engine, engine, server, api_key)
     finally:
         engine.close()
+
+
+def api_key_from(option: str | None) -> str | None:
+    """The key to require: --api-key, else $SPECDEC_EVAL_API_KEY. click reads an empty variable as unset, so
+    `SPECDEC_EVAL_API_KEY=` would have started a server without authentication: an empty key from either place is
+    refused (serve/limits.py), never taken as "no key"."""
+    if option is None and os.environ.get(API_KEY_ENV) == "":
+        return ""
+    return option
 
 
 def _serve_job(config, server: dict[str, Any], api_key: str | None, gpus: int, tp: int | None,

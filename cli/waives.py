@@ -72,6 +72,8 @@ def waive(
     --bug https://nvbugs/123 --gpu H100
     """
     marker = marker.upper()
+    if not bug.strip():  # an unset $BUG: a waive must say why, or nobody can tell when to lift it
+        raise UserError("--bug is empty: name the bug (a URL or a reason), e.g. --bug https://nvbugs/123")
     if marker not in MARKERS:
         raise UserError(f"unknown marker {marker!r}; expected one of {', '.join(MARKERS)}")
     for value, option in ((test, "TEST"), (bug, "--bug"), (gpu, "--gpu")):

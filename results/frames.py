@@ -49,9 +49,12 @@ def samples_frame(samples: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
 def load_samples(run: Run | str | Path, root: str | Path | None = None) -> pd.DataFrame:
     """One row per sample of a run (a Run, a run folder, or a run id under root): run_id, task, doc_id, score, the
     stored fields (prompt and output hashes, output, output_token_ids, num_output_tokens, acceptance_length,
-    extracted[...] and correct[...] per filter, ...)."""
+    extracted[...] and correct[...] per filter, ...). FileNotFoundError when `run` names no run."""
     if not isinstance(run, Run):
-        run = open_run(str(run), root)
+        if root is None and not (Path(run) / "manifest.json").is_file():
+            raise FileNotFoundError(f"{run} is not a run folder (it has no manifest.json); to find a run by its id, "
+                                    "pass the runs folder as root")  # fmt: skip
+        run = open_run(str(run), root if root is not None else Path(run).parent)  # a folder: root unused
     frame = samples_frame(run.sample_rows())
     frame.insert(0, "run_id", run.run_id)
     correct = [c for c in frame.columns if c.startswith(_CORRECT) and c.endswith("]")]
@@ -65,8 +68,14 @@ def load_runs(root: str | Path, test_id: str | None = None, commit: str | None =
               gpu: str | None = None) -> pd.DataFrame:  # fmt: skip
     """One row per (run, task) of the readable runs under root, oldest first, filtered as `specdec-eval runs` is:
     the run's columns (run_id, started, commit, test_id, gpu, verdict as every reader shows it, ...) and the task's
-    (task, score, reference, threshold, task_verdict, num_samples, lossless, acceptance_gate)."""
+    (task, score, reference, threshold, task_verdict, num_samples, lossless, acceptance_gate). FileNotFoundError /
+    NotADirectoryError when root is not a folder: a mistyped path must not read as a store with no runs."""
     import pandas as pd
+
+    if not Path(root).exists():
+        raise FileNotFoundError(f"runs folder {root} does not exist")
+    if not Path(root).is_dir():
+        raise NotADirectoryError(f"runs folder {root} is a file, not a folder of runs")
 
     from .runs_table import runs_table
 

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserError
+from ..user_files import describe, read_limited
 from . import locks
 from .atomic import atomic_open, atomic_write
 from .run_summary import RunSummary
@@ -225,6 +227,9 @@ class Run:
         path = self.path / "samples.parquet"
         if not path.exists():
             return []
+        kind = describe(path)
+        if kind is not None:
+            raise UnreadableRunError(f"{path}: is {kind}, not a Parquet file")
         try:
             rows = pq.read_table(path).to_pylist()
         except (pa.ArrowException, OSError) as e:
@@ -290,14 +295,18 @@ def _unflat(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _read_text(path: Path) -> str:
+    """A run file's text: a regular file of at most TEXT_LIMIT bytes (a manifest linked to /dev/zero is an
+    unreadable run, not an endless read)."""
+    if path.is_dir():
+        raise UnreadableRunError(f"{path}: is a folder, not a file")
     try:
-        return path.read_text(encoding="utf-8")
+        data = read_limited(path, "run file")
+    except UserError as e:
+        raise UnreadableRunError(str(e).removeprefix("run file ")) from None
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UnreadableRunError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    except IsADirectoryError:
-        raise UnreadableRunError(f"{path}: is a folder, not a file") from None
-    except PermissionError:
-        raise UnreadableRunError(f"{path}: permission denied") from None
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -11,7 +11,8 @@ The `full:<GPU>/` prefix is written once, before the first id, and applies to ev
 The file is kept as its raw lines (line endings included); an edit replaces, inserts or drops whole lines and
 every other line is written back exactly as read. Lines that do not parse are kept as they are and reported by
 `validate()`. This module never imports `workers/`: errors are `ValueError` / `FileNotFoundError` with a
-one-line message, which the CLI turns into its own user error.
+one-line message, which the CLI turns into its own user error; a path that is not a regular file of a sane size
+(/dev/zero, a FIFO) is the user error of `specdec_eval.user_files`, raised before any lock is taken.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..user_files import check_regular, read_limited
 from . import locks
 from .atomic import atomic_write
 
@@ -255,12 +257,11 @@ class WaivesFile:
     @classmethod
     def read(cls, path: str | os.PathLike) -> WaivesFile:
         path = Path(path)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise FileNotFoundError(f"waives file not found: {path}") from None
-        except IsADirectoryError:
-            raise IsADirectoryError(f"waives file is a directory: {path}") from None
+        if not path.exists():
+            raise FileNotFoundError(f"waives file not found: {path}")
+        if path.is_dir():
+            raise IsADirectoryError(f"waives file is a directory: {path}")
+        data = read_limited(path, "waives file")  # a device or a FIFO: one line, never an endless read
         return cls(split_lines(data.decode(_ENCODING, _ERRORS)), path)
 
     def render(self) -> str:
@@ -422,6 +423,7 @@ def edit_waives(path: str | os.PathLike, create: bool = False) -> Iterator[Waive
         raise IsADirectoryError(f"waives file is a directory: {path}")
     if not path.parent.is_dir():
         raise FileNotFoundError(f"folder of the waives file not found: {path.parent}")
+    check_regular(path, "waives file")  # before the lock: /dev/full's would be /dev/.full.lock
     with locks.lock(lock_path(path)):
         waives = WaivesFile.read(path) if (path.exists() or not create) else WaivesFile(path=path)
         before = waives.render()

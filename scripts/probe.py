@@ -6,11 +6,14 @@ its `--out`, and must leave it empty; fixture files it reads must stay unchanged
     python scripts/probe.py            # all cases, two at a time; prints one line per case, then `N/M clean`
     python scripts/probe.py -k fewshot # only cases whose name contains 'fewshot'
 
-Exit status 0 only when every case is clean. Cases use the `tiny` model with a 256 MiB budget and tiny data files
-written to a temporary folder, so none of them loads a real model or reads the shared data.
+Exit status 0 only when every case is clean, or known: probe_cases.KNOWN lists cases whose fix is planned (printed
+as "known, fixed in phase 2" with the reason, and counted apart in the last line). Cases use the `tiny` model with a
+256 MiB budget and tiny data files written to a temporary folder, so none of them loads a real model or reads the
+shared data.
 
 The cases and their fixture files are in scripts/probe_cases.py (issue 27's, some of which check what a command
-left behind or send it SIGTERM midway, in scripts/probe_cases_trust.py). The HTTP server (`specdec-eval serve`) is
+left behind or send it SIGTERM midway, in scripts/probe_cases_trust.py; issue 38's, with a misbehaving
+OpenAI-compatible server of their own, in scripts/probe_cases_hardening.py). The HTTP server (`specdec-eval serve`) is
 a second group, probe_cases.SERVER_CASES: one `serve --model tiny` process gets every bad request and must answer
 each with its 4xx JSON error and keep serving, then exit 0 on SIGTERM (see run_server_group); then
 probe_cases.SERVER_SCENARIOS, which need a process, a stub server or a signal of their own (`--no-server` skips
@@ -35,7 +38,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # scripts/ is on sys.path (this script's own)
-from probe_cases import SERVER_CASES, SERVER_KEY, SERVER_SCENARIOS, Case, ScenarioContext, cli_cases, make_fixtures
+from probe_cases import (
+    KNOWN,
+    SERVER_CASES,
+    SERVER_KEY,
+    SERVER_SCENARIOS,
+    Case,
+    ScenarioContext,
+    cli_cases,
+    make_fixtures,
+)
 from probe_cases_trust import WATCHED as WATCHED_TRUST
 
 CLI = [sys.executable, "-m", "specdec_eval.cli.main"]
@@ -72,7 +84,7 @@ class Started:
     imported the package once, calling its main(ARGS) (fork: the same code path without the seconds of interpreter
     and torch start-up per case). Either way its cwd is the case's scratch folder and its output goes to files."""
 
-    def __init__(self, case: Case, args: list[str], scratch: Path, fork: bool) -> None:
+    def __init__(self, case: Case, args: list[str], scratch: Path, fork: bool, fixtures: dict[str, str]) -> None:
         self.case, self.scratch, self.start = case, scratch, time.perf_counter()
         scratch.mkdir(parents=True)
         if case.setup is not None:
@@ -80,7 +92,7 @@ class Started:
         self.out, self.err = scratch.parent / f"{scratch.name}.out", scratch.parent / f"{scratch.name}.err"
         (scratch.parent / f"{scratch.name}.in").write_bytes(case.stdin)
         self.pid, self.popen, self.returncode, self.signalled = 0, None, None, False
-        env = {k: v.format(scratch=scratch) for k, v in case.env.items()}
+        env = {k: v.format(scratch=scratch, **fixtures) for k, v in case.env.items()}
         if not fork:
             with open(scratch.parent / f"{scratch.name}.in", "rb") as i, open(self.out, "wb") as o, \
                     open(self.err, "wb") as e:  # fmt: skip
@@ -193,7 +205,7 @@ def run_cli_group(cases: list[Case], root: Path, jobs: int, timeout: float, fork
         while pending and len(running) < jobs:
             index, case = pending.pop(0)
             args = [a.format(**fixtures) if "{" in a else a for a in case.args]
-            running[index] = Started(case, args, root / "scratch" / case.name, fork)
+            running[index] = Started(case, args, root / "scratch" / case.name, fork, fixtures)
         for index, started in list(running.items()):
             late = time.perf_counter() - started.start > timeout
             started.signal_if_due()
@@ -334,8 +346,11 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
 
     def report(o: Outcome) -> None:
-        status = "clean" if o.clean else "DIRTY"
+        known = KNOWN.get(o.case.name)
+        status = "clean" if o.clean else ("known" if known else "DIRTY")
         line = f"{status:5}  {o.case.name:<36} exit {o.code}  {o.seconds:5.1f} s"
+        if known is not None:  # planned: said every time, never hidden
+            line += f"  ({'now clean: drop its KNOWN entry' if o.clean else 'known, fixed in phase 2'}: {known})"
         if not o.clean:
             line += "  " + "; ".join(o.problems) + "\n         " + o.stderr_tail.replace("\n", "\n         ")
         print(line, flush=True)
@@ -356,9 +371,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(root, ignore_errors=True)
     clean = sum(o.clean for o in outcomes)
+    known = sum(not o.clean and o.case.name in KNOWN for o in outcomes)
     mode = "forked" if args.fork else "python -m"
-    print(f"{clean}/{len(outcomes)} clean in {time.perf_counter() - start:.0f} s ({mode}, {args.jobs} at a time)")
-    return 0 if clean == len(outcomes) and not changed else 1
+    print(f"{clean}/{len(outcomes)} clean in {time.perf_counter() - start:.0f} s ({mode}, {args.jobs} at a time)"
+          + (f"; {known} known, fixed in phase 2" if known else ""))  # fmt: skip
+    return 0 if clean + known == len(outcomes) and not changed else 1
 
 
 if __name__ == "__main__":

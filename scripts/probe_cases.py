@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ERROR = "specdec-eval: error:"
+# Case name -> why it is expected to fail for now (its fix is planned: "known, fixed in phase 2"). probe.py prints
+# such a case as "known" and does not fail on it; once it is clean, the probe says so and the entry goes.
+KNOWN: dict[str, str] = {}
 FAST = ["--model", "tiny", "--device-memory", "256MiB", "--device", "cpu"]
 SMOKE = [*FAST, "--tasks", "gsm8k_smoke", "--no-reference", "--limit", "1", "--max-output-len", "4"]
 TEST_ID = "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3[v2_kv_cache-one_model-tp1]"
@@ -24,7 +27,8 @@ class Case:
     For a command that must succeed at something or leave a record behind (issue 27): `setup(scratch)` writes
     files into the case's folder first; `check(scratch, stdout, stderr, fixtures)` returns the problems it finds
     afterwards; `keep`: files may stay in the folder (the check looks at them); `env`: environment variables of
-    the case; `signal_when`: SIGTERM is sent to the case once its stderr holds this text."""
+    the case (its values may name fixtures as {name} too); `signal_when`: SIGTERM is sent to the case once its
+    stderr holds this text."""
 
     name: str
     args: list[str]
@@ -156,6 +160,8 @@ def cli_cases() -> list[Case]:
              message="is not waived"),
         # --- issue 27 (trust): scripts/probe_cases_trust.py ---
         *_trust_cases(),
+        # --- issue 38 (hardening): scripts/probe_cases_hardening.py ---
+        *_hardening_cases(),
     ]
     # fmt: on
 
@@ -164,6 +170,12 @@ def _trust_cases() -> list[Case]:
     from probe_cases_trust import trust_cases  # it imports this module
 
     return trust_cases()
+
+
+def _hardening_cases() -> list[Case]:
+    from probe_cases_hardening import hardening_cases  # it imports this module
+
+    return hardening_cases()
 
 
 # --- fixtures -------------------------------------------------------------------------------------------------------
@@ -250,6 +262,9 @@ def make_fixtures(root: Path) -> dict[str, str]:
     from probe_cases_trust import trust_fixtures  # --- issue 27 (trust) ---
 
     fx.update(trust_fixtures(f / "trust"))
+    from probe_cases_hardening import hardening_fixtures  # --- issue 38 (hardening) ---
+
+    fx.update(hardening_fixtures(f / "hardening"))
     return fx
 
 
@@ -568,3 +583,12 @@ SERVER_SCENARIOS = [
     (("serve-temperature-1e-40-is-greedy", "serve-more-prompts-than-max-queue", "serve-sigterm-drain-503"),
      _serve_scenarios),
 ]  # fmt: skip
+
+
+def _hardening_scenarios() -> list:
+    from probe_cases_hardening import SCENARIOS  # --- issue 38 (hardening) ---
+
+    return SCENARIOS
+
+
+SERVER_SCENARIOS += _hardening_scenarios()

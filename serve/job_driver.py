@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-API_KEY_ENV = "SPECDEC_EVAL_API_KEY"  # how a torchrun job's rank 0 gets the key (never written to the job file)
+from .defaults import API_KEY_ENV  # how a torchrun job's rank 0 gets the key (never written to the job file)
+
 JOB_DRIVER = "specdec_eval.serve.job_driver:job_driver"
 
 

@@ -8,6 +8,7 @@ import hmac
 from fastapi import Request
 
 from ..errors import UserError
+from .defaults import API_KEY_ENV
 from .errors import ApiError
 
 # An oversize body is still read (and thrown away) up to this much, so the client gets to see our 413 instead of
@@ -22,6 +23,9 @@ def validate_api_key(api_key: str | None) -> None:
     first request."""
     if api_key is None:
         return
+    if not api_key:  # an unset $KEY: a server that looks protected and is not
+        raise UserError(f"--api-key is empty (also when it comes from ${API_KEY_ENV}); give the key clients must "
+                        "send, or leave both out to serve without one")  # fmt: skip
     bad = next((c for c in api_key if not "!" <= c <= "~"), None)
     if bad is not None:
         raise UserError(f"--api-key must be printable ASCII without spaces (HTTP headers cannot carry other "

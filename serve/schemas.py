@@ -26,15 +26,23 @@ DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's max_tokens default for /v1/completion
 COMPLETION_MAX_LOGPROBS = 5  # OpenAI's limit for /v1/completions `logprobs` (chat's top_logprobs: MAX_LOGPROBS, 20)
 
 
+# Strict types: pydantic's default (lax) mode turns `logprobs: true` into 1, "5" into 5, `temperature: "0.5"` into
+# 0.5 and `prompt: [true, false]` or `[1.0, 2.0]` into token ids, where OpenAI's API answers 400. A field gets the
+# JSON type it is documented with (an integer where a float is expected is still a number).
+STRICT = ConfigDict(extra="ignore", strict=True)
+# The chat roles the chat template renders; a tool's answer needs tools, which are refused below.
+CHAT_ROLES = ("system", "user", "assistant")
+
+
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = STRICT
     include_usage: bool = False
 
 
 class _Generation(BaseModel):
     """What both endpoints share."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = STRICT
 
     model: str | None = None
     max_tokens: int | None = None
@@ -87,17 +95,19 @@ class CompletionRequest(_Generation):
 
 
 class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = STRICT
     type: str
     text: str | None = None
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = STRICT
     role: str
     content: str | list[ContentPart] | None = None
 
     def as_dict(self) -> dict[str, str]:
+        if self.role not in CHAT_ROLES:
+            raise bad_request(f"message role must be one of {', '.join(CHAT_ROLES)}, got {self.role[:40]!r}")
         if isinstance(self.content, list):
             if any(part.type != "text" or part.text is None for part in self.content):
                 raise bad_request("only text content parts are supported")
@@ -142,6 +152,9 @@ def parse_body(raw: bytes, model: type[BaseModel]) -> Any:
         request = model.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
+        if first["loc"][:1] == ("prompt",):  # a union: pydantic names the first member's complaint only
+            raise bad_request("invalid field 'prompt': a string, a list of strings, a list of token ids (integers) "
+                              "or a list of such lists") from None  # fmt: skip
         where = ".".join(str(p) for p in first["loc"]) or "body"
         raise bad_request(f"invalid field {where!r}: {first['msg']}") from None
     request.refuse_unsupported()

@@ -40,6 +40,8 @@ from ...errors import UserError
 from ...results import locks
 from ...results.run_summary import RunSummary, as_run_summary
 from ...results.store import atomic_write
+from ...user_files import check_regular, read_limited
+from ...workers.spec.metrics import AcceptanceStats
 from ..run_types import EvalOptions
 from ..tasks.registry import family_named
 from .references import REFERENCE_DIR, parse_yaml, read_yaml
@@ -100,6 +102,11 @@ def acceptance_gate(
     `position_slacks`: the same sampling error for each per-position rate (absolute), applied the same way."""
     if not 0 <= rtol < 1:
         raise ValueError(f"rtol must lie in [0, 1), got {rtol}")
+    impossible = counts_problem(acceptance)
+    if impossible is not None:  # evidence no drafter can give: the gate cannot judge, and never passes
+        return {"verdict": "NO-GATE", "acceptance_length": None, "ref_al": None, "min_al": None, "rtol": rtol,
+                "slack": round(slack, 4), "band": None, "per_position": [], "test_id": test_id,
+                "reason": f"impossible acceptance counts ({impossible}): no acceptance length"}  # fmt: skip
     al, rates = _measured(acceptance)
     entry = refs.get(test_id) or {}
     ref_al, min_al = _float_or_none(entry.get("ref_al")), _float_or_none(entry.get("min_al"))
@@ -197,6 +204,8 @@ def acceptance_early_fail(
     AL < 1 + fraction * (min_al - 1). A random or collapsed drafter sits at AL ~ 1.0, far below; a healthy one
     moves by a few hundredths between batches of a few hundred cycles, so it cannot get there. Everything else
     (a drop of a few percent, a rise, per-position rates) waits for the full run's `acceptance_gate`."""
+    if counts_problem(acceptance) is not None:  # no early verdict from impossible counts: the full gate says so
+        return None
     al, _ = _measured(acceptance)
     entry = refs.get(test_id) or {}
     ref_al = _float_or_none(entry.get("ref_al"))
@@ -214,6 +223,20 @@ def acceptance_early_fail(
                         f"the point where the drafter keeps under {fraction:.0%} of the accepted drafts that "
                         f"min_al {result['min_al']:.3f} requires (ref_al {ref_al:.3f})")  # fmt: skip
     return result
+
+
+def counts_problem(acceptance: Mapping[str, Any]) -> str | None:
+    """Why a run's acceptance counts (AcceptanceStats.to_dict() layout) are impossible (more accepted than drafted,
+    more than K accepted per cycle, an AL that is not a finite number >= 1), or None. Checked before any verdict and
+    before any reference is written from them."""
+    keys = ("num_cycles", "num_draft_tokens", "num_accepted_drafts")
+    if all(isinstance(acceptance.get(k), int) for k in keys):
+        stats = AcceptanceStats(int(acceptance.get("max_draft_len") or 0), *(acceptance[k] for k in keys))
+        return stats.totals_problem()
+    al = acceptance.get("acceptance_length")
+    if al is not None and not (_is_number(al) and al >= 1):
+        return f"acceptance length {al!r} is not a number >= 1"
+    return None
 
 
 def _measured(acceptance: Mapping[str, Any]) -> tuple[float, list[float]]:
@@ -283,6 +306,8 @@ def populate_from_run(
     refusal = populate_refusal(summary)
     if refusal is None and not cycles:
         refusal = "the run drafted nothing (no draft cycles)"
+    if refusal is None and (impossible := counts_problem(counts)) is not None:
+        refusal = f"impossible acceptance counts ({impossible})"
     if refusal is not None:
         record["refused"] = f"not a clean, passing run: {refusal}" if cycles else refusal
     else:
@@ -328,6 +353,7 @@ def check_writable(path: Path) -> None:
     path = Path(path)
     if path.is_dir():
         raise UserError(f"acceptance references {path}: is a folder, not a file")
+    check_regular(path, "acceptance references")  # /dev/zero: said before the run, not after it
     folder = next(p for p in (path.parent, *path.parent.parents) if p.exists())  # made if missing
     if not folder.is_dir():
         raise UserError(f"acceptance references {path}: {folder} is a file, so no folder can be made under it")
@@ -337,7 +363,7 @@ def check_writable(path: Path) -> None:
 
 def _populate_locked(path: Path, test_id: str, al: float, per_position: list[float] | None) -> bool:
     try:
-        text = path.read_bytes().decode("utf-8") if path.exists() else ""
+        text = read_limited(path, "acceptance references").decode("utf-8") if path.exists() else ""
     except UnicodeDecodeError as e:
         raise UserError(f"{path}: not UTF-8 text (byte {e.start})") from None
     values: dict[str, Any] = {"ref_al": float(al), "min_al": float(f"{MIN_AL_FRACTION * al:.12g}")}

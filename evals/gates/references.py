@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from ...errors import UserError
+from ...user_files import read_limited
 from .hypothesis import HypothesisTest
 
 REFERENCE_DIR = Path(__file__).parents[1] / "references"
@@ -65,12 +66,11 @@ def read_yaml(path: Path) -> Any:
         raise UserError(f"{path}: is a folder, not a references file")
     if not path.exists():
         return {}
+    data = read_limited(path, "references file")  # a device or a FIFO: one line, never an endless read
     try:
-        return parse_yaml(path.read_text(encoding="utf-8"), path) or {}
+        return parse_yaml(data.decode("utf-8"), path) or {}
     except UnicodeDecodeError as e:
         raise UserError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot read it ({e.strerror or e})") from None
 
 
 def parse_yaml(text: str, path: Path) -> Any:

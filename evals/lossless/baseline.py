@@ -21,6 +21,7 @@ from ...results.run_summary import Verdict
 from ...workers.interface import EngineIdentity
 from ..run_identity import baseline_identity, find_baseline, is_paired_twin, run_config
 from ..run_types import EvalOptions
+from .baseline_rules import recorded_baseline_problem
 
 BASELINE_KINDS = {
     "twin": "paired twin, audited",
@@ -113,6 +114,9 @@ def baseline_problem(base: store.Run, identity: EngineIdentity, options: EvalOpt
         return f"{name} recorded {summary.failing_events} failing event(s)"
     if summary.verdict == Verdict.FAIL:
         return f"{name} FAILed; a baseline is a run that passed"
+    # the control, another kind of engine, another model: a different engine process of the same model it must be
+    if (problem := recorded_baseline_problem(name, manifest, identity)) is not None:
+        return problem
     return _incomparable(name, manifest, identity, options)
 
 

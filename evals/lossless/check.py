@@ -17,6 +17,7 @@ from typing import Any
 from ...results.paired import first_divergence, mcnemar_exact
 from ...results.run_summary import Verdict
 from ...results.sample_record import SampleRecord
+from .evidence import comparable_pairs
 
 EXACT_DTYPES = ("float32", "float64")
 MCNEMAR_FILTER = "flexible-extract"  # the filter McNemar's test counts, where the task has it (else its first)
@@ -35,7 +36,7 @@ def lossless_check(
     for task in sorted({s.task for s in spec_samples}):
         pairs = [(s, base.get((task, s.doc_id))) for s in spec_samples if s.task == task]
         missing = [s.doc_id for s, b in pairs if b is None]
-        pairs = [(s, b) for s, b in pairs if b is not None]
+        pairs, failed = comparable_pairs((s, b) for s, b in pairs if b is not None)
         mismatched = [s.doc_id for s, b in pairs if s.prompt_hash != b.prompt_hash]
         divergent = []
         for s, b in pairs:
@@ -47,7 +48,9 @@ def lossless_check(
         b_only = sum(bool(b.correct.get(key)) and not bool(s.correct.get(key)) for s, b in pairs)
         s_only = sum(bool(s.correct.get(key)) and not bool(b.correct.get(key)) for s, b in pairs)
         n, d = len(pairs), len(divergent)
-        if mismatched or missing or n == 0:
+        if failed and not (mismatched or missing or pairs):
+            verdict, why = Verdict.NO_GATE, f"{failed_requests(failed)}: nothing to compare"
+        elif mismatched or missing or n == 0:
             verdict, why = Verdict.FAIL, f"not comparable: {len(missing)} unpaired, {len(mismatched)} different prompts"
         elif d == 0:
             verdict, why = Verdict.PASS, "every output identical to the baseline"
@@ -71,7 +74,25 @@ def lossless_check(
             "divergent_accuracy_spec": round(100 * sum(x["spec"] for x in divergent) / d, 4) if d else None,
             "divergent_accuracy_baseline": round(100 * sum(x["baseline"] for x in divergent) / d, 4) if d else None,
             "mcnemar_p": mcnemar_exact(b_only, s_only),
+            "failed_requests": failed,
             "verdict": verdict,
             "reason": why,
         }
     return out
+
+
+def failed_requests(doc_ids: list[Any]) -> str:
+    """The pairs a side's request failed in, in words: never counted as divergences (they hold no answer)."""
+    shown = ", ".join(str(d) for d in doc_ids[:5]) + (", ..." if len(doc_ids) > 5 else "")
+    return f"{len(doc_ids)} request(s) failed on a side (doc {shown}): not compared"
+
+
+def set_apart_failed(check: dict[str, Any]) -> None:
+    """A task in which some requests failed cannot PASS on the rest: the gate's evidence is missing there. Its verdict
+    reads NO-GATE unless the compared pairs FAIL it already, and its reason says how many failed."""
+    failed = check.get("failed_requests") or []
+    if not failed or failed_requests(failed) in check["reason"]:
+        return
+    if check["verdict"] == Verdict.PASS:
+        check["verdict"] = Verdict.NO_GATE
+    check["reason"] = f"{check['reason']}; {failed_requests(failed)}"

@@ -26,8 +26,9 @@ from ...results.sample_record import SampleRecord
 from ...workers.interface import EngineIdentity
 from ..run_types import EvalOptions, TaskResult
 from .baseline import BASELINE_KINDS, BaselineRef, baseline_label, open_baseline
-from .check import EXACT_DTYPES, lossless_check
+from .check import EXACT_DTYPES, lossless_check, set_apart_failed
 from .control import find_control
+from .evidence import format_nats, judge_divergence
 from .margins import WHAT_TO_DO, divergence_margin, margin_verdict, noise_floor
 
 CHANGES_TARGET = "the spec-dec engine changes the target's own outputs"
@@ -108,6 +109,7 @@ def judge_identity(case: LosslessCase) -> dict[str, Any]:
         check["audit"] = _audit_brief(audit)
         _apply_audit(check, task, audit, dtype, case.tolerance, floor)
     uncalibrated_is_no_gate(check)
+    set_apart_failed(check)
     return check
 
 
@@ -151,12 +153,13 @@ def _apply_audit(check: dict[str, Any], task: str, audit: dict[str, Any], dtype:
         if worst["judged"] > floor["bound"]:
             check["verdict"] = Verdict.FAIL
             check["reason"] = (f"{CHANGES_TARGET}: an audited twin differs from a plain engine with margin "
-                               f"{worst['judged']:.3f} nats, beyond the control's noise bound {floor['bound']:.4f} "
+                               f"{format_nats(worst['judged'])} nats, beyond the control's noise bound "
+                               f"{format_nats(floor['bound'])} "
                                f"({len(diverged)} of {len(mine)} audited twins differ)")  # fmt: skip
         else:
             check["audit_margins"] = (f"{len(diverged)} of {len(mine)} audited twins differ from a plain engine, "
-                                      f"all at near-ties (largest margin {worst['judged']:.4f} within the "
-                                      f"control's noise bound {floor['bound']:.4f})")  # fmt: skip
+                                      f"all at near-ties (largest margin {format_nats(worst['judged'])} within the "
+                                      f"control's noise bound {format_nats(floor['bound'])})")  # fmt: skip
         return
     if tolerance is None:
         check["verdict"] = Verdict.UNCALIBRATED
@@ -186,7 +189,7 @@ def judge_by_margins(check: dict[str, Any], task: str, samples: list[SampleRecor
     for x in check["divergences"]:
         m = divergence_margin(base[x["doc_id"]], spec[x["doc_id"]])
         if m is not None:
-            x["margins"] = m
+            x["margins"] = weigh_evidence(m, base[x["doc_id"]], spec[x["doc_id"]])
     if dtype in EXACT_DTYPES or check["verdict"] == Verdict.FAIL and check["reason"].startswith("not comparable"):
         return
     flat = [{"doc_id": x["doc_id"], **x["margins"]} if x.get("margins") else {"doc_id": x["doc_id"]}
@@ -196,6 +199,23 @@ def judge_by_margins(check: dict[str, Any], task: str, samples: list[SampleRecor
         if "class" in f:
             x["margins"]["class"] = f["class"]
     check["verdict"], check["reason"], check["margin_rule"] = verdict, reason, record
+
+
+def weigh_evidence(m: dict[str, Any], base: SampleRecord, spec: SampleRecord) -> dict[str, Any]:
+    """A divergence's margins with what they may prove (evidence.py): `judged` is None and `problem` says why when
+    a side's records there are not usable numbers, or the baseline named no alternative (its bound of 0 is no
+    evidence of a near-tie: the spec side's exact view of the flip judges it instead, `from_reverse`)."""
+    p = m["position"]
+    if m.get("margin") is None:
+        return m
+    records = [s.logprobs[p] if s.logprobs is not None and p < len(s.logprobs) else None for s in (base, spec)]
+    judged = judge_divergence(m, *records)
+    m["judged"] = judged.margin
+    if judged.problem is not None:
+        m["problem"] = judged.problem
+    if judged.from_reverse:
+        m["from_reverse"] = True
+    return m
 
 
 def uncalibrated_is_no_gate(check: dict[str, Any]) -> None:

@@ -45,6 +45,7 @@ from typing import Any
 from ...results.paired import first_divergence
 from ...results.run_summary import Verdict
 from ...results.sample_record import SampleRecord
+from .evidence import format_nats, sample_logprobs_problem
 
 CONSISTENCY_SLACK = 1e-3  # nats: stored logprobs are rounded to 5 decimals; below -this a margin contradicts greedy
 FACTOR = 2.0  # slack on the measured noise: a spec-dec step changes the shape differently than the control does
@@ -166,8 +167,8 @@ def noise_floor(base_samples: list[SampleRecord], control_samples: list[SampleRe
     margins = []
     divergent = 0
     for b, c in pairs:
-        if tokens_of(b) is None or tokens_of(c) is None:
-            continue
+        if tokens_of(b) is None or tokens_of(c) is None or sample_logprobs_problem(b) or sample_logprobs_problem(c):
+            continue  # no usable numbers: a NaN would make the bound NaN, and every comparison with it false
         moves.extend(gap_moves(b, c))
         if first_divergence(b.output_token_ids, c.output_token_ids) is not None:
             divergent += 1
@@ -205,7 +206,7 @@ def margin_verdict(divergences: list[dict[str, Any]], n: int, floor: dict[str, A
         return Verdict.FAIL, f"{d} of {n} differ ({d / n:.4f} > tolerance {tolerance:.4f})", record
     judged = [x for x in divergences if x.get("judged") is not None]
     if floor is None or len(judged) < d:
-        missing = "no control run with logprobs" if floor is None else f"{d - len(judged)} divergences lack logprobs"
+        missing = "no control run with logprobs" if floor is None else unjudged(divergences)
         if tolerance is not None:
             return (
                 Verdict.PASS,
@@ -233,11 +234,13 @@ def margin_verdict(divergences: list[dict[str, Any]], n: int, floor: dict[str, A
     record.update(noise_bound=y, control_run=control_run, control_divergent=floor["divergent"],
                   control_pairs=floor["num_pairs"], rate_p=round(p, 6), false_fail_bound=round(false_fail, 6),
                   num_noise_samples=floor["num_noise_samples"], largest_margin=max((x["judged"] for x in judged), default=None))  # fmt: skip  # noqa: E501
-    measured = f"the noise bound {y:.4f} measured on the control ({floor['divergent']} of {floor['num_pairs']} diverge)"
+    measured = (f"the noise bound {format_nats(y)} measured on the control ({floor['divergent']} of "
+                f"{floor['num_pairs']} diverge)")  # fmt: skip
     if beyond:
         worst = max(beyond, key=lambda x: x["judged"])
-        docs = ", ".join(f"doc {x['doc_id']} at token {x['position']} ({x['judged']:.3f})" for x in beyond[:5])
-        why = (f"{len(beyond)} of {d} divergences are beyond {measured}: largest margin {worst['judged']:.3f} nats; "
+        docs = ", ".join(f"doc {x['doc_id']} at token {x['position']} ({format_nats(x['judged'])})" for x in beyond[:5])
+        why = (f"{len(beyond)} of {d} divergences are beyond {measured}: largest margin {format_nats(worst['judged'])} "
+               "nats; "
                f"{docs}{_no_noise_note(floor)}")  # fmt: skip
         return Verdict.FAIL, why, record
     if p < ALPHA:
@@ -245,7 +248,7 @@ def margin_verdict(divergences: list[dict[str, Any]], n: int, floor: dict[str, A
                         f"{floor['num_pairs']} (one-sided Fisher p = {p:.2g} < {ALPHA})"), record  # fmt: skip
     if inconsistent:
         docs = ", ".join(
-            f"doc {x['doc_id']} at token {x['position']} ({-x['margin']:.3f} nats)" for x in inconsistent[:5]
+            f"doc {x['doc_id']} at token {x['position']} ({format_nats(-x['margin'])} nats)" for x in inconsistent[:5]
         )
         why = (f"{len(inconsistent)} of {d} divergences cannot be judged: the baseline emitted a token its own "
                f"logprobs rank below the other side's ({docs}), so its logprobs do not describe its greedy choice "
@@ -254,9 +257,19 @@ def margin_verdict(divergences: list[dict[str, Any]], n: int, floor: dict[str, A
     unsure = sum(x["class"] == "near-tie?" for x in judged)
     largest = max(x["judged"] for x in judged)
     note = f", {unsure} of them only bounded below" if unsure else ""
-    why = (f"{d} of {n} diverge, all at near-ties (largest margin {largest:.4f} within {measured}{note}; "
+    why = (f"{d} of {n} diverge, all at near-ties (largest margin {format_nats(largest)} within {measured}{note}; "
            f"divergence rate p = {p:.2g}; false-FAIL rate <= {false_fail:.3f})")  # fmt: skip
     return Verdict.PASS, why, record
+
+
+def unjudged(divergences: list[dict[str, Any]]) -> str:
+    """Why some divergences cannot be judged, in words: each one's problem (evidence.py), else no logprobs."""
+    lacking = [x for x in divergences if x.get("judged") is None]
+    problems = [f"doc {x['doc_id']}: {x['problem']}" for x in lacking if x.get("problem")]
+    plain = len(lacking) - len(problems)
+    parts = ([f"{plain} divergences lack logprobs"] if plain else []) + problems[:3]
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    return "; ".join(parts) + more
 
 
 def _no_noise_note(floor: dict[str, Any]) -> str:

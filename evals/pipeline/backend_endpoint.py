@@ -12,6 +12,7 @@ from ...errors import UserError
 from ...results.run_summary import RunSummary
 from ...workers.interface import EngineIdentity
 from ..lossless.baseline import BaselineRef
+from ..lossless.baseline_rules import endpoint_baseline_mode_problem, endpoint_job_problem, endpoint_pair_problem
 from ..lossless.control import other_shape
 from ..run_types import RunPlan
 from .backends import Abilities, RunTarget
@@ -39,11 +40,19 @@ class EndpointBackend:
     def check_target(self) -> None:
         if self.target.engine.inject:
             raise UserError("--inject can never fire in an endpoint run: the faults are our engine's, not the server's")
+        job = self.target.job
+        problem = endpoint_job_problem(job.gpus, job.nnodes)
+        if problem is None and self.baseline_server is not None:
+            problem = endpoint_pair_problem(self.server.url, self.baseline_server.url)
+        if problem is not None:
+            raise UserError(problem)
 
     def preflight(self, plan: RunPlan) -> None:
         if plan.baseline_run is not None and self.baseline_server is not None:
             raise UserError(f"--baseline {plan.baseline_run} and --baseline-endpoint both name the lossless "
                             "gate's baseline; give one")  # fmt: skip
+        if "baseline" in self.target.declared and (problem := endpoint_baseline_mode_problem(plan.baseline)):
+            raise UserError(problem)
 
     def identity(self, side: Side) -> EngineIdentity | None:
         return None  # the served model, its version and the tokenizer's source come from the server's answers

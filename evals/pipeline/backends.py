@@ -40,7 +40,9 @@ class RunTarget:
     engine: EngineConfig
     job: JobOptions = field(default_factory=JobOptions)
     endpoint: EndpointOptions = field(default_factory=EndpointOptions)
-    declared: frozenset[str] = frozenset()  # engine flags given on the command line (a server declares only those)
+    # flags given on the command line, where a backend must tell them from their defaults: engine flags (a server
+    # declares only those) and --baseline (a server refuses `paired` when asked for, not when it is the default)
+    declared: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

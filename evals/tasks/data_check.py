@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from ...errors import UserError
+from ...user_files import DATA_LIMIT, kind_of, read_limited
 
 
 def check_table(path: str | Path, builder: str, columns: tuple[str, ...]) -> int:
@@ -27,8 +28,9 @@ def check_table(path: str | Path, builder: str, columns: tuple[str, ...]) -> int
         stat = p.stat()
     except OSError as e:
         raise UserError(f"{p}: cannot read the data file ({e.strerror or e})") from None
-    if not p.is_file():
-        raise UserError(f"{p}: expected a data file, found a folder")
+    kind = kind_of(stat.st_mode)
+    if kind is not None:
+        raise UserError(f"{p}: expected a data file, found {kind}")
     return _check_cached(str(p), stat.st_size, stat.st_mtime_ns, builder, columns)
 
 
@@ -37,11 +39,7 @@ def _check_cached(path: str, size: int, mtime_ns: int, builder: str, columns: tu
     """Keyed by size and mtime: the same file is checked once per process (the CLI and the pipeline both ask)."""
     if builder == "parquet":
         return _check_parquet(path, columns)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise UserError(f"{path}: cannot read the data file ({e.strerror or e})") from None
-    text = decode_utf8(data, path)
+    text = decode_utf8(read_limited(path, "data file", DATA_LIMIT), path)
     if builder == "json":
         return check_json_text(text, path, columns)
     if builder == "csv":

@@ -22,11 +22,13 @@ import importlib
 import importlib.util
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
 from ...errors import UserError
 from . import gpqa, gsm8k
+from .checked_family import CheckedFamily
 from .data import DataSource
 from .family import TaskFamily, TaskSpec
 
@@ -38,24 +40,52 @@ TASKS: dict[str, TaskSpec] = {}
 _LOADED: set[str] = set()  # entries of TASK_MODULES_ENV already registered in this process
 
 
-def register(module: ModuleType) -> list[str]:
+def register(module: ModuleType, checked: bool = True) -> list[str]:
     """Add a task-family module's FAMILY and TASKS; returns the task names. A name already taken by another module
-    is refused (a second module cannot silently replace a family or a task)."""
-    family, specs = getattr(module, "FAMILY", None), tuple(getattr(module, "TASKS", ()))
+    is refused (a second module cannot silently replace a family or a task). `checked` (every module but our own):
+    FAMILY's settings are checked now and its methods wrapped (checked_family.py), so that a module that raises
+    or returns the wrong type ends a command in one line, not a traceback."""
+    name = module.__name__
+    family, specs = getattr(module, "FAMILY", None), getattr(module, "TASKS", ())
+    if not isinstance(specs, list | tuple) or not all(isinstance(s, TaskSpec) for s in specs):
+        raise UserError(f"task module {name}: TASKS must be a list or tuple of TaskSpecs, got "
+                        f"{_shape(specs)}")  # fmt: skip
     if not isinstance(family, TaskFamily) or not specs:
-        raise UserError(f"task module {module.__name__}: needs FAMILY (a TaskFamily) and TASKS (TaskSpecs)")
-    if FAMILIES.get(family.name, family) is not family:
-        raise UserError(f"task module {module.__name__}: family '{family.name}' is already registered")
-    taken = [s.name for s in specs if TASKS.get(s.name, s) != s or s.family is not family]
+        raise UserError(f"task module {name}: needs FAMILY (a TaskFamily) and TASKS (TaskSpecs)")
+    if checked and not isinstance(family, CheckedFamily):
+        wrapped = CheckedFamily(family, name)
+        if any(s.family is not family for s in specs):
+            raise UserError(f"task module {name}: task {', '.join(s.name for s in specs if s.family is not family)}"
+                            " not of its FAMILY")  # fmt: skip
+        specs = tuple(replace(s, family=wrapped) for s in specs)
+        family = wrapped
+    if _unwrapped(FAMILIES.get(family.name, family)) is not _unwrapped(family):
+        raise UserError(f"task module {name}: family '{family.name}' is already registered")
+    taken = [s.name for s in specs if _same_task(TASKS.get(s.name, s), s) is False or s.family is not family]
     if taken:
-        raise UserError(f"task module {module.__name__}: task {', '.join(taken)} taken, or not of its FAMILY")
+        raise UserError(f"task module {name}: task {', '.join(taken)} taken, or not of its FAMILY")
     FAMILIES[family.name] = family
     TASKS.update((s.name, s) for s in specs)
     return [s.name for s in specs]
 
 
+def _unwrapped(family: TaskFamily) -> TaskFamily:
+    return family._inner if isinstance(family, CheckedFamily) else family
+
+
+def _same_task(a: TaskSpec, b: TaskSpec) -> bool:
+    return replace(a, family=_unwrapped(a.family)) == replace(b, family=_unwrapped(b.family))
+
+
+def _shape(value: object) -> str:
+    if isinstance(value, list | tuple):
+        bad = next((v for v in value if not isinstance(v, TaskSpec)), None)
+        return f"a {type(value).__name__} holding a {type(bad).__name__}"
+    return f"a {type(value).__name__}"
+
+
 for _module in (gsm8k, gpqa):
-    register(_module)
+    register(_module, checked=False)
 
 
 def load_task_modules() -> None:
@@ -67,7 +97,9 @@ def load_task_modules() -> None:
 
 
 def _import(entry: str) -> ModuleType:
-    """A module by dotted name, or a .py file by path (imported under its file name, prefixed)."""
+    """A module by dotted name, or a .py file by path (imported under its file name, prefixed). Whatever importing
+    it raises (a syntax error, an exception at its top level) is one UserError naming it."""
+    inserted = None  # the sys.modules name of a file being imported, removed again if it fails
     try:
         if not entry.endswith(".py"):
             return importlib.import_module(entry)
@@ -77,11 +109,19 @@ def _import(entry: str) -> ModuleType:
         if spec is None or spec.loader is None or not path.is_file():
             raise ImportError(f"no such file {path}")
         module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses and pickling look a module up by name
+        sys.modules[inserted := name] = module  # dataclasses and pickling look a module up by name
         spec.loader.exec_module(module)
         return module
     except ImportError as e:
-        raise UserError(f"{TASK_MODULES_ENV}: cannot import task module {entry!r} ({e})") from None
+        reason = f"cannot import task module {entry!r} ({e})"
+    except SyntaxError as e:
+        reason = f"task module {entry!r} has a syntax error at {Path(e.filename or entry).name}:{e.lineno} ({e.msg})"
+    except Exception as e:  # its top-level code raised: the module is not there, and the command cannot go on
+        message = " ".join(str(e).split())[:160]
+        reason = f"task module {entry!r} raised {type(e).__name__} on import" + (f": {message}" if message else "")
+    if inserted is not None:
+        sys.modules.pop(inserted, None)
+    raise UserError(f"{TASK_MODULES_ENV}: {reason}")
 
 
 def family_named(name: str) -> TaskFamily:

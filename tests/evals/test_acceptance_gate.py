@@ -12,6 +12,7 @@ from specdec_eval.evals.gates.acceptance import (
     ACCEPTANCE_PATH,
     acceptance_early_fail,
     acceptance_gate,
+    counts_problem,
     find_acceptance_reference,
     load_acceptance_references,
     populate,
@@ -138,6 +139,26 @@ def test_no_reference_stub_and_a_different_k():
 def test_a_run_that_drafted_nothing_fails():
     result = acceptance_gate("t::ref", AcceptanceStats(3).to_dict(), REFS)
     assert result["verdict"] == "FAIL" and "drafted nothing" in result["reason"]
+
+
+@pytest.mark.parametrize(
+    "counts, words",
+    [
+        ({"num_cycles": 1, "num_draft_tokens": 3, "num_accepted_drafts": 50, "max_draft_len": 3},
+         "50 accepted drafts of 3 drafted"),
+        ({"num_cycles": 10, "num_draft_tokens": 300, "num_accepted_drafts": 31, "max_draft_len": 3},
+         "31 accepted drafts in 10 cycles of at most K = 3"),
+        ({"acceptance_length": float("nan")}, "acceptance length nan is not a number >= 1"),
+        ({"acceptance_length": 0.5}, "is not a number >= 1"),
+    ],
+)  # fmt: skip
+def test_impossible_counts_are_no_gate_never_a_verdict(counts, words):
+    """Counts no drafter gives (a server claiming 50 accepted of 3 drafted read as AL 51 and PASSed)."""
+    result = acceptance_gate("t::ref", counts, REFS)
+    assert result["verdict"] == "NO-GATE" and result["acceptance_length"] is None and set(result) == SCHEMA
+    assert result["reason"].startswith("impossible acceptance counts (") and words in result["reason"]
+    assert acceptance_early_fail("t::ref", counts, REFS) is None
+    assert counts_problem(with_al(2.0)) is None and counts_problem(AcceptanceStats(3).to_dict()) is None
 
 
 def test_counts_win_over_rounded_rates():

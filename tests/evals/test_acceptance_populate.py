@@ -74,6 +74,17 @@ def test_a_clean_run_writes_and_says_what_it_rests_on(tmp_path):
     assert nothing_drafted["refused"] == "the run drafted nothing (no draft cycles)"
 
 
+def test_impossible_counts_never_become_a_reference(tmp_path):
+    path = tmp_path / "acceptance_length.yaml"
+    path.write_text(SHIPPED)
+    result = _result(cycles=1, accepted=50)
+    result.acceptance.update(num_draft_tokens=3, accepted_per_position=[], max_draft_len=3)
+    record = populate_from_run(_clean_summary(), [result], TEST, path)
+    assert record["refused"] == ("not a clean, passing run: impossible acceptance counts (50 accepted drafts of 3 "
+                                 "drafted)")  # fmt: skip
+    assert path.read_text() == SHIPPED and record["changed"] is False
+
+
 def test_run_refuses_populate_with_inject_before_anything_runs(tmp_path, capsys):
     refs = tmp_path / "refs.yaml"
     refs.write_text(SHIPPED)

@@ -45,6 +45,18 @@ def test_load_runs_one_row_per_run_and_task(tmp_path):
     assert load_runs(tmp_path, commit="ffff").empty
 
 
+def test_a_folder_that_is_not_a_run_or_a_store_is_an_error_not_an_empty_frame(tmp_path):
+    (tmp_path / "not-a-run").mkdir()
+    with pytest.raises(FileNotFoundError, match="not-a-run is not a run folder .* pass the runs folder as root"):
+        load_samples(tmp_path / "not-a-run")  # had raised TypeError from Path(None)
+    with pytest.raises(FileNotFoundError, match="runs folder .*missing does not exist"):
+        load_runs(tmp_path / "missing")
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(NotADirectoryError, match="a-file is a file, not a folder of runs"):
+        load_runs(tmp_path / "a-file")
+    assert load_runs(tmp_path / "not-a-run").empty  # a folder holding no runs yet is an empty store
+
+
 def test_paired_frame_joins_on_task_and_doc():
     a = samples_frame(samples(CORRECT, TOKENS))
     b = samples_frame([s for s in samples([False] * 4, TOKENS) if s["doc_id"] != 0] + samples([True], [[9]], "gpqa"))

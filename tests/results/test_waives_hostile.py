@@ -85,6 +85,20 @@ def test_a_newline_in_a_main_cli_waive_is_exit_2(tmp_path, capsys):
     assert not path.exists()
 
 
+@pytest.mark.parametrize("bug", ["", "   "])
+def test_an_empty_bug_is_refused_not_written_as_a_waive_without_one(tmp_path, capsys, bug):
+    """An unset $BUG: a waive must say why, or nobody can tell when to lift it."""
+    from specdec_eval.cli.main import main
+
+    path = tmp_path / "waives.txt"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["waive", TEST, "--bug", bug, "-f", str(path)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == ("specdec-eval: error: --bug is empty: name the bug (a URL or a reason), e.g. "
+                                       "--bug https://nvbugs/123\n")  # fmt: skip
+    assert not path.exists()
+
+
 def test_decide_apply_refuses_a_bug_url_with_a_newline(tmp_path):
     path = tmp_path / "waives.txt"
     decision = Decision(TEST, "H200", "waive", "fails", False, signature="gsm8k score 1 < 2")

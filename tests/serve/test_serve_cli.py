@@ -52,8 +52,9 @@ def test_user_errors_are_one_line_and_status_2(args, words, capsys):
 
 
 def _serve_on_a_busy_port(capsys, *args: str) -> tuple[int, str, int]:
-    """`serve ARGS` on a port that is taken (so a check that regressed fails fast instead of serving)."""
-    with socket.create_server(("127.0.0.1", 0)) as busy:
+    """`serve ARGS` on a port that is taken on every interface (so a check that regressed fails fast at the bind
+    instead of serving)."""
+    with socket.create_server(("0.0.0.0", 0)) as busy:
         port = busy.getsockname()[1]
         with pytest.raises(SystemExit) as caught:
             main(["serve", "--model", "tiny", "--device", "cpu", "--port", str(port), *args])
@@ -73,6 +74,40 @@ def test_an_api_key_no_client_could_send_is_refused_at_start(capsys, key, what):
     code, err, _ = _serve_on_a_busy_port(capsys, "--api-key", key)
     assert code == 2 and err.startswith("specdec-eval: error: --api-key must be printable ASCII without spaces")
     assert err.endswith(f"it holds {what}") and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--tp", "0"], "--tp must be at least 1, got 0"),
+        (["--host", ""], "--host is empty; name the address to bind"),
+        (["--host", "  "], "--host is empty"),
+        (["--log-level", "bogus"], "--log-level must be one of critical, error, warning, info, debug, trace"),
+        (["--grace", "nan"], "--grace must be a finite number of seconds >= 0, got nan"),
+        (["--grace", "inf"], "--grace must be a finite number"),
+        (["--rank-timeout", "-5"], "--rank-timeout must be a finite number of seconds > 0, got -5.0"),
+        (["--rank-timeout", "nan"], "--rank-timeout must be a finite number"),
+        (["--max-request-bytes", "0"], "--max-request-bytes must be at least 1 byte, got '0'"),
+        (["--api-key", ""], "--api-key is empty"),
+    ],
+)
+def test_bad_server_options_are_one_line_before_the_bind(args, words, capsys):
+    """Each refused before the port is bound (an empty --host would have bound every interface)."""
+    code, err, _ = _serve_on_a_busy_port(capsys, *args)
+    assert code == 2 and err.startswith("specdec-eval: error:") and words in err and "\n" not in err
+
+
+def test_an_empty_key_variable_is_refused_not_taken_for_no_key(capsys, monkeypatch):
+    """click reads SPECDEC_EVAL_API_KEY= as unset: the server started without authentication and said nothing."""
+    monkeypatch.setenv("SPECDEC_EVAL_API_KEY", "")
+    code, err, _ = _serve_on_a_busy_port(capsys)
+    assert code == 2 and err.startswith("specdec-eval: error: --api-key is empty (also when it comes from "
+                                        "$SPECDEC_EVAL_API_KEY)")  # fmt: skip
+
+
+def test_an_upper_case_log_level_is_uvicorns_lower_case_one(capsys):
+    code, err, port = _serve_on_a_busy_port(capsys, "--log-level", "WARNING")
+    assert code == 2 and "the port is in use" in err  # got past the log level to the bind
 
 
 class Served:

@@ -9,7 +9,7 @@ import pytest
 from specdec_eval.workers.config import SamplingParams
 from specdec_eval.workers.remote.endpoint import EndpointEngine
 from specdec_eval.workers.remote.endpoint_config import EndpointConfig
-from specdec_eval.workers.remote.endpoint_logprobs import parse_logprobs, token_key
+from specdec_eval.workers.remote.endpoint_logprobs import UnusableLogprobs, parse_logprobs, token_key
 from specdec_eval.workers.remote.endpoint_requests import gen_kwargs
 
 from ..serve_helpers import MODEL, serving, tiny_engine
@@ -107,7 +107,8 @@ def test_gen_kwargs_ask_in_each_api_shape():
 
 def test_llama_cpp_shapes_parse(tiny):
     """llama-cpp-python's answers (llama_cpp/llama.py, llama_chat_format.py): the completions dict of top logprobs
-    also holds the chosen token; chat entries carry `bytes: None`. Missing logprobs read as None."""
+    also holds the chosen token; chat entries carry `bytes: None`. No logprobs read as None; a missing entry is
+    refused (never a margin)."""
     key = token_key(tiny[1])
     completions = {"logprobs": {"tokens": [" a", " b"], "text_offset": [10, 12], "token_logprobs": [-0.5, -0.1],
                                 "top_logprobs": [{" c": -0.4, " a": -0.5}, {" b": -0.1}]}}  # fmt: skip
@@ -118,4 +119,5 @@ def test_llama_cpp_shapes_parse(tiny):
         "refusal": None}}  # fmt: skip
     assert parse_logprobs(chat, key) == [recs[0]]
     assert parse_logprobs({"logprobs": None}, key) is None
-    assert parse_logprobs({"logprobs": {"tokens": [" a"], "token_logprobs": [None]}}, key) is None
+    with pytest.raises(UnusableLogprobs, match="token 0: the emitted token's logprob is missing"):
+        parse_logprobs({"logprobs": {"tokens": [" a"], "token_logprobs": [None]}}, key)

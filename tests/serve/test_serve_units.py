@@ -3,8 +3,11 @@ the Prometheus exposition of the spec-decode counters as workers/remote/server_m
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from specdec_eval.serve.errors import ApiError
+from specdec_eval.serve.logprobs import text_offsets, token_bytes
 from specdec_eval.serve.metrics import ServerMetrics
 from specdec_eval.serve.schemas import ChatRequest, CompletionRequest, chat_input, completion_input, parse_body
 from specdec_eval.serve.streaming import TextStream, _safe_prefix
@@ -75,12 +78,43 @@ def test_chat_fields_and_default_length():
         (b'{"prompt": "a", "seed": 99999999999999999999}', "64 signed bits"),
         (b'{"prompt": "a", "max_tokens": "many"}', "max_tokens"),
         (b'{"prompt": [5, 400]}', "outside the vocabulary"),
+        # JSON types as OpenAI's API documents them: never coerced (a lax parser read true as 1, "5" as 5)
+        (b'{"prompt": "a", "logprobs": true}', "invalid field 'logprobs': Input should be a valid integer"),
+        (b'{"prompt": "a", "logprobs": "5"}', "invalid field 'logprobs': Input should be a valid integer"),
+        (b'{"prompt": "a", "temperature": "0.5"}', "invalid field 'temperature': Input should be a valid number"),
+        (b'{"prompt": [true, false]}', "invalid field 'prompt': a string, a list of strings, a list of token ids"),
+        (b'{"prompt": [1.0, 2.0]}', "invalid field 'prompt'"),
+        (b'{"prompt": "a", "ignore_eos": "yes"}', "invalid field 'ignore_eos'"),
     ],
 )
 def test_bad_fields_are_400s_that_name_the_problem(body, words):
     with pytest.raises(ApiError) as caught:
         completion_input(parse_body(body, CompletionRequest), vocab_size=320)
     assert caught.value.status == 400 and words in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "message, words",
+    [
+        ({"role": "wizard", "content": "x"}, "message role must be one of system, user, assistant, got 'wizard'"),
+        ({"role": "tool", "content": "x"}, "got 'tool'"),
+        ({"role": 1, "content": "x"}, "invalid field 'messages.0.role'"),
+    ],
+)
+def test_bad_chat_messages_are_400s(message, words):
+    body = json.dumps({"messages": [message]}).encode()
+    with pytest.raises(ApiError) as caught:
+        chat_input(parse_body(body, ChatRequest))
+    assert caught.value.status == 400 and words in caught.value.message
+
+
+def test_numbers_keep_their_json_types():
+    """An integer is still a number where a float is asked for (temperature 0, not 0.0, is what clients send)."""
+    sampling = completion_input(parse_body(b'{"prompt": "a", "temperature": 0, "top_p": 1}', CompletionRequest), 320)
+    assert sampling.sampling.greedy
+    chat = parse_body(b'{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}], '
+                      b'"logprobs": true, "top_logprobs": 2}', ChatRequest)  # fmt: skip
+    assert chat_input(chat).sampling.logprobs == 2
 
 
 @pytest.mark.parametrize("temperature, greedy", [(0, True), (1e-40, True), (9.9e-6, True), (1e-5, False), (0.7, False)])
@@ -105,3 +139,24 @@ def test_spec_decode_counters_read_back_as_vllm_names():
     assert (counters.cycles, counters.draft_tokens, counters.accepted) == (110, 330, 192)
     assert counters.accepted_per_pos == {0: 86, 1: 64, 2: 42}
     assert parse_prometheus(ServerMetrics("served", spec_decoding=False).render().decode()) is None
+
+
+def test_text_offsets_stay_inside_the_text(tok):
+    """Each token's offset is where its text starts in the completion (a character over several byte tokens counted
+    once, at the token that completes it); special tokens, left out of the text, add nothing, so an answer that ends
+    in one has no offset past its end (they pointed past it, counting each special token's own name)."""
+    text = "é ok"
+    ids = tok.encode(text, add_special_tokens=False)  # 'é' is two byte tokens
+    special = tok.all_special_ids[:2]
+    offsets = text_offsets(tok, [*ids, *special], len(text))
+    assert offsets[:2] == [0, 0] and offsets[2] == 1  # the second byte completes 'é'; ' ok' starts at 1
+    assert offsets[-len(special) :] == [len(text)] * len(special) and max(offsets) <= len(text)
+    assert text_offsets(tok, ids, 2)[-1] <= 2  # a stop string cut from the text keeps its tokens: clamped
+
+
+def test_chat_bytes_are_the_tokens_own(tok):
+    """A byte-level token that is part of a character decodes alone to U+FFFD; its `bytes` are still its own byte,
+    so the pieces of a character add up to its UTF-8."""
+    ids = tok.encode("é", add_special_tokens=False)
+    assert [token_bytes(tok, t) for t in ids] == [b"\xc3", b"\xa9"]
+    assert token_bytes(tok, tok.encode("a", add_special_tokens=False)[0]) == b"a"

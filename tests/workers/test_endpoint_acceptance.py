@@ -86,7 +86,9 @@ def test_sglang_meta_info():
 
 
 def test_run_acceptance_and_slack_come_from_the_requests():
-    answers = [vllm_answer(43, 10, [39, 1, 0, 3]), vllm_answer(20, 30, [2, 3, 5, 10]), vllm_answer(5, 0, [5, 0, 0, 0])]
+    # Each histogram agrees with its totals (steps = its sum, accepted = sum of j x entry j): one that did not
+    # (20 steps, 30 accepted, [2, 3, 5, 10] saying 43) now gives no per-position counts at all.
+    answers = [vllm_answer(43, 10, [39, 1, 0, 3]), vllm_answer(20, 30, [4, 6, 6, 4]), vllm_answer(5, 0, [5, 0, 0, 0])]
     tally = ResponseTally(3)
     for a in answers:
         tally.add(a)
@@ -94,14 +96,14 @@ def test_run_acceptance_and_slack_come_from_the_requests():
     assert run["basis"] == PER_REQUEST and run["num_requests"] == 3
     assert (run["num_cycles"], run["num_accepted_drafts"]) == (68, 40)
     assert run["acceptance_length"] == round(1 + 40 / 68, 4)  # the ratio of sums, not the mean of per-request ALs
-    assert run["accepted_per_position"] == [4 + 18 + 0, 3 + 15 + 0, 3 + 10 + 0]
+    assert run["accepted_per_position"] == [4 + 16 + 0, 3 + 10 + 0, 3 + 4 + 0]
     # the gate's sampling slack is the ratio estimator over these requests
     slack = acceptance_slack([(43, 10), (20, 30), (5, 0)])
     assert 0 < slack < 2 and slack != acceptance_slack([(43, 10), (20, 30)])
 
 
 def test_endpoint_keeps_each_requests_counts_and_labels_the_fallback(tiny):
-    counts = {"a": (43, 10, [39, 1, 0, 3]), "b": (20, 30, [2, 3, 5, 10])}
+    counts = {"a": (43, 10, [39, 1, 0, 3]), "b": (20, 30, [4, 6, 6, 4])}
 
     def answer(body):
         return 200, vllm_answer(*counts[body["prompt"]])
@@ -111,7 +113,7 @@ def test_endpoint_keeps_each_requests_counts_and_labels_the_fallback(tiny):
         out = engine.generate(["a", "b"], SamplingParams(max_new_tokens=8))
         reported = engine.reported_acceptance()
     assert [o.stats["acceptance"]["num_cycles"] for o in out] == [43, 20]
-    assert [o.stats["acceptance"]["accepted_per_position"] for o in out] == [[4, 3, 3], [18, 15, 10]]
+    assert [o.stats["acceptance"]["accepted_per_position"] for o in out] == [[4, 3, 3], [16, 10, 4]]
     assert engine.last_stats.acceptance["basis"] == PER_REQUEST
     assert reported["num_accepted_drafts"] == 40 and "server_wide" not in reported  # the stub has no /metrics
 

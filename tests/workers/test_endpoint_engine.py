@@ -51,6 +51,8 @@ def test_urls_keep_credentials_out_of_the_public_form(url, root, public):
         ("http://h:1/v1?api_key=abc", "--api-key"),
         ("http://h:99999", "bad port"),
         ("http://u:abc@h:1", "not both"),
+        ("http://[::1:18801", r"cannot be read \(Invalid IPv6 URL\)"),
+        ("http://u:abc@[::1:18801", "cannot be read"),
     ],
 )
 def test_bad_urls_are_user_errors(url, words):
@@ -65,6 +67,8 @@ def test_bad_urls_are_user_errors(url, words):
         ({"concurrency": 0}, "concurrency"),
         ({"max_retries": -1}, "retries"),
         ({"timeout_s": 0}, "timeout"),
+        ({"timeout_s": float("inf")}, r"request timeout must be a number of seconds in \(0, 604800\], got inf"),
+        ({"timeout_s": float("nan")}, "got nan"),
         ({"spec": "medusa", "max_draft_len": 3}, "unknown spec-dec"),
         ({"spec": "eagle3"}, "max draft len"),
         ({"max_draft_len": 3}, "without --spec"),
@@ -219,9 +223,9 @@ def test_an_answer_the_server_did_not_complete_is_a_failed_request(reason):
         (completion(5), "the answer's text is int, not a string"),
         (completion({"a": 1}), "the answer's text is dict"),
         ([completion("4")], "has no choices"),
-        ({"choices": "4"}, "unreadable answer (TypeError)"),
-        ({"choices": [{"index": 3, "text": "4"}]}, "unreadable answer (IndexError)"),
-        ({"error": {"message": f"failed on {QUESTION}"}}, "(KeyError): (message withheld: it quotes the prompt"),
+        ({"choices": "4"}, "the answer has no choices"),
+        ({"choices": [{"index": 3, "text": "4"}]}, "the answer's one choice has index 3, not 0"),
+        ({"error": {"message": f"failed on {QUESTION}"}}, "no choices: (message withheld: it quotes the prompt"),
     ],
     ids=["text-int", "text-dict", "a-list", "choices-a-string", "index-out-of-range", "error-in-a-200"],
 )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ...errors import UserError
+from ...user_files import read_limited_text
 from .model_config import ModelConfig
 
 if TYPE_CHECKING:
@@ -30,8 +31,8 @@ _DERIVED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        data = json.loads(read_limited_text(path, "checkpoint file"))  # a device: one line, never an endless read
+    except json.JSONDecodeError as e:
         raise UserError(f"cannot read {path}: {e}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path} is not a JSON object")

@@ -24,6 +24,7 @@ gives the server's tokens for plain text, but not the end-of-sequence token, whi
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, wait
@@ -43,7 +44,7 @@ from ..interface import (
 from ..loading.tokenizer import encode_any
 from .daemon_pool import DaemonPool
 from .endpoint_config import EndpointConfig, EndpointURL, load_local_tokenizer
-from .endpoint_logprobs import parse_logprobs, token_key
+from .endpoint_logprobs import UnusableLogprobs, parse_logprobs, token_key
 from .endpoint_probe import probe_server
 from .endpoint_requests import (
     Answer,
@@ -52,6 +53,7 @@ from .endpoint_requests import (
     call_with_retries,
     chat_message_str,
     gen_kwargs,
+    one_choice,
     quotes_prompt,
     read_choice,
     server_message,
@@ -61,6 +63,7 @@ from .server_kv_usage import ServerKVUsage
 from .server_metrics import ResponseTally, ServerAcceptance
 from .server_watch import ServerWatch
 from .stall_watch import StallWatch
+from .token_text import ids_text_problem
 
 # Servers whose model card says they take vLLM's return_tokens_as_token_ids (logprobs then name token ids, not texts)
 NAMES_TOKENS_BY_ID = frozenset({"vllm", "specdec-eval"})
@@ -154,7 +157,7 @@ class EndpointEngine:
             tokenized_requests=False,
             num_concurrent=1,  # concurrency is our thread pool's
             max_retries=self.config.max_retries + 1,
-            timeout=int(self.config.timeout_s),
+            timeout=max(1, math.ceil(self.config.timeout_s)),  # lm-eval takes whole seconds; 0 would never wait
             header=self._headers,
             seed=self.config.seed,
             verify_certificate=self.config.verify_tls,
@@ -290,10 +293,19 @@ class EndpointEngine:
         if answer.error is not None:
             return answer, None
         try:
+            one = one_choice(answer.response)  # before lm-eval's parser, which would mix two choices into one
             text = self._backend.parse_generations(outputs=answer.response)[0]
             choice = read_choice(answer.response, text, params)
+            if choice.token_ids is not None:  # the ids are judged, the text scored: they must be one answer
+                problem = ids_text_problem(self._tokenizer, choice.token_ids, text or "", params.stop)
+                if problem is not None:
+                    raise ValueError(problem)
+            response_acceptance(answer.response, self.config.max_draft_len or None)  # impossible counts: refused
             if params.logprobs is not None:  # None when the server sent none: the gate then says so
-                choice.logprobs = parse_logprobs(answer.response["choices"][0], self._token_key)
+                try:
+                    choice.logprobs = parse_logprobs(one, self._token_key, choice.token_ids)
+                except UnusableLogprobs as exc:  # the answer stands; its logprobs are no evidence
+                    choice.logprobs_problem = str(exc)
             return answer, choice
         except ValueError as exc:  # read_choice's own reasons (a server's finish reason the most it quotes)
             why = str(exc) if not quotes_prompt(str(exc), sent) else "unreadable answer (it quotes the prompt)"
@@ -334,6 +346,8 @@ class EndpointEngine:
             choice.completion_tokens if choice.completion_tokens is not None else len(token_ids)
         )
         stats["server_prompt_tokens"] = choice.prompt_tokens
+        if choice.logprobs_problem is not None:  # asked for, sent, and not evidence: why (a gate says NO-GATE)
+            stats["logprobs_unusable"] = choice.logprobs_problem
         acceptance = response_acceptance(answer.response, self.config.max_draft_len or None)
         if acceptance is not None:  # per request, in our engine's layout: the pipeline reads it as it reads ours
             stats["acceptance"] = acceptance

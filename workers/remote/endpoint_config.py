@@ -4,7 +4,10 @@ the reference entry because a server does not say."""
 
 from __future__ import annotations
 
+import ipaddress
+import math
 import os
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from .stall_watch import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S, StallPolic
 DEFAULT_TIMEOUT_S = 3600.0
 DEFAULT_RETRIES = 3
 DEFAULT_CONCURRENCY = 8
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: longer than any request; beyond it a timeout is a typo (or inf)
 
 
 @dataclass(frozen=True)
@@ -79,8 +83,9 @@ class EndpointConfig:
             raise UserError(f"endpoint concurrency must be positive, got {self.concurrency}")
         if self.max_retries < 0:
             raise UserError(f"endpoint retries must be >= 0, got {self.max_retries}")
-        if not self.timeout_s > 0:
-            raise UserError(f"endpoint timeout must be positive, got {self.timeout_s}")
+        if not (math.isfinite(self.timeout_s) and 0 < self.timeout_s <= MAX_TIMEOUT_S):  # inf: int(inf) raised later
+            raise UserError(f"endpoint request timeout must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got "
+                            f"{self.timeout_s}")  # fmt: skip
         if self.spec is not None and self.spec not in SPEC_ALGORITHMS:
             raise UserError(f"unknown spec-dec algorithm {self.spec!r} (known: {', '.join(SPEC_ALGORITHMS)})")
         if self.spec is None and self.max_draft_len:
@@ -140,8 +145,12 @@ class EndpointURL:
 
     @classmethod
     def parse(cls, url: str) -> EndpointURL:
-        parts = urlsplit(url.strip())
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            parts = urlsplit(url.strip())
+            hostname = parts.hostname
+        except ValueError as e:  # "Invalid IPv6 URL": an unclosed [ ... ]
+            raise UserError(f"endpoint URL cannot be read ({e}): {_redact_url(url)!r}") from None
+        if parts.scheme not in ("http", "https") or not hostname:
             raise UserError(f"endpoint URL must look like http://HOST:PORT[/v1], got {_redact_url(url)!r}")
         if parts.query or parts.fragment:
             raise UserError("endpoint URL must not carry a query or fragment; pass an API key with --api-key")
@@ -161,6 +170,13 @@ class EndpointURL:
         secrets = tuple(s for s in (parts.password,) if s)
         return cls(root=root, public=public, secrets=secrets, has_credentials=bool(parts.username or parts.password))
 
+    def same_server(self, other: EndpointURL) -> bool:
+        """Whether two URLs reach the same server (then one cannot be the other's lossless baseline: a server judged
+        against itself agrees with itself). Compared: scheme, host (case-insensitive; every loopback name is one
+        host: localhost, 127.0.0.0/8, ::1, 0.0.0.0 as a client reaches it), port (the scheme's default when none)
+        and path. Two names of one machine that are not loopback cannot be told apart from here."""
+        return _server_key(self.public) == _server_key(other.public)
+
     @property
     def completions(self) -> str:
         return self.root + "/v1/completions"
@@ -170,11 +186,31 @@ class EndpointURL:
         return self.root + "/v1/chat/completions"
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_LOOPBACK = "loopback"
+
+
+def _server_key(public: str) -> tuple[str, str, int | None, str]:
+    parts = urlsplit(public)
+    host = (parts.hostname or "").lower()
+    if host == "localhost":
+        host = _LOOPBACK
+    else:
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:  # a name, not an address
+            address = None
+        if address is not None and (address.is_loopback or address.is_unspecified):  # 0.0.0.0 / :: reach this host
+            host = _LOOPBACK
+    return parts.scheme, host, parts.port or _DEFAULT_PORTS.get(parts.scheme), parts.path.rstrip("/")
+
+
 def _redact_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password:
-        return url.replace(parts.password, "***")
-    return url
+    try:
+        password = urlsplit(url).password
+    except ValueError:  # unreadable: whatever stands before an '@' may be credentials
+        return re.sub(r"//[^/]*@", "//***@", url)
+    return url.replace(password, "***") if password else url
 
 
 def load_local_tokenizer(tokenizer: str | None, model: str | None) -> tuple[Any, str]:

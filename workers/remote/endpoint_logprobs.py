@@ -7,13 +7,20 @@
 turns a token's text into a number (the local tokenizer's id when the text is exactly one token, else a negative
 hash), so records hold numbers only and equal texts compare equal on both sides of a divergence. A server that
 names tokens "token_id:N" (vLLM's and ours, asked with `return_tokens_as_token_ids`) gives the ids themselves: byte
-tokens that print alike (U+FFFD) stay apart there, and only there."""
+tokens that print alike (U+FFFD) stay apart there, and only there.
+
+Logprobs that cannot be evidence (workers/logprob_records.py: NaN, +-inf, a positive logprob, a missing entry, a
+shape neither API has, more records than output tokens, token ids that are not the answer's) raise
+`UnusableLogprobs` with the reason: the answer itself stands, its logprobs do not, and no gate can read them as
+a margin."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
 from typing import Any
+
+from ..logprob_records import record_problem, records_problem
 
 TOKEN_ID_PREFIX = "token_id:"  # vLLM's name of a token under return_tokens_as_token_ids (our serve names them so too)
 
@@ -37,27 +44,56 @@ def token_key(tokenizer: Any) -> Callable[[str], int]:
     return key
 
 
-def parse_logprobs(choice: dict[str, Any], key: Callable[[str], int]) -> list[list] | None:
-    """The records of one choice, or None when the server sent none (or a shape neither API has)."""
+class UnusableLogprobs(ValueError):
+    """A server's logprobs that no gate may read; the message says why (numbers and positions only)."""
+
+
+def parse_logprobs(choice: dict[str, Any], key: Callable[[str], int],
+                   token_ids: list[int] | None = None) -> list[list] | None:  # fmt: skip
+    """The records of one choice, or None when the server sent none. `token_ids`: the answer's tokens as the server
+    gave them, when it did (records beyond them, or naming other ids, describe another output). Raises
+    UnusableLogprobs when they are there but cannot be evidence."""
     lp = choice.get("logprobs") if isinstance(choice, dict) else None
-    if not isinstance(lp, dict):
+    if lp is None:
         return None
+    if not isinstance(lp, dict):
+        raise UnusableLogprobs(f"logprobs are a {type(lp).__name__}, not an object")
     try:
         if isinstance(lp.get("content"), list):  # chat
-            return [_record(key, e["token"], e["logprob"], [(t["token"], t["logprob"]) for t in e.get("top_logprobs")
-                                                            or []]) for e in lp["content"]]  # fmt: skip
-        if isinstance(lp.get("tokens"), list) and isinstance(lp.get("token_logprobs"), list):  # completions
+            entries = [(e["token"], e["logprob"], [(t["token"], t["logprob"]) for t in e.get("top_logprobs") or []])
+                       for e in lp["content"]]  # fmt: skip
+        elif isinstance(lp.get("tokens"), list) and isinstance(lp.get("token_logprobs"), list):  # completions
             tops = lp.get("top_logprobs") or [None] * len(lp["tokens"])
-            return [_record(key, t, v, list((top or {}).items()))
-                    for t, v, top in zip(lp["tokens"], lp["token_logprobs"], tops, strict=True)]  # fmt: skip
-    except (KeyError, TypeError, ValueError):
-        return None
-    return None
+            entries = [(t, v, list((top or {}).items()))
+                       for t, v, top in zip(lp["tokens"], lp["token_logprobs"], tops, strict=True)]  # fmt: skip
+        else:
+            raise UnusableLogprobs("logprobs in a shape neither OpenAI API has")
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise UnusableLogprobs(f"logprobs in a shape neither OpenAI API has ({type(exc).__name__})") from None
+    except ValueError:  # zip(strict=True): tokens, logprobs and alternatives of different lengths
+        raise UnusableLogprobs("logprobs whose tokens, values and alternatives differ in number") from None
+    records = []
+    for i, (token, logprob, top) in enumerate(entries):
+        if not isinstance(token, str):
+            raise UnusableLogprobs(f"token {i}: the logprobs name no token (a {type(token).__name__})")
+        if not all(isinstance(t, str) for t, _ in top):
+            raise UnusableLogprobs(f"token {i}: an alternative names no token")
+        if logprob is None:
+            raise UnusableLogprobs(f"token {i}: the emitted token's logprob is missing")
+        record = [logprob, [[key(t), v] for t, v in top], key(token)]
+        if (why := record_problem(record)) is not None:
+            raise UnusableLogprobs(f"token {i}: {why}")
+        if token_ids is not None and token.startswith(TOKEN_ID_PREFIX) and i < len(token_ids) and \
+                record[2] != token_ids[i]:  # fmt: skip
+            raise UnusableLogprobs(f"token {i}: the logprobs name token {record[2]}, the answer's token_ids "
+                                   f"{token_ids[i]}")  # fmt: skip
+        records.append(_rounded(record))
+    if (why := records_problem(records, None if token_ids is None else len(token_ids))) is not None:
+        raise UnusableLogprobs(why)
+    return records
 
 
-def _record(key: Callable[[str], int], token: str, logprob: Any, top: list[tuple[str, Any]]) -> list:
-    if not isinstance(token, str) or not isinstance(logprob, int | float):
-        raise ValueError("not a token's logprob")
-    alternatives = sorted(((key(t), round(float(v), 5)) for t, v in top if isinstance(v, int | float)),
-                          key=lambda x: -x[1])  # fmt: skip
-    return [round(float(logprob), 5), [list(a) for a in alternatives], key(token)]
+def _rounded(record: list) -> list:
+    """[logprob, alternatives best first, key], numbers rounded to 5 decimals as our engine stores them."""
+    alternatives = sorted(([t, round(float(v), 5)] for t, v in record[1]), key=lambda x: -x[1])
+    return [round(float(record[0]), 5), alternatives, record[2]]

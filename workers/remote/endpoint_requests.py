@@ -228,6 +228,24 @@ class Choice:
     completion_tokens: int | None  # the server's usage count
     prompt_tokens: int | None
     logprobs: list[list] | None = None  # asked for: per token [logprob, alternatives, key] (endpoint_logprobs.py)
+    logprobs_problem: str | None = None  # the server sent logprobs that cannot be evidence: why (then logprobs None)
+
+
+def one_choice(response: Any) -> dict[str, Any]:
+    """The one choice of an answer to a request for one completion (n = 1); ValueError when there is none, or
+    several (extra, duplicated or out of order: lm-eval's parser takes the text by `index` while ids and logprobs
+    would come from the first in the list, mixing two answers into one), or its index is not 0."""
+    choices = response.get("choices") if isinstance(response, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ValueError("the answer has no choices")  # no body text here: the caller adds what is safe of it
+    if len(choices) > 1:
+        indexes = [c.get("index") if isinstance(c, dict) else None for c in choices]
+        raise ValueError(f"the answer has {len(choices)} choices (indexes {indexes[:8]}) for a request of one (n = 1)")
+    index = choices[0].get("index", 0)
+    if index != 0 or isinstance(index, bool):
+        shown = index if isinstance(index, int) else repr(str(index)[:20])
+        raise ValueError(f"the answer's one choice has index {shown}, not 0")
+    return choices[0]
 
 
 def read_choice(response: dict[str, Any], text: str | None, params: SamplingParams) -> Choice:
@@ -236,12 +254,10 @@ def read_choice(response: dict[str, Any], text: str | None, params: SamplingPara
     finish reasons: OpenAI's "length" -> "length"; its "stop" covers both the end-of-sequence token and a stop
     string, told apart only when the server adds vLLM's `stop_reason` (a string: "stop"; None or a token id: "eos"),
     otherwise "stop". A stop string still present in the text (servers may apply at most 4) is cut here, as our
-    engine does. Raises ValueError when the response has no choice, its text is not a string, or the server says it
-    did not complete the request (finish reason "abort", "error", ...: FAILED_FINISH_REASONS)."""
-    choices = response.get("choices") if isinstance(response, dict) else None
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise ValueError("the answer has no choices")  # no body text here: the caller adds what is safe of it
-    choice = choices[0]
+    engine does. Raises ValueError when the response has no choice or more than one (`one_choice`), its text is not
+    a string, or the server says it did not complete the request (finish reason "abort", "error", ...:
+    FAILED_FINISH_REASONS)."""
+    choice = one_choice(response)
     if text is not None and not isinstance(text, str):
         raise ValueError(f"the answer's text is {type(text).__name__}, not a string")
     usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}

@@ -15,6 +15,11 @@ The shapes read (lm-eval's backend keeps the raw response JSON, so nothing is lo
   completion_tokens - 1 - spec_verify_ct (SGLang's own AL figure, completion_tokens / spec_verify_ct, counts that
   token too). Newer SGLang adds `spec_accept_token_num` / `spec_draft_token_num`, read when present; without them
   the draft tokens are verify steps x the declared K (a chain of K drafts per step), and the dict says so.
+
+Counts no drafter can produce (more accepted than drafted, more than K accepted per step:
+`AcceptanceStats.totals_problem`) raise `ImpossibleAcceptance`: the endpoint records that request as failed with
+the reason, so they never become an acceptance length, a gate's evidence or a populated reference. A histogram that
+contradicts the totals gives no per-position counts (which of the two is right cannot be told).
 """
 
 from __future__ import annotations
@@ -28,8 +33,13 @@ VLLM_SOURCE = "vllm per-request metrics.speculative_decoding"
 SGLANG_SOURCE = "sglang per-request meta_info.spec_verify_ct"
 
 
+class ImpossibleAcceptance(ValueError):
+    """A response's acceptance counts that no speculative decoder could have produced; the message says which."""
+
+
 def response_acceptance(response: Any, declared_k: int | None = None) -> dict[str, Any] | None:
-    """The acceptance one response reports, or None when it carries none (a plain server, llama.cpp)."""
+    """The acceptance one response reports, or None when it carries none (a plain server, llama.cpp). Raises
+    ImpossibleAcceptance for counts beyond what K allows."""
     if not isinstance(response, Mapping):
         return None
     metrics = response.get("metrics")
@@ -58,14 +68,17 @@ def _from_vllm(spec: Mapping[str, Any], declared_k: int | None) -> dict[str, Any
     if not isinstance(histogram, list) or any(_int(h) is None for h in histogram):
         histogram = None
     k = _int(spec.get("num_spec_tokens")) or (len(histogram) - 1 if histogram else None) or declared_k or 0
-    per_position = None
+    per_position, missing = None, "the response has no acceptance histogram"
     if histogram and len(histogram) <= k + 1 and sum(histogram) == steps:
         per_position = [sum(histogram[i + 1 :]) for i in range(k)]
-    stats = AcceptanceStats(k, steps, drafted, accepted, per_position or [0] * k)
+    stats = _possible(AcceptanceStats(k, steps, drafted, accepted, per_position or [0] * k), VLLM_SOURCE)
+    if per_position is not None and stats.per_position_problem() is not None:  # which of the two is right: unknown
+        missing = f"its acceptance histogram contradicts its totals ({stats.per_position_problem()})"
+        per_position, stats = None, AcceptanceStats(k, steps, drafted, accepted)
     out = {**stats.to_dict(), "source": VLLM_SOURCE}
     if per_position is None:  # zeros would claim no position was ever accepted
         out["per_position_rate"], out["accepted_per_position"] = [], []
-        out["note"] += "; the response has no acceptance histogram"
+        out["note"] += f"; {missing}"
     return out
 
 
@@ -83,11 +96,18 @@ def _from_sglang(meta: Mapping[str, Any], declared_k: int | None) -> dict[str, A
     if drafted is None:
         drafted = verify * k
         notes.append(f"draft tokens = verify steps x declared K {k}")
-    stats = AcceptanceStats(k, verify, drafted, accepted)
+    stats = _possible(AcceptanceStats(k, verify, drafted, accepted), SGLANG_SOURCE)
     out = {**stats.to_dict(), "source": SGLANG_SOURCE}
     out["per_position_rate"], out["accepted_per_position"] = [], []  # SGLang reports no per-position counts
     out["note"] += "; " + "; ".join([*notes, "no per-position counts"])
     return out
+
+
+def _possible(stats: AcceptanceStats, source: str) -> AcceptanceStats:
+    problem = stats.totals_problem()
+    if problem is not None:
+        raise ImpossibleAcceptance(f"impossible acceptance counts in the answer ({source}): {problem}")
+    return stats
 
 
 def _meta_infos(response: Mapping[str, Any]) -> list[Mapping[str, Any]]:

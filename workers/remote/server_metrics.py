@@ -98,6 +98,12 @@ def _from_counts(d: Counters, declared_k: int | None) -> dict[str, Any]:
             note="; ".join(notes + ["the server does not report enough counters for an acceptance length"]),
         )
     stats = AcceptanceStats(k, round(cycles), round(d.draft_tokens), round(d.accepted), per_pos or [0] * k)
+    # Never an acceptance length from counters no drafter gives: the totals only (per-position series of a scrape
+    # taken mid-step may lag the totals by a step), and K only where the server or the user said it (not estimated)
+    known_k = positions or declared_k or 0
+    problem = AcceptanceStats(known_k, stats.num_cycles, stats.num_draft_tokens, stats.num_accepted).totals_problem()
+    if problem is not None:
+        return _layout(d.source, "run", max_draft_len=k, note="; ".join([*notes, f"impossible counters: {problem}"]))
     out = {**stats.to_dict(), "source": d.source, "scope": "run"}
     if per_pos is None:  # zeros from AcceptanceStats would claim every position was never accepted
         out["per_position_rate"], out["accepted_per_position"] = [], []

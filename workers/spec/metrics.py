@@ -44,6 +44,41 @@ class AcceptanceStats:
         return cls(d["max_draft_len"], d["num_cycles"], d["num_draft_tokens"], d["num_accepted_drafts"],
                    list(d["accepted_per_position"]))  # fmt: skip
 
+    def problem(self) -> str | None:
+        """Why these counts are impossible, in one phrase; None when a drafter could have produced them
+        (`totals_problem`, then `per_position_problem`)."""
+        return self.totals_problem() or self.per_position_problem()
+
+    def totals_problem(self) -> str | None:
+        """What no drafter of depth K gives: no more accepted than drafted, and at most K accepted per cycle (a
+        chain accepts a prefix of its K drafts; a tree, one path of depth K, though it may draft more tokens than K,
+        so drafted tokens are not bounded by K). A server's per-request counts are checked with this before they
+        become an acceptance length (50 accepted of 3 drafted read as AL 51)."""
+        counts = (self.num_cycles, self.num_draft_tokens, self.num_accepted, *self.accepted_per_position)
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in counts):
+            return "counts that are not whole numbers >= 0"
+        if self.num_accepted > self.num_draft_tokens:
+            return f"{self.num_accepted} accepted drafts of {self.num_draft_tokens} drafted"
+        k = self.max_draft_len
+        if self.num_accepted and (k or not self.num_cycles) and self.num_accepted > self.num_cycles * k:
+            return f"{self.num_accepted} accepted drafts in {self.num_cycles} cycles of at most K = {k}"
+        return None
+
+    def per_position_problem(self) -> str | None:
+        """Per-position counts that contradict the totals (none given: nothing to contradict): a position beyond K,
+        more than the cycles, a later position accepted more often than an earlier one (a chain accepts a prefix), or
+        a sum other than the accepted drafts."""
+        per_position, k, cycles = self.accepted_per_position, self.max_draft_len, self.num_cycles
+        if not any(per_position):
+            return None
+        if k and any(per_position[k:]):
+            return f"accepted drafts at position {len(per_position) - 1} beyond K = {k}"
+        if max(per_position) > cycles or any(a < b for a, b in zip(per_position, per_position[1:], strict=False)):
+            return f"per-position counts {per_position} no chain of {cycles} cycles gives"
+        if sum(per_position) != self.num_accepted:
+            return f"per-position counts summing to {sum(per_position)}, not to the {self.num_accepted} accepted"
+        return None
+
     @property
     def acceptance_length(self) -> float:
         return 1.0 + self.num_accepted / self.num_cycles if self.num_cycles else 0.0
