@@ -7,6 +7,11 @@ without any mutation runs the same way and must PASS every gate. A class that ch
 when the lossless gate FAILs it (acceptance catching it is luck: a collapsed acceptance is a symptom of some bugs,
 of no others); a class that changes no output is caught by the events gate. The sampling class runs GSM8K at
 temperature > 0 (`gsm8k_sampled`), with an unmutated sampled run beside it.
+
+The sampled classes of the rejection sampler (`--spec-sampling rejection`, workers/engine/faults.py) are listed here
+too, marked with the sampler they live in; the matrix runs them once `run` judges a rejection-sampled run with the
+sampled lossless gate (evals/lossless/sampled.py): until then `MATRIX_SAMPLERS` holds the coupled sampler only, the
+default matrix leaves them out and `--only` refuses them with one line.
 """
 
 from __future__ import annotations
@@ -38,10 +43,20 @@ class BugClass:
     warmup: str | None = None  # the general warmup must run for a warmup fault to fire
     sampled: bool = False  # evaluated at temperature > 0 (gsm8k_sampled)
     catcher: str | None = "lossless"  # the gate that must FAIL it; None: the unmutated engine, which must PASS
+    spec_sampling: str = "coupled"  # the spec sampler the class lives in (workers/config.py SPEC_SAMPLINGS)
 
     @property
     def is_clean(self) -> bool:
         return self.catcher is None
+
+    @property
+    def runnable(self) -> bool:
+        """Whether the matrix can run it now (its sampler's runs are judged by `run`)."""
+        return self.spec_sampling in MATRIX_SAMPLERS
+
+
+# The spec samplers whose runs `run` judges; "rejection" joins when the sampled lossless gate is wired into it.
+MATRIX_SAMPLERS = ("coupled",)
 
 
 CLEAN = BugClass("unmutated", "the engine as it is: every gate must PASS", catcher=None)
@@ -59,6 +74,17 @@ BUG_CLASSES = (
     BugClass("verify_width_numerics", "logits depend on the verify width (1 vs K+1)", ("verify_width_numerics",)),
     BugClass("unrestored_metadata", "the seed: --spec-guard none, a tolerated warmup OOM leaves draft metadata saved",
              ("warmup_oom",), guard="none", warmup="on", catcher="events"),
+    # The rejection sampler's sampled classes: caught by the sampled lossless gate, never by a greedy check.
+    BugClass("rejection_greedy", "verification silently greedy at temperature > 0 (SGLang on ROCm / NPU)",
+             ("rejection_greedy",), sampled=True, spec_sampling="rejection"),
+    BugClass("residual_keeps_draft", "after a rejection the token is drawn from p with the rejected draft left in",
+             ("residual_keeps_draft",), sampled=True, spec_sampling="rejection"),
+    BugClass("accept_unit_temperature", "the accept test reads p at temperature 1, the plain sampler at T (vLLM V0)",
+             ("accept_unit_temperature",), sampled=True, spec_sampling="rejection"),
+    BugClass("spec_filter_order", "top-p then top-k on the spec path, top-k then top-p on the plain one (SGLang)",
+             ("spec_filter_order",), sampled=True, spec_sampling="rejection"),
+    BugClass("accept_neighbour_row", "the accept test of draft i reads row i + 1's probability",
+             ("accept_neighbour_row",), sampled=True, spec_sampling="rejection"),
 )  # fmt: skip
 CLASS_NAMES = tuple(b.name for b in BUG_CLASSES)
 
@@ -70,7 +96,12 @@ def select_classes(only: Sequence[str] | None) -> list[BugClass]:
     unknown = [n for n in names if n not in CLASS_NAMES]
     if unknown:
         raise UserError(f"--only: unknown bug class {', '.join(unknown)} (known: {', '.join(CLASS_NAMES)})")
-    classes = [b for b in BUG_CLASSES if not names or b.name in names]
+    waiting = [b.name for b in BUG_CLASSES if b.name in names and not b.runnable]
+    if waiting:
+        raise UserError(f"--only: {', '.join(waiting)} need(s) `run` to judge --spec-sampling rejection with the "
+                        "sampled lossless gate, which it does not yet (simulate them: python -m "
+                        "specdec_eval.evals.lossless.simulate power)")  # fmt: skip
+    classes = [b for b in BUG_CLASSES if b.runnable and (not names or b.name in names)]
     return [CLEAN] + ([CLEAN_SAMPLED] if any(b.sampled for b in classes) else []) + classes
 
 
@@ -78,8 +109,8 @@ def mutant_config(base: EngineConfig, bug: BugClass) -> EngineConfig:
     """The run's engine configuration with the class planted."""
     if base.spec is None:
         raise UserError("the bug-class matrix needs a spec-dec engine (--spec eagle3)")
-    return replace(base, inject=tuple(base.inject) + bug.inject, spec=replace(base.spec, guard=bug.guard),
-                   warmup=bug.warmup or base.warmup)  # fmt: skip
+    spec = replace(base.spec, guard=bug.guard, sampling=bug.spec_sampling)
+    return replace(base, inject=tuple(base.inject) + bug.inject, spec=spec, warmup=bug.warmup or base.warmup)
 
 
 def matrix_options(base: EvalOptions, bug: BugClass) -> EvalOptions:

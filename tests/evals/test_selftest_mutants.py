@@ -12,7 +12,7 @@ from specdec_eval.evals.selftest import mutants
 from specdec_eval.evals.selftest.mutants import BUG_CLASSES, CLEAN, CLEAN_SAMPLED, judge, run_matrix, select_classes
 from specdec_eval.evals.tasks.registry import TASKS
 from specdec_eval.workers.config import from_options
-from specdec_eval.workers.engine.faults import PlantedBugs
+from specdec_eval.workers.engine.faults import REJECTION_POINTS, PlantedBugs
 
 from specdec_eval.errors import UserError
 
@@ -31,7 +31,8 @@ def _row(bug, tmp_path) -> dict:
 
 
 @needs_shared_data
-@pytest.mark.parametrize("bug", BUG_CLASSES, ids=[b.name for b in BUG_CLASSES])
+@pytest.mark.parametrize("bug", [b for b in BUG_CLASSES if b.runnable],
+                         ids=[b.name for b in BUG_CLASSES if b.runnable])  # fmt: skip
 def test_each_bug_class_is_caught_by_the_default_paired_run_on_tiny(tmp_path, bug):
     row = _row(bug, tmp_path)
     assert row["result"] == "caught", row
@@ -94,6 +95,19 @@ def test_select_classes():
         "unmutated", "unmutated, sampled", "rewind_keeps_rejected", "sample_key_shift"]  # fmt: skip
     with pytest.raises(UserError, match="unknown bug class nope"):
         select_classes(["nope"])
+
+
+def test_the_sampled_classes_of_the_rejection_sampler_are_listed_but_wait_for_run():
+    """Each planted bug of the rejection path is a class of the matrix, marked as the rejection sampler's; the matrix
+    leaves them out until `run` judges rejection-sampled runs, and says so when asked for one."""
+    rejection = [b for b in BUG_CLASSES if b.spec_sampling == "rejection"]
+    assert {b.name for b in rejection} == set(REJECTION_POINTS)
+    assert all(b.sampled and b.catcher == "lossless" and not b.runnable for b in rejection)
+    assert not {b.name for b in select_classes(None)} & set(REJECTION_POINTS)
+    with pytest.raises(UserError, match="rejection_greedy need"):
+        select_classes(["rejection_greedy"])
+    config = mutants.mutant_config(TINY, rejection[0])
+    assert config.spec.sampling == "rejection" and config.inject == ("rejection_greedy",)
 
 
 REPORT = {"ok": False, "model": "tiny", "limit": 2, "gates": list(mutants.GATES), "rows": [
