@@ -242,7 +242,7 @@ def _basis(u, kinds, pit_p, tail, fidelity, target, level, num_tests) -> str:
     parts.append(f"{len(fidelity.violations)} support violation(s)" if fidelity.violations else "no support violation")
     text = ", ".join(parts)
     if target.tokens:
-        text += (f"; target logprobs at most {target.max_diff:.4f} nats off the baseline's scoring "
+        text += (f"; target logprobs at most {target.max_diff:.2g} nats off the baseline's scoring "
                  f"(max over {target.tokens:,} tokens, tolerance {target.tolerance:g})")  # fmt: skip
     else:
         text += "; target logprobs not checked (the spec-dec run reported none)"

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.stats import beta
+from scipy.stats import beta, kstest
 
 from ...workers.config import SamplingParams
-from ...workers.engine.faults import REJECTION_POINTS, planted_rule
+from ...workers.engine.faults import REJECTION_POINTS, can_change, planted_rule
 from ...workers.engine.sampling import target_probs
 from ...workers.engine.teacher_forcing import view_of_probs
 from ...workers.interface import ScoredOutput
@@ -46,6 +46,7 @@ CONFIGS = {
 class Rate:
     fails: int
     runs: int
+    p_values: tuple[float, ...] = ()  # each run's PIT p-value (the null: their calibration)
 
     @property
     def value(self) -> float:
@@ -94,15 +95,18 @@ def null_rates(
     runs: int, docs: int, tokens: int, vocab: int, params: SamplingParams, seed: int = 0, alpha: float = ALPHA,
     progress: Callable[[int], None] = lambda i: None,
 ) -> dict[str, Rate]:  # fmt: skip
-    """FAILs over `runs` seeded clean runs, judged exactly and from the top logprobs."""
+    """FAILs over `runs` seeded clean runs, judged exactly and from the top logprobs; each Rate also keeps the runs'
+    PIT p-values (their whole distribution must be U(0, 1), not only its 1 % tail)."""
     fails = {"exact": 0, "top": 0}
+    p_values: dict[str, list[float]] = {"exact": [], "top": []}
     for r in range(runs):
         rng = torch.Generator().manual_seed(seed * 1_000_003 + r)
-        exact, top = synthetic_run(rng, docs, tokens, vocab, params)
-        fails["exact"] += judge_sampled(exact, vocab, alpha=alpha, seed=r).failed
-        fails["top"] += judge_sampled(top, vocab, alpha=alpha, seed=r).failed
+        for basis, samples in zip(("exact", "top"), synthetic_run(rng, docs, tokens, vocab, params), strict=True):
+            result = judge_sampled(samples, vocab, alpha=alpha, seed=r)
+            fails[basis] += result.failed
+            p_values[basis].append(result.numbers["pit"]["p"])
         progress(r + 1)
-    return {basis: Rate(n, runs) for basis, n in fails.items()}
+    return {basis: Rate(n, runs, tuple(p_values[basis])) for basis, n in fails.items()}
 
 
 # --- power: the bank of real verify steps ---------------------------------------------------------------------------
@@ -158,8 +162,12 @@ def _null(args) -> dict:
                            _progress(config, args.runs))  # fmt: skip
         for basis, rate in rates.items():
             label = f"{config}, {'exact' if basis == 'exact' else f'top-{TOP_LOGPROBS} logprobs'}"
-            print(f"  {label:45s} false FAIL {rate}")
-            figures[label] = {"fails": rate.fails, "runs": rate.runs, "rate": rate.value, "ci95": rate.interval()}
+            calibration = float(kstest(rate.p_values, "uniform").pvalue)
+            below = float(np.mean(np.array(rate.p_values) < 0.05))
+            print(f"  {label:45s} false FAIL {rate}; PIT p < 0.05 in {below:.3f} of runs; the runs' PIT p-values "
+                  f"against U(0, 1): KS p = {calibration:.2f}")  # fmt: skip
+            figures[label] = {"fails": rate.fails, "runs": rate.runs, "rate": rate.value, "ci95": rate.interval(),
+                              "p_below_0.05": below, "p_values_ks": calibration}  # fmt: skip
     return figures
 
 
@@ -187,8 +195,10 @@ def _power(args) -> dict:
                             lambda c, i, shown=shown: shown[c](i))  # fmt: skip
         for name, r in rates.items():
             what = "false FAIL" if name == "unmutated" else "FAIL"
+            idle = name != "unmutated" and not can_change(name, params)
             print(f"  {config:26s} {name:24s} {what} {r['rate']}; {r['positions']} positions, support violations in "
-                  f"{r['support_violations_in']} runs, median PIT p {r['median_pit_p']:.2g}")  # fmt: skip
+                  f"{r['support_violations_in']} runs, median PIT p {r['median_pit_p']:.2g}"
+                  + ("  (changes nothing at this configuration: it does not fire)" if idle else ""))  # fmt: skip
             figures[f"{config}, {name}"] = {"fails": r["rate"].fails, "runs": r["rate"].runs, "rate": r["rate"].value,
                                             "support_violations_in": r["support_violations_in"],
                                             "median_pit_p": r["median_pit_p"], "positions": r["positions"]}  # fmt: skip

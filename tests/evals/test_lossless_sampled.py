@@ -154,7 +154,7 @@ def test_reported_logprobs_are_checked_against_the_scoring():
     close = [[[lp + 2e-4, []] for lp in s.logprobs] for s in scored]
     ok = judge_sampled(_samples(exact, reported=close[0]), 100)
     assert ok.verdict == "PASS" and ok.numbers["target"]["max_abs_diff"] == pytest.approx(2e-4, abs=1e-6)
-    assert "target logprobs at most 0.0002 nats off the baseline's scoring" in ok.reason
+    assert "target logprobs at most 0.0002 nats off the baseline's scoring" in ok.reason  # 2e-4, two digits
     far = [list(r) for r in close[0]]
     far[9] = [far[9][0] + 0.05, []]
     bad = judge_sampled(_samples(exact, reported=far), 100)

@@ -233,7 +233,7 @@ class PlantedBugs:
         asked = [p for p in REJECTION_POINTS if self._asked(p)]
         if not asked:
             return None
-        wanted = [[p for p in asked if _on_rejection_path(item) and _can_change(p, item.request.sampling)]
+        wanted = [[p for p in asked if _on_rejection_path(item) and can_change(p, item.request.sampling)]
                   for item in items]  # fmt: skip
         firing = {p for points in wanted for p in points}
         firing = {p for p in firing if self.faults.due(p, step)}  # recorded once per step each
@@ -278,7 +278,7 @@ def _on_rejection_path(item) -> bool:
     return not item.is_context and _width(item) > 1 and req.stream is not None and not req.sampling.greedy
 
 
-def _can_change(point: str, params) -> bool:
+def can_change(point: str, params) -> bool:
     """Whether a sampled class can change anything for a request sampled with `params` (a bug that cannot is not
     said to fire: accept_unit_temperature at temperature 1, spec_filter_order without both filters)."""
     if point == "accept_unit_temperature":

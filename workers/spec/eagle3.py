@@ -141,4 +141,7 @@ class Eagle3OneModelWorker(SpecWorkerBase):
             q = torch.zeros(self.target.config.vocab_size, dtype=torch.float32)
             q[self.draft.to_target(torch.arange(len(q_draft), device=self.draft.d2t.device)).cpu()] = q_draft
             q_rows.append(q)
-        return self.draft.to_target(draft_ids.to(hidden.device)), q_rows
+        # Rank 0's draws for every rank: the next draft step feeds these tokens through the TP-sharded head, whose
+        # collectives need the same input on every rank (a rank's stream only matches rank 0's until it verifies)
+        draft_ids = self.tp.broadcast(draft_ids.to(hidden.device).contiguous())
+        return self.draft.to_target(draft_ids), q_rows
