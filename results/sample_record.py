@@ -35,6 +35,10 @@ class SampleRecord:
     acceptance_length: float | None = None
     acceptance: Mapping[str, Any] | None = None  # the request's own counts (spec-dec)
     sealed_fields: Sequence[str] | None = None  # fields stored sealed (results/seal.py)
+    # A sampled output's (temperature > 0) prompt and the parameters it was sampled with: what the sampled lossless
+    # gate's baseline scores it on (evals/lossless/scoring.py); None for a greedy one
+    prompt_token_ids: Sequence[int] | None = None
+    sampling: Mapping[str, Any] | None = None  # {"temperature", "top_k", "top_p"}
     extracted: Mapping[str, Any] = field(default_factory=dict)  # filter -> the answer it extracted
     correct: Mapping[str, Any] = field(default_factory=dict)  # filter -> whether that answer was right
     extra: Mapping[str, Any] = field(default_factory=dict)  # columns this version does not name
