@@ -8,10 +8,12 @@ changes outputs counts as caught only when the lossless gate FAILs it (acceptanc
 acceptance is a symptom of some bugs, of no others); a class that changes no output is caught by the events gate.
 The sampling class runs GSM8K at temperature > 0 (`gsm8k_sampled`), with an unmutated sampled run beside it.
 
-The sampled classes of the rejection sampler (`--spec-sampling rejection`, workers/engine/faults.py) are listed here
-too, marked with the sampler they live in; the matrix runs them once `run` judges a rejection-sampled run with the
-sampled lossless gate (evals/lossless/sampled.py): until then `MATRIX_SAMPLERS` holds the coupled sampler only, the
-default matrix leaves them out and `--only` refuses them with one line.
+The sampled classes of the rejection sampler (`--spec-sampling rejection`, workers/engine/faults.py) run GSM8K at
+temperature > 0 on that sampler, with an unmutated rejection-sampled run beside them: `run` judges them in
+distribution (the plain engine scores the outputs, evals/lossless/scoring.py), so each is caught only by the
+sampled lossless gate, never by token identity. They run when asked (`--only`): the default matrix leaves them out,
+since at the default size (SmolLM2, `--limit 10`: a few hundred sampled positions) the sampled gate's power against
+them is low (the seeded simulation says how low: python -m specdec_eval.evals.lossless.simulate power).
 """
 
 from __future__ import annotations
@@ -51,18 +53,11 @@ class BugClass:
     def is_clean(self) -> bool:
         return self.catcher is None
 
-    @property
-    def runnable(self) -> bool:
-        """Whether the matrix can run it now (its sampler's runs are judged by `run`)."""
-        return self.spec_sampling in MATRIX_SAMPLERS
-
-
-# The spec samplers whose runs `run` judges; "rejection" joins when the sampled lossless gate is wired into it.
-MATRIX_SAMPLERS = ("coupled",)
-
 
 CLEAN = BugClass("unmutated", "the engine as it is: every gate must PASS", catcher=None)
 CLEAN_SAMPLED = BugClass("unmutated, sampled", "the same at temperature > 0", sampled=True, catcher=None)
+CLEAN_REJECTION = BugClass("unmutated, rejection-sampled", "the same on --spec-sampling rejection, judged in "
+                           "distribution", sampled=True, catcher=None, spec_sampling="rejection")  # fmt: skip
 BUG_CLASSES = (
     BugClass("emit_rejected_draft", "verification emits a rejected draft once", ("emit_rejected_draft",)),
     BugClass("draft_kv_into_target", "the draft layer writes into the target's last KV layer (vLLM #25406)",
@@ -92,19 +87,22 @@ CLASS_NAMES = tuple(b.name for b in BUG_CLASSES)
 
 
 def select_classes(only: Sequence[str] | None) -> list[BugClass]:
-    """The matrix's rows: the unmutated runs (the sampled one only when a sampled class runs), then the classes
-    asked for (all by default)."""
+    """The matrix's rows: the unmutated runs (the sampled one only when a sampled class runs, the rejection-sampled
+    one only when a class of that sampler runs), then the classes asked for (by default all but the rejection
+    sampler's)."""
     names = [n.strip() for item in only or () for n in item.split(",") if n.strip()]
     unknown = [n for n in names if n not in CLASS_NAMES]
     if unknown:
         raise UserError(f"--only: unknown bug class {', '.join(unknown)} (known: {', '.join(CLASS_NAMES)})")
-    waiting = [b.name for b in BUG_CLASSES if b.name in names and not b.runnable]
-    if waiting:
-        raise UserError(f"--only: {', '.join(waiting)} need(s) `run` to judge --spec-sampling rejection with the "
-                        "sampled lossless gate, which it does not yet (simulate them: python -m "
-                        "specdec_eval.evals.lossless.simulate power)")  # fmt: skip
-    classes = [b for b in BUG_CLASSES if b.runnable and (not names or b.name in names)]
-    return [CLEAN] + ([CLEAN_SAMPLED] if any(b.sampled for b in classes) else []) + classes
+    classes = [b for b in BUG_CLASSES if b.name in names] if names else [b for b in BUG_CLASSES if not _opt_in(b)]
+    coupled = any(b.sampled and b.spec_sampling == "coupled" for b in classes)
+    rejection = any(b.spec_sampling == "rejection" for b in classes)
+    return [CLEAN] + ([CLEAN_SAMPLED] if coupled else []) + ([CLEAN_REJECTION] if rejection else []) + classes
+
+
+def _opt_in(bug: BugClass) -> bool:
+    """A class the default matrix leaves out: the rejection sampler's (see the module docstring)."""
+    return bug.spec_sampling == "rejection"
 
 
 def mutant_config(base: EngineConfig, bug: BugClass) -> EngineConfig:
@@ -182,6 +180,7 @@ def _cell(gate: str, summary: RunSummary, task: TaskSummary, elapsed: float, ord
         audited = ((summary.baseline or {}).get("audit") or {}).get("first_divergence")
         found = task.lossless.numbers if task.lossless else {}
         docs = [d["doc_id"] for d in found.get("divergences") or []] + ([audited["doc_id"]] if audited else [])
+        docs += [v["doc_id"] for v in found.get("violations") or []]  # a sampled verdict's support violations
     positions = sorted(order.index(d) + 1 for d in docs if d in order)
     doc = positions[0] if positions else (stopped.get("n") if stopped.get("gate") == gate else task.num_samples)
     return {"verdict": Verdict.FAIL, "doc": doc, "seconds": round(elapsed, 1), "reason": _reason(gate, summary, task)}
