@@ -41,3 +41,18 @@ def pit_histogram(record: Mapping[str, Any] | None, label: str) -> str | None:
     ax.set_title(f"{label}: sampled lossless {verdict} ({total:,} positions, {basis}{shown})", fontsize=9)
     ax.legend(fontsize=7, loc="upper right")
     return _png(fig)
+
+
+def pit_section(runs, escape, plots) -> str:
+    """HTML: per run and sampled task judged in distribution, its PIT histogram under the verdict and its basis."""
+    parts = []
+    for r in runs:
+        for t in r.tasks:
+            record = t.info.get("lossless") or {}
+            image = pit_histogram(record, r.label)
+            if image is None:
+                continue
+            parts.append(f"<h3>{escape(r.label)} {escape(t.task)}: {escape(record.get('verdict'))}</h3>")
+            parts.append(f'<p class="note">{escape(record.get("reason"))}</p>')
+            parts.append(plots([(image, f"{r.label} {t.task} PIT histogram")]))
+    return "\n".join(parts)
