@@ -87,7 +87,8 @@ def judge_scored(records: Sequence[SampleRecord], scorer: Scorer | None, dtype: 
         return {**GateResult(Verdict.NO_GATE, why).to_json(), **base}
     usable = [(r, p) for r, p in sampled if r.prompt_token_ids]
     if not usable:
-        why = "sampled: no sampled output recorded with its prompt (a run of an older version?); no lossless verdict"
+        why = ("sampled: no sampled output recorded with its prompt (reused by a resumed run, or a run of an older "
+               "version); no lossless verdict")  # fmt: skip
         return {**GateResult(Verdict.NO_GATE, why).to_json(), **base}
     requests = [ScoreRequest(tuple(r.prompt_token_ids), tuple(r.output_token_ids or ()), p, MAX_LOGPROBS)
                 for r, p in usable]  # fmt: skip
@@ -102,6 +103,9 @@ def judge_scored(records: Sequence[SampleRecord], scorer: Scorer | None, dtype: 
     record.update(base)
     record["scorer"] = scorer.what
     record["scoring_s"] = round(elapsed, 3)
+    if len(usable) < len(sampled):  # a resumed run's reused outputs keep no prompt (evals/pipeline/resume.py)
+        record["no_prompt"] = len(sampled) - len(usable)
+        record["reason"] += f"; {record['no_prompt']} sampled output(s) without a recorded prompt left out"
     return record
 
 

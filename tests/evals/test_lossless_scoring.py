@@ -73,6 +73,8 @@ def test_without_a_scorer_or_a_recorded_prompt_the_verdict_is_no_gate():
     assert judge_scored(records, None, "float32")["verdict"] == Verdict.NO_GATE
     old = [r.replace(prompt_token_ids=None) for r in records]  # a run of a version that did not record them
     assert judge_scored(old, scorer, "float32")["verdict"] == Verdict.NO_GATE and log == []
+    resumed = judge_scored([old[0], *records[1:]], scorer, "float32")  # a resumed run's reused output has none
+    assert resumed["no_prompt"] == 1 and "1 sampled output(s) without a recorded prompt left out" in resumed["reason"]
 
 
 ENGINE = EngineConfig(model="tiny", spec=SpecConfig())
