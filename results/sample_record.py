@@ -69,8 +69,9 @@ class SampleRecord:
     def to_row(self) -> dict[str, Any]:
         """The record as one row of samples.parquet (nested values as they are: the store flattens them)."""
         row = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _MAPPINGS}
-        if row["sealed_fields"] is None:
-            del row["sealed_fields"]
+        for name in _OMITTED_WHEN_NONE:
+            if row[name] is None:
+                del row[name]
         row = {k: list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, MappingProxyType) else v
                for k, v in row.items()}  # fmt: skip
         for name in dict.fromkeys([*self.extracted, *self.correct]):
@@ -99,3 +100,5 @@ class SampleRecord:
 
 
 _MAPPINGS = ("extracted", "correct", "extra")
+# Columns a row has only where they apply (a sealed sample's; a sampled output's prompt and parameters)
+_OMITTED_WHEN_NONE = ("sealed_fields", "prompt_token_ids", "sampling")
