@@ -70,7 +70,12 @@ def bench(
     ] = 0,
     task: Annotated[
         str,
-        typer.Option("--task", help="gsm8k, or gsm8k_smoke (shipped problems, offline demo).", rich_help_panel=VERDICT),
+        typer.Option(
+            "--task",
+            help="gsm8k, gsm8k_smoke (shipped problems, offline demo), or gsm8k_sampled (T = 0.7; with "
+            "--spec-sampling rejection: judged in distribution, the spec+scored side).",
+            rich_help_panel=VERDICT,
+        ),
     ] = "gsm8k",  # fmt: skip
     max_output_len: MaxOutputLen = MAX_OUTPUT_LEN,
     rounds: Annotated[

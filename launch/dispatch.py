@@ -26,6 +26,8 @@ from ..workers.interface import (
     OutputSink,
     ProgressFn,
     Prompt,
+    ScoredOutput,
+    ScoreRequest,
 )
 from ..workers.spec.metrics import AcceptanceStats
 from .dist import World
@@ -79,6 +81,11 @@ def _serve(engine: Engine, world: World, command: tuple, progress: ProgressFn | 
         mine = [i for i in range(len(pairs)) if i % dp == idx]
         results = list(zip(mine, engine.score([pairs[i] for i in mine]), strict=True))
         return results if world.is_replica_leader else None
+    if kind == "score_outputs":
+        _, requests = command
+        mine = [i for i in range(len(requests)) if i % dp == idx]
+        scored = list(zip(mine, engine.score_outputs([requests[i] for i in mine]), strict=True))
+        return scored if world.is_replica_leader else None
     if kind == "events":
         return engine.collect_events()
     if kind == "acceptance":
@@ -194,6 +201,14 @@ class ShardedEngine(ReplicaFront):
     def score(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
         results: list = [None] * len(pairs)
         for item in self._call(("score", list(pairs))):
+            for i, r in item or []:
+                results[i] = r
+        return results
+
+    def score_outputs(self, requests: Sequence[ScoreRequest]) -> list[ScoredOutput]:
+        """Every replica scores its share (round robin), as `score` does."""
+        results: list = [None] * len(requests)
+        for item in self._call(("score_outputs", list(requests))):
             for i, r in item or []:
                 results[i] = r
         return results

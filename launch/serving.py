@@ -24,7 +24,7 @@ from typing import Any
 
 from ..workers.config import SamplingParams
 from ..workers.engine.engine import Engine, per_prompt
-from ..workers.interface import GenerationOutput, Prompt, RequestDelta
+from ..workers.interface import GenerationOutput, Prompt, RequestDelta, ScoredOutput, ScoreRequest
 from .dispatch import ReplicaFront, _broadcast, _gather
 from .dist import World
 from .job import Job, JobFailed
@@ -87,7 +87,19 @@ def serve_steps_forever(engine: Engine, world: World) -> None:
         command = _broadcast(None, world)
         if command[0] == "stop":
             return
+        if command[0] == "score_outputs":
+            _gather(_score_on_first_replica(engine, world, command[1]), world)
+            continue
         _gather(_apply(engine, world, books, command), world)
+
+
+def _score_on_first_replica(engine: Engine, world: World, requests: list[ScoreRequest]) -> list[ScoredOutput] | None:
+    """Teacher forcing between lockstep steps: the first replica's TP group scores (its ranks make the same calls, so
+    their collectives meet); the others wait at the gather."""
+    if world.dp_index != 0:
+        return None
+    scored = engine.score_outputs(requests)
+    return scored if world.is_replica_leader else None
 
 
 class ShardedServingEngine(ReplicaFront):
@@ -185,6 +197,13 @@ class ShardedServingEngine(ReplicaFront):
 
     def score(self, pairs):
         raise NotImplementedError("a serving job generates; loglikelihood runs use `run --gpus N`")
+
+    def score_outputs(self, requests: Sequence[ScoreRequest]) -> list[ScoredOutput]:
+        """Teacher forcing on the first replica, between two lockstep steps (what `echo` and `prompt_logprobs` ask)."""
+        command = ("score_outputs", list(requests))
+        _broadcast(command, self._world)
+        gathered = _gather(_score_on_first_replica(self._local, self._world, command[1]), self._world)
+        return gathered[0]
 
     # --- one lockstep exchange ----------------------------------------------------------------------
 

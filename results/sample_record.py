@@ -35,6 +35,10 @@ class SampleRecord:
     acceptance_length: float | None = None
     acceptance: Mapping[str, Any] | None = None  # the request's own counts (spec-dec)
     sealed_fields: Sequence[str] | None = None  # fields stored sealed (results/seal.py)
+    # A sampled output's (temperature > 0) prompt and the parameters it was sampled with: what the sampled lossless
+    # gate's baseline scores it on (evals/lossless/scoring.py); None for a greedy one
+    prompt_token_ids: Sequence[int] | None = None
+    sampling: Mapping[str, Any] | None = None  # {"temperature", "top_k", "top_p"}
     extracted: Mapping[str, Any] = field(default_factory=dict)  # filter -> the answer it extracted
     correct: Mapping[str, Any] = field(default_factory=dict)  # filter -> whether that answer was right
     extra: Mapping[str, Any] = field(default_factory=dict)  # columns this version does not name
@@ -65,8 +69,9 @@ class SampleRecord:
     def to_row(self) -> dict[str, Any]:
         """The record as one row of samples.parquet (nested values as they are: the store flattens them)."""
         row = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _MAPPINGS}
-        if row["sealed_fields"] is None:
-            del row["sealed_fields"]
+        for name in _OMITTED_WHEN_NONE:
+            if row[name] is None:
+                del row[name]
         row = {k: list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, MappingProxyType) else v
                for k, v in row.items()}  # fmt: skip
         for name in dict.fromkeys([*self.extracted, *self.correct]):
@@ -95,3 +100,5 @@ class SampleRecord:
 
 
 _MAPPINGS = ("extracted", "correct", "extra")
+# Columns a row has only where they apply (a sealed sample's; a sampled output's prompt and parameters)
+_OMITTED_WHEN_NONE = ("sealed_fields", "prompt_token_ids", "sampling")

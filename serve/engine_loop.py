@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import UserError
 from ..workers.config import SamplingParams
-from ..workers.interface import Prompt, RequestDelta, ServingEngine
+from ..workers.interface import GenerationOutput, Prompt, RequestDelta, ScoredOutput, ScoreRequest, ServingEngine
 from .errors import ApiError, bad_request, engine_failed, unavailable
 from .event_lines import EventLines
 from .metrics import ServerMetrics
@@ -65,8 +65,12 @@ class Ticket:
     sampling: SamplingParams
     post: Callable[[Event], None]
     default_max_tokens: bool = False  # the client set no limit: use what the context leaves
+    score_prompt: int | None = None  # score the prompt first (echo, prompt_logprobs), with this many alternatives
+    generate: bool = True  # False: the prompt's scoring only (echo with max_tokens 0)
     request_id: int | None = None
     done: bool = False
+    # Set by the engine thread before it posts the ticket's first event: the prompt's teacher-forced scoring
+    prompt_scored: ScoredOutput | None = None
 
 
 class EngineLoop:
@@ -188,6 +192,10 @@ class EngineLoop:
     def _add(self, ticket: Ticket) -> None:
         try:
             ids = self.engine.encode(ticket.prompt)
+            if ticket.score_prompt is not None:
+                ticket.prompt_scored = self._score_prompt(ids, ticket.score_prompt)
+            if not ticket.generate:
+                return self._answer_scoring_only(ticket, ids)
             sampling = self._fit_context(len(ids), ticket)
             ticket.request_id = self.engine.add_request(ids, sampling)
         except ApiError as e:
@@ -199,6 +207,26 @@ class EngineLoop:
             return self._reject(ticket, engine_failed(f"cannot add the request: {type(e).__name__}: {e}"))
         self._live[ticket.request_id] = ticket
         self.metrics.request_added(len(ids))
+
+    def _score_prompt(self, ids: list[int], top: int) -> ScoredOutput:
+        """Teacher forcing over the prompt, between two engine steps (this thread owns the engine)."""
+        if len(ids) > self.max_model_len:
+            raise bad_request(f"this model's maximum context length is {self.max_model_len} tokens; the prompt has "
+                              f"{len(ids)}")  # fmt: skip
+        if len(ids) < 2:  # the first token has no logprob: nothing to score
+            return ScoredOutput([], [])
+        scored = self.engine.score_outputs([ScoreRequest((ids[0],), tuple(ids[1:]), SamplingParams(), top)])[0]
+        if scored.error is not None:
+            raise bad_request(f"cannot score the prompt: {scored.error}")
+        return scored
+
+    def _answer_scoring_only(self, ticket: Ticket, ids: list[int]) -> None:
+        """echo with max_tokens 0: the answer is the prompt's scoring, with no generation."""
+        self.metrics.request_added(len(ids))
+        output = GenerationOutput(index=0, prompt_token_ids=list(ids), token_ids=[], text="", finish_reason="length")
+        self.metrics.request_finished("length", output)
+        self._release(ticket)
+        ticket.post(RequestDelta(-1, [], finished=True, output=output))
 
     def _fit_context(self, num_prompt_tokens: int, ticket: Ticket) -> SamplingParams:
         room = self.max_model_len - num_prompt_tokens

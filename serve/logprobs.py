@@ -5,7 +5,11 @@ decoded text (or, when the request asks with vLLM's `return_tokens_as_token_ids`
 that are no whole UTF-8 character all print as U+FFFD, and a top_logprobs dict keyed by text would merge them);
 `text_offset` is where each token's text starts in the completion's text (special tokens left out, a character
 split over byte tokens counted once, at the token that completes it), never past its end; chat's `bytes` are the
-token's own bytes (a byte-fallback token's one byte, not the three of the U+FFFD it prints as)."""
+token's own bytes (a byte-fallback token's one byte, not the three of the U+FFFD it prints as); with `echo`, offsets
+count from the prompt's start.
+
+A scored prompt (teacher forcing, `ScoredOutput`) answers `echo` with `logprobs` (the completions shape, the prompt's
+tokens first) and vLLM's `prompt_logprobs`."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import functools
 import re
 from typing import Any
 
-from ..workers.interface import GenerationOutput
+from ..workers.interface import GenerationOutput, ScoredOutput
 from ..workers.remote.endpoint_logprobs import TOKEN_ID_PREFIX
 
 
@@ -100,3 +104,44 @@ def chat_logprobs(output: GenerationOutput, tokenizer: Any, as_ids: bool = False
     for token_id, rec in zip(output.token_ids, output.logprobs, strict=False):
         content.append({**entry(token_id, rec[0]), "top_logprobs": [entry(t, lp) for t, lp in rec[1]]})
     return {"content": content}
+
+
+def echoed_completion_logprobs(
+    prompt_ids: list[int], scored: ScoredOutput, k: int, output: GenerationOutput, tokenizer: Any, as_ids: bool = False
+) -> dict[str, Any]:
+    """`echo` with `logprobs: k`: the prompt's tokens first (the first has no logprob: null, as OpenAI's legacy API
+    and vLLM answer), then the completion's, offsets counting characters from the start of the prompt."""
+    name = _namer(tokenizer, as_ids)
+    texts = [tokenizer.decode([int(t)]) for t in prompt_ids]
+    offsets, at = [], 0
+    for text in texts:
+        offsets.append(at)
+        at += len(text)
+    echoed = {
+        "tokens": [name(t) for t in prompt_ids] if as_ids else texts,
+        "token_logprobs": [None, *scored.logprobs],
+        "top_logprobs": [None, *({name(t): lp for t, lp in alts[:k]} for alts in scored.top_logprobs)],
+        "text_offset": offsets,
+    }
+    completion = completion_logprobs(output, tokenizer, as_ids)
+    if completion is None:
+        return echoed
+    return {
+        "tokens": echoed["tokens"] + completion["tokens"],
+        "token_logprobs": echoed["token_logprobs"] + completion["token_logprobs"],
+        "top_logprobs": echoed["top_logprobs"] + completion["top_logprobs"],
+        "text_offset": echoed["text_offset"] + [at + o for o in completion["text_offset"]],
+    }
+
+
+def prompt_logprobs(prompt_ids: list[int], scored: ScoredOutput, k: int, tokenizer: Any) -> list[dict | None]:
+    """vLLM's `prompt_logprobs` of one choice: null for the first prompt token, then per token {token id: {logprob,
+    rank, decoded_token}} holding the token itself and the top k alternatives."""
+    out: list[dict | None] = [None]
+    ranks = scored.ranks or [None] * len(scored.logprobs)
+    for token, lp, rank, alts in zip(prompt_ids[1:], scored.logprobs, ranks, scored.top_logprobs, strict=True):
+        entry = {str(t): {"logprob": v, "rank": r, "decoded_token": tokenizer.decode([int(t)])}
+                 for r, (t, v) in enumerate(alts[:k], 1)}  # fmt: skip
+        entry.setdefault(str(token), {"logprob": lp, "rank": rank, "decoded_token": tokenizer.decode([int(token)])})
+        out.append(entry)
+    return out

@@ -13,9 +13,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..workers.interface import GenerationOutput
+from ..workers.interface import GenerationOutput, ScoredOutput
 from ..workers.spec.metrics import merge_acceptance
-from .logprobs import chat_logprobs, completion_logprobs
+from .logprobs import chat_logprobs, completion_logprobs, echoed_completion_logprobs, prompt_logprobs
 
 OPENAI_FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
 
@@ -64,6 +64,9 @@ class Responder:
     created: int = field(default_factory=lambda: int(time.time()))
     tokenizer: Any = None  # renders tokens of the log-probabilities a request asked for (serve/logprobs.py)
     token_ids_as_names: bool = False  # the request's return_tokens_as_token_ids: "token_id:N" in the logprobs
+    echo: bool = False  # completions: the prompt before the completion (its logprobs too, with `logprobs`)
+    logprobs: int | None = None  # completions' `logprobs: k` (the echoed prompt's alternatives)
+    prompt_logprobs: int | None = None  # vLLM's `prompt_logprobs: k`
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -72,19 +75,33 @@ class Responder:
     def _envelope(self, object_: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {"id": self.id, "object": object_, "created": self.created, "model": self.model, "choices": choices}
 
-    def answer(self, outputs: list[GenerationOutput], stop_reasons: list[str | None]) -> dict[str, Any]:
+    def answer(
+        self,
+        outputs: list[GenerationOutput],
+        stop_reasons: list[str | None],
+        prompts: list[tuple[str, ScoredOutput | None]] | None = None,
+    ) -> dict[str, Any]:
+        """prompts: per choice, the prompt's text and its scoring (what `echo` and `prompt_logprobs` answer with)."""
         choices = []
         for index, (out, reason) in enumerate(zip(outputs, stop_reasons, strict=True)):
             choice: dict[str, Any] = {"index": index}
+            prompt_text, scored = prompts[index] if prompts is not None else ("", None)
             if self.chat:
                 choice["message"] = {"role": "assistant", "content": out.text}
             else:
-                choice["text"] = out.text
-            logprobs = (chat_logprobs if self.chat else completion_logprobs)(
-                out, self.tokenizer, self.token_ids_as_names
-            )
+                choice["text"] = prompt_text + out.text if self.echo else out.text
+            if self.echo and self.logprobs is not None and scored is not None:
+                logprobs = echoed_completion_logprobs(list(out.prompt_token_ids), scored, self.logprobs, out,
+                                                      self.tokenizer, self.token_ids_as_names)  # fmt: skip
+            else:
+                logprobs = (chat_logprobs if self.chat else completion_logprobs)(
+                    out, self.tokenizer, self.token_ids_as_names
+                )
             choice.update(logprobs=logprobs, finish_reason=OPENAI_FINISH[out.finish_reason], stop_reason=reason,
                           token_ids=list(out.token_ids), prompt_token_ids=list(out.prompt_token_ids))  # fmt: skip
+            if self.prompt_logprobs is not None and scored is not None:
+                choice["prompt_logprobs"] = prompt_logprobs(list(out.prompt_token_ids), scored, self.prompt_logprobs,
+                                                            self.tokenizer)  # fmt: skip
             choices.append(choice)
         body = self._envelope("chat.completion" if self.chat else "text_completion", choices)
         body["usage"] = usage(sum(len(o.prompt_token_ids) for o in outputs), sum(len(o.token_ids) for o in outputs))

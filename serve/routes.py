@@ -90,18 +90,15 @@ async def _generate(request: Request, chat: bool) -> Response:
         raise ApiError(404, f"model {body.model!r} is not served here (this server serves {settings.model_name!r})",
                        code="model_not_found")  # fmt: skip
     channel = Channel()
-    tickets = [Ticket(p, engine_input.sampling, channel.poster(i), engine_input.default_max_tokens)
+    tickets = [Ticket(p, engine_input.sampling, channel.poster(i), engine_input.default_max_tokens,
+                      engine_input.score_prompt, engine_input.generate)
                for i, p in enumerate(engine_input.prompts)]  # fmt: skip
     state.loop.submit(tickets)
-    call = _Call(
-        state,
-        tickets,
-        channel,
-        Responder(
-            chat, settings.model_name, tokenizer=state.tokenizer, token_ids_as_names=body.return_tokens_as_token_ids
-        ),
-        engine_input,
-    )
+    responder = Responder(chat, settings.model_name, tokenizer=state.tokenizer,
+                          token_ids_as_names=body.return_tokens_as_token_ids)  # fmt: skip
+    if not chat:
+        responder.echo, responder.logprobs, responder.prompt_logprobs = body.echo, body.logprobs, body.prompt_logprobs
+    call = _Call(state, tickets, channel, responder, engine_input)
     watch = _DisconnectWatch(request)
     handed_over = False  # once the stream is returned, it aborts what is left when it ends
     try:
@@ -142,7 +139,8 @@ class _Call:
             self.raise_if_failed(event)
             if event.finished:
                 self.outputs[index] = event.output
-        return self.responder.answer(self.outputs, [self._stop_reason(o) for o in self.outputs])
+        prompts = [(_prompt_text(t.prompt, self.state.tokenizer), t.prompt_scored) for t in self.tickets]
+        return self.responder.answer(self.outputs, [self._stop_reason(o) for o in self.outputs], prompts)
 
     async def events(self, first: tuple[int, Event], include_usage: bool) -> AsyncIterator[str]:
         texts = [TextStream(self.state.tokenizer, self.stop) for _ in self.tickets]
@@ -178,6 +176,15 @@ class _Call:
         unfinished = [t for t, o in zip(self.tickets, self.outputs, strict=True) if o is None]
         if unfinished:
             self.state.loop.abort(unfinished)
+
+
+def _prompt_text(prompt: Any, tokenizer: Any) -> str:
+    """What `echo` puts before the completion: the prompt as sent, or its tokens' text."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+        return tokenizer.decode(prompt)
+    return ""  # chat messages: echo is a completions field
 
 
 def _failure(output: GenerationOutput) -> ApiError:

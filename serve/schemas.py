@@ -1,9 +1,15 @@
 """OpenAI request bodies (completions and chat) and their conversion into what the engine takes: prompts and one
 `SamplingParams`, validated by the engine's own dataclass, so a bad value gets the engine's message as a 400.
 
-Fields we do not implement but that would change the answer (n > 1, echo, penalties, ...) are refused with a 400
-rather than silently ignored; fields that do not change it (user, metadata, ...) are ignored. Log-probabilities are
-returned (completions: `logprobs: k`; chat: `logprobs: true` with `top_logprobs: k`), except in a stream."""
+Fields we do not implement but that would change the answer (n > 1, penalties, ...) are refused with a 400 rather
+than silently ignored; fields that do not change it (user, metadata, ...) are ignored. Log-probabilities are
+returned (completions: `logprobs: k`; chat: `logprobs: true` with `top_logprobs: k`), except in a stream.
+
+Scoring a prompt (teacher forcing, what lm-eval's loglikelihood requests and the sampled lossless gate's baseline
+ask): completions' `echo: true` returns the prompt before the completion, with its tokens' logprobs in front of the
+completion's when `logprobs` is set (the first token's null, as OpenAI's legacy API has it), and `max_tokens: 0`
+then generates nothing; vLLM's `prompt_logprobs: k` returns `prompt_logprobs` in the choice, vLLM's shape: per
+prompt token null (the first) or {token id: {logprob, rank, decoded_token}} for the token and the top k."""
 
 from __future__ import annotations
 
@@ -82,16 +88,27 @@ class CompletionRequest(_Generation):
     prompt: str | list[int] | list[str] | list[list[int]]
     echo: bool = False
     logprobs: int | None = None
+    prompt_logprobs: int | None = None  # vLLM's extension: the prompt's tokens scored, with the top k of each
     suffix: str | None = None
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
-        if self.echo:
-            raise bad_request("echo is not supported")
         if self.logprobs is not None:
             _check_logprobs(self.logprobs, "logprobs", COMPLETION_MAX_LOGPROBS, self.stream)
+        if self.stream and (self.echo or self.prompt_logprobs is not None):
+            raise bad_request("echo and prompt_logprobs are not supported in a stream; ask without stream: true")
+        if self.prompt_logprobs is not None and not 0 <= self.prompt_logprobs <= MAX_LOGPROBS:
+            raise bad_request(f"prompt_logprobs must be in 0..{MAX_LOGPROBS}, got {self.prompt_logprobs}")
+        if self.max_tokens == 0 and not self.echo:
+            raise bad_request("max_tokens 0 generates nothing: it needs echo: true (scoring the prompt)")
         if self.suffix:
             raise bad_request("suffix is not supported")
+
+    @property
+    def prompt_scores_wanted(self) -> int | None:
+        """How many top alternatives each prompt token's scoring needs (None: the prompt is not scored)."""
+        wanted = [k for k in (self.logprobs if self.echo else None, self.prompt_logprobs) if k is not None]
+        return max(wanted) if wanted else None
 
 
 class ContentPart(BaseModel):
@@ -196,6 +213,8 @@ class EngineInput:
     prompts: list[str | list[int] | list[dict[str, str]]]
     sampling: SamplingParams
     default_max_tokens: bool = False
+    score_prompt: int | None = None  # score each prompt by teacher forcing, with this many top alternatives
+    generate: bool = True  # False: max_tokens 0 with echo, the prompt's scoring only
 
 
 def completion_input(request: CompletionRequest, vocab_size: int) -> EngineInput:
@@ -210,7 +229,9 @@ def completion_input(request: CompletionRequest, vocab_size: int) -> EngineInput
         if isinstance(p, list):
             _check_token_ids(p, vocab_size)
     max_tokens = DEFAULT_COMPLETION_TOKENS if request.max_tokens is None else request.max_tokens
-    return EngineInput(prompts, sampling_params(request, max_tokens, request.logprobs))
+    generate = max_tokens > 0
+    sampling = sampling_params(request, max_tokens if generate else 1, request.logprobs)
+    return EngineInput(prompts, sampling, score_prompt=request.prompt_scores_wanted, generate=generate)
 
 
 def chat_input(request: ChatRequest) -> EngineInput:

@@ -44,6 +44,14 @@ def parse_capture_layers(text: str) -> tuple[int, ...]:
 
 
 SPEC_GUARDS = ("template", "none")
+# How a spec-dec engine verifies drafts at temperature > 0 (workers/spec/verify.py, workers/spec/rejection.py):
+#   coupled      keyed sampling: a draft is accepted when it equals the sample keyed by (seed, position), so a
+#                spec-dec run emits exactly the tokens a plain run of the same seed does (identity is checkable)
+#   rejection    rejection sampling as vLLM / SGLang / TensorRT-LLM do it: a one-hot draft d is accepted with
+#                probability p(d), else the token is drawn from p without d; random numbers streamed per request
+#   rejection-q  the same with drafts sampled from the draft head's q: accepted with min(1, p/q), residual
+#                norm(max(0, p - q)) (needs a method with a draft model)
+SPEC_SAMPLINGS = ("coupled", "rejection", "rejection-q")
 WARMUP_MODES = ("auto", "on", "off")
 
 
@@ -66,6 +74,7 @@ class SpecConfig:
     guard: str = "template"
     draft_seed: int = 0
     ngram_size: int | None = None  # ngram: tokens matched (n); None: the method's default
+    sampling: str = "coupled"  # how drafts are verified at temperature > 0: one of SPEC_SAMPLINGS
 
     def __post_init__(self) -> None:
         from .spec.registry import method_options, spec_method  # late: the registry names worker modules
@@ -75,6 +84,11 @@ class SpecConfig:
             raise UserError(f"max draft len must be in 1..16, got {self.max_draft_len}")
         if self.guard not in SPEC_GUARDS:
             raise UserError(f"unknown spec guard {self.guard!r} (known: {', '.join(SPEC_GUARDS)})")
+        if self.sampling not in SPEC_SAMPLINGS:
+            raise UserError(f"unknown spec sampling {self.sampling!r} (known: {', '.join(SPEC_SAMPLINGS)})")
+        if self.sampling == "rejection-q" and method.draft_builder is None:
+            raise UserError(f"--spec-sampling rejection-q samples drafts from a draft model's q; {self.algorithm} "
+                            "has none (use rejection)")  # fmt: skip
         defaults = {f.name: f.default for f in fields(SpecConfig)}
         for name, owners in method_options().items():
             if name not in method.options and getattr(self, name) != defaults[name]:
@@ -166,7 +180,7 @@ class EngineConfig:
         """Each --inject parses, and can fire in this configuration: a fault that never fires would make a run
         look as if the engine had survived it. (A fault scheduled past the run's last step cannot be known
         here.)"""
-        from .engine.faults import SPEC_POINTS, FaultSpec  # late: faults.py imports torch
+        from .engine.faults import REJECTION_POINTS, SPEC_POINTS, FaultSpec  # late: faults.py imports torch
 
         for text in self.inject:
             fault = FaultSpec.parse(text, self.seed)
@@ -174,6 +188,9 @@ class EngineConfig:
             # is never taken); only a user asking for one without --spec is refused (`from_options`).
             if fault.point in SPEC_POINTS and self.spec is None and not fault.is_behaviour:
                 raise UserError(f"--inject {text!r} can never fire: {fault.point} is a spec-dec point; add --spec")
+            if fault.point in REJECTION_POINTS and self.spec is not None and self.spec.sampling == "coupled":
+                raise UserError(f"--inject {text!r} can never fire: it is a bug of the rejection sampler; add "
+                                "--spec-sampling rejection")  # fmt: skip
             k = self.spec.max_draft_len if self.spec is not None else 0
             if fault.point == "draft_step" and fault.arg is not None and k and fault.arg >= k:
                 raise UserError(f"--inject {text!r} can never fire: draft steps are 0..{k - 1} with --draft-len {k}")

@@ -19,6 +19,7 @@ from .config import (
     DEVICES,
     DTYPES,
     SPEC_GUARDS,
+    SPEC_SAMPLINGS,
     WARMUP_MODES,
     EngineConfig,
     KVCacheConfig,
@@ -130,11 +131,18 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
     EngineOption("ngram_size", ("--ngram-size",), int | None, "spec.ngram_size",
                  "ngram: tokens matched to find a continuation in the request's own text (n; default 3).", SPEC,
                  min=1, max=16),
+    EngineOption("spec_sampling", ("--spec-sampling",), str, "spec.sampling",
+                 "How drafts are verified at temperature > 0: coupled (keyed draws: a spec-dec run emits the tokens a "
+                 "plain run of the same seed does), rejection (rejection sampling with a random stream per request, "
+                 "as vLLM, SGLang and TensorRT-LLM do: lossless in distribution only), rejection-q (drafts sampled "
+                 "from the draft head's q, accepted with min(1, p/q)).", SPEC, choices=lambda: SPEC_SAMPLINGS),
     EngineOption("inject", ("--inject",), list[str] | None, "inject",
                  "Inject a fault: POINT[:K][@STEP|@random][xCOUNT], POINT one of warmup_oom, prepare_for_spec_dec, "
                  "draft_step, target_forward, restore, or a planted bug class: emit_rejected_draft, "
                  "draft_kv_into_target, spec_alters_target, rewind_keeps_rejected, accept_off_by_one, "
-                 "sample_key_shift, verify_width_numerics, rewind_leaks_blocks (repeatable; see selftest --mutants). "
+                 "sample_key_shift, verify_width_numerics, rewind_leaks_blocks, or a sampled class of --spec-sampling "
+                 "rejection: rejection_greedy, residual_keeps_draft, accept_unit_temperature, spec_filter_order, "
+                 "accept_neighbour_row (repeatable; see selftest --mutants). "
                  "Example: draft_step:1@3",
                  FAULTS, parse=_fault_specs),
     EngineOption("max_retries", ("--max-retries",), int, "max_retries",
@@ -164,10 +172,13 @@ def from_options(**values: Any) -> EngineConfig:
         bugs = behaviour_faults(v["inject"])
         if bugs:
             raise UserError(f"--inject {bugs[0]!r} can never fire: it is a bug on a spec-dec code path; add --spec")
+    if v["spec"] == "none" and v["spec_sampling"] != field_default("spec.sampling"):
+        raise UserError(f"--spec-sampling {v['spec_sampling']} verifies drafts; add --spec (eagle3 or ngram)")
     if v["spec"] != "none":
         layers = parse_capture_layers(v["capture_layers"]) if v["capture_layers"] else None
         spec_cfg = SpecConfig(algorithm=v["spec"], max_draft_len=v["draft_len"], draft_model=v["draft_model"],
-                              guard=v["spec_guard"], capture_layers=layers, ngram_size=v["ngram_size"])  # fmt: skip
+                              guard=v["spec_guard"], capture_layers=layers, ngram_size=v["ngram_size"],
+                              sampling=v["spec_sampling"])  # fmt: skip
     kv = KVCacheConfig(version=v["kv_cache"], block_size=v["block_size"], enable_block_reuse=v["block_reuse"],
                        decode_copy=v["decode_copy"])  # fmt: skip
     return EngineConfig(

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .config import SamplingParams
+from .config import MAX_LOGPROBS, SamplingParams
 
 Prompt = str | list[int] | list[dict[str, str]]
 
@@ -29,6 +29,47 @@ class GenerationOutput:
     # Asked for (SamplingParams.logprobs): per output token [its log-probability, [[id or key, logprob], ...] of the
     # top alternatives]; an endpoint's token keys come from its own tokens (workers/remote/endpoint_logprobs.py)
     logprobs: list[list] | None = None
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """One output to score by teacher forcing (the sampled lossless gate's baseline, evals/lossless/sampled.py): the
+    target's log-probability of every token of `output_token_ids` after `prompt_token_ids` and what came before it,
+    and where each token falls in the sampling distribution `sampling` defines there (temperature, top-k, top-p:
+    what the output was sampled with). `top_logprobs`: how many raw alternatives to return per position."""
+
+    prompt_token_ids: tuple[int, ...]
+    output_token_ids: tuple[int, ...]
+    sampling: SamplingParams
+    top_logprobs: int = MAX_LOGPROBS
+
+
+@dataclass(frozen=True)
+class SampledPosition:
+    """Where an emitted token falls in the target's sampling distribution at its position, known exactly (the engine
+    had the whole distribution). Tokens are ranked by sampling probability, highest first, ties by id."""
+
+    prob: float  # the token's probability in the sampling distribution (0 outside its support)
+    mass_above: float  # the sampling probability of the tokens ranked above it
+    # "in": inside the support; "out": outside it (a top-k / top-p violation) by more than the logit noise the
+    # scorer was told to allow; "edge": outside it by less than that noise (the sides' logits may differ that much)
+    support: str = "in"
+
+
+@dataclass
+class ScoredOutput:
+    """The teacher-forced scoring of one output. Per output token i: its raw log-probability (log-softmax of the
+    logits: before temperature and filters, as engines report logprobs by default) and the raw top alternatives
+    ([[id or token key, logprob], ...], best first; keys as in GenerationOutput.logprobs for an endpoint)."""
+
+    logprobs: list[float]
+    top_logprobs: list[list[list]]
+    sampled: list[SampledPosition] | None = None  # exact positions (our engine); None: only the top alternatives
+    error: str | None = None  # the output could not be scored (the lists are then empty)
+    ranks: list[int] | None = None  # each scored token's rank among the raw logprobs (1: the most likely)
+    # The scored tokens as the top alternatives name them (an endpoint that names tokens by text: their keys); None:
+    # by their ids
+    token_keys: list[int] | None = None
 
 
 @dataclass
@@ -119,6 +160,11 @@ class InferenceEngine(Protocol):
     ) -> list[GenerationOutput]: ...
 
     def score(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]: ...
+
+    def score_outputs(self, requests: Sequence[ScoreRequest]) -> list[ScoredOutput]:
+        """Teacher forcing: one prefill-shaped pass over prompt + output per request, no decoding; one result per
+        request, in order (a request that cannot be scored has its `error`)."""
+        ...
 
     def collect_events(self) -> list[dict[str, Any]]: ...  # every rank's events so far, in time order
 

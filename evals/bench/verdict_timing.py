@@ -5,7 +5,10 @@ run` does: evaluate, record, gates) on a subset of GSM8K, for three ways of gett
 - spec+separate: a spec-dec run plus its lossless baseline as a second full evaluation (`--baseline separate`);
 - spec+paired: a spec-dec run whose baseline decodes from the same prefill (paired decoding, `run`'s default),
   including the audit of its twins on a second engine with no spec worker (evals/lossless/twin_audit.py): its engine's
-  construction and its checks are in the side's wall time, and each round's audit seconds are reported apart.
+  construction and its checks are in the side's wall time, and each round's audit seconds are reported apart;
+- spec+scored (in place of the two above for a sampled task, `--task gsm8k_sampled`, on a sampler judged in
+  distribution, `--spec-sampling rejection`): the spec-dec run and the plain engine's scoring of its outputs
+  (evals/lossless/scoring.py), no baseline decoded.
 
 Each side runs into its own fresh temporary runs folder, so no baseline is found and reused between sides or
 rounds; the sides are interleaved in rounds (evals/bench/rounds.py) and each ratio to the plain side is the median of
@@ -36,6 +39,7 @@ from .hardware import BANDWIDTH_MIB, GEMM_SIZE, measure_limits_apart
 from .rounds import MIN_ROUNDS, interleave, ratio_spread, spread_of, unstable_line
 
 PLAIN, SEPARATE, PAIRED = "plain", "spec+separate", "spec+paired"
+SCORED = "spec+scored"  # a sampled task on a sampler judged in distribution: the run, then the plain engine's scoring
 
 
 @dataclass(frozen=True)
@@ -181,6 +185,14 @@ def failed_gates(run_summary: RunSummary | dict[str, Any]) -> list[str]:
     return why
 
 
+def _scored(spec_config: EngineConfig, options: EvalOptions) -> bool:
+    """Whether every task of the bench is judged in distribution (no baseline to decode, separate or paired)."""
+    from ...workers.engine.engine import identity_of
+    from ..lossless.scoring import is_sampled, judged_in_distribution
+
+    return judged_in_distribution(identity_of(spec_config)) and all(is_sampled(t.temperature) for t in options.tasks)
+
+
 def _lossless(summary: RunSummary) -> str:
     verdicts = [t.lossless.verdict if t.lossless else "-" for t in summary.tasks.values()]
     return ",".join(verdicts)
@@ -201,6 +213,8 @@ def run_verdict_bench(spec_config: EngineConfig, plan: VerdictBenchPlan, log: Ca
         SEPARATE: lambda _r: run_side(spec_config, options, "separate", plan.work_dir, progress_for),
         PAIRED: lambda _r: run_side(spec_config, options, "paired", plan.work_dir, progress_for),
     }
+    if _scored(spec_config, options):  # one way to a verdict: the run and its scoring (evals/pipeline/run.py)
+        sides = {PLAIN: sides[PLAIN], SCORED: sides[SEPARATE]}
     model_config, dtype_bytes, device = _model_shape(spec_config)
     say(f"bench --verdict: measuring this machine's limits on {device} ...")
     limits = measure_limits_apart(device, plan.gemm_size, plan.bandwidth_mib)
@@ -230,7 +244,7 @@ def verdict_report(runs: dict[str, list[SideRun]], roof: roofline.Roofline, subs
     if PAIRED in runs:
         report["sides"][PAIRED]["audit_s"] = [_audit_s(r.summary) for r in runs[PAIRED]]
     report["ratios"], report["unstable"] = {}, []
-    for name in (SEPARATE, PAIRED):
+    for name in (SEPARATE, PAIRED, SCORED):
         if name in walls:
             s = ratio_spread(walls[name], walls[PLAIN])
             report["ratios"][f"{name} / {PLAIN}"] = s.to_dict(3)

@@ -4,7 +4,9 @@ must be.
 - "twin": the plain twins of a paired run, decoded in the spec-dec engine from the same prefill, trusted only as far
   as their audit on a plain engine shows (twin_audit.py); a divergence there FAILs the gate;
 - "separate": a plain run this command just made, on an engine with no spec worker;
-- "recorded": a finished plain run found in the runs folder, or the one `--baseline RUN` names.
+- "recorded": a finished plain run found in the runs folder, or the one `--baseline RUN` names;
+- "scored": no decoded run: the plain engine scores a sampled run's outputs by teacher forcing (scoring.py), for a
+  run whose sampler does not reproduce the plain run's tokens (`--spec-sampling rejection`, a server).
 
 A named run must be a finished, clean, non-speculative run of a comparable configuration (`baseline_problem`).
 Anything else would let the gate compare a spec-dec run with another spec-dec run, with a run whose outputs a fault
@@ -12,8 +14,8 @@ changed, or with a run that itself failed, and say PASS. It is checked before an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ...errors import UserError
 from ...results import store
@@ -23,10 +25,14 @@ from ..run_identity import baseline_identity, find_baseline, is_paired_twin, run
 from ..run_types import EvalOptions
 from .baseline_rules import recorded_baseline_problem
 
+if TYPE_CHECKING:
+    from .scoring import Scorer
+
 BASELINE_KINDS = {
     "twin": "paired twin, audited",
     "separate": "separate plain run",
     "recorded": "recorded plain run",
+    "scored": "teacher-forced scoring by the plain engine",  # a sampled verdict (scoring.py): nothing decoded
 }
 
 
@@ -35,12 +41,15 @@ class BaselineRef:
     """Which run a lossless gate compares with (None: look one up) and what kind of baseline it is."""
 
     run: str | None
-    kind: str  # "twin" | "separate" | "recorded" | "none" (a run with no lossless gate)
+    kind: str  # "twin" | "separate" | "recorded" | "scored" (no decoded baseline) | "none" (no lossless gate)
     audit: dict[str, Any] | None = None  # the twins' audit (kind "twin")
     checked: bool = False  # `--baseline RUN`: must pass baseline_problem first
     # The noise-floor control's run folder when the caller made or found it (an endpoint's: keyed by the baseline
     # server, which the spec-dec run's own identity cannot name); None: looked up from the run's identity.
     control: str | None = None
+    # The plain engine that scores a sampled task's outputs (scoring.py), built by the backend in this process; it
+    # does not travel in a torchrun job's payload (a job's rank 0 has none: its sampled tasks read NO-GATE)
+    scorer: Scorer | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (a torchrun job's payload)."""

@@ -10,8 +10,10 @@ as a baseline only as far as their audit on a plain engine shows (twin_audit.py)
 rests on (baseline.py).
 
 KINDS OF VERDICT. `JUDGES` maps a kind to the function that judges one task; `verdict_kind` picks it. Token identity
-serves every task today (our coupled sampler reproduces the baseline's tokens at temperature > 0 as well); a verdict
-of another kind (sampled decoding judged in distribution) is one more entry there.
+("identity") serves greedy tasks, and sampled ones where our coupled sampler reproduces the baseline's tokens at
+temperature > 0. A sampled task of a run whose sampler does not (`--spec-sampling rejection`, any server) is judged
+in distribution ("sampled", scoring.py): the plain engine scores the run's outputs by teacher forcing, no decoded
+baseline needed.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from .check import EXACT_DTYPES, lossless_check, set_apart_failed
 from .control import find_control
 from .evidence import format_nats, judge_divergence
 from .margins import WHAT_TO_DO, divergence_margin, margin_verdict, noise_floor
+from .scoring import Scorer, judge_scored, judged_in_distribution, sampling_of
 
 CHANGES_TARGET = "the spec-dec engine changes the target's own outputs"
 
@@ -41,13 +44,15 @@ class LosslessCase:
     task: str
     samples: list[SampleRecord]  # the spec-dec run's samples (every task's)
     baseline_samples: list[SampleRecord]
-    baseline_run: str  # its run id
+    baseline_run: str | None  # its run id (None: no decoded baseline; a sampled verdict needs none)
     baseline: BaselineRef
     kind: str  # the baseline's kind: "twin" | "separate" | "recorded"
     dtype: str  # what ran: float32 and float64 are exact
     tolerance: float | None  # the task's calibrated lossless_tolerance, if its reference entry has one
     control_samples: list[SampleRecord] | None  # the noise-floor control's samples (None: no control found)
     control_run: str | None
+    in_distribution: bool = False  # the run's sampler does not reproduce a plain run's tokens (scoring.py)
+    scorer: Scorer | None = None  # the plain engine that scores sampled outputs (a sampled verdict's baseline)
 
 
 Judge = Callable[[LosslessCase], dict[str, Any]]  # one task's gate record (GateResult.from_json reads it)
@@ -68,11 +73,19 @@ def evaluate_lossless(tasks: Iterable[str], samples: list[SampleRecord], identit
                       baseline: BaselineRef) -> tuple[dict[str, GateResult], dict[str, Any] | None]:  # fmt: skip
     """Compare every spec-dec sample with the baseline: each task's GateResult, and the baseline's record (None
     when no baseline was found: every task is NO-BASELINE)."""
-    base = open_baseline(baseline, identity, out, options)
+    dtype = identity.resolved_dtype or identity.dtype
+    in_distribution = judged_in_distribution(identity)
+    scored = {t for t in tasks if in_distribution and _sampled_task(t, samples)}
+    base = open_baseline(baseline, identity, out, options) if baseline.kind != "scored" else None
     if base is None:
         why = f"no finished baseline run under {out}"
-        return {task: GateResult(Verdict.NO_BASELINE, why) for task in tasks}, None
-    dtype = identity.resolved_dtype or identity.dtype
+        gates = {task: GateResult(Verdict.NO_BASELINE, why) for task in tasks if task not in scored}
+        for task in sorted(scored):  # a sampled verdict needs no decoded baseline: the plain engine scores
+            case = LosslessCase(task, samples, [], None, baseline, "scored", dtype, None, None, None, True,
+                                baseline.scorer)  # fmt: skip
+            gates[task] = GateResult.from_json(JUDGES["sampled"](case))
+        record = {"run": None, "kind": "scored", "label": baseline_label("scored", None)} if scored else None
+        return gates, record
     tolerances = {r.task: (r.reference.entry.get("lossless_tolerance") if r.reference else None) for r in results}
     base_samples = base.samples()
     kind = baseline.kind if baseline.kind in BASELINE_KINDS else "recorded"
@@ -81,16 +94,28 @@ def evaluate_lossless(tasks: Iterable[str], samples: list[SampleRecord], identit
     gates = {}
     for task in sorted({s.task for s in samples}):
         case = LosslessCase(task, samples, base_samples, base.run_id, baseline, kind, dtype, tolerances.get(task),
-                            control_samples, control.run_id if control is not None else None)  # fmt: skip
+                            control_samples, control.run_id if control is not None else None, in_distribution,
+                            baseline.scorer)  # fmt: skip
         gates[task] = GateResult.from_json(JUDGES[verdict_kind(case)](case))
     record = {"run": base.run_id, "kind": kind, "label": baseline_label(kind, baseline.audit),
               **({"audit": baseline.audit} if baseline.audit is not None else {})}  # fmt: skip
     return gates, record
 
 
+def _sampled_task(task: str, samples: list[SampleRecord]) -> bool:
+    """Whether the task's outputs were sampled (temperature > 0), as its records say."""
+    return any(s.task == task and sampling_of(s) is not None for s in samples)
+
+
 def verdict_kind(case: LosslessCase) -> str:
-    """Which judge decides a task: token identity for every task today (see the module docstring)."""
-    return "identity"
+    """Which judge decides a task (see the module docstring): in distribution for a sampled task of a run whose
+    sampler does not reproduce the plain run's tokens, else token identity."""
+    return "sampled" if case.in_distribution and _sampled_task(case.task, case.samples) else "identity"
+
+
+def judge_in_distribution(case: LosslessCase) -> dict[str, Any]:
+    """The task's outputs scored by the plain engine and tested as draws from its sampling distribution."""
+    return judge_scored([s for s in case.samples if s.task == case.task], case.scorer, case.dtype)
 
 
 def judge_identity(case: LosslessCase) -> dict[str, Any]:
@@ -113,7 +138,7 @@ def judge_identity(case: LosslessCase) -> dict[str, Any]:
     return check
 
 
-JUDGES: dict[str, Judge] = {"identity": judge_identity}
+JUDGES: dict[str, Judge] = {"identity": judge_identity, "sampled": judge_in_distribution}
 
 
 def _audit_brief(audit: dict[str, Any]) -> dict[str, Any]:

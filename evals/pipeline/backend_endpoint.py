@@ -14,6 +14,7 @@ from ...workers.interface import EngineIdentity
 from ..lossless.baseline import BaselineRef
 from ..lossless.baseline_rules import endpoint_baseline_mode_problem, endpoint_job_problem, endpoint_pair_problem
 from ..lossless.control import other_shape
+from ..lossless.scoring import Scorer
 from ..run_types import RunPlan
 from .backends import Abilities, RunTarget
 from .one_run import ProgressFor, evaluate_side
@@ -88,3 +89,13 @@ class EndpointBackend:
 
     def show(self, plan: RunPlan) -> None:
         raise RuntimeError("an endpoint run has no dry run")
+
+    def scorer(self) -> Scorer | None:
+        """The baseline server scores through the completions API's echo + logprobs (top logprobs only: a
+        conservative verdict); without --baseline-endpoint there is none."""
+        from ...workers.remote.endpoint import EndpointEngine
+
+        base = self.baseline_server
+        if base is None:
+            return None
+        return Scorer(lambda: EndpointEngine(base), "the baseline server (echo + logprobs: conservative)")

@@ -13,11 +13,12 @@ from ...workers.engine.faults import behaviour_faults
 from ...workers.interface import EngineIdentity
 from ..lossless.baseline import BaselineRef
 from ..lossless.control import other_shape
+from ..lossless.scoring import Scorer
 from ..run_identity import baseline_config
 from ..run_types import RunPlan
 from .backends import Abilities, RunTarget, refuse_baseline_endpoint
 from .one_run import ProgressFor, evaluate_side
-from .run_sides import Side, side_config, side_identity
+from .run_sides import BASELINE, Side, side_config, side_identity
 
 
 class LocalBackend:
@@ -96,6 +97,11 @@ class LocalBackend:
 
     def show(self, plan: RunPlan) -> None:
         raise RuntimeError("a local run has no dry run")
+
+    def scorer(self) -> Scorer:
+        from ...workers.engine.engine import Engine
+
+        return Scorer(lambda: Engine(side_config(self.config, BASELINE)), "our plain engine, in process (exact)")
 
 
 def check_draft_model(config) -> None:

@@ -98,6 +98,11 @@ class TorchrunBackend:
     def show(self, plan: RunPlan) -> None:
         self._launch(RUN, plan, NO_BASELINE, dry_run=True)
 
+    def scorer(self) -> None:
+        """None: the gate runs on the job's rank 0, where a scorer built here cannot go (a sharded scoring pass
+        is left to do); a sampled task judged in distribution reads NO-GATE there."""
+        return None
+
     def _launch(self, side: Side, plan: RunPlan, baseline: BaselineRef, dry_run: bool) -> dict[str, Any] | None:
         from ...launch.job import Job, launch
 

@@ -28,6 +28,7 @@ from ...workers.config import EngineConfig
 from ...workers.interface import EngineIdentity
 from ...workers.remote.endpoint_options import EndpointOptions
 from ..lossless.baseline import BaselineRef
+from ..lossless.scoring import Scorer
 from ..run_types import RunPlan
 from .one_run import ProgressFor
 from .run_sides import Side
@@ -98,6 +99,11 @@ class Backend(Protocol):
 
     def show(self, plan: RunPlan) -> None:
         """A dry run: print what would start."""
+        ...
+
+    def scorer(self) -> Scorer | None:
+        """The plain engine that scores a sampled run's outputs by teacher forcing (the sampled lossless verdict's
+        baseline, evals/lossless/scoring.py), started only when the gate asks; None where there is none."""
         ...
 
 

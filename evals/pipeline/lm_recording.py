@@ -24,16 +24,23 @@ class OutputRecord:
 
     def __init__(self) -> None:
         self._outputs: dict[tuple[str, int], GenerationOutput] = {}
+        self._sampling: dict[tuple[str, int], SamplingParams] = {}
         self._skipped: set[tuple[str, int]] = set()
 
-    def add(self, task: str, doc_id: int, output: GenerationOutput) -> None:
+    def add(self, task: str, doc_id: int, output: GenerationOutput, sampling: SamplingParams | None = None) -> None:
         if output.finish_reason == "skipped":  # an early stop, or a document the run does not evaluate
             self._skipped.add((task, doc_id))
         else:
             self._outputs[(task, doc_id)] = output
+            if sampling is not None:
+                self._sampling[(task, doc_id)] = sampling
 
     def get(self, task: str, doc_id: int) -> GenerationOutput | None:
         return self._outputs.get((task, doc_id))
+
+    def sampling(self, task: str, doc_id: int) -> SamplingParams | None:
+        """The parameters the document's output was sampled with (None: not recorded)."""
+        return self._sampling.get((task, doc_id))
 
     def is_skipped(self, task: str, doc_id: int) -> bool:
         return (task, doc_id) in self._skipped
@@ -48,9 +55,13 @@ class RecordingLM(LM):
         self.inner, self.record = inner, record
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        from .lm_adapter import DEFAULT_MAX_GEN_TOKS, sampling_from_gen_kwargs
+
         outputs = self.inner.outputs_for(requests)
         for req, out in zip(requests, outputs, strict=True):
-            self.record.add(req.metadata[0], self.inner.doc_id(req), out)
+            # the adapter's own reading of the request (its length limit aside: a record keeps the distribution's)
+            sampling = sampling_from_gen_kwargs(req.args[1], DEFAULT_MAX_GEN_TOKS)
+            self.record.add(req.metadata[0], self.inner.doc_id(req), out, sampling)
         return self.inner.answers(requests, outputs)
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:

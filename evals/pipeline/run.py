@@ -5,10 +5,14 @@ One policy, written once, on what the backend says it can do (backends.py `Abili
 1. preflight: every check a run can fail on its input, `--baseline RUN` included, before anything starts;
 2. the noise-floor control (evals/lossless/control.py), when wanted (outside float32 for a spec-dec run, or
    `--control`) and the backend can decode it: found recorded, else decoded once and reused by later runs;
-3. the lossless baseline of a spec-dec run, in this order: the run `--baseline RUN` names; a plain run of this
-   configuration recorded earlier (where the backend's runs can be found again); nothing to decode it on (a server
-   without `--baseline-endpoint`: the gate looks one up); the plain twins decoded beside the run from one prefill and
-   audited (`--baseline paired`, where the backend pairs); else a separate plain run first;
+3. the lossless baseline of a spec-dec run. Sampled tasks of a run whose sampler does not reproduce a plain run's
+   tokens (`--spec-sampling rejection`, a server) are judged in distribution: the backend's plain engine scores
+   their outputs after the run (evals/lossless/scoring.py), nothing is decoded for them, and a run of only such
+   tasks needs neither a decoded baseline nor a control. Otherwise, in this order: the run `--baseline RUN` names;
+   a plain run of this configuration recorded earlier (where the backend's runs can be found again); nothing to
+   decode it on (a server without `--baseline-endpoint`: the gate looks one up); the plain twins decoded beside the
+   run from one prefill and audited (`--baseline paired`, where the backend pairs, and no task is scored); else a
+   separate plain run first;
 4. the run itself (evaluate, record, gate: one_run.py, or paired_run.py with its twins).
 
 Commands parse options, call `run`, print (cli/run.py); `selftest --mutants` and `bench --verdict` call it too.
@@ -17,10 +21,12 @@ Commands parse options, call `run`, print (cli/run.py); `selftest --mutants` and
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 from ...results.run_summary import RunSummary
 from ..lossless.baseline import BaselineRef
 from ..lossless.control import wants_control
+from ..lossless.scoring import is_sampled, judged_in_distribution
 from ..run_identity import find_baseline
 from ..run_types import RunPlan
 from .backends import Backend
@@ -37,13 +43,26 @@ def run(plan: RunPlan, backend: Backend, progress_for: ProgressFor | None = None
     if backend.dry_run:
         backend.show(plan)
         return None
+    scored = scored_tasks(plan, backend)
+    if scored and len(scored) == len(plan.options.tasks):  # judged in distribution only: nothing to decode
+        print("lossless gate: sampled tasks judged in distribution; the plain engine scores the run's outputs "
+              "after it (teacher forcing)", file=sys.stderr)  # fmt: skip
+        return backend.evaluate(RUN, plan, BaselineRef(None, "scored", scorer=backend.scorer()), progress_for)
     control = decode_control(plan, backend, progress_for)
     if not backend.abilities.speculative:
         return backend.evaluate(RUN, plan, NO_BASELINE, progress_for)
-    baseline = choose_baseline(plan, backend, control, progress_for)
+    baseline = choose_baseline(plan, backend, control, progress_for, paired_ok=not scored)
     if baseline.kind == "twin":
         return backend.evaluate_paired(plan, control, progress_for)
-    return backend.evaluate(RUN, plan, baseline, progress_for)
+    return backend.evaluate(RUN, plan, replace(baseline, scorer=backend.scorer() if scored else None), progress_for)
+
+
+def scored_tasks(plan: RunPlan, backend: Backend) -> list[str]:
+    """The tasks judged in distribution: sampled ones (temperature > 0), when the engine under test's sampler does
+    not reproduce the plain run's tokens (evals/lossless/scoring.py)."""
+    if not backend.abilities.speculative or not judged_in_distribution(backend.declared_identity()):
+        return []
+    return [t.name for t in plan.options.tasks if is_sampled(t.temperature)]
 
 
 def decode_control(plan: RunPlan, backend: Backend, progress_for: ProgressFor | None) -> str | None:
@@ -60,10 +79,11 @@ def decode_control(plan: RunPlan, backend: Backend, progress_for: ProgressFor | 
     return backend.evaluate(side, plan, NO_BASELINE, progress_for).run_dir
 
 
-def choose_baseline(plan: RunPlan, backend: Backend, control: str | None, progress_for: ProgressFor | None
-                    ) -> BaselineRef:  # fmt: skip
+def choose_baseline(plan: RunPlan, backend: Backend, control: str | None, progress_for: ProgressFor | None,
+                    paired_ok: bool = True) -> BaselineRef:  # fmt: skip
     """What a spec-dec run's lossless gate compares with (a separate plain run is decoded here; paired twins are
-    decoded with the run: kind "twin")."""
+    decoded with the run: kind "twin"; not when some tasks are scored, `paired_ok` False: a paired run's gate has
+    no scorer)."""
     can = backend.abilities
     if plan.baseline_run is not None:  # checked in preflight, and again when the gate opens it
         return BaselineRef(plan.baseline_run, "recorded", checked=True, control=control)
@@ -73,7 +93,7 @@ def choose_baseline(plan: RunPlan, backend: Backend, control: str | None, progre
             return BaselineRef(None, "recorded", control=control)
     if not can.plain_side:
         return BaselineRef(None, "recorded", control=control)
-    if plan.baseline_mode == "paired":
+    if plan.baseline_mode == "paired" and paired_ok:
         if can.pairs:
             return BaselineRef(None, "twin", control=control)
         if can.why_not_paired:

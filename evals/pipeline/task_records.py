@@ -10,13 +10,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...results.sample_record import SampleRecord
+from ...workers.config import SamplingParams
 from ...workers.interface import GenerationOutput
 from ..tasks.registry import TaskSpec
 from .lm_recording import OutputRecord
 
 # A request's acceptance counts as a sample keeps them (the report's AL by output length)
 COUNTS = ("num_cycles", "num_draft_tokens", "num_accepted_drafts", "accepted_per_position", "max_draft_len")
-SEALED_FIELDS = ("output_token_ids", "logprobs")  # what a sealed family's output could be read back from
+# what a sealed family's output (and a sampled one's prompt) could be read back from
+SEALED_FIELDS = ("output_token_ids", "logprobs", "prompt_token_ids")
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ def task_records(spec: TaskSpec, entries: list[dict[str, Any]], outputs: OutputR
         target = str(entry["target"])  # per entry: lm-eval lists each document once per filter
         if doc_id not in fields:
             out = outputs.get(spec.lm_eval_name, doc_id)
-            fields[doc_id] = _fields(spec, entry, target, out)
+            fields[doc_id] = _fields(spec, entry, target, out, outputs.sampling(spec.lm_eval_name, doc_id))
             extracted[doc_id], correct[doc_id] = {}, {}
             counters = out.stats.get("acceptance") if out is not None else None
             if counters:
@@ -61,9 +63,11 @@ def task_records(spec: TaskSpec, entries: list[dict[str, Any]], outputs: OutputR
     return TaskRecords(samples, [acceptance[d] for d in docs if d in acceptance], ours)
 
 
-def _fields(spec: TaskSpec, entry: dict[str, Any], target: str, out: GenerationOutput | None) -> dict[str, Any]:
+def _fields(spec: TaskSpec, entry: dict[str, Any], target: str, out: GenerationOutput | None,
+            sampling: SamplingParams | None = None) -> dict[str, Any]:  # fmt: skip
     family = spec.family
     counters = (out.stats.get("acceptance") or None) if out is not None else None
+    sampled = out is not None and sampling is not None and not sampling.greedy
     return {
         "task": spec.name,
         "doc_id": int(entry["doc_id"]),
@@ -80,6 +84,11 @@ def _fields(spec: TaskSpec, entry: dict[str, Any], target: str, out: GenerationO
         "acceptance_length": (counters or {}).get("acceptance_length"),
         "acceptance": {k: counters[k] for k in COUNTS} if counters else None,
         "sealed_fields": list(SEALED_FIELDS) if family.sealed else None,  # its output can quote the question
+        # what the sampled lossless gate's baseline scores a sampled output on (evals/lossless/scoring.py)
+        "prompt_token_ids": list(out.prompt_token_ids) if sampled else None,
+        "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p}
+        if sampled
+        else None,
     }
 
 

@@ -7,6 +7,13 @@ reused between classes). The engine without any mutation runs the same way and m
 changes outputs counts as caught only when the lossless gate FAILs it (acceptance catching it is luck: a collapsed
 acceptance is a symptom of some bugs, of no others); a class that changes no output is caught by the events gate.
 The sampling class runs GSM8K at temperature > 0 (`gsm8k_sampled`), with an unmutated sampled run beside it.
+
+The sampled classes of the rejection sampler (`--spec-sampling rejection`, workers/engine/faults.py) run GSM8K at
+temperature > 0 on that sampler, with an unmutated rejection-sampled run beside them: `run` judges them in
+distribution (the plain engine scores the outputs, evals/lossless/scoring.py), so each is caught only by the
+sampled lossless gate, never by token identity. They run when asked (`--only`): the default matrix leaves them out,
+since at the default size (SmolLM2, `--limit 10`: a few hundred sampled positions) the sampled gate's power against
+them is low (the seeded simulation says how low: python -m specdec_eval.evals.lossless.simulate power).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ class BugClass:
     warmup: str | None = None  # the general warmup must run for a warmup fault to fire
     sampled: bool = False  # evaluated at temperature > 0 (gsm8k_sampled)
     catcher: str | None = "lossless"  # the gate that must FAIL it; None: the unmutated engine, which must PASS
+    spec_sampling: str = "coupled"  # the spec sampler the class lives in (workers/config.py SPEC_SAMPLINGS)
 
     @property
     def is_clean(self) -> bool:
@@ -49,6 +57,8 @@ class BugClass:
 
 CLEAN = BugClass("unmutated", "the engine as it is: every gate must PASS", catcher=None)
 CLEAN_SAMPLED = BugClass("unmutated, sampled", "the same at temperature > 0", sampled=True, catcher=None)
+CLEAN_REJECTION = BugClass("unmutated, rejection-sampled", "the same on --spec-sampling rejection, judged in "
+                           "distribution", sampled=True, catcher=None, spec_sampling="rejection")  # fmt: skip
 BUG_CLASSES = (
     BugClass("emit_rejected_draft", "verification emits a rejected draft once", ("emit_rejected_draft",)),
     BugClass("draft_kv_into_target", "the draft layer writes into the target's last KV layer (vLLM #25406)",
@@ -64,27 +74,46 @@ BUG_CLASSES = (
              ("warmup_oom",), guard="none", warmup="on", catcher="events"),
     BugClass("rewind_leaks_blocks", "KV blocks of rejected drafts are never returned to the pool",
              ("rewind_leaks_blocks",), catcher="events"),
+    # The rejection sampler's sampled classes: caught by the sampled lossless gate, never by a greedy check.
+    BugClass("rejection_greedy", "verification silently greedy at temperature > 0 (SGLang on ROCm / NPU)",
+             ("rejection_greedy",), sampled=True, spec_sampling="rejection"),
+    BugClass("residual_keeps_draft", "after a rejection the token is drawn from p with the rejected draft left in",
+             ("residual_keeps_draft",), sampled=True, spec_sampling="rejection"),
+    BugClass("accept_unit_temperature", "the accept test reads p at temperature 1, the plain sampler at T (vLLM V0)",
+             ("accept_unit_temperature",), sampled=True, spec_sampling="rejection"),
+    BugClass("spec_filter_order", "top-p then top-k on the spec path, top-k then top-p on the plain one (SGLang)",
+             ("spec_filter_order",), sampled=True, spec_sampling="rejection"),
+    BugClass("accept_neighbour_row", "the accept test of draft i reads row i + 1's probability",
+             ("accept_neighbour_row",), sampled=True, spec_sampling="rejection"),
 )  # fmt: skip
 CLASS_NAMES = tuple(b.name for b in BUG_CLASSES)
 
 
 def select_classes(only: Sequence[str] | None) -> list[BugClass]:
-    """The matrix's rows: the unmutated runs (the sampled one only when a sampled class runs), then the classes
-    asked for (all by default)."""
+    """The matrix's rows: the unmutated runs (the sampled one only when a sampled class runs, the rejection-sampled
+    one only when a class of that sampler runs), then the classes asked for (by default all but the rejection
+    sampler's)."""
     names = [n.strip() for item in only or () for n in item.split(",") if n.strip()]
     unknown = [n for n in names if n not in CLASS_NAMES]
     if unknown:
         raise UserError(f"--only: unknown bug class {', '.join(unknown)} (known: {', '.join(CLASS_NAMES)})")
-    classes = [b for b in BUG_CLASSES if not names or b.name in names]
-    return [CLEAN] + ([CLEAN_SAMPLED] if any(b.sampled for b in classes) else []) + classes
+    classes = [b for b in BUG_CLASSES if b.name in names] if names else [b for b in BUG_CLASSES if not _opt_in(b)]
+    coupled = any(b.sampled and b.spec_sampling == "coupled" for b in classes)
+    rejection = any(b.spec_sampling == "rejection" for b in classes)
+    return [CLEAN] + ([CLEAN_SAMPLED] if coupled else []) + ([CLEAN_REJECTION] if rejection else []) + classes
+
+
+def _opt_in(bug: BugClass) -> bool:
+    """A class the default matrix leaves out: the rejection sampler's (see the module docstring)."""
+    return bug.spec_sampling == "rejection"
 
 
 def mutant_config(base: EngineConfig, bug: BugClass) -> EngineConfig:
     """The run's engine configuration with the class planted."""
     if base.spec is None:
         raise UserError("the bug-class matrix needs a spec-dec engine (--spec eagle3)")
-    return replace(base, inject=tuple(base.inject) + bug.inject, spec=replace(base.spec, guard=bug.guard),
-                   warmup=bug.warmup or base.warmup)  # fmt: skip
+    spec = replace(base.spec, guard=bug.guard, sampling=bug.spec_sampling)
+    return replace(base, inject=tuple(base.inject) + bug.inject, spec=spec, warmup=bug.warmup or base.warmup)
 
 
 def matrix_options(base: EvalOptions, bug: BugClass) -> EvalOptions:
@@ -154,6 +183,7 @@ def _cell(gate: str, summary: RunSummary, task: TaskSummary, elapsed: float, ord
         audited = ((summary.baseline or {}).get("audit") or {}).get("first_divergence")
         found = task.lossless.numbers if task.lossless else {}
         docs = [d["doc_id"] for d in found.get("divergences") or []] + ([audited["doc_id"]] if audited else [])
+        docs += [v["doc_id"] for v in found.get("violations") or []]  # a sampled verdict's support violations
     positions = sorted(order.index(d) + 1 for d in docs if d in order)
     doc = positions[0] if positions else (stopped.get("n") if stopped.get("gate") == gate else task.num_samples)
     return {"verdict": Verdict.FAIL, "doc": doc, "seconds": round(elapsed, 1), "reason": _reason(gate, summary, task)}

@@ -12,6 +12,7 @@ from . import plots
 from .data import RunData, TaskRow
 from .gates import GateText, acceptance_gate, accuracy_gate, banner, lossless_gate, overall, stopped_text
 from .margins import margins_section
+from .pit import pit_section
 from .plots import VERDICT_COLOURS
 from .text import acceptance_length, basis_text, commit_text, device_text, kv_text, num, spec_text, utc
 
@@ -208,6 +209,7 @@ def render_html(runs: list[RunData]) -> str:
         _scores_table(runs),
         score_plots + _SCORE_NOTE if score_plots else '<p class="note">No task has a score to plot.</p>',
         *(["<h2>Lossless margins</h2>", margins] if (margins := margins_section(runs, _e, _table, _plots)) else []),
+        *(["<h2>Lossless in distribution (sampled)</h2>", pit] if (pit := pit_section(runs, _e, _plots)) else []),
         "<h2>Acceptance</h2>",
         _acceptance_table(runs),
         acc_plots,

@@ -132,3 +132,18 @@ def test_verdict_bench_on_the_tiny_model(tmp_path):
     assert report["ratios"]["spec+separate / plain"]["median"] > 0
     assert report["plain_phases"]["prefill_gflops"]["median"] > 0
     assert list(Path(tmp_path).iterdir()) == []
+
+
+def test_a_sampled_task_on_a_rejection_sampler_is_benched_as_the_run_and_its_scoring():
+    """`bench --verdict --task gsm8k_sampled --spec-sampling rejection`: no baseline to decode, separate or paired;
+    one spec+scored side beside the plain one. The coupled sampler and a greedy task keep the two baseline sides."""
+    from specdec_eval.evals.bench.verdict_timing import _scored
+    from specdec_eval.evals.run_types import EvalOptions
+    from specdec_eval.evals.tasks.registry import parse_tasks
+    from specdec_eval.workers.config import EngineConfig, SpecConfig
+
+    sampled, greedy = EvalOptions(tasks=parse_tasks("gsm8k_sampled")), EvalOptions(tasks=parse_tasks("gsm8k"))
+    rejection = EngineConfig(model="tiny", spec=SpecConfig(sampling="rejection"))
+    assert _scored(rejection, sampled)
+    assert not _scored(rejection, greedy)
+    assert not _scored(EngineConfig(model="tiny", spec=SpecConfig()), sampled)

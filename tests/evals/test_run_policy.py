@@ -4,7 +4,7 @@ drifted apart: tests/evals/test_run_on_every_backend.py."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,8 @@ from specdec_eval.results import store
 from specdec_eval.results.run_summary import RunSummary
 from specdec_eval.workers.config import EngineConfig, SpecConfig
 from specdec_eval.workers.engine.engine import identity_of
+
+from ..cli.test_run_cli import SHARED_DATA, needs_shared_data
 
 OPTIONS = EvalOptions(tasks=parse_tasks("gsm8k_smoke"), no_reference=True)
 SPEC = EngineConfig(model="tiny", spec=SpecConfig(), dtype="bfloat16")
@@ -44,7 +46,10 @@ class FakeBackend:
         return ("known", side.role) if self.knows_identity else None
 
     def declared_identity(self):
-        return identity_of(SPEC)
+        return identity_of(self.target.engine)
+
+    def scorer(self):
+        return "the plain engine's scorer"
 
     def evaluate(self, side, plan, baseline, progress_for):
         self.calls.append((side.role, baseline))
@@ -78,9 +83,9 @@ def _abilities(**changes) -> Abilities:
 def run_on(lookups, tmp_path):
     """run(backend, baseline=..., control=...): the policy's calls on a fake backend."""
 
-    def go(backend, baseline="paired", control=None):
+    def go(backend, baseline="paired", control=None, options=OPTIONS):
         lookups["backend"] = backend
-        pipeline.run(RunPlan(OPTIONS, out=str(tmp_path), baseline=baseline, control=control), backend)
+        pipeline.run(RunPlan(options, out=str(tmp_path), baseline=baseline, control=control), backend)
         return backend.calls
 
     return go
@@ -142,3 +147,35 @@ def test_float32_makes_no_control_unless_asked_and_a_plain_run_has_no_baseline(r
     assert [r for r, _ in run_on(FakeBackend(_abilities(speculative=False)))] == ["run"]
     forced = run_on(FakeBackend(_abilities(dtype="float32")), control=True)
     assert [r for r, _ in forced] == ["control", "paired"]
+
+
+SAMPLED = EvalOptions(tasks=parse_tasks("gsm8k_sampled"), data_dir=str(SHARED_DATA), no_reference=True)
+REJECTION = RunTarget(EngineConfig(model="tiny", spec=SpecConfig(sampling="rejection"), dtype="bfloat16"))
+
+
+@needs_shared_data
+def test_a_rejection_sampled_run_of_sampled_tasks_decodes_nothing_but_itself_and_is_scored(run_on, capsys):
+    """Judged in distribution (evals/lossless/scoring.py): no control, no decoded baseline; the plain engine's scorer
+    goes to the gate."""
+    calls = run_on(FakeBackend(_abilities(), target=REJECTION), options=SAMPLED)
+    ((role, baseline),) = calls
+    assert role == "run" and (baseline.kind, baseline.run, baseline.scorer) == (
+        "scored",
+        None,
+        "the plain engine's scorer",
+    )
+    assert "judged in distribution" in capsys.readouterr().err
+
+
+@needs_shared_data
+def test_a_greedy_task_beside_a_scored_one_gets_a_separate_baseline_and_the_scorer_too(run_on):
+    options = replace(SAMPLED, tasks=parse_tasks("gsm8k_smoke,gsm8k_sampled"))
+    calls = run_on(FakeBackend(_abilities(), target=REJECTION), options=options)
+    assert [role for role, _ in calls] == ["control", "baseline", "run"]  # paired twins would have no scorer
+    assert (calls[2][1].kind, calls[2][1].scorer) == ("separate", "the plain engine's scorer")
+
+
+@needs_shared_data
+def test_the_coupled_sampler_keeps_token_identity_for_sampled_tasks(run_on):
+    calls = run_on(FakeBackend(_abilities()), options=SAMPLED)
+    assert [role for role, _ in calls] == ["control", "paired"]

@@ -5,14 +5,23 @@ really planted is reported MISSED (exit 1)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from specdec_eval.evals.run_types import EvalOptions
 from specdec_eval.evals.selftest import mutants
-from specdec_eval.evals.selftest.mutants import BUG_CLASSES, CLEAN, CLEAN_SAMPLED, judge, run_matrix, select_classes
+from specdec_eval.evals.selftest.mutants import (
+    BUG_CLASSES,
+    CLEAN,
+    CLEAN_REJECTION,
+    CLEAN_SAMPLED,
+    judge,
+    run_matrix,
+    select_classes,
+)
 from specdec_eval.evals.tasks.registry import TASKS
 from specdec_eval.workers.config import from_options
-from specdec_eval.workers.engine.faults import PlantedBugs
+from specdec_eval.workers.engine.faults import REJECTION_POINTS, PlantedBugs
 
 from specdec_eval.errors import UserError
 
@@ -25,13 +34,19 @@ OPTIONS = EvalOptions(tasks=[TASKS["gsm8k"]], data_dir=str(SHARED_DATA), limit=2
                       no_reference=True)  # fmt: skip
 
 
+# The rejection sampler's classes are judged in distribution: their power is the simulation's (evals/lossless/
+# simulate.py power); on tiny (near-uniform distributions, almost no draft accepted) only the greedy one shows.
+COUPLED = [b for b in BUG_CLASSES if b.spec_sampling == "coupled"]
+SAMPLED_OPTIONS = replace(OPTIONS, tasks=[TASKS["gsm8k_sampled"]], max_output_len=32)
+
+
 def _row(bug, tmp_path) -> dict:
     (row,) = run_matrix(TINY, OPTIONS, [bug], workdir=str(tmp_path))["rows"]
     return row
 
 
 @needs_shared_data
-@pytest.mark.parametrize("bug", BUG_CLASSES, ids=[b.name for b in BUG_CLASSES])
+@pytest.mark.parametrize("bug", COUPLED, ids=[b.name for b in COUPLED])
 def test_each_bug_class_is_caught_by_the_default_paired_run_on_tiny(tmp_path, bug):
     row = _row(bug, tmp_path)
     assert row["result"] == "caught", row
@@ -94,6 +109,30 @@ def test_select_classes():
         "unmutated", "unmutated, sampled", "rewind_keeps_rejected", "sample_key_shift"]  # fmt: skip
     with pytest.raises(UserError, match="unknown bug class nope"):
         select_classes(["nope"])
+
+
+def test_the_sampled_classes_of_the_rejection_sampler_run_beside_an_unmutated_rejection_sampled_run():
+    """Each planted bug of the rejection path is a live class of the matrix when asked for (`--only`), on the
+    rejection sampler, beside an unmutated run of that sampler (judged in distribution: it must PASS)."""
+    rejection = [b for b in BUG_CLASSES if b.spec_sampling == "rejection"]
+    assert {b.name for b in rejection} == set(REJECTION_POINTS)
+    assert all(b.sampled and b.catcher == "lossless" for b in rejection)
+    assert select_classes(["rejection_greedy"]) == [CLEAN, CLEAN_REJECTION, rejection[0]]
+    assert CLEAN_REJECTION not in select_classes(["sample_key_shift"])
+    assert not set(REJECTION_POINTS) & {b.name for b in select_classes(None)}  # asked for, not by default
+    config = mutants.mutant_config(TINY, rejection[0])
+    assert config.spec.sampling == "rejection" and config.inject == ("rejection_greedy",)
+
+
+@pytest.mark.slow
+@needs_shared_data
+def test_a_greedy_rejection_sampler_is_caught_in_distribution_and_the_unmutated_one_passes(tmp_path):
+    (greedy,) = [b for b in BUG_CLASSES if b.name == "rejection_greedy"]
+    report = run_matrix(TINY, SAMPLED_OPTIONS, [CLEAN_REJECTION, greedy], workdir=str(tmp_path))
+    clean, caught = report["rows"]
+    assert report["ok"] and (clean["result"], caught["result"]) == ("PASS", "caught"), report
+    assert clean["cells"]["lossless"] == {"verdict": "PASS"}
+    assert "not draws from the target's sampling distribution" in caught["cells"]["lossless"]["reason"]
 
 
 REPORT = {"ok": False, "model": "tiny", "limit": 2, "gates": list(mutants.GATES), "rows": [

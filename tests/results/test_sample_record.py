@@ -53,3 +53,18 @@ def test_runs_recorded_before_typed_records_load_compare_and_report(tmp_path):
     assert compared["outputs"]["identical"] == 4 and compared["n"] == 4
     html, markdown = build_report([spec])
     assert "gsm8k" in html and "gsm8k" in markdown
+
+
+def test_a_sampled_outputs_prompt_and_parameters_travel_through_the_store(tmp_path):
+    """What the sampled lossless verdict's scorer reads (evals/lossless/scoring.py); a greedy row has neither."""
+    from specdec_eval.results import store
+
+    sampled = SampleRecord("gsm8k_sampled", 1, output_token_ids=[5, 6], prompt_token_ids=[1, 2, 3],
+                           sampling={"temperature": 0.7, "top_k": 0, "top_p": 1.0})  # fmt: skip
+    greedy = SampleRecord("gsm8k", 2, output_token_ids=[7])
+    assert "prompt_token_ids" not in greedy.to_row() and "sampling" not in greedy.to_row()
+    run = store.Run(tmp_path)
+    run.write_samples([sampled, greedy])
+    back = {r.doc_id: r for r in run.samples()}
+    assert list(back[1].prompt_token_ids) == [1, 2, 3] and dict(back[1].sampling) == dict(sampled.sampling)
+    assert back[2].prompt_token_ids is None and back[2].sampling is None

@@ -81,7 +81,7 @@ def test_rejection_sampling_matches_plain_distribution(tiny, plain_samples):
 
 
 def test_a_lossy_verifier_is_caught(tiny, plain_samples, monkeypatch):
-    def accept_everything(logits, drafts, params, seed, position=0):
+    def accept_everything(logits, drafts, params, seed, position=0, *rejection_args):
         if params.greedy:
             return greedy_verify(logits, drafts)
         bonus = target_probs(logits[len(drafts)].cpu(), params)  # right distribution, wrong acceptance

@@ -25,6 +25,8 @@ from ..interface import (
     ProgressFn,
     Prompt,
     RequestDelta,
+    ScoredOutput,
+    ScoreRequest,
 )
 from ..kv_cache import make_kv_cache_manager
 from ..kv_cache.layout import KVLayout
@@ -40,6 +42,7 @@ from ..model.parallel import TPGroup
 from ..spec import spec_method
 from ..spec.base import DraftBuild, SpecContext
 from ..spec.metrics import AcceptanceStats
+from ..spec.rejection import request_stream
 from .attn_metadata import AttentionMetadata
 from .executor import Executor, StepOutput
 from .faults import FaultInjector, rewind_leak_hook
@@ -376,6 +379,27 @@ class Engine:
         limit = min(self.max_seq_len, self.config.max_num_tokens) + 1
         return [score_continuation(self.executor, context, continuation, limit) for context, continuation in pairs]
 
+    def score_outputs(self, requests: Sequence[ScoreRequest]) -> list[ScoredOutput]:
+        """Teacher forcing (workers/engine/teacher_forcing.py): per request, one prefill-shaped pass over prompt +
+        output, with each output token's exact place in the sampling distribution it was sampled from."""
+        return [self._score_output(r) for r in requests]
+
+    def _score_output(self, request: ScoreRequest) -> ScoredOutput:
+        from .teacher_forcing import teacher_force
+
+        sampled = not request.sampling.greedy
+        if not request.output_token_ids:
+            return ScoredOutput([], [], [] if sampled else None)
+        tokens = list(request.prompt_token_ids) + list(request.output_token_ids)
+        if not request.prompt_token_ids or len(tokens) > self.max_seq_len:
+            why = "an empty prompt" if not request.prompt_token_ids else f"{len(tokens)} tokens"
+            return ScoredOutput([], [], None, error=f"cannot score {why} (max_seq_len {self.max_seq_len})")
+        try:
+            return teacher_force(self.executor, tokens, len(request.prompt_token_ids), request.top_logprobs,
+                                 self.config.max_num_tokens, request.sampling)  # fmt: skip
+        except UserError as e:
+            return ScoredOutput([], [], None, error=str(e))
+
     def make_request(
         self, index: int, token_ids: list[int], params: SamplingParams, request_id: int | None = None
     ) -> Request:
@@ -394,6 +418,8 @@ class Engine:
             request_id, self._next_request_id = self._next_request_id, self._next_request_id + 1
         max_new = min(params.max_new_tokens, self.max_seq_len - len(token_ids))
         req = Request(request_id, list(token_ids), params, max_new, seed, index=index)
+        if seed is not None and self.config.spec is not None and self.config.spec.sampling != "coupled":
+            req.stream = request_stream(seed)
         if self.config.spec:
             req.spec_stats = AcceptanceStats(self.config.spec.max_draft_len)
         return req

@@ -41,6 +41,13 @@ class FeatureTap(Protocol):
     def record(self, items, meta: AttentionMetadata, input_ids, hidden, captured, model: CausalLM) -> None: ...
 
 
+class VerifyTap(Protocol):
+    """Receives what verification reads in every step: the scheduled requests (their drafts) and the logits rows laid
+    out as verify_batch reads them (the sampled gate's power simulation, evals/lossless/bank.py)."""
+
+    def record(self, items, logits) -> None: ...
+
+
 @dataclass
 class StepOutput:
     """What one step did: the tokens each request got, and the requests that finished in it."""
@@ -79,6 +86,7 @@ class Executor:
         self.acceptance = acceptance  # every draft cycle verified over the engine's life, warmup excluded
         self.num_steps = 0  # engine steps so far, warmup included (fault schedules count them)
         self.feature_tap: FeatureTap | None = None  # draft-head training records plain steps (see `tap`)
+        self.verify_tap: VerifyTap | None = None  # records what verification reads (see `tap_verify`)
 
     @contextlib.contextmanager
     def tap(self, recorder: FeatureTap) -> Iterator[None]:
@@ -88,6 +96,15 @@ class Executor:
             yield
         finally:
             self.feature_tap = None
+
+    @contextlib.contextmanager
+    def tap_verify(self, recorder: VerifyTap) -> Iterator[None]:
+        """Record what verification reads in every step of the block."""
+        self.verify_tap = recorder
+        try:
+            yield
+        finally:
+            self.verify_tap = None
 
     @torch.inference_mode()
     def step(self, recover: bool = True) -> StepOutput:
@@ -124,8 +141,11 @@ class Executor:
         if self.feature_tap is not None:
             self.feature_tap.record(batch.items, meta, input_ids, hidden, captured, self.model)
         logits = self.bugs.verify_logits(batch.items, self.model.compute_logits(hidden[rows]), step)
+        if self.verify_tap is not None:
+            self.verify_tap.record(batch.items, logits)
         # rank 0 decides, every rank receives
-        emitted = verify_batch(batch.items, logits, self.model.tp, self.bugs.sample_key_shift(batch.items, step))
+        emitted = verify_batch(batch.items, logits, self.model.tp, self.bugs.sample_key_shift(batch.items, step),
+                               self.bugs.rejection_rules(batch.items, step))  # fmt: skip
         emitted = self.bugs.after_verify(batch.items, logits, emitted, step)
         wanted = any(i.request.sampling.logprobs is not None for i in batch.items)
         logprobs = step_logprobs(batch.items, logits, emitted) if wanted and self.model.tp.is_leader else None

@@ -32,6 +32,17 @@ separate baseline, an audit engine), so these stay in every configuration of the
   rewind_leaks_blocks   a rewind that gives back the KV blocks holding only rejected drafts drops them from the
                         request's block table without returning them to the pool: outputs stay right, the pool
                         shrinks until it runs dry (caught at drain: the `kv_block_leak` event)
+
+The sampled classes: bugs of the rejection sampler (`--spec-sampling rejection`, workers/spec/rejection.py), each
+a field of its `RejectionRule`, firing on a request verifying drafts at temperature > 0 (and only where its bug can
+change anything); invisible to any greedy check, caught by the sampled lossless gate (evals/lossless/sampled.py):
+  rejection_greedy        verification silently takes the greedy branch at temperature > 0 (SGLang on ROCm / NPU)
+  residual_keeps_draft    after a rejection the token is drawn from p itself, the rejected draft left in the residual
+  accept_unit_temperature the accept test reads the target's probabilities at temperature 1 while the plain sampler
+                          uses T (vLLM V0, issue #9834); fires only at temperature != 1
+  spec_filter_order       the spec path takes the nucleus of the whole distribution, then the top k; the plain sampler
+                          the nucleus of the top k (SGLang PR #36173); fires only with both top-k and top-p set
+  accept_neighbour_row    the accept test of draft i reads row i + 1's probability of it
 The seed's own bug (metadata saved for the draft never restored after a tolerated warmup OOM) is not a fault point:
 it is `--spec-guard none` with `--inject warmup_oom` (see workers/spec/base.py and `selftest --mutants`).
 
@@ -53,10 +64,14 @@ import torch
 
 from ...errors import UserError
 from ..events import EventLog
+from ..spec.rejection import RejectionRule
 
 ENVIRONMENT_POINTS = ("warmup_oom", "prepare_for_spec_dec", "draft_step", "target_forward", "restore")
+# The planted bugs of the rejection sampler (the sampled classes): each the RejectionRule field it sets.
+REJECTION_POINTS = ("rejection_greedy", "residual_keeps_draft", "accept_unit_temperature", "spec_filter_order",
+                    "accept_neighbour_row")  # fmt: skip
 RECURRING_POINTS = ("draft_kv_into_target", "spec_alters_target", "rewind_keeps_rejected", "accept_off_by_one",
-                    "sample_key_shift", "verify_width_numerics", "rewind_leaks_blocks")  # fmt: skip
+                    "sample_key_shift", "verify_width_numerics", "rewind_leaks_blocks", *REJECTION_POINTS)  # fmt: skip
 BEHAVIOUR_POINTS = ("emit_rejected_draft", *RECURRING_POINTS)  # change results instead of raising
 FAULT_POINTS = ENVIRONMENT_POINTS + BEHAVIOUR_POINTS
 # Reached only under spec-dec. Behaviour points are all spec-dec paths, but a plain engine may carry them (a planted
@@ -215,6 +230,21 @@ class PlantedBugs:
         shift = [int(not it.is_context and _width(it) > 1 and not it.request.sampling.greedy) for it in items]
         return shift if any(shift) and self.faults.due("sample_key_shift", step) else None
 
+    def rejection_rules(self, items, step: int) -> list[RejectionRule] | None:
+        """The sampled classes: per request, the rejection rule with the asked bugs set where their path is taken (a
+        request verifying drafts with its own random stream at temperature > 0, and the bug's condition); None when
+        none fires in this step."""
+        asked = [p for p in REJECTION_POINTS if self._asked(p)]
+        if not asked:
+            return None
+        wanted = [[p for p in asked if _on_rejection_path(item) and can_change(p, item.request.sampling)]
+                  for item in items]  # fmt: skip
+        firing = {p for points in wanted for p in points}
+        firing = {p for p in firing if self.faults.due(p, step)}  # recorded once per step each
+        if not firing:
+            return None
+        return [planted_rule([p for p in points if p in firing]) for points in wanted]
+
     def after_verify(self, items, logits: torch.Tensor, emitted: list[list[int]], step: int) -> list[list[int]]:
         """emit_rejected_draft, accept_off_by_one, and the first half of rewind_keeps_rejected (which draft's KV is
         kept where), on the verified tokens of the step."""
@@ -240,7 +270,8 @@ class PlantedBugs:
                 continue
             req = item.request
             row = first + a + 1  # the target's distribution after the wrongly accepted draft
-            after = verify(logits[row : row + 1], [], req.sampling, req.seed, len(req.output_token_ids) + a + 1)
+            after = verify(logits[row : row + 1], [], req.sampling, req.seed, len(req.output_token_ids) + a + 1,
+                           req.stream)  # fmt: skip
             out[r] = drafts[: a + 1] + after
         return out
 
@@ -251,6 +282,33 @@ def rewind_leak_hook(faults: FaultInjector | None, step: Callable[[], int]) -> C
     if faults is None or not faults.wants("rewind_leaks_blocks"):
         return None
     return lambda: faults.due("rewind_leaks_blocks", step())
+
+
+def _on_rejection_path(item) -> bool:
+    """A request verified by rejection sampling with at least one draft."""
+    req = item.request
+    return not item.is_context and _width(item) > 1 and req.stream is not None and not req.sampling.greedy
+
+
+def can_change(point: str, params) -> bool:
+    """Whether a sampled class can change anything for a request sampled with `params` (a bug that cannot is not
+    said to fire: accept_unit_temperature at temperature 1, spec_filter_order without both filters)."""
+    if point == "accept_unit_temperature":
+        return params.temperature != 1.0
+    if point == "spec_filter_order":
+        return params.top_k > 0 and params.top_p < 1.0
+    return True
+
+
+def planted_rule(points: Sequence[str]) -> RejectionRule:
+    """The rejection rule with these sampled classes planted."""
+    return RejectionRule(
+        greedy="rejection_greedy" in points,
+        residual_keeps_draft="residual_keeps_draft" in points,
+        accept_unit_temperature="accept_unit_temperature" in points,
+        swapped_filter_order="spec_filter_order" in points,
+        accept_row_offset=int("accept_neighbour_row" in points),
+    )
 
 
 # In units of each row's logit spread (standard deviation): flips the greedy token where the top two are closer than

@@ -6,6 +6,8 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+import torch
+
 from ..config import SamplingParams
 from ..spec.metrics import AcceptanceStats
 
@@ -23,6 +25,9 @@ class Request:
     sampling: SamplingParams
     max_new_tokens: int  # sampling.max_new_tokens, clamped to the engine's max_seq_len
     seed: int | None = None  # sampling seed (None: greedy); draws are keyed by it and the position (sampling.py)
+    # --spec-sampling rejection: the request's own random stream, seeded by `seed` (workers/spec/rejection.py); None:
+    # the coupled sampler's keyed draws (or greedy)
+    stream: torch.Generator | None = field(default=None, repr=False)
     index: int = 0  # position of the prompt in its generate() call (what outputs are ordered and seeded by)
     speculative: bool = True  # carries drafts in a spec-dec engine (False: the plain twin of a pair)
     # Paired decoding: a speculative request and its plain twin decode from one prefill. The twin waits, parked
@@ -40,6 +45,7 @@ class Request:
     num_retries: int = 0
     text: str = ""
     draft_tokens: list[int] = field(default_factory=list)  # K proposals for the next step (spec-dec)
+    draft_probs: torch.Tensor | None = field(default=None, repr=False)  # rejection-q: q of each draft, [K, V]
     spec_stats: AcceptanceStats | None = None
     num_steps: int = 0
     num_preemptions: int = 0

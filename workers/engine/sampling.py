@@ -31,17 +31,19 @@ def keyed_sample(logits: torch.Tensor, params: SamplingParams, seed: int, positi
 
 
 def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Temperature, then top-k, then top-p (nucleus), as Hugging Face orders them. logits: [V] float32."""
+    """Temperature, then top-k, then top-p (nucleus), as Hugging Face orders them. logits: [V] float32, or [..., V]
+    (each row filtered alone, exactly as it would be alone: the teacher-forced scoring pass filters every position
+    of an output at once with this same function)."""
     logits = logits / params.temperature
     if params.top_k and params.top_k < logits.shape[-1]:
-        kth = torch.topk(logits, params.top_k).values[-1]
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if params.top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True)
-        cumulative = torch.softmax(sorted_logits, -1).cumsum(-1)
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        sorted_probs = torch.softmax(sorted_logits, -1)
         # Drop a token when the mass before it already reaches top_p; the first token always stays.
-        drop_sorted = (cumulative - torch.softmax(sorted_logits, -1)) >= params.top_p
-        logits = logits.masked_fill(drop_sorted.scatter(0, order, drop_sorted), float("-inf"))
+        drop_sorted = (sorted_probs.cumsum(-1) - sorted_probs) >= params.top_p
+        logits = logits.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
     return logits
 
 

@@ -120,9 +120,13 @@ class KVCacheManager(ABC):
     def block_table(self, request_id: RequestId) -> list[int]:
         return list(self._seq(request_id).blocks)
 
-    def admit(self, request_id: RequestId, prompt_token_ids: Sequence[int], max_total_tokens: int) -> int | None:
+    def admit(
+        self, request_id: RequestId, prompt_token_ids: Sequence[int], max_total_tokens: int, reuse: bool = True
+    ) -> int | None:
         """Take a new request. Returns how many leading prompt tokens already have KV in shared cached blocks
-        (0 without reuse), or None if the policy cannot admit it now (nothing is changed then)."""
+        (0 without reuse), or None if the policy cannot admit it now (nothing is changed then). reuse=False: no
+        cached block is taken, whatever the pool holds (teacher-forced scoring recomputes every position in blocks
+        of its own, so it never writes into blocks other requests read)."""
         if request_id in self._seqs:
             raise ValueError(f"request {request_id!r} is already admitted")
         prompt_len = len(prompt_token_ids)
@@ -132,7 +136,7 @@ class KVCacheManager(ABC):
             raise ValueError(
                 f"request {request_id!r}: max_total_tokens {max_total_tokens} < prompt length {prompt_len}"
             )
-        plan = self._plan_admission(prompt_token_ids, max_total_tokens)
+        plan = self._plan_admission(prompt_token_ids, max_total_tokens, reuse)
         if not self._admissible(plan):
             self._num_refused += 1
             return None
@@ -148,7 +152,7 @@ class KVCacheManager(ABC):
             num_ensured=plan.first_extent,
         )
         self._num_admitted += 1
-        if self._reuse:
+        if self._reuse and reuse:
             self._reuse_hit_tokens += num_reused_tokens
             self._reuse_queried_tokens += prompt_len
         self._note_usage()
@@ -313,9 +317,9 @@ class KVCacheManager(ABC):
     def _live(self) -> list[SequenceBlocks]:
         return list(self._seqs.values())
 
-    def _plan_admission(self, prompt: Sequence[int], max_total_tokens: int) -> AdmissionPlan:
+    def _plan_admission(self, prompt: Sequence[int], max_total_tokens: int, reuse: bool = True) -> AdmissionPlan:
         limit = max_total_tokens + self._window - 1
-        reused, hashes = self._match_prefix(prompt)
+        reused, hashes = self._match_prefix(prompt) if reuse else ([], [])
         first_extent = min(len(prompt) + self._window, limit)
         return AdmissionPlan(
             prompt_len=len(prompt),

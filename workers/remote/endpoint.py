@@ -40,6 +40,8 @@ from ..interface import (
     OutputSink,
     ProgressFn,
     Prompt,
+    ScoredOutput,
+    ScoreRequest,
 )
 from ..loading.tokenizer import encode_any
 from .daemon_pool import DaemonPool
@@ -58,6 +60,7 @@ from .endpoint_requests import (
     read_choice,
     server_message,
 )
+from .endpoint_scoring import read_scoring, scoring_payload
 from .response_acceptance import response_acceptance
 from .server_kv_usage import ServerKVUsage
 from .server_metrics import ResponseTally, ServerAcceptance
@@ -366,6 +369,42 @@ class EndpointEngine:
             "an endpoint serves generation only: loglikelihood (multiple-choice) tasks need a local engine; "
             "run them without --endpoint"
         )
+
+    def score_outputs(self, requests: Sequence[ScoreRequest]) -> list[ScoredOutput]:
+        """Teacher forcing through the completions API's echo (workers/remote/endpoint_scoring.py), `concurrency`
+        requests at a time, each with lm-eval's retry policy; a request the server cannot score has its `error`."""
+        vllm_extensions = self.identity.server.get("owned_by") in NAMES_TOKENS_BY_ID
+        pool = DaemonPool(self.config.concurrency, "scoring")  # daemons: a stuck request never holds the exit
+        try:
+            futures = [pool.submit(self._score_one, r, vllm_extensions) for r in requests]
+            return [future.result() for future in futures]
+        finally:
+            pool.shutdown(wait=False)
+
+    def _score_one(self, request: ScoreRequest, vllm_extensions: bool) -> ScoredOutput:
+        import requests as http  # lm-eval's client library: the retry policy reads its exceptions
+
+        if not request.output_token_ids:
+            return ScoredOutput([], [])
+        body = scoring_payload(self.identity.model, request, vllm_extensions)
+
+        def send() -> dict[str, Any]:
+            response = http.post(self.url.completions, json=body, headers=self._headers, timeout=self.config.timeout_s,
+                                 verify=self.config.verify_tls)  # fmt: skip
+            response.raise_for_status()
+            return response.json()
+
+        def on_retry(attempt: int, reason: str) -> None:
+            self.events.emit("request_retried", request_id="scoring", attempt=attempt, reason=reason)
+
+        sent = self._tokenizer.decode(body["prompt"])  # what an error message quoting the input would repeat
+        answer = call_with_retries(send, self.config.max_retries, on_retry, self._secrets, sent)
+        if answer.error is not None:
+            return ScoredOutput([], [], error=answer.error)
+        try:
+            return read_scoring(answer.response, request, self._token_key)
+        except (ValueError, TypeError, KeyError) as exc:
+            return ScoredOutput([], [], error=f"unreadable scoring ({type(exc).__name__}: {str(exc)[:200]})")
 
     def collect_events(self) -> list[dict[str, Any]]:
         """This engine's events (requests, a stall, a KV leak) and the server's, read from its log: each of those

@@ -12,9 +12,17 @@ from __future__ import annotations
 
 import torch
 
+from ..engine.sampling import target_probs
 from ..memory.budget import draft_activation_bytes
 from .base import DraftBuild, DraftInput, SpecContext, SpecWorkerBase
 from .eagle3_head import Eagle3DraftModel, build_draft_model, resolve_draft_model
+from .rejection import sample_from
+
+
+def _samples_drafts(item) -> bool:
+    """A request whose drafts are drawn from q: sampled, speculative, verified by rejection sampling."""
+    req = item.request
+    return req.stream is not None and req.speculative and not req.sampling.greedy
 
 
 def build_eagle3_draft(build: DraftBuild) -> Eagle3DraftModel:
@@ -34,6 +42,7 @@ class Eagle3OneModelWorker(SpecWorkerBase):
         self.tp = context.tp
         self.draft_kv_layer = self.target.config.num_hidden_layers  # the extra layer after the target's
         self.capture_layers = tuple(self.draft.config.capture_layers)
+        self.sampled_drafts = context.spec.sampling == "rejection-q"  # drafts drawn from q at temperature > 0
 
     # Hooks a test or a fault injector can wrap (the draft loop calls them by name).
     def draft_step_hook(self, index: int) -> None:
@@ -93,8 +102,9 @@ class Eagle3OneModelWorker(SpecWorkerBase):
         next_t = torch.tensor(next_ids, dtype=torch.int64, device=dev)
         out = self.draft(embed(next_t), features, meta, kv_layer)
         hidden = out[torch.tensor(gather, device=dev)]
-        token = self.draft.propose(hidden)
-        proposals = [token]
+        sampled = self.sampled_drafts and any(_samples_drafts(it) for it in items)
+        token, q = self._propose(hidden, items) if sampled else (self.draft.propose(hidden), None)
+        proposals, draft_probs = [token], [q]
 
         # Steps 1..K-1: one token per request, on the draft's own output, one position further each time.
         if self.K > 1:
@@ -106,7 +116,32 @@ class Eagle3OneModelWorker(SpecWorkerBase):
                 meta.kv_lens = base + i
                 meta.on_update()
                 hidden = self.draft(embed(token), hidden, meta, kv_layer)
-                token = self.draft.propose(hidden)
+                token, q = self._propose(hidden, items) if sampled else (self.draft.propose(hidden), None)
                 proposals.append(token)
+                draft_probs.append(q)
+        if sampled:  # verification (rank 0, which decided the drafts below) reads q beside each draft
+            for r, item in enumerate(items):
+                item.request.draft_probs = torch.stack([q[r] for q in draft_probs]) if _samples_drafts(item) else None
         drafts = self.tp.broadcast(torch.stack(proposals, dim=1).contiguous())
         return drafts.tolist()
+
+    def _propose(self, hidden: torch.Tensor, items) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """`--spec-sampling rejection-q`: each sampled request's draft drawn from the head's q (its logits through the
+        plain sampler's temperature / top-k / top-p, over the target's vocabulary) with the request's own stream; a
+        greedy request keeps the argmax. Returns the tokens and each row's q (None where greedy)."""
+        logits = self.draft.draft_logits(hidden)
+        draft_ids = torch.argmax(logits, dim=-1).cpu()
+        q_rows: list[torch.Tensor | None] = []
+        for r, item in enumerate(items):
+            if not _samples_drafts(item):
+                q_rows.append(None)
+                continue
+            q_draft = target_probs(logits[r].cpu(), item.request.sampling)
+            draft_ids[r] = sample_from(q_draft, item.request.stream)
+            q = torch.zeros(self.target.config.vocab_size, dtype=torch.float32)
+            q[self.draft.to_target(torch.arange(len(q_draft), device=self.draft.d2t.device)).cpu()] = q_draft
+            q_rows.append(q)
+        # Rank 0's draws for every rank: the next draft step feeds these tokens through the TP-sharded head, whose
+        # collectives need the same input on every rank (a rank's stream only matches rank 0's until it verifies)
+        draft_ids = self.tp.broadcast(draft_ids.to(hidden.device).contiguous())
+        return self.draft.to_target(draft_ids), q_rows

@@ -137,7 +137,14 @@ class Eagle3DraftModel(nn.Module):
 
     def propose(self, hidden: torch.Tensor) -> torch.Tensor:
         """Greedy draft token (as a target id) for each row of pre-norm hidden states."""
-        draft_ids = torch.argmax(linear(self.norm(hidden), self.lm_head.weight).float(), dim=-1)
+        return self.to_target(torch.argmax(self.draft_logits(hidden), dim=-1))
+
+    def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The head's logits over its own vocabulary (float32) for each row of pre-norm hidden states."""
+        return linear(self.norm(hidden), self.lm_head.weight).float()
+
+    def to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary ids as target ids."""
         return draft_ids + self.d2t[draft_ids]
 
     # --- weights ----------------------------------------------------------------------------------------

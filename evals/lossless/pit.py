@@ -1,0 +1,224 @@
+"""The statistics of the sampled lossless gate (sampled.py): where each emitted token falls in the target's sampling
+distribution at its position, the randomized probability integral transform (PIT) of it, and the tests on all of
+them at once. Pure numpy; no engine, no run.
+
+Randomized PIT. Rank the vocabulary at a position by sampling probability (highest first, ties by id); a token x
+with probability p(x) and mass m(x) ranked above it gets u = m(x) + V * p(x), V ~ U(0, 1) drawn by the gate. If x
+was drawn from p, u is exactly U(0, 1) given everything before the position, so the u of a whole run are i.i.d.
+U(0, 1) although its positions depend on each other (each is uniform conditionally on its past). Ranking by
+probability puts the likely tokens at small u: a verifier that favours them (greedy, a draft left in the residual)
+piles u up near 0; one that flattens p (a wrong temperature) moves u up.
+
+Where only the top K raw logprobs are known (an endpoint's scoring), a position is `placed` conditionally: on the
+set S of tokens surely in the support (its members' relative sampling probabilities are exp(logprob / T), known
+without the normaliser), u is the PIT of x within S, given x in S: still U(0, 1) given the past, but blind to how
+often the tokens outside S were drawn. Those draws are counted against an upper bound of their probability (the
+`tail test`). Exact, unconditional positions are those whose support is known: our engine's view, temperature 1
+without top-k / top-p (the tail is one category of known mass), or a support inside the top K.
+
+Uniformity: Neyman's smooth test with the first four Legendre components (mean, spread, skew and tails of u).
+Each component's normalised sum is asymptotically N(0, 1) and the four are independent under the null, so the
+statistic is chi-square with 4 degrees of freedom. It is chosen over Kolmogorov-Smirnov because the bug classes
+move u smoothly (location and spread) rather than in one narrow place, where a smooth test is the most powerful,
+and because the signs of the components say which way a sampler is off (`components[0] < 0`: too many likely
+tokens). The seeded simulation (simulate.py) measures its false-FAIL rate at the gate's alpha."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+SMOOTH_ORDER = 4
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One emitted token's place in its sampling distribution. kind:
+    "exact"        u = lo + V * width is the PIT over the whole distribution
+    "conditional"  the same within the tokens surely in the support (only top logprobs known)
+    "edge"         outside the support, or unsure whether inside, by less than the logit noise: left out
+    "out"          outside the support (top-k / top-p) by more than the noise: a violation
+    "tail"         below the known top logprobs, where the support may reach: left out of the PIT, counted
+    tail_bound: an upper bound of the probability that a token below the known top logprobs is drawn here (0 where
+    the whole distribution is known or the support ends within the top)."""
+
+    kind: str
+    lo: float = 0.0
+    width: float = 0.0
+    tail_bound: float = 0.0
+
+    @property
+    def in_pit(self) -> bool:
+        return self.kind in ("exact", "conditional")
+
+
+def exact_placement(prob: float, mass_above: float, support: str) -> Placement:
+    """From our engine's exact view (workers/interface.py SampledPosition)."""
+    if support == "out":
+        return Placement("out")
+    if support != "in" or prob <= 0:
+        return Placement("edge")
+    return Placement("exact", min(max(mass_above, 0.0), 1.0), prob)
+
+
+def topk_placement(
+    own_logprob: float,
+    own_key: int,
+    top: Sequence[Sequence[float]],
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    vocab_size: int,
+    noise: float,
+) -> Placement:
+    """From raw logprobs only (log-softmax before temperature and filters): the token's own and the top K
+    alternatives [[key, logprob], ...]. `noise`: how far (nats) the scorer's logits may sit from the sampler's."""
+    ranked = sorted(((float(lp), int(key)) for key, lp in top), key=lambda x: -x[0])
+    if not ranked:
+        return Placement("tail", tail_bound=1.0)
+    lps = np.array([lp for lp, _ in ranked], dtype=np.float64)
+    keys = [key for _, key in ranked]
+    own = keys.index(own_key) if own_key in keys else None
+    big_k = len(lps)
+    tail_raw = max(0.0, 1.0 - float(np.exp(lps).sum()))  # raw mass below the top K
+    if temperature == 1.0 and not top_k and top_p >= 1.0:
+        return _lumped_tail(lps, own, tail_raw)
+
+    a = lps / temperature
+    q = np.exp(a - a[0])  # relative sampling weights within the top K
+    slack = 2 * noise / temperature  # two logits may move towards each other
+    tail_hi = _tail_weight_bound(lps, tail_raw, temperature, vocab_size) * math.exp(-a[0])
+    kept = np.ones(big_k, dtype=bool)
+    tail_possible = vocab_size > big_k
+    kth = None
+    if top_k and top_k < vocab_size:
+        if top_k <= big_k:
+            kth = a[top_k - 1]
+            kept = a >= kth  # filter_logits keeps ties with the k-th
+            tail_possible = False
+    sure, unsure = kept.copy(), np.zeros(big_k, dtype=bool)
+    nucleus_closed = False  # top-p surely ends within the top K: every token below them is outside
+    if top_p < 1.0:
+        z_lo = q[kept].sum()
+        z_hi = z_lo + (tail_hi if tail_possible else 0.0)
+        above = np.concatenate([[0.0], np.cumsum(np.where(kept, q, 0.0))[:-1]])
+        p_slack = top_p * math.expm1(2 * slack) + 2 * slack
+        surely_in = kept & (above / z_lo < top_p - p_slack)
+        surely_out = kept & (above / z_hi >= top_p + p_slack)
+        sure, unsure = surely_in, kept & ~surely_in & ~surely_out
+        nucleus_closed = bool(surely_out.any()) or q[kept].sum() / z_hi >= top_p + p_slack
+        tail_possible = tail_possible and not nucleus_closed
+    if own is not None:
+        if kth is not None and a[own] < kth:
+            return Placement("out" if a[own] < kth - slack else "edge")
+        if unsure[own]:
+            return Placement("edge")
+        if not sure[own]:
+            return Placement("out")
+    else:
+        own_a = own_logprob / temperature
+        if kth is not None:
+            return Placement("out" if own_a < kth - slack else "edge")
+        if not tail_possible:  # no token below the top K can be drawn: outside, or a key the top list spells apart
+            return Placement("out" if nucleus_closed else "edge")
+    total = q[sure].sum()
+    bound = tail_hi / (total + tail_hi) if tail_possible else 0.0
+    if own is None:
+        return Placement("tail", tail_bound=bound)
+    kind = "exact" if not unsure.any() and not tail_possible else "conditional"
+    lo = float(q[sure][: int(sure[:own].sum())].sum() / total)
+    return Placement(kind, lo, float(q[own] / total), bound)
+
+
+def _lumped_tail(lps: np.ndarray, own: int | None, tail_raw: float) -> Placement:
+    """Temperature 1, no filters: the raw probabilities are the sampling ones; the tail is one last category whose
+    mass is known (1 - the top K's), so the PIT is exact over top K + tail."""
+    probs = np.exp(lps)
+    total = probs.sum() + tail_raw
+    if own is None:
+        if tail_raw <= 0:
+            return Placement("edge")  # the top K hold all the mass as printed: a rounding remainder
+        return Placement("exact", float(probs.sum() / total), float(tail_raw / total))
+    return Placement("exact", float(probs[:own].sum() / total), float(probs[own] / total))
+
+
+def _tail_weight_bound(lps: np.ndarray, tail_raw: float, temperature: float, vocab_size: int) -> float:
+    """An upper bound of the sum of p(y)^(1/T) over the tokens y below the top K (their raw mass is tail_raw, each
+    below the K-th's p_K). T <= 1: p^(1/T) = p * p^(1/T - 1) <= p * p_K^(1/T - 1). T > 1: the sum of a concave power
+    is largest when the mass is spread evenly over the V - K tokens."""
+    if tail_raw <= 0:
+        return 0.0
+    rest = max(vocab_size - len(lps), 0)
+    if rest == 0:
+        return 0.0
+    if temperature <= 1.0:
+        return tail_raw * math.exp((1.0 / temperature - 1.0) * float(lps[-1]))
+    return rest ** (1.0 - 1.0 / temperature) * tail_raw ** (1.0 / temperature)
+
+
+def randomized_pit(placements: Sequence[Placement], rng: np.random.Generator) -> np.ndarray:
+    """u of every placement in the PIT, in order (one uniform drawn per placement, PIT or not, so the draws of a
+    position do not depend on how the others were placed)."""
+    v = rng.random(len(placements))
+    return np.array([p.lo + v[i] * p.width for i, p in enumerate(placements) if p.in_pit], dtype=np.float64)
+
+
+def _legendre(u: np.ndarray) -> np.ndarray:
+    """The first four orthonormal shifted Legendre polynomials on [0, 1] at u: [4, n]."""
+    x = 2 * u - 1
+    return np.stack(
+        [
+            math.sqrt(3) * x,
+            math.sqrt(5) * (3 * x**2 - 1) / 2,
+            math.sqrt(7) * (5 * x**3 - 3 * x) / 2,
+            3 * (35 * x**4 - 30 * x**2 + 3) / 8,
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class Uniformity:
+    """Neyman's smooth test of u ~ U(0, 1): chi-square statistic (4 degrees of freedom), its p-value, and the four
+    normalised components (each ~ N(0, 1) under the null)."""
+
+    statistic: float
+    p_value: float
+    components: tuple[float, ...]
+    n: int
+
+
+def smooth_test(u: np.ndarray) -> Uniformity:
+    n = len(u)
+    if n == 0:
+        return Uniformity(0.0, 1.0, (0.0,) * SMOOTH_ORDER, 0)
+    components = _legendre(np.asarray(u, dtype=np.float64)).sum(axis=1) / math.sqrt(n)
+    statistic = float((components**2).sum())
+    p = math.exp(-statistic / 2) * (1 + statistic / 2)  # chi-square survival function, 4 degrees of freedom
+    return Uniformity(statistic, min(1.0, p), tuple(float(c) for c in components), n)
+
+
+def tail_test(bounds: Sequence[float], observed: int) -> float:
+    """P(N >= observed) for N a sum of independent Bernoulli(bound_i): an upper bound of the p-value of `observed`
+    draws below the known top logprobs, when each position's true probability of such a draw is at most its bound
+    given the past (a sequential coupling makes the true count no larger than N)."""
+    bounds = [b for b in bounds if b > 0]
+    if observed <= 0:
+        return 1.0
+    if observed > len(bounds):
+        return 0.0
+    dist = np.zeros(observed + 1)  # P(count = j) for j < observed, and P(count >= observed) in the last cell
+    dist[0] = 1.0
+    for b in bounds:
+        moved = dist[:-1] * b
+        dist[:-1] *= 1 - b
+        dist[1:] += moved
+    return float(min(1.0, dist[-1]))
+
+
+def histogram(u: np.ndarray, bins: int = 20) -> list[int]:
+    """Counts of u in `bins` equal bins of [0, 1]: what the report plots (flat under the null)."""
+    counts, _ = np.histogram(u, bins=bins, range=(0.0, 1.0))
+    return [int(c) for c in counts]

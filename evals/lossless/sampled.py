@@ -1,0 +1,253 @@
+"""The sampled lossless gate: is a spec-dec run at temperature > 0 lossless in distribution?
+
+At T > 0 an engine that verifies drafts by rejection sampling with its own random stream (vLLM, SGLang,
+TensorRT-LLM, our `--spec-sampling rejection`) emits other tokens than a plain run of the same seed, correctly; only
+the distribution is preserved. So the baseline engine decodes nothing: it scores the spec-dec run's outputs by
+teacher forcing (`InferenceEngine.score_outputs`, one prefill-shaped pass per output), and two checks judge them:
+
+1. Sampler fidelity: the emitted tokens are draws from the target's sampling distribution (temperature, top-k,
+   top-p) at each position. Every sampled position of the run is tested at once by the randomized PIT (pit.py),
+   i.i.d. U(0, 1) under the null, with Neyman's smooth test at `alpha`; and any token outside the sampling support
+   by more than the logit noise (a top-k / top-p violation) FAILs outright. Exact where the baseline had the whole
+   distribution (our engine, in process); conservative where it returned only the top logprobs (an endpoint),
+   which the verdict says.
+2. Target fidelity: where the spec-dec run reported its own logprobs, they agree with the baseline's scoring of the
+   same tokens within `target_tolerance` nats (a spec path that corrupts the target's forward shows here at any
+   temperature).
+
+The verdict names its basis, e.g. "sampled: 2,431 positions (exact), PIT uniformity p = 0.43, no support violation;
+target logprobs within 0.0002 nats of the baseline's scoring", and its record holds the PIT histogram's counts
+(results/report/pit.py plots them). `judge_outputs` is what the run pipeline calls; `judge_sampled` judges scored
+samples already in hand. No import from evals/pipeline/."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...results.run_summary import FAIL, NO_GATE, PASS, GateResult
+from ...workers.config import MAX_LOGPROBS, SamplingParams
+from ...workers.engine.teacher_forcing import DEFAULT_SUPPORT_NOISE
+from ...workers.interface import GenerationOutput, InferenceEngine, ScoredOutput, ScoreRequest
+from .pit import Placement, exact_placement, histogram, randomized_pit, smooth_test, tail_test, topk_placement
+
+ALPHA = 0.01
+# Float32: the spec-dec engine's decode-shaped logits and the baseline's prefill-shaped ones differ by ~1e-5 nats
+# (measured: simulate.py --scoring-cost prints the largest difference); in bf16 pass the noise the control measured.
+DEFAULT_TARGET_TOLERANCE = 1e-3
+PIT_BINS = 20
+SHOWN_VIOLATIONS = 10
+
+
+@dataclass(frozen=True)
+class SampledSample:
+    """One spec-dec output and its baseline's scoring. `reported`: the spec-dec engine's own logprobs of the output
+    (GenerationOutput.logprobs: per token [logprob, alternatives, ...]), None when it reported none."""
+
+    doc_id: Any
+    token_ids: Sequence[int]
+    sampling: SamplingParams
+    scored: ScoredOutput
+    reported: Sequence[Sequence[Any]] | None = None
+
+
+def score_requests(outputs: Sequence[GenerationOutput], sampling: Sequence[SamplingParams]) -> list[ScoreRequest]:
+    """What the baseline scores: each output after its own prompt, with the parameters it was sampled with."""
+    return [ScoreRequest(tuple(o.prompt_token_ids), tuple(o.token_ids), s, MAX_LOGPROBS)
+            for o, s in zip(outputs, sampling, strict=True)]  # fmt: skip
+
+
+def judge_outputs(
+    outputs: Sequence[GenerationOutput],
+    sampling: Sequence[SamplingParams],
+    doc_ids: Sequence[Any],
+    baseline: InferenceEngine,
+    *,
+    alpha: float = ALPHA,
+    seed: int = 0,
+    support_noise: float = DEFAULT_SUPPORT_NOISE,
+    target_tolerance: float = DEFAULT_TARGET_TOLERANCE,
+) -> GateResult:
+    """The gate on a spec-dec run's outputs (finished ones; a failed request is no sample), the baseline scoring
+    them: one `score_outputs` call, then `judge_sampled`."""
+    kept = [i for i, o in enumerate(outputs) if o.finish_reason != "error"]
+    scored = baseline.score_outputs(score_requests([outputs[i] for i in kept], [sampling[i] for i in kept]))
+    samples = [SampledSample(doc_ids[i], outputs[i].token_ids, sampling[i], s, outputs[i].logprobs)
+               for i, s in zip(kept, scored, strict=True)]  # fmt: skip
+    return judge_sampled(samples, len(baseline.tokenizer), alpha=alpha, seed=seed, support_noise=support_noise,
+                         target_tolerance=target_tolerance)  # fmt: skip
+
+
+def judge_sampled(
+    samples: Sequence[SampledSample],
+    vocab_size: int,
+    *,
+    alpha: float = ALPHA,
+    seed: int = 0,
+    support_noise: float = DEFAULT_SUPPORT_NOISE,
+    target_tolerance: float = DEFAULT_TARGET_TOLERANCE,
+) -> GateResult:
+    """PASS, FAIL, or NO-GATE (nothing sampled was scored), with its basis and the numbers it rests on."""
+    fidelity = _Fidelity()
+    target = _Target(target_tolerance)
+    errors = []
+    for sample in samples:
+        if sample.sampling.greedy:
+            continue
+        if sample.scored.error is not None or len(sample.scored.logprobs) != len(sample.token_ids):
+            errors.append(sample.doc_id)
+            continue
+        placements = place(sample, vocab_size, support_noise)
+        fidelity.add(sample.doc_id, sample.token_ids, placements, _doc_rng(seed, sample.doc_id))
+        if sample.reported is not None:
+            target.add(sample.doc_id, sample.reported, sample.scored.logprobs)
+    return _verdict(fidelity, target, errors, alpha)
+
+
+def place(sample: SampledSample, vocab_size: int, support_noise: float) -> list[Placement]:
+    """Each output token's placement: from the exact view when the baseline had it, else from the top logprobs."""
+    scored, params = sample.scored, sample.sampling
+    if scored.sampled is not None:
+        return [exact_placement(s.prob, s.mass_above, s.support) for s in scored.sampled]
+    keys = scored.token_keys if scored.token_keys is not None else list(sample.token_ids)
+    return [topk_placement(lp, key, top, params.temperature, params.top_k, params.top_p, vocab_size, support_noise)
+            for lp, key, top in zip(scored.logprobs, keys, scored.top_logprobs, strict=True)]  # fmt: skip
+
+
+def _doc_rng(seed: int, doc_id: Any) -> np.random.Generator:
+    """The PIT's own uniforms for one document: seeded by the gate's seed and the document, so a verdict is
+    reproducible and does not depend on the order documents come in."""
+    digest = hashlib.blake2b(repr(doc_id).encode(), digest_size=8).digest()
+    return np.random.default_rng([seed, int.from_bytes(digest, "little")])
+
+
+class _Fidelity:
+    """Sampler fidelity over the whole run."""
+
+    def __init__(self) -> None:
+        self.u: list[np.ndarray] = []
+        self.kinds: dict[str, int] = {"exact": 0, "conditional": 0, "edge": 0, "tail": 0, "out": 0}
+        self.violations: list[dict[str, Any]] = []
+        self.tail_bounds: list[float] = []
+        self.documents = 0
+
+    def add(self, doc_id: Any, tokens: Sequence[int], placements: list[Placement], rng: np.random.Generator) -> None:
+        self.documents += 1
+        self.u.append(randomized_pit(placements, rng))
+        for position, (token, p) in enumerate(zip(tokens, placements, strict=True)):
+            self.kinds[p.kind] += 1
+            if p.kind == "out":
+                self.violations.append({"doc_id": doc_id, "position": position, "token": int(token)})
+            if p.tail_bound > 0:
+                self.tail_bounds.append(p.tail_bound)
+
+    @property
+    def pit(self) -> np.ndarray:
+        return np.concatenate(self.u) if self.u else np.zeros(0)
+
+
+class _Target:
+    """Target fidelity: the spec-dec engine's reported logprobs against the baseline's scoring."""
+
+    def __init__(self, tolerance: float) -> None:
+        self.tolerance = tolerance
+        self.tokens = 0
+        self.max_diff = 0.0
+        self.beyond: list[dict[str, Any]] = []
+
+    def add(self, doc_id: Any, reported: Sequence[Sequence[Any]], scored: Sequence[float]) -> None:
+        for position, (record, lp) in enumerate(zip(reported, scored, strict=False)):
+            diff = abs(float(record[0]) - float(lp))
+            self.tokens += 1
+            self.max_diff = max(self.max_diff, diff)
+            if diff > self.tolerance:
+                self.beyond.append({"doc_id": doc_id, "position": position, "diff": round(diff, 5)})
+
+
+def _verdict(fidelity: _Fidelity, target: _Target, errors: list, alpha: float) -> GateResult:
+    u = fidelity.pit
+    kinds = fidelity.kinds
+    if not fidelity.documents or not len(u):
+        why = "no sampled output was scored" + (f" ({len(errors)} could not be)" if errors else "")
+        return GateResult(NO_GATE, f"sampled: {why}", {"documents": fidelity.documents, "score_errors": errors})
+    uniformity = smooth_test(u)
+    tests = {"pit": uniformity.p_value}
+    tail = None
+    if fidelity.tail_bounds:
+        expected = float(sum(fidelity.tail_bounds))
+        tail = {"observed": kinds["tail"], "expected_at_most": round(expected, 3),
+                "p": tail_test(fidelity.tail_bounds, kinds["tail"])}  # fmt: skip
+        tests["tail"] = tail["p"]
+    level = alpha / len(tests)  # Bonferroni over the statistical tests
+    exact = kinds["conditional"] == 0 and kinds["tail"] == 0
+    numbers: dict[str, Any] = {
+        "basis": "exact" if exact else "conservative",
+        "alpha": alpha,
+        "positions": int(len(u)),
+        "placements": dict(kinds),
+        "documents": fidelity.documents,
+        "pit": {
+            "test": "Neyman smooth, 4 components",
+            "statistic": round(uniformity.statistic, 4),
+            "p": uniformity.p_value,
+            "components": [round(c, 3) for c in uniformity.components],
+        },  # fmt: skip
+        "pit_histogram": histogram(u, PIT_BINS),
+        "num_violations": len(fidelity.violations),
+        "violations": fidelity.violations[:SHOWN_VIOLATIONS],
+    }
+    if tail is not None:
+        numbers["tail_test"] = tail
+    if target.tokens:
+        numbers["target"] = {"tokens": target.tokens, "max_abs_diff": round(target.max_diff, 6),
+                             "tolerance": target.tolerance, "num_beyond": len(target.beyond),
+                             "beyond": target.beyond[:SHOWN_VIOLATIONS]}  # fmt: skip
+    if errors:
+        numbers["score_errors"] = errors
+    failures = []
+    if fidelity.violations:
+        first = fidelity.violations[0]
+        failures.append(f"{len(fidelity.violations)} token(s) outside the sampling support (top-k / top-p), the first "
+                        f"at doc {first['doc_id']} position {first['position']}")  # fmt: skip
+    if min(tests.values()) < level:
+        failures.append("the emitted tokens are not draws from the target's sampling distribution")
+    if target.beyond:
+        first = target.beyond[0]
+        failures.append(f"{len(target.beyond)} reported logprob(s) off the baseline's scoring by more than "
+                        f"{target.tolerance:g} nats (first: doc {first['doc_id']} position {first['position']}, "
+                        f"{first['diff']:g})")  # fmt: skip
+    basis = _basis(u, kinds, uniformity.p_value, tail, fidelity, target, level, len(tests))
+    reason = f"{basis}: " + "; ".join(failures) if failures else basis
+    return GateResult(FAIL if failures else PASS, reason, numbers)
+
+
+def _basis(u, kinds, pit_p, tail, fidelity, target, level, num_tests) -> str:
+    """The verdict's basis in one line: how many positions, on what footing, which tests, what they said."""
+    if kinds["conditional"] or kinds["tail"]:
+        left_out = kinds["edge"] + kinds["tail"]
+        footing = (f"{kinds['exact']:,} exact, {kinds['conditional']:,} conditional on the baseline's top logprobs: "
+                   f"conservative; {left_out:,} left out")  # fmt: skip
+    else:
+        footing = "exact" + (f"; {kinds['edge']:,} at the support's edge left out" if kinds["edge"] else "")
+    parts = [f"sampled: {len(u):,} positions ({footing}), PIT uniformity p = {_p(pit_p)}"]
+    if tail is not None:
+        parts.append(f"tail draws {tail['observed']} of at most {tail['expected_at_most']:.1f} expected "
+                     f"(p = {_p(tail['p'])})")  # fmt: skip
+    if num_tests > 1:
+        parts.append(f"each test at {level:g}")
+    parts.append(f"{len(fidelity.violations)} support violation(s)" if fidelity.violations else "no support violation")
+    text = ", ".join(parts)
+    if target.tokens:
+        text += (f"; target logprobs at most {target.max_diff:.2g} nats off the baseline's scoring "
+                 f"(max over {target.tokens:,} tokens, tolerance {target.tolerance:g})")  # fmt: skip
+    else:
+        text += "; target logprobs not checked (the spec-dec run reported none)"
+    return text
+
+
+def _p(p: float) -> str:
+    return f"{p:.2g}" if p < 0.01 else f"{p:.2f}"

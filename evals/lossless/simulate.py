@@ -1,0 +1,261 @@
+"""The sampled lossless gate's seeded simulation: `python -m specdec_eval.evals.lossless.simulate MODE`.
+
+  null     false-FAIL rate on seeded clean runs (default 500) at the default run's size (10 documents x 256 tokens):
+           synthetic distributions (per position, logits = s * N(0, 1) over a 512-token vocabulary, s log-uniform
+           in [0.5, 8], so positions range from near-uniform to one token holding nearly all the mass), tokens drawn
+           from the plain sampler's distribution, judged exactly (the whole distribution known) and conservatively
+           (only the top 20 raw logprobs known, as from an endpoint), under two sampling configurations.
+  power    the FAIL rate of each sampled bug class at the default run's size, on real distributions: a bank of the
+           verify steps of a SmolLM2 + Eagle3 run over 10 five-shot GSM8K prompts x 256 tokens (bank.py, which says
+           how it models a run), replayed through the real rejection sampler with each planted rule.
+  sampler  the chi-square goodness of fit of the rejection sampler on hand-made distributions (sampler_check.py),
+           correct and with each planted rule.
+
+Every figure is printed with the command's own parameters; `--json` writes them too."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.stats import beta, kstest
+
+from ...workers.config import SamplingParams
+from ...workers.engine.faults import REJECTION_POINTS, can_change, planted_rule
+from ...workers.engine.sampling import target_probs
+from ...workers.engine.teacher_forcing import view_of_probs
+from ...workers.interface import ScoredOutput
+from ...workers.spec.rejection import CORRECT, RejectionRule
+from .sampled import ALPHA, SampledSample, judge_sampled
+
+TOP_LOGPROBS = 20
+CONFIGS = {
+    "T=1.0": SamplingParams(temperature=1.0),  # the seed's GPQA configuration (top_p 1.0)
+    "T=0.7 top-k 20 top-p 0.9": SamplingParams(temperature=0.7, top_k=20, top_p=0.9),
+}
+
+
+@dataclass(frozen=True)
+class Rate:
+    fails: int
+    runs: int
+    p_values: tuple[float, ...] = ()  # each run's PIT p-value (the null: their calibration)
+
+    @property
+    def value(self) -> float:
+        return self.fails / self.runs if self.runs else 0.0
+
+    def interval(self, level: float = 0.95) -> tuple[float, float]:
+        """Clopper-Pearson interval of the rate."""
+        a = (1 - level) / 2
+        lo = 0.0 if self.fails == 0 else float(beta.ppf(a, self.fails, self.runs - self.fails + 1))
+        hi = 1.0 if self.fails == self.runs else float(beta.ppf(1 - a, self.fails + 1, self.runs - self.fails))
+        return lo, hi
+
+    def __str__(self) -> str:
+        lo, hi = self.interval()
+        return f"{self.fails}/{self.runs} = {self.value:.3f} (95% CI {lo:.3f}-{hi:.3f})"
+
+
+# --- the null: synthetic clean runs ---------------------------------------------------------------------------------
+
+
+def synthetic_run(
+    rng: torch.Generator, docs: int, tokens: int, vocab: int, params: SamplingParams
+) -> tuple[list[SampledSample], list[SampledSample]]:
+    """One clean run: per position a synthetic distribution, the token drawn from the plain sampler's distribution;
+    the run scored exactly, and by the top raw logprobs only (the same draws)."""
+    exact, top = [], []
+    scale = torch.exp(torch.empty(docs * tokens, 1).uniform_(math.log(0.5), math.log(8.0), generator=rng))
+    logits = torch.randn(docs * tokens, vocab, generator=rng) * scale
+    probs = target_probs(logits, params)
+    drawn = torch.multinomial(probs, 1, generator=rng).squeeze(-1).tolist()
+    views = view_of_probs(probs, drawn)
+    logp = torch.log_softmax(logits, -1)
+    own = logp.gather(-1, torch.tensor(drawn).unsqueeze(-1)).squeeze(-1).tolist()
+    values, ids = torch.topk(logp, TOP_LOGPROBS, dim=-1)
+    alts = [[[i, v] for i, v in zip(r_i, r_v, strict=True)]
+            for r_i, r_v in zip(ids.tolist(), values.tolist(), strict=True)]  # fmt: skip
+    for doc in range(docs):
+        span = slice(doc * tokens, (doc + 1) * tokens)
+        scored = ScoredOutput([0.0] * tokens, [[] for _ in range(tokens)], views[span])
+        exact.append(SampledSample(doc, drawn[span], params, scored))
+        top.append(SampledSample(doc, drawn[span], params, ScoredOutput(own[span], alts[span])))
+    return exact, top
+
+
+def null_rates(
+    runs: int, docs: int, tokens: int, vocab: int, params: SamplingParams, seed: int = 0, alpha: float = ALPHA,
+    progress: Callable[[int], None] = lambda i: None,
+) -> dict[str, Rate]:  # fmt: skip
+    """FAILs over `runs` seeded clean runs, judged exactly and from the top logprobs; each Rate also keeps the runs'
+    PIT p-values (their whole distribution must be U(0, 1), not only its 1 % tail)."""
+    fails = {"exact": 0, "top": 0}
+    p_values: dict[str, list[float]] = {"exact": [], "top": []}
+    for r in range(runs):
+        rng = torch.Generator().manual_seed(seed * 1_000_003 + r)
+        for basis, samples in zip(("exact", "top"), synthetic_run(rng, docs, tokens, vocab, params), strict=True):
+            result = judge_sampled(samples, vocab, alpha=alpha, seed=r)
+            fails[basis] += result.failed
+            p_values[basis].append(result.numbers["pit"]["p"])
+        progress(r + 1)
+    return {basis: Rate(n, runs, tuple(p_values[basis])) for basis, n in fails.items()}
+
+
+# --- power: the bank of real verify steps ---------------------------------------------------------------------------
+
+
+def class_rule(name: str) -> RejectionRule:
+    return CORRECT if name == "unmutated" else planted_rule([name])
+
+
+def power_rates(
+    steps, params: SamplingParams, classes: Sequence[str], replicates: int, vocab: int, seed: int = 0,
+    alpha: float = ALPHA, progress: Callable[[str, int], None] = lambda c, i: None,
+) -> dict[str, dict]:  # fmt: skip
+    """Per class: FAILs over `replicates` replays of the bank, and what caught them."""
+    from .bank import _Views, replay
+
+    views = _Views(steps, params)
+    out = {}
+    for name in classes:
+        fails, by_support, p_values, positions = 0, 0, [], 0
+        for r in range(replicates):
+            samples = replay(steps, params, class_rule(name), seed * 1_000_003 + r, views)
+            result = judge_sampled(samples, vocab, alpha=alpha, seed=r)
+            fails += result.failed
+            by_support += result.numbers["num_violations"] > 0
+            p_values.append(result.numbers["pit"]["p"])
+            positions = result.numbers["positions"]
+            progress(name, r + 1)
+        out[name] = {"rate": Rate(fails, replicates), "support_violations_in": by_support,
+                     "median_pit_p": float(np.median(p_values)), "positions": positions}  # fmt: skip
+    return out
+
+
+# --- the command ----------------------------------------------------------------------------------------------------
+
+
+def _progress(label: str, total: int) -> Callable[[int], None]:
+    start = time.perf_counter()
+
+    def show(done: int) -> None:
+        if done == total or done % max(1, total // 10) == 0:
+            print(f"  {label}: {done}/{total} ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
+
+    return show
+
+
+def _null(args) -> dict:
+    figures = {}
+    print(f"null: {args.runs} clean runs x {args.docs} documents x {args.tokens} tokens, vocabulary {args.vocab}, "
+          f"alpha {args.alpha}")  # fmt: skip
+    for config, params in CONFIGS.items():
+        rates = null_rates(args.runs, args.docs, args.tokens, args.vocab, params, args.seed, args.alpha,
+                           _progress(config, args.runs))  # fmt: skip
+        for basis, rate in rates.items():
+            label = f"{config}, {'exact' if basis == 'exact' else f'top-{TOP_LOGPROBS} logprobs'}"
+            calibration = float(kstest(rate.p_values, "uniform").pvalue)
+            below = float(np.mean(np.array(rate.p_values) < 0.05))
+            print(f"  {label:45s} false FAIL {rate}; PIT p < 0.05 in {below:.3f} of runs; the runs' PIT p-values "
+                  f"against U(0, 1): KS p = {calibration:.2f}")  # fmt: skip
+            figures[label] = {"fails": rate.fails, "runs": rate.runs, "rate": rate.value, "ci95": rate.interval(),
+                              "p_below_0.05": below, "p_values_ks": calibration}  # fmt: skip
+    return figures
+
+
+def _power(args) -> dict:
+    from .bank import load_bank, record_bank, save_bank
+
+    if args.record:
+        from ..bench.prompts import bench_prompts
+
+        prompts = bench_prompts("gsm8k", args.docs, args.data_dir)
+        sampling = SamplingParams(max_new_tokens=args.tokens, temperature=0.7, ignore_eos=True, seed=args.seed)
+        started = time.perf_counter()
+        steps = record_bank(prompts, sampling, model=args.model)
+        save_bank(steps, args.bank)
+        print(f"recorded {len(steps)} verify steps of {args.docs} documents x {args.tokens} tokens ({args.model}, "
+              f"Eagle3 K=3) in {time.perf_counter() - started:.0f} s into {args.bank}")  # fmt: skip
+    steps = load_bank(args.bank)
+    classes = ["unmutated", *REJECTION_POINTS]
+    figures = {}
+    print(f"power: {args.replicates} replays of the bank ({len(steps)} verify steps, {len({s.doc for s in steps})} "
+          f"documents), alpha {args.alpha}")  # fmt: skip
+    for config, params in CONFIGS.items():
+        shown = {c: _progress(f"{config}, {c}", args.replicates) for c in classes}
+        rates = power_rates(steps, params, classes, args.replicates, args.vocab_size, args.seed, args.alpha,
+                            lambda c, i, shown=shown: shown[c](i))  # fmt: skip
+        for name, r in rates.items():
+            what = "false FAIL" if name == "unmutated" else "FAIL"
+            idle = name != "unmutated" and not can_change(name, params)
+            print(f"  {config:26s} {name:24s} {what} {r['rate']}; {r['positions']} positions, support violations in "
+                  f"{r['support_violations_in']} runs, median PIT p {r['median_pit_p']:.2g}"
+                  + ("  (changes nothing at this configuration: it does not fire)" if idle else ""))  # fmt: skip
+            figures[f"{config}, {name}"] = {"fails": r["rate"].fails, "runs": r["rate"].runs, "rate": r["rate"].value,
+                                            "support_violations_in": r["support_violations_in"],
+                                            "median_pit_p": r["median_pit_p"], "positions": r["positions"]}  # fmt: skip
+    return figures
+
+
+def _sampler(args) -> dict:
+    from .sampler_check import CASES, chi_square_check
+
+    figures = {}
+    print(f"sampler: chi-square goodness of fit per position of one verify step, {args.trials} trials per case")
+    for case in CASES:
+        for name in ("unmutated", *REJECTION_POINTS):
+            results = chi_square_check(case, class_rule(name), args.trials, args.seed)
+            worst = min(results, key=lambda c: c.p_value)
+            cells = "  ".join(f"pos {c.position}: chi2 {c.statistic:.1f} df {c.df} p {c.p_value:.3g} (n {c.n})"
+                              for c in results)  # fmt: skip
+            print(f"  {case.name:34s} {name:24s} min p {worst.p_value:.3g} | {cells}")
+            figures[f"{case.name}, {name}"] = [c.__dict__ for c in results]
+    return figures
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m specdec_eval.evals.lossless.simulate",
+        description="The sampled lossless gate's seeded simulation (false-FAIL rate, power per bug class) and the "
+        "rejection sampler's chi-square.",
+        epilog="Example: python -m specdec_eval.evals.lossless.simulate null --runs 500",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--alpha", type=float, default=ALPHA)
+    parser.add_argument("--json", help="also write the figures to this file")
+    modes = parser.add_subparsers(dest="mode", required=True)
+    null = modes.add_parser("null", help="false-FAIL rate on seeded clean synthetic runs")
+    null.add_argument("--runs", type=int, default=500)
+    null.add_argument("--docs", type=int, default=10)
+    null.add_argument("--tokens", type=int, default=256)
+    null.add_argument("--vocab", type=int, default=512)
+    power = modes.add_parser("power", help="FAIL rate per sampled bug class on a bank of real verify steps")
+    power.add_argument("--bank", required=True, help="the bank file (.npz): read, or written first with --record")
+    power.add_argument("--record", action="store_true", help="record the bank first (needs --data-dir)")
+    power.add_argument("--data-dir", default=None, help="where GSM8K is (for --record)")
+    power.add_argument("--model", default="smollm2")
+    power.add_argument("--docs", type=int, default=10)
+    power.add_argument("--tokens", type=int, default=256)
+    power.add_argument("--replicates", type=int, default=100)
+    power.add_argument("--vocab-size", type=int, default=49152)
+    sampler = modes.add_parser("sampler", help="chi-square of the rejection sampler on hand-made distributions")
+    sampler.add_argument("--trials", type=int, default=20_000)
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    figures = {"null": _null, "power": _power, "sampler": _sampler}[args.mode](args)
+    print(f"({time.perf_counter() - started:.0f} s)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"mode": args.mode, "args": vars(args), "figures": figures}, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""`run --spec-sampling rejection` on a sampled task, from the command line: the run is judged in distribution (the
+plain engine scores its outputs by teacher forcing; nothing else is decoded), PASSes as it is, and FAILs with the
+rejection sampler made greedy (`--inject rejection_greedy`), the bug the sampled verdict exists for."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ..cli_helpers import run_cli
+from .test_run_cli import SHARED_DATA, needs_shared_data
+
+RUN = ("run", "--model", "tiny", "--device", "cpu", "--device-memory", "256MiB", "--spec", "eagle3",
+       "--spec-sampling", "rejection", "--tasks", "gsm8k_sampled", "--data-dir", str(SHARED_DATA), "--limit", "2",
+       "--max-output-len", "32", "--num-fewshot", "0", "--no-reference")  # fmt: skip
+
+
+def _lossless(out_dir) -> tuple[list, dict]:
+    runs = [p for p in out_dir.iterdir() if (p / "summary.json").is_file()]
+    (summary,) = [json.loads((p / "summary.json").read_text()) for p in runs]
+    return runs, summary["tasks"]["gsm8k_sampled"]["lossless"]
+
+
+@pytest.mark.slow
+@needs_shared_data
+def test_a_rejection_sampled_run_is_judged_in_distribution_and_a_greedy_sampler_fails(capsys, tmp_path):
+    code, out, err = run_cli(capsys, *RUN, "--out", str(tmp_path / "clean"))
+    assert code == 0, err
+    assert "lossless gate: sampled tasks judged in distribution" in err
+    assert "lossless: PASS (sampled: 64 positions (exact), PIT uniformity p = " in out
+    runs, gate = _lossless(tmp_path / "clean")
+    assert len(runs) == 1  # no baseline and no control were decoded: the plain engine only scored
+    assert gate["baseline_kind"] == "scored" and gate["basis"] == "exact" and gate["positions"] == 64
+    assert sum(gate["pit_histogram"]) == 64 and gate["target"]["num_beyond"] == 0
+
+    code, out, err = run_cli(capsys, *RUN, "--inject", "rejection_greedy", "--out", str(tmp_path / "greedy"))
+    assert code == 1, err
+    assert "lossless: FAIL (sampled: 64 positions" in out
+    assert "the emitted tokens are not draws from the target's sampling distribution" in out
+    _, gate = _lossless(tmp_path / "greedy")
+    assert gate["verdict"] == "FAIL" and gate["pit"]["p"] < 1e-6
