@@ -13,6 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ...errors import UserError
 from ..config import DTYPES
 from ..kv_cache import KV_CACHE_MANAGERS
+from ..loading.chat_template import ChatTemplateKwargs
 from ..spec import SPEC_ALGORITHMS
 
 # Long generations (GPQA's 32k-token answers on real models) take many minutes per request on a busy server.
@@ -30,6 +31,8 @@ class EndpointConfig:
     tokenizer / model: where the local tokenizer comes from (see `load_local_tokenizer`).
     max_retries: retries after the first attempt of a request that failed transiently (connection, timeout, 5xx,
     408, 429); a 4xx answer is not retried. spec / max_draft_len / kv_cache / dtype / tp_size: declared, recorded.
+    chat_template_kwargs: the chat template's extra variables: sent as `chat_template_kwargs` in chat requests (the
+    server renders the template), used by the local template for chat prompts sent to /v1/completions.
     """
 
     url: str
@@ -48,6 +51,7 @@ class EndpointConfig:
     dtype: str = "auto"
     tp_size: int = 1
     verify_tls: bool = True
+    chat_template_kwargs: ChatTemplateKwargs = ChatTemplateKwargs()
 
     def __post_init__(self) -> None:
         if EndpointURL.parse(self.url).has_credentials and self.api_key:
