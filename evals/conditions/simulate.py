@@ -11,9 +11,9 @@ the same design and model (the two-sample model TensorRT-LLM's formula assumes),
 count (evals/gates/clustered.py), against the same gate fed all N x D samples as independent, and the sequential
 design fed per-document means (evals/sequential/accuracy.py, sigma 50 per document).
 
-`--from-groups FILE` instead resamples a recorded run (JSON {doc: [0 or 1, ...]}): documents with replacement, then
-each document's samples with replacement (a two-stage bootstrap), and prints the run's stated error beside the
-bootstrap spread of its score.
+`--from-groups FILE` instead resamples a recorded run (JSON {doc: [0 or 1, ...]}): its documents with replacement, each
+with all its samples (a cluster bootstrap: resampling the samples within a document too would count their spread a
+second time), and prints the run's stated error beside the bootstrap spread of its score.
 
     python -m specdec_eval.evals.conditions --docs 20 --repeats 4 --mean 30 --icc 0.3
 """
@@ -117,14 +117,13 @@ def _sequential_false_fail(m: np.ndarray, ref: np.ndarray, alpha: float) -> floa
 
 
 def bootstrap(groups: dict, resamples: int = 20_000, seed: int = 0) -> dict[str, float]:
-    """A recorded run's stated error against the two-stage bootstrap spread of its score."""
+    """A recorded run's stated error against the cluster-bootstrap spread of its score (0/1 or 0/100 values)."""
     rng = np.random.default_rng(seed)
-    rows = [np.asarray(v, dtype=float) * (100.0 if max(v, default=0) <= 1 else 1.0) for v in groups.values() if v]
-    stated = clustered_score({i: list(r) for i, r in enumerate(rows)})
-    scores = np.empty(resamples)
-    for i in range(resamples):
-        picked = rng.integers(0, len(rows), size=len(rows))
-        scores[i] = np.mean([rng.choice(rows[j], size=len(rows[j])).mean() for j in picked])
+    rows = [np.asarray(v, dtype=float) for v in groups.values() if len(v)]
+    scale = 100.0 if max(float(r.max()) for r in rows) <= 1 else 1.0
+    means = np.array([scale * r.mean() for r in rows])
+    stated = clustered_score({i: list(scale * r) for i, r in enumerate(rows)})
+    scores = means[rng.integers(0, len(means), size=(resamples, len(means)))].mean(axis=1)
     return {"score": stated.score, "stated_se": stated.se or 0.0, "naive_se": stated.se_naive or 0.0,
             "bootstrap_sd": float(scores.std(ddof=1)), "design_effect": stated.design_effect,
             "n_effective": stated.n_effective, "docs": stated.n_docs, "samples": stated.n_samples}  # fmt: skip
@@ -163,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_groups is not None:
         b = bootstrap(json.loads(args.from_groups.read_text()), args.sims, args.seed)
         print(f"{b['docs']} documents, {b['samples']} samples: score {b['score']:.2f}; standard error stated "
-              f"{b['stated_se']:.3f} (clustered), {b['naive_se']:.3f} as if independent; two-stage bootstrap "
+              f"{b['stated_se']:.3f} (clustered), {b['naive_se']:.3f} as if independent; cluster bootstrap "
               f"{b['bootstrap_sd']:.3f}; design effect {b['design_effect']:.2f}")  # fmt: skip
         return 0
     if args.docs < 2 or args.repeats < 1 or not 0 < args.mean < 100:

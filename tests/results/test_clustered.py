@@ -113,5 +113,7 @@ def test_the_stated_error_holds_in_a_simulation_of_clustered_samples(icc):
 def test_bootstrap_of_a_recorded_run_matches_its_stated_error():
     groups = {str(d): ([1, 1, 0, 1] if d % 3 == 0 else [0, 0, 0, 1] if d % 3 == 1 else [0, 0, 0, 0]) for d in range(30)}
     b = bootstrap(groups, resamples=4000, seed=0)
-    assert b["samples"] == 120 and b["docs"] == 30
-    assert b["bootstrap_sd"] == pytest.approx(b["stated_se"], rel=0.1)
+    assert b["samples"] == 120 and b["docs"] == 30 and b["score"] == pytest.approx(100 / 3)
+    # the bootstrap's plug-in variance is (D - 1) / D of the stated (sample) variance
+    assert b["bootstrap_sd"] == pytest.approx(b["stated_se"] * (29 / 30) ** 0.5, rel=0.05)
+    assert b["naive_se"] < b["stated_se"]

@@ -53,7 +53,7 @@ def test_samples_pair_on_document_and_repeat():
 
 
 def test_identical_runs_show_no_change(tmp_path):
-    result = compare_runs(*runs(tmp_path, []))
+    result = compare_runs(*runs(tmp_path, []), filter="strict-match")
     t = result["tasks"]["gpqa_diamond_aa"]
     assert t["n"] == DOCS * REPEATS and t["clustered"]["n_docs"] == DOCS and t["clustered"]["p"] == 1.0
     assert t["verdict"] == "no significant change"

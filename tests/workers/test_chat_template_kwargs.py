@@ -77,7 +77,8 @@ BAD = {
     '{"messages": []}': "set by the chat template call itself",
     '{"add_generation_prompt": false}': "set by the chat template call itself",
     '{"bos_token": "x"}': "set by the chat template call itself",
-    '{"a": ' + "[" * 5000 + "]" * 5000 + "}": "characters; at most",
+    '{"a": "' + "x" * 17_000 + '"}': "characters; at most",
+    '{"a": ' + "[" * 5000 + "]" * 5000 + "}": "nested too deeply",
 }
 
 
