@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from ..evals.gates.margins import WHAT_TO_DO
+from ..evals.lossless.margins import WHAT_TO_DO
 from ..results.run_summary import NO_GATE, RunSummary, TaskSummary, as_run_summary
 
 

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
+from .sample_record import SampleRecord
+
 Groups = Mapping[Any, Sequence[float]]  # document -> its samples' scores (0-100 or 0/1)
 
 
@@ -131,11 +133,11 @@ def document_signs(a: Groups, b: Groups) -> list[int]:
     return out
 
 
-def groups_of(samples: Sequence[Mapping[str, Any]], column: str, scale: float = 100.0) -> dict[Any, list[float]]:
-    """Sample records (task, doc_id, repeat, `column`) grouped by document: doc_id -> scores (scale for True)."""
+def groups_of(samples: Sequence[SampleRecord], filter: str, scale: float = 100.0) -> dict[Any, list[float]]:
+    """One task's sample records grouped by document: doc_id -> their correctness under `filter` (scale for True)."""
     out: dict[Any, list[float]] = {}
     for s in samples:
-        out.setdefault(s["doc_id"], []).append(scale if s.get(column) else 0.0)
+        out.setdefault(s.doc_id, []).append(scale if s.correct.get(filter) else 0.0)
     return out
 
 

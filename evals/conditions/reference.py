@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import UserError
-from ...results.verdict import FAIL, NO_GATE, PASS
+from ...results.run_summary import FAIL, NO_GATE, PASS
 from ...workers.loading.chat_template import ChatTemplateKwargs
 from .conditions import GenerationConditions
 from .gen_kwargs import GenKwargs

@@ -1,12 +1,12 @@
 """The bug-class matrix behind `specdec-eval selftest --mutants`: what this tool catches.
 
 Each bug class of spec-dec engines (planted as a behaviour fault, workers/engine/faults.py, or the seed's unrestored
-metadata) runs through the default `run` configuration: `run_with_baseline` with its paired baseline, early stop
-on, a seeded random GSM8K subset, each class in a fresh runs folder (nothing reused between classes). The engine
-without any mutation runs the same way and must PASS every gate. A class that changes outputs counts as caught only
-when the lossless gate FAILs it (acceptance catching it is luck: a collapsed acceptance is a symptom of some bugs,
-of no others); a class that changes no output is caught by the events gate. The sampling class runs GSM8K at
-temperature > 0 (`gsm8k_sampled`), with an unmutated sampled run beside it.
+metadata) runs through the default `run` configuration: the run pipeline (evals/pipeline/run.py) on the local backend
+with its paired baseline, early stop on, a seeded random GSM8K subset, each class in a fresh runs folder (nothing
+reused between classes). The engine without any mutation runs the same way and must PASS every gate. A class that
+changes outputs counts as caught only when the lossless gate FAILs it (acceptance catching it is luck: a collapsed
+acceptance is a symptom of some bugs, of no others); a class that changes no output is caught by the events gate.
+The sampling class runs GSM8K at temperature > 0 (`gsm8k_sampled`), with an unmutated sampled run beside it.
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UserError
-from ...results.run_summary import GateResult, RunSummary, TaskSummary, as_run_summary
+from ...results.run_summary import GateResult, RunSummary, TaskSummary, Verdict, as_run_summary
 from ...workers.config import EngineConfig
+from ..pipeline.backends import RunTarget, make_backend
 from ..pipeline.evaluation import EvalOptions
-from ..pipeline.orchestration import RunPlan, run_with_baseline
+from ..pipeline.run import run
+from ..run_types import RunPlan
 from ..tasks.registry import TASKS
 
 GATES = ("accuracy", "lossless", "acceptance", "events")
@@ -96,14 +98,15 @@ def run_matrix(
     note: Callable[[str], None] = lambda line: None,
     workdir: str | None = None,
 ) -> dict[str, Any]:
-    """Every class through `run_with_baseline`, each in a fresh runs folder; returns the matrix (JSON-ready)."""
+    """Every class through the run pipeline (evals/pipeline/run.py), each in a fresh runs folder; returns the
+    matrix (JSON-ready)."""
     rows = []
     for i, bug in enumerate(classes, 1):
         note(f"[{i}/{len(classes)}] {bug.name}: {bug.what}")
         with tempfile.TemporaryDirectory(prefix=f"mutant-{bug.name.split(',')[0]}-", dir=workdir) as out:
             plan = RunPlan(matrix_options(options, bug), out=out, resume=False)
             started = time.perf_counter()
-            summary = run_with_baseline(mutant_config(config, bug), plan, baseline="paired")
+            summary = run(plan, make_backend("local", RunTarget(mutant_config(config, bug))))
             row = judge(bug, summary, time.perf_counter() - started, _evaluation_order(summary))
         cells = ", ".join(f"{gate} {_brief(cell)}" for gate, cell in row["cells"].items())
         note(f"[{i}/{len(classes)}] {bug.name}: {row['result']} ({row['elapsed_s']:.0f} s; {cells})")
@@ -113,7 +116,7 @@ def run_matrix(
 
 
 def _brief(cell: dict[str, Any]) -> str:
-    return f"FAIL at doc {cell['doc']}" if cell["verdict"] == "FAIL" else cell["verdict"]
+    return f"FAIL at doc {cell['doc']}" if cell["verdict"] == Verdict.FAIL else cell["verdict"]
 
 
 def _evaluation_order(summary: RunSummary) -> list[Any]:
@@ -132,7 +135,7 @@ def judge(bug: BugClass, summary: RunSummary | Mapping[str, Any], elapsed: float
     if bug.is_clean:
         result = "FALSE FAIL" if any(c["verdict"] == "FAIL" for c in cells.values()) else "PASS"
     else:
-        result = "caught" if cells[bug.catcher]["verdict"] == "FAIL" else "MISSED"
+        result = "caught" if cells[bug.catcher]["verdict"] == Verdict.FAIL else "MISSED"
     return {"class": bug.name, "what": bug.what, "catcher": bug.catcher, "result": result, "cells": cells,
             "elapsed_s": round(elapsed, 1), "documents": task.num_samples, "of": len(order) or task.num_samples,
             "fired_in_steps": summary.events.get("fault_injected", 0),
@@ -141,7 +144,7 @@ def judge(bug: BugClass, summary: RunSummary | Mapping[str, Any], elapsed: float
 
 def _cell(gate: str, summary: RunSummary, task: TaskSummary, elapsed: float, order: list[Any]) -> dict:
     verdict, docs = _verdict(gate, summary, task), []
-    if verdict != "FAIL":
+    if verdict != Verdict.FAIL:
         return {"verdict": verdict}
     stopped = task.stopped or {}
     if gate == "lossless":  # the spec-dec outputs' divergences from the twins, or the twins' audit's
@@ -150,7 +153,7 @@ def _cell(gate: str, summary: RunSummary, task: TaskSummary, elapsed: float, ord
         docs = [d["doc_id"] for d in found.get("divergences") or []] + ([audited["doc_id"]] if audited else [])
     positions = sorted(order.index(d) + 1 for d in docs if d in order)
     doc = positions[0] if positions else (stopped.get("n") if stopped.get("gate") == gate else task.num_samples)
-    return {"verdict": "FAIL", "doc": doc, "seconds": round(elapsed, 1), "reason": _reason(gate, summary, task)}
+    return {"verdict": Verdict.FAIL, "doc": doc, "seconds": round(elapsed, 1), "reason": _reason(gate, summary, task)}
 
 
 def _gate(gate: str, task: TaskSummary) -> GateResult | None:
@@ -160,14 +163,14 @@ def _gate(gate: str, task: TaskSummary) -> GateResult | None:
 def _verdict(gate: str, summary: RunSummary, task: TaskSummary) -> str:
     """FAIL, PASS, or "-" (the gate could not decide in this run: no reference, no baseline)."""
     if gate == "events":
-        return "FAIL" if summary.failing_events else "PASS"
+        return Verdict.FAIL if summary.failing_events else Verdict.PASS
     if gate == "accuracy":
-        return task.verdict if task.verdict in ("PASS", "FAIL") else "-"
+        return task.verdict if task.verdict in (Verdict.PASS, Verdict.FAIL) else "-"
     found = _gate(gate, task)
     stopped = task.stopped or {}
-    if stopped.get("gate") == gate and stopped.get("verdict") == "FAIL":
-        return "FAIL"
-    return found.verdict if found is not None and found.verdict in ("PASS", "FAIL") else "-"
+    if stopped.get("gate") == gate and stopped.get("verdict") == Verdict.FAIL:
+        return Verdict.FAIL
+    return found.verdict if found is not None and found.verdict in (Verdict.PASS, Verdict.FAIL) else "-"
 
 
 def _reason(gate: str, summary: RunSummary, task: TaskSummary) -> str:

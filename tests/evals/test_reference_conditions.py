@@ -11,7 +11,7 @@ from specdec_eval.evals.conditions.reference import ReferenceConditions, check_c
 from specdec_eval.evals.gates.hypothesis import HypothesisTest
 from specdec_eval.evals.gates.references import load_references, lookup
 from specdec_eval.evals.tasks.registry import TASKS, task_conditions
-from specdec_eval.results.verdict import FAIL, NO_GATE, PASS
+from specdec_eval.results.run_summary import FAIL, NO_GATE, PASS
 from specdec_eval.workers.loading.chat_template import ChatTemplateKwargs
 
 from specdec_eval.errors import UserError

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from specdec_eval.evals.pipeline.evaluation import EvalOptions
+from specdec_eval.evals.run_types import EvalOptions
 from specdec_eval.evals.selftest import mutants
 from specdec_eval.evals.selftest.mutants import BUG_CLASSES, CLEAN, CLEAN_SAMPLED, judge, run_matrix, select_classes
 from specdec_eval.evals.tasks.registry import TASKS

@@ -12,6 +12,7 @@ from specdec_eval.evals.gates.clustered import clustered_hypothesis_test, cluste
 from specdec_eval.evals.gates.references import Reference
 from specdec_eval.results.clustered import clustered_score, document_signs, groups_of, paired_clustered
 from specdec_eval.results.paired import mcnemar_exact
+from specdec_eval.results.sample_record import SampleRecord
 
 
 @pytest.fixture(autouse=True)
@@ -91,9 +92,9 @@ def test_document_signs_and_groups():
     a = {0: [100.0, 0.0], 1: [0.0], 2: [100.0], 3: [50.0]}
     b = {0: [0.0, 0.0], 1: [100.0], 2: [100.0]}
     assert document_signs(a, b) == [-1, 1, 0]
-    samples = [{"doc_id": 3, "repeat": 0, "correct[x]": True}, {"doc_id": 3, "repeat": 1, "correct[x]": False},
-               {"doc_id": 5, "repeat": 0, "correct[x]": False}]  # fmt: skip
-    assert groups_of(samples, "correct[x]") == {3: [100.0, 0.0], 5: [0.0]}
+    samples = [SampleRecord("t", 3, 0, correct={"x": True}), SampleRecord("t", 3, 1, correct={"x": False}),
+               SampleRecord("t", 5, 0, correct={"x": False})]  # fmt: skip
+    assert groups_of(samples, "x") == {3: [100.0, 0.0], 5: [0.0]}
 
 
 @pytest.mark.parametrize("icc", [0.0001, 0.3, 0.8])

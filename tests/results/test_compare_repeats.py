@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from specdec_eval.results.compare import compare_runs, render_compare
 from specdec_eval.results.paired import pair_samples
+from specdec_eval.results.sample_record import SampleRecord
 
 from .test_compare import task_summary
 from .test_runs_table import make_run
@@ -43,12 +44,13 @@ def runs(tmp_path, worse_docs: list[int]):
 
 def test_samples_pair_on_document_and_repeat():
     a, b = samples(BASE), samples(BASE)
+    a, b = [SampleRecord.from_row(s) for s in a], [SampleRecord.from_row(s) for s in b]
     pairs = pair_samples(a, list(reversed(b)))
     assert len(pairs["gpqa_diamond_aa"]) == DOCS * REPEATS and pairs.unpaired == {}
-    assert all((x["doc_id"], x["repeat"]) == (y["doc_id"], y["repeat"]) for x, y in pairs["gpqa_diamond_aa"])
+    assert all((x.doc_id, x.repeat) == (y.doc_id, y.repeat) for x, y in pairs["gpqa_diamond_aa"])
     with pytest.raises(ValueError, match="doc 3 repeat 1 twice"):
-        pair_samples(a + [dict(a[13])], b)
-    pairs = pair_samples(a, [s for s in b if s["repeat"] < 2])
+        pair_samples(a + [a[13]], b)
+    pairs = pair_samples(a, [s for s in b if s.repeat < 2])
     assert pairs.unpaired["gpqa_diamond_aa"]["only_a"] == list(range(DOCS))  # each document listed once
 
 

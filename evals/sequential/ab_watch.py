@@ -1,7 +1,7 @@
 """The sequential A/B of two commits (`specdec-eval ab ... --early-stop`): both sides run at once, each evaluating
 the documents in the same seeded random order batch by batch and appending every finished sample's score to a
-progress file (evals/sequential/early_stop.py, `stop_file`). This controller pairs the two sides' scores in that order
-and feeds the discordant pairs to the sequential paired test (evals/sequential/paired.py, an SPRT on the sign of the
+progress file (evals/sequential/early_stop.py, `stop_file`). This watcher pairs the two sides' scores in that order
+and feeds the discordant pairs to the sequential paired test (discordant_pairs.py, an SPRT on the sign of the
 differences: B worse, no difference shown, or continue). When it decides, it writes each side's stop file; the
 sides stop at their next batch, record what they evaluated, and exit; `compare` then pairs the two runs."""
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .paired import PairedDecision, PairedSequentialDesign
+from .discordant_pairs import PairedDecision, PairedSequentialDesign
 
 
 @dataclass
