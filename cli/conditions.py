@@ -11,13 +11,18 @@ import typer
 from ..evals.conditions.gen_kwargs import GenKwargs
 from ..evals.conditions.reference import check_conditions
 from ..evals.gates.references import lookup, reference_selection
+from ..evals.run_types import EvalOptions
 from ..evals.tasks.registry import TASKS, parse_tasks, task_conditions
 from ..workers.loading.chat_template import ChatTemplateKwargs
 from ..workers.spec.registry import spec_method
-from . import condition_options as co
 from . import options as o
 
 DEFAULT_MODEL_KEY = "HuggingFaceTB/SmolLM2-135M-Instruct"
+# The condition options as `run` declares them (evals/run_types.py EvalOptions), so both take the same values.
+GenKwargsOption, _ = o.option_of(EvalOptions, "gen_kwargs")
+ChatTemplateKwargsOption, _ = o.option_of(EvalOptions, "chat_template_kwargs")
+RepeatsOption, _ = o.option_of(EvalOptions, "repeats")
+AcceptMismatchOption, _ = o.option_of(EvalOptions, "accept_condition_mismatch")
 
 
 def conditions(
@@ -37,10 +42,10 @@ def conditions(
     apply_chat_template: Annotated[
         bool, typer.Option("--apply-chat-template", help="Render prompts with the model's chat template.")
     ] = False,
-    gen_kwargs: co.GenKwargsOption = None,
-    chat_template_kwargs: co.ChatTemplateKwargsOption = None,
-    repeats: co.RepeatsOption = 1,
-    accept_condition_mismatch: co.AcceptMismatchOption = False,
+    gen_kwargs: GenKwargsOption = None,
+    chat_template_kwargs: ChatTemplateKwargsOption = None,
+    repeats: RepeatsOption = 1,
+    accept_condition_mismatch: AcceptMismatchOption = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Each task's generation conditions, its reference entry and what the accuracy gate would say about them.

@@ -41,6 +41,8 @@ class SampleRecord:
     extra: Mapping[str, Any] = field(default_factory=dict)  # columns this version does not name
 
     def __post_init__(self) -> None:
+        # A run mixing one-sample rows (no repeat column) with others reads back None for them: sample 0.
+        object.__setattr__(self, "repeat", int(self.repeat or 0))
         for name in ("extracted", "correct", "extra"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 

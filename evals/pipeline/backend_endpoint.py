@@ -70,6 +70,8 @@ class EndpointBackend:
             config = self.baseline_server
         else:
             config = replace(self.baseline_server, concurrency=int(side.shape["concurrency"]))
+        # Every side renders the same chat template variables (sent as chat_template_kwargs in chat requests).
+        config = replace(config, chat_template_kwargs=plan.options.template_kwargs)
         return evaluate_side(EndpointEngine(config), side, plan, baseline, progress_for)
 
     def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None) -> RunSummary:

@@ -19,21 +19,21 @@ if TYPE_CHECKING:
 
 
 class OutputRecord:
-    """Each request's engine output by (lm-eval task, document), and the documents a run skipped: what a run's
-    per-sample records are built from (evals/pipeline/task_records.py)."""
+    """Each request's engine output by (lm-eval task, document, repeat: which of the document's samples), and the
+    documents a run skipped: what a run's per-sample records are built from (evals/pipeline/task_records.py)."""
 
     def __init__(self) -> None:
-        self._outputs: dict[tuple[str, int], GenerationOutput] = {}
+        self._outputs: dict[tuple[str, int, int], GenerationOutput] = {}
         self._skipped: set[tuple[str, int]] = set()
 
-    def add(self, task: str, doc_id: int, output: GenerationOutput) -> None:
+    def add(self, task: str, doc_id: int, output: GenerationOutput, repeat: int = 0) -> None:
         if output.finish_reason == "skipped":  # an early stop, or a document the run does not evaluate
             self._skipped.add((task, doc_id))
         else:
-            self._outputs[(task, doc_id)] = output
+            self._outputs[(task, doc_id, repeat)] = output
 
-    def get(self, task: str, doc_id: int) -> GenerationOutput | None:
-        return self._outputs.get((task, doc_id))
+    def get(self, task: str, doc_id: int, repeat: int = 0) -> GenerationOutput | None:
+        return self._outputs.get((task, doc_id, repeat))
 
     def is_skipped(self, task: str, doc_id: int) -> bool:
         return (task, doc_id) in self._skipped
@@ -49,8 +49,8 @@ class RecordingLM(LM):
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         outputs = self.inner.outputs_for(requests)
-        for req, out in zip(requests, outputs, strict=True):
-            self.record.add(req.metadata[0], self.inner.doc_id(req), out)
+        for req, out, r in zip(requests, outputs, self.inner.repeat_indices(requests), strict=True):
+            self.record.add(req.metadata[0], self.inner.doc_id(req), out, r)
         return self.inner.answers(requests, outputs)
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
