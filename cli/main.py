@@ -7,7 +7,21 @@ import sys
 import typer
 
 from ..errors import UserError
-from . import ab, bench, draft, engine_info, generate, lm_eval_cmd, report, results_cmds, run, selftest, serve, waives
+from . import (
+    ab,
+    bench,
+    conditions,
+    draft,
+    engine_info,
+    generate,
+    lm_eval_cmd,
+    report,
+    results_cmds,
+    run,
+    selftest,
+    serve,
+    waives,
+)
 
 app = typer.Typer(
     name="specdec-eval",
@@ -19,6 +33,7 @@ app = typer.Typer(
 )
 app.command("generate")(generate.generate)
 app.command("run")(run.run)
+app.command("conditions")(conditions.conditions)
 app.command("ab", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(ab.ab)
 app.command("runs")(results_cmds.runs)
 app.command("compare")(results_cmds.compare)

@@ -42,6 +42,14 @@ def run_config(identity: EngineIdentity, options: EvalOptions) -> dict[str, Any]
     # Which documents and in which order (only when not the default, so that earlier runs keep their keys).
     if options.stop_file:  # a side of a sequential A/B: evaluated in the seeded order, stopped from outside
         eval_opts.update(ab_sequential=True, early_stop_batch=options.early_stop_batch)
+    # The generation conditions the options change (only when given, so that earlier runs keep their keys): a
+    # sampled run never resumes from, nor pairs with, a greedy one (evals/conditions/).
+    if options.gen_kwargs:
+        eval_opts["gen_kwargs"] = options.generation_kwargs.as_dict()
+    if options.chat_template_kwargs:
+        eval_opts["chat_template_kwargs"] = options.template_kwargs.as_dict()
+    if options.repeats > 1:
+        eval_opts["repeats"] = options.repeats
     if options.sample != "first" or options.early_stop:
         eval_opts.update(
             sample=options.sample, early_stop=options.early_stop, early_stop_batch=options.early_stop_batch

@@ -14,7 +14,12 @@ from ..option_fields import flag
 from ..results import store
 from ..results.run_summary import GateResult
 from ..results.sample_record import SampleRecord
-from .tasks.registry import TASKS, TaskSpec, parse_tasks
+from ..workers.loading.chat_template import ChatTemplateKwargs
+from .conditions.conditions import GenerationConditions
+from .conditions.gen_kwargs import GenKwargs
+from .conditions.reference import ACCEPT_FLAG
+from .conditions.repeats import MAX_REPEATS
+from .tasks.registry import TASKS, TaskSpec, parse_tasks, task_conditions
 from .tasks.subsets import HOW
 
 if TYPE_CHECKING:
@@ -25,7 +30,7 @@ if TYPE_CHECKING:
 LOSSLESS_TOP_K = 5
 MAX_FEWSHOT = 64  # far past any prompt that fits a context; the task's own data bounds it further at run time
 SAMPLES = tuple(h for h in HOW if h != "all")  # what --sample takes (evals/tasks/subsets.py)
-EVAL, STORE = "Evaluation", "Run store"  # the groups of `--help`
+EVAL, STORE, CONDITIONS = "Evaluation", "Run store", "Generation conditions"  # the groups of `--help`
 
 
 @dataclass(frozen=True)
@@ -102,10 +107,47 @@ class EvalOptions:
             "--ab-stop-file", param="ab_stop_file", hidden=True, help="A side of a sequential `ab` (set by ab)."
         ),
     )
+    gen_kwargs: str | None = field(default=None, metadata=flag(  # evals/conditions/gen_kwargs.py
+        "--gen-kwargs", parse=GenKwargs.parse, group=CONDITIONS,
+        help="lm-eval's generation kwargs on each task's own, e.g. temperature=1.0,top_p=1.0 (also top_k, seed, "
+             "do_sample, max_gen_toks). A temperature > 0 samples (lm-eval would keep the task's do_sample: false "
+             "and decode greedily); seed is the base of each sample's seed. Both sides and the baseline take "
+             "them."))  # fmt: skip
+    chat_template_kwargs: str | None = field(default=None, metadata=flag(  # workers/loading/chat_template.py
+        "--chat-template-kwargs", parse=ChatTemplateKwargs.parse, group=CONDITIONS,
+        help='A JSON object of chat-template variables, e.g. \'{"reasoning_effort": "medium"}\': rendered into '
+             "the chat template (needs --apply-chat-template), sent as chat_template_kwargs in an endpoint's chat "
+             "requests."))  # fmt: skip
+    repeats: int = field(default=1, metadata=flag(  # evals/conditions/repeats.py, results/clustered.py
+        "--repeats", min=1, max=MAX_REPEATS, group=CONDITIONS,
+        help="Samples per document at temperature > 0, each with its own seed; the score is the mean of the "
+             "per-document means, its error clustered by document. Greedy runs take 1."))  # fmt: skip
+    accept_condition_mismatch: bool = field(default=False, metadata=flag(  # evals/conditions/reference.py
+        ACCEPT_FLAG, group=CONDITIONS,
+        help="Judge the accuracy gate against the matched reference although its stated conditions differ from "
+             "this run's (otherwise NO-GATE, the differences named); the run and its report say so."))  # fmt: skip
     logprobs: int | None = LOSSLESS_TOP_K  # per output token: its logprob and top alternatives (lossless margins)
 
     def max_output_for(self, spec: TaskSpec) -> int:
         return self.max_output_len or spec.max_output_len
+
+    @property
+    def generation_kwargs(self) -> GenKwargs:
+        """--gen-kwargs as a value (checked where it was given)."""
+        return GenKwargs.parse(self.gen_kwargs)
+
+    @property
+    def template_kwargs(self) -> ChatTemplateKwargs:
+        """--chat-template-kwargs as a value (none: empty)."""
+        text = self.chat_template_kwargs
+        return ChatTemplateKwargs.parse(text) if text else ChatTemplateKwargs()
+
+    def conditions_for(self, spec: TaskSpec) -> GenerationConditions:
+        """The conditions this run evaluates `spec` under (UserError on a contradiction: repeats with greedy
+        decoding, chat-template kwargs without the template, kwargs a task cannot take)."""
+        return task_conditions(spec, gen_kwargs=self.generation_kwargs, apply_chat_template=self.apply_chat_template,
+                               chat_template_kwargs=self.template_kwargs, num_fewshot=self.num_fewshot,
+                               max_output_len=self.max_output_len, repeats=self.repeats)  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (a torchrun job's payload); tasks by name."""
@@ -190,3 +232,5 @@ class TaskResult:
     n_total: int | None = None  # documents the task has (samples can be fewer: a subset or an early stop)
     subset: dict[str, Any] | None = None  # the SubsetPlan (order) of the run, when it is not every document
     stopped: dict[str, Any] | None = None  # where and why an early-stopped task stopped
+    conditions: dict[str, Any] | None = None  # the task's GenerationConditions (evals/conditions/), for the record
+    clustered: dict[str, Any] | None = None  # several samples per document: the ClusteredScore (results/clustered.py)

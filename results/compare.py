@@ -1,6 +1,7 @@
 """Compare two finished runs sample by sample (DESIGN.md, "Results and decisions").
 
-Per task: accuracy of each run and the delta, an exact McNemar test on per-sample correctness, how many outputs
+Per task: accuracy of each run and the delta, an exact McNemar test on per-sample correctness (with several samples
+per document, the clustered paired test on per-document means instead: results/clustered.py), how many outputs
 are token-for-token identical and where the others first diverge, and the acceptance length: each run's overall
 figure (accepted tokens per step, from its summary) and the per-request difference over the paired samples with
 a seeded paired bootstrap interval; an interval entirely below 0 is flagged as a significant drop (a drafter that
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from .clustered import groups_of, paired_clustered
 from .paired import first_divergence, mcnemar_exact, pair_samples, paired_mean_difference
 from .run_summary import RunSummary, TaskSummary
 from .sample_record import SampleRecord
@@ -141,7 +143,11 @@ def _compare_task(
     c = sum(not bool(x.correct[filter]) and bool(y.correct[filter]) for x, y in pairs)
     p = mcnemar_exact(b, c)
     verdict = NO_CHANGE
-    if p < alpha:
+    clustered = _clustered(pairs, filter)
+    if clustered is not None:  # several samples per document: they are not independent pairs (results/clustered.py)
+        if clustered["p"] < alpha:
+            verdict = REGRESSION if clustered["delta"] < 0 else IMPROVEMENT
+    elif p < alpha:
         verdict = REGRESSION if b > c else IMPROVEMENT
     n = len(pairs)
     score_a, score_b = summary_a.score, summary_b.score
@@ -159,10 +165,22 @@ def _compare_task(
             "b": _pct(sum(bool(y.correct[filter]) for _, y in pairs), n),
         },
         "mcnemar": {"filter": filter, "b": b, "c": c, "p": p},
+        **({"clustered": clustered} if clustered is not None else {}),
         "verdict": verdict,
         "outputs": _output_identity(pairs),
         "acceptance": _acceptance(pairs, summary_a.acceptance, summary_b.acceptance, bootstrap),
     }
+
+
+def _clustered(pairs: list[tuple[SampleRecord, SampleRecord]], filter: str) -> dict[str, Any] | None:
+    """The paired test over documents when a document has several samples (None: one sample each, McNemar's)."""
+    if not any(x.repeat or y.repeat for x, y in pairs):
+        return None
+    ga = groups_of([x for x, _ in pairs], filter)
+    gb = groups_of([y for _, y in pairs], filter)
+    result = paired_clustered(ga, gb).to_dict()
+    result["samples_per_document"] = max(len(v) for v in ga.values())
+    return result
 
 
 def _output_identity(pairs: list[tuple[SampleRecord, SampleRecord]]) -> dict[str, Any]:
@@ -306,10 +324,19 @@ def render_compare(result: dict[str, Any]) -> str:
                 "(left out of the test)"
             )
         m, paired = t["mcnemar"], t["paired_accuracy"]
-        lines.append(
-            f"  McNemar on {m['filter']} (paired accuracy A {_num(paired['a'])} -> B {_num(paired['b'])}): "
-            f"{m['b']} right only in A, {m['c']} right only in B, p = {m['p']:.4g} -> {t['verdict']}"
-        )
+        cl = t.get("clustered")
+        if cl is None:
+            lines.append(
+                f"  McNemar on {m['filter']} (paired accuracy A {_num(paired['a'])} -> B {_num(paired['b'])}): "
+                f"{m['b']} right only in A, {m['c']} right only in B, p = {m['p']:.4g} -> {t['verdict']}"
+            )
+        else:
+            lines.append(
+                f"  clustered by document on {m['filter']} ({cl['n_docs']} documents, up to "
+                f"{cl['samples_per_document']} samples each; {m['b']} samples right only in A, {m['c']} only in B): "
+                f"mean difference {_signed(cl['delta'])} points, standard error {_num(cl['se'])}, p = {cl['p']:.4g} "
+                f"-> {t['verdict']}"
+            )
         out = t["outputs"]
         rate = "n/a" if out["identical_rate"] is None else f"{100 * out['identical_rate']:.1f}%"
         lines.append(f"  outputs: {out['identical']}/{t['n']} token-identical ({rate})")
@@ -343,7 +370,8 @@ def render_compare(result: dict[str, Any]) -> str:
         lines.append(f"{label} differs in {len(rows)} key(s):")
         lines += [f"  {r['key']}: {_value(r, 'a')} -> {_value(r, 'b')}" for r in rows]
     lines.append("")
-    lines.append(f"verdict: {result['verdict']} (alpha {result['alpha']}, McNemar on {result['filter']})")
+    test = "clustered paired test" if any("clustered" in t for t in result["tasks"].values()) else "McNemar"
+    lines.append(f"verdict: {result['verdict']} (alpha {result['alpha']}, {test} on {result['filter']})")
     if result.get("acceptance_drops"):
         lines.append(f"ACCEPTANCE DROP: per-request acceptance length fell significantly in "
                      f"{', '.join(result['acceptance_drops'])}")  # fmt: skip

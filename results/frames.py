@@ -91,16 +91,18 @@ def load_runs(root: str | Path, test_id: str | None = None, commit: str | None =
 
 
 def paired_frame(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    """Two runs' samples joined on (task, doc_id): every column once per side (suffixes _a and _b), and `side`:
-    "both", "a" or "b" (a document only one run has). Rows in A's order, then the documents only B has."""
+    """Two runs' samples joined on (task, doc_id), and on `repeat` where both have it (several samples per
+    document): every column once per side (suffixes _a and _b), and `side`: "both", "a" or "b" (a sample only one
+    run has). Rows in A's order, then the samples only B has."""
     import pandas as pd
 
-    joined = a.merge(b, on=KEY, how="left", suffixes=("_a", "_b"), indicator="side", sort=False)
-    only_b = b.merge(a[KEY], on=KEY, how="left", indicator="side", sort=False)
+    key = KEY + (["repeat"] if "repeat" in a.columns and "repeat" in b.columns else [])
+    joined = a.merge(b, on=key, how="left", suffixes=("_a", "_b"), indicator="side", sort=False)
+    only_b = b.merge(a[key], on=key, how="left", indicator="side", sort=False)
     only_b = (
         only_b[only_b["side"] == "left_only"]
         .drop(columns="side")
-        .rename(columns={c: f"{c}_b" for c in b.columns if c not in KEY and c in a.columns})
+        .rename(columns={c: f"{c}_b" for c in b.columns if c not in key and c in a.columns})
     )
     out = pd.concat([joined, only_b.assign(side="b")], ignore_index=True)
     out["side"] = out["side"].astype(str).replace({"left_only": "a"})

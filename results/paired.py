@@ -90,7 +90,7 @@ def first_divergence(a_ids: Sequence[int] | None, b_ids: Sequence[int] | None) -
 
 
 class PairedSamples(dict):
-    """task -> [(sample of A, sample of B), ...] ordered by doc id, tasks in A's order.
+    """task -> [(sample of A, sample of B), ...] ordered by doc id (then repeat), tasks in A's order.
 
     `unpaired` holds, per task, the doc ids that only one run has: {task: {"only_a": [...], "only_b": [...]}}
     (tasks where every doc paired are left out).
@@ -102,22 +102,26 @@ class PairedSamples(dict):
 
 
 def _keys(samples: list[SampleRecord], which: str) -> pd.DataFrame:
-    """The join keys of a run's samples (task, doc_id), their prompt hashes and their place in the list."""
+    """The join keys of a run's samples (task, doc_id, repeat: 0 for a run with one sample per document), their
+    prompt hashes and their place in the list."""
     import pandas as pd
 
     column = lambda values: pd.Series(list(values), dtype=object)  # noqa: E731  ints and strs as the store has them
     frame = pd.DataFrame({"task": column(s.task for s in samples), "doc_id": column(s.doc_id for s in samples),
+                          "repeat": column(int(s.repeat or 0) for s in samples),
                           "prompt_hash": column(s.prompt_hash for s in samples),
                           "row": range(len(samples))})  # fmt: skip
-    twice = frame.duplicated(["task", "doc_id"])
+    twice = frame.duplicated(["task", "doc_id", "repeat"])
     if twice.any():
-        task, doc = frame.loc[twice.idxmax(), ["task", "doc_id"]]
-        raise ValueError(f"run {which} holds task {task!r} doc {doc} twice; its samples are corrupt")
+        task, doc, repeat = frame.loc[twice.idxmax(), ["task", "doc_id", "repeat"]]
+        which_sample = f"doc {doc}" + (f" repeat {repeat}" if repeat else "")
+        raise ValueError(f"run {which} holds task {task!r} {which_sample} twice; its samples are corrupt")
     return frame
 
 
 def pair_samples(samples_a: Iterable[SampleRecord], samples_b: Iterable[SampleRecord]) -> PairedSamples:
-    """Join two runs' samples on (task, doc_id) (results/frames.py `paired_frame`).
+    """Join two runs' samples on (task, doc_id, repeat) (results/frames.py `paired_frame`): with several samples
+    per document, sample r of a document in A pairs with sample r in B (the same seed: evals/conditions/repeats.py).
 
     Raises ValueError when a pair's prompt_hash differs: the runs prompted the model differently (other few-shot
     examples, chat template, data), so their samples are not comparable. Docs present in only one run are left
@@ -144,10 +148,10 @@ def pair_samples(samples_a: Iterable[SampleRecord], samples_b: Iterable[SampleRe
     pairs = PairedSamples()
     for task in pd.unique(pd.concat([keys_a["task"], keys_b["task"]])):
         rows = joined[joined["task"] == task]
-        matched = sorted(rows[rows["side"] == "both"].itertuples(), key=lambda r: _doc_order(r.doc_id))
+        matched = sorted(rows[rows["side"] == "both"].itertuples(), key=lambda r: (_doc_order(r.doc_id), r.repeat))
         if matched:
             pairs[task] = [(a[int(r.row_a)], b[int(r.row_b)]) for r in matched]
-        only_a, only_b = (sorted(rows.loc[rows["side"] == side, "doc_id"], key=_doc_order) for side in "ab")
+        only_a, only_b = (sorted(set(rows.loc[rows["side"] == side, "doc_id"]), key=_doc_order) for side in "ab")
         if only_a or only_b:
             pairs.unpaired[task] = {"only_a": only_a, "only_b": only_b}
     return pairs

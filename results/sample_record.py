@@ -22,6 +22,7 @@ _PER_FILTER = ("extracted", "correct")  # the columns a sample has once per filt
 class SampleRecord:
     task: str
     doc_id: Any  # an int for every shipped task; a task module may number its documents otherwise
+    repeat: int = 0  # which of a document's samples (--repeats: evals/conditions/repeats.py); 0 with one per document
     doc_hash: str | None = None
     prompt_hash: str | None = None
     target: Any = None
@@ -44,6 +45,8 @@ class SampleRecord:
     extra: Mapping[str, Any] = field(default_factory=dict)  # columns this version does not name
 
     def __post_init__(self) -> None:
+        # A run mixing one-sample rows (no repeat column) with others reads back None for them: sample 0.
+        object.__setattr__(self, "repeat", int(self.repeat or 0))
         for name in ("extracted", "correct", "extra"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
@@ -72,6 +75,8 @@ class SampleRecord:
         for name in _OMITTED_WHEN_NONE:
             if row[name] is None:
                 del row[name]
+        if not row["repeat"]:  # one sample per document: the rows as before repeats existed
+            del row["repeat"]
         row = {k: list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, MappingProxyType) else v
                for k, v in row.items()}  # fmt: skip
         for name in dict.fromkeys([*self.extracted, *self.correct]):

@@ -82,7 +82,7 @@ async def _generate(request: Request, chat: bool) -> Response:
     raw = await read_body(request, settings.max_request_bytes)
     if chat:
         body: Any = parse_body(raw, ChatRequest)
-        engine_input = chat_input(body)
+        engine_input = chat_input(body, state.tokenizer)
     else:
         body = parse_body(raw, CompletionRequest)
         engine_input = completion_input(body, settings.vocab_size)

@@ -24,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import UserError
 from ..workers.config import GREEDY_BELOW, MAX_LOGPROBS, SamplingParams
+from ..workers.loading.chat_template import ChatTemplateKwargs
+from ..workers.loading.tokenizer import encode_chat
 from .errors import bad_request
 
 # OpenAI's defaults (not the engine's greedy default): a client that names no temperature samples.
@@ -138,6 +140,20 @@ class ChatRequest(_Generation):
     logprobs: bool | None = None
     top_logprobs: int | None = None
     tools: list[Any] | None = None
+    # The chat template's extra variables (vLLM's and SGLang's field), and OpenAI's reasoning_effort, which reaches
+    # the template as the variable of that name (GPT-OSS's template reads it) unless the kwargs set it themselves.
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+
+    def template_kwargs(self) -> ChatTemplateKwargs:
+        """The validated template variables (a 400 naming the problem)."""
+        merged = dict(self.chat_template_kwargs or {})
+        if self.reasoning_effort is not None:
+            merged.setdefault("reasoning_effort", self.reasoning_effort)
+        try:
+            return ChatTemplateKwargs.of(merged, "chat_template_kwargs")
+        except UserError as e:
+            raise bad_request(str(e)) from None
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
@@ -234,9 +250,21 @@ def completion_input(request: CompletionRequest, vocab_size: int) -> EngineInput
     return EngineInput(prompts, sampling, score_prompt=request.prompt_scores_wanted, generate=generate)
 
 
-def chat_input(request: ChatRequest) -> EngineInput:
+def chat_input(request: ChatRequest, tokenizer: Any = None) -> EngineInput:
+    """With template variables the conversation is rendered here (token ids go to the engine); without, the engine
+    renders it with the template's defaults."""
     limit = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
-    messages = [m.as_dict() for m in request.messages]
+    messages: Any = [m.as_dict() for m in request.messages]
+    template_kwargs = request.template_kwargs()
+    if template_kwargs and tokenizer is not None:
+        try:
+            messages = encode_chat(tokenizer, messages, template_kwargs)
+        except UserError as e:  # no chat template
+            raise bad_request(str(e)) from None
+        except Exception as e:  # a template that raises on these variables (e.g. its own raise_exception)
+            raise bad_request(
+                f"the chat template cannot render these chat_template_kwargs: {type(e).__name__}: {e}"
+            ) from None
     # No limit named: the rest of the context (set by the engine loop once the prompt is tokenized).
     placeholder = 1 if limit is None else limit
     logprobs = (request.top_logprobs or 0) if request.logprobs else None

@@ -100,18 +100,33 @@ class HypothesisTest:
 
 
 def accuracy_gate(task: str, score: float, num_samples: int, reference, floor: float = 0.0, failed_requests: int = 0,
-                  sequential: dict | None = None, notes: tuple[str, ...] = ()) -> GateResult:  # fmt: skip
+                  sequential: dict | None = None, notes: tuple[str, ...] = (), clustered=None,
+                  conditions=None) -> GateResult:  # fmt: skip
     """A task's accuracy verdict, as every gate gives its own: the hypothesis test of `score` against the task's
     reference (gates/references.py; REPORT without one), FAIL when a request failed (never scored as a wrong answer,
     never passing silently), else the sequential design's decision where --early-stop made one (its error rates are
     the ones kept). The reason is the test's report, then each note (a subset compared with a full-set reference,
-    where the run stopped). Numbers: threshold and theta."""
+    where the run stopped). Numbers: threshold and theta.
+    clustered: several samples per document (a results.clustered.ClusteredScore): the test's n is its effective
+    sample count (gates/clustered.py). conditions: the run's conditions against the reference entry's (an
+    evals.conditions.reference.ConditionCheck): a PASS or FAIL becomes NO-GATE while they differ unaccepted."""
     if reference is None:
         verdict, report, numbers = Verdict.REPORT, f"{task}: no reference (score only)", {}
     else:
-        test = reference.hypothesis_test(num_samples, floor=floor)
+        if clustered is not None:
+            from .clustered import clustered_hypothesis_test, clustered_note
+
+            test = clustered_hypothesis_test(reference, clustered, floor)
+            notes = (clustered_note(clustered), *notes)
+        else:
+            test = reference.hypothesis_test(num_samples, floor=floor)
         verdict, report = test.verdict(score), test.report(score)
         numbers = {"threshold": test.threshold, "theta": test.theta}
+        if conditions is not None:
+            judged, verdict = verdict, Verdict(conditions.verdict(verdict))
+            if verdict != judged:  # the report's verdict line is the gate's, the test's own beside it
+                report = report.replace(f"Verdict: {judged}", f"Verdict: {verdict} (the test alone: {judged})", 1)
+            notes = (*conditions.lines(), *notes)
     if failed_requests:
         verdict = Verdict.FAIL
         failed = f"{failed_requests} of {num_samples} requests FAILED (finish reason error)"

@@ -60,6 +60,7 @@ def _task_summary(r: TaskResult) -> TaskSummary:
         stopped=r.stopped or None,
         report=r.accuracy.reason,
         filter_mismatches=r.filter_mismatches,
+        extra={k: v for k, v in (("conditions", r.conditions), ("clustered", r.clustered)) if v is not None},
     )
 
 

@@ -82,6 +82,8 @@ class EndpointBackend:
             log = self.baseline_server.server_log
             config = replace(self.baseline_server, concurrency=int(side.shape["concurrency"]),
                              server_log=f"{log}.control" if log else None)  # fmt: skip
+        # Every side renders the same chat template variables (sent as chat_template_kwargs in chat requests).
+        config = replace(config, chat_template_kwargs=plan.options.template_kwargs)
         return evaluate_side(EndpointEngine(config), side, plan, baseline, progress_for)
 
     def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None) -> RunSummary:

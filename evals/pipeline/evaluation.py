@@ -15,9 +15,11 @@ from typing import Any
 from unittest import mock
 
 from ...errors import UserError
+from ...results.clustered import clustered_score
 from ...workers.interface import InferenceEngine
 from ...workers.spec.metrics import run_acceptance
 from ...workers.spec.registry import spec_method
+from ..conditions.reference import ConditionCheck, check_conditions
 from ..gates.hypothesis import accuracy_gate
 from ..gates.references import Reference, lookup
 from ..run_identity import model_key_for
@@ -72,6 +74,7 @@ def evaluate(
     from .lm_adapter import LMSession, SequentialStop, SpecDecLM
     from .lm_recording import OutputRecord, RecordingLM
 
+    conditions = {spec.name: options.conditions_for(spec) for spec in options.tasks}
     references = {spec.name: _reference(engine, spec, options) for spec in options.tasks}
     sources = {spec.name: source_for(spec, options.data_dir) for spec in options.tasks}
     stopper, sequential = None, None
@@ -82,26 +85,44 @@ def evaluate(
         sequential = SequentialStop(stopper, by_lm_name, inputs.baseline_tokens)
     max_gen_toks = {spec.lm_eval_name: options.max_output_for(spec) for spec in options.tasks}
     outputs = OutputRecord()
+    loaded: dict[str, Any] = {}  # lm-eval task name -> its Task (each repeat is scored by its filters)
+    seed_base = options.generation_kwargs.get("seed")  # the base of each sample's seed (evals/conditions/repeats.py)
 
     def make_lm(tasks: dict[str, Any], plans: dict[str, Any]) -> RecordingLM:
+        loaded.update(tasks)
         session = LMSession(max_gen_toks, options.logprobs, record_failures=True, progress=progress, cache=cache,
                             pair_cache=pair_cache, tasks=tasks, plans=plans,
-                            only=frozenset(only) if only is not None else None, sequential=sequential)  # fmt: skip
+                            only=frozenset(only) if only is not None else None, sequential=sequential,
+                            sample_seed_base=options.seed if seed_base is None else int(seed_base),
+                            template_kwargs=options.template_kwargs)  # fmt: skip
         return RecordingLM(SpecDecLM(engine, session), outputs)
 
     raw, plans = _run_lm_eval(make_lm, options, sources)
     results = []
     for spec in options.tasks:
         name, plan = spec.lm_eval_name, plans[spec.name]
-        records = task_records(spec, raw["samples"][name], outputs)
+        records = task_records(spec, raw["samples"][name], outputs, loaded.get(name), options.repeats)
+        check = _condition_check(conditions[spec.name], references[spec.name], options)
         results.append(_task_result(spec, records, references[spec.name], raw["results"][name], plan,
-                                    sources[spec.name].origin, stopper, only is not None, engine))  # fmt: skip
+                                    sources[spec.name].origin, stopper, only is not None, engine,
+                                    conditions[spec.name].to_dict(), check))  # fmt: skip
     return results
 
 
+def _condition_check(conditions, reference: Reference | None, options: EvalOptions) -> ConditionCheck | None:
+    """The run's conditions against its reference entry's (evals/conditions/reference.py); None without one."""
+    if reference is None:
+        return None
+    return check_conditions(conditions, reference.entry, options.accept_condition_mismatch)
+
+
 def _task_result(spec: TaskSpec, records: TaskRecords, reference: Reference | None, lm_eval_results: dict[str, Any],
-                 plan, origin: str, stopper, only: bool, engine: InferenceEngine) -> TaskResult:  # fmt: skip
-    """A task's result, scored, cross-checked against lm-eval, its accuracy gate judged once."""
+                 plan, origin: str, stopper, only: bool, engine: InferenceEngine,
+                 conditions: dict[str, Any] | None = None,
+                 check: ConditionCheck | None = None) -> TaskResult:  # fmt: skip
+    """A task's result, scored, cross-checked against lm-eval, its accuracy gate judged once. With several samples
+    per document the score is the mean over documents of each document's mean (results/clustered.py), and the
+    gate's n the effective sample count of that clustered score."""
     samples = records.samples
     n = len(samples)
     filters = spec.family.filters
@@ -116,9 +137,20 @@ def _task_result(spec: TaskSpec, records: TaskRecords, reference: Reference | No
     elif only:
         why = "the baseline of an early-stopped paired run: the documents its run evaluated"
         stopped = {"gate": "paired", "verdict": None, "n": n, "of": plan.n, "reason": why}
-    _check_against_lm_eval(spec, filter_scores, lm_eval_results, complete=stopped is None)
+    first = [s for s in samples if s.repeat == 0]  # what lm-eval scored: its take_first keeps sample 0
+    first_scores = {f: 100.0 * sum(bool(s.correct.get(f)) for s in first) / len(first) if first else 0.0
+                    for f in filters}  # fmt: skip
+    _check_against_lm_eval(spec, first_scores, lm_eval_results, complete=stopped is None)
+    clustered = None
+    if len(first) < n:  # several samples per document: not independent (results/clustered.py)
+        per_sample = (lambda s: 100.0 * bool(s.correct.get(scored))) if scored in filter_scores else (
+            lambda s: 100.0 * s.score)  # fmt: skip
+        groups: dict[Any, list[float]] = {}
+        for s in samples:
+            groups.setdefault(s.doc_id, []).append(per_sample(s))
+        clustered = clustered_score(groups)
     accuracy = accuracy_gate(spec.name, score, n, reference, spec.floor, failed, decision,
-                             _notes(n, reference, plan, stopped))  # fmt: skip
+                             _notes(n, reference, plan, stopped), clustered, check)  # fmt: skip
     per_request = records.acceptance
     return TaskResult(
         spec.name, spec.family.name, n, filter_scores, score, reference, accuracy, samples,
@@ -128,7 +160,7 @@ def _task_result(spec: TaskSpec, records: TaskRecords, reference: Reference | No
                               for d in per_request if d.get("accepted_per_position")],
         num_failed_requests=failed, data_origin=origin, filter_mismatches=filter_mismatches(spec, records),
         n_total=plan.n_total, subset=plan.to_dict() if plan.n < plan.n_total or plan.how == "random" else None,
-        stopped=stopped,
+        stopped=stopped, conditions=conditions, clustered=clustered.to_dict() if clustered is not None else None,
     )  # fmt: skip
 
 
@@ -181,7 +213,7 @@ def _reference(engine: InferenceEngine, spec: TaskSpec, options: EvalOptions) ->
     family = spec.family
     elsewhere = {"reference_dir": family.reference_dir} if family.reference_dir is not None else {}  # not shipped
     return lookup(family.name, model_key_for(engine, options.model_key), selection_for(engine, spec, options),
-                  **elsewhere)  # fmt: skip
+                  conditions=options.conditions_for(spec), **elsewhere)  # fmt: skip
 
 
 def _simple_evaluate(**kwargs):
@@ -204,7 +236,8 @@ def _run_lm_eval(make_lm: Callable, options: EvalOptions, sources) -> tuple[dict
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     datasets.disable_progress_bars()
     with tempfile.TemporaryDirectory(prefix="specdec-tasks-") as tmp:
-        folder = write_task_yamls(options.tasks, sources, Path(tmp), options.seed)
+        folder = write_task_yamls(options.tasks, sources, Path(tmp), options.seed, options.generation_kwargs,
+                                  options.repeats)  # fmt: skip
         manager = TaskManager(include_path=str(folder), include_defaults=False)
         try:
             tasks = manager.load([spec.lm_eval_name for spec in options.tasks])["tasks"]

@@ -27,6 +27,8 @@ from ...results.paired import first_divergence
 from ...workers.config import EngineConfig, SamplingParams, from_options
 from ...workers.engine.engine import Engine
 from ...workers.interface import GenerationOutput, InferenceEngine
+from ...workers.loading.chat_template import ChatTemplateKwargs
+from ..conditions.repeats import sample_seed
 from .lm_recording import RecordingSink, RunningScore
 
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's own backends default to this when a task names no max_gen_toks
@@ -76,6 +78,10 @@ class LMSession:
     plans: Mapping[str, Any] = field(default_factory=dict)  # lm-eval task name -> SubsetPlan (documents, order)
     only: frozenset[tuple[str, int]] | None = None  # evaluate just these (task, doc id); skip the others
     sequential: SequentialStop | None = None
+    # Sampled requests: sample r of document d of task t draws with sample_seed(base, t, d, r), whatever the batch
+    # (evals/conditions/repeats.py). None: the engine's own per-request seeds (lm-eval's command line).
+    sample_seed_base: int | None = None
+    template_kwargs: ChatTemplateKwargs = field(default_factory=ChatTemplateKwargs)  # --chat-template-kwargs
 
 
 @register_model("specdec")
@@ -124,12 +130,28 @@ class SpecDecLM(LM):
         prompts = [req.args[0] for req in requests]
         sampling = [replace(sampling_from_gen_kwargs(req.args[1], self._max_for(req.metadata[0])),
                             logprobs=self.session.logprobs) for req in requests]  # fmt: skip
+        base = self.session.sample_seed_base
+        if base is not None:
+            repeats = self.repeat_indices(requests)
+            sampling = [s if s.greedy else replace(s, seed=sample_seed(base, req.metadata[0], self.doc_id(req), r))
+                        for s, req, r in zip(sampling, requests, repeats, strict=True)]  # fmt: skip
         self.running = RunningScore([(req.metadata[0], getattr(req, "doc", None)) for req in requests])
         if self.session.only is not None:
             return self._generate_only(requests, prompts, sampling)
         if self.session.sequential is None:
             return self._generate(prompts, sampling)
         return self._generate_sequentially(requests, prompts, sampling)
+
+    def repeat_indices(self, requests) -> list[int]:
+        """Which sample of its document each request is: lm-eval sends a task's `repeats` copies of a request in
+        one list (evaluator.py), so the r-th request of a (task, document) is its sample r."""
+        seen: dict[tuple[str, int], int] = {}
+        out = []
+        for req in requests:
+            key = (req.metadata[0], self.doc_id(req))
+            out.append(seen.get(key, 0))
+            seen[key] = out[-1] + 1
+        return out
 
     def answers(self, requests, outputs: list[GenerationOutput]) -> list[str]:
         """What lm-eval gets: each output's text. A failed request raises, unless the run records failures itself
@@ -254,9 +276,9 @@ class SpecDecLM(LM):
         tokenizer = self.engine.tokenizer
         if not getattr(tokenizer, "chat_template", None):
             raise UserError("--apply-chat-template: this model's tokenizer has no chat template")
-        return str(
-            tokenizer.apply_chat_template(chat_history, add_generation_prompt=add_generation_prompt, tokenize=False)
-        )
+        extra = self.session.template_kwargs.as_dict()  # --chat-template-kwargs: the template's own variables
+        return str(tokenizer.apply_chat_template(chat_history, add_generation_prompt=add_generation_prompt,
+                                                 tokenize=False, **extra))  # fmt: skip
 
     @property
     def tokenizer_name(self) -> str:

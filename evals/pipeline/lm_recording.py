@@ -19,28 +19,29 @@ if TYPE_CHECKING:
 
 
 class OutputRecord:
-    """Each request's engine output by (lm-eval task, document), and the documents a run skipped: what a run's
-    per-sample records are built from (evals/pipeline/task_records.py)."""
+    """Each request's engine output by (lm-eval task, document, repeat: which of the document's samples), and the
+    documents a run skipped: what a run's per-sample records are built from (evals/pipeline/task_records.py)."""
 
     def __init__(self) -> None:
-        self._outputs: dict[tuple[str, int], GenerationOutput] = {}
-        self._sampling: dict[tuple[str, int], SamplingParams] = {}
+        self._outputs: dict[tuple[str, int, int], GenerationOutput] = {}
+        self._sampling: dict[tuple[str, int, int], SamplingParams] = {}
         self._skipped: set[tuple[str, int]] = set()
 
-    def add(self, task: str, doc_id: int, output: GenerationOutput, sampling: SamplingParams | None = None) -> None:
+    def add(self, task: str, doc_id: int, output: GenerationOutput, repeat: int = 0,
+            sampling: SamplingParams | None = None) -> None:  # fmt: skip
         if output.finish_reason == "skipped":  # an early stop, or a document the run does not evaluate
             self._skipped.add((task, doc_id))
         else:
-            self._outputs[(task, doc_id)] = output
+            self._outputs[(task, doc_id, repeat)] = output
             if sampling is not None:
-                self._sampling[(task, doc_id)] = sampling
+                self._sampling[(task, doc_id, repeat)] = sampling
 
-    def get(self, task: str, doc_id: int) -> GenerationOutput | None:
-        return self._outputs.get((task, doc_id))
+    def get(self, task: str, doc_id: int, repeat: int = 0) -> GenerationOutput | None:
+        return self._outputs.get((task, doc_id, repeat))
 
-    def sampling(self, task: str, doc_id: int) -> SamplingParams | None:
+    def sampling(self, task: str, doc_id: int, repeat: int = 0) -> SamplingParams | None:
         """The parameters the document's output was sampled with (None: not recorded)."""
-        return self._sampling.get((task, doc_id))
+        return self._sampling.get((task, doc_id, repeat))
 
     def is_skipped(self, task: str, doc_id: int) -> bool:
         return (task, doc_id) in self._skipped
@@ -58,10 +59,10 @@ class RecordingLM(LM):
         from .lm_adapter import DEFAULT_MAX_GEN_TOKS, sampling_from_gen_kwargs
 
         outputs = self.inner.outputs_for(requests)
-        for req, out in zip(requests, outputs, strict=True):
+        for req, out, r in zip(requests, outputs, self.inner.repeat_indices(requests), strict=True):
             # the adapter's own reading of the request (its length limit aside: a record keeps the distribution's)
             sampling = sampling_from_gen_kwargs(req.args[1], DEFAULT_MAX_GEN_TOKS)
-            self.record.add(req.metadata[0], self.inner.doc_id(req), out, sampling)
+            self.record.add(req.metadata[0], self.inner.doc_id(req), out, r, sampling)
         return self.inner.answers(requests, outputs)
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:

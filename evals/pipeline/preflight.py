@@ -20,6 +20,7 @@ def preflight(plan: RunPlan, backend: Backend) -> None:
     check_out_folder(plan.out)
     speculative = backend.abilities.speculative
     check_acceptance_options(plan, speculative, bool(backend.target.engine.inject))
+    check_generation_conditions(plan.options)
     if not backend.dry_run:
         check_task_data(plan.options)
     backend.preflight(plan)
@@ -56,6 +57,16 @@ def check_acceptance_options(plan: RunPlan, speculative: bool, injects: bool) ->
     if injects:
         raise UserError("--populate-acceptance writes a reference only from a clean run; leave out --inject")
     check_writable(path)
+
+
+def check_generation_conditions(options: EvalOptions) -> None:
+    """Each task's conditions can be built (evals/conditions/): generation kwargs the task can take, repeats only
+    when sampling, chat-template kwargs only with the template; and repeats only where the run scores them."""
+    for spec in options.tasks:
+        options.conditions_for(spec)
+    if options.repeats > 1 and (options.early_stop or options.stop_file):
+        raise UserError("--repeats with --early-stop (or a sequential `ab`) is not supported yet: the sequential "
+                        "designs look at one sample per document; drop one of them")  # fmt: skip
 
 
 def check_task_data(options: EvalOptions) -> None:

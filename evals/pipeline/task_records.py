@@ -28,9 +28,11 @@ class TaskRecords:
     own_extraction: dict[tuple[Any, str], tuple[Any, bool]] = field(default_factory=dict)  # (doc, filter) -> ours
 
 
-def task_records(spec: TaskSpec, entries: list[dict[str, Any]], outputs: OutputRecord) -> TaskRecords:
+def task_records(spec: TaskSpec, entries: list[dict[str, Any]], outputs: OutputRecord, task: Any = None,
+                 repeats: int = 1) -> TaskRecords:  # fmt: skip
     """One record per document, whatever lm-eval's per-(doc, filter) layout; documents an early stop skipped are
-    left out."""
+    left out. repeats > 1: one record per sample of each document (repeat 0 as lm-eval scored it, the others by the
+    task's filters and metric on their own: evals/tasks/scoring.py; `task` is the loaded lm-eval Task)."""
     family = spec.family
     fields: dict[int, dict[str, Any]] = {}
     extracted: dict[int, dict[str, Any]] = {}
@@ -60,7 +62,37 @@ def task_records(spec: TaskSpec, entries: list[dict[str, Any]], outputs: OutputR
             ours[(doc_id, filt)] = tuple(own)
     docs = sorted(fields)
     samples = [SampleRecord(**fields[d], extracted=extracted[d], correct=correct[d]) for d in docs]
-    return TaskRecords(samples, [acceptance[d] for d in docs if d in acceptance], ours)
+    counters = [acceptance[d] for d in docs if d in acceptance]
+    if repeats > 1:
+        more = _other_repeats(spec, entries, outputs, task, repeats, set(docs))
+        samples = sorted(samples + [s for s, _ in more], key=lambda s: (s.doc_id, s.repeat))
+        counters += [c for _, c in more if c]
+    return TaskRecords(samples, counters, ours)
+
+
+def _other_repeats(spec: TaskSpec, entries: list[dict[str, Any]], outputs: OutputRecord, task: Any, repeats: int,
+                   docs: set[int]) -> list[tuple[SampleRecord, dict[str, Any] | None]]:  # fmt: skip
+    """Samples 1..repeats-1 of each document, each scored on its own (lm-eval's take_first kept only sample 0)."""
+    from ..tasks.scoring import score_each
+
+    if task is None:
+        raise RuntimeError(f"{spec.name}: several samples per document need the loaded task to score them")
+    first = {}
+    for entry in entries:
+        first.setdefault(int(entry["doc_id"]), entry)
+    out = []
+    for doc_id in sorted(docs):
+        entry = first[doc_id]
+        target = str(entry["target"])
+        got = [(r, outputs.get(spec.lm_eval_name, doc_id, r)) for r in range(1, repeats)]
+        scored = score_each(task, entry["doc"], [o.text if o is not None else "" for _, o in got])
+        for (r, o), per_filter in zip(got, scored, strict=True):
+            sampling = outputs.sampling(spec.lm_eval_name, doc_id, r)
+            record = SampleRecord(**{**_fields(spec, entry, target, o, sampling), "repeat": r},
+                                  extracted={f: spec.family.extracted(x) for f, (x, _) in per_filter.items()},
+                                  correct={f: ok for f, (_, ok) in per_filter.items()})  # fmt: skip
+            out.append((record, (o.stats.get("acceptance") or None) if o is not None else None))
+    return out
 
 
 def _fields(spec: TaskSpec, entry: dict[str, Any], target: str, out: GenerationOutput | None,
@@ -97,6 +129,8 @@ def filter_mismatches(spec: TaskSpec, records: TaskRecords) -> list[dict[str, An
     reported, never silently fixed (lm-eval's value is the one scored)."""
     out = []
     for s in records.samples:
+        if s.repeat:  # the family's own extraction is made on sample 0, the one lm-eval's filters kept
+            continue
         for f in spec.family.filters:
             ours = records.own_extraction.get((s.doc_id, f))
             theirs = (s.extracted.get(f), s.correct.get(f))

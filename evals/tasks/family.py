@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import yaml
+
+from ...errors import UserError
+from ..conditions.gen_kwargs import GenKwargs
 from .data import DataSource
 
 SMOKE_DIR = Path(__file__).parents[1] / "smoke"  # the shipped smoke sets, one folder per family name
@@ -22,23 +26,40 @@ class TaskFamily:
     """The defaults suit a family whose outputs may be stored readable and whose lm-eval filters are all it has;
     a family overrides what differs. Instances are stateless (one per module)."""
 
-    name: ClassVar[str]  # its references file (<name>.yaml), its smoke folder, a run's `family`
+    name: ClassVar[str]  # its smoke folder, a run's `family`, its references file unless reference_name says
+    variant: ClassVar[str | None] = None  # the lm-eval task whose prompt and scoring it reproduces (a reference's
+    # `task_variant`); None: the family's name
     filters: ClassVar[tuple[str, ...]]  # the lm-eval filters whose exact_match make the score (their mean)
     max_output_len: ClassVar[int]  # generated tokens per sample by default
     floor: ClassVar[float] = 0.0  # the score of a model that gets nothing right (chance level for multiple choice)
     num_fewshot: ClassVar[int] = 0  # lm-eval's own default shots for the family
     sealed: ClassVar[bool] = False  # outputs can quote the question: records keep no text, token ids sealed
     acceptance_first: ClassVar[bool] = False  # `--populate-acceptance` prefers this family's acceptance length
-    reference_dir: ClassVar[Path | None] = None  # where <name>.yaml lives; None: the shipped evals/references/
+    reference_dir: ClassVar[Path | None] = None  # where its references file lives; None: the shipped evals/references/
+    reference_name: ClassVar[str | None] = None  # its references file <reference_name>.yaml; None: <name>.yaml
 
     def source(self, spec: TaskSpec, data_dir: str | None) -> DataSource:
         """Where the task's documents come from (local files schema-checked); raises UserError naming the ways."""
         raise NotImplementedError
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            if cls.__dict__.get("reference_name") is None:
+                cls.reference_name = cls.name
+            if cls.__dict__.get("variant") is None:
+                cls.variant = cls.name
+
     def task_yaml(self, spec: TaskSpec, source: DataSource, stock: Path, seed: int) -> str:
-        """The lm-eval task config named spec.lm_eval_name, as YAML text. stock: lm-eval's own tasks folder;
-        seed: the run's evaluation seed (a family that shuffles choices uses it)."""
+        """The lm-eval task config named spec.lm_eval_name, as YAML text, without `generation_kwargs` (the registry
+        writes them: the family's own with the task's and the run's kwargs applied). stock: lm-eval's own tasks
+        folder; seed: the run's evaluation seed (a family that shuffles choices uses it)."""
         raise NotImplementedError
+
+    def generation_kwargs(self, stock: Path) -> dict[str, Any]:
+        """The generation_kwargs of the lm-eval task the family reproduces (its YAML's, as lm-eval would send them):
+        what generation kwargs are applied on. A family that does not say cannot take any."""
+        raise UserError(f"task family {self.name} does not state its generation_kwargs: no generation kwargs apply")
 
     def hook_files(self) -> dict[str, str]:
         """Python files written beside the YAMLs (a YAML's `!function` resolves next to itself): name -> text."""
@@ -69,16 +90,34 @@ class TaskFamily:
         return f"<task family {self.name}>"
 
 
+def stock_generation_kwargs(path: Path) -> dict[str, Any]:
+    """The generation_kwargs of an lm-eval task YAML (its own, else those of the file it includes). lm-eval's
+    `!function` tags are read as nothing: only plain keys matter here."""
+    loader = type("_TagBlindLoader", (yaml.SafeLoader,), {})
+    loader.add_multi_constructor("!", lambda *_: None)
+    config = yaml.load(path.read_text(encoding="utf-8"), Loader=loader) or {}  # noqa: S506  a SafeLoader subclass
+    if "generation_kwargs" in config:
+        return dict(config["generation_kwargs"] or {})
+    if config.get("include"):
+        return stock_generation_kwargs(path.parent / config["include"])
+    return {}
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     name: str  # what the user types
     family: TaskFamily  # which references, filters, extraction and sealing apply
     smoke: bool = False  # a shipped self-written set (SMOKE_DIR/<family>): offline demos, never scored
-    temperature: float = 0.0  # > 0: sampled (lm-eval's do_sample), and no greedy reference applies
+    gen_kwargs: GenKwargs = GenKwargs()  # the task's own generation kwargs on its YAML's (a named variant's)
 
     @property
     def lm_eval_name(self) -> str:
         return f"specdec_{self.name}"
+
+    @property
+    def temperature(self) -> float:
+        """> 0: the task's own kwargs sample (and no greedy reference applies to it)."""
+        return float(self.gen_kwargs.get("temperature", 0.0))
 
     @property
     def max_output_len(self) -> int:

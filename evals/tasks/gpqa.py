@@ -27,7 +27,7 @@ import yaml
 from ...errors import UserError
 from .data import DataSource, data_root, hub_or_error
 from .data_check import check_csv_text, check_table, decode_utf8
-from .family import TaskFamily, TaskSpec
+from .family import SMOKE_DIR, TaskFamily, TaskSpec, stock_generation_kwargs
 
 HUB = ("Idavidrein/gpqa", "gpqa_diamond")
 GPQA_ZIP_MEMBER = "dataset/gpqa_diamond.csv"
@@ -52,13 +52,24 @@ def choice_order(record_id: str, seed: int) -> list[int]:
     return order
 
 
-def make_doc(row: dict[str, Any], index: int, seed: int) -> dict[str, Any]:
-    answers = [clean(row["Incorrect Answer 1"]), clean(row["Incorrect Answer 2"]), clean(row["Incorrect Answer 3"]),
-               clean(row["Correct Answer"])]  # fmt: skip
+def strip_only(text: Any) -> str:
+    """TensorRT-LLM's `gpqa_diamond_cot_zeroshot_aa` normalisation of the answers: strip, nothing else."""
+    return " " if text is None else str(text).strip()
+
+
+# How a prompt variant tidies the CSV's text: lm-eval's GPQA tasks clean question and answers (`clean`);
+# TensorRT-LLM's `_aa` variant strips the answers and leaves the question as the file has it.
+TEXT_STYLES = {"lm-eval": (clean, clean), "aa": (strip_only, lambda text: "" if text is None else str(text))}
+
+
+def make_doc(row: dict[str, Any], index: int, seed: int, style: str = "lm-eval") -> dict[str, Any]:
+    tidy, tidy_question = TEXT_STYLES[style]
+    answers = [tidy(row["Incorrect Answer 1"]), tidy(row["Incorrect Answer 2"]), tidy(row["Incorrect Answer 3"]),
+               tidy(row["Correct Answer"])]  # fmt: skip
     record_id = str(row.get("Record ID") or f"row-{index}")
     order = choice_order(record_id, seed)
     choices = [answers[i] for i in order]
-    doc = {"Question": clean(row["Question"]), "Record ID": record_id, "choices": choices,
+    doc = {"Question": tidy_question(row["Question"]), "Record ID": record_id, "choices": choices,
            "answer": f"({LETTERS[order.index(3)]})"}  # fmt: skip
     doc.update({f"choice{i + 1}": c for i, c in enumerate(choices)})
     return doc
@@ -120,8 +131,8 @@ def load_dataset(**kwargs: Any):
     import datasets
 
     rows = read_rows(kwargs.get("builder"), kwargs.get("path"), tuple(kwargs["hub"]) if kwargs.get("hub") else None)
-    seed = int(kwargs.get("shuffle_seed", 0))
-    docs = [make_doc(r, i, seed) for i, r in enumerate(rows)]
+    seed, style = int(kwargs.get("shuffle_seed", 0)), str(kwargs.get("text_style", "lm-eval"))
+    docs = [make_doc(r, i, seed, style) for i, r in enumerate(rows)]
     return datasets.DatasetDict({"train": datasets.Dataset.from_list(docs)})
 
 
@@ -147,6 +158,26 @@ def gpqa_source(data_dir: str | None) -> DataSource:
     return hub_or_error("GPQA-Diamond", HUB, root, "gpqa/dataset.zip (official layout) or gpqa/gpqa_diamond.csv")
 
 
+def in_memory_docs_yaml(config: dict[str, Any], source: DataSource, seed: int, style: str) -> str:
+    """A GPQA task config as YAML text, its documents supplied in memory by `load_dataset` (seeded choice order,
+    the text style of its prompt variant)."""
+    config = {
+        **config,
+        "dataset_path": "specdec-gpqa",  # unused: custom_dataset supplies the docs, in memory
+        "dataset_name": None,
+        "process_docs": None,  # the stock one reshuffles with the global RNG on every call; ours is seeded
+        "dataset_kwargs": {
+            "builder": source.builder,
+            "path": source.files.get("train"),
+            "hub": list(source.hub) if source.hub else None,
+            "shuffle_seed": seed,
+            "text_style": style,
+        },
+    }
+    # A tag yaml.safe_dump cannot write: lm-eval's loader turns it into the callable (see hook_files).
+    return yaml.safe_dump(config, sort_keys=False) + "custom_dataset: !function specdec_hooks.load_dataset\n"
+
+
 def gpqa_letter(extracted: str) -> str:
     """What a GPQA record may keep of an extraction: the letter. lm-eval's strict-match captures whatever follows
     "The answer is ", which can quote a choice's text, and GPQA text must never be stored."""
@@ -162,6 +193,7 @@ class GpqaDiamond(TaskFamily):
     the output's token ids are sealed (results/seal.py)."""
 
     name = "gpqa_diamond"
+    variant = "gpqa_diamond_cot_zeroshot"
     filters = ("strict-match", "flexible-extract")
     max_output_len = 512  # chain of thought needs room to reason
     floor = 25.0  # chance level for four choices
@@ -169,27 +201,20 @@ class GpqaDiamond(TaskFamily):
 
     def source(self, spec: TaskSpec, data_dir: str | None) -> DataSource:
         if spec.smoke:
-            path = str(spec.smoke_dir / "gpqa_diamond.csv")
-            return checked_gpqa(DataSource(f"smoke:{spec.smoke_dir}", "csv", {"train": path}))
+            folder = SMOKE_DIR / GpqaDiamond.name  # the other prompt variants ask the same smoke questions
+            return checked_gpqa(DataSource(f"smoke:{folder}", "csv", {"train": str(folder / "gpqa_diamond.csv")}))
         return gpqa_source(data_dir)
 
     def task_yaml(self, spec: TaskSpec, source: DataSource, stock: Path, seed: int) -> str:
-        config = {
-            "include": str(stock / "gpqa" / "cot_zeroshot" / "_gpqa_cot_zeroshot_yaml"),
-            "task": spec.lm_eval_name,
-            "tag": [],
-            "dataset_path": "specdec-gpqa",  # unused: custom_dataset supplies the docs, in memory
-            "dataset_name": None,
-            "process_docs": None,  # the stock one reshuffles with the global RNG on every call; ours is seeded
-            "dataset_kwargs": {
-                "builder": source.builder,
-                "path": source.files.get("train"),
-                "hub": list(source.hub) if source.hub else None,
-                "shuffle_seed": seed,
-            },
-        }
-        # A tag yaml.safe_dump cannot write: lm-eval's loader turns it into the callable (see hook_files).
-        return yaml.safe_dump(config, sort_keys=False) + "custom_dataset: !function specdec_hooks.load_dataset\n"
+        config = {"include": str(self._stock_yaml(stock)), "task": spec.lm_eval_name, "tag": []}
+        return in_memory_docs_yaml(config, source, seed, "lm-eval")
+
+    def generation_kwargs(self, stock: Path) -> dict[str, Any]:
+        return stock_generation_kwargs(self._stock_yaml(stock))
+
+    @staticmethod
+    def _stock_yaml(stock: Path) -> Path:
+        return stock / "gpqa" / "cot_zeroshot" / "_gpqa_cot_zeroshot_yaml"
 
     def hook_files(self) -> dict[str, str]:
         # `!function name.attr` resolves next to the YAML that holds it: a two-line module forwards to ours.

@@ -17,9 +17,10 @@ from typing import Any
 
 import yaml
 
+from ..conditions.gen_kwargs import GenKwargs
 from .data import DataSource, data_root, hub_or_error, split_files
 from .data_check import check_table
-from .family import TaskFamily, TaskSpec
+from .family import TaskFamily, TaskSpec, stock_generation_kwargs
 
 HUB = ("openai/gsm8k", "main")
 COLUMNS = ("question", "answer")
@@ -99,6 +100,7 @@ class Gsm8k(TaskFamily):
     the output text and the final number of the target; our filters above are checked against lm-eval's."""
 
     name = "gsm8k"
+    variant = "gsm8k"  # lm-eval's gsm8k, task version 3.0
     filters = FILTERS
     max_output_len = 256  # TensorRT-LLM's GSM8K setting
     num_fewshot = 5
@@ -111,16 +113,19 @@ class Gsm8k(TaskFamily):
         return gsm8k_source(data_dir)
 
     def task_yaml(self, spec: TaskSpec, source: DataSource, stock: Path, seed: int) -> str:
-        stock_yaml = stock / "gsm8k" / "gsm8k.yaml"
-        config: dict[str, Any] = {"include": str(stock_yaml), "task": spec.lm_eval_name, "tag": []}
+        config: dict[str, Any] = {"include": str(self._stock_yaml(stock)), "task": spec.lm_eval_name, "tag": []}
         if source.hub is not None:
             config.update(dataset_path=source.hub[0], dataset_name=source.hub[1])
         else:
             config.update(dataset_path=source.builder, dataset_name=None, dataset_kwargs={"data_files": source.files})
-        if spec.temperature:  # a YAML's generation_kwargs replace the included ones whole: keep its stop strings
-            stock_kwargs = yaml.safe_load(stock_yaml.read_text())["generation_kwargs"]
-            config["generation_kwargs"] = {**stock_kwargs, "do_sample": True, "temperature": spec.temperature}
         return yaml.safe_dump(config, sort_keys=False)
+
+    def generation_kwargs(self, stock: Path) -> dict[str, Any]:
+        return stock_generation_kwargs(self._stock_yaml(stock))
+
+    @staticmethod
+    def _stock_yaml(stock: Path) -> Path:
+        return stock / "gsm8k" / "gsm8k.yaml"
 
     def target(self, lm_eval_target: str) -> str:
         return final_answer(lm_eval_target)
@@ -137,7 +142,8 @@ class Gsm8k(TaskFamily):
 FAMILY = Gsm8k()
 TASKS = (
     TaskSpec("gsm8k", FAMILY),
-    # lossless at temperature > 0: a spec-dec run must emit the tokens a plain run of the same seeds samples
-    TaskSpec("gsm8k_sampled", FAMILY, temperature=0.7),
+    # `gsm8k` with the generation kwargs temperature=0.7, under the name the selftest's sampled mutants and earlier
+    # runs use (lossless at temperature > 0: a spec-dec run must emit the tokens a plain run of the same seeds samples)
+    TaskSpec("gsm8k_sampled", FAMILY, gen_kwargs=GenKwargs.of({"temperature": 0.7})),
     TaskSpec("gsm8k_smoke", FAMILY, smoke=True),  # self-written GSM8K-format problems (offline demos only)
 )

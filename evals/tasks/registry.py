@@ -4,16 +4,22 @@ Each family module (gsm8k.py, gpqa.py) exposes `FAMILY` (a family.TaskFamily) an
 
   gsm8k               lm-eval `gsm8k` (5-shot from train, strict-match + flexible-extract)
   gpqa_diamond        lm-eval `gpqa_diamond_cot_zeroshot`, with our per-question seeded choice shuffle
-  gsm8k_sampled       `gsm8k` sampled at temperature 0.7 (lossless at temperature > 0: a spec-dec run must emit the
-                      tokens a plain run of the same seeds samples); never scored against the greedy references
+  gpqa_diamond_aa     TensorRT-LLM's `gpqa_diamond_cot_zeroshot_aa` ("Answer: X"), same data and choice shuffle
+  gsm8k_sampled       `gsm8k` with generation kwargs temperature=0.7 (lossless at temperature > 0: a spec-dec run
+                      must emit the tokens a plain run of the same seeds samples); kept under its name for the
+                      selftest's sampled mutants and earlier runs
   gsm8k_smoke         self-written GSM8K-format problems shipped with the project (offline demos only)
   gpqa_diamond_smoke  self-written GPQA-format questions (offline demos only)
 
 More task modules (a module name, or the path of a .py file), separated by the platform's path separator, come from
 the SPECDEC_EVAL_TASK_MODULES environment variable; they are registered the first time tasks are parsed, so that
-`run`, a torchrun job's ranks and each side of `ab` see them alike. A family's references are <name>.yaml in its
-`reference_dir` (by default evals/references/). With --apply-chat-template the same tasks render through the
-model's chat template, few-shot as multi-turn.
+`run`, a torchrun job's ranks and each side of `ab` see them alike. A family's references are <reference_name>.yaml
+(by default its name) in its `reference_dir` (by default evals/references/). With --apply-chat-template the same
+tasks render through the model's chat template, few-shot as multi-turn.
+
+Generation kwargs (lm-eval's --gen_kwargs: evals/conditions/gen_kwargs.py) are applied here, in one place, for the
+task YAMLs a run writes (`write_task_yamls`) and for the conditions it records and compares (`task_conditions`): a
+task spec's own kwargs on its family's YAML, then the run's.
 """
 
 from __future__ import annotations
@@ -25,9 +31,15 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import yaml
 
 from ...errors import UserError
-from . import gpqa, gsm8k
+from ...workers.loading.chat_template import ChatTemplateKwargs
+from ..conditions.conditions import GenerationConditions, conditions_for
+from ..conditions.gen_kwargs import GenKwargs
+from . import gpqa, gpqa_aa, gsm8k
 from .checked_family import CheckedFamily
 from .data import DataSource
 from .family import TaskFamily, TaskSpec
@@ -84,7 +96,7 @@ def _shape(value: object) -> str:
     return f"a {type(value).__name__}"
 
 
-for _module in (gsm8k, gpqa):
+for _module in (gsm8k, gpqa, gpqa_aa):
     register(_module, checked=False)
 
 
@@ -161,15 +173,81 @@ def max_fewshot(spec: TaskSpec, source: DataSource) -> int | None:
     return spec.family.max_fewshot(source)
 
 
-def write_task_yamls(specs: list[TaskSpec], sources: dict[str, DataSource], folder: Path, seed: int) -> Path:
-    """One YAML per task in `folder` (plus the hook modules its family's YAML points at); returns the folder."""
+def stock_tasks() -> Path:
+    """lm-eval's own tasks folder (the YAMLs our tasks include)."""
     import lm_eval.tasks
 
-    stock = Path(lm_eval.tasks.__file__).parent
+    return Path(lm_eval.tasks.__file__).parent
+
+
+def _states_generation_kwargs(family: TaskFamily, stock: Path) -> bool:
+    try:
+        family.generation_kwargs(stock)
+    except UserError:  # a family that leaves them to the YAML it includes (a task module of a user's)
+        return False
+    return True
+
+
+def task_generation_kwargs(spec: TaskSpec, stock: Path, gen_kwargs: GenKwargs = GenKwargs()) -> dict[str, Any]:
+    """The generation_kwargs a task's YAML states in a run: its family's, with the spec's and then the run's
+    generation kwargs applied (UserError on a contradiction)."""
+    return gen_kwargs.over(spec.gen_kwargs).apply(spec.family.generation_kwargs(stock))
+
+
+def task_conditions(
+    spec: TaskSpec,
+    *,
+    gen_kwargs: GenKwargs = GenKwargs(),
+    apply_chat_template: bool = False,
+    chat_template_kwargs: ChatTemplateKwargs = ChatTemplateKwargs(),
+    num_fewshot: int | None = None,
+    max_output_len: int | None = None,
+    repeats: int = 1,
+    stock: Path | None = None,
+) -> GenerationConditions:
+    """The conditions one task of a run is evaluated under (evals/conditions/conditions.py); num_fewshot and
+    max_output_len None: the task's own. `stock`: lm-eval's tasks folder (found when not given)."""
+    stock = stock if stock is not None else stock_tasks()
+    if gen_kwargs or spec.gen_kwargs or _states_generation_kwargs(spec.family, stock):
+        base = spec.gen_kwargs.apply(spec.family.generation_kwargs(stock))  # UserError: a family that cannot take any
+    else:
+        base = {}  # a family leaving its kwargs to the YAML it includes: lm-eval's greedy default as far as we know
+    return conditions_for(
+        spec.family.variant or spec.family.name,
+        base,
+        gen_kwargs=gen_kwargs,
+        num_fewshot=spec.num_fewshot if num_fewshot is None else num_fewshot,
+        default_max_output_len=max_output_len or spec.max_output_len,
+        apply_chat_template=apply_chat_template,
+        chat_template_kwargs=chat_template_kwargs,
+        repeats=repeats,
+    )
+
+
+def write_task_yamls(
+    specs: list[TaskSpec],
+    sources: dict[str, DataSource],
+    folder: Path,
+    seed: int,
+    gen_kwargs: GenKwargs = GenKwargs(),
+    repeats: int = 1,
+) -> Path:
+    """One YAML per task in `folder` (plus the hook modules its family's YAML points at); returns the folder.
+    gen_kwargs: the run's generation kwargs, applied on each task's (its YAML then states them all: a YAML's
+    generation_kwargs replace the included ones whole). repeats > 1: lm-eval's `repeats` (each request sent that many
+    times; see evals/conditions/repeats.py for how those samples are scored)."""
+    stock = stock_tasks()
     folder.mkdir(parents=True, exist_ok=True)
     for spec in specs:
         for name, text in spec.family.hook_files().items():
             (folder / name).write_text(text)
         text = spec.family.task_yaml(spec, sources[spec.name], stock, seed)
+        extra: dict[str, Any] = {}
+        if gen_kwargs or spec.gen_kwargs or _states_generation_kwargs(spec.family, stock):
+            extra["generation_kwargs"] = task_generation_kwargs(spec, stock, gen_kwargs)
+        if repeats > 1:
+            extra["repeats"] = repeats
+        if extra:
+            text = text.rstrip("\n") + "\n" + yaml.safe_dump(extra, sort_keys=False)
         (folder / f"{spec.lm_eval_name}.yaml").write_text(text, encoding="utf-8")
     return folder

@@ -96,7 +96,7 @@ def test_missing_data_dir_with_reference_lookup_is_exit_2(capsys, tmp_path):
 def test_reference_dir_default_is_bound_at_definition():
     """Documents why the tests below patch the runner's `lookup` and not REFERENCE_DIR: lookup's default
     argument was evaluated when the function was defined, so rebinding the module constant changes nothing."""
-    assert references.lookup.__defaults__ == (references.REFERENCE_DIR,)
+    assert references.lookup.__defaults__[0] == references.REFERENCE_DIR  # (reference_dir, conditions)
 
 
 @pytest.fixture

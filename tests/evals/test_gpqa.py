@@ -25,6 +25,8 @@ from specdec_eval.evals.tasks.registry import TASKS, source_for, write_task_yaml
 
 from specdec_eval.errors import UserError
 
+from ..gpqa_helpers import COLUMNS, REAL_ZIP, ROWS, synthetic_row, write_csv
+
 
 @pytest.fixture(autouse=True)
 def _collect_engines():
@@ -33,40 +35,11 @@ def _collect_engines():
 
 
 REPO = Path(__file__).resolve().parents[2]
-REAL_ZIP = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpqa" / "dataset.zip"
 STOCK_COT_YAML = Path(lm_eval.tasks.__file__).parent / "gpqa" / "cot_zeroshot" / "_gpqa_cot_zeroshot_yaml"
 COT_TEMPLATE = (
     "What is the correct answer to this question:{{Question}}\nChoices:\n(A) {{choice1}}\n(B) {{choice2}}\n"
     "(C) {{choice3}}\n(D) {{choice4}}\nLet's think step by step: "
 )
-COLUMNS = ["Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3",
-           "Explanation", "Subdomain", "High-level domain", "Record ID"]  # fmt: skip
-
-
-def synthetic_row(i: int, record_id: str | None = None) -> dict[str, str]:
-    """An invented GPQA-format row: which made-up glyph carries mark number i?"""
-    return {
-        "Question": f"In the invented Zorbic script, which glyph carries tone mark {i}?",
-        "Correct Answer": f"glyph-{i}-true",
-        "Incorrect Answer 1": f"glyph-{i}-wrong-a",
-        "Incorrect Answer 2": f"glyph-{i}-wrong-b",
-        "Incorrect Answer 3": f"glyph-{i}-wrong-c",
-        "Explanation": "Made up for this test.",
-        "Subdomain": "Invented Linguistics",
-        "High-level domain": "Fiction",
-        "Record ID": record_id if record_id is not None else f"synthetic-{i:03d}",
-    }
-
-
-ROWS = [synthetic_row(i) for i in range(50)]
-
-
-def write_csv(path: Path, rows: list[dict[str, str]], columns: list[str] = COLUMNS) -> Path:
-    with open(path, "w", encoding="utf-8", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
 
 
 def _sha(obj) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from specdec_eval.evals.conditions.reference import CONDITION_KEYS
 from specdec_eval.evals.gates import references
 from specdec_eval.evals.gates.references import lookup
 
@@ -242,7 +243,7 @@ def test_shipped_reference_files(path):
     raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     assert raw == data
     known = set(references.SELECTION_DEFAULTS) | set(references.WILDCARD_KEYS) | set(references.OVERRIDES)
-    known |= set(references.SCORING_KEYS)
+    known |= set(references.SCORING_KEYS) | set(CONDITION_KEYS)
     known |= {"accuracy", "command", "source", "notes", "note"}
     for model, entries in data.items():
         assert entries, f"{path.name}: {model} has no entries"

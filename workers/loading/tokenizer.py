@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...errors import UserError
+from .chat_template import ChatTemplateKwargs, render_chat
 from .model_config import ModelConfig
 
 if TYPE_CHECKING:
@@ -34,23 +34,29 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, add_bos: bool
     return ids
 
 
-def encode_any(tokenizer: PreTrainedTokenizerBase, prompt: Any) -> list[int]:
-    """A prompt as token ids: raw text, chat messages ([{"role", "content"}, ...]) or token ids already."""
+def encode_any(
+    tokenizer: PreTrainedTokenizerBase, prompt: Any, template_kwargs: ChatTemplateKwargs | None = None
+) -> list[int]:
+    """A prompt as token ids: raw text, chat messages ([{"role", "content"}, ...]) or token ids already.
+    template_kwargs: the chat template's extra variables (chat messages only)."""
     if isinstance(prompt, str):
         return encode_prompt(tokenizer, prompt)
     if prompt and isinstance(prompt[0], dict):
-        return encode_chat(tokenizer, prompt)
+        return encode_chat(tokenizer, prompt, template_kwargs)
     return [int(t) for t in prompt]
 
 
-def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, Any]]) -> list[int]:
-    """Token ids of a conversation rendered by the model's chat template, ending with the assistant prompt."""
-    if not getattr(tokenizer, "chat_template", None):
-        raise UserError("this model's tokenizer has no chat template; use plain prompts instead of chat messages")
+def encode_chat(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: Sequence[dict[str, Any]],
+    template_kwargs: ChatTemplateKwargs | None = None,
+) -> list[int]:
+    """Token ids of a conversation rendered by the model's chat template (with its extra variables), ending with the
+    assistant prompt."""
     # Render to text, then tokenize without specials: the template already writes BOS and turn markers, and
     # this avoids apply_chat_template(tokenize=True), whose return type differs across transformers versions.
-    text = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
-    return list(tokenizer.encode(str(text), add_special_tokens=False))
+    text = render_chat(tokenizer, messages, template_kwargs=template_kwargs)
+    return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 def eos_token_ids(tokenizer: PreTrainedTokenizerBase, config: ModelConfig) -> set[int]:

@@ -43,6 +43,7 @@ from ..interface import (
     ScoredOutput,
     ScoreRequest,
 )
+from ..loading.chat_template import render_chat
 from ..loading.tokenizer import encode_any
 from .daemon_pool import DaemonPool
 from .endpoint_config import EndpointConfig, EndpointURL, load_local_tokenizer
@@ -140,6 +141,11 @@ class EndpointEngine:
                 "tp_size": config.tp_size,
                 "tokenizer": tokenizer_source,
                 "server_version": server.get("version"),
+                **(
+                    {"chat_template_kwargs": config.chat_template_kwargs.as_dict()}
+                    if config.chat_template_kwargs
+                    else {}
+                ),  # fmt: skip
             },
             server=server,
         )
@@ -191,7 +197,7 @@ class EndpointEngine:
 
     def encode(self, prompt: Prompt) -> list[int]:
         """The local tokenizer's ids of a prompt, as our engine would build them (chat: its chat template)."""
-        return encode_any(self._tokenizer, prompt)
+        return encode_any(self._tokenizer, prompt, self.config.chat_template_kwargs)
 
     def generate(
         self,
@@ -284,7 +290,8 @@ class EndpointEngine:
         message, sent = self._message(prompt)
         self._sent.add(sent)
         kwargs = gen_kwargs(params, None if params.greedy else seed, self.config.chat,
-                            token_ids=self.identity.server.get("owned_by") in NAMES_TOKENS_BY_ID)  # fmt: skip
+                            token_ids=self.identity.server.get("owned_by") in NAMES_TOKENS_BY_ID,
+                            template_kwargs=self.config.chat_template_kwargs)  # fmt: skip
 
         def send() -> dict[str, Any] | None:
             return self._backend.model_call(messages=[message], generate=True, gen_kwargs=kwargs)
@@ -327,8 +334,8 @@ class EndpointEngine:
             messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
             return chat_message_str(messages), "\n".join(str(m.get("content") or "") for m in messages)
         if isinstance(prompt, list):  # chat messages to a completions endpoint: our chat template, as text
-            text = self._tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=False)
-            return str(text), str(text)
+            text = render_chat(self._tokenizer, prompt, template_kwargs=self.config.chat_template_kwargs)
+            return text, text
         return prompt, prompt
 
     def _output(self, index: int, prompt_ids: list[int], answer: Answer, choice: Choice | None) -> GenerationOutput:

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ...errors import UserError
 from ..config import DTYPES
 from ..kv_cache import KV_CACHE_MANAGERS
+from ..loading.chat_template import ChatTemplateKwargs
 from ..spec import SPEC_ALGORITHMS
 from .server_kv_usage import DRAIN_TIMEOUT_S
 from .server_log import AUTO, check_log_format
@@ -48,6 +49,8 @@ class EndpointConfig:
     table that reads it ("auto": from the server's identity, else from the log's content).
     stall_factor / stall_floor_s: a server that stops answering ends the run (workers/remote/stall_watch.py).
     kv_drain_timeout_s: how long the server's KV usage may take to return to idle after a run (0: not checked).
+    chat_template_kwargs: the chat template's extra variables: sent as `chat_template_kwargs` in chat requests (the
+    server renders the template), used by the local template for chat prompts sent to /v1/completions.
     """
 
     url: str
@@ -74,6 +77,7 @@ class EndpointConfig:
     stall_factor: float = DEFAULT_STALL_FACTOR
     stall_floor_s: float = DEFAULT_STALL_FLOOR_S
     kv_drain_timeout_s: float = DRAIN_TIMEOUT_S
+    chat_template_kwargs: ChatTemplateKwargs = ChatTemplateKwargs()
 
     def __post_init__(self) -> None:
         if EndpointURL.parse(self.url).has_credentials and self.api_key:

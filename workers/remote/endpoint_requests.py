@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import SamplingParams
+from ..loading.chat_template import ChatTemplateKwargs
 
 # HTTP statuses worth another attempt: the server may answer next time (overload, gateway, rate limit).
 TRANSIENT_STATUSES = {408, 425, 429, 500, 502, 503, 504}
@@ -29,13 +30,25 @@ ECHO_WINDOW = 12
 FAILED_FINISH_REASONS = {"abort", "aborted", "cancelled", "canceled", "error", "timeout"}
 
 
-def gen_kwargs(params: SamplingParams, seed: int | None, chat: bool = False, token_ids: bool = False) -> dict[str, Any]:
+def gen_kwargs(
+    params: SamplingParams,
+    seed: int | None,
+    chat: bool = False,
+    token_ids: bool = False,
+    template_kwargs: ChatTemplateKwargs | None = None,
+) -> dict[str, Any]:
     """lm-eval's generation kwargs for one request: `until` and `max_gen_toks` are lm-eval's names (it turns them
     into `stop` and `max_tokens`); the others pass through into the payload unchanged. Only what differs from the
     API's defaults is sent, so a server that lacks an extension (top_k, ignore_eos) is not asked for it.
     Log-probabilities (params.logprobs) in the API's own shape: `logprobs: k` for completions, `logprobs: true`
     with `top_logprobs: k` for chat; `token_ids`: also vLLM's `return_tokens_as_token_ids` (only for a server known
-    to take it: a strict one refuses fields it does not know)."""
+    to take it: a strict one refuses fields it does not know).
+
+    template_kwargs (chat requests only: a completions request carries text already rendered): the server renders
+    its chat template with them; vLLM, SGLang and trtllm-serve take the field `chat_template_kwargs`. A
+    `reasoning_effort` among them is also sent as OpenAI's own top-level `reasoning_effort`: trtllm-serve renders
+    GPT-OSS through its Harmony adapter from that field, whose default there is "low"
+    (tensorrt_llm/serve/openai_protocol.py, ChatCompletionRequest), not from the template kwargs."""
     kwargs: dict[str, Any] = {
         "until": list(params.stop),
         "max_gen_toks": params.max_new_tokens,
@@ -54,6 +67,11 @@ def gen_kwargs(params: SamplingParams, seed: int | None, chat: bool = False, tok
         kwargs.update({"logprobs": True, "top_logprobs": params.logprobs} if chat else {"logprobs": params.logprobs})
         if token_ids:
             kwargs["return_tokens_as_token_ids"] = True
+    if chat and template_kwargs:
+        kwargs["chat_template_kwargs"] = template_kwargs.as_dict()
+        effort = kwargs["chat_template_kwargs"].get("reasoning_effort")
+        if isinstance(effort, str):
+            kwargs["reasoning_effort"] = effort
     return kwargs
 
 

@@ -1,0 +1,3 @@
+from .simulate import main
+
+raise SystemExit(main())
