@@ -19,6 +19,7 @@ from ...results.run_summary import GateResult, Verdict
 from ...results.sample_record import SampleRecord
 from ...workers.config import MAX_LOGPROBS, SamplingParams
 from ...workers.interface import EngineIdentity, InferenceEngine, ScoredOutput, ScoreRequest
+from ..run_types import EvalOptions
 from .check import EXACT_DTYPES
 from .sampled import ALPHA, DEFAULT_TARGET_TOLERANCE, SampledSample, judge_sampled
 
@@ -60,6 +61,14 @@ def judged_in_distribution(identity: EngineIdentity) -> bool:
 
 def is_sampled(temperature: float) -> bool:
     return not SamplingParams(temperature=temperature).greedy
+
+
+def scored_task_names(options: EvalOptions, identity: EngineIdentity) -> list[str]:
+    """The tasks of a run judged in distribution: those decoded at temperature > 0 (the task's own, or what
+    --gen-kwargs put on top of it) by an engine whose sampler does not reproduce the plain run's tokens."""
+    if not judged_in_distribution(identity):
+        return []
+    return [t.name for t in options.tasks if is_sampled(options.conditions_for(t).temperature)]
 
 
 def sampling_of(record: SampleRecord) -> SamplingParams | None:

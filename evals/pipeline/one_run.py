@@ -17,7 +17,7 @@ from ..gates.verdict import acceptance_path
 from ..lossless.baseline import BaselineRef
 from ..lossless.check import EXACT_DTYPES
 from ..lossless.control import ControlEngine
-from ..lossless.scoring import is_sampled, judged_in_distribution
+from ..lossless.scoring import scored_task_names
 from ..run_identity import baseline_identity, find_baseline, run_key
 from ..run_types import RunPlan
 from .evaluation import StopInputs, check_references, evaluate
@@ -91,7 +91,7 @@ def _baseline_tokens(identity: EngineIdentity, plan: RunPlan, baseline_run: str 
     if base is None:
         return None
     # a sampled task judged in distribution has no first divergence: its tokens may differ from a plain run's
-    scored = {t.name for t in plan.options.tasks if judged_in_distribution(identity) and is_sampled(t.temperature)}
+    scored = set(scored_task_names(plan.options, identity))
     tokens = {(s.task, s.doc_id): s.output_token_ids for s in base.samples() if s.task not in scored}
     names = {t.lm_eval_name: t.name for t in plan.options.tasks}
     return lambda task, doc_id: tokens.get((names.get(task, task), doc_id))

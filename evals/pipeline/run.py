@@ -26,7 +26,7 @@ from dataclasses import replace
 from ...results.run_summary import RunSummary
 from ..lossless.baseline import BaselineRef
 from ..lossless.control import wants_control
-from ..lossless.scoring import is_sampled, judged_in_distribution
+from ..lossless.scoring import scored_task_names
 from ..run_identity import find_baseline
 from ..run_types import RunPlan
 from .backends import Backend
@@ -60,9 +60,9 @@ def run(plan: RunPlan, backend: Backend, progress_for: ProgressFor | None = None
 def scored_tasks(plan: RunPlan, backend: Backend) -> list[str]:
     """The tasks judged in distribution: sampled ones (temperature > 0), when the engine under test's sampler does
     not reproduce the plain run's tokens (evals/lossless/scoring.py)."""
-    if not backend.abilities.speculative or not judged_in_distribution(backend.declared_identity()):
+    if not backend.abilities.speculative:
         return []
-    return [t.name for t in plan.options.tasks if is_sampled(t.temperature)]
+    return scored_task_names(plan.options, backend.declared_identity())
 
 
 def decode_control(plan: RunPlan, backend: Backend, progress_for: ProgressFor | None) -> str | None:
