@@ -28,6 +28,11 @@ Limit, LIMIT = o.option_of(EvalOptions, "limit", default=10, group=MUTANTS,
 DataDir, DATA_DIR = o.option_of(EvalOptions, "data_dir", group=MUTANTS)
 MaxOutputLen, MAX_OUTPUT_LEN = o.option_of(EvalOptions, "max_output_len", group=MUTANTS)
 NumFewshot, NUM_FEWSHOT = o.option_of(EvalOptions, "num_fewshot", group=MUTANTS)
+GenKwargs, GEN_KWARGS = o.option_of(
+    EvalOptions, "gen_kwargs", group=MUTANTS,
+    help="lm-eval's --gen_kwargs for the sampled classes' runs (gsm8k_sampled, T = 0.7 by default), e.g. "
+         "temperature=1.0,top_k=20,top_p=0.9 (spec_filter_order fires only with both filters); the greedy classes' "
+         "runs stay greedy.")  # fmt: skip
 NoReference, NO_REFERENCE = o.option_of(
     EvalOptions, "no_reference", group=MUTANTS,
     help="No accuracy reference (its gate shows '-'): for models without one, or shots and lengths other than the "
@@ -70,6 +75,7 @@ def selftest(
     max_output_len: MaxOutputLen = MAX_OUTPUT_LEN,
     num_fewshot: NumFewshot = NUM_FEWSHOT,
     no_reference: NoReference = NO_REFERENCE,
+    gen_kwargs: GenKwargs = GEN_KWARGS,
     model: Annotated[
         str | None,
         typer.Option(
@@ -112,10 +118,12 @@ def selftest(
       specdec-eval selftest --model smollm2 --device-memory 2GiB
       specdec-eval selftest --mutants --data-dir ../shared/data --limit 10
       specdec-eval selftest --mutants --model tiny --only accept_off_by_one,sample_key_shift --json
+      specdec-eval selftest --mutants --only spec_filter_order --gen-kwargs temperature=1.0,top_k=20,top_p=0.9
     """
     if mutants:
         model = model or "smollm2"
-        options = _matrix_options(data_dir, limit, max_output_len, num_fewshot, no_reference or model == "tiny")
+        options = _matrix_options(data_dir, limit, max_output_len, num_fewshot, no_reference or model == "tiny",
+                                  gen_kwargs)  # fmt: skip
         kv_cache = kv_cache or o.K.version  # the run's default
         _mutants(model, kv_cache, draft_len, device, device_memory, max_num_tokens, only, options, as_json)
         return
@@ -136,12 +144,12 @@ def selftest(
         raise typer.Exit(1)
 
 
-def _matrix_options(data_dir, limit, max_output_len, num_fewshot, no_reference):
+def _matrix_options(data_dir, limit, max_output_len, num_fewshot, no_reference, gen_kwargs=None):
     from ..evals.pipeline.preflight import check_task_data
     from ..evals.tasks.registry import TASKS
 
     options = EvalOptions(tasks=[TASKS["gsm8k"]], data_dir=data_dir, limit=limit, max_output_len=max_output_len,
-                          num_fewshot=num_fewshot, no_reference=no_reference)  # fmt: skip
+                          num_fewshot=num_fewshot, no_reference=no_reference, gen_kwargs=gen_kwargs)  # fmt: skip
     check_task_data(options)
     return options
 

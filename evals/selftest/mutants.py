@@ -118,9 +118,11 @@ def mutant_config(base: EngineConfig, bug: BugClass) -> EngineConfig:
 
 def matrix_options(base: EvalOptions, bug: BugClass) -> EvalOptions:
     """The default run's evaluation: a seeded random subset in a seeded random order, early stop on; GSM8K sampled
-    at temperature > 0 for the sampling classes."""
-    tasks = [TASKS["gsm8k_sampled"] if bug.sampled else TASKS["gsm8k"]]
-    return replace(base, tasks=tasks, sample="random", early_stop=True)
+    at temperature > 0 for the sampling classes (T = 0.7, or what `--gen-kwargs` sets: e.g. both top-k and top-p,
+    which spec_filter_order needs to fire); the greedy classes' runs stay greedy."""
+    if bug.sampled:
+        return replace(base, tasks=[TASKS["gsm8k_sampled"]], sample="random", early_stop=True)
+    return replace(base, tasks=[TASKS["gsm8k"]], sample="random", early_stop=True, gen_kwargs=None)
 
 
 def run_matrix(

@@ -175,3 +175,13 @@ def test_cli_refuses_an_unknown_class_in_one_line(capsys):
     code, _, err = run_cli(capsys, "selftest", "--mutants", "--model", "tiny", "--data-dir", str(SHARED_DATA),
                            "--only", "nope")  # fmt: skip
     assert code == 2 and "unknown bug class nope" in err and "Traceback" not in err
+
+
+def test_gen_kwargs_shape_only_the_sampled_classes_runs():
+    base = EvalOptions(tasks=[TASKS["gsm8k"]], limit=4, gen_kwargs="temperature=1.0,top_k=20,top_p=0.9")
+    by_name = {b.name: b for b in mutants.BUG_CLASSES}
+    sampled = mutants.matrix_options(base, by_name["spec_filter_order"])
+    greedy = mutants.matrix_options(base, by_name["accept_off_by_one"])
+    conditions = sampled.conditions_for(sampled.tasks[0])
+    assert (conditions.temperature, conditions.top_k, conditions.top_p) == (1.0, 20, 0.9)
+    assert greedy.gen_kwargs is None and greedy.conditions_for(greedy.tasks[0]).greedy
