@@ -40,6 +40,7 @@ SCHEMA = {
     "rtol",
     "slack",
     "band",
+    "power",
     "reason",
     "per_position",
     "test_id",
