@@ -22,8 +22,10 @@ would otherwise be too eager). A look where both cross reports DROP (a drop smal
 what that n could detect and how many documents a drop of `drop` needs at the spread seen. Power at `drop` is
 1 - beta only where n_max documents hold that much information; the design states the documents it needs.
 
-**Error rates** are checked by simulation from the per-document acceptance of real runs (`simulate`, and
-`python -m specdec_eval.evals.sequential.acceptance_study`).
+**Error rates** are checked by simulation (`simulate`; tests/evals/test_sequential_acceptance.py on documents like
+the embedded default's, and `python -m specdec_eval.evals.sequential.acceptance_study` from real runs). With looks of
+32 documents (ab's default batch) both are kept; with looks of a handful of documents the ratio's skew leaves the
+false-drop rate a point or so above alpha (0.064 at looks of 4; on the normal's boundaries it was 0.11).
 
 **Identical engines** (the same commit, greedy, float32) give identical counts on every document: R = 0 with
 SE = 0, so T' is +infinity and the first look says NO-DROP.
