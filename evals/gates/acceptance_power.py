@@ -92,6 +92,7 @@ def gate_power(
 ) -> GatePower | None:
     """The gate's power at this run (None when the run gave no sampling error: fewer than two requests with
     draft cycles, or no per-request counts; then nothing can be said)."""
+    ref_al, min_al, rtol, slack = float(ref_al), float(min_al), float(rtol), float(slack)  # numpy in: JSON out
     if slack <= 0 or ref_al <= 0:
         return None
     se = slack / SLACK_Z
