@@ -134,7 +134,8 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
                  "Inject a fault: POINT[:K][@STEP|@random][xCOUNT], POINT one of warmup_oom, prepare_for_spec_dec, "
                  "draft_step, target_forward, restore, or a planted bug class: emit_rejected_draft, "
                  "draft_kv_into_target, spec_alters_target, rewind_keeps_rejected, accept_off_by_one, "
-                 "sample_key_shift, verify_width_numerics (repeatable; see selftest --mutants). "
+                 "sample_key_shift, verify_width_numerics, aux_layers_off_by_one (repeatable; see selftest "
+                 "--mutants). "
                  "Example: draft_step:1@3",
                  FAULTS, parse=_fault_specs),
     EngineOption("max_retries", ("--max-retries",), int, "max_retries",

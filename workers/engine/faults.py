@@ -29,6 +29,13 @@ separate baseline, an audit engine), so these stay in every configuration of the
   verify_width_numerics a request's logits depend on how many tokens it verifies: a small deterministic
                         perturbation (5 % of the logits' spread) of every request verifying more than 1 token
                         (1 + K rows), enough to flip a close greedy choice now and then in float32
+  aux_layers_off_by_one the draft's auxiliary features are read one layer late: the output of each capture layer
+                        instead of its input (the "hidden_states[i] is the input of layer i" convention broken, an
+                        off-by-one between engines' and trainers' layer ids). The target computes exactly what it
+                        did, so every output stays the same; the drafter reads features it was not trained on and
+                        accepts less (on the embedded default about 5 % lower AL: a quiet regression only
+                        acceptance sees, which the paired A/B catches and the single-run gate at 10 documents does
+                        not)
 The seed's own bug (metadata saved for the draft never restored after a tolerated warmup OOM) is not a fault point:
 it is `--spec-guard none` with `--inject warmup_oom` (see workers/spec/base.py and `selftest --mutants`).
 
@@ -53,7 +60,7 @@ from ..events import EventLog
 
 ENVIRONMENT_POINTS = ("warmup_oom", "prepare_for_spec_dec", "draft_step", "target_forward", "restore")
 RECURRING_POINTS = ("draft_kv_into_target", "spec_alters_target", "rewind_keeps_rejected", "accept_off_by_one",
-                    "sample_key_shift", "verify_width_numerics")  # fmt: skip
+                    "sample_key_shift", "verify_width_numerics", "aux_layers_off_by_one")  # fmt: skip
 BEHAVIOUR_POINTS = ("emit_rejected_draft", *RECURRING_POINTS)  # change results instead of raising
 FAULT_POINTS = ENVIRONMENT_POINTS + BEHAVIOUR_POINTS
 # Reached only under spec-dec. Behaviour points are all spec-dec paths, but a plain engine may carry them (a planted
@@ -188,6 +195,15 @@ class PlantedBugs:
                 h.copy_(torch.ldexp(torch.round(mantissa * 16) / 16, exponent))
 
         return round_in_place
+
+    def capture_layers(self, layers: tuple[int, ...], num_layers: int, step: int) -> tuple[int, ...]:
+        """aux_layers_off_by_one: the layers whose input the spec worker's features are read from, one later each
+        (the output of the layer it asked for; the last layer stays the last)."""
+        if not (self.spec_attached and layers and self._asked("aux_layers_off_by_one")):
+            return layers
+        if not self.faults.due("aux_layers_off_by_one", step):
+            return layers
+        return tuple(min(i + 1, num_layers - 1) for i in layers)
 
     def verify_logits(self, items, logits: torch.Tensor, step: int) -> torch.Tensor:
         """verify_width_numerics: the logits of requests verifying more than one token are perturbed."""
