@@ -8,8 +8,8 @@ B (the same documents with a change, e.g. `--inject aux_layers_off_by_one`):
    it detects with power 0.8, its false-FAIL rate, its chance at a drop to min_al = 5 %), against simulated runs of n
    documents drawn from A's with replacement, ref_al = A's AL: how often it FAILs an unchanged drafter (below its
    band), one whose every document lost the stated drop, and one that lost 5 % (outputs kept: cycles grow as
-   acceptance falls). Also the design effect: how much wider the error of AL is with documents as clusters than if
-   every draft cycle were an independent trial.
+   acceptance falls); and the drop 80 % of simulated runs catch (the simulated MDE). Also the design effect: how
+   much wider the error of AL is with documents as clusters than if every draft cycle were an independent trial.
 2. **The paired test** (results/acceptance_paired.py, fixed n) and **the sequential A/B** (evals/sequential/
    acceptance.py, looks every `--batch` documents), over A/Bs of n documents drawn from the measured pairs: under
    no change (each document's two sides swapped by a coin: a change that moves acceptance as much as B's does,
@@ -113,8 +113,33 @@ def gate_study(pool: Pool, rates: list[float], ns: list[int], sims: int, seed: i
                 gate = acceptance_gate("t", stats, refs, slack=acceptance_slack([tuple(r) for r in docs]))
                 count += gate["verdict"] == "FAIL" and gate["acceptance_length"] < ref
             fails[name] = count / sims
-        rows.append({"n": n, "stated": stated.to_json(), "simulated_fail": fails})
+        simulated = _simulated_mde(pool, ref, n, 1 - stated.beta, sims, rng)
+        rows.append({"n": n, "stated": stated.to_json(), "simulated_fail": fails, "simulated_mde": simulated})
     return {"ref_al": ref, "documents": len(pool), "design_effect": design_effect(pool, rates), "rows": rows}
+
+
+def _simulated_mde(pool: Pool, ref: float, n: int, power: float, sims: int, rng: np.random.Generator) -> float:
+    """The drop that `power` of simulated runs of n documents FAIL below the band: the same runs at every drop
+    (lowering every document's AL by d scales each cycle count by 1 / (1 - d), so a run's AL and its slack both
+    scale by 1 - d), searched by bisection on the gate's floor (band_floor, as `acceptance_gate` applies it)."""
+    als, slacks = np.empty(sims), np.empty(sims)
+    for i in range(sims):
+        docs = pool[rng.integers(0, len(pool), n)]
+        als[i] = 1 + docs[:, 1].sum() / docs[:, 0].sum()
+        slacks[i] = acceptance_slack([tuple(r) for r in docs])
+
+    def caught(drop: float) -> float:
+        al, slack = als * (1 - drop), slacks * (1 - drop)
+        floor = np.maximum(0.95 * ref - slack, ref * (1 - np.maximum(0.05, slack / ref)))
+        return float((al < floor).mean())
+
+    lo, hi = 0.0, 1 - 1 / ref
+    if caught(hi) < power:
+        return hi
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if caught(mid) >= power else (mid, hi)
+    return hi
 
 
 def paired_study(pairs: np.ndarray, ns: list[int], batch: int, sims: int, seed: int) -> dict[str, Any]:
@@ -174,13 +199,13 @@ def render(report: dict[str, Any]) -> str:
         "  P(FAIL) counts FAILs below the band only (the gate also FAILs a rise)",
         "",
         f"  {'n':>5}  {'stated MDE':>10}  {'stated alpha':>12}  {'stated P(5%)':>12}  {'band > min_al':>13}  "
-        f"{'sim P(FAIL) none':>16}  {'at MDE':>7}  {'at 5%':>6}",
+        f"{'sim P(FAIL) none':>16}  {'at MDE':>7}  {'at 5%':>6}  {'simulated MDE':>13}",
     ]
     for r in g["rows"]:
         s, f = r["stated"], r["simulated_fail"]
         lines.append(f"  {r['n']:>5}  {s['mde']:>10.1%}  {s['alpha']:>12.4f}  {s['p_detect_min_al']:>12.3f}  "
                      f"{'yes' if s['band_wider_than_min_al'] else 'no':>13}  {f['unchanged']:>16.4f}  "
-                     f"{f['stated_mde']:>7.3f}  {f['five_percent']:>6.3f}")  # fmt: skip
+                     f"{f['stated_mde']:>7.3f}  {f['five_percent']:>6.3f}  {r['simulated_mde']:>13.1%}")  # fmt: skip
     if g["rows"]:
         lines.append(f"  statement at n = {g['rows'][0]['n']}: {g['rows'][0]['stated']['statement']}")
     p = report.get("paired")

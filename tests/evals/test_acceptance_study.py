@@ -48,6 +48,7 @@ def test_the_study_prints_the_gate_and_the_paired_tests(tmp_path, capsys):
     ten, forty = gate["rows"]
     assert ten["stated"]["band_wider_than_min_al"] and ten["stated"]["mde"] > forty["stated"]["mde"]
     assert ten["simulated_fail"]["unchanged"] < 0.05 and ten["simulated_fail"]["stated_mde"] > 0.5
+    assert ten["simulated_mde"] > forty["simulated_mde"] > 0  # the drop 80 % of the simulated runs catch
     paired = report["paired"]
     assert paired["measured"]["verdict"] == "DROP" and paired["documents"] == 60
     cases = {(r["n"], r["case"].split(" (")[0]): r for r in paired["rows"]}
