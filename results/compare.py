@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .acceptance_paired import DEFAULT_BETA, DEFAULT_DROP, paired_acceptance, paired_acceptance_test, paired_counts
+from .acceptance_paired import DEFAULT_BETA, DEFAULT_DROP, judge_pairs, paired_counts
 from .paired import first_divergence, mcnemar_exact, pair_samples
 from .run_summary import RunSummary, TaskSummary
 from .store import Run
@@ -199,11 +199,11 @@ def _acceptance(
     length_a = (a or {}).get("acceptance_length")
     length_b = (b or {}).get("acceptance_length")
     counts, weighted = paired_counts(pairs)
-    estimate = paired_acceptance(counts, weighted)
+    test = judge_pairs(counts, weighted, **acceptance_test)
     per_document = None
-    if estimate is not None:
-        per_document = paired_acceptance_test(estimate, **acceptance_test).to_json()
-        per_document["unpaired"] = len(pairs) - estimate.n  # pairs where a side drafted nothing or recorded nothing
+    if test is not None:
+        per_document = test.to_json()
+        per_document["unpaired"] = len(pairs) - test.n  # pairs where a side drafted nothing or recorded nothing
     basis = {"a": (a or {}).get("basis"), "b": (b or {}).get("basis")}  # per-request counts, or the server fallback
     return {"a": length_a, "b": length_b, "delta": _delta(length_a, length_b), "per_document": per_document,
             **({"basis": basis} if any(basis.values()) else {})}  # fmt: skip

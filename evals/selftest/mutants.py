@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UserError
-from ...results.acceptance_paired import DROP, NO_DROP, paired_acceptance, paired_acceptance_test, paired_counts
+from ...results.acceptance_paired import DROP, NO_DROP, judge_pairs, paired_counts
 from ...results.paired import pair_samples
 from ...results.run_summary import GateResult, RunSummary, TaskSummary, as_run_summary
 from ...results.store import Run
@@ -148,10 +148,9 @@ def paired_cell(unmutated: list[dict[str, Any]] | None, samples: list[dict[str, 
         return {"verdict": "-"}
     pairs = pair_samples(unmutated, samples)
     counts, weighted = paired_counts([p for task_pairs in pairs.values() for p in task_pairs])
-    estimate = paired_acceptance(counts, weighted)
-    if estimate is None:
+    test = judge_pairs(counts, weighted)
+    if test is None:
         return {"verdict": "-"}
-    test = paired_acceptance_test(estimate)
     verdict = {DROP: "FAIL", NO_DROP: "PASS"}.get(test.verdict, "-")
     cell: dict[str, Any] = {"verdict": verdict, "reason": test.reason, "relative": round(test.relative, 4)}
     if verdict == "FAIL":

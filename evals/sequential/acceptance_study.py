@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ...results.acceptance_paired import doc_counts, paired_acceptance, paired_acceptance_test
+from ...results.acceptance_paired import doc_counts, judge_pairs, paired_acceptance
 from ...results.paired import pair_samples
 from ...results.store import Run
 from ..gates.acceptance import acceptance_gate
@@ -143,8 +143,8 @@ def _simulated_mde(pool: Pool, ref: float, n: int, power: float, sims: int, rng:
 
 
 def paired_study(pairs: np.ndarray, ns: list[int], batch: int, sims: int, seed: int) -> dict[str, Any]:
+    test = judge_pairs([((r[0], r[1]), (r[2], r[3])) for r in pairs])
     measured = paired_acceptance([((r[0], r[1]), (r[2], r[3])) for r in pairs])
-    test = paired_acceptance_test(measured)
     scale = 0.95 / (1 + measured.relative)  # B's documents rescaled to exactly a 5 % drop
     five = np.concatenate([pairs[:, :2], _scaled_side(pairs[:, 2:], scale)], axis=1)
     cases = {"no change (sides swapped at random)": (pairs, True), f"B as measured ({measured.relative:+.2%})":
@@ -184,7 +184,7 @@ def _fixed(source: np.ndarray, n: int, swap: bool, sims: int, seed: int) -> dict
     shown = ruled = 0
     for _ in range(sims):
         rows = draw(rng, n)
-        test = paired_acceptance_test(paired_acceptance([((r[0], r[1]), (r[2], r[3])) for r in rows]))
+        test = judge_pairs([((r[0], r[1]), (r[2], r[3])) for r in rows])
         shown += test.drop_shown
         ruled += test.drop_ruled_out and not test.drop_shown
     return {"drop": shown / sims, "no_drop": ruled / sims}

@@ -12,9 +12,11 @@ from specdec_eval.results.acceptance_paired import (
     DROP,
     INCONCLUSIVE,
     NO_DROP,
+    judge_pairs,
     paired_acceptance,
     paired_acceptance_test,
     paired_counts,
+    swap_p_values,
 )
 from specdec_eval.results.compare import compare_runs, render_compare
 
@@ -197,3 +199,23 @@ def test_error_rates_by_simulation(n):
         )
     assert false_drop / sims < 0.05 + 3 * (0.05 * 0.95 / sims) ** 0.5
     assert false_no_drop / sims < 0.2 + 3 * (0.2 * 0.8 / sims) ** 0.5
+
+
+def test_the_swap_test_is_exact_where_the_t_is_not():
+    """Ten documents whose two sides differ by skewed, heavy-tailed noise and no drop (which side got the noise is a
+    coin flip): the t shows a drop too often; exchanging the sides (all 1024 ways) does not. A drop on every one of
+    ten documents has swap p = 1 / 1024."""
+    rng = random.Random(21)
+    sims, by_t, by_swaps = 600, 0, 0
+    for _ in range(sims):
+        pairs = []
+        for c, a in _documents(rng.randrange(10**9), n=10):
+            noisy = (c, max(0, round(a * rng.lognormvariate(0.0, 0.6))))
+            pairs.append(((c, a), noisy) if rng.random() < 0.5 else (noisy, (c, a)))
+        by_t += paired_acceptance_test(paired_acceptance(pairs)).drop_shown
+        by_swaps += judge_pairs(pairs).drop_shown
+    assert by_swaps / sims <= 0.05 + 3 * (0.05 * 0.95 / sims) ** 0.5 < by_t / sims
+    lower, upper, how = swap_p_values([((10, 8), (10, 5))] * 10)
+    assert (lower, upper, how) == (1 / 1024, 1.0, "all 1024 exchanges")
+    many = judge_pairs([((10, 8), (10, 5 + d % 2)) for d in range(40)])
+    assert many.drop_shown and "4096 random exchanges, seed 0" in many.method
