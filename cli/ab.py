@@ -9,6 +9,12 @@ from typing import Annotated
 import typer
 
 from ..errors import UserError
+from ..evals.run_types import EvalOptions, RunPlan
+from . import options as o
+
+# Shared with `run` (evals/run_types.py), default included: both sides of an A/B are `run`s.
+Out, OUT = o.option_of(RunPlan, "out", help="Runs folder for both sides' runs.", group=None)
+EarlyStopBatch, EARLY_STOP_BATCH = o.option_of(EvalOptions, "early_stop_batch", help="Documents per look.", group=None)
 
 
 def ab(
@@ -16,7 +22,7 @@ def ab(
     ref_a: Annotated[str, typer.Argument(help="Commit, branch or tag for side A (the baseline).")],
     ref_b: Annotated[str, typer.Argument(help="Commit, branch or tag for side B (the candidate).")],
     repo: Annotated[Path, typer.Option("--repo", help="The git repository holding both refs.")] = Path("."),
-    out: Annotated[str, typer.Option("--out", help="Runs folder for both sides' runs.")] = "runs",
+    out: Out = OUT,
     alpha: Annotated[float, typer.Option("--alpha", help="Significance level of the paired test.")] = 0.05,
     early_stop: Annotated[
         bool,
@@ -27,7 +33,7 @@ def ab(
             "difference shown); both commits must have this feature.",
         ),
     ] = False,  # fmt: skip
-    early_stop_batch: Annotated[int, typer.Option("--early-stop-batch", min=1, help="Documents per look.")] = 32,
+    early_stop_batch: EarlyStopBatch = EARLY_STOP_BATCH,
     p1: Annotated[
         float,
         typer.Option(
@@ -52,8 +58,8 @@ def ab(
       specdec-eval ab v0.1.0 my-branch --repo ~/specdec-eval -- --model tiny --tasks gsm8k_smoke --no-reference
       specdec-eval ab main HEAD --early-stop -- --tasks gsm8k --data-dir ../shared/data   # stops when decided
     """  # fmt: skip
-    from ..evals.sequential.ab_controller import ABPlan, run_ab
-    from ..results.ab import ABError, Terminated
+    from ..evals.sequential.commit_ab import ABPlan, run_ab
+    from ..results.ab_sides import ABError, Terminated
     from ..results.compare import render_compare
 
     if not 0.0 < alpha < 1.0:  # checked now: both sides would run before the comparison reads it
@@ -76,7 +82,7 @@ def ab(
     else:
         typer.echo(render_compare(result))
         if sequential is not None:
-            from ..evals.sequential.ab import render
+            from ..evals.sequential.ab_watch import render
 
             typer.echo(render(sequential))
     if result.get("verdict") == "regression":

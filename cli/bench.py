@@ -1,7 +1,7 @@
 """`specdec-eval bench`: our engine vs Hugging Face transformers (and our spec-dec engine) on the same prompts in
 interleaved rounds, with this machine's limits measured in the same run; `bench --verdict`: the wall time of whole
 GSM8K verdicts, plain vs spec-dec with its lossless baseline. The work is in evals/bench/speed.py and
-evals/bench/verdict.py; this module parses and prints (cli/bench_print.py)."""
+evals/bench/verdict_timing.py; this module parses and prints (cli/bench_print.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from ..evals.bench.prompts import BENCH_PROMPTS
+from ..evals.run_types import EvalOptions
 from . import options as o
 from .progress import generation_progress, stderr
 
@@ -18,6 +19,9 @@ __all__ = ["BENCH_PROMPTS", "bench"]
 
 SPEED = "Speed bench"
 VERDICT = "Verdict bench (--verdict)"
+# `run`'s own options (evals/run_types.py): a verdict here is a `run`, and --prompts gsm8k reads the same data.
+MaxOutputLen, MAX_OUTPUT_LEN = o.option_of(EvalOptions, "max_output_len", group=VERDICT)
+DataDir, DATA_DIR = o.option_of(EvalOptions, "data_dir", group=None)
 
 
 def bench(
@@ -68,10 +72,7 @@ def bench(
         str,
         typer.Option("--task", help="gsm8k, or gsm8k_smoke (shipped problems, offline demo).", rich_help_panel=VERDICT),
     ] = "gsm8k",  # fmt: skip
-    max_output_len: Annotated[
-        int | None,
-        typer.Option("--max-output-len", help="Generated tokens per document (GSM8K: 256).", rich_help_panel=VERDICT),
-    ] = None,  # fmt: skip
+    max_output_len: MaxOutputLen = MAX_OUTPUT_LEN,
     rounds: Annotated[
         int, typer.Option("--rounds", help="Rounds; the sides are interleaved in each (A B C A B C ...).")
     ] = 2,
@@ -83,7 +84,7 @@ def bench(
             rich_help_panel=SPEED,
         ),
     ] = False,  # fmt: skip
-    data_dir: Annotated[str | None, typer.Option("--data-dir", help="For --prompts gsm8k and --verdict.")] = None,
+    data_dir: DataDir = DATA_DIR,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
     model: o.Model = o.E.model,
     kv_cache: o.KVCache = o.K.version,
@@ -129,7 +130,7 @@ def bench(
                   decode_copy=decode_copy)  # fmt: skip
     spec_cfg = dict(spec=spec, draft_len=draft_len, draft_model=draft_model)
     if verdict:
-        from ..evals.bench.verdict import VerdictBenchPlan, run_verdict_bench
+        from ..evals.bench.verdict_timing import VerdictBenchPlan, run_verdict_bench
         from .bench_print import print_verdict
 
         plan = VerdictBenchPlan(task=task, docs=docs, seed=sample_seed, data_dir=data_dir,

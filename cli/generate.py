@@ -100,13 +100,6 @@ def _top_p(value: float) -> float:
     return value
 
 
-def _rank_events_path(events: str | None, tp: int) -> str | None:
-    if not events or tp == 1:
-        return events
-    p = Path(events)
-    return str(p.with_name(f"{p.stem}.rank{{rank}}{p.suffix or '.jsonl'}"))
-
-
 @o.engine_options()
 def generate(
     prompts_file: Annotated[
@@ -137,7 +130,7 @@ def generate(
     from ..launch.dist import RankEnv, world_session
     from ..launch.layout import Layout
     from ..workers.engine.engine import Engine
-    from ..workers.events import merge_event_files
+    from ..workers.events import merge_event_files, rank_events_path
     from ..workers.loading.checkpoint import load_checkpoint
     from ..workers.memory.device import resolve_device
 
@@ -160,7 +153,7 @@ def generate(
             f"--tp {tp} needs {tp} processes; start this command with "
             f"`torchrun --nproc-per-node {tp} -m specdec_eval.cli.main ...`"
         )
-    config = flags.config(events_path=_rank_events_path(events, tp))
+    config = flags.config(events_path=rank_events_path(events, tp))
     if config.spec is not None:  # a bad head folder: one line now, not a traceback from the engine build
         from ..workers.loading.checkpoint import preset_of
         from ..workers.spec.head_check import check_draft_model
@@ -177,7 +170,7 @@ def generate(
             return
         _print_outputs(prompts, outputs)
         if events and tp > 1:  # rank 0 merges every rank's file into the one the user named
-            merged = merge_event_files([_rank_events_path(events, tp).format(rank=r) for r in range(tp)])
+            merged = merge_event_files([rank_events_path(events, tp).format(rank=r) for r in range(tp)])
             Path(events).write_text("".join(json.dumps(e) + "\n" for e in merged), encoding="utf-8")
         s = engine.last_stats
         _print_stats(engine, config)

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..results.run_summary import Verdict
+
 
 def cell_text(cell: dict[str, Any], clean: bool) -> str:
     """FAIL: where and when it was caught; PASS: MISSED for a bug (PASS for the unmutated engine); "-": the gate
     could not decide in this run."""
-    if cell["verdict"] == "FAIL" and clean:
+    if cell["verdict"] == Verdict.FAIL and clean:
         return f"FALSE FAIL at doc {cell['doc']}"
-    if cell["verdict"] == "FAIL":
+    if cell["verdict"] == Verdict.FAIL:
         return f"caught at doc {cell['doc']} after {cell['seconds']:.0f} s"
-    if cell["verdict"] == "PASS":
+    if cell["verdict"] == Verdict.PASS:
         return "PASS" if clean else "MISSED"
     return "-"
 

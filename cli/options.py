@@ -1,6 +1,9 @@
-"""Engine options of every command, built from the one list in workers/engine_options.py (which also builds the
-EngineConfig, `from_options`); defaults come from the config dataclasses. `@engine_options()` gives a command
-all of them; a command that takes a few declares them with `ANN[name]` and `default(name)`.
+"""Options of every command, each declared once and built into typer options here: the engine's from the one list in
+workers/engine_options.py (which also builds the EngineConfig, `from_options`), and those declared on a dataclass's
+fields (specdec_eval/option_fields.py: EvalOptions, RunPlan, JobOptions, EndpointOptions); defaults come from the
+dataclasses. `@engine_options()` gives a command every engine option, `@dataclass_options(...)` every option of the
+dataclasses it names, each reaching the command as its built value; a command that takes a few declares them with
+`ANN[name]` and `default(name)` (engine options) or `option_of(cls, name)`.
 
 Each option is validated where it is declared: counts and sizes carry their ranges, names are choices taken from
 the registries (so `--help` lists them and a bad value is a usage error, exit status 2), and values with a
@@ -8,10 +11,11 @@ syntax of their own (memory sizes, fault specs, layer lists) are parsed by a cal
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
@@ -19,6 +23,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from ..errors import UserError
+from ..option_fields import ListedOption, from_values, listed_options
 from ..workers.config import (
     DEVICES,
     DTYPES,
@@ -65,17 +70,20 @@ def checked(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return callback
 
 
-def _annotated(option: EngineOption) -> Any:
-    """The typer option of one engine option: its flags, range, help and group; choices as a Literal type (listed in
+def _annotated(option: EngineOption | ListedOption) -> Any:
+    """The typer option of one declared option: its flags, range, help and group; choices as a Literal type (listed in
     --help, anything else refused), a value with a syntax of its own checked by its parse."""
     kind = option.type
     choices = option.choices() if option.choices else None
     if choices is not None:
         kind = Literal[choices]  # type: ignore[valid-type]
+        if type(None) in typing.get_args(option.type):
+            kind = kind | None
     bounds = {k: v for k, v in (("min", option.min), ("max", option.max)) if v is not None}
     help_text = option.help.replace("{choices}", " | ".join(choices or ()))
     callback = checked(option.parse) if option.parse else None
-    info = typer.Option(*option.flags, help=help_text, callback=callback, rich_help_panel=option.group, **bounds)
+    info = typer.Option(*option.flags, help=help_text, callback=callback, rich_help_panel=option.group,
+                        hidden=getattr(option, "hidden", False), **bounds)  # fmt: skip
     return Annotated[kind, info]
 
 
@@ -160,3 +168,58 @@ def engine_options(*, exclude: tuple[str, ...] = ()) -> Callable[[Callable], Cal
 
 # The one config builder (workers/engine_options.py), for commands that declare a few engine options themselves.
 engine_config = from_options
+
+
+def option_of(cls: type, name: str, **changes: Any) -> tuple[Any, Any]:
+    """(Annotated type, default) of one option a dataclass declares, for a command that takes only a few:
+    `limit: ANN = DEFAULT`. `changes` (default, help) are for a command where the option means something narrower
+    (selftest --mutants: the documents of each run of its matrix); say why where they are used."""
+    option = next(o for o in listed_options(cls) if o.name == name)
+    option = dataclasses.replace(option, **changes)
+    return _annotated(option), option.default
+
+
+def dataclass_options(**classes: type) -> Callable[[Callable], Callable]:
+    """A command takes every option the dataclasses declare (specdec_eval/option_fields.py), after its own
+    parameters, and receives each dataclass, built from them, in the keyword it is listed under:
+    `@dataclass_options(options=EvalOptions, plan=RunPlan)`. A field without a flag whose type is a class listed
+    before it (RunPlan.options) gets that class's value."""
+    listed = {key: listed_options(cls) for key, cls in classes.items()}
+    taken = [option for options in listed.values() for option in options]
+    twice = {o.name for o in taken if sum(p.name == o.name for p in taken) > 1}
+    if twice:
+        raise ValueError(f"options declared twice: {', '.join(sorted(twice))}")
+
+    def decorate(command: Callable) -> Callable:
+        hints = typing.get_type_hints(command, include_extras=True)
+        own = [p.replace(annotation=hints.get(p.name, p.annotation), kind=inspect.Parameter.KEYWORD_ONLY)
+               for p in inspect.signature(command).parameters.values() if p.name not in classes]  # fmt: skip
+        clash = {p.name for p in own} & {o.name for o in taken}
+        if clash:
+            raise ValueError(f"{command.__name__} declares listed options itself: {', '.join(sorted(clash))}")
+        added = [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default,
+                                   annotation=_annotated(o)) for o in taken]  # fmt: skip
+
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> Any:
+            values = {o.name: kwargs.pop(o.name) for o in taken}
+            built: dict[str, Any] = {}
+            for key, cls in classes.items():
+                types = typing.get_type_hints(cls)
+                links = {f.name: built[k] for f in dataclasses.fields(cls) for k in built
+                         if types[f.name] is classes[k]}  # fmt: skip
+                built[key] = from_values(cls, values, **links)
+            return command(**kwargs, **built)
+
+        wrapper.__signature__ = inspect.Signature([*own, *added])  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in (*own, *added)}
+        del wrapper.__wrapped__  # typer reads the signature above, not the command's own
+        return wrapper
+
+    return decorate
+
+
+def given(ctx: typer.Context, names: Iterable[str]) -> frozenset[str]:
+    """The options among `names` given on the command line (the others took their defaults)."""
+    sources = {name: ctx.get_parameter_source(name) for name in names}
+    return frozenset(name for name, source in sources.items() if source is not None and source.name == "COMMANDLINE")

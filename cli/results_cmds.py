@@ -14,9 +14,10 @@ from ..results.compare import REGRESSION, compare_runs, render_compare
 from ..results.decide import apply_decision
 from ..results.decide import decide as decide_test
 from ..results.printable import printable
+from ..results.run_summary import Verdict
 from ..results.runs_table import format_tasks, runs_table
+from ..results.shown_verdict import acceptance_words
 from ..results.store import DEFAULT_ROOT, open_run
-from ..results.verdict import acceptance_words
 
 Out = Annotated[
     Path | None,
@@ -93,7 +94,7 @@ def runs(
     for row in rows:
         failing = ", ".join(f"{k} {v}" for k, v in row["failing_events"].items()) or "0"
         verdict = "running" if row.get("live") else row["verdict"] or "?"
-        style = {"PASS": "green", "FAIL": "red"}.get(verdict, "yellow")
+        style = {Verdict.PASS: "green", Verdict.FAIL: "red"}.get(verdict, "yellow")
         started = (row["started"] or "?").replace("T", " ").removesuffix("Z")
         # What a hand-edited manifest holds is shown escaped (no escape sequence reaches the terminal raw), and
         # rich markup in it is escaped too.

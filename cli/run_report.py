@@ -8,9 +8,9 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from ..evals.gates.margins import WHAT_TO_DO
+from ..evals.lossless.margins import WHAT_TO_DO
 from ..results.run_summary import NO_GATE, PASS, RunSummary, TaskSummary, as_run_summary
-from ..results.verdict import UNDERPOWERED, acceptance_words
+from ..results.shown_verdict import UNDERPOWERED, acceptance_words
 
 
 def failed_requests(task: TaskSummary) -> str | None:

@@ -15,11 +15,23 @@ from typing import Annotated, Literal
 
 import typer
 
+from ..evals.run_types import EvalOptions
 from . import options as o
 from .bench import BENCH_PROMPTS
 from .progress import stderr
 
 MUTANTS = "Bug-class matrix (--mutants)"
+# The matrix's evaluation options are `run`'s (evals/run_types.py); its runs are small by default (a seeded random
+# subset of 10 GSM8K documents each, where `run` takes every document), and --no-reference says what it does there.
+Limit, LIMIT = o.option_of(EvalOptions, "limit", default=10, group=MUTANTS,
+                           help="GSM8K documents per run (a seeded random subset).")  # fmt: skip
+DataDir, DATA_DIR = o.option_of(EvalOptions, "data_dir", group=MUTANTS)
+MaxOutputLen, MAX_OUTPUT_LEN = o.option_of(EvalOptions, "max_output_len", group=MUTANTS)
+NumFewshot, NUM_FEWSHOT = o.option_of(EvalOptions, "num_fewshot", group=MUTANTS)
+NoReference, NO_REFERENCE = o.option_of(
+    EvalOptions, "no_reference", group=MUTANTS,
+    help="No accuracy reference (its gate shows '-'): for models without one, or shots and lengths other than the "
+         "reference's. Implied for 'tiny', a random test model.")  # fmt: skip
 
 
 def selftest(
@@ -53,42 +65,11 @@ def selftest(
             rich_help_panel=MUTANTS,
         ),
     ] = None,  # fmt: skip
-    limit: Annotated[
-        int,
-        typer.Option(
-            "--limit", min=1, help="GSM8K documents per run (a seeded random subset).", rich_help_panel=MUTANTS
-        ),
-    ] = 10,  # fmt: skip
-    data_dir: Annotated[
-        str | None,
-        typer.Option(
-            "--data-dir",
-            help="Folder with gsm8k/ (else $SPECDEC_EVAL_DATA, else the Hugging Face cache/hub).",
-            rich_help_panel=MUTANTS,
-        ),
-    ] = None,  # fmt: skip
-    max_output_len: Annotated[
-        int | None,
-        typer.Option(
-            "--max-output-len",
-            min=1,
-            help="Generated tokens per document (default: GSM8K's 256).",
-            rich_help_panel=MUTANTS,
-        ),
-    ] = None,  # fmt: skip
-    num_fewshot: Annotated[
-        int | None,
-        typer.Option("--num-fewshot", min=0, max=64, help="Shots (default: GSM8K's 5).", rich_help_panel=MUTANTS),
-    ] = None,
-    no_reference: Annotated[
-        bool,
-        typer.Option(
-            "--no-reference",
-            help="No accuracy reference (its gate shows '-'): for models without one, or shots and lengths other than "
-            "the reference's. Implied for 'tiny', a random test model.",
-            rich_help_panel=MUTANTS,
-        ),
-    ] = False,
+    limit: Limit = LIMIT,
+    data_dir: DataDir = DATA_DIR,
+    max_output_len: MaxOutputLen = MAX_OUTPUT_LEN,
+    num_fewshot: NumFewshot = NUM_FEWSHOT,
+    no_reference: NoReference = NO_REFERENCE,
     model: Annotated[
         str | None,
         typer.Option(
@@ -156,9 +137,8 @@ def selftest(
 
 
 def _matrix_options(data_dir, limit, max_output_len, num_fewshot, no_reference):
-    from ..evals.pipeline.evaluation import EvalOptions
+    from ..evals.pipeline.preflight import check_task_data
     from ..evals.tasks.registry import TASKS
-    from .run import check_task_data
 
     options = EvalOptions(tasks=[TASKS["gsm8k"]], data_dir=data_dir, limit=limit, max_output_len=max_output_len,
                           num_fewshot=num_fewshot, no_reference=no_reference)  # fmt: skip

@@ -19,8 +19,8 @@ from ..serve.defaults import (
 )
 from ..serve.job_driver import API_KEY_ENV, JOB_DRIVER, serve_engine
 from ..workers.config import parse_bytes
+from ..workers.events import rank_events_path
 from . import options as o
-from .generate import _rank_events_path
 
 SERVER = "Server"
 JOB = "Job (torchrun)"
@@ -132,7 +132,7 @@ def serve(
     validate_api_key(api_key or None)
     bind(host, port).close()  # a port in use or an address not ours: said now, not after the model has loaded
     model = engine_flags["model"]
-    config = engine_flags.config(events_path=_rank_events_path(engine_flags["events_path"], gpus))
+    config = engine_flags.config(events_path=rank_events_path(engine_flags["events_path"], gpus))
     server = {"host": host, "port": port, "model_name": served_model_name or model, "max_queue": max_queue,
               "max_request_bytes": body_limit, "grace_s": grace, "log_level": log_level}  # fmt: skip
     if gpus > 1:

@@ -132,6 +132,7 @@ class ShardedEngine(ReplicaFront):
     def __init__(self, engine: Engine, world: World) -> None:
         super().__init__(engine, world)
         self._events: list[dict[str, Any]] = []
+        self._closed = False
 
     def _call(self, command: tuple, progress: ProgressFn | None = None) -> list[Any]:
         _broadcast(command, self._world)
@@ -207,7 +208,10 @@ class ShardedEngine(ReplicaFront):
         return self._merged_acceptance(self._call(("acceptance",)))
 
     def close(self) -> None:
-        _broadcast(("stop",), self._world)
+        """The other ranks stop serving (said once: after that no rank is left to hear it)."""
+        if not self._closed:
+            self._closed = True
+            _broadcast(("stop",), self._world)
 
 
 def _scaled_progress(progress: ProgressFn | None, dp: int, total: int) -> ProgressFn | None:

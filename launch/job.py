@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..workers.config import EngineConfig
+from .job_options import JobOptions
 from .layout import Layout
 from .torchrun import TorchrunSpec, start
 
@@ -28,7 +29,7 @@ class Job:
     engine: EngineConfig  # tp_size is set per rank from the layout
     tp: int
     payload: dict[str, Any] = field(default_factory=dict)
-    rank_timeout_s: float = 600.0
+    rank_timeout_s: float = JobOptions.rank_timeout_s
     # "batch": rank 0 gets a ShardedEngine (generate/score calls); "serving": a ShardedServingEngine driven one
     # step at a time by a server (launch/serving.py). The other ranks run the matching loop.
     mode: str = "batch"

@@ -49,6 +49,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .sample_record import SampleRecord
+
 DROP, NO_DROP, INCONCLUSIVE = "DROP", "NO-DROP", "INCONCLUSIVE"
 DEFAULT_DROP = 0.05  # TensorRT-LLM's min_al = 0.95 ref_al; vLLM's rtol
 DEFAULT_ALPHA, DEFAULT_BETA = 0.05, 0.2
@@ -73,9 +75,14 @@ class PairedAcceptance:
         return self.std_error * math.sqrt(self.n)
 
 
-def doc_counts(sample: Mapping[str, Any]) -> Counts | None:
+def _recorded(sample: SampleRecord | Mapping[str, Any], name: str) -> Any:
+    """A stored sample's field (results/sample_record.py), or a progress record's key (sequential/early_stop.py)."""
+    return sample.get(name) if isinstance(sample, Mapping) else getattr(sample, name, None)
+
+
+def doc_counts(sample: SampleRecord | Mapping[str, Any]) -> Counts | None:
     """(cycles, accepted drafts) of one sample from its recorded counts; None when it has none or drafted nothing."""
-    counts = sample.get("acceptance")
+    counts = _recorded(sample, "acceptance")
     if isinstance(counts, Mapping) and _finite(counts.get("num_cycles")) and counts["num_cycles"] > 0:
         accepted = counts.get("num_accepted_drafts")
         if _finite(accepted):
@@ -83,13 +90,13 @@ def doc_counts(sample: Mapping[str, Any]) -> Counts | None:
     return None
 
 
-def doc_length(sample: Mapping[str, Any]) -> float | None:
-    al = sample.get("acceptance_length")
+def doc_length(sample: SampleRecord | Mapping[str, Any]) -> float | None:
+    al = _recorded(sample, "acceptance_length")
     return float(al) if _finite(al) and al >= 1 else None
 
 
 def paired_counts(
-    pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]],
+    pairs: Iterable[tuple[SampleRecord | Mapping[str, Any], SampleRecord | Mapping[str, Any]]],
 ) -> tuple[list[tuple[Counts, Counts]], bool]:
     """The pairs' per-document counts ((A's, B's) per document where both sides drafted), and whether they are
     cycle-weighted: when a side recorded no counts for some document, every document falls back to its AL alone

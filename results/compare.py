@@ -19,6 +19,7 @@ from typing import Any
 from .acceptance_paired import DEFAULT_BETA, DEFAULT_DROP, judge_pairs, paired_counts
 from .paired import first_divergence, mcnemar_exact, pair_samples
 from .run_summary import RunSummary, TaskSummary
+from .sample_record import SampleRecord
 from .store import Run
 
 REGRESSION, IMPROVEMENT, NO_CHANGE = "regression", "improvement", "no significant change"
@@ -96,13 +97,13 @@ def _with_fallback(task: TaskSummary, summary: RunSummary) -> TaskSummary:
     return replace(task, acceptance=dict(reported))
 
 
-def _check_samples_present(run: Run, which: str, samples: list[dict[str, Any]],
+def _check_samples_present(run: Run, which: str, samples: list[SampleRecord],
                            tasks: Mapping[str, TaskSummary]) -> None:  # fmt: skip
     """FileNotFoundError when the summary counts samples of a task that samples.parquet does not hold (a file cut
     down or replaced): pairing what is left would report "no significant change" about samples never seen."""
     for task, info in tasks.items():
         expected = info.num_samples or 0
-        if expected and not any(s.get("task") == task for s in samples):
+        if expected and not any(s.task == task for s in samples):
             raise FileNotFoundError(f"run {which} ({run.run_id}): its summary counts {expected} {task} samples but "
                                     "samples.parquet holds none of them")  # fmt: skip
 
@@ -119,7 +120,7 @@ def _run_info(run: Run, manifest: dict[str, Any], summary: RunSummary) -> dict[s
 
 
 def _compare_task(
-    pairs: list[tuple[dict[str, Any], dict[str, Any]]],
+    pairs: list[tuple[SampleRecord, SampleRecord]],
     summary_a: TaskSummary,
     summary_b: TaskSummary,
     unpaired: dict[str, list[Any]] | None,
@@ -127,16 +128,15 @@ def _compare_task(
     filter: str,
     acceptance_test: dict[str, Any],
 ) -> dict[str, Any]:
-    column = f"correct[{filter}]"
-    missing = [x for pair in pairs for x in pair if column not in x]
+    missing = [x for pair in pairs for x in pair if filter not in x.correct]
     if missing:
-        known = sorted(k[len("correct[") : -1] for k in missing[0] if k.startswith("correct["))
+        known = sorted(missing[0].correct)
         raise ValueError(
-            f"task {missing[0]['task']!r} has no per-sample correctness for filter {filter!r} "
+            f"task {missing[0].task!r} has no per-sample correctness for filter {filter!r} "
             f"(it has: {', '.join(known) or 'none'})"
         )
-    b = sum(bool(x.get(column)) and not bool(y.get(column)) for x, y in pairs)
-    c = sum(not bool(x.get(column)) and bool(y.get(column)) for x, y in pairs)
+    b = sum(bool(x.correct[filter]) and not bool(y.correct[filter]) for x, y in pairs)
+    c = sum(not bool(x.correct[filter]) and bool(y.correct[filter]) for x, y in pairs)
     p = mcnemar_exact(b, c)
     verdict = NO_CHANGE
     if p < alpha:
@@ -153,8 +153,8 @@ def _compare_task(
         "filter_deltas": {f: _delta(filters_a.get(f), filters_b.get(f)) for f in filters_a if f in filters_b},
         # The McNemar test sees only the paired docs: their accuracy under the tested filter, for reference.
         "paired_accuracy": {
-            "a": _pct(sum(bool(x.get(column)) for x, _ in pairs), n),
-            "b": _pct(sum(bool(y.get(column)) for _, y in pairs), n),
+            "a": _pct(sum(bool(x.correct[filter]) for x, _ in pairs), n),
+            "b": _pct(sum(bool(y.correct[filter]) for _, y in pairs), n),
         },
         "mcnemar": {"filter": filter, "b": b, "c": c, "p": p},
         "verdict": verdict,
@@ -163,22 +163,22 @@ def _compare_task(
     }
 
 
-def _output_identity(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+def _output_identity(pairs: list[tuple[SampleRecord, SampleRecord]]) -> dict[str, Any]:
     """Token-level identity. Runs recorded before output_token_ids existed fall back to output_hash, without a
     divergence position."""
     divergences: list[dict[str, Any]] = []
     identical = 0
     for x, y in pairs:
-        ids_x, ids_y = x.get("output_token_ids"), y.get("output_token_ids")
+        ids_x, ids_y = x.output_token_ids, y.output_token_ids
         if ids_x is None or ids_y is None:
-            same, position = x.get("output_hash") == y.get("output_hash"), None
+            same, position = x.output_hash == y.output_hash, None
         else:
             position = first_divergence(ids_x, ids_y)
             same = position is None
         if same:
             identical += 1
         else:
-            divergences.append({"doc_id": x["doc_id"], "position": position})
+            divergences.append({"doc_id": x.doc_id, "position": position})
     n = len(pairs)
     return {
         "identical": identical,
@@ -189,7 +189,7 @@ def _output_identity(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict
 
 
 def _acceptance(
-    pairs: list[tuple[dict[str, Any], dict[str, Any]]],
+    pairs: list[tuple[SampleRecord, SampleRecord]],
     a: dict[str, Any] | None,
     b: dict[str, Any] | None,
     acceptance_test: dict[str, Any],

@@ -6,7 +6,7 @@ Rules, over the finished runs of the test id on the GPU (any GPU when gpu is Non
    spec_state_leak / request_failed event): "waive" unless already waived, then "keep". The signature quotes why
    it failed.
 2. Else, when waived: "unwaive" if the k most recent runs all pass, otherwise "keep" (too few runs, or one of them
-   failed). A run no gate could fail (verdict NO-GATE, results/verdict.py: e.g. a non-speculative run without an
+   failed). A run no gate could fail (verdict NO-GATE, results/shown_verdict.py: e.g. a non-speculative run without an
    accuracy reference) is no evidence: it neither fails nor counts among the k, and the reason says it was left
    out. Within a run some other gate passed, NO-GATE and REPORT task verdicts count as passing (the reference gate
    did not fail), and the reason says so, because such a task did not prove the accuracy either. So does an
@@ -31,13 +31,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .run_summary import Verdict
 from .runs_table import FAILING_EVENTS, runs_table
+from .shown_verdict import NO_GATE, PASS, UNDERPOWERED
 from .store import Run, UnreadableRunError
-from .verdict import NO_GATE, PASS, UNDERPOWERED
 from .waives import WaiveEntry, WaivesFile, edit_waives
 
 WAIVE, UNWAIVE, KEEP = "waive", "unwaive", "keep"
-PASSING_TASK_VERDICTS = ("PASS", "NO-GATE", "REPORT")
+PASSING_TASK_VERDICTS = (Verdict.PASS, Verdict.NO_GATE, Verdict.REPORT)
 # A waive reason is free text in parentheses: brackets are dropped, anything else that might not read back as
 # such (a '#' starts a comment, quotes, newlines) becomes a space.
 _BRACKETS = str.maketrans("", "", "()[]{}")
@@ -67,7 +68,9 @@ def run_fails(row: dict[str, Any]) -> bool:
     if row["verdict"] not in (PASS, NO_GATE) or row["num_failing_events"]:
         return True
     return any(
-        t["verdict"] not in PASSING_TASK_VERDICTS or t.get("lossless") == "FAIL" or t.get("acceptance_gate") == "FAIL"
+        t["verdict"] not in PASSING_TASK_VERDICTS
+        or t.get("lossless") == Verdict.FAIL
+        or t.get("acceptance_gate") == Verdict.FAIL
         for t in row["tasks"].values()
     )
 
@@ -87,10 +90,10 @@ def failure_signature(row: dict[str, Any]) -> str:
             return f"{name} score {t['score']:.2f} < threshold {t['threshold']:.2f}"
         return f"{name} verdict {t['verdict']} (score {t['score']})"
     for name, t in row["tasks"].items():
-        if t.get("lossless") == "FAIL":
+        if t.get("lossless") == Verdict.FAIL:
             return f"{name} lossless FAIL: {t.get('lossless_reason') or 'outputs differ from the baseline'}"
     for name, t in row["tasks"].items():
-        if t.get("acceptance_gate") == "FAIL":
+        if t.get("acceptance_gate") == Verdict.FAIL:
             return f"{name} acceptance FAIL: {t.get('acceptance_reason') or 'acceptance length out of its band'}"
     try:
         events = Run(Path(row["path"])).events()
@@ -233,7 +236,7 @@ def _ungated(rows: list[dict[str, Any]]) -> str:
     counts: dict[tuple[str, str], int] = {}
     for row in rows:
         for name, t in row["tasks"].items():
-            if t["verdict"] != "PASS":
+            if t["verdict"] != Verdict.PASS:
                 counts[(name, t["verdict"])] = counts.get((name, t["verdict"]), 0) + 1
     return ", ".join(f"{name} {verdict} in {n} of {len(rows)} runs" for (name, verdict), n in counts.items())
 
@@ -275,6 +278,8 @@ def apply_decision(decision: Decision, waives_path: str | Path, bug_url: str | N
 def _no_gate_why(row: dict[str, Any]) -> str:
     """Why a run is NO-GATE: its lossless gate could not judge (with what to do), or no gate could fail it."""
     for name, t in row["tasks"].items():
-        if t.get("lossless") in ("NO-GATE", "UNCALIBRATED") and "UNCALIBRATED" in str(t.get("lossless_reason")):
+        if t.get("lossless") in (Verdict.NO_GATE, Verdict.UNCALIBRATED) and Verdict.UNCALIBRATED in str(
+            t.get("lossless_reason")
+        ):
             return f"{name} lossless {t['lossless_reason']}"
     return "no gate could fail it"

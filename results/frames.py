@@ -52,7 +52,7 @@ def load_samples(run: Run | str | Path, root: str | Path | None = None) -> pd.Da
     extracted[...] and correct[...] per filter, ...)."""
     if not isinstance(run, Run):
         run = open_run(str(run), root)
-    frame = samples_frame(run.samples())
+    frame = samples_frame(run.sample_rows())
     frame.insert(0, "run_id", run.run_id)
     correct = [c for c in frame.columns if c.startswith(_CORRECT) and c.endswith("]")]
     # a sample's filters' correctness, as fractions: missing flags (a filter another task has) are left out

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
+    from .sample_record import SampleRecord
+
 
 def mcnemar_exact(b: int, c: int) -> float:
     """Two-sided exact McNemar p-value: min(1, 2 * P[X <= min(b, c)]) with X ~ Bin(b + c, 1/2); 1.0 if b + c == 0.
@@ -54,13 +56,13 @@ class PairedSamples(dict):
         self.unpaired: dict[str, dict[str, list[Any]]] = {}
 
 
-def _keys(samples: list[dict[str, Any]], which: str) -> pd.DataFrame:
+def _keys(samples: list[SampleRecord], which: str) -> pd.DataFrame:
     """The join keys of a run's samples (task, doc_id), their prompt hashes and their place in the list."""
     import pandas as pd
 
     column = lambda values: pd.Series(list(values), dtype=object)  # noqa: E731  ints and strs as the store has them
-    frame = pd.DataFrame({"task": column(s["task"] for s in samples), "doc_id": column(s["doc_id"] for s in samples),
-                          "prompt_hash": column(s.get("prompt_hash") for s in samples),
+    frame = pd.DataFrame({"task": column(s.task for s in samples), "doc_id": column(s.doc_id for s in samples),
+                          "prompt_hash": column(s.prompt_hash for s in samples),
                           "row": range(len(samples))})  # fmt: skip
     twice = frame.duplicated(["task", "doc_id"])
     if twice.any():
@@ -69,7 +71,7 @@ def _keys(samples: list[dict[str, Any]], which: str) -> pd.DataFrame:
     return frame
 
 
-def pair_samples(samples_a: Iterable[dict[str, Any]], samples_b: Iterable[dict[str, Any]]) -> PairedSamples:
+def pair_samples(samples_a: Iterable[SampleRecord], samples_b: Iterable[SampleRecord]) -> PairedSamples:
     """Join two runs' samples on (task, doc_id) (results/frames.py `paired_frame`).
 
     Raises ValueError when a pair's prompt_hash differs: the runs prompted the model differently (other few-shot

@@ -20,10 +20,30 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
-PASS, FAIL, NO_GATE = "PASS", "FAIL", "NO-GATE"
+
+class Verdict(str, Enum):
+    """Every word a gate or a run's summary gives as its verdict. A `str`: summary.json keeps the words, and a
+    verdict read back from it compares equal to its member."""
+
+    PASS = "PASS"
+    FAIL = "FAIL"
+    NO_GATE = "NO-GATE"  # the gate could not fail here (a threshold below the floor, nothing a gate could judge)
+    REPORT = "REPORT"  # accuracy with no reference: the score only
+    NO_BASELINE = "NO-BASELINE"  # the lossless gate found no baseline run
+    NO_REFERENCE = "NO-REFERENCE"  # the acceptance gate found no reference entry
+    UNCALIBRATED = "UNCALIBRATED"  # the lossless gate could not judge its divergences (shown as NO-GATE)
+    CONTINUE = "CONTINUE"  # a sequential design's look that decides nothing yet
+
+    __str__ = str.__str__  # "PASS", never "Verdict.PASS", in f-strings and printed reports
+    __format__ = str.__format__
+    __hash__ = str.__hash__  # a key that finds the word's entry (Enum hashes the member's name: NO_GATE)
+
+
+PASS, FAIL, NO_GATE = Verdict.PASS, Verdict.FAIL, Verdict.NO_GATE
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -138,7 +158,7 @@ class TaskSummary:
         """The lossless gate could not judge its divergences (older runs said UNCALIBRATED, newer NO-GATE with
         "uncalibrated": true): the run shows NO-GATE for losslessness, never PASS."""
         gate = self.gates.get("lossless")
-        return gate is not None and (gate.verdict == "UNCALIBRATED" or bool(gate.numbers.get("uncalibrated")))
+        return gate is not None and (gate.verdict == Verdict.UNCALIBRATED or bool(gate.numbers.get("uncalibrated")))
 
     @property
     def acceptance_underpowered(self) -> bool:

@@ -19,8 +19,8 @@ from typing import Any
 
 from ..event_types import FAILING_EVENTS
 from .run_summary import RunSummary
+from .shown_verdict import acceptance_words
 from .store import Run, UnreadableRun, UnreadableRunError, scan_runs, start_time
-from .verdict import acceptance_words
 
 _BRAND_WORDS = {"NVIDIA", "GEFORCE", "TESLA", "QUADRO", "AMD", "INSTINCT", "RADEON"}
 UNFINISHED = "unfinished"

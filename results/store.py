@@ -30,6 +30,7 @@ import hashlib
 import json
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from typing import Any
 from . import locks
 from .atomic import atomic_open, atomic_write
 from .run_summary import RunSummary
+from .sample_record import SampleRecord
 from .seal import is_sealed, seal, unseal
 
 DEFAULT_ROOT = "runs"
@@ -199,11 +201,11 @@ class Run:
             out.append(event)
         return out
 
-    def write_samples(self, samples: list[dict[str, Any]]) -> None:
+    def write_samples(self, samples: Sequence[SampleRecord]) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        rows = [_flat(_sealed(s)) for s in samples]
+        rows = [_flat(_sealed(s.to_row())) for s in samples]
         # from_pylist takes its columns from the first row alone: a key only later rows have (GPQA's sealed_fields
         # after GSM8K's rows) would be dropped without a word. Every row gets every column, in first-seen order.
         columns = list(dict.fromkeys(k for row in rows for k in row))
@@ -211,7 +213,12 @@ class Run:
         with atomic_open(self.path / "samples.parquet") as f:
             pq.write_table(table, f)
 
-    def samples(self) -> list[dict[str, Any]]:
+    def samples(self) -> list[SampleRecord]:
+        """samples.parquet's rows as records (results/sample_record.py), sealed fields unsealed."""
+        return [SampleRecord.from_row(row) for row in self.sample_rows()]
+
+    def sample_rows(self) -> list[dict[str, Any]]:
+        """samples.parquet's rows as columns and values (a DataFrame's rows: results/frames.py), unsealed."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 

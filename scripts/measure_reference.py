@@ -15,8 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-from specdec_eval.evals.pipeline.evaluation import EvalOptions, evaluate
+from specdec_eval.evals.pipeline.evaluation import evaluate
 from specdec_eval.evals.pipeline.resume import GenerationCache
+from specdec_eval.evals.run_types import EvalOptions
 from specdec_eval.evals.tasks.registry import parse_tasks
 from specdec_eval.workers.config import EngineConfig, KVCacheConfig
 from specdec_eval.workers.engine.engine import Engine

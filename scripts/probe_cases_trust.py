@@ -242,6 +242,7 @@ def trust_fixtures(folder: Path) -> dict[str, str]:
 def _run(store: Path, run_id: str, *, samples: bool = True, score: object = 50.0, started: float = 1.9e9,
          test_id: str = TEST_ID, plain: bool = False, band: bool = False) -> Path:  # fmt: skip
     """A finished run folder written with the run store's own writers: gsm8k, 4 samples."""
+    from specdec_eval.results.sample_record import SampleRecord
     from specdec_eval.results.store import Run
 
     run = Run(store / run_id)
@@ -251,8 +252,8 @@ def _run(store: Path, run_id: str, *, samples: bool = True, score: object = 50.0
                         "config": {"engine": {"model": "smollm2", "device": "cpu", "spec": spec}},
                         "devices": {"host": "probe"}, "world_size": 1, "commit": None, "dirty": None})  # fmt: skip
     if samples:
-        run.write_samples([{"task": "gsm8k", "doc_id": i, "prompt_hash": f"h{i}", "output_token_ids": [1, 2, i],
-                            "correct[strict-match]": i % 2 == 0, "correct[flexible-extract]": i % 2 == 0}
+        run.write_samples([SampleRecord("gsm8k", i, prompt_hash=f"h{i}", output_token_ids=[1, 2, i],
+                                        correct={"strict-match": i % 2 == 0, "flexible-extract": i % 2 == 0})
                            for i in range(4)])  # fmt: skip
     task = {"num_samples": 4, "score": score, "filter_scores": {"strict-match": 50.0, "flexible-extract": 50.0},
             "reference": None if plain else 55.0, "threshold": None if plain else 40.0, "theta": None,

@@ -3,6 +3,7 @@ its wall time also when the tests fail, and the manifest's git probe prints noth
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from importlib import metadata
@@ -68,7 +69,13 @@ def test_make_run_sets_up_only_the_main_job_and_make_test_the_tests_too(tmp_path
     make = shutil.which("make")
     if make is None:
         pytest.skip("no make")
-    for name in ("Makefile", "pyproject.toml", "scripts/setup.sh", "scripts/llama-cpp-lean.cmake"):
+    for name in (
+        "Makefile",
+        "pyproject.toml",
+        "scripts/setup.sh",
+        "scripts/llama-cpp-lean.cmake",
+        "scripts/check_llama_peer.py",
+    ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
 
@@ -84,3 +91,26 @@ def test_make_run_sets_up_only_the_main_job_and_make_test_the_tests_too(tmp_path
     assert "[peer]" not in main_part and "chromium" not in main_part and "[dev]" not in main_part
     tests_part = setup.split("test_setup() {", 1)[1].split("\n}\n", 1)[0]
     assert '".[peer]"' in tests_part and "apt-get install" in tests_part and "llama-cpp-lean.cmake" in tests_part
+    # a portable build (a native one compiled ggml's AMX kernels: SIGILL on the Xeon), never a cached wheel
+    assert "-DGGML_NATIVE=OFF" in tests_part and "--no-cache-dir" in tests_part
+    assert "scripts/check_llama_peer.py" in tests_part
+
+
+def test_setup_stops_in_one_line_when_the_llama_peer_crashes(tmp_path):
+    """The peer loads but dies on its first completion (the 2026-12-05 native build: a signal in llama_decode): setup
+    stops there with one line naming the signal and what to do, instead of leaving it to the endpoint tests. A fake
+    venv whose python imports everything and dies by SIGSEGV when asked for the completion."""
+    shutil.copytree(ROOT / "scripts", tmp_path / "scripts")
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text('#!/bin/bash\n[ "$1" = scripts/check_llama_peer.py ] && kill -SEGV $$\nexit 0\n')
+    (bin_dir / "pip").write_text("#!/bin/bash\nexit 0\n")
+    for tool in ("python", "pip"):
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "VENV": str(tmp_path / "venv"), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    p = subprocess.run(["bash", "scripts/setup.sh", "--for-tests"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert p.returncode == 1
+    errors = [line for line in p.stderr.splitlines() if line.startswith("setup: error:")]
+    assert len(errors) == 1 and "first completion" in errors[0] and "SIGSEGV" in errors[0], p.stderr
+    assert "make setup-tests" in errors[0]

@@ -33,6 +33,15 @@ class EventLog:
         return count_events(self.events)
 
 
+def rank_events_path(path: str | None, ranks: int) -> str | None:
+    """The events file of each rank of a multi-process engine: events.rank{rank}.jsonl beside the one named (the
+    engine formats {rank}); one process writes the file itself."""
+    if not path or ranks == 1:
+        return path
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}.rank{{rank}}{p.suffix or '.jsonl'}"))
+
+
 def merge_event_files(paths: list[str | Path]) -> list[dict[str, Any]]:
     """Rank 0's view: every rank's JSON lines, in time order (rank breaks ties). A torn last line from a rank
     that died mid-write is skipped, never fatal."""

@@ -45,13 +45,14 @@ from ...errors import UserError
 from ...results import locks
 from ...results.run_summary import RunSummary, as_run_summary
 from ...results.store import atomic_write
+from ..run_types import EvalOptions
 from ..tasks.registry import family_named
 from .acceptance_power import band_floor, gate_power, underpowered_note
 from .references import REFERENCE_DIR, parse_yaml, read_yaml
 
 ACCEPTANCE_PATH = REFERENCE_DIR / "acceptance_length.yaml"
 MIN_AL_FRACTION = 0.95  # TensorRT-LLM's populate: min_al = 0.95 * ref_al
-DEFAULT_RTOL = 0.05  # vLLM's acceptance test
+DEFAULT_RTOL = EvalOptions.acceptance_rtol  # vLLM's acceptance test's 0.05: `run --acceptance-rtol`'s default
 EARLY_MIN_CYCLES = 256
 EARLY_FRACTION = 0.5
 DEFAULT_METHOD = "eagle3"  # what an entry without a `method` key measured

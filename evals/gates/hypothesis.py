@@ -1,4 +1,5 @@
-"""The accuracy gate: a one-sided test of "this run is no worse than the reference" (TensorRT-LLM's formulas).
+"""The accuracy gate: a one-sided test of "this run is no worse than the reference" (TensorRT-LLM's formulas), and
+the gate's verdict on a task from it (`accuracy_gate`, a GateResult like every other gate's).
 
 With the run's accuracy x' and the reference x, both on a 0-100 scale from n samples each with standard
 deviation sigma (50 = the worst case of a Bernoulli score), the two-sample statistic is (x' - x) / sqrt(2 sigma^2/n):
@@ -16,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from statistics import NormalDist
+
+from ...results.run_summary import GateResult, Verdict
 
 _Z = NormalDist()
 
@@ -69,8 +72,8 @@ class HypothesisTest:
     def verdict(self, accuracy: float) -> str:
         """PASS / FAIL, or NO-GATE when the threshold is below the floor (a PASS there would mean nothing)."""
         if not self.passes(accuracy):
-            return "FAIL"
-        return "PASS" if self.can_fail else "NO-GATE"
+            return Verdict.FAIL
+        return Verdict.PASS if self.can_fail else Verdict.NO_GATE
 
     def report(self, accuracy: float | None = None) -> str:
         rule = "=" * 59
@@ -94,3 +97,27 @@ class HypothesisTest:
         if not self.can_fail:
             lines.append(self.floor_warning)
         return "\n".join(lines)
+
+
+def accuracy_gate(task: str, score: float, num_samples: int, reference, floor: float = 0.0, failed_requests: int = 0,
+                  sequential: dict | None = None, notes: tuple[str, ...] = ()) -> GateResult:  # fmt: skip
+    """A task's accuracy verdict, as every gate gives its own: the hypothesis test of `score` against the task's
+    reference (gates/references.py; REPORT without one), FAIL when a request failed (never scored as a wrong answer,
+    never passing silently), else the sequential design's decision where --early-stop made one (its error rates are
+    the ones kept). The reason is the test's report, then each note (a subset compared with a full-set reference,
+    where the run stopped). Numbers: threshold and theta."""
+    if reference is None:
+        verdict, report, numbers = Verdict.REPORT, f"{task}: no reference (score only)", {}
+    else:
+        test = reference.hypothesis_test(num_samples, floor=floor)
+        verdict, report = test.verdict(score), test.report(score)
+        numbers = {"threshold": test.threshold, "theta": test.theta}
+    if failed_requests:
+        verdict = Verdict.FAIL
+        failed = f"{failed_requests} of {num_samples} requests FAILED (finish reason error)"
+        report += f"\n{failed}: the run fails whatever its accuracy"
+    elif sequential is not None and sequential["verdict"] != Verdict.CONTINUE:
+        verdict = sequential["verdict"]
+        report += f"\nsequential verdict at n={sequential['n']}: {sequential['verdict']} ({sequential['reason']})"
+    report += "".join(f"\n{note}" for note in notes)
+    return GateResult(verdict, report, numbers)

@@ -1,12 +1,18 @@
-"""The gates a run's summary is judged by, besides each task's accuracy test (evals/pipeline/evaluation.py) and the
-lossless gate (evals/gates/lossless.py): the run's verdict from tasks and failing events, and the acceptance gate."""
+"""The gates a run's summary is judged by, in one place (`apply_gates`: a new gate is one more call there): each
+task's accuracy test (summarised from the evaluation), the lossless gate (evals/lossless/gate.py) and the acceptance
+gate (acceptance.py); the run's verdict then follows from them and the failing events (results/run_summary.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ...results.run_summary import GateResult, RunSummary, TaskSummary
+from ...results.sample_record import SampleRecord
 from ...workers.events import count_events, failing_events
 from ...workers.interface import EngineIdentity
-from ..pipeline.evaluation import TaskResult
+from ..lossless.baseline import BaselineRef
+from ..lossless.gate import apply_lossless_gate
+from ..run_types import EvalOptions, RunPlan, TaskResult
 
 
 def summarise(results: list[TaskResult], identity: EngineIdentity, events: list[dict], elapsed_s: float) -> RunSummary:
@@ -17,24 +23,52 @@ def summarise(results: list[TaskResult], identity: EngineIdentity, events: list[
                       spec=identity.spec, world_size=identity.world_size)  # fmt: skip
 
 
+def apply_gates(summary: RunSummary, results: list[TaskResult], samples: list[SampleRecord], identity: EngineIdentity,
+                plan: RunPlan, baseline: BaselineRef, test_id: str) -> RunSummary:  # fmt: skip
+    """The summary judged by every gate a run of this engine has beyond its tasks' accuracy tests: a spec-dec run's
+    lossless gate against `baseline`, then its acceptance gate (its reference first written from this run when
+    --populate-acceptance asks, from a clean, passing run only)."""
+    if identity.spec is None:
+        return summary
+    summary = apply_lossless_gate(summary, samples, identity, plan.out, plan.options, results, baseline)
+    path = acceptance_path(plan.options)
+    if plan.populate_acceptance:
+        summary = populate_acceptance(summary, results, test_id, path)
+    from .acceptance import load_acceptance_references
+
+    return apply_acceptance_gate(summary, results, test_id, load_acceptance_references(path),
+                                 plan.options.acceptance_rtol)  # fmt: skip
+
+
 def _task_summary(r: TaskResult) -> TaskSummary:
     return TaskSummary(
         num_samples=r.num_samples,
         score=round(r.score, 4),
         filter_scores={k: round(v, 4) for k, v in r.filter_scores.items()},
         reference=r.reference.accuracy if r.reference else None,
-        threshold=round(r.threshold, 4) if r.threshold is not None else None,
-        theta=round(r.theta, 4) if r.theta is not None else None,
-        verdict=r.verdict,
+        threshold=_rounded(r.accuracy.numbers.get("threshold")),
+        theta=_rounded(r.accuracy.numbers.get("theta")),
+        verdict=r.accuracy.verdict,
         num_failed_requests=r.num_failed_requests,
         acceptance=r.acceptance,
         data=r.data_origin,
         n_total=r.n_total,
         subset={k: v for k, v in r.subset.items() if k != "order"} if r.subset else None,
         stopped=r.stopped or None,
-        report=r.report,
+        report=r.accuracy.reason,
         filter_mismatches=r.filter_mismatches,
     )
+
+
+def acceptance_path(options: EvalOptions) -> Path:
+    """The acceptance-length references file of a run: --acceptance-refs, else the shipped one."""
+    from .acceptance import ACCEPTANCE_PATH
+
+    return Path(options.acceptance_refs) if options.acceptance_refs else ACCEPTANCE_PATH
+
+
+def _rounded(x: float | None) -> float | None:
+    return round(x, 4) if x is not None else None
 
 
 def evaluate_acceptance(results: list[TaskResult], test_id: str, refs: dict, rtol: float) -> dict[str, GateResult]:

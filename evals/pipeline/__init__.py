@@ -1,7 +1,8 @@
-"""The run pipeline: our engine as an lm-eval `LM` (lm_adapter.py), one evaluation of the tasks on one engine
-(evaluation.py), and the orchestration of a run with its baseline, recorded into the store and judged by the gates
-(orchestration.py), with resume (resume.py), the paired baseline's audited twins (twin_audit.py), a run's identity
-and key (run_identity.py), and the bug-class matrix of `selftest --mutants` (mutants.py), which runs the same
-orchestration once per planted bug. `orchestration.run(plan, backend)` is the one path of every run; the backends
-(backends.py: local, endpoint; backend_torchrun.py: a torchrun job and its rank-0 driver) say where the engine runs.
-Imports tasks/, gates/, sequential/, workers/ and results/, and launch/ (the torchrun backend only)."""
+"""The run pipeline: `run(plan, backend)` (run.py), the one path of every run, its baseline and control policy
+written once; the checks before anything starts (preflight.py); the backends that say what they can do and build
+their engines (backends.py; backend_local.py, backend_torchrun.py, backend_endpoint.py) for each side of a run
+(run_sides.py); one run on one engine (one_run.py) or a spec-dec run paired with its twins (paired_run.py), claimed,
+recorded and gated in the store (recording.py), resumed from partial/ (resume.py); one evaluation of the tasks through
+lm-eval (evaluation.py), its per-document records (task_records.py), on our engine as an lm-eval `LM` (lm_adapter.py;
+its outputs kept by lm_recording.py). Imports tasks/, gates/, lossless/, sequential/, workers/, results/ and launch/
+(the torchrun backend only)."""

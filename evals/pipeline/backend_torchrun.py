@@ -1,75 +1,120 @@
-"""The torchrun backend: a run on our engine sharded over the ranks of a torchrun job (launch/), and its driver.
+"""The torchrun backend: our engine sharded over the ranks of a torchrun job (launch/), and the job's driver.
 
-`TorchrunBackend.run` is the launcher's side: it lays out TP x DP over the ranks, runs the non-speculative
-baseline as a job of its own first when none is recorded, then the run as a job whose rank 0 calls `job_driver`
-(named in the job file; launch/rank_main.py loads it) with a ShardedEngine over every replica. A job never pairs:
-paired twins are a baseline only once audited on an engine with no spec worker, and a job's ranks hold one sharded
-engine, the spec-dec one. A failed job raises launch.job.JobFailed, whose code is the job's exit status."""
+Each side of a run (the run, its plain baseline, its noise-floor control) is a job of its own: TP x DP laid out over
+the ranks, every rank reading the same serialised job (launch/rank_main.py), rank 0 calling `job_driver` (named in
+the job file) with a ShardedEngine over every replica, which evaluates the side as any backend does (one_run.py).
+A job never pairs: paired twins are a baseline only once audited on an engine with no spec worker, and a job's ranks
+hold one sharded engine, the spec-dec one. A failed job raises launch.job.JobFailed, whose code is the job's exit
+status."""
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from functools import cached_property
 from typing import Any
 
 from ...errors import UserError
-from ...launch.torchrun import TorchrunSpec
 from ...results.run_summary import RunSummary
 from ...workers.config import EngineConfig
-from .backends import ProgressFor
-from .orchestration import (
-    RunPlan,
-    baseline_config,
-    check_named_baseline,
-    needs_baseline,
-    pairs_with_baseline,
-    run_evaluation,
-)
+from ...workers.events import rank_events_path
+from ...workers.interface import EngineIdentity
+from ..lossless.baseline import BaselineRef
+from ..lossless.control import other_shape
+from ..run_types import RunPlan
+from .backends import Abilities, RunTarget, refuse_baseline_endpoint
+from .one_run import NO_BASELINE, ProgressFor, evaluate_side
+from .run_sides import RUN, Side, side_config, side_identity
 
 JOB_DRIVER = "specdec_eval.evals.pipeline.backend_torchrun:job_driver"
 
 
-@dataclass(frozen=True)
 class TorchrunBackend:
-    config: EngineConfig
-    torchrun: TorchrunSpec
-    tp: int | None = None  # None: the largest TP that divides the ranks and the model's heads
-    rank_timeout_s: float = 600.0
-    baseline: str = "paired"  # as asked; a job runs a missing baseline separately either way (it says so)
-    dry_run: bool = False  # print the torchrun command, the rank map and the job; start nothing
+    def __init__(self, target: RunTarget) -> None:
+        self.target = target
+        self.job = target.job
 
-    def run(self, plan: RunPlan, progress_for: ProgressFor | None = None) -> RunSummary | None:
-        """Rank 0's summary (None for a dry run), sent back as JSON.
-        Progress is rank 0's own (plain lines on the job's stderr)."""
-        from ...launch.job import Job, launch, resolve_job_device
+    @property
+    def dry_run(self) -> bool:
+        return self.job.dry_run
+
+    @cached_property
+    def _placement(self) -> tuple[EngineConfig, Any, str]:
+        """(the engine configuration of every rank, the TP x DP layout, the device); a layout that cannot be is a
+        UserError (read from the checkpoint's header: its head counts)."""
+        from ...launch.job import resolve_job_device
         from ...launch.layout import plan_layout
         from ...workers.loading.checkpoint import load_checkpoint
 
-        torchrun = self.torchrun
-        device = resolve_job_device(self.config.device, torchrun.nproc_per_node)
-        cfg = load_checkpoint(self.config.model).config
-        layout = plan_layout(torchrun.nproc_per_node * torchrun.nnodes, cfg.num_attention_heads,
-                             cfg.num_key_value_heads, self.tp)  # fmt: skip
-        if layout.tp > torchrun.nproc_per_node:
-            raise UserError(f"TP {layout.tp} would span nodes; use --tp <= --gpus ({torchrun.nproc_per_node})")
-        config = replace(self.config, tp_size=layout.tp, device=device)
-        check_named_baseline(config, plan)
-        if not self.dry_run and pairs_with_baseline(config, plan, self.baseline):
-            print("lossless gate: a torchrun job cannot audit paired twins; its baseline is a separate job",
-                  file=sys.stderr)  # fmt: skip
-        payload = plan.to_dict()
-        if not self.dry_run and needs_baseline(config, plan):
-            print("lossless gate: running the non-speculative baseline job first", file=sys.stderr)
-            base = Job(JOB_DRIVER, baseline_config(config), layout.tp, payload, self.rank_timeout_s)
-            launch(base, torchrun, layout, device, dry_run=False)
-        job = Job(JOB_DRIVER, config, layout.tp, payload, self.rank_timeout_s)
-        recorded = launch(job, torchrun, layout, device, self.dry_run)
-        return None if recorded is None else RunSummary.from_json(recorded)
+        job = self.job
+        device = resolve_job_device(self.target.engine.device, job.gpus)
+        cfg = load_checkpoint(self.target.engine.model).config
+        layout = plan_layout(job.world_size, cfg.num_attention_heads, cfg.num_key_value_heads, job.tp)
+        if layout.tp > job.gpus:
+            raise UserError(f"TP {layout.tp} would span nodes; use --tp <= --gpus ({job.gpus})")
+        events = rank_events_path(self.target.engine.events_path, job.world_size)
+        config = replace(self.target.engine, tp_size=layout.tp, device=device, events_path=events)
+        return config, layout, device
+
+    @cached_property
+    def abilities(self) -> Abilities:
+        from ...workers.memory.device import dtype_name, resolve_device, resolve_dtype
+
+        config, _, device = self._placement
+        return Abilities(
+            speculative=config.spec is not None, dtype=dtype_name(resolve_dtype(config.dtype, resolve_device(device))),
+            plain_side=True, pairs=False, control_shape={"max_batch_size": other_shape(config.max_batch_size)},
+            reuses_baseline=True, scores=True,
+            why_not_paired="a torchrun job cannot audit paired twins; its baseline is a separate job",
+        )  # fmt: skip
+
+    def check_target(self) -> None:
+        refuse_baseline_endpoint(self.target)
+
+    def preflight(self, plan: RunPlan) -> None:
+        from .backend_local import check_draft_model
+
+        check_draft_model(self.target.engine)
+        self._placement  # noqa: B018  the layout's UserError, before anything starts
+
+    def identity(self, side: Side) -> EngineIdentity:
+        from ...workers.engine.engine import identity_of
+
+        config, layout, _ = self._placement
+        plain = identity_of(side_config(config, side))
+        return side_identity(replace(plain, kind="torchrun", world_size=layout.world_size), side)
+
+    def declared_identity(self) -> EngineIdentity:
+        return self.identity(RUN)
+
+    def evaluate(self, side: Side, plan: RunPlan, baseline: BaselineRef, progress_for: ProgressFor | None
+                 ) -> RunSummary:  # fmt: skip
+        """Rank 0's summary, sent back as JSON. Progress is rank 0's own (plain lines on the job's stderr)."""
+        recorded = self._launch(side, plan, baseline, dry_run=False)
+        return RunSummary.from_json(recorded)
+
+    def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None) -> RunSummary:
+        raise RuntimeError("a torchrun job cannot pair: its twins could not be audited")
+
+    def show(self, plan: RunPlan) -> None:
+        self._launch(RUN, plan, NO_BASELINE, dry_run=True)
+
+    def _launch(self, side: Side, plan: RunPlan, baseline: BaselineRef, dry_run: bool) -> dict[str, Any] | None:
+        from ...launch.job import Job, launch
+
+        config, layout, device = self._placement
+        payload = {"plan": plan.to_dict(), "side": side.to_dict(), "baseline": baseline.to_dict()}
+        job = Job(JOB_DRIVER, side_config(config, side), layout.tp, payload, self.job.rank_timeout_s)
+        return launch(job, self.job.torchrun(), layout, device, dry_run)
 
 
 def job_driver(engine, payload: dict[str, Any]) -> dict[str, Any]:
-    """Rank 0 of a torchrun job (launch/rank_main.py): one run on the sharded engine. Its stderr is torchrun's pipe,
-    never a terminal, so progress is a plain line now and then."""
+    """Rank 0 of a torchrun job (launch/rank_main.py): one side of a run on the sharded engine. Its stderr is
+    torchrun's pipe, never a terminal, so progress is a plain line now and then."""
+    from contextlib import nullcontext
+
     from .backend_progress import plain_progress
 
-    return run_evaluation(engine, RunPlan.from_dict(payload), plain_progress()).to_json()
+    side = Side.from_dict(payload["side"])
+    baseline = BaselineRef.from_dict(payload["baseline"])
+    plan = RunPlan.from_dict(payload["plan"])
+    return evaluate_side(engine, side, plan, baseline, lambda: nullcontext(plain_progress())).to_json()

@@ -1,89 +1,116 @@
-"""Where a run's engine runs: the backends of `pipeline.run(plan, backend)` (orchestration.py), and their registry.
+"""Where a run's engines run: the backends of the run pipeline (run.py), their one constructor signature, and their
+registry.
 
-A backend turns a RunPlan into a recorded, gated run on one kind of engine, and returns its summary:
-
-| name | engine | module |
+| name | engines | module |
 |---|---|---|
-| local | our engine in this process, its lossless baseline paired or separate | backends.py |
+| local | our engine in this process | backend_local.py |
 | torchrun | our engine sharded over a torchrun job's ranks (TP x DP), rank 0 driving | backend_torchrun.py |
-| endpoint | any OpenAI-compatible server (workers/remote/), its baseline another server | backends.py |
+| endpoint | any OpenAI-compatible server; its plain side another server | backend_endpoint.py |
 
-Commands pick one by name (`make_backend`), as the spec workers and KV managers are picked; a new backend is one
-entry here. Each is a small frozen value: building one starts nothing, `run` does the work."""
+A backend says what it can do (`Abilities`: can it pair, build a plain engine of the same configuration, decode a
+control and at which shape, score) and how to build an engine for each side of a run (run_sides.py); the policy of which
+sides a run needs (its baseline, its control) is written once, in run.py. Each is built from a `RunTarget` (what the
+command line says about the engine and where it runs), by name (`make_backend`), as the spec workers and KV managers
+are picked; a new backend is one class and one entry here. Building one starts nothing."""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
 from ...errors import UserError
+from ...launch.job_options import JobOptions
 from ...results.run_summary import RunSummary
 from ...workers.config import EngineConfig
+from ...workers.interface import EngineIdentity
+from ...workers.remote.endpoint_options import EndpointOptions
+from ..lossless.baseline import BaselineRef
+from ..run_types import RunPlan
+from .one_run import ProgressFor
+from .run_sides import Side
 
-if TYPE_CHECKING:
-    from ...workers.remote.endpoint_config import EndpointConfig
-    from .orchestration import RunPlan
 
-# progress_for(): a context manager giving a progress callback (done, total, stats), one per evaluation
-ProgressFor = Callable[[], AbstractContextManager[Callable | None]]
+@dataclass(frozen=True)
+class RunTarget:
+    """What runs a run: the engine the flags configure, and where (a torchrun job, a server, else this process)."""
+
+    engine: EngineConfig
+    job: JobOptions = field(default_factory=JobOptions)
+    endpoint: EndpointOptions = field(default_factory=EndpointOptions)
+    declared: frozenset[str] = frozenset()  # engine flags given on the command line (a server declares only those)
+
+
+@dataclass(frozen=True)
+class Abilities:
+    """What a backend runs and can do, for the run pipeline's policy (run.py)."""
+
+    speculative: bool  # the engine under test speculates (so the run has a lossless gate)
+    dtype: str  # what exactness of the lossless gate depends on (resolved where the backend knows it)
+    plain_side: bool  # it can build the plain engine of the same configuration (a baseline, a control)
+    pairs: bool  # it can decode a spec-dec run and its plain twins from one prefill, and audit the twins
+    control_shape: Mapping[str, int] | None  # the noise-floor control's other batch shape; None: no control
+    reuses_baseline: bool  # a plain run recorded earlier stands for its baseline (a server may have been redeployed)
+    scores: bool  # it scores given continuations (teacher forcing: lm-eval's loglikelihood)
+    why_not_paired: str | None = None  # said when paired decoding is asked and it cannot pair
 
 
 class Backend(Protocol):
-    def run(self, plan: RunPlan, progress_for: ProgressFor | None = None) -> RunSummary | None:
-        """Evaluate, record and gate the run; returns its summary (None: nothing ran, e.g. a torchrun dry run)."""
+    target: RunTarget
+
+    @property
+    def abilities(self) -> Abilities: ...
+
+    @property
+    def dry_run(self) -> bool:
+        """Whether the run only says what it would start (`show`)."""
+        ...
+
+    def check_target(self) -> None:
+        """The command line's contradictions for this backend (UserError), before anything is read."""
+        ...
+
+    def preflight(self, plan: RunPlan) -> None:
+        """What this backend's engines need, checked before any run folder is made (UserError)."""
+        ...
+
+    def identity(self, side: Side) -> EngineIdentity | None:
+        """The identity a side's run is recorded under, known before anything starts (a recorded one is looked up
+        by it); None where only a started engine knows it (a server's)."""
+        ...
+
+    def declared_identity(self) -> EngineIdentity:
+        """What the engine under test is declared to be before it starts: enough to check a named baseline."""
+        ...
+
+    def evaluate(self, side: Side, plan: RunPlan, baseline: BaselineRef, progress_for: ProgressFor | None
+                 ) -> RunSummary:  # fmt: skip
+        """Build the side's engine, run `plan` on it (evaluate, record, gate: one_run.py), release it."""
+        ...
+
+    def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None) -> RunSummary:
+        """The run and its plain twins from one prefill, the twins audited (paired_run.py); only where it pairs."""
+        ...
+
+    def show(self, plan: RunPlan) -> None:
+        """A dry run: print what would start."""
         ...
 
 
-@dataclass(frozen=True)
-class LocalBackend:
-    """Our engine in this process. A spec-dec run whose baseline is not recorded gets it paired (one prefill per
-    prompt) or, with baseline="separate", as a run of its own first."""
-
-    config: EngineConfig
-    baseline: str = "paired"
-
-    def run(self, plan: RunPlan, progress_for: ProgressFor | None = None) -> RunSummary:
-        from .orchestration import run_with_baseline
-
-        return run_with_baseline(self.config, plan, progress_for, self.baseline)
-
-
-@dataclass(frozen=True)
-class EndpointBackend:
-    """An OpenAI-compatible server; `baseline`, when given, is the same engine without speculation, evaluated first
-    as the lossless gate's baseline."""
-
-    target: EndpointConfig
-    baseline: EndpointConfig | None = None
-
-    @classmethod
-    def from_flags(cls, url: str, baseline_url: str | None, declared: dict[str, Any], config: EngineConfig
-                   ) -> EndpointBackend:  # fmt: skip
-        """The engine flags declare what serves `url` (--spec eagle3 --draft-len K: it speculates); `declared`
-        holds the endpoint's own settings (tokenizer, key, concurrency, ...)."""
-        from ...workers.remote.endpoint_config import EndpointConfig
-
-        spec = config.spec
-        target = EndpointConfig(url=url, spec=spec.algorithm if spec else None,
-                                max_draft_len=spec.max_draft_len if spec else 0, **declared)  # fmt: skip
-        return cls(target, EndpointConfig(url=baseline_url, **declared) if baseline_url else None)
-
-    def run(self, plan: RunPlan, progress_for: ProgressFor | None = None) -> RunSummary:
-        from .orchestration import run_endpoint
-
-        return run_endpoint(self.target, plan, self.baseline, progress_for)
+def refuse_baseline_endpoint(target: RunTarget) -> None:
+    """A backend of our own engine has no server under test to compare a baseline server with."""
+    if target.endpoint.baseline_endpoint is not None:
+        raise UserError("--baseline-endpoint needs --endpoint (the server under test)")
 
 
 # name -> "module:class", imported when picked (the torchrun backend brings launch/ and its job plumbing)
 _BACKENDS = MappingProxyType(
     {
-        "local": "specdec_eval.evals.pipeline.backends:LocalBackend",
+        "local": "specdec_eval.evals.pipeline.backend_local:LocalBackend",
         "torchrun": "specdec_eval.evals.pipeline.backend_torchrun:TorchrunBackend",
-        "endpoint": "specdec_eval.evals.pipeline.backends:EndpointBackend",
+        "endpoint": "specdec_eval.evals.pipeline.backend_endpoint:EndpointBackend",
     }
 )
 BACKENDS: tuple[str, ...] = tuple(_BACKENDS)
@@ -97,6 +124,14 @@ def backend_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-def make_backend(name: str, *args: Any, **kwargs: Any) -> Backend:
-    """The backend `name`, built from its own settings (see each class)."""
-    return backend_class(name)(*args, **kwargs)
+def backend_name(target: RunTarget) -> str:
+    """The backend a command line asks for: a server (--endpoint), a torchrun job (--gpus, --nnodes, --dry-run), or
+    this process."""
+    if target.endpoint.endpoint is not None:
+        return "endpoint"
+    return "torchrun" if target.job.is_job else "local"
+
+
+def make_backend(name: str, target: RunTarget) -> Backend:
+    """The backend `name` for this target; every backend is built the same way."""
+    return backend_class(name)(target)

@@ -6,94 +6,38 @@ bridge does the same when no single filter is chosen); each filter's score is re
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from ...errors import UserError  # noqa: E402
+from ...errors import UserError
 from ...workers.interface import InferenceEngine
 from ...workers.spec.metrics import run_acceptance
 from ...workers.spec.registry import spec_method
+from ..gates.hypothesis import accuracy_gate
 from ..gates.references import Reference, lookup
-from ..tasks.registry import TaskSpec, parse_tasks, source_for, write_task_yamls
+from ..run_identity import model_key_for
+from ..run_types import EvalOptions, TaskResult
+from ..tasks.registry import TaskSpec, source_for, write_task_yamls
+from .task_records import TaskRecords, filter_mismatches, task_records
 
-# Top alternatives recorded per output token for the lossless gate's margins (evals/gates/margins.py): 5 is the most
-# OpenAI's completions API returns (`logprobs` <= 5), so every server can give the same record our engine keeps.
-LOSSLESS_TOP_K = 5
+
+@dataclass(frozen=True)
+class StopInputs:
+    """What the sequential controller needs besides the references (only with --early-stop)."""
+
+    test_id: str | None = None  # the acceptance tripwire's reference entry
+    exact: bool = True  # float32/float64: any divergence from the baseline fails at once
+    acceptance_refs: dict[str, Any] | None = None
+    # (lm-eval task, doc id) -> the lossless baseline's token ids (None: not known); a paired run has its twins
+    baseline_tokens: Callable[[str, int], list[int] | None] | None = None
+
+
 DEFAULT_FEWSHOT_SEED = 1234  # lm-eval's fewshot_random_seed default: the GSM8K shots every lm-eval user gets
-
-
-@dataclass
-class EvalOptions:
-    tasks: list[TaskSpec]
-    data_dir: str | None = None
-    limit: int | None = None
-    num_fewshot: int | None = None  # None: the task family's own
-    max_output_len: int | None = None  # None: the task's own
-    apply_chat_template: bool = False
-    seed: int = 0  # lm-eval random_seed, and any seeded choice shuffle of a task (GPQA's)
-    no_reference: bool = False
-    model_key: str | None = None
-    sample: str = "first"  # first | random: which documents --limit takes (random: a seeded random subset)
-    early_stop: bool = False  # sequential verdicts (evals/sequential/early_stop.py): documents in a seeded random order
-    early_stop_batch: int = 64  # documents per look
-    acceptance_rtol: float = 0.05  # the acceptance-length gate's two-sided tolerance
-    acceptance_refs: str | None = None  # the acceptance-length references file (default: the shipped one)
-    stop_file: str | None = None  # a side of a sequential `ab`: report each batch, stop when this file appears
-    logprobs: int | None = LOSSLESS_TOP_K  # per output token: its logprob and top alternatives (lossless margins)
-
-    def max_output_for(self, spec: TaskSpec) -> int:
-        return self.max_output_len or spec.max_output_len
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (a torchrun job's payload); tasks by name."""
-        return {**{k: v for k, v in asdict(self).items() if k != "tasks"}, "tasks": [t.name for t in self.tasks]}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> EvalOptions:
-        return cls(**{**d, "tasks": parse_tasks(list(d["tasks"]))})
-
-
-@dataclass
-class TaskResult:
-    task: str
-    family: str
-    num_samples: int
-    filter_scores: dict[str, float]  # 0-100
-    score: float  # mean over filters, 0-100
-    reference: Reference | None
-    threshold: float | None
-    theta: float | None
-    verdict: str  # PASS | FAIL | NO-GATE | REPORT (no reference)
-    report: str
-    samples: list[dict[str, Any]] = field(default_factory=list)
-    acceptance: dict[str, Any] | None = None
-    acceptance_requests: list[tuple[int, int]] = field(default_factory=list)  # (cycles, accepted) per request
-    acceptance_positions: list[tuple[int, list[int]]] = field(default_factory=list)  # (cycles, per position) each
-    num_failed_requests: int = 0
-    data_origin: str = ""
-    filter_mismatches: list[dict[str, Any]] = field(default_factory=list)  # a family's own filters vs lm-eval's
-    n_total: int | None = None  # documents the task has (samples can be fewer: a subset or an early stop)
-    subset: dict[str, Any] | None = None  # the SubsetPlan (order) of the run, when it is not every document
-    stopped: dict[str, Any] | None = None  # where and why an early-stopped task stopped
-
-
-def model_key_for(engine: InferenceEngine, explicit: str | None) -> str:
-    """The references' model key: --model-key, else a known name for the presets, else the checkpoint's
-    Hugging Face name (config.json _name_or_path) or folder name."""
-    if explicit:
-        return explicit
-    model = engine.identity.model
-    if model == "smollm2":
-        return "HuggingFaceTB/SmolLM2-135M-Instruct"
-    name = getattr(engine.tokenizer, "name_or_path", "") or ""
-    return name if name and "/" in name and not os.path.isabs(name) else Path(model).name
 
 
 def selection_for(engine: InferenceEngine, spec: TaskSpec, options: EvalOptions) -> dict[str, Any]:
@@ -117,72 +61,78 @@ def evaluate(
     progress: Callable | None = None,
     cache=None,
     pair_cache=None,
-    stop_inputs: dict[str, Any] | None = None,
+    stop_inputs: StopInputs | None = None,
     only: set[tuple[str, int]] | None = None,
 ) -> list[TaskResult]:
-    """cache: an evals.resume.GenerationCache; outputs found there are reused instead of generated again.
+    """cache: an evals.pipeline.resume.GenerationCache; outputs found there are reused instead of generated again.
     pair_cache: paired decoding (a PairedEngine): the plain twins' outputs go there, for the baseline run.
-    stop_inputs (with options.early_stop): test_id, acceptance_refs, exact (any divergence fails) and
-    baseline_tokens(task, doc_id) -> the lossless baseline's token ids (None: not known).
+    stop_inputs: what the sequential controller needs (with options.early_stop).
     only: evaluate just these (lm-eval task, doc id) of the planned documents (the baseline of an early-stopped paired
     run: what its spec-dec side evaluated); the rest are skipped."""
-    from .lm_adapter import SpecDecLM
+    from .lm_adapter import LMSession, SequentialStop, SpecDecLM
+    from .lm_recording import OutputRecord, RecordingLM
 
     references = {spec.name: _reference(engine, spec, options) for spec in options.tasks}
     sources = {spec.name: source_for(spec, options.data_dir) for spec in options.tasks}
-    lm = SpecDecLM(
-        engine=engine,
-        max_gen_toks={spec.lm_eval_name: options.max_output_for(spec) for spec in options.tasks},
-        progress=progress,
-        cache=cache,
-        record_failures=True,
-        pair_cache=pair_cache,
-        logprobs=options.logprobs,
-    )
-    stopper = None
-    if only is not None:
-        lm.only = only
-    elif options.early_stop or options.stop_file:
-        inputs = stop_inputs or {}
+    stopper, sequential = None, None
+    if only is None and (options.early_stop or options.stop_file):
+        inputs = stop_inputs or StopInputs()
         stopper = _stopper(engine, options, references, inputs)
-        lm.stop_early(
-            stopper, {s.lm_eval_name: references[s.name] for s in options.tasks}, inputs.get("baseline_tokens")
-        )
-    raw, plans = _run_lm_eval(lm, options, sources)
+        by_lm_name = {s.lm_eval_name: references[s.name] for s in options.tasks}
+        sequential = SequentialStop(stopper, by_lm_name, inputs.baseline_tokens)
+    max_gen_toks = {spec.lm_eval_name: options.max_output_for(spec) for spec in options.tasks}
+    outputs = OutputRecord()
+
+    def make_lm(tasks: dict[str, Any], plans: dict[str, Any]) -> RecordingLM:
+        session = LMSession(max_gen_toks, options.logprobs, record_failures=True, progress=progress, cache=cache,
+                            pair_cache=pair_cache, tasks=tasks, plans=plans,
+                            only=frozenset(only) if only is not None else None, sequential=sequential)  # fmt: skip
+        return RecordingLM(SpecDecLM(engine, session), outputs)
+
+    raw, plans = _run_lm_eval(make_lm, options, sources)
     results = []
     for spec in options.tasks:
-        name = spec.lm_eval_name
-        samples = _samples(spec, raw["samples"][name], lm)
-        result = _score(spec, samples, references[spec.name], options)
-        result.data_origin = sources[spec.name].origin
-        plan = plans[name]
-        result.n_total, result.subset = (
-            plan.n_total,
-            plan.to_dict() if plan.n < plan.n_total or plan.how == "random" else None,
-        )
-        if stopper is not None:
-            _sequential_verdict(result, stopper, name)
-        elif only is not None:
-            result.stopped = {
-                "gate": "paired",
-                "verdict": None,
-                "n": len(samples),
-                "of": plan.n,
-                "reason": "the baseline of an early-stopped paired run: the documents its run evaluated",
-            }
-        per_request = [s.pop("_acceptance") for s in samples if s.get("_acceptance")]
-        if per_request:
-            result.acceptance = run_acceptance(per_request, engine.identity.max_draft_len)
-            result.acceptance_requests = [(d["num_cycles"], d["num_accepted_drafts"]) for d in per_request]
-            result.acceptance_positions = [(d["num_cycles"], list(d["accepted_per_position"]))
-                                           for d in per_request if d.get("accepted_per_position")]  # fmt: skip
-        _check_against_lm_eval(spec, result, raw["results"][name], complete=result.stopped is None)
-        _note_subset(result, plan)
-        results.append(result)
+        name, plan = spec.lm_eval_name, plans[spec.name]
+        records = task_records(spec, raw["samples"][name], outputs)
+        results.append(_task_result(spec, records, references[spec.name], raw["results"][name], plan,
+                                    sources[spec.name].origin, stopper, only is not None, engine))  # fmt: skip
     return results
 
 
-def _stopper(engine: InferenceEngine, options: EvalOptions, references: dict, inputs: dict[str, Any]):
+def _task_result(spec: TaskSpec, records: TaskRecords, reference: Reference | None, lm_eval_results: dict[str, Any],
+                 plan, origin: str, stopper, only: bool, engine: InferenceEngine) -> TaskResult:  # fmt: skip
+    """A task's result, scored, cross-checked against lm-eval, its accuracy gate judged once."""
+    samples = records.samples
+    n = len(samples)
+    filters = spec.family.filters
+    filter_scores = {f: 100.0 * sum(bool(s.correct.get(f)) for s in samples) / n if n else 0.0 for f in filters}
+    scored = reference.score_filter if reference is not None and reference.score_filter else None
+    # The mean of the filters, unless the reference was measured on one filter (then that one, as it was).
+    score = filter_scores[scored] if scored in filter_scores else sum(filter_scores.values()) / len(filters)
+    failed = sum(s.failed for s in samples)
+    stopped, decision = None, None
+    if stopper is not None:
+        stopped, decision = stopper.record(spec.lm_eval_name), stopper.accuracy_decision(spec.lm_eval_name)
+    elif only:
+        why = "the baseline of an early-stopped paired run: the documents its run evaluated"
+        stopped = {"gate": "paired", "verdict": None, "n": n, "of": plan.n, "reason": why}
+    _check_against_lm_eval(spec, filter_scores, lm_eval_results, complete=stopped is None)
+    accuracy = accuracy_gate(spec.name, score, n, reference, spec.floor, failed, decision,
+                             _notes(n, reference, plan, stopped))  # fmt: skip
+    per_request = records.acceptance
+    return TaskResult(
+        spec.name, spec.family.name, n, filter_scores, score, reference, accuracy, samples,
+        acceptance=run_acceptance(per_request, engine.identity.max_draft_len) if per_request else None,
+        acceptance_requests=[(d["num_cycles"], d["num_accepted_drafts"]) for d in per_request],
+        acceptance_positions=[(d["num_cycles"], list(d["accepted_per_position"]))
+                              for d in per_request if d.get("accepted_per_position")],
+        num_failed_requests=failed, data_origin=origin, filter_mismatches=filter_mismatches(spec, records),
+        n_total=plan.n_total, subset=plan.to_dict() if plan.n < plan.n_total or plan.how == "random" else None,
+        stopped=stopped,
+    )  # fmt: skip
+
+
+def _stopper(engine: InferenceEngine, options: EvalOptions, references: dict, inputs: StopInputs):
     """The sequential controller: each task's accuracy design comes from its reference (none without one)."""
     from ..sequential.accuracy import AccuracySequentialDesign
     from ..sequential.early_stop import EarlyStop
@@ -200,31 +150,22 @@ def _stopper(engine: InferenceEngine, options: EvalOptions, references: dict, in
 
     if options.stop_file:  # a passive side of a sequential A/B: the controller decides, not this run's gates
         return EarlyStop(lambda task, n: None, options.early_stop_batch, exact=False, stop_file=options.stop_file)
-    return EarlyStop(design_for, options.early_stop_batch, inputs.get("test_id"), inputs.get("acceptance_refs"),
-                     inputs.get("exact", True), engine.identity.max_draft_len)  # fmt: skip
+    return EarlyStop(design_for, options.early_stop_batch, inputs.test_id, inputs.acceptance_refs, inputs.exact,
+                     engine.identity.max_draft_len)  # fmt: skip
 
 
-def _sequential_verdict(result: TaskResult, stopper, name: str) -> None:
-    """Under --early-stop the accuracy verdict is the sequential design's (its error rates are the ones kept);
-    a failed request still fails the task."""
-    result.stopped = stopper.record(name)
-    decision = stopper.accuracy_decision(name)
-    if decision is not None and decision["verdict"] != "CONTINUE" and result.num_failed_requests == 0:
-        result.verdict = decision["verdict"]
-        result.report += f"\nsequential verdict at n={decision['n']}: {decision['verdict']} ({decision['reason']})"
-
-
-def _note_subset(result: TaskResult, plan) -> None:
-    """The reference gate says when it compares a subset (or an early stop) with a full-set reference."""
+def _notes(n: int, reference: Reference | None, plan, stopped: dict[str, Any] | None) -> tuple[str, ...]:
+    """What the accuracy gate's report adds: a subset (or an early stop) compared with a full-set reference, and where
+    and why an early-stopped task stopped."""
     from ..tasks.subsets import subset_note
 
-    how = "random" if plan.how == "random" or result.stopped is not None else plan.how
-    note = subset_note(result.num_samples, plan.n_total, how) if result.reference is not None else None
-    if note:
-        result.report += "\n" + note
-    if result.stopped is not None:
-        s = result.stopped
-        result.report += f"\nstopped early at {s['n']} of {s['of']} documents by the {s['gate']} gate: {s['reason']}"
+    how = "random" if plan.how == "random" or stopped is not None else plan.how
+    note = subset_note(n, plan.n_total, how) if reference is not None else None
+    notes = [note] if note else []
+    if stopped is not None:
+        notes.append(f"stopped early at {stopped['n']} of {stopped['of']} documents by the {stopped['gate']} gate: "
+                     f"{stopped['reason']}")  # fmt: skip
+    return tuple(notes)
 
 
 def check_references(engine: InferenceEngine, options: EvalOptions) -> None:
@@ -249,9 +190,10 @@ def _simple_evaluate(**kwargs):
     return lm_eval.simple_evaluate(**kwargs)
 
 
-def _run_lm_eval(lm, options: EvalOptions, sources) -> tuple[dict[str, Any], dict[str, Any]]:
-    """lm-eval's evaluation of our tasks; returns its raw results and each task's SubsetPlan (the documents it
-    evaluates, in the order the engine sees them)."""
+def _run_lm_eval(make_lm: Callable, options: EvalOptions, sources) -> tuple[dict[str, Any], dict[str, Any]]:
+    """lm-eval's evaluation of our tasks on the model `make_lm(tasks, plans)` builds once the tasks are loaded; returns
+    its raw results and each task's SubsetPlan by our task name (the documents it evaluates, in the order the engine
+    sees them)."""
     import datasets
     from lm_eval.tasks import TaskManager
 
@@ -270,7 +212,7 @@ def _run_lm_eval(lm, options: EvalOptions, sources) -> tuple[dict[str, Any], dic
             sample = "random" if options.early_stop or options.stop_file else options.sample
             plans = {name: plan_subset(name, len(task.eval_docs), options.limit, sample, options.seed)
                      for name, task in tasks.items()}  # fmt: skip
-            lm.plan(tasks, plans)
+            lm = make_lm(tasks, plans)
             selection = {"limit": options.limit}
             if sample == "random":
                 subsets = {n: p.samples for n, p in plans.items() if p.n < p.n_total}
@@ -296,108 +238,14 @@ def _run_lm_eval(lm, options: EvalOptions, sources) -> tuple[dict[str, Any], dic
             raise UserError(f"lm-eval could not load the task data: {str(e).splitlines()[0]}") from None
     if raw is None:
         raise RuntimeError("lm-eval returned no results")
-    return raw, plans
+    return raw, {spec.name: plans[spec.lm_eval_name] for spec in options.tasks}
 
 
-def _hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def _samples(spec: TaskSpec, entries: list[dict[str, Any]], lm) -> list[dict[str, Any]]:
-    """One record per document, whatever lm-eval's per-(doc, filter) layout. The task's family says what a record
-    keeps: a sealed family's (GPQA's) hold no question, choice or output text, only ids, hashes, what its
-    extraction may keep (a letter) and correctness."""
-    family = spec.family
-    by_doc: dict[int, dict[str, Any]] = {}
-    for entry in entries:
-        doc_id = int(entry["doc_id"])
-        if lm.was_skipped(spec.lm_eval_name, doc_id):
-            continue  # an early-stopped task never evaluated this document
-        filt = entry.get("filter", "none")
-        target = str(entry["target"])  # per entry: lm-eval lists each document once per filter
-        rec = by_doc.get(doc_id)
-        if rec is None:
-            out = lm.outputs.get((spec.lm_eval_name, doc_id))
-            output_text = out.text if out is not None else ""
-            rec = {
-                "task": spec.name,
-                "doc_id": doc_id,
-                "doc_hash": entry.get("doc_hash"),
-                "prompt_hash": entry.get("prompt_hash"),
-                "target": family.target(target),
-                "output": None if family.sealed else output_text,
-                "output_hash": _hash(",".join(map(str, out.token_ids))) if out is not None else None,
-                "num_output_tokens": len(out.token_ids) if out is not None else 0,
-                # token ids, not text: what output identity and the first divergence are measured on
-                "output_token_ids": list(out.token_ids) if out is not None else [],
-                # per output token [logprob, top alternatives]: the lossless gate's margins (numbers and ids only)
-                "logprobs": out.logprobs if out is not None else None,
-                "finish_reason": out.finish_reason if out is not None else "missing",
-                "error": out.error if out is not None else "no engine output for this document",
-                "_acceptance": _acceptance_of(out),
-                "acceptance_length": (out.stats.get("acceptance") or {}).get("acceptance_length") if out else None,
-                "acceptance": _counts(out),  # the request's own counts: the report's AL by output length
-            }
-            if family.sealed:  # its output can quote the question: never stored readable
-                rec["sealed_fields"] = ["output_token_ids", "logprobs"]
-            by_doc[doc_id] = rec
-        extracted = entry["filtered_resps"][0] if isinstance(entry["filtered_resps"], list) else entry["filtered_resps"]
-        rec[f"extracted[{filt}]"] = family.extracted(str(extracted))
-        rec[f"correct[{filt}]"] = bool(entry.get("exact_match", 0.0))
-        # The family's own filters on the same generation: must agree with lm-eval's (_check_against_lm_eval)
-        ours = family.own_extraction(rec["output"], filt, target) if rec["output"] is not None else None
-        if ours is not None:
-            rec[f"ours[{filt}]"] = ours
-    return [by_doc[k] for k in sorted(by_doc)]
-
-
-def _acceptance_of(out) -> dict[str, Any] | None:
-    """One request's acceptance counts (our engine's counters, or a server's per-request fields; same layout)."""
-    acc = out.stats.get("acceptance") if out is not None else None
-    return acc or None
-
-
-def _counts(out) -> dict[str, Any] | None:
-    acc = _acceptance_of(out)
-    keys = ("num_cycles", "num_draft_tokens", "num_accepted_drafts", "accepted_per_position", "max_draft_len")
-    return {k: acc[k] for k in keys} if acc else None
-
-
-def _score(spec: TaskSpec, samples: list[dict[str, Any]], reference: Reference | None, options: EvalOptions):
-    n = len(samples)
-    filters = spec.family.filters
-    filter_scores = {f: 100.0 * sum(s[f"correct[{f}]"] for s in samples) / n if n else 0.0 for f in filters}
-    scored = reference.score_filter if reference is not None and reference.score_filter else None
-    # The mean of the filters, unless the reference was measured on one filter (then that one, as it was).
-    score = filter_scores[scored] if scored in filter_scores else sum(filter_scores.values()) / len(filters)
-    failed = sum(s["finish_reason"] in ("error", "missing") for s in samples)
-    if reference is None:
-        verdict, report, threshold, theta = "REPORT", f"{spec.name}: no reference (score only)", None, None
-    else:
-        test = reference.hypothesis_test(n, floor=spec.floor)
-        verdict, report, threshold, theta = test.verdict(score), test.report(score), test.threshold, test.theta
-    if failed:
-        verdict = "FAIL"  # a failed request is never scored as a wrong answer and never passes silently
-        report += f"\n{failed} of {n} requests FAILED (finish reason error): the run fails whatever its accuracy"
-    return TaskResult(spec.name, spec.family.name, n, filter_scores, score, reference, threshold, theta, verdict,
-                      report, samples, num_failed_requests=failed)  # fmt: skip
-
-
-def _check_against_lm_eval(
-    spec: TaskSpec, result: TaskResult, lm_eval_results: dict[str, Any], complete: bool = True
-) -> None:
+def _check_against_lm_eval(spec: TaskSpec, filter_scores: dict[str, float], lm_eval_results: dict[str, Any],
+                           complete: bool = True) -> None:  # fmt: skip
     """Our per-sample aggregation must reproduce lm-eval's own task scores (a mismatch is a harness bug and stops
-    the run); lm-eval's aggregate covers every planned document, so this holds when all were evaluated (complete).
-    A family's own filters (GSM8K's) are cross-checked on every sample; a disagreement is recorded in the result and
-    reported, never silently fixed: lm-eval's value is the one scored."""
-    for f, ours in result.filter_scores.items() if complete else ():
+    the run); lm-eval's aggregate covers every planned document, so this holds when all were evaluated (complete)."""
+    for f, ours in filter_scores.items() if complete else ():
         theirs = 100.0 * float(lm_eval_results.get(f"exact_match,{f}", float("nan")))
         if abs(ours - theirs) > 1e-6:
             raise RuntimeError(f"{spec.name} {f}: our score {ours:.4f} != lm-eval's {theirs:.4f}")
-    for s in result.samples:
-        for f in spec.family.filters:
-            ours = s.pop(f"ours[{f}]", None)
-            theirs = (s[f"extracted[{f}]"], s[f"correct[{f}]"])
-            if ours is not None and tuple(ours) != theirs:
-                result.filter_mismatches.append({"doc_id": s["doc_id"], "filter": f, "ours": list(ours),
-                                                 "lm_eval": list(theirs)})  # fmt: skip

@@ -1,7 +1,9 @@
 """Our engine as an lm-eval `LM`. Every generate_until request of every task goes to the engine in one call
 (continuous batching over all of them); outputs come back in request order, as lm-eval requires.
 
-Any `InferenceEngine` (workers/interface.py) works: the local engine, the torchrun one, or an HTTP endpoint.
+Any `InferenceEngine` (workers/interface.py) works: the local engine, the torchrun one, or an HTTP endpoint. What an
+evaluation wants (limits, logprobs, caches, which documents, a sequential stop) is one frozen `LMSession` given at
+construction; nothing is set or read back afterwards: the outputs are kept by a wrapper (lm_recording.py).
 
 Registered as `specdec`: `specdec-eval lm-eval run --model specdec --model_args model=smollm2,spec=eagle3 ...`
 (lm-eval has no plugin discovery, so its own `lm_eval` executable only sees models it imports itself; our
@@ -13,8 +15,8 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lm_eval.api.model import LM
@@ -24,8 +26,8 @@ from ...errors import UserError
 from ...results.paired import first_divergence
 from ...workers.config import EngineConfig, SamplingParams, from_options
 from ...workers.engine.engine import Engine
-from ...workers.interface import GenerationOutput, InferenceEngine, OutputSink, Prompt
-from ..tasks.registry import task_for_lm_eval_name
+from ...workers.interface import GenerationOutput, InferenceEngine
+from .lm_recording import RecordingSink, RunningScore
 
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's own backends default to this when a task names no max_gen_toks
 # lm-eval spells the same limit four ways (lm_eval.models.utils.normalize_gen_kwargs); first one present wins.
@@ -48,54 +50,51 @@ def sampling_from_gen_kwargs(gen_kwargs: dict[str, Any], default_max: int) -> Sa
     )
 
 
+@dataclass(frozen=True)
+class SequentialStop:
+    """Evaluate batch by batch in each task's order and stop a task as soon as a gate decides (--early-stop)."""
+
+    stopper: Any  # evals.sequential.early_stop.EarlyStop: the controller (its state is the run's looks)
+    references: Mapping[str, Any]  # lm-eval task name -> its reference (None: none)
+    baseline_tokens: Callable[[str, int], Any] | None = None  # (task, doc id) -> the baseline's tokens, if known
+
+
+@dataclass(frozen=True)
+class LMSession:
+    """Everything an evaluation tells the adapter, fixed when it is built: what to generate and how, and for which
+    documents (every planned one, `only` these, or `sequential`ly until a gate decides)."""
+
+    max_gen_toks: int | Mapping[str, int] = DEFAULT_MAX_GEN_TOKS  # one limit, or per lm-eval task name
+    logprobs: int | None = None  # record each output token's logprob and top alternatives (the lossless margins)
+    # The run pipeline records failed requests itself (and fails the run); anywhere else (lm-eval's own command
+    # line, a notebook) a failed request raises: it never reaches lm-eval as an answer.
+    record_failures: bool = False
+    progress: Callable | None = None
+    cache: Any = None  # evals.pipeline.resume.GenerationCache: finished generations of this run, for resume
+    pair_cache: Any = None  # paired decoding: the baseline run's GenerationCache gets the plain twins' outputs
+    tasks: Mapping[str, Any] = field(default_factory=dict)  # lm-eval task name -> Task (its filters score early)
+    plans: Mapping[str, Any] = field(default_factory=dict)  # lm-eval task name -> SubsetPlan (documents, order)
+    only: frozenset[tuple[str, int]] | None = None  # evaluate just these (task, doc id); skip the others
+    sequential: SequentialStop | None = None
+
+
 @register_model("specdec")
 class SpecDecLM(LM):
-    def __init__(
-        self,
-        engine: InferenceEngine | None = None,
-        max_gen_toks: int | dict[str, int] = DEFAULT_MAX_GEN_TOKS,
-        progress: Callable | None = None,
-        cache: Any = None,  # evals.resume.GenerationCache: finished generations of this run, for resume
-        record_failures: bool = False,
-        pair_cache: Any = None,  # paired decoding: the baseline run's GenerationCache gets the plain twins' outputs
-        logprobs: int | None = None,  # record each output token's logprob and top alternatives (the lossless margins)
-        **engine_args: Any,
-    ) -> None:
-        """record_failures: the run pipeline records failed requests itself (and fails the run); anywhere else
-        (lm-eval's own command line, a notebook) a failed request raises: it never reaches lm-eval as an answer."""
+    def __init__(self, engine: InferenceEngine | None = None, session: LMSession | None = None, **engine_args: Any
+                 ) -> None:  # fmt: skip
+        """engine: any InferenceEngine (else one built from `engine_args`, lm-eval's --model_args); session: what to
+        generate and for which documents."""
         super().__init__()
         self.engine = engine if engine is not None else Engine(engine_config_from_args(engine_args))
-        # one limit for every task, or per lm-eval task name (a task's own gen_kwargs still win)
-        self.max_gen_toks = dict(max_gen_toks) if isinstance(max_gen_toks, dict) else int(max_gen_toks)
-        self.progress = progress
-        self.cache = cache
-        self.record_failures = record_failures
-        self.pair_cache = pair_cache
-        self.logprobs = logprobs
-        self.tasks: dict[str, Any] = {}  # lm-eval task name -> Task object (its filters score samples early)
-        self.plans: dict[str, Any] = {}  # lm-eval task name -> evals.subsets.SubsetPlan (documents and order)
-        self.stopper = None  # evals.early_stop.EarlyStop, for sequential verdicts
-        self.references: dict[str, Any] = {}
-        self.baseline_tokens: Callable | None = None
-        self.skipped: set[tuple[str, int]] = set()  # (task, doc id) an early stop left unevaluated
-        self.only: set[tuple[str, int]] | None = None  # evaluate just these (task, doc id); skip the others
-        # (lm-eval task name, doc id) -> the engine's output, for per-sample records (tokens, acceptance)
-        self.outputs: dict[tuple[str, int], GenerationOutput] = {}
+        self.session = session or LMSession()
 
-    def plan(self, tasks: dict[str, Any], plans: dict[str, Any]) -> None:
-        """The tasks lm-eval will run, and each one's documents in evaluation order (evals/tasks/subsets.py)."""
-        self.tasks, self.plans = tasks, plans
+    @property
+    def max_gen_toks(self) -> int | Mapping[str, int]:
+        return self.session.max_gen_toks
 
-    def stop_early(self, stopper: Any, references: dict[str, Any], baseline_tokens: Callable | None) -> None:
-        """Evaluate batch by batch in each task's order and stop a task as soon as a gate decides."""
-        self.stopper, self.references, self.baseline_tokens = stopper, references, baseline_tokens
-
-    def was_skipped(self, task: str, doc_id: int) -> bool:
-        return (task, doc_id) in self.skipped
-
-    def _doc_id(self, req) -> int:
+    def doc_id(self, req) -> int:
         """The document index of a request (lm-eval numbers a random subset's documents by position)."""
-        plan = self.plans.get(req.metadata[0])
+        plan = self.session.plans.get(req.metadata[0])
         return plan.doc_id(int(req.metadata[1])) if plan is not None else int(req.metadata[1])
 
     @classmethod
@@ -109,56 +108,59 @@ class SpecDecLM(LM):
         # lm-eval's own --device / --batch_size defaults are meant for its HF backend; ours come from model_args.
         ignored = ("batch_size", "max_batch_size", "device")
         args.update({k: v for k, v in (additional_config or {}).items() if v is not None and k not in ignored})
-        return cls(**args)
+        limit = args.pop("max_gen_toks", DEFAULT_MAX_GEN_TOKS)
+        return cls(session=LMSession(max_gen_toks=int(limit)), **args)
 
     # --- generation ------------------------------------------------------------------------------------
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        return self.answers(requests, self.outputs_for(requests))
+
+    def outputs_for(self, requests) -> list[GenerationOutput]:
+        """The engine's output of each request, in request order (a document the run skips: finish reason
+        "skipped")."""
         if not requests:
             return []
         prompts = [req.args[0] for req in requests]
         sampling = [replace(sampling_from_gen_kwargs(req.args[1], self._max_for(req.metadata[0])),
-                            logprobs=self.logprobs) for req in requests]  # fmt: skip
+                            logprobs=self.session.logprobs) for req in requests]  # fmt: skip
         self.running = RunningScore([(req.metadata[0], getattr(req, "doc", None)) for req in requests])
-        if self.only is not None:
-            outputs = self._generate_only(requests, prompts, sampling)
-        elif self.stopper is None:
-            outputs = self._generate(prompts, sampling)
-        else:
-            outputs = self._generate_sequentially(requests, prompts, sampling)
-        for req, out in zip(requests, outputs, strict=True):
-            self.outputs[(req.metadata[0], self._doc_id(req))] = out
+        if self.session.only is not None:
+            return self._generate_only(requests, prompts, sampling)
+        if self.session.sequential is None:
+            return self._generate(prompts, sampling)
+        return self._generate_sequentially(requests, prompts, sampling)
+
+    def answers(self, requests, outputs: list[GenerationOutput]) -> list[str]:
+        """What lm-eval gets: each output's text. A failed request raises, unless the run records failures itself
+        (it then marks those samples failed and fails the run; lm-eval gets a placeholder it never reports)."""
         failed = [(req, out) for req, out in zip(requests, outputs, strict=True) if out.finish_reason == "error"]
-        self.skipped |= {(r.metadata[0], self._doc_id(r)) for r, o in zip(requests, outputs, strict=True)
-                         if o.finish_reason == "skipped"}  # fmt: skip
-        if failed and not self.record_failures:
+        if failed and not self.session.record_failures:
             req, out = failed[0]
             raise RequestsFailed(
                 f"{len(failed)} of {len(outputs)} requests failed (first: task {req.metadata[0]} doc "
                 f"{req.metadata[1]}: {out.error}); a failed request is never scored as an answer"
             )
-        # Recorded: the pipeline marks these samples failed and fails the run; lm-eval gets a placeholder so that it
-        # can finish its bookkeeping, and its score of them is never reported.
         return [out.text if out.finish_reason != "error" else "" for out in outputs]
 
     def _generate(self, prompts: list, sampling: list[SamplingParams]) -> list[GenerationOutput]:
         """Reuse outputs this run already finished (resume); generate the rest, persisting each as it finishes."""
-        cached = [self.cache.get(p, s) if self.cache else None for p, s in zip(prompts, sampling, strict=True)]
-        if self.pair_cache is not None:  # a pair is generated again unless both of its outputs are kept
-            paired = [self.pair_cache.get(p, s) for p, s in zip(prompts, sampling, strict=True)]
+        session = self.session
+        cached = [session.cache.get(p, s) if session.cache else None for p, s in zip(prompts, sampling, strict=True)]
+        if session.pair_cache is not None:  # a pair is generated again unless both of its outputs are kept
+            paired = [session.pair_cache.get(p, s) for p, s in zip(prompts, sampling, strict=True)]
             cached = [c if b is not None else None for c, b in zip(cached, paired, strict=True)]
         todo = [i for i, c in enumerate(cached) if c is None]
-        self.num_reused = len(prompts) - len(todo)
         running = getattr(self, "running", None) or RunningScore([])
         for i, c in enumerate(cached):
             if c is not None:
                 running.add(i, c.text)
         fresh: list[GenerationOutput] = []
         if todo:
-            sink = _RecordingSink(self.cache, running, todo)
-            args = ([prompts[i] for i in todo], [sampling[i] for i in todo], running.wrap(self.progress), sink)
-            if self.pair_cache is not None:
-                fresh, _ = self.engine.generate_paired(*args, self.pair_cache)
+            sink = RecordingSink(session.cache, running, todo)
+            args = ([prompts[i] for i in todo], [sampling[i] for i in todo], running.wrap(session.progress), sink)
+            if session.pair_cache is not None:
+                fresh, _ = self.engine.generate_paired(*args, session.pair_cache)
             else:
                 fresh = self.engine.generate(*args)
         for i, out in zip(todo, fresh, strict=True):
@@ -170,19 +172,20 @@ class SpecDecLM(LM):
         a task the stopper decided gets no more requests (its remaining outputs are "skipped")."""
         from collections import deque
 
+        stopper = self.session.sequential.stopper
         by_task: dict[str, list[int]] = {}
         for i, req in enumerate(requests):
             by_task.setdefault(req.metadata[0], []).append(i)
         pending = {}
         for task, rows in by_task.items():
-            plan = self.plans[task]
-            rows.sort(key=lambda i: plan.position(self._doc_id(requests[i])))
+            plan = self.session.plans[task]
+            rows.sort(key=lambda i: plan.position(self.doc_id(requests[i])))
             pending[task] = deque(rows)
-            self.stopper.start(task, len(rows))
+            stopper.start(task, len(rows))
         outputs: list[GenerationOutput | None] = [None] * len(requests)
         while True:
-            chunk = [pending[t].popleft() for t in pending if self.stopper.is_open(t)
-                     for _ in range(min(self.stopper.batch, len(pending[t])))]  # fmt: skip
+            chunk = [pending[t].popleft() for t in pending if stopper.is_open(t)
+                     for _ in range(min(stopper.batch, len(pending[t])))]  # fmt: skip
             if not chunk:
                 break
             for i, out in zip(chunk, self._generate([prompts[i] for i in chunk], [sampling[i] for i in chunk]),
@@ -190,11 +193,11 @@ class SpecDecLM(LM):
                 outputs[i] = out
                 self._observe(requests[i], prompts[i], sampling[i], out)
             for task in {requests[i].metadata[0] for i in chunk}:
-                self.stopper.after_batch(task)
+                stopper.after_batch(task)
         return [out if out is not None else _skipped(i) for i, out in enumerate(outputs)]
 
     def _generate_only(self, requests, prompts: list, sampling: list[SamplingParams]) -> list[GenerationOutput]:
-        keep = [i for i, r in enumerate(requests) if (r.metadata[0], self._doc_id(r)) in self.only]
+        keep = [i for i, r in enumerate(requests) if (r.metadata[0], self.doc_id(r)) in self.session.only]
         outputs = [_skipped(i) for i in range(len(requests))]
         for i, out in zip(keep, self._generate([prompts[i] for i in keep], [sampling[i] for i in keep]), strict=True):
             outputs[i] = out
@@ -203,23 +206,23 @@ class SpecDecLM(LM):
     def _observe(self, req, prompt, params: SamplingParams, out: GenerationOutput) -> None:
         from ..sequential.early_stop import sample_score
 
-        task, doc_id = req.metadata[0], self._doc_id(req)
-        ref = self.references.get(task)
-        score = sample_score(self.tasks[task], req, out.text, ref.score_filter if ref is not None else None)
+        sequential, session = self.session.sequential, self.session
+        task, doc_id = req.metadata[0], self.doc_id(req)
+        ref = sequential.references.get(task)
+        score = sample_score(session.tasks[task], req, out.text, ref.score_filter if ref is not None else None)
         baseline = None
-        if self.pair_cache is not None:
-            twin = self.pair_cache.get(prompt, params)
+        if session.pair_cache is not None:
+            twin = session.pair_cache.get(prompt, params)
             baseline = twin.token_ids if twin is not None else None
-        elif self.baseline_tokens is not None:
-            baseline = self.baseline_tokens(task, doc_id)
+        elif sequential.baseline_tokens is not None:
+            baseline = sequential.baseline_tokens(task, doc_id)
         divergence = first_divergence(out.token_ids, baseline) if baseline is not None else None
-        plan = self.plans[task]
-        self.stopper.observe(task, plan.position(doc_id), score, out.stats.get("acceptance"), divergence, doc_id)
+        plan = session.plans[task]
+        sequential.stopper.observe(task, plan.position(doc_id), score, out.stats.get("acceptance"), divergence, doc_id)
 
     def _max_for(self, task: str) -> int:
-        if isinstance(self.max_gen_toks, dict):
-            return self.max_gen_toks.get(task, DEFAULT_MAX_GEN_TOKS)
-        return self.max_gen_toks
+        limit = self.session.max_gen_toks
+        return limit.get(task, DEFAULT_MAX_GEN_TOKS) if isinstance(limit, Mapping) else int(limit)
 
     # --- scoring ---------------------------------------------------------------------------------------
 
@@ -274,54 +277,6 @@ def _skipped(index: int) -> GenerationOutput:
 
 class RequestsFailed(RuntimeError):
     """The engine could not complete some requests (after its retries)."""
-
-
-class _RecordingSink:
-    """Each finished output goes to the run's generation cache (for resume) and to the running score. Replica
-    leaders of a torchrun job write through their own cache writer; the running score is rank 0's."""
-
-    def __init__(self, cache: Any, running: RunningScore | None, todo: list[int]) -> None:
-        self.cache, self.running, self.todo = cache, running, todo
-
-    def put(self, prompt: Prompt, sampling: SamplingParams, output: GenerationOutput) -> None:
-        if self.running is not None:
-            self.running.add(self.todo[output.index], output.text)
-        if self.cache is not None:
-            self.cache.put(prompt, sampling, output)
-
-    def for_replica(self, rank: int) -> OutputSink:
-        return _RecordingSink(self.cache.for_replica(rank) if self.cache is not None else None, None, self.todo)
-
-
-class RunningScore:
-    """A live score for the progress line while generation runs, on the outputs finished so far: each request's
-    task family judges its output (`TaskFamily.live_correct`). Only a progress hint: the reported score is lm-eval's."""
-
-    def __init__(self, requests: list[tuple[str, Any]]) -> None:
-        """requests: (lm-eval task name, document) of each request, in order."""
-        self.requests = requests
-        self.correct: dict[int, bool] = {}
-
-    def add(self, i: int, text: str) -> None:
-        task, doc = self.requests[i] if i < len(self.requests) else ("", None)
-        spec = task_for_lm_eval_name(task)
-        verdict = spec.family.live_correct(text, doc) if spec is not None else None
-        if verdict is not None:
-            self.correct[i] = verdict
-
-    @property
-    def score(self) -> float | None:
-        return 100.0 * sum(self.correct.values()) / len(self.correct) if self.correct else None
-
-    def wrap(self, progress: Callable | None) -> Callable | None:
-        if progress is None:
-            return None
-
-        def update(done: int, total: int, stats) -> None:
-            stats.running_score = self.score
-            progress(done, total, stats)
-
-        return update
 
 
 def engine_config_from_args(args: dict[str, Any]) -> EngineConfig:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ...results.run_summary import Verdict
 from ...workers.config import EngineConfig, SamplingParams
 from ...workers.engine.engine import Engine
 from ...workers.events import failing_events
@@ -41,8 +42,8 @@ def run_canary(base: EngineConfig, prompts: list[str], max_new_tokens: int, mode
         budget = _budget_quota(clean)
         kv = replace(base.kv_cache, version="v2", max_total_bytes=budget["quota_bytes"])
         faulty = replace(faulty, kv_cache=kv)
-    runs = {"fault-free": _run(clean, reference, prompts, params, "PASS", generated=True)}
-    for guard, expected in (("none", "FAIL"), ("template", "PASS")):
+    runs = {"fault-free": _run(clean, reference, prompts, params, Verdict.PASS, generated=True)}
+    for guard, expected in (("none", Verdict.FAIL), ("template", Verdict.PASS)):
         engine = Engine(replace(faulty, spec=replace(base.spec, guard=guard)), checkpoint=clean.checkpoint,
                         tokenizer=clean.tokenizer)  # fmt: skip
         runs[f"guard {guard}"] = _run(engine, reference, prompts, params, expected)
@@ -72,7 +73,7 @@ def _run(engine: Engine, reference, prompts, params, expected: str, generated: b
     leaks = engine.events.of_type("spec_state_leak")
     # A run fails on any leak or unrecovered failed request, whatever its outputs (DESIGN.md, "Events"), and
     # a canary run that differs from the fault-free outputs fails too.
-    verdict = "FAIL" if failing_events(engine.events.events) or identical < len(prompts) else "PASS"
+    verdict = Verdict.FAIL if failing_events(engine.events.events) or identical < len(prompts) else Verdict.PASS
     return {
         "guard": engine.config.spec.guard,
         "kv_cache": engine.config.kv_cache.version,

@@ -1,16 +1,16 @@
 """The bug-class matrix behind `specdec-eval selftest --mutants`: what this tool catches.
 
 Each bug class of spec-dec engines (planted as a behaviour fault, workers/engine/faults.py, or the seed's unrestored
-metadata) runs through the default `run` configuration: `run_with_baseline` with its paired baseline, early stop
-on, a seeded random GSM8K subset, each class in a fresh runs folder (nothing reused between classes). The engine
-without any mutation runs the same way and must PASS every gate. A class that changes outputs counts as caught only
-when the lossless gate FAILs it (acceptance catching it is luck: a collapsed acceptance is a symptom of some bugs,
-of no others); a class that changes no output is caught by the events gate, or, when it only makes the drafter
-worse (aux_layers_off_by_one), by the paired acceptance test: its run's per-document acceptance against the
-unmutated run's over the same documents (results/acceptance_paired.py), as `compare` and `ab` test two commits. Such
-a class is reported as what it is: the single-run acceptance gate's cell shows it missed, with the gate's own
-statement of the smallest drop it could see at this n. The sampling class runs GSM8K at temperature > 0
-(`gsm8k_sampled`), with an unmutated sampled run beside it.
+metadata) runs through the default `run` configuration: the run pipeline (evals/pipeline/run.py) on the local backend
+with its paired baseline, early stop on, a seeded random GSM8K subset, each class in a fresh runs folder (nothing
+reused between classes). The engine without any mutation runs the same way and must PASS every gate. A class that
+changes outputs counts as caught only when the lossless gate FAILs it (acceptance catching it is luck: a collapsed
+acceptance is a symptom of some bugs, of no others); a class that changes no output is caught by the events gate, or,
+when it only makes the drafter worse (aux_layers_off_by_one), by the paired acceptance test: its run's per-document
+acceptance against the unmutated run's over the same documents (results/acceptance_paired.py), as `compare` and `ab`
+test two commits. Such a class is reported as what it is: the single-run acceptance gate's cell shows it missed, with
+the gate's own statement of the smallest drop it could see at this n. The sampling class runs GSM8K at temperature
+> 0 (`gsm8k_sampled`), with an unmutated sampled run beside it.
 """
 
 from __future__ import annotations
@@ -26,11 +26,14 @@ from typing import Any
 from ...errors import UserError
 from ...results.acceptance_paired import DROP, NO_DROP, judge_pairs, paired_counts
 from ...results.paired import pair_samples
-from ...results.run_summary import GateResult, RunSummary, TaskSummary, as_run_summary
+from ...results.run_summary import GateResult, RunSummary, TaskSummary, Verdict, as_run_summary
+from ...results.sample_record import SampleRecord
 from ...results.store import Run
 from ...workers.config import EngineConfig
+from ..pipeline.backends import RunTarget, make_backend
 from ..pipeline.evaluation import EvalOptions
-from ..pipeline.orchestration import RunPlan, run_with_baseline
+from ..pipeline.run import run
+from ..run_types import RunPlan
 from ..tasks.registry import TASKS
 
 GATES = ("accuracy", "lossless", "acceptance", "paired_acceptance", "events")
@@ -106,11 +109,11 @@ def run_matrix(
     note: Callable[[str], None] = lambda line: None,
     workdir: str | None = None,
 ) -> dict[str, Any]:
-    """Every class through `run_with_baseline`, each in a fresh runs folder; returns the matrix (JSON-ready). The
-    unmutated greedy run's per-document acceptance is kept for the paired test of the classes after it (run first
-    when a class needs it and the matrix has no unmutated row before it)."""
+    """Every class through the run pipeline (evals/pipeline/run.py), each in a fresh runs folder; returns the
+    matrix (JSON-ready). The unmutated greedy run's per-document acceptance is kept for the paired test of the classes
+    after it (run first when a class needs it and the matrix has no unmutated row before it)."""
     rows = []
-    unmutated: list[dict[str, Any]] | None = None
+    unmutated: list[SampleRecord] | None = None
     for i, bug in enumerate(classes, 1):
         if bug.catcher == PAIRED and unmutated is None:
             note(f"[{i}/{len(classes)}] {bug.name}: first the unmutated run its acceptance is paired with")
@@ -134,13 +137,13 @@ def _run(config: EngineConfig, options: EvalOptions, bug: BugClass, workdir: str
     with tempfile.TemporaryDirectory(prefix=f"mutant-{bug.name.split(',')[0]}-", dir=workdir) as out:
         plan = RunPlan(matrix_options(options, bug), out=out, resume=False)
         started = time.perf_counter()
-        summary = run_with_baseline(mutant_config(config, bug), plan, baseline="paired")
+        summary = run(plan, make_backend("local", RunTarget(mutant_config(config, bug))))
         elapsed = time.perf_counter() - started
         found = (summary, Run(Path(summary.run_dir)).samples(), _evaluation_order(summary))
     return (found, elapsed) if timed else found
 
 
-def paired_cell(unmutated: list[dict[str, Any]] | None, samples: list[dict[str, Any]], elapsed: float) -> dict:
+def paired_cell(unmutated: list[SampleRecord] | None, samples: list[SampleRecord], elapsed: float) -> dict:
     """The paired acceptance test of a class's run (B) against the unmutated run (A) over their common documents:
     FAIL when B's acceptance is shown lower (alpha 0.05), PASS when a 5 % drop is ruled out, "-" when it cannot
     decide (or no side drafted)."""
@@ -159,7 +162,7 @@ def paired_cell(unmutated: list[dict[str, Any]] | None, samples: list[dict[str, 
 
 
 def _brief(cell: dict[str, Any]) -> str:
-    return f"FAIL at doc {cell['doc']}" if cell["verdict"] == "FAIL" else cell["verdict"]
+    return f"FAIL at doc {cell['doc']}" if cell["verdict"] == Verdict.FAIL else cell["verdict"]
 
 
 def _evaluation_order(summary: RunSummary) -> list[Any]:
@@ -182,7 +185,7 @@ def judge(bug: BugClass, summary: RunSummary | Mapping[str, Any], elapsed: float
     if bug.is_clean:
         result = "FALSE FAIL" if any(c["verdict"] == "FAIL" for c in cells.values()) else "PASS"
     else:
-        result = "caught" if cells[bug.catcher]["verdict"] == "FAIL" else "MISSED"
+        result = "caught" if cells[bug.catcher]["verdict"] == Verdict.FAIL else "MISSED"
     return {"class": bug.name, "what": bug.what, "catcher": bug.catcher, "result": result, "cells": cells,
             "elapsed_s": round(elapsed, 1), "documents": task.num_samples, "of": len(order) or task.num_samples,
             "fired_in_steps": summary.events.get("fault_injected", 0),
@@ -191,11 +194,11 @@ def judge(bug: BugClass, summary: RunSummary | Mapping[str, Any], elapsed: float
 
 def _cell(gate: str, summary: RunSummary, task: TaskSummary, elapsed: float, order: list[Any]) -> dict:
     verdict, docs = _verdict(gate, summary, task), []
-    if verdict == "PASS" and gate == "acceptance" and task.acceptance_gate is not None:
+    if verdict == Verdict.PASS and gate == "acceptance" and task.acceptance_gate is not None:
         power = task.acceptance_gate.numbers.get("power") or {}
         # what the single-run gate could have seen: a class it misses is reported with the gate's own statement
         return {"verdict": verdict, **({"power": power["statement"]} if power.get("statement") else {})}
-    if verdict != "FAIL":
+    if verdict != Verdict.FAIL:
         return {"verdict": verdict}
     stopped = task.stopped or {}
     if gate == "lossless":  # the spec-dec outputs' divergences from the twins, or the twins' audit's
@@ -204,7 +207,7 @@ def _cell(gate: str, summary: RunSummary, task: TaskSummary, elapsed: float, ord
         docs = [d["doc_id"] for d in found.get("divergences") or []] + ([audited["doc_id"]] if audited else [])
     positions = sorted(order.index(d) + 1 for d in docs if d in order)
     doc = positions[0] if positions else (stopped.get("n") if stopped.get("gate") == gate else task.num_samples)
-    return {"verdict": "FAIL", "doc": doc, "seconds": round(elapsed, 1), "reason": _reason(gate, summary, task)}
+    return {"verdict": Verdict.FAIL, "doc": doc, "seconds": round(elapsed, 1), "reason": _reason(gate, summary, task)}
 
 
 def _gate(gate: str, task: TaskSummary) -> GateResult | None:
@@ -214,14 +217,14 @@ def _gate(gate: str, task: TaskSummary) -> GateResult | None:
 def _verdict(gate: str, summary: RunSummary, task: TaskSummary) -> str:
     """FAIL, PASS, or "-" (the gate could not decide in this run: no reference, no baseline)."""
     if gate == "events":
-        return "FAIL" if summary.failing_events else "PASS"
+        return Verdict.FAIL if summary.failing_events else Verdict.PASS
     if gate == "accuracy":
-        return task.verdict if task.verdict in ("PASS", "FAIL") else "-"
+        return task.verdict if task.verdict in (Verdict.PASS, Verdict.FAIL) else "-"
     found = _gate(gate, task)
     stopped = task.stopped or {}
-    if stopped.get("gate") == gate and stopped.get("verdict") == "FAIL":
-        return "FAIL"
-    return found.verdict if found is not None and found.verdict in ("PASS", "FAIL") else "-"
+    if stopped.get("gate") == gate and stopped.get("verdict") == Verdict.FAIL:
+        return Verdict.FAIL
+    return found.verdict if found is not None and found.verdict in (Verdict.PASS, Verdict.FAIL) else "-"
 
 
 def _reason(gate: str, summary: RunSummary, task: TaskSummary) -> str:

@@ -50,12 +50,12 @@ def run_counts(run_dir: str, task: str | None = None) -> tuple[str, dict[Any, tu
     """(task, doc id -> (cycles, accepted), per-position acceptance rates) of a finished run's spec-dec task (the
     first with counts, or `task`)."""
     samples = Run(Path(run_dir)).samples()
-    tasks = [t for t in dict.fromkeys(s["task"] for s in samples) if task in (None, t)]
+    tasks = [t for t in dict.fromkeys(s.task for s in samples) if task in (None, t)]
     for name in tasks:
-        mine = [s for s in samples if s["task"] == name and doc_counts(s) is not None]
+        mine = [s for s in samples if s.task == name and doc_counts(s) is not None]
         if mine:
-            counts = {s["doc_id"]: doc_counts(s) for s in mine}
-            positions = [s["acceptance"].get("accepted_per_position") or [] for s in mine]
+            counts = {s.doc_id: doc_counts(s) for s in mine}
+            positions = [s.acceptance.get("accepted_per_position") or [] for s in mine]
             width = max(map(len, positions))
             cycles = sum(c for c, _ in counts.values())
             rates = [sum(p[i] for p in positions if len(p) > i) / cycles for i in range(width)]

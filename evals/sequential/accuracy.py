@@ -54,11 +54,12 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtri
 
+from ...results.run_summary import Verdict
 from ..gates.hypothesis import HypothesisTest
 from .boundaries import Spending, crossing_probabilities, fail_boundaries, pass_boundaries
 
 MAX_LOOKS = 200
-PASS, FAIL, CONTINUE, NO_GATE = "PASS", "FAIL", "CONTINUE", "NO-GATE"
+PASS, FAIL, CONTINUE, NO_GATE = Verdict.PASS, Verdict.FAIL, Verdict.CONTINUE, Verdict.NO_GATE
 
 
 @dataclass(frozen=True)

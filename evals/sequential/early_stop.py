@@ -23,11 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...results.run_summary import Verdict
 from ...workers.spec.metrics import AcceptanceStats
 from ..gates.acceptance import acceptance_early_fail
+from ..run_types import EvalOptions
 from .accuracy import AccuracySequentialDesign
 
-DEFAULT_BATCH = 64
+DEFAULT_BATCH = EvalOptions.early_stop_batch  # documents per look: `run --early-stop-batch`'s default
 
 
 def sample_score(task: Any, instance: Any, text: str, score_filter: str | None = None) -> float:
@@ -115,7 +117,7 @@ class EarlyStop:
         if acceptance and t.acceptance is not None:
             t.acceptance.merge(AcceptanceStats.from_dict(acceptance))
         if divergence is not None and self.exact and t.stopped is None:
-            t.stopped = {"gate": "lossless", "verdict": "FAIL", "n": None, "of": t.n_max, "doc_id": doc_id,
+            t.stopped = {"gate": "lossless", "verdict": Verdict.FAIL, "n": None, "of": t.n_max, "doc_id": doc_id,
                          "reason": f"doc {doc_id} differs from the baseline at token {divergence} (any divergence "
                          "fails in float32): stopped at the first divergent sample"}  # fmt: skip
 
@@ -136,7 +138,13 @@ class EarlyStop:
         if t.acceptance is not None and self.test_id is not None:
             early = acceptance_early_fail(self.test_id, t.acceptance.to_dict(), self.acceptance_refs)
             if early is not None:
-                t.stopped = {"gate": "acceptance", "verdict": "FAIL", "n": n, "of": t.n_max, "reason": early["reason"]}
+                t.stopped = {
+                    "gate": "acceptance",
+                    "verdict": Verdict.FAIL,
+                    "n": n,
+                    "of": t.n_max,
+                    "reason": early["reason"],
+                }
                 return
         if t.design is None or n not in t.design.looks:
             return
@@ -144,7 +152,7 @@ class EarlyStop:
         decision = t.design.decide(n, score)
         t.decision = decision.to_dict()
         t.looks.append(t.decision)
-        if decision.verdict in ("PASS", "FAIL") and n < t.n_max:
+        if decision.verdict in (Verdict.PASS, Verdict.FAIL) and n < t.n_max:
             t.stopped = {"gate": "accuracy", "verdict": decision.verdict, "n": n, "of": t.n_max,
                          "reason": decision.reason}  # fmt: skip
 

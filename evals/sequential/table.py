@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from .accuracy import AccuracySequentialDesign
-from .paired import PairedSequentialDesign, fixed_pairs_needed
+from .discordant_pairs import PairedSequentialDesign, fixed_pairs_needed
 
 EXAMPLE = """example:
   python -m specdec_eval.evals.sequential --n 1319 --batch 64 --ref 74.2

@@ -113,15 +113,13 @@ def _sample_scores(run: Run, tasks: Mapping[str, TaskSummary]) -> dict[str, tupl
     Only correctness flags are read; no sample text is kept.
     """
     sums: dict[str, list[float]] = {}
-    for row in run.samples():
-        task = row.get("task")
+    for sample in run.samples():
+        task = sample.task
         info = tasks.get(task)
         if info is None:
             continue
-        filters = list((info.filter_scores or {}).keys())
-        if not filters:
-            filters = [k[len("correct[") : -1] for k in row if k.startswith("correct[") and k.endswith("]")]
-        flags = [row.get(f"correct[{f}]") for f in filters]
+        filters = list((info.filter_scores or {}).keys()) or list(sample.correct)
+        flags = [sample.correct.get(f) for f in filters]
         flags = [bool(v) for v in flags if v is not None]
         if not flags:
             continue
@@ -133,8 +131,8 @@ def request_acceptance(run: Run) -> dict[str, list[tuple[int, dict[str, Any]]]]:
     """Per task, (output tokens, acceptance counts) of each sample that stored its request's counts (runs before
     per-request counts were stored have none: their report leaves the plot out)."""
     out: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-    for row in run.samples():
-        counts = row.get("acceptance")
+    for sample in run.samples():
+        counts = sample.acceptance
         if isinstance(counts, dict) and isinstance(counts.get("num_cycles"), int) and counts["num_cycles"] > 0:
-            out.setdefault(str(row.get("task")), []).append((int(row.get("num_output_tokens") or 0), counts))
+            out.setdefault(str(sample.task), []).append((int(sample.num_output_tokens or 0), counts))
     return out

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...event_types import FAILING_EVENTS
-from ..run_summary import FAIL, NO_GATE, PASS, TaskSummary
-from ..verdict import UNDERPOWERED, acceptance_words
+from ..run_summary import FAIL, NO_GATE, PASS, TaskSummary, Verdict
+from ..shown_verdict import UNDERPOWERED, acceptance_words
 from .data import RunData
 from .text import num
 
@@ -59,12 +59,12 @@ def accuracy_gate(task: TaskSummary | Mapping[str, Any]) -> GateText:
         if score >= threshold:
             return GateText(PASS, f"PASS: {num(score)} ≥ threshold {num(threshold)}{ref}")
         return GateText(FAIL, f"FAIL: {num(score)} < threshold {num(threshold)}{ref}")
-    if verdict == "NO-GATE":
+    if verdict == Verdict.NO_GATE:
         n = info.num_samples
         at = f" n = {n}" if n else " this n"
         return GateText(verdict, f"NO-GATE: threshold {num(threshold)} is at or below the floor, so accuracy cannot "
                                  f"fail at{at} (score {num(score)}){ref}")  # fmt: skip
-    if verdict == "REPORT":
+    if verdict == Verdict.REPORT:
         return GateText(verdict, f"REPORT: no reference, score {num(score)} only")
     return GateText(verdict, f"{verdict}: score {num(score)}, threshold {num(threshold)}{ref}")
 
@@ -93,7 +93,7 @@ def lossless_gate(task: TaskSummary | Mapping[str, Any]) -> GateText | None:
             shown = ", ".join(f"doc {d.get('doc_id')} @ token {d.get('position')}" for d in firsts[:_MAX_DIVERGENT])
             more = f" (+{len(firsts) - _MAX_DIVERGENT} more)" if len(firsts) > _MAX_DIVERGENT else ""
             text += f"; first divergent: {shown}{more}"
-        if ls.get("margin_rule") and ls.get("reason"):  # judged by margins against a control (evals/gates/margins.py)
+        if ls.get("margin_rule") and ls.get("reason"):  # judged by margins against a control (evals/lossless/)
             text += f"; {ls['reason']}"
         if ls.get("audit_margins"):
             text += f"; twin audit: {ls['audit_margins']}"
@@ -218,7 +218,7 @@ def decide_run(run: RunData) -> RunDecision:
             elif gate.verdict == PASS:
                 passed[name].append(t.task)
         verdict = t.summary.verdict
-        (no_gate if verdict == "NO-GATE" else no_ref if verdict == "REPORT" else []).append(t.task)
+        (no_gate if verdict == Verdict.NO_GATE else no_ref if verdict == Verdict.REPORT else []).append(t.task)
         if stopped_text(t.summary):
             stopped.append(t.task)
     failing_events = run.summary.failing_events

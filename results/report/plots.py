@@ -9,10 +9,16 @@ import base64
 import io
 from typing import Any
 
+from ..run_summary import Verdict
 from .data import RunData, TaskRow
 from .text import acceptance_length
 
-VERDICT_COLOURS = {"PASS": "#1a7f37", "FAIL": "#cf222e", "NO-GATE": "#6e7781", "REPORT": "#0969da"}
+VERDICT_COLOURS = {
+    Verdict.PASS: "#1a7f37",
+    Verdict.FAIL: "#cf222e",
+    Verdict.NO_GATE: "#6e7781",
+    Verdict.REPORT: "#0969da",
+}
 RANK_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 
 

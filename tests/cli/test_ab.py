@@ -20,7 +20,7 @@ def clone(tmp_path_factory) -> Path:
     """A clone of HEAD plus one commit that changes what the tiny model generates (other random weights)."""
     path = tmp_path_factory.mktemp("ab") / "repo"
     subprocess.run(["git", "clone", "-q", str(REPO), str(path)], check=True)
-    presets = path / "workers" / "presets.py"
+    presets = path / "workers" / "loading" / "presets.py"
     text = presets.read_text()
     assert "TINY_SEED = " in text
     presets.write_text(text.replace("TINY_SEED = ", "TINY_SEED = 1 + ", 1))

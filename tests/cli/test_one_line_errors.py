@@ -90,7 +90,7 @@ def test_user_errors_found_late_leave_no_run_folder(tmp_path, capsys):
 def test_a_late_user_error_removes_the_run_it_made_unless_work_was_done(tmp_path, capsys, monkeypatch):
     """A user error raised once the run folder exists removes it again (the pipeline's safety net), unless it holds
     finished generations (resumable work is kept)."""
-    from specdec_eval.evals.pipeline import orchestration as pipeline
+    from specdec_eval.evals.pipeline import one_run as pipeline
 
     def refuse(*args, **kwargs):
         raise UserError("found late")

@@ -2,7 +2,7 @@
 acceptance figures, a populated reference, and a fault that was asked for but never fired."""
 
 from specdec_eval.cli.run_report import print_report
-from specdec_eval.results.verdict import UNDERPOWERED
+from specdec_eval.results.shown_verdict import UNDERPOWERED
 
 
 def _summary(**run) -> dict:

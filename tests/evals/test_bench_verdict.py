@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from specdec_eval.evals.bench import verdict as vb
+from specdec_eval.evals.bench import verdict_timing as vb
 from specdec_eval.evals.bench.hardware import HardwareLimits
 from specdec_eval.results.run_summary import RunSummary
 from specdec_eval.workers.config import from_options
@@ -30,12 +30,13 @@ def fake_stats(progress, requests=4, prompt=100, steps=20) -> None:
 
 
 class FakePipeline:
-    """run_with_baseline without a model: records what each side asked for."""
+    """The run pipeline without a model: records what each side asked for."""
 
     def __init__(self) -> None:
         self.calls: list[dict] = []
 
-    def run_with_baseline(self, config, plan, progress_for=None, baseline="paired"):
+    def run(self, plan, backend, progress_for=None):
+        config, baseline = backend.target.engine, plan.baseline
         assert os.listdir(plan.out) == [] and plan.resume is False  # a fresh folder: no baseline to reuse
         assert (plan.options.sample, plan.options.limit) == ("random", 3)
         self.calls.append({"spec": config.spec is not None, "out": plan.out, "baseline": baseline})
@@ -48,7 +49,7 @@ class FakePipeline:
         return RunSummary.from_json({"verdict": "PASS", "tasks": {"gsm8k_smoke": lossless}})
 
     def install(self, monkeypatch) -> None:
-        monkeypatch.setattr(vb.pipeline, "run_with_baseline", self.run_with_baseline)
+        monkeypatch.setattr(vb, "run", self.run)
         monkeypatch.setattr(vb, "measure_limits_apart", lambda *a, **k: LIMITS)
 
 

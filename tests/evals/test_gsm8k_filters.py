@@ -206,22 +206,24 @@ def test_per_sample_cross_check_uses_each_documents_own_target():
     cross-check once read the target of whichever document was seen last and reported false mismatches."""
     from types import SimpleNamespace
 
-    from specdec_eval.evals.pipeline.evaluation import _samples
+    from specdec_eval.evals.pipeline.lm_recording import OutputRecord
+    from specdec_eval.evals.pipeline.task_records import filter_mismatches, task_records
     from specdec_eval.evals.tasks.registry import TASKS
 
     spec = TASKS["gsm8k"]
     answers = {0: ("She pays 12 dollars.\n#### 12\n", "12"), 1: ("So 7 + 3 = 10.\n#### 10\n", "10")}
-    outputs = {
-        (spec.lm_eval_name, d): SimpleNamespace(
-            text=text, token_ids=[1, 2], finish_reason="stop", error=None, stats={}, logprobs=None
-        )  # fmt: skip
-        for d, (text, _) in answers.items()
-    }
+    outputs = OutputRecord()
+    for d, (text, _) in answers.items():
+        outputs.add(spec.lm_eval_name, d, SimpleNamespace(text=text, token_ids=[1, 2], finish_reason="stop",
+                                                          error=None, stats={}, logprobs=None))  # fmt: skip
     entries = [
         {"doc_id": d, "filter": f, "target": gold, "filtered_resps": [gold], "exact_match": 1.0}
         for f in gsm8k.FILTERS
         for d, (_, gold) in answers.items()
     ]
-    for rec in _samples(spec, entries, SimpleNamespace(outputs=outputs, was_skipped=lambda task, doc_id: False)):
+    records = task_records(spec, entries, outputs)
+    for rec in records.samples:
         for f in gsm8k.FILTERS:
-            assert tuple(rec[f"ours[{f}]"]) == (rec[f"extracted[{f}]"], rec[f"correct[{f}]"]) == (rec["target"], True)
+            ours = records.own_extraction[(rec.doc_id, f)]
+            assert ours == (rec.extracted[f], rec.correct[f]) == (rec.target, True)
+    assert filter_mismatches(spec, records) == []

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from specdec_eval.evals.gates.baseline_check import baseline_problem
-from specdec_eval.evals.pipeline.evaluation import EvalOptions
-from specdec_eval.evals.pipeline.run_identity import run_config
+from specdec_eval.evals.lossless.baseline import baseline_problem
+from specdec_eval.evals.run_identity import run_config
+from specdec_eval.evals.run_types import EvalOptions
 from specdec_eval.evals.tasks.registry import parse_tasks
 from specdec_eval.results import store
 from specdec_eval.workers.config import EngineConfig, SpecConfig

@@ -1,4 +1,4 @@
-"""The noise-floor control's identity (evals/pipeline/control.py): the run a control engine records is the one the
+"""The noise-floor control's identity (evals/lossless/control.py): the run a control engine records is the one the
 lossless gate looks up for a spec-dec run of the same configuration, never a baseline, and made only outside
 float32 unless asked for."""
 
@@ -6,21 +6,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from specdec_eval.evals.pipeline.control import ControlEngine, candidate_shapes, control_identity, wants_control
-from specdec_eval.evals.pipeline.evaluation import EvalOptions
-from specdec_eval.evals.pipeline.run_identity import baseline_config, baseline_identity, run_key
+from specdec_eval.evals.lossless.control import ControlEngine, candidate_shapes, control_identity, wants_control
+from specdec_eval.evals.run_identity import baseline_config, baseline_identity, run_key
+from specdec_eval.evals.run_types import EvalOptions
 from specdec_eval.evals.tasks.registry import parse_tasks
 from specdec_eval.workers.config import from_options
 from specdec_eval.workers.engine.engine import identity_of
 
-
-class _Fake:
-    def __init__(self, identity):
-        self.identity = identity
-        self.closed = False
-
-    def close(self):
-        self.closed = True
+from ..engine_helpers import FakeEngine
 
 
 def test_the_control_engine_records_what_the_gate_looks_up():
@@ -30,7 +23,7 @@ def test_the_control_engine_records_what_the_gate_looks_up():
     (shape,) = candidate_shapes(identity_of(spec))
     assert shape == {"max_batch_size": 1}
     plain = replace(baseline_config(spec), max_batch_size=1)
-    engine = ControlEngine(_Fake(identity_of(plain)), shape)
+    engine = ControlEngine(FakeEngine(identity=identity_of(plain)), shape)
     wanted = control_identity(identity_of(spec), shape)
     assert run_key(engine.identity, options) == run_key(wanted, options)
     assert run_key(wanted, options) != run_key(baseline_identity(identity_of(spec)), options)  # never a baseline

@@ -9,21 +9,27 @@ from pathlib import Path
 
 import pytest
 from specdec_eval.evals.gates.references import lookup
-from specdec_eval.results.lossless import lossless_check
+from specdec_eval.evals.lossless.check import lossless_check
+from specdec_eval.results.sample_record import SampleRecord
 from specdec_eval.results.store import list_runs
 
 CLI = [sys.executable, "-m", "specdec_eval.cli.main"]
 DATA = str(Path(__file__).resolve().parents[3] / "shared" / "data")
 
 
-def _sample(doc: int, ids: list[int], correct: bool = False, task: str = "gsm8k") -> dict:
-    return {"task": task, "doc_id": doc, "prompt_hash": f"p{doc}", "output_token_ids": ids,
-            "correct[strict-match]": correct, "correct[flexible-extract]": correct}  # fmt: skip
+def _sample(doc: int, ids: list[int], correct: bool = False, task: str = "gsm8k") -> SampleRecord:
+    return SampleRecord(
+        task,
+        doc,
+        prompt_hash=f"p{doc}",
+        output_token_ids=ids,
+        correct={"strict-match": correct, "flexible-extract": correct},
+    )
 
 
 def test_identical_outputs_pass_and_any_fp32_divergence_fails_naming_the_sample():
     base = [_sample(0, [1, 2, 3]), _sample(1, [4, 5], True), _sample(2, [6])]
-    same = lossless_check([dict(s) for s in base], base, "float32")["gsm8k"]
+    same = lossless_check(list(base), base, "float32")["gsm8k"]
     assert (same["verdict"], same["identical"], same["identical_rate"]) == ("PASS", 3, 1.0)
     spec = [_sample(0, [1, 2, 3]), _sample(1, [4, 9], False), _sample(2, [6, 7])]
     out = lossless_check(spec, base, "float32")["gsm8k"]
@@ -44,7 +50,7 @@ def test_bf16_needs_a_calibrated_tolerance():
 
 def test_different_prompts_are_not_comparable():
     base = [_sample(0, [1])]
-    spec = [dict(_sample(0, [1]), prompt_hash="other")]
+    spec = [_sample(0, [1]).replace(prompt_hash="other")]
     out = lossless_check(spec, base, "float32")["gsm8k"]
     assert out["verdict"] == "FAIL" and "different prompts" in out["reason"]
 

@@ -1,7 +1,7 @@
-"""The margin rule of the lossless gate outside float32 (evals/gates/margins.py): margins read at the first divergence
-(exact, or bounded below when the other token is not among the stored alternatives), the one-sided Fisher test, and
-the rule's false-FAIL rate measured by a seeded simulation of numerics-only divergences (and its power on a planted
-bug), UNCALIBRATED as NO-GATE, float32 exact."""
+"""The margin rule of the lossless gate outside float32 (evals/lossless/margins.py): margins read at the first
+divergence (exact, or bounded below when the other token is not among the stored alternatives), the one-sided Fisher
+test, and the rule's false-FAIL rate measured by a seeded simulation of numerics-only divergences (and its power on a
+planted bug), UNCALIBRATED as NO-GATE, float32 exact."""
 
 from __future__ import annotations
 
@@ -9,16 +9,17 @@ import math
 
 import numpy as np
 import pytest
-from specdec_eval.evals.gates.lossless import judge_by_margins, uncalibrated_is_no_gate
-from specdec_eval.evals.gates.margins import (
+from specdec_eval.evals.lossless.check import lossless_check
+from specdec_eval.evals.lossless.gate import judge_by_margins, uncalibrated_is_no_gate
+from specdec_eval.evals.lossless.margins import (
     ALPHA,
     divergence_margin,
     fisher_greater,
     margin_verdict,
     noise_floor,
 )
-from specdec_eval.results.lossless import lossless_check
-from specdec_eval.results.verdict import run_verdict
+from specdec_eval.results.sample_record import SampleRecord
+from specdec_eval.results.shown_verdict import run_verdict
 
 K = 5
 
@@ -29,10 +30,10 @@ def _record(logits: np.ndarray, token: int) -> list:
     return [float(logp[token]), [[int(i), float(logp[i])] for i in top]]
 
 
-def _sample(doc: int, rows: list[np.ndarray], tokens: list[int]) -> dict:
-    return {"task": "t", "doc_id": doc, "prompt_hash": str(doc), "output_token_ids": tokens,
-            "logprobs": [_record(r, t) for r, t in zip(rows, tokens, strict=True)],
-            "correct[strict-match]": False, "correct[flexible-extract]": False}  # fmt: skip
+def _sample(doc: int, rows: list[np.ndarray], tokens: list[int]) -> SampleRecord:
+    return SampleRecord("t", doc, prompt_hash=str(doc), output_token_ids=tokens,
+                        logprobs=[_record(r, t) for r, t in zip(rows, tokens, strict=True)],
+                        correct={"strict-match": False, "flexible-extract": False})  # fmt: skip
 
 
 def _runs(rng: np.random.Generator, docs: int, length: int, vocab: int, sigma: float, bug_doc: int | None = None):
@@ -80,23 +81,25 @@ def test_a_planted_confident_divergence_fails_nearly_always():
     assert fails >= 36
 
 
+def _decoded(tokens: list[int], logprobs: list | None) -> SampleRecord:
+    return SampleRecord("t", 0, output_token_ids=tokens, logprobs=logprobs)
+
+
 def test_margin_at_first_divergence_exact_and_lower_bound():
-    base = {"output_token_ids": [1, 2, 3], "logprobs": [[-0.1, [[1, -0.1]]], [-0.5, [[2, -0.5], [7, -0.9]]],
-                                                      [-0.2, [[3, -0.2]]]]}  # fmt: skip
-    other = {"output_token_ids": [1, 7, 4], "logprobs": [[-0.1, [[1, -0.1]]], [-0.6, [[7, -0.6], [2, -0.7]]],
-                                                       [-0.3, [[4, -0.3]]]]}  # fmt: skip
+    base = _decoded([1, 2, 3], [[-0.1, [[1, -0.1]]], [-0.5, [[2, -0.5], [7, -0.9]]], [-0.2, [[3, -0.2]]]])
+    other = _decoded([1, 7, 4], [[-0.1, [[1, -0.1]]], [-0.6, [[7, -0.6], [2, -0.7]]], [-0.3, [[4, -0.3]]]])
     m = divergence_margin(base, other)
     assert (m["position"], m["baseline_token"], m["other_token"]) == (1, 2, 7)
     assert m["margin"] == pytest.approx(0.4) and not m["lower_bound"]
     assert m["reverse_margin"] == pytest.approx(0.1) and not m["reverse_lower_bound"]
     assert m["judged"] == pytest.approx(0.4)
-    far = {"output_token_ids": [1, 9], "logprobs": [[-0.1, [[1, -0.1]]], [-3.0, [[9, -3.0]]]]}
+    far = _decoded([1, 9], [[-0.1, [[1, -0.1]]], [-3.0, [[9, -3.0]]]])
     m = divergence_margin(base, far)  # 9 is not among the baseline's alternatives: at least 0.4 (to the last one)
     assert m["lower_bound"] and m["margin"] == pytest.approx(0.4)
     # the other side's own logits favour the baseline's token by 2.5: that is the judged margin
-    wrong = {"output_token_ids": [1, 9], "logprobs": [[-0.1, [[1, -0.1]]], [-3.0, [[2, -0.5], [9, -3.0]]]]}
+    wrong = _decoded([1, 9], [[-0.1, [[1, -0.1]]], [-3.0, [[2, -0.5], [9, -3.0]]]])
     assert divergence_margin(base, wrong)["judged"] == pytest.approx(2.5)
-    assert divergence_margin(base, {"output_token_ids": [1, 2, 3]}) is None  # no logprobs on a side
+    assert divergence_margin(base, _decoded([1, 2, 3], None)) is None  # no logprobs on a side
 
 
 def test_fisher_one_sided():
@@ -150,7 +153,7 @@ def test_a_control_without_any_noise_fails_every_divergence_and_says_why():
 def test_an_audited_twin_that_differs_by_rounding_is_judged_by_its_margin():
     """Outside float32 the twin audit's plain engine runs at another batch shape and may flip a near-tie: judged by
     the margin against the control's bound (PASS, and said), FAIL beyond it."""
-    from specdec_eval.evals.gates.lossless import _apply_audit
+    from specdec_eval.evals.lossless.gate import _apply_audit
 
     def audit(judged: float) -> dict:
         d = {"task": "t", "doc_id": 7, "position": 3, "margins": {"judged": judged, "margin": judged}}

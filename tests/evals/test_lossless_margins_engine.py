@@ -1,4 +1,4 @@
-"""The engine's logprobs and the margin rule on real decodes of the tiny model (evals/gates/margins.py): recording
+"""The engine's logprobs and the margin rule on real decodes of the tiny model (evals/lossless/margins.py): recording
 logprobs leaves every token as it was; in bf16 a plain decode at batch size 1 is the baseline, one at batch size 2
 the control (on CPU only a batch of one takes other kernels), and a spec-dec decode at batch size 1 (1 + K rows per
 verification) must PASS with every divergence a near-tie, while the planted `emit_rejected_draft` bug FAILs on the
@@ -7,9 +7,10 @@ divergence it makes."""
 from __future__ import annotations
 
 import pytest
-from specdec_eval.evals.gates.lossless import judge_by_margins
-from specdec_eval.evals.gates.margins import noise_floor
-from specdec_eval.results.lossless import lossless_check
+from specdec_eval.evals.lossless.check import lossless_check
+from specdec_eval.evals.lossless.gate import judge_by_margins
+from specdec_eval.evals.lossless.margins import noise_floor
+from specdec_eval.results.sample_record import SampleRecord
 from specdec_eval.workers.config import SamplingParams, SpecConfig
 
 from ..conftest import make_engine
@@ -17,11 +18,11 @@ from ..conftest import make_engine
 PROMPTS = ["The quick brown fox", "Once upon a time there was", "1 + 1 =", "Paris is the capital of"]
 
 
-def _samples(engine, logprobs=3) -> list[dict]:
+def _samples(engine, logprobs=3) -> list[SampleRecord]:
     outs = engine.generate(PROMPTS, SamplingParams(max_new_tokens=12, logprobs=logprobs))
-    flags = {"correct[strict-match]": False, "correct[flexible-extract]": False}
-    return [{"task": "t", "doc_id": i, "prompt_hash": str(i), "output_token_ids": o.token_ids, "logprobs": o.logprobs,
-             **flags} for i, o in enumerate(outs)]  # fmt: skip
+    flags = {"strict-match": False, "flexible-extract": False}
+    return [SampleRecord("t", i, prompt_hash=str(i), output_token_ids=o.token_ids, logprobs=o.logprobs, correct=flags)
+            for i, o in enumerate(outs)]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import json
 
 import pytest
 import torch
-from specdec_eval.evals.gates.lossless import CHANGES_TARGET
-from specdec_eval.evals.pipeline.twin_audit import WeightSeal, audit_order, audit_size
+from specdec_eval.evals.lossless.gate import CHANGES_TARGET
+from specdec_eval.evals.lossless.twin_audit import WeightSeal, audit_order, audit_size
 from specdec_eval.results.store import list_runs, open_run
 
 from ..cli_helpers import run_cli

@@ -48,7 +48,8 @@ def test_selection_helper_matches_the_runner():
     """Keep this file's selection in step with what the runner really passes."""
     from types import SimpleNamespace
 
-    from specdec_eval.evals.pipeline.evaluation import EvalOptions, selection_for
+    from specdec_eval.evals.pipeline.evaluation import selection_for
+    from specdec_eval.evals.run_types import EvalOptions
     from specdec_eval.evals.tasks.registry import TASKS
     from specdec_eval.workers.config import EngineConfig
     from specdec_eval.workers.engine.engine import identity_of

@@ -21,7 +21,7 @@ ARGS = ["--model", "tiny", "--tasks", "gsm8k_smoke", "--max-output-len", "64", "
 
 def _finished_samples(root: Path) -> list[tuple]:
     (run,) = [r for r in list_runs(root) if r.is_finished]
-    return sorted((s["doc_id"], s["output_hash"], s["prompt_hash"]) for s in run.samples())
+    return sorted((s.doc_id, s.output_hash, s.prompt_hash) for s in run.samples())
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
-"""One orchestration path: `pipeline.run(plan, backend)` over a registry of backends (evals/pipeline/backends.py);
-`run` picks one from its flags, launch/ calls back into no command, and cli/ holds no job driver or A/B controller."""
+"""One run path: `pipeline.run.run(plan, backend)` over a registry of backends (evals/pipeline/backends.py), each built
+from a RunTarget; `run` picks one from its flags, launch/ calls back into no command, and cli/ holds no job driver or
+A/B controller."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import re
 from pathlib import Path
 
 import pytest
-from specdec_eval.evals.pipeline import orchestration
+from specdec_eval.evals.pipeline import run as pipeline_run
+from specdec_eval.evals.pipeline.backend_endpoint import EndpointBackend
+from specdec_eval.evals.pipeline.backend_local import LocalBackend
 from specdec_eval.evals.pipeline.backend_torchrun import JOB_DRIVER, TorchrunBackend
-from specdec_eval.evals.pipeline.backends import BACKENDS, EndpointBackend, LocalBackend, make_backend
+from specdec_eval.evals.pipeline.backends import BACKENDS, RunTarget, make_backend
 from specdec_eval.launch.rank_main import load_driver
 from specdec_eval.serve.job_driver import JOB_DRIVER as SERVE_DRIVER
+from specdec_eval.workers.config import EngineConfig
 
 from specdec_eval.errors import UserError
 
@@ -24,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_registry_names_every_backend_and_refuses_others():
     assert BACKENDS == ("local", "torchrun", "endpoint")
     with pytest.raises(UserError, match="unknown run backend 'slurm' \\(known: local, torchrun, endpoint\\)"):
-        make_backend("slurm")
+        make_backend("slurm", RunTarget(EngineConfig()))
 
 
 @pytest.fixture
@@ -40,7 +44,7 @@ def picked(monkeypatch):
                                      "elapsed_s": 0.0, "model": "tiny", "kv_cache": "v1", "spec": None,
                                      "world_size": 1})  # fmt: skip
 
-    monkeypatch.setattr(orchestration, "run", fake_run)
+    monkeypatch.setattr(pipeline_run, "run", fake_run)
     return seen
 
 
@@ -51,7 +55,7 @@ def test_run_picks_the_local_backend(capsys, picked, tmp_path):
     code, out, err = run_cli(capsys, *ARGS, "--out", str(tmp_path), "--spec", "eagle3", "--baseline", "separate")
     assert code == 0, err
     plan, backend = picked[0]
-    assert isinstance(backend, LocalBackend) and backend.baseline == "separate"
+    assert isinstance(backend, LocalBackend) and plan.baseline == "separate"
     assert backend.config.spec.algorithm == "eagle3" and plan.out == str(tmp_path)
 
 
@@ -60,7 +64,7 @@ def test_run_picks_the_torchrun_backend(capsys, picked, tmp_path):
     assert code == 0, err
     backend = picked[0][1]
     assert isinstance(backend, TorchrunBackend)
-    assert (backend.torchrun.nproc_per_node, backend.rank_timeout_s, backend.dry_run) == (2, 30.0, False)
+    assert (backend.job.gpus, backend.job.rank_timeout_s, backend.dry_run) == (2, 30.0, False)
 
 
 def test_run_picks_the_endpoint_backend(capsys, picked, tmp_path):
@@ -69,12 +73,12 @@ def test_run_picks_the_endpoint_backend(capsys, picked, tmp_path):
     assert code == 0, err
     backend = picked[0][1]
     assert isinstance(backend, EndpointBackend)
-    assert (backend.target.url, backend.target.spec, backend.target.max_draft_len) == (
+    assert (backend.server.url, backend.server.spec, backend.server.max_draft_len) == (
         "http://127.0.0.1:9",
         "eagle3",
         2,
     )
-    assert backend.baseline.url == "http://127.0.0.1:8" and backend.baseline.spec is None
+    assert backend.baseline_server.url == "http://127.0.0.1:8" and backend.baseline_server.spec is None
 
 
 def test_job_drivers_are_library_functions_and_launch_refuses_a_command_module():

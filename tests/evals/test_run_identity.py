@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import subprocess
 
-from specdec_eval.evals.pipeline import run_identity
-from specdec_eval.evals.pipeline.evaluation import EvalOptions
+from specdec_eval.evals import run_identity
+from specdec_eval.evals.run_types import EvalOptions
 from specdec_eval.evals.tasks.registry import parse_tasks
 from specdec_eval.results.manifest import git_state
 from specdec_eval.workers.config import EngineConfig
@@ -55,7 +55,8 @@ def test_planted_bugs_stay_in_the_baseline_key_and_environmental_faults_do_not(t
     """A behaviour fault is a code patch: the baseline's build carries it, so a mutated baseline's key never equals a
     clean run's, and such a run may pair; an environmental fault acts on one engine: a separate clean
     baseline."""
-    from specdec_eval.evals.pipeline.orchestration import RunPlan, pairs_with_baseline
+    from specdec_eval.evals.pipeline.backend_local import LocalBackend
+    from specdec_eval.evals.pipeline.backends import RunTarget
     from specdec_eval.workers.config import SpecConfig
 
     options = EvalOptions(parse_tasks("gsm8k_smoke"))
@@ -66,10 +67,9 @@ def test_planted_bugs_stay_in_the_baseline_key_and_environmental_faults_do_not(t
             for name, c in (("clean", clean), ("mutated", mutated))}  # fmt: skip
     assert keys["clean"] != keys["mutated"]
     assert keys["mutated"] == run_identity.run_key(run_identity.baseline_identity(identity_of(mutated)), options)
-    plan = RunPlan(options, out=str(tmp_path))
     planted = EngineConfig(model="tiny", spec=SpecConfig(), inject=("draft_kv_into_target",))
-    assert pairs_with_baseline(planted, plan, "paired")
-    assert not pairs_with_baseline(mutated, plan, "paired")  # draft_step:1@2 is environmental
+    assert LocalBackend(RunTarget(planted)).abilities.pairs
+    assert not LocalBackend(RunTarget(mutated)).abilities.pairs  # draft_step:1@2 is environmental
 
 
 def test_a_paired_twin_never_has_a_plain_runs_key():

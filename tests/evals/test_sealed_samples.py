@@ -1,5 +1,5 @@
-"""What a run stores: nothing gives GPQA text back, and a corrupt line in partial/ is detected and
-recomputed, never trusted. The GPQA test uses an engine that echoes its prompt, so its outputs quote every question:
+"""What a run stores: nothing gives GPQA text back, and a corrupt line in partial/ is detected and recomputed, never
+trusted. The GPQA test uses the shared fake engine, whose outputs echo their prompts, so they quote every question:
 if any stored field gave text back, the scan below would find it (the scan is checked to find it in memory)."""
 
 from __future__ import annotations
@@ -13,55 +13,18 @@ import zlib
 from pathlib import Path
 
 import pytest
-from specdec_eval.evals.pipeline.evaluation import EvalOptions
-from specdec_eval.evals.pipeline.orchestration import RunPlan, run_evaluation
+from specdec_eval.evals.pipeline.one_run import run_evaluation
 from specdec_eval.evals.pipeline.resume import GenerationCache
+from specdec_eval.evals.run_types import EvalOptions, RunPlan
 from specdec_eval.evals.tasks.registry import parse_tasks
 from specdec_eval.results.seal import seal, unseal
-from specdec_eval.workers.config import EngineConfig, SamplingParams
-from specdec_eval.workers.engine.engine import identity_of
-from specdec_eval.workers.interface import GenerateStats, GenerationOutput
+from specdec_eval.workers.config import SamplingParams
+from specdec_eval.workers.interface import GenerationOutput
+
+from ..engine_helpers import FakeEngine
 
 ZIP = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpqa" / "dataset.zip"
 needs_gpqa = pytest.mark.skipif(not ZIP.is_file(), reason="no shared GPQA data")
-
-
-class EchoEngine:
-    """An InferenceEngine whose every output is its own prompt (so it quotes the GPQA question in full)."""
-
-    def __init__(self, tokenizer) -> None:
-        self._tokenizer = tokenizer
-        self.identity = identity_of(EngineConfig(model="tiny"), "float32")
-        self.last_stats = GenerateStats()
-
-    @property
-    def tokenizer(self):
-        return self._tokenizer
-
-    def encode(self, prompt):
-        return self._tokenizer.encode(prompt, add_special_tokens=False)
-
-    def generate(self, prompts, sampling=None, progress=None, sink=None):
-        outs = []
-        params = sampling if isinstance(sampling, list) else [sampling or SamplingParams()] * len(prompts)
-        for i, (p, s) in enumerate(zip(prompts, params, strict=True)):
-            out = GenerationOutput(i, self.encode(p), self.encode(p), p, "length")
-            if sink is not None:
-                sink.put(p, s, out)
-            outs.append(out)
-        return outs
-
-    def score(self, pairs):
-        raise NotImplementedError
-
-    def collect_events(self):
-        return []
-
-    def reported_acceptance(self):
-        return None
-
-    def close(self):
-        return None
 
 
 def _question_snippets() -> set[str]:
@@ -120,7 +83,7 @@ def _leaks(values, tokenizer, snippets) -> int:
 @needs_gpqa
 def test_no_stored_field_of_a_gpqa_run_gives_question_text_back(tiny, tmp_path):
     _, tokenizer = tiny
-    engine = EchoEngine(tokenizer)
+    engine = FakeEngine(tokenizer)  # its every output is its own prompt: it quotes the GPQA question in full
     plan = RunPlan(EvalOptions(parse_tasks("gpqa_diamond"), data_dir=str(ZIP.parents[1]), limit=3, no_reference=True),
                    str(tmp_path / "runs"))  # fmt: skip
     summary = run_evaluation(engine, plan)
@@ -128,7 +91,7 @@ def test_no_stored_field_of_a_gpqa_run_gives_question_text_back(tiny, tmp_path):
     run_dir = Path(summary.run_dir)
     # Power: the outputs really quote questions (in memory), and the scan finds quoted text when it is there.
     samples = __import__("specdec_eval.results.store", fromlist=["Run"]).Run(run_dir).samples()
-    assert _leaks([s["output_token_ids"] for s in samples], tokenizer, snippets) == 3
+    assert _leaks([s.output_token_ids for s in samples], tokenizer, snippets) == 3
     assert _leaks(_stored_values(run_dir), tokenizer, snippets) == 0
 
 

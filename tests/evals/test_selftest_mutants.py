@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from specdec_eval.evals.pipeline.evaluation import EvalOptions
+from specdec_eval.evals.run_types import EvalOptions
 from specdec_eval.evals.selftest import mutants
 from specdec_eval.evals.selftest.mutants import BUG_CLASSES, CLEAN, CLEAN_SAMPLED, judge, run_matrix, select_classes
 from specdec_eval.evals.tasks.registry import TASKS
+from specdec_eval.results.sample_record import SampleRecord
 from specdec_eval.workers.config import from_options
 from specdec_eval.workers.engine.faults import PlantedBugs
 
@@ -103,9 +104,9 @@ def test_the_quiet_class_is_caught_only_by_pairing_with_the_unmutated_run():
     assert judge(CLEAN, _summary(), 5.0, [])["cells"][mutants.PAIRED] == {"verdict": "-"}
 
 
-def _sample(doc: int, cycles: int, accepted: int) -> dict:
-    return {"task": "gsm8k", "doc_id": doc, "prompt_hash": f"p{doc}", "acceptance_length": 1 + accepted / cycles,
-            "acceptance": {"num_cycles": cycles, "num_accepted_drafts": accepted}}  # fmt: skip
+def _sample(doc: int, cycles: int, accepted: int) -> SampleRecord:
+    return SampleRecord("gsm8k", doc, prompt_hash=f"p{doc}", acceptance_length=1 + accepted / cycles,
+                        acceptance={"num_cycles": cycles, "num_accepted_drafts": accepted})  # fmt: skip
 
 
 def test_judge_names_the_first_divergent_document_in_the_evaluation_order():

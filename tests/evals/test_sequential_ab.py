@@ -1,4 +1,4 @@
-"""The sequential A/B controller (evals/sequential/ab.py): pairs two sides' progress along the seeded order, feeds
+"""The sequential A/B controller (evals/sequential/ab_watch.py): pairs two sides' progress along the seeded order, feeds
 the discordant pairs to the SPRT, and stops both sides when it decides."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from specdec_eval.evals.sequential.ab import SideProgress, discordant_in_order, watch
-from specdec_eval.evals.sequential.paired import PairedSequentialDesign
+from specdec_eval.evals.sequential.ab_watch import SideProgress, discordant_in_order, watch
+from specdec_eval.evals.sequential.discordant_pairs import PairedSequentialDesign
 
 
 def _write(side: SideProgress, scores: list[float], task: str = "gsm8k", start: int = 0) -> None:

@@ -1,6 +1,6 @@
 """The sequential acceptance A/B (evals/sequential/acceptance.py) and its place in `ab --early-stop`'s controller
-(evals/sequential/ab.py): a drop of B's acceptance is shown, or a 5 % drop ruled out, as soon as the documents allow,
-with the false-drop rate <= alpha and the false ruling-out <= beta, checked by simulation."""
+(evals/sequential/ab_watch.py): a drop of B's acceptance is shown, or a 5 % drop ruled out, as soon as the documents
+allow, with the false-drop rate <= alpha and the false ruling-out <= beta, checked by simulation."""
 
 from __future__ import annotations
 
@@ -8,10 +8,16 @@ import json
 
 import numpy as np
 import pytest
-from specdec_eval.evals.sequential.ab import AcceptanceMonitor, SideProgress, acceptance_in_order, should_stop, watch
+from specdec_eval.evals.sequential.ab_watch import (
+    AcceptanceMonitor,
+    SideProgress,
+    acceptance_in_order,
+    should_stop,
+    watch,
+)
 from specdec_eval.evals.sequential.acceptance import CONTINUE, AcceptanceSequentialDesign, simulate
+from specdec_eval.evals.sequential.discordant_pairs import PairedSequentialDesign
 from specdec_eval.evals.sequential.early_stop import EarlyStop
-from specdec_eval.evals.sequential.paired import PairedSequentialDesign
 from specdec_eval.results.acceptance_paired import DROP, INCONCLUSIVE, NO_DROP
 
 

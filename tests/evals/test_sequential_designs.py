@@ -20,7 +20,7 @@ import pytest
 from specdec_eval.evals.gates.hypothesis import HypothesisTest
 from specdec_eval.evals.sequential.accuracy import AccuracySequentialDesign
 from specdec_eval.evals.sequential.boundaries import Spending
-from specdec_eval.evals.sequential.paired import PairedSequentialDesign, fixed_pairs_needed
+from specdec_eval.evals.sequential.discordant_pairs import PairedSequentialDesign, fixed_pairs_needed
 from specdec_eval.evals.sequential.table import main as table_main
 
 

@@ -179,15 +179,13 @@ def test_a_new_task_is_one_module_plus_its_references(capsys, tmp_path, monkeypa
 
     (run,) = [r for r in list_runs(tmp_path / "runs") if r.summary()["spec"] == "eagle3"]  # its baseline beside it
     samples = run.samples()
-    assert [(s["task"], s["doc_id"], s["target"]) for s in samples] == [
-        ("arith", i, a) for i, (_, a) in enumerate(PROBLEMS)
-    ]
+    assert [(s.task, s.doc_id, s.target) for s in samples] == [("arith", i, a) for i, (_, a) in enumerate(PROBLEMS)]
     for s in samples:
-        assert isinstance(s["output"], str) and s["output_token_ids"]
-        assert s["finish_reason"] in ("stop", "eos", "length")
-        assert s["extracted[none]"] == s["output"]  # no filter: lm-eval scores the whole answer
-        assert s["correct[none]"] == (s["output"] == s["target"])
-    assert 100.0 * sum(s["correct[none]"] for s in samples) / 3 == pytest.approx(task["score"])
+        assert isinstance(s.output, str) and s.output_token_ids
+        assert s.finish_reason in ("stop", "eos", "length")
+        assert s.extracted["none"] == s.output  # no filter: lm-eval scores the whole answer
+        assert s.correct["none"] == (s.output == s.target)
+    assert 100.0 * sum(s.correct["none"] for s in samples) / 3 == pytest.approx(task["score"])
 
 
 def test_a_task_module_that_cannot_be_imported_is_one_user_error(capsys, tmp_path, monkeypatch, clean_registry):

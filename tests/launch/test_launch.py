@@ -48,7 +48,8 @@ def test_dry_run_prints_the_torchrun_command_for_two_nodes_of_four():
     job = json.loads(lines[-1].removeprefix("JOB.json: "))
     assert job["driver"] == "specdec_eval.evals.pipeline.backend_torchrun:job_driver" and job["tp"] == 2
     assert (job["engine"]["model"], job["engine"]["tp_size"], job["engine"]["device"]) == ("tiny", 2, "cpu")
-    assert job["payload"]["options"]["tasks"] == ["gsm8k"] and job["payload"]["options"]["limit"] == 50
+    options = job["payload"]["plan"]["options"]
+    assert options["tasks"] == ["gsm8k"] and options["limit"] == 50
     assert "8 CPU ranks over gloo: 8 ranks = TP 2 x DP 4" in p.stderr
 
 
@@ -88,7 +89,7 @@ Root Cause (first observed failure):
 
 def _samples(out: Path) -> list[dict]:
     (run,) = [r for r in list_runs(out) if r.is_finished]
-    return sorted(run.samples(), key=lambda s: (s["task"], s["doc_id"]))
+    return sorted(run.sample_rows(), key=lambda s: (s["task"], s["doc_id"]))
 
 
 def _run(out: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from specdec_eval.results.decide import apply_decision, decide
-from specdec_eval.results.verdict import UNDERPOWERED
+from specdec_eval.results.shown_verdict import UNDERPOWERED
 
 from .test_runs_table import TEST, cli_runner, make_run
 

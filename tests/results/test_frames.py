@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from specdec_eval.results.frames import load_runs, load_samples, paired_frame, samples_frame
 from specdec_eval.results.paired import pair_samples
+from specdec_eval.results.sample_record import SampleRecord
 
 from .test_compare import samples, task_summary
 from .test_runs_table import make_run
@@ -59,20 +60,20 @@ def test_paired_frame_joins_on_task_and_doc():
 def test_pair_samples_keeps_its_contract():
     """What compare and the lossless gate rely on: pairs ordered by doc id (numbers before names), the unpaired docs
     per task, a doc id 3 apart from a doc id "3", refusals of a duplicate or a changed prompt."""
-    a = [{"task": "gsm8k", "doc_id": "x", "prompt_hash": "h"}] + list(reversed(samples([True] * 3, [[1], [2], [3]])))
-    b = list(reversed(samples([True] * 3, [[1], [2], [3]])))[:2] + [
-        {"task": "gsm8k", "doc_id": "0", "prompt_hash": "q"}
-    ]
+    rows_a = [{"task": "gsm8k", "doc_id": "x", "prompt_hash": "h"}, *reversed(samples([True] * 3, [[1], [2], [3]]))]
+    rows_b = [*list(reversed(samples([True] * 3, [[1], [2], [3]])))[:2], {"task": "gsm8k", "doc_id": "0",
+                                                                          "prompt_hash": "q"}]  # fmt: skip
+    a, b = [SampleRecord.from_row(r) for r in rows_a], [SampleRecord.from_row(r) for r in rows_b]
     pairs = pair_samples(a, b)
-    assert [(x["doc_id"], y["doc_id"]) for x, y in pairs["gsm8k"]] == [(1, 1), (2, 2)]
-    assert all(x is a[3 - x["doc_id"]] for x, _ in pairs["gsm8k"])  # the samples themselves, not copies
+    assert [(x.doc_id, y.doc_id) for x, y in pairs["gsm8k"]] == [(1, 1), (2, 2)]
+    assert all(x is a[3 - x.doc_id] for x, _ in pairs["gsm8k"])  # the samples themselves, not copies
     assert pairs.unpaired == {"gsm8k": {"only_a": [0, "x"], "only_b": ["0"]}}
     assert type(pairs.unpaired["gsm8k"]["only_a"][0]) is int  # JSON-ready, not a numpy integer
     with pytest.raises(ValueError, match="run B holds task 'gsm8k' doc 1 twice"):
         pair_samples(a, b + [b[1]])
-    changed = [{**s, "prompt_hash": "other"} if s["doc_id"] == 2 else s for s in b]
+    changed = [s.replace(prompt_hash="other") if s.doc_id == 2 else s for s in b]
     with pytest.raises(ValueError, match=r"1 paired sample\(s\) have different prompts \(first: task 'gsm8k' doc 2"):
         pair_samples(a, changed)
     assert pair_samples([], []) == {} and pair_samples([], []).unpaired == {}
-    unhashed = [{"task": "t", "doc_id": 0}]  # runs recorded before prompt hashes: None on both sides pairs
+    unhashed = [SampleRecord("t", 0)]  # runs recorded before prompt hashes: None on both sides pairs
     assert len(pair_samples(unhashed, unhashed)["t"]) == 1

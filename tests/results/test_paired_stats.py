@@ -6,6 +6,7 @@ import math
 
 import pytest
 from specdec_eval.results.paired import first_divergence, mcnemar_exact, pair_samples
+from specdec_eval.results.sample_record import SampleRecord
 
 
 @pytest.mark.parametrize(
@@ -71,7 +72,7 @@ def test_first_divergence(a, b, expected):
 
 
 def _sample(task, doc, prompt="p", correct=True):
-    return {"task": task, "doc_id": doc, "prompt_hash": f"{prompt}{doc}", "correct[flexible-extract]": correct}
+    return SampleRecord(task, doc, prompt_hash=f"{prompt}{doc}", correct={"flexible-extract": correct})
 
 
 def test_pair_samples_joins_on_task_and_doc_id_and_reports_unpaired():
@@ -79,7 +80,7 @@ def test_pair_samples_joins_on_task_and_doc_id_and_reports_unpaired():
     b = [_sample("gsm8k", d) for d in (0, 1, 2, 3)] + [_sample("gpqa", 0)]
     pairs = pair_samples(a, b)
     assert list(pairs) == ["gsm8k", "gpqa"]
-    assert [(x["doc_id"], y["doc_id"]) for x, y in pairs["gsm8k"]] == [(0, 0), (1, 1), (2, 2)]
+    assert [(x.doc_id, y.doc_id) for x, y in pairs["gsm8k"]] == [(0, 0), (1, 1), (2, 2)]
     assert len(pairs["gpqa"]) == 1
     assert pairs.unpaired == {"gsm8k": {"only_a": [5], "only_b": [3]}}
 

@@ -19,6 +19,7 @@ import pytest
 import typer
 from specdec_eval.cli.report import report
 from specdec_eval.results.report import build_report, wilson_interval
+from specdec_eval.results.sample_record import SampleRecord
 from specdec_eval.results.store import Run, open_run
 
 from specdec_eval.errors import UserError
@@ -114,7 +115,7 @@ def _write_run(root: Path, run_id: str, model: str, spec: dict | None, tasks: di
         }
     )
     run.write_events(events)
-    run.write_samples(samples)
+    run.write_samples([SampleRecord.from_row(s) for s in samples])
     return run
 
 
@@ -320,7 +321,7 @@ def test_real_run_end_to_end(tmp_path, capsys):
     assert "| #1 | gsm8k_smoke |" in md and "| #1 | gpqa_diamond_smoke |" in md
     assert "forward_error 1" in md
     # GPQA text never leaves the run: no target of a GPQA smoke sample appears in the report
-    targets = {s["target"] for p in run_dirs for s in open_run(p).samples() if s["task"].startswith("gpqa")}
+    targets = {s.target for p in run_dirs for s in open_run(p).samples() if s.task.startswith("gpqa")}
     assert targets and not any(f">{t}<" in html or f"| {t} |" in md for t in targets)
 
 

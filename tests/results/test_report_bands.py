@@ -9,7 +9,7 @@ from specdec_eval.evals.gates.acceptance import acceptance_gate
 from specdec_eval.results.report.data import load_run
 from specdec_eval.results.report.gates import acceptance_gate as gate_text
 from specdec_eval.results.report.gates import decide_run
-from specdec_eval.results.verdict import run_verdict
+from specdec_eval.results.shown_verdict import run_verdict
 
 from ..cli_helpers import run_cli
 from .test_runs_table import TEST, make_run

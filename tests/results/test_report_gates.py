@@ -10,7 +10,7 @@ from specdec_eval.evals.gates.acceptance import acceptance_band
 from specdec_eval.results.report import build_report
 from specdec_eval.results.report.data import load_run
 from specdec_eval.results.report.gates import acceptance_gate, accuracy_gate, banner, decide_run, lossless_gate
-from specdec_eval.results.verdict import UNDERPOWERED
+from specdec_eval.results.shown_verdict import UNDERPOWERED
 
 from .test_report import HOSTILE, _samples, _task, _write_run
 

@@ -14,6 +14,7 @@ import pytest
 import typer
 from specdec_eval.cli.results_cmds import compare, decide, runs
 from specdec_eval.results.runs_table import gpu_of, gpu_short_name, run_rows
+from specdec_eval.results.sample_record import SampleRecord
 from specdec_eval.results.store import Run
 from typer.testing import CliRunner
 
@@ -62,7 +63,7 @@ def make_run(
     if events:
         run.write_events(events)
     if samples is not None:
-        run.write_samples(samples)
+        run.write_samples([SampleRecord.from_row(s) for s in samples])
     if not finished:
         return run
     tasks = tasks if tasks is not None else {"gsm8k": {"score": 50.0, "threshold": 40.0, "verdict": "PASS"}}

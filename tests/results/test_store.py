@@ -19,6 +19,7 @@ from specdec_eval.results.atomic import atomic_open, atomic_write
 from specdec_eval.results.claims import RunBusyError
 from specdec_eval.results.decide import decide
 from specdec_eval.results.runs_table import runs_table
+from specdec_eval.results.sample_record import SampleRecord
 from specdec_eval.results.store import Run, UnreadableRunError
 
 from .test_runs_table import TEST, cli_runner, make_run
@@ -383,13 +384,12 @@ def test_samples_of_two_tasks_keep_the_columns_only_the_second_task_has(tmp_path
     """A GSM8K + GPQA run: the GPQA rows' own columns (sealed_fields, so their token ids are unsealed again) are kept
     though the first row, a GSM8K one, has none of them."""
     run = store.new_run(tmp_path, KEY)
-    gsm8k = {"task": "gsm8k", "doc_id": 0, "output_token_ids": [5, 6, 7]}
-    gpqa = {"task": "gpqa", "doc_id": 0, "output_token_ids": [8, 9], "sealed_fields": ["output_token_ids"],
-            "extracted": "B"}  # fmt: skip
+    gsm8k = SampleRecord("gsm8k", 0, output_token_ids=[5, 6, 7])
+    gpqa = SampleRecord("gpqa", 0, output_token_ids=[8, 9], sealed_fields=["output_token_ids"], extracted={"f": "B"})
     run.write_samples([gsm8k, gpqa])
     back = run.samples()
-    assert back[0]["output_token_ids"] == [5, 6, 7] and back[0].get("extracted") is None
-    assert back[1]["output_token_ids"] == [8, 9] and back[1]["extracted"] == "B"
+    assert back[0].output_token_ids == [5, 6, 7] and back[0].extracted.get("f") is None
+    assert back[1].output_token_ids == [8, 9] and back[1].extracted["f"] == "B"
     import pyarrow.parquet as pq
 
     stored = pq.read_table(run.path / "samples.parquet").to_pylist()[1]["output_token_ids"]

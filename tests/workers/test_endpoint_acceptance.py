@@ -290,9 +290,9 @@ def test_endpoint_run_stores_counts_per_sample_and_reports_them(tiny, ngram_pair
     assert {k: task[k] for k in keys} == {k: server[k] for k in keys}
     run = store.Run(Path(summary["run_dir"]))
     samples = list(run.samples())
-    assert sum(s["acceptance"]["num_cycles"] for s in samples) == task["num_cycles"]
-    assert all(s["acceptance_length"] == round(1 + s["acceptance"]["num_accepted_drafts"]
-                                               / s["acceptance"]["num_cycles"], 4) for s in samples)  # fmt: skip
+    assert sum(s.acceptance["num_cycles"] for s in samples) == task["num_cycles"]
+    assert all(s.acceptance_length == round(1 + s.acceptance["num_accepted_drafts"] / s.acceptance["num_cycles"], 4)
+               for s in samples)  # fmt: skip
     html, _ = build_report([run])
     assert 'alt="#1 acceptance by output length"' in html and "per-request counts (vllm" in html
     paired = compare_runs(run, run)["tasks"]["gsm8k_smoke"]["acceptance"]["per_document"]

@@ -91,21 +91,21 @@ def test_a_command_cannot_declare_an_engine_option_a_second_time():
 def test_run_builds_its_config_from_the_new_flags(capsys, monkeypatch, tmp_path):
     """`run` takes --block-size, --decode-copy, --capture-layers and --events, which it lacked; they reach its
     config."""
-    from specdec_eval.evals.pipeline import orchestration
+    from specdec_eval.evals.pipeline import run as pipeline_run
 
     from ..cli_helpers import run_cli
 
     seen = {}
 
     def fake_run(plan, backend, progress_for=None):
-        seen["config"] = backend.config
+        seen["config"] = backend.target.engine
         from specdec_eval.results.run_summary import RunSummary
 
         return RunSummary.from_json({"verdict": "PASS", "tasks": {}, "events": {}, "failing_events": 0,
                                      "elapsed_s": 0.0, "model": "tiny", "kv_cache": "v1", "spec": None,
                                      "world_size": 1})  # fmt: skip
 
-    monkeypatch.setattr(orchestration, "run", fake_run)
+    monkeypatch.setattr(pipeline_run, "run", fake_run)
     events = tmp_path / "ev.jsonl"
     code, out, err = run_cli(capsys, "run", "--model", "tiny", "--tasks", "gsm8k_smoke", "--no-reference", "--json",
                              "--out", str(tmp_path / "runs"), "--block-size", "32", "--no-decode-copy", "--spec",

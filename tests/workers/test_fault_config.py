@@ -68,7 +68,7 @@ def test_warmup_auto_on_auto_device_follows_cuda(monkeypatch):
 
 def test_the_spec_dec_baseline_twin_drops_the_faults():
     """The pipeline's non-speculative baseline of a spec-dec run with spec-only faults must still build."""
-    from specdec_eval.evals.pipeline.orchestration import baseline_config
+    from specdec_eval.evals.run_identity import baseline_config
 
     config = EngineConfig(model="tiny", spec=SPEC, inject=("draft_step:1@2",))
     assert baseline_config(config).inject == ()

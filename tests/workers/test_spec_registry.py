@@ -7,8 +7,8 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from specdec_eval.evals.pipeline.evaluation import EvalOptions
-from specdec_eval.evals.pipeline.run_identity import test_id as run_test_id
+from specdec_eval.evals.run_identity import test_id as run_test_id
+from specdec_eval.evals.run_types import EvalOptions
 from specdec_eval.workers.config import EngineConfig, SamplingParams, SpecConfig, from_options
 from specdec_eval.workers.engine.engine import identity_of
 from specdec_eval.workers.spec import SPEC_ALGORITHMS, SpecMethod, register, spec_method, spec_methods

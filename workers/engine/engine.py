@@ -32,7 +32,7 @@ from ..loading.checkpoint import Checkpoint, load_checkpoint, preset_of
 from ..loading.tokenizer import encode_any, eos_token_ids
 from ..memory.budget import MemoryBudget
 from ..memory.capacity import plan_capacity
-from ..memory.device import dtype_name, resolve_device, resolve_dtype
+from ..memory.device import dtype_name, release_memory, resolve_device, resolve_dtype
 from ..memory.profiling import profile_forward
 from ..model.causal_lm import CausalLM
 from ..model.layers.paged_kv import PagedKV
@@ -62,7 +62,7 @@ class Engine:
     ) -> None:
         """checkpoint / tokenizer: pass already-loaded ones to share them between engines (tests, A/B); model: a
         target model already built from `checkpoint` in this dtype, on this device and TP group, to share its
-        weights (the twin audit's engine, evals/pipeline/twin_audit.py)."""
+        weights (the twin audit's engine, evals/lossless/twin_audit.py)."""
         self.config = config
         self.tp = tp or TPGroup()
         if config.tp_size != self.tp.size:
@@ -114,6 +114,7 @@ class Engine:
             AcceptanceStats(k) if k else None,
         )  # fmt: skip
         self.last_stats = GenerateStats()
+        self.closed = False
         self._next_request_id = 0
         self._served: dict[int, Request] = {}  # requests added one at a time, by id
         if config.warmup == "on" or (config.warmup == "auto" and self.device.type == "cuda"):
@@ -183,13 +184,24 @@ class Engine:
         return None if total is None else {**total.to_dict(), "source": "engine counters"}
 
     def close(self) -> None:
+        """Abort every queued or running request and release what the engine holds: its KV pool and decode copies,
+        its executor, spec worker, draft head and target model (weights shared with another engine stay with that
+        one). Their memory is free when this returns; a closed engine serves nothing more."""
+        if self.closed:
+            return
         for req in self.scheduler.running + list(self.scheduler.waiting):
             self.scheduler.abort(req)
+        self.kv.release()
+        for part in ("executor", "spec_worker", "scheduler", "kv_manager", "memory_budget", "draft_model", "model"):
+            setattr(self, part, None)
+        self.closed = True
+        release_memory(self.device)
 
     # --- requests one at a time (serving: a `ServingEngine`) -------------------------------------------
 
     def add_request(self, prompt: Prompt, sampling: SamplingParams | None = None) -> int:
         """Queue a request; it joins the running batch at the next step. Returns its request id."""
+        self._check_open()
         req = self.make_request(0, self.encode(prompt), sampling or SamplingParams())
         self._served[req.request_id] = req
         self.scheduler.add(req)
@@ -218,7 +230,12 @@ class Engine:
                 "live_requests": len(self.scheduler.running) + len(self.scheduler.waiting)}  # fmt: skip
 
     def _step(self) -> StepOutput:
+        self._check_open()
         return self.executor.step()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("this engine is closed (Engine.close released its KV pool and model)")
 
     def output_of(self, req: Request) -> GenerationOutput:
         end = req.finish_time or time.perf_counter()
@@ -291,6 +308,7 @@ class Engine:
 
     def _run(self, requests, sinks, prompts, params, progress, queued=None) -> None:
         """Step until every request is finished, handing each finished one (not failed) to its sink."""
+        self._check_open()
         for r in requests if queued is None else queued:
             self.scheduler.add(r)
         stats = GenerateStats(len(requests), sum(len(r.prompt_token_ids) for r in requests))
@@ -332,6 +350,7 @@ class Engine:
         """(log p(continuation | context), greedy?) for each (context ids, continuation ids) pair."""
         from .scoring import score_continuation
 
+        self._check_open()
         limit = min(self.max_seq_len, self.config.max_num_tokens) + 1
         return [score_continuation(self.executor, context, continuation, limit) for context, continuation in pairs]
 

@@ -43,6 +43,11 @@ class PagedKV:
         # Bounded by the pool's token capacity: the copy never holds more than the live requests' KV.
         return cls(pool, DecodeCopy(max_tokens=layout.max_tokens) if decode_copy else None)
 
+    def release(self) -> None:
+        """Drop the pool and the decode copies (an engine being closed): their memory is free once no step runs."""
+        self.pool = self.pool.new_empty(0)
+        self.decode_copy = None
+
     def layer(self, index: int) -> LayerKV:
         return LayerKV(index, self.pool[index], self)
 

@@ -4,7 +4,7 @@ run` does: evaluate, record, gates) on a subset of GSM8K, for three ways of gett
 - plain: one run without speculative decoding (the cost a verdict is measured against);
 - spec+separate: a spec-dec run plus its lossless baseline as a second full evaluation (`--baseline separate`);
 - spec+paired: a spec-dec run whose baseline decodes from the same prefill (paired decoding, `run`'s default),
-  including the audit of its twins on a second engine with no spec worker (evals/pipeline/twin_audit.py): its engine's
+  including the audit of its twins on a second engine with no spec worker (evals/lossless/twin_audit.py): its engine's
   construction and its checks are in the side's wall time, and each round's audit seconds are reported apart.
 
 Each side runs into its own fresh temporary runs folder, so no baseline is found and reused between sides or
@@ -24,10 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import UserError
-from ...results.run_summary import RunSummary
+from ...results.run_summary import RunSummary, Verdict
 from ...workers.config import EngineConfig
-from ..pipeline import orchestration as pipeline
-from ..pipeline.evaluation import EvalOptions
+from ..pipeline.backends import RunTarget, make_backend
+from ..pipeline.run import run
+from ..run_identity import baseline_config
+from ..run_types import EvalOptions, RunPlan
 from ..tasks.registry import parse_tasks, source_for
 from . import roofline
 from .hardware import BANDWIDTH_MIB, GEMM_SIZE, measure_limits_apart
@@ -122,8 +124,8 @@ def run_side(config: EngineConfig, options: EvalOptions, baseline: str, work_dir
     out = tempfile.mkdtemp(prefix="specdec-verdict-bench-", dir=work_dir)
     try:
         t0 = time.perf_counter()
-        plan = pipeline.RunPlan(options, out, resume=False)
-        summary = pipeline.run_with_baseline(config, plan, clocked, baseline=baseline)
+        plan = RunPlan(options, out, resume=False, baseline=baseline)
+        summary = run(plan, make_backend("local", RunTarget(config)), clocked)
         return SideRun(time.perf_counter() - t0, summary, clocks)
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -162,19 +164,19 @@ def failed_gates(run_summary: RunSummary | dict[str, Any]) -> list[str]:
     summary = run_summary.to_json() if isinstance(run_summary, RunSummary) else run_summary
     why = []
     for name, task in summary["tasks"].items():
-        if task.get("verdict") == "FAIL":
+        if task.get("verdict") == Verdict.FAIL:
             report = (task.get("report") or "").strip().splitlines()
             why.append(f"accuracy on {name}: {report[-1] if report else 'FAIL'}")
         for gate, key in (("lossless", "lossless"), ("acceptance", "acceptance_gate")):
             found = task.get(key) or {}
-            if found.get("verdict") == "FAIL":
+            if found.get("verdict") == Verdict.FAIL:
                 why.append(f"{gate} on {name}: {found.get('reason') or 'FAIL'}")
         stopped = task.get("stopped") or {}
-        if stopped.get("verdict") == "FAIL" and stopped.get("gate") not in ("lossless", "acceptance"):
+        if stopped.get("verdict") == Verdict.FAIL and stopped.get("gate") not in ("lossless", "acceptance"):
             why.append(f"early stop ({stopped.get('gate')}) on {name}: {stopped.get('reason')}")
     if summary.get("failing_events"):
         why.append(f"events: {summary['failing_events']} failing event(s)")
-    if summary.get("verdict") == "FAIL" and not why:
+    if summary.get("verdict") == Verdict.FAIL and not why:
         why.append("the run FAILed (no gate names a reason)")
     return why
 
@@ -193,7 +195,7 @@ def run_verdict_bench(spec_config: EngineConfig, plan: VerdictBenchPlan, log: Ca
     options, subset = plan.options()
     for task in options.tasks:
         source_for(task, options.data_dir)  # missing data: one clear error before any model loads
-    plain_config = pipeline.baseline_config(spec_config)
+    plain_config = baseline_config(spec_config)
     sides: dict[str, Callable[[int], SideRun]] = {
         PLAIN: lambda _r: run_side(plain_config, options, "separate", plan.work_dir, progress_for),
         SEPARATE: lambda _r: run_side(spec_config, options, "separate", plan.work_dir, progress_for),

@@ -1,7 +1,7 @@
 """The lossless gate's noise-floor control: the non-speculative side decoded a second time at another batch shape.
 
 Outside float32 two plain runs differ where the batch shape changes the reduction order; their divergences are
-numerics by construction, and the margins they leave (evals/gates/margins.py) are the noise floor a spec-dec run's
+numerics by construction, and the margins they leave (margins.py) are the noise floor a spec-dec run's
 divergences are judged against. The control is a run of its own, recorded under the baseline's key plus a
 `noise_control` marker naming the shape (so it is never taken for a baseline, and is reused by every later spec-dec
 run of the same configuration):
@@ -12,21 +12,21 @@ run of the same configuration):
   diverge, gap moves up to 0.03 and 0.6 nats. So only 1 against more-than-1 moves the numerics here.
 - an endpoint: the baseline server at concurrency 1 (2 when the run itself uses 1): the server then batches other
   requests together.
+
+What the control is and how it is found lives here; when it is decoded (before the baseline and the run, once per
+configuration) is the run pipeline's one policy (evals/pipeline/run.py), for every backend.
 """
 
 from __future__ import annotations
 
-import functools
-import gc
-import sys
 from dataclasses import replace
 from typing import Any
 
 from ...results import store
-from ...results.lossless import EXACT_DTYPES
 from ...workers.interface import EngineIdentity
-from .evaluation import EvalOptions
-from .run_identity import baseline_config, baseline_identity, find_baseline
+from ..run_identity import baseline_identity, find_baseline
+from ..run_types import EvalOptions
+from .check import EXACT_DTYPES
 
 MARKER = "noise_control"
 
@@ -82,43 +82,3 @@ class ControlEngine:
 
     def __getattr__(self, name: str) -> Any:  # everything else is the wrapped engine's
         return getattr(self._engine, name)
-
-
-def ensure_local_control(config, plan, progress_for, with_progress, run_evaluation) -> str | None:
-    """Decode the control of a local run unless it is recorded or not wanted; returns its run folder (None: none).
-    The engine is freed before the caller builds the next one."""
-    from ...workers.engine.engine import Engine, identity_of
-    from ...workers.memory.device import dtype_name, resolve_device, resolve_dtype
-
-    dtype = dtype_name(resolve_dtype(config.dtype, resolve_device(config.device)))
-    if not wants_control(getattr(plan, "control", None), config.spec is not None, dtype):
-        return None
-    shape = {"max_batch_size": other_shape(config.max_batch_size)}
-    found = find_control(plan.out, identity_of(config), plan.options)
-    if found is not None:
-        return str(found.path)
-    print(f"lossless gate: decoding the noise-floor control (the plain side at max batch size "
-          f"{shape['max_batch_size']}; reused by later runs)", file=sys.stderr)  # fmt: skip
-    engine = ControlEngine(Engine(replace(baseline_config(config), max_batch_size=shape["max_batch_size"])), shape)
-    summary = with_progress(engine, progress_for, functools.partial(run_evaluation, engine, plan))
-    del engine
-    gc.collect()
-    return summary.run_dir
-
-
-def ensure_endpoint_control(baseline, plan, progress_for, with_progress, run_evaluation, spec: bool) -> str | None:
-    """The control of an endpoint run: the baseline server (an EndpointConfig) at another concurrency."""
-    from ...workers.remote.endpoint import EndpointEngine
-
-    if baseline is None or not wants_control(getattr(plan, "control", None), spec, baseline.dtype):
-        return None
-    shape = {"concurrency": other_shape(baseline.concurrency)}
-    engine = ControlEngine(EndpointEngine(replace(baseline, concurrency=shape["concurrency"])), shape)
-    found = find_baseline(plan.out, engine.identity, plan.options)
-    if found is not None:
-        engine.close()
-        return str(found.path)
-    print(f"lossless gate: evaluating the baseline endpoint again at concurrency {shape['concurrency']} (the "
-          "noise-floor control)", file=sys.stderr)  # fmt: skip
-    summary = with_progress(engine, progress_for, lambda progress: run_evaluation(engine, plan, progress))
-    return summary.run_dir

@@ -1,5 +1,5 @@
-"""A/B of two commits: each side runs its own commit's code, from its own git worktree, with the same
-configuration and samples; then the two runs are compared.
+"""The sides of an A/B of two commits (`specdec-eval ab`): each side runs its own commit's code, from its own git
+worktree, with the same configuration and samples; then the two runs are compared.
 
 The code of a side is installed with `pip install --target` from its worktree into a private folder and put
 first on PYTHONPATH, so `python -m specdec_eval.cli.main run ...` really runs that commit (the manifest records

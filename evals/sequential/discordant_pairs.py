@@ -42,7 +42,9 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.stats import binom
 
-B_WORSE, NO_DIFFERENCE, CONTINUE = "B-WORSE", "NO-DIFFERENCE", "CONTINUE"
+from ...results.run_summary import Verdict
+
+B_WORSE, NO_DIFFERENCE, CONTINUE = "B-WORSE", "NO-DIFFERENCE", Verdict.CONTINUE
 _MAX_PAIRS = 1_000_000
 _NEGLIGIBLE = 1e-9  # probability still running below which the untruncated test counts as finished
 

@@ -1,8 +1,8 @@
 """The A/B of two commits as a library call (`specdec-eval ab` parses its options, calls `run_ab`, prints).
 
-Each side is its own commit's `specdec-eval run` in a git worktree (results/ab.py makes the worktrees and the side
+Each side is its own commit's `specdec-eval run` in a git worktree (results/ab_sides.py makes the worktrees and the side
 processes). Fixed-sample: the sides run one after the other. Sequential (`early_stop`): both at once, their output
-drained by threads so that a full pipe never blocks a side, while the controller (evals/sequential/ab.py) pairs
+drained by threads so that a full pipe never blocks a side, while the watcher (evals/sequential/ab_watch.py) pairs
 their scores and acceptance counts and stops both when the paired tests decide (`decide_on`: the accuracy SPRT, the
 sequential acceptance test, or both); a signal to ab stops both sides too. The two runs are then compared sample
 by sample (results/compare.py), acceptance paired by document included.
@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...results.ab import Side, checked_out, run_side, side_result, start_side, stop_side, terminated_as_exception
+from ...results.ab_sides import Side, checked_out, run_side, side_result, start_side, stop_side, terminated_as_exception
 from ...results.acceptance_paired import DEFAULT_BETA, DEFAULT_DROP
 from ...results.compare import compare_runs
 from ...results.store import Run
-from .ab import DECIDE_ON, AcceptanceMonitor, SideProgress, watch
-from .paired import PairedSequentialDesign
+from ..run_types import EvalOptions
+from .ab_watch import DECIDE_ON, AcceptanceMonitor, SideProgress, watch
+from .discordant_pairs import PairedSequentialDesign
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class ABPlan:
     out: Path
     alpha: float = 0.05
     early_stop: bool = False
-    early_stop_batch: int = 32
+    early_stop_batch: int = EvalOptions.early_stop_batch  # what `run` looks after, so both sides look alike
     p1: float = 1 / 3
     acceptance_drop: float = DEFAULT_DROP  # the relative AL drop the acceptance tests rule out (or show)
     beta: float = DEFAULT_BETA  # the acceptance tests' chance of ruling out a drop of acceptance_drop that is there
@@ -53,7 +54,7 @@ class ABPlan:
 
 def run_ab(plan: ABPlan, say: Callable[[str], None]) -> dict[str, Any]:
     """Both sides, then their comparison (with the sequential record under "sequential" when early_stop).
-    Raises results.ab.ABError (a side failed, a ref is unknown) and Terminated (a signal: the running sides were
+    Raises results.ab_sides.ABError (a side failed, a ref is unknown) and Terminated (a signal: the running sides were
     stopped and waited for, worktrees and temporary files removed). `say` gets one line per side started."""
     sequential = None
     with terminated_as_exception(), checked_out(plan.repo.resolve(), plan.refs) as sides:

@@ -1,20 +1,35 @@
 """Who a run is: everything that shapes its samples (the run key that resume and baseline lookups match on), its
-TensorRT-LLM-style test id (what waives.txt names), and the non-speculative twin a spec-dec run is checked against."""
+TensorRT-LLM-style test id (what waives.txt names) and reference model key, and the non-speculative configuration a
+spec-dec run is checked against (its baseline, its paired twins). Shared by the pipeline and the lossless gate."""
 
 from __future__ import annotations
 
 import functools
+import os
 import re
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from ...results import manifest as mf
-from ...results import store
-from ...workers.config import EngineConfig
-from ...workers.engine.faults import behaviour_faults
-from ...workers.interface import EngineIdentity, InferenceEngine
-from ...workers.spec.registry import spec_method
-from .evaluation import EvalOptions, model_key_for
+from ..results import manifest as mf
+from ..results import store
+from ..workers.config import EngineConfig
+from ..workers.engine.faults import behaviour_faults
+from ..workers.interface import EngineIdentity, InferenceEngine
+from ..workers.spec.registry import spec_method
+from .run_types import EvalOptions
+
+
+def model_key_for(engine: InferenceEngine, explicit: str | None) -> str:
+    """The references' model key: --model-key, else a known name for the presets, else the checkpoint's
+    Hugging Face name (config.json _name_or_path) or folder name."""
+    if explicit:
+        return explicit
+    model = engine.identity.model
+    if model == "smollm2":
+        return "HuggingFaceTB/SmolLM2-135M-Instruct"
+    name = getattr(engine.tokenizer, "name_or_path", "") or ""
+    return name if name and "/" in name and not os.path.isabs(name) else Path(model).name
 
 
 def run_config(identity: EngineIdentity, options: EvalOptions) -> dict[str, Any]:

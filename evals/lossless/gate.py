@@ -1,53 +1,58 @@
-"""The lossless gate of a spec-dec run: every sample against a non-speculative baseline (results/lossless.py), and
-what that baseline is. A verdict is only as independent as its baseline, so each task's `lossless` record names
-the kind it rests on:
+"""The lossless gate of a spec-dec run: every sample against its non-speculative baseline, task by task.
 
-- "twin": the plain twins of a paired run, decoded in the spec-dec engine from the same prefill, trusted only as far
-  as their audit on a plain engine shows (evals/pipeline/twin_audit.py); a divergence there FAILs the gate;
-- "separate": a plain run this command just made, on an engine with no spec worker;
-- "recorded": a finished plain run found in the runs folder, or the one `--baseline RUN` names (checked first:
-  evals/gates/baseline_check.py).
+THE RULE TODAY. A greedy spec-dec run must emit its baseline's tokens exactly (check.py). In float32 any divergence
+FAILs. In other dtypes two plain runs already differ by rounding, so each divergence is judged by the baseline's
+logit margin at its first divergent token against the noise measured on a control, the plain side decoded again at
+another batch shape (margins.py, control.py): FAIL beyond 2 x the largest noise or at a divergence rate above the
+control's; without a control (or logprobs) the gate cannot judge and says NO-GATE ("UNCALIBRATED: ..."), never PASS.
+A calibrated `lossless_tolerance` in a reference entry still caps the divergent fraction. A paired run's twins count
+as a baseline only as far as their audit on a plain engine shows (twin_audit.py); each verdict names the baseline it
+rests on (baseline.py).
+
+KINDS OF VERDICT. `JUDGES` maps a kind to the function that judges one task; `verdict_kind` picks it. Token identity
+serves every task today (our coupled sampler reproduces the baseline's tokens at temperature > 0 as well); a verdict
+of another kind (sampled decoding judged in distribution) is one more entry there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import UserError
 from ...results import store
-from ...results.lossless import EXACT_DTYPES, lossless_check
-from ...results.run_summary import GateResult, RunSummary
+from ...results.run_summary import GateResult, RunSummary, Verdict
+from ...results.sample_record import SampleRecord
 from ...workers.interface import EngineIdentity
-from ..pipeline.control import find_control
-from ..pipeline.evaluation import EvalOptions, TaskResult
-from ..pipeline.run_identity import baseline_identity, find_baseline
-from .baseline_check import baseline_problem
+from ..run_types import EvalOptions, TaskResult
+from .baseline import BASELINE_KINDS, BaselineRef, baseline_label, open_baseline
+from .check import EXACT_DTYPES, lossless_check
+from .control import find_control
 from .margins import WHAT_TO_DO, divergence_margin, margin_verdict, noise_floor
 
-BASELINE_KINDS = {
-    "twin": "paired twin, audited",
-    "separate": "separate plain run",
-    "recorded": "recorded plain run",
-}
 CHANGES_TARGET = "the spec-dec engine changes the target's own outputs"
 
 
 @dataclass(frozen=True)
-class BaselineRef:
-    """Which run a lossless gate compares with (None: look one up) and what kind of baseline it is."""
+class LosslessCase:
+    """What one task's lossless verdict rests on."""
 
-    run: str | None
-    kind: str  # "twin" | "separate" | "recorded" | "none" (a run with no lossless gate)
-    audit: dict[str, Any] | None = None  # the twins' audit (kind "twin")
-    checked: bool = False  # `--baseline RUN`: must pass baseline_problem first
-    # The noise-floor control's run folder when the caller made or found it (an endpoint's: keyed by the baseline
-    # server, which the spec-dec run's own identity cannot name); None: looked up from the run's identity.
-    control: str | None = None
+    task: str
+    samples: list[SampleRecord]  # the spec-dec run's samples (every task's)
+    baseline_samples: list[SampleRecord]
+    baseline_run: str  # its run id
+    baseline: BaselineRef
+    kind: str  # the baseline's kind: "twin" | "separate" | "recorded"
+    dtype: str  # what ran: float32 and float64 are exact
+    tolerance: float | None  # the task's calibrated lossless_tolerance, if its reference entry has one
+    control_samples: list[SampleRecord] | None  # the noise-floor control's samples (None: no control found)
+    control_run: str | None
 
 
-def apply_lossless_gate(summary: RunSummary, samples: list[dict], identity: EngineIdentity, out: str,
+Judge = Callable[[LosslessCase], dict[str, Any]]  # one task's gate record (GateResult.from_json reads it)
+
+
+def apply_lossless_gate(summary: RunSummary, samples: list[SampleRecord], identity: EngineIdentity, out: str,
                         options: EvalOptions, results: list[TaskResult],
                         baseline: BaselineRef) -> RunSummary:  # fmt: skip
     """The summary with each task's lossless gate and the baseline it rests on (a FAIL fails the run)."""
@@ -57,63 +62,56 @@ def apply_lossless_gate(summary: RunSummary, samples: list[dict], identity: Engi
     return summary if record is None else summary.replace(baseline=record)
 
 
-def evaluate_lossless(tasks: Iterable[str], samples: list[dict], identity: EngineIdentity, out: str,
+def evaluate_lossless(tasks: Iterable[str], samples: list[SampleRecord], identity: EngineIdentity, out: str,
                       options: EvalOptions, results: list[TaskResult],
                       baseline: BaselineRef) -> tuple[dict[str, GateResult], dict[str, Any] | None]:  # fmt: skip
     """Compare every spec-dec sample with the baseline: each task's GateResult, and the baseline's record (None
     when no baseline was found: every task is NO-BASELINE)."""
-    base = _open(baseline, identity, out, options)
+    base = open_baseline(baseline, identity, out, options)
     if base is None:
         why = f"no finished baseline run under {out}"
-        return {task: GateResult("NO-BASELINE", why) for task in tasks}, None
-    gates = {}
+        return {task: GateResult(Verdict.NO_BASELINE, why) for task in tasks}, None
     dtype = identity.resolved_dtype or identity.dtype
     tolerances = {r.task: (r.reference.entry.get("lossless_tolerance") if r.reference else None) for r in results}
     base_samples = base.samples()
     kind = baseline.kind if baseline.kind in BASELINE_KINDS else "recorded"
     control = store.open_run(baseline.control) if baseline.control else find_control(out, identity, options)
-    control_samples = control.samples() if control is not None else []
-    for task, check in lossless_check(samples, base_samples, dtype).items():
-        if tolerances.get(task) is not None and check["verdict"] == "UNCALIBRATED":
-            check = lossless_check([s for s in samples if s["task"] == task], base_samples, dtype,
-                                   tolerances[task])[task]  # fmt: skip
-        floor = noise_floor(base_samples, control_samples, task) if control is not None else None
-        judge_by_margins(check, task, samples, base_samples, floor, dtype, tolerances.get(task),
-                         control.run_id if control is not None else None)  # fmt: skip
-        check["baseline_run"] = base.run_id
-        check["baseline_kind"] = kind
-        check["baseline_label"] = baseline_label(kind, baseline.audit)
-        if baseline.audit is not None:
-            check["audit"] = _audit_brief(baseline.audit)
-            _apply_audit(check, task, baseline.audit, dtype, tolerances.get(task), floor)
-        uncalibrated_is_no_gate(check)
-        gates[task] = GateResult.from_json(check)
+    control_samples = control.samples() if control is not None else None
+    gates = {}
+    for task in sorted({s.task for s in samples}):
+        case = LosslessCase(task, samples, base_samples, base.run_id, baseline, kind, dtype, tolerances.get(task),
+                            control_samples, control.run_id if control is not None else None)  # fmt: skip
+        gates[task] = GateResult.from_json(JUDGES[verdict_kind(case)](case))
     record = {"run": base.run_id, "kind": kind, "label": baseline_label(kind, baseline.audit),
               **({"audit": baseline.audit} if baseline.audit is not None else {})}  # fmt: skip
     return gates, record
 
 
-def baseline_label(kind: str, audit: dict[str, Any] | None) -> str:
-    """In words, e.g. "paired twin, audited on 3 of 3 planned documents" or "separate plain run"."""
-    if kind == "twin" and audit is not None:
-        return f"paired twin, audited on {audit['num_audited']} of {audit['planned']} planned documents"
-    return BASELINE_KINDS[kind]
+def verdict_kind(case: LosslessCase) -> str:
+    """Which judge decides a task: token identity for every task today (see the module docstring)."""
+    return "identity"
 
 
-def _open(baseline: BaselineRef, identity: EngineIdentity, out: str, options: EvalOptions) -> store.Run | None:
-    if baseline.run is None:
-        return find_baseline(out, baseline_identity(identity), options)
-    try:
-        base = store.open_run(baseline.run, out)
-    except (FileNotFoundError, ValueError) as e:
-        raise UserError(f"--baseline: {e}") from None
-    if baseline.checked:
-        problem = baseline_problem(base, identity, options)
-        if problem is not None:
-            raise UserError(f"--baseline: {problem}")
-    elif not base.is_finished:
-        raise UserError(f"--baseline: run {base.run_id} is not finished")
-    return base
+def judge_identity(case: LosslessCase) -> dict[str, Any]:
+    """Token identity with its baseline, divergences judged by their margins outside an exact dtype, the twins'
+    audit applied; an UNCALIBRATED verdict reads NO-GATE."""
+    task, dtype = case.task, case.dtype
+    mine = [s for s in case.samples if s.task == task]
+    check = lossless_check(mine, case.baseline_samples, dtype, case.tolerance)[task]
+    floor = noise_floor(case.baseline_samples, case.control_samples, task) if case.control_samples is not None else None
+    judge_by_margins(check, task, case.samples, case.baseline_samples, floor, dtype, case.tolerance, case.control_run)
+    check["baseline_run"] = case.baseline_run
+    check["baseline_kind"] = case.kind
+    check["baseline_label"] = baseline_label(case.kind, case.baseline.audit)
+    audit = case.baseline.audit
+    if audit is not None:
+        check["audit"] = _audit_brief(audit)
+        _apply_audit(check, task, audit, dtype, case.tolerance, floor)
+    uncalibrated_is_no_gate(check)
+    return check
+
+
+JUDGES: dict[str, Judge] = {"identity": judge_identity}
 
 
 def _audit_brief(audit: dict[str, Any]) -> dict[str, Any]:
@@ -126,32 +124,32 @@ def _apply_audit(check: dict[str, Any], task: str, audit: dict[str, Any], dtype:
     """The twins' audit decides whether the comparison with them means anything. In an exact dtype one divergence
     anywhere (the audit stopped there) proves the spec-dec engine altered the target, for every task. Elsewhere a
     plain engine may differ from a twin by rounding: each audited divergence is judged by its margin against the
-    control's noise bound (evals/gates/margins.py), or, without margins, the task's audited share is held to its
+    control's noise bound (margins.py), or, without margins, the task's audited share is held to its
     lossless tolerance."""
     first = audit["first_divergence"]
     if dtype in EXACT_DTYPES:
         if first is not None:
-            check["verdict"] = "FAIL"
+            check["verdict"] = Verdict.FAIL
             check["reason"] = (f"{CHANGES_TARGET}: the paired twin of {first['task']} doc {first['doc_id']} "
                                f"differs from a plain engine's output at token {first['position']} (audit of "
                                f"{audit['num_audited']} of {audit['planned']} planned documents, stopped at the "
                                "first divergence); the twins are no baseline")  # fmt: skip
-        elif not audit["num_audited"] and check["verdict"] == "PASS":
-            check["verdict"] = "NO-GATE"
+        elif not audit["num_audited"] and check["verdict"] == Verdict.PASS:
+            check["verdict"] = Verdict.NO_GATE
             check["reason"] = "the paired twins could not be audited (no greedy or seeded document); no baseline"
         return
     mine = [d for d in audit["audited"] if d["task"] == task]
     diverged = [d for d in audit["divergences"] if d["task"] == task]
     if not diverged:
-        if not mine and check["verdict"] == "PASS":
-            check["verdict"], check["reason"] = "NO-GATE", "no document of this task was audited; no baseline"
+        if not mine and check["verdict"] == Verdict.PASS:
+            check["verdict"], check["reason"] = Verdict.NO_GATE, "no document of this task was audited; no baseline"
         return
     share = len(diverged) / len(mine)
     judged = [d["margins"] for d in diverged if (d.get("margins") or {}).get("judged") is not None]
     if floor is not None and len(judged) == len(diverged):
         worst = max(judged, key=lambda m: m["judged"])
         if worst["judged"] > floor["bound"]:
-            check["verdict"] = "FAIL"
+            check["verdict"] = Verdict.FAIL
             check["reason"] = (f"{CHANGES_TARGET}: an audited twin differs from a plain engine with margin "
                                f"{worst['judged']:.3f} nats, beyond the control's noise bound {floor['bound']:.4f} "
                                f"({len(diverged)} of {len(mine)} audited twins differ)")  # fmt: skip
@@ -161,21 +159,21 @@ def _apply_audit(check: dict[str, Any], task: str, audit: dict[str, Any], dtype:
                                       f"control's noise bound {floor['bound']:.4f})")  # fmt: skip
         return
     if tolerance is None:
-        check["verdict"] = "UNCALIBRATED"
+        check["verdict"] = Verdict.UNCALIBRATED
         check["reason"] = (f"{len(diverged)} of {len(mine)} audited twins differ from a plain engine in {dtype}; "
                            "no calibrated lossless_tolerance to judge whether the spec-dec engine altered the "
                            "target")  # fmt: skip
     elif share > tolerance:
-        check["verdict"] = "FAIL"
+        check["verdict"] = Verdict.FAIL
         check["reason"] = (f"{CHANGES_TARGET}: {len(diverged)} of {len(mine)} audited twins differ from a plain "
                            f"engine ({share:.4f} > tolerance {tolerance:.4f} for {dtype})")  # fmt: skip
 
 
-def judge_by_margins(check: dict[str, Any], task: str, samples: list[dict], base_samples: list[dict],
+def judge_by_margins(check: dict[str, Any], task: str, samples: list[SampleRecord], base_samples: list[SampleRecord],
                      floor: dict[str, Any] | None, dtype: str, tolerance: float | None,
                      control_run: str | None) -> None:  # fmt: skip
     """Every divergence gets its margins (numbers and token ids); outside an exact dtype they decide the verdict
-    (evals/gates/margins.py: against the control's noise floor, with a calibrated tolerance as an upper limit)."""
+    (margins.py: against the control's noise floor, with a calibrated tolerance as an upper limit)."""
     if floor is not None:
         check["noise"] = {k: v for k, v in floor.items() if k != "divergences"}
         check["noise"]["margins"] = [{"doc_id": m["doc_id"], "position": m["position"], "margin": m["judged"],
@@ -183,13 +181,13 @@ def judge_by_margins(check: dict[str, Any], task: str, samples: list[dict], base
         check["noise"]["control_run"] = control_run
     if not check["divergences"]:
         return
-    spec = {s["doc_id"]: s for s in samples if s["task"] == task}
-    base = {s["doc_id"]: s for s in base_samples if s["task"] == task}
+    spec = {s.doc_id: s for s in samples if s.task == task}
+    base = {s.doc_id: s for s in base_samples if s.task == task}
     for x in check["divergences"]:
         m = divergence_margin(base[x["doc_id"]], spec[x["doc_id"]])
         if m is not None:
             x["margins"] = m
-    if dtype in EXACT_DTYPES or check["verdict"] == "FAIL" and check["reason"].startswith("not comparable"):
+    if dtype in EXACT_DTYPES or check["verdict"] == Verdict.FAIL and check["reason"].startswith("not comparable"):
         return
     flat = [{"doc_id": x["doc_id"], **x["margins"]} if x.get("margins") else {"doc_id": x["doc_id"]}
             for x in check["divergences"]]  # fmt: skip
@@ -202,10 +200,10 @@ def judge_by_margins(check: dict[str, Any], task: str, samples: list[dict], base
 
 def uncalibrated_is_no_gate(check: dict[str, Any]) -> None:
     """A gate that could not judge never reads PASS: UNCALIBRATED is NO-GATE for losslessness, with what to do."""
-    if check["verdict"] == "UNCALIBRATED":
-        check["verdict"] = "NO-GATE"
+    if check["verdict"] == Verdict.UNCALIBRATED:
+        check["verdict"] = Verdict.NO_GATE
         check["uncalibrated"] = True
         if WHAT_TO_DO not in check["reason"]:
             check["reason"] = f"UNCALIBRATED: {check['reason']}; {WHAT_TO_DO}"
-        elif not check["reason"].startswith("UNCALIBRATED"):
+        elif not check["reason"].startswith(Verdict.UNCALIBRATED):
             check["reason"] = f"UNCALIBRATED: {check['reason']}"

@@ -1,9 +1,9 @@
 """The sequential A/B of two commits (`specdec-eval ab ... --early-stop`): both sides run at once, each evaluating
 the documents in the same seeded random order batch by batch and appending every finished sample's score (and,
 under spec-dec, its draft cycles and accepted drafts) to a progress file (evals/sequential/early_stop.py,
-`stop_file`). This controller pairs the two sides' records in that order and feeds two sequential tests:
+`stop_file`). This watcher pairs the two sides' records in that order and feeds two sequential tests:
 
-- accuracy: the discordant pairs to the paired SPRT (evals/sequential/paired.py: B worse, no difference shown, or
+- accuracy: the discordant pairs to the paired SPRT (discordant_pairs.py: B worse, no difference shown, or
   continue);
 - acceptance: each task's paired per-document acceptance to the two one-sided group-sequential tests of
   evals/sequential/acceptance.py (a drop of B's AL shown, a drop of `drop` ruled out, or continue), when both sides
@@ -12,7 +12,7 @@ under spec-dec, its draft cycles and accepted drafts) to a progress file (evals/
 Which decisions stop the sides (`decide_on`): "both" (the default) stops at once when either test shows B worse,
 and otherwise when every test that applies has decided; "accuracy" or "acceptance" stops on that test alone (the
 other is still reported where it got). Each test keeps its own error rates; with both, the chance that an
-unchanged B is called worse by either is at most the sum of their alphas. When it decides, the controller writes
+unchanged B is called worse by either is at most the sum of their alphas. When it decides, the watcher writes
 each side's stop file; the sides stop at their next batch, record what they evaluated, and exit; `compare` then
 pairs the two runs."""
 
@@ -26,7 +26,7 @@ from typing import Any
 
 from ...results.acceptance_paired import DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_DROP, DROP, INCONCLUSIVE, NO_DROP
 from .acceptance import CONTINUE, AcceptanceSequentialDesign
-from .paired import B_WORSE, PairedDecision, PairedSequentialDesign
+from .discordant_pairs import B_WORSE, PairedDecision, PairedSequentialDesign
 
 DECIDE_ON = ("both", "accuracy", "acceptance")
 

@@ -1,4 +1,4 @@
-"""The audited baseline side of a paired run (evals/pipeline/orchestration.py `run_paired`).
+"""The audited baseline side of a paired run (evals/pipeline/paired_run.py).
 
 A paired run's plain twins are decoded in the spec-dec engine, from the same prefill and in the same batches as the
 speculative requests. A gate cannot catch a bug in a component it shares with what it checks: a draft layer that
@@ -43,11 +43,12 @@ from typing import Any
 import torch
 
 from ...errors import UserError
-from ...results.lossless import EXACT_DTYPES
 from ...results.paired import first_divergence
+from ...results.sample_record import SampleRecord
 from ...workers.interface import EngineIdentity, GenerateStats, GenerationOutput, InferenceEngine, Prompt
 from ...workers.loading.tokenizer import encode_any
-from ..gates.margins import divergence_margin
+from .check import EXACT_DTYPES
+from .margins import divergence_margin
 
 AUDIT_SHARE = 0.25
 AUDIT_MIN_DOCS = 2
@@ -111,7 +112,7 @@ class AuditedTwins:
                  make_plain: Callable[[int], InferenceEngine], seed: int, dtype: str) -> None:  # fmt: skip
         self._identity = identity
         self._tokenizer = tokenizer
-        self.twins = twins  # evals.resume.GenerationCache of the baseline run
+        self.twins = twins  # evals.pipeline.resume.GenerationCache of the baseline run
         self.make_plain = make_plain
         self.plain: InferenceEngine | None = None
         self._tokens = 0  # KV positions the audit's engine must hold (set when the planned documents are known)
@@ -170,7 +171,7 @@ class AuditedTwins:
 
     def _divergence(self, prompt: Prompt, params, twin: GenerationOutput) -> tuple[int | None, dict | None]:
         """Where a plain engine's output first differs from the twin's (None: identical), with the margins there
-        (evals/gates/margins.py) when both carry logprobs."""
+        (margins.py) when both carry logprobs."""
         plain = self._plain()
         if params.greedy and twin.token_ids:
             try:
@@ -182,8 +183,7 @@ class AuditedTwins:
         decoded = plain.generate([prompt], [params])[0]
         if decoded.finish_reason == "error":
             raise RuntimeError(f"the twin audit's plain engine failed a request: {decoded.error}")
-        margins = divergence_margin({"output_token_ids": decoded.token_ids, "logprobs": decoded.logprobs},
-                                    {"output_token_ids": twin.token_ids, "logprobs": twin.logprobs})  # fmt: skip
+        margins = divergence_margin(_decoded(decoded), _decoded(twin))
         return first_divergence(list(decoded.token_ids), list(twin.token_ids)), margins
 
     def _plain(self) -> InferenceEngine:
@@ -208,9 +208,14 @@ class AuditedTwins:
             self.plain.close()
 
 
+def _decoded(output: GenerationOutput) -> SampleRecord:
+    """An output as the record the margins are read from (its tokens and their logprobs; no document)."""
+    return SampleRecord(task="", doc_id=None, output_token_ids=list(output.token_ids), logprobs=output.logprobs)
+
+
 def audit_record(record: dict[str, Any], results: list) -> dict[str, Any]:
     """The audit as recorded in the runs' summaries and manifests: documents named by (task, doc id)."""
-    docs = {s["prompt_hash"]: {"task": s["task"], "doc_id": s["doc_id"]} for r in results for s in r.samples}
+    docs = {s.prompt_hash: {"task": s.task, "doc_id": s.doc_id} for r in results for s in r.samples}
     unknown = {"task": None, "doc_id": None}
     audited = [docs.get(h, unknown) for h in record["audited"]]
     divergences = [

@@ -12,7 +12,7 @@ when it chose greedily from its own logits). A side records each output token's 
 alternatives (k = 5: the most OpenAI's completions API returns, so every server can give what our engine keeps);
 when the other token is not among them the margin is only bounded below (by the k-th alternative).
 
-The noise floor comes from a control: the plain side decoded again at another batch shape (evals/pipeline/control.py).
+The noise floor comes from a control: the plain side decoded again at another batch shape (control.py).
 Its divergences from the baseline are numerics by construction, and every position the two share before they
 diverge measures the same noise directly: for each token of both top-k lists, how much its gap to the emitted token
 moved between the two runs. A numerics flip needs the gap to move by more than the margin, so
@@ -30,7 +30,8 @@ probability <= d / (N + 1) for d divergences (FACTOR > 1 only lowers it, and lea
 shape change being another than the control's); (2) falsely fails with probability <= ALPHA. Both are stated in
 each verdict. `tests/evals/test_lossless_margin_rule.py` measures the rate by a seeded simulation.
 
-Pure functions on sample records (no torch): a record's "logprobs" is a list, per output token, of [logprob,
+Pure functions on sample records (results/sample_record.py; no torch): a record's `logprobs` is a list, per output
+token, of [logprob,
 [[token, logprob], ...top k], (token)]; the third element, when present, is the token as the server named it (an
 endpoint), else the token is the sample's output_token_ids entry.
 """
@@ -38,8 +39,12 @@ endpoint), else the token is the sample's output_token_ids entry.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
+
+from ...results.paired import first_divergence
+from ...results.run_summary import Verdict
+from ...results.sample_record import SampleRecord
 
 CONSISTENCY_SLACK = 1e-3  # nats: stored logprobs are rounded to 5 decimals; below -this a margin contradicts greedy
 FACTOR = 2.0  # slack on the measured noise: a spec-dec step changes the shape differently than the control does
@@ -47,12 +52,12 @@ ALPHA = 0.01  # the divergence-rate test's one-sided level
 MIN_NOISE_SAMPLES = 20  # fewer measured gap moves than this: no noise floor (the gate cannot judge)
 
 
-def tokens_of(sample: dict[str, Any]) -> list[Any] | None:
+def tokens_of(sample: SampleRecord) -> list[Any] | None:
     """The output tokens the sample's logprobs are about, or None when it has no logprobs."""
-    records = sample.get("logprobs")
+    records = sample.logprobs
     if not records:
         return None
-    ids = sample.get("output_token_ids") or []
+    ids = sample.output_token_ids or []
     out = []
     for i, rec in enumerate(records):
         if len(rec) > 2:
@@ -62,13 +67,6 @@ def tokens_of(sample: dict[str, Any]) -> list[Any] | None:
         else:
             return None  # a record without its token: unusable
     return out
-
-
-def _first_divergence(a: Sequence[Any], b: Sequence[Any]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def _logprob_of(record: list, token: Any) -> float | None:
@@ -90,14 +88,14 @@ def _gap(record: list, token: Any, other: Any) -> tuple[float, bool]:
     return own - floor, False
 
 
-def divergence_margin(base: dict[str, Any], other: dict[str, Any]) -> dict[str, Any] | None:
+def divergence_margin(base: SampleRecord, other: SampleRecord) -> dict[str, Any] | None:
     """The margins at the first token where `other` departs from `base` (None: identical, or no logprobs on a side).
     Numbers and token ids only. `lower_bound`: the margin is only bounded below (the other token is not in the
     baseline's stored top k); `reverse_lower_bound` likewise on the other side."""
     bt, ot = tokens_of(base), tokens_of(other)
     if bt is None or ot is None:
         return None
-    p = _first_divergence(bt, ot)
+    p = first_divergence(bt, ot)
     if p is None:
         return None
     rec = {"position": p}
@@ -105,14 +103,14 @@ def divergence_margin(base: dict[str, Any], other: dict[str, Any]) -> dict[str, 
         rec.update(margin=None, ended=True)
         return rec
     b, o = bt[p], ot[p]
-    margin, exact = _gap(base["logprobs"][p], b, o)
-    reverse, rexact = _gap(other["logprobs"][p], o, b)
+    margin, exact = _gap(base.logprobs[p], b, o)
+    reverse, rexact = _gap(other.logprobs[p], o, b)
     rec.update(
         baseline_token=b, other_token=o,
-        baseline_logprob=round(float(base["logprobs"][p][0]), 5),
-        baseline_logprob_other=_round(_logprob_of(base["logprobs"][p], o)),
-        other_logprob=round(float(other["logprobs"][p][0]), 5),
-        other_logprob_baseline=_round(_logprob_of(other["logprobs"][p], b)),
+        baseline_logprob=round(float(base.logprobs[p][0]), 5),
+        baseline_logprob_other=_round(_logprob_of(base.logprobs[p], o)),
+        other_logprob=round(float(other.logprobs[p][0]), 5),
+        other_logprob_baseline=_round(_logprob_of(other.logprobs[p], b)),
         margin=round(margin, 5), lower_bound=not exact,
         reverse_margin=round(reverse, 5), reverse_lower_bound=not rexact,
     )  # fmt: skip
@@ -135,17 +133,17 @@ def judged_margin(rec: dict[str, Any]) -> float | None:
     return round(judged, 5)
 
 
-def gap_moves(base: dict[str, Any], other: dict[str, Any]) -> list[float]:
+def gap_moves(base: SampleRecord, other: SampleRecord) -> list[float]:
     """The noise measured on one pair of plain runs: at every position both share (before any divergence) and for
     every alternative both stored, |gap in base - gap in other| of the emitted token to that alternative."""
     bt, ot = tokens_of(base), tokens_of(other)
     if bt is None or ot is None:
         return []
-    p = _first_divergence(bt, ot)
+    p = first_divergence(bt, ot)
     end = min(len(bt), len(ot)) if p is None else p
     moves = []
     for i in range(end):
-        rb, ro = base["logprobs"][i], other["logprobs"][i]
+        rb, ro = base.logprobs[i], other.logprobs[i]
         theirs = {t: float(lp) for t, lp in ro[1]}
         for t, lp in rb[1]:
             if t != bt[i] and t in theirs:
@@ -153,12 +151,14 @@ def gap_moves(base: dict[str, Any], other: dict[str, Any]) -> list[float]:
     return moves
 
 
-def pair_by_doc(a: Iterable[dict[str, Any]], b: Iterable[dict[str, Any]], task: str) -> list[tuple[dict, dict]]:
-    other = {s["doc_id"]: s for s in b if s["task"] == task}
-    return [(s, other[s["doc_id"]]) for s in a if s["task"] == task and s["doc_id"] in other]
+def pair_by_doc(a: Iterable[SampleRecord], b: Iterable[SampleRecord], task: str
+                ) -> list[tuple[SampleRecord, SampleRecord]]:  # fmt: skip
+    other = {s.doc_id: s for s in b if s.task == task}
+    return [(s, other[s.doc_id]) for s in a if s.task == task and s.doc_id in other]
 
 
-def noise_floor(base_samples: list[dict], control_samples: list[dict], task: str) -> dict[str, Any] | None:
+def noise_floor(base_samples: list[SampleRecord], control_samples: list[SampleRecord], task: str
+                ) -> dict[str, Any] | None:  # fmt: skip
     """What the control measured for one task: its divergences from the baseline (with margins), how many gap moves,
     their largest, and the noise bound y. None when the control holds no logprobs for this task."""
     pairs = pair_by_doc(base_samples, control_samples, task)
@@ -169,11 +169,11 @@ def noise_floor(base_samples: list[dict], control_samples: list[dict], task: str
         if tokens_of(b) is None or tokens_of(c) is None:
             continue
         moves.extend(gap_moves(b, c))
-        if _first_divergence(b.get("output_token_ids") or [], c.get("output_token_ids") or []) is not None:
+        if first_divergence(b.output_token_ids, c.output_token_ids) is not None:
             divergent += 1
             m = divergence_margin(b, c)
             if m is not None and m.get("margin") is not None:
-                margins.append({"doc_id": b["doc_id"], **m})
+                margins.append({"doc_id": b.doc_id, **m})
     if len(moves) < MIN_NOISE_SAMPLES:
         return None
     # A control divergence's margin is a gap that moved at least that much: part of the measured noise too.
@@ -202,17 +202,21 @@ def margin_verdict(divergences: list[dict[str, Any]], n: int, floor: dict[str, A
     d = len(divergences)
     record: dict[str, Any] = {"rule": RULE, "alpha": ALPHA, "factor": FACTOR}
     if tolerance is not None and d / n > tolerance:
-        return "FAIL", f"{d} of {n} differ ({d / n:.4f} > tolerance {tolerance:.4f})", record
+        return Verdict.FAIL, f"{d} of {n} differ ({d / n:.4f} > tolerance {tolerance:.4f})", record
     judged = [x for x in divergences if x.get("judged") is not None]
     if floor is None or len(judged) < d:
         missing = "no control run with logprobs" if floor is None else f"{d - len(judged)} divergences lack logprobs"
         if tolerance is not None:
             return (
-                "PASS",
+                Verdict.PASS,
                 f"{d} of {n} differ ({d / n:.4f} <= tolerance {tolerance:.4f}; margins not judged: {missing})",
                 record,
             )
-        return "UNCALIBRATED", f"{d} of {n} differ and the margins cannot be judged ({missing}); {WHAT_TO_DO}", record
+        return (
+            Verdict.UNCALIBRATED,
+            f"{d} of {n} differ and the margins cannot be judged ({missing}); {WHAT_TO_DO}",
+            record,
+        )
     y = floor["bound"]
     # Under greedy decoding the baseline's token is its own argmax, so its margin is >= 0 (ties: 0). A negative one
     # means its logprobs do not describe the choice it made (misaligned logprobs, or it did not decode greedily):
@@ -233,10 +237,11 @@ def margin_verdict(divergences: list[dict[str, Any]], n: int, floor: dict[str, A
     if beyond:
         worst = max(beyond, key=lambda x: x["judged"])
         docs = ", ".join(f"doc {x['doc_id']} at token {x['position']} ({x['judged']:.3f})" for x in beyond[:5])
-        return "FAIL", (f"{len(beyond)} of {d} divergences are beyond {measured}: largest margin {worst['judged']:.3f} "
-                        f"nats; {docs}{_no_noise_note(floor)}"), record  # fmt: skip
+        why = (f"{len(beyond)} of {d} divergences are beyond {measured}: largest margin {worst['judged']:.3f} nats; "
+               f"{docs}{_no_noise_note(floor)}")  # fmt: skip
+        return Verdict.FAIL, why, record
     if p < ALPHA:
-        return "FAIL", (f"{d} of {n} diverge, significantly more than the control's {floor['divergent']} of "
+        return Verdict.FAIL, (f"{d} of {n} diverge, significantly more than the control's {floor['divergent']} of "
                         f"{floor['num_pairs']} (one-sided Fisher p = {p:.2g} < {ALPHA})"), record  # fmt: skip
     if inconsistent:
         docs = ", ".join(
@@ -245,12 +250,13 @@ def margin_verdict(divergences: list[dict[str, Any]], n: int, floor: dict[str, A
         why = (f"{len(inconsistent)} of {d} divergences cannot be judged: the baseline emitted a token its own "
                f"logprobs rank below the other side's ({docs}), so its logprobs do not describe its greedy choice "
                f"(misaligned, or not greedy); the rest are within {measured}")  # fmt: skip
-        return "UNCALIBRATED", why, record
+        return Verdict.UNCALIBRATED, why, record
     unsure = sum(x["class"] == "near-tie?" for x in judged)
     largest = max(x["judged"] for x in judged)
     note = f", {unsure} of them only bounded below" if unsure else ""
-    return "PASS", (f"{d} of {n} diverge, all at near-ties (largest margin {largest:.4f} within {measured}{note}; "
-                    f"divergence rate p = {p:.2g}; false-FAIL rate <= {false_fail:.3f})"), record  # fmt: skip
+    why = (f"{d} of {n} diverge, all at near-ties (largest margin {largest:.4f} within {measured}{note}; "
+           f"divergence rate p = {p:.2g}; false-FAIL rate <= {false_fail:.3f})")  # fmt: skip
+    return Verdict.PASS, why, record
 
 
 def _no_noise_note(floor: dict[str, Any]) -> str:

@@ -1,0 +1,112 @@
+"""The local backend: our engine in this process. It builds a plain engine of the same configuration (a baseline, a
+control at max batch size 1, or 2 when the run uses 1) and pairs: a spec-dec run and its plain twins from one prefill,
+the twins audited on a plain engine that shares the target's weights while they are intact."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cached_property
+
+from ...errors import UserError
+from ...results.run_summary import RunSummary
+from ...workers.engine.faults import behaviour_faults
+from ...workers.interface import EngineIdentity
+from ..lossless.baseline import BaselineRef
+from ..lossless.control import other_shape
+from ..run_identity import baseline_config
+from ..run_types import RunPlan
+from .backends import Abilities, RunTarget, refuse_baseline_endpoint
+from .one_run import ProgressFor, evaluate_side
+from .run_sides import Side, side_config, side_identity
+
+
+class LocalBackend:
+    def __init__(self, target: RunTarget) -> None:
+        self.target = target
+        self.config = target.engine
+
+    dry_run = False
+
+    @cached_property
+    def abilities(self) -> Abilities:
+        from ...workers.memory.device import dtype_name, resolve_device, resolve_dtype
+
+        config = self.config
+        # Environmental faults act on one engine (they would touch the twins too), so those runs get a separate clean
+        # baseline. Behaviour faults are planted code bugs, in every engine the run builds (twins and audit included,
+        # each firing only on its own code path), so they pair like a code patch: the audit is what catches one that
+        # reaches the twins.
+        environmental = [f for f in config.inject if f not in behaviour_faults([f])]
+        return Abilities(
+            speculative=config.spec is not None,
+            dtype=dtype_name(resolve_dtype(config.dtype, resolve_device(config.device))),
+            plain_side=True, pairs=not environmental,
+            control_shape={"max_batch_size": other_shape(config.max_batch_size)},
+            reuses_baseline=True, scores=True,
+        )  # fmt: skip
+
+    def check_target(self) -> None:
+        refuse_baseline_endpoint(self.target)
+        if self.target.job.tp not in (None, 1):
+            raise UserError("--tp > 1 needs --gpus (one process per TP rank)")
+
+    def preflight(self, plan: RunPlan) -> None:
+        check_draft_model(self.config)
+
+    def identity(self, side: Side) -> EngineIdentity:
+        from ...workers.engine.engine import identity_of
+
+        return side_identity(identity_of(side_config(self.config, side)), side)
+
+    def declared_identity(self) -> EngineIdentity:
+        return self.identity(Side("run"))
+
+    def evaluate(self, side: Side, plan: RunPlan, baseline: BaselineRef, progress_for: ProgressFor | None
+                 ) -> RunSummary:  # fmt: skip
+        from ...workers.engine.engine import Engine
+
+        return evaluate_side(Engine(side_config(self.config, side)), side, plan, baseline, progress_for)
+
+    def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None) -> RunSummary:
+        from ...workers.engine.engine import Engine, build_target_model
+        from ...workers.loading.checkpoint import load_checkpoint
+        from ...workers.memory.sibling import sibling_config
+        from ..lossless.twin_audit import WeightSeal
+        from .paired_run import run_paired
+
+        config = self.config
+        checkpoint = load_checkpoint(config.model)
+        target = build_target_model(config, checkpoint)
+        seal = WeightSeal(target)  # before a spec worker is attached: the audit shares these weights while it holds
+        engine = Engine(config, checkpoint=checkpoint, model=target)
+
+        def make_plain(tokens: int) -> Engine:  # the audit's engine: same weights, its own KV pool, no spec worker
+            model = engine.model if seal.intact() else None  # changed by the spec engine: load its own
+            plain = replace(baseline_config(config), max_batch_size=1)  # behaviour faults included: in the build
+            return Engine(sibling_config(plain, engine, tokens, shares_weights=model is not None),
+                          checkpoint=engine.checkpoint, tokenizer=engine.tokenizer, model=model)  # fmt: skip
+
+        try:
+            if progress_for is None:
+                return run_paired(engine, plan, make_plain, None, control)
+            with progress_for() as progress:
+                return run_paired(engine, plan, make_plain, progress, control)
+        finally:
+            engine.close()
+
+    def show(self, plan: RunPlan) -> None:
+        raise RuntimeError("a local run has no dry run")
+
+
+def check_draft_model(config) -> None:
+    """A spec-dec run's draft head folder is read and matched to the target now, not after the baseline run.
+    The defaults (the shipped or the random head, default capture layers) are skipped: nothing a user gave can be
+    wrong there, and the check would parse the target's GGUF header once more."""
+    spec = config.spec
+    if spec is None or (spec.draft_model in ("auto", "random") and spec.capture_layers is None):
+        return
+    from ...workers.loading.checkpoint import load_checkpoint, preset_of
+    from ...workers.spec.head_check import check_draft_model as check
+
+    checkpoint = load_checkpoint(config.model)
+    check(config.spec, checkpoint.config, preset_of(checkpoint) or config.model)

@@ -1,0 +1,93 @@
+"""One run on one engine: evaluate, record, gate (`run_evaluation`), and the same for one side of a run (the run
+under test, its plain baseline, its noise-floor control) on an engine a backend built (`evaluate_side`), which
+also closes the engine and shows progress. Every backend's evaluation goes through here: in this process (local,
+endpoint) or on rank 0 of a torchrun job."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+from ...results import store
+from ...results.run_summary import RunSummary
+from ...workers.interface import EngineIdentity, InferenceEngine
+from ..gates.verdict import acceptance_path
+from ..lossless.baseline import BaselineRef
+from ..lossless.check import EXACT_DTYPES
+from ..lossless.control import ControlEngine
+from ..run_identity import baseline_identity, find_baseline, run_key
+from ..run_types import RunPlan
+from .evaluation import StopInputs, check_references, evaluate
+from .recording import OpenRun, claim_run, discarded_on_user_error, open_run, record_run
+from .run_sides import Side
+
+# progress_for(): a context manager giving a progress callback (done, total, stats), one per evaluation
+ProgressFor = Callable[[], AbstractContextManager[Callable | None]]
+NO_BASELINE = BaselineRef(None, "none")  # a plain run: it has no lossless gate
+
+
+def run_evaluation(engine: InferenceEngine, plan: RunPlan, progress: Callable | None = None,
+                   baseline: BaselineRef = NO_BASELINE) -> RunSummary:  # fmt: skip
+    """Evaluate on this engine, record the run, apply the gates; returns the summary (also in summary.json).
+    baseline: what a spec-dec run's lossless gate compares with (run.py decides it)."""
+    key = run_key(engine.identity, plan.options)
+    check_references(engine, plan.options)  # before the run folder is made
+    run, resumed = claim_run(plan, key)
+    with run, discarded_on_user_error((run, resumed)):
+        opened = open_run(engine, plan, run, key, resumed)
+        stop = stop_inputs(engine.identity, plan, opened, baseline.run)
+        results = evaluate(engine, plan.options, progress, cache=opened.cache, stop_inputs=stop)
+        return record_run(engine, plan, opened, results, engine.collect_events(), baseline)
+
+
+def evaluate_side(engine: InferenceEngine, side: Side, plan: RunPlan, baseline: BaselineRef = NO_BASELINE,
+                  progress_for: ProgressFor | None = None) -> RunSummary:  # fmt: skip
+    """One side of a run on an engine built for it, closed afterwards. A control is recorded under its own
+    identity (the plain configuration marked with its shape) and, once recorded, reused (a server's control is
+    found here: only the started server knows the identity it is recorded under)."""
+    if side.role == "control":
+        engine = ControlEngine(engine, dict(side.shape or {}))
+    try:
+        if side.role == "control":
+            found = find_baseline(plan.out, engine.identity, plan.options)
+            if found is not None:
+                print(f"lossless gate: the noise-floor control is recorded ({found.run_id}); reused", file=sys.stderr)
+                return found.run_summary()
+        if progress_for is None:
+            return run_evaluation(engine, plan, None, baseline)
+        with progress_for() as progress:
+            return run_evaluation(engine, plan, progress, baseline)
+    finally:
+        engine.close()
+
+
+def stop_inputs(identity: EngineIdentity, plan: RunPlan, opened: OpenRun, baseline_run: str | None,
+                paired: bool = False) -> StopInputs | None:  # fmt: skip
+    """What the sequential controller needs besides the references (only with --early-stop)."""
+    if not plan.options.early_stop:
+        return None
+    exact = (identity.resolved_dtype or identity.dtype) in EXACT_DTYPES
+    if identity.spec is None:
+        return StopInputs(opened.test_id, exact)
+    from ..gates.acceptance import load_acceptance_references
+
+    refs = load_acceptance_references(acceptance_path(plan.options))
+    # paired runs compare each output with its twin as it comes
+    tokens = None if paired else _baseline_tokens(identity, plan, baseline_run)
+    return StopInputs(opened.test_id, exact, refs, tokens)
+
+
+def _baseline_tokens(identity: EngineIdentity, plan: RunPlan, baseline_run: str | None
+                     ) -> Callable[[str, int], Any] | None:  # fmt: skip
+    """(task, doc_id) -> the recorded baseline's output tokens, for the first-divergence stop (None: no baseline)."""
+    if baseline_run is not None:
+        base = store.open_run(baseline_run, plan.out)
+    else:
+        base = find_baseline(plan.out, baseline_identity(identity), plan.options)
+    if base is None:
+        return None
+    tokens = {(s.task, s.doc_id): s.output_token_ids for s in base.samples()}
+    names = {t.lm_eval_name: t.name for t in plan.options.tasks}
+    return lambda task, doc_id: tokens.get((names.get(task, task), doc_id))

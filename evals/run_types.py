@@ -1,0 +1,192 @@
+"""The values every stage of a run shares: what to evaluate (`EvalOptions`), a run's plan (`RunPlan`: the evaluation
+and where and how it is recorded), and one task's evaluated result (`TaskResult`). The pipeline builds them, the gates
+judge them, the lossless gate and the sequential designs read them; none of those import each other for them.
+The `run` options of the first two are declared on their fields (specdec_eval/option_fields.py).
+
+A leaf: it imports the task registry (a task's definition) and the store's default folder, nothing that runs."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..option_fields import flag
+from ..results import store
+from ..results.run_summary import GateResult
+from ..results.sample_record import SampleRecord
+from .tasks.registry import TASKS, TaskSpec, parse_tasks
+from .tasks.subsets import HOW
+
+if TYPE_CHECKING:
+    from .gates.references import Reference
+
+# Top alternatives recorded per output token for the lossless gate's margins (evals/lossless/margins.py): 5 is the
+# most OpenAI's completions API returns (`logprobs` <= 5), so every server can give the same record our engine keeps.
+LOSSLESS_TOP_K = 5
+MAX_FEWSHOT = 64  # far past any prompt that fits a context; the task's own data bounds it further at run time
+SAMPLES = tuple(h for h in HOW if h != "all")  # what --sample takes (evals/tasks/subsets.py)
+EVAL, STORE = "Evaluation", "Run store"  # the groups of `--help`
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """What a run evaluates, and how it decides: each field with a flag is a `run` option, declared here once (its
+    default is the flag's; specdec_eval/option_fields.py). A new evaluation option is one field."""
+
+    tasks: list[TaskSpec] = field(metadata=flag(
+        "--tasks", "-t", type=str, convert=parse_tasks, default="gsm8k", group=EVAL,
+        help=f"Comma-separated, from: {', '.join(TASKS)}."))  # fmt: skip
+    data_dir: str | None = field(
+        default=None,
+        metadata=flag(
+            "--data-dir",
+            group=EVAL,
+            help="Folder with gsm8k/ and gpqa/ data (else $SPECDEC_EVAL_DATA, else the Hugging Face cache/hub).",
+        ),
+    )
+    limit: int | None = field(
+        default=None, metadata=flag("--limit", min=1, group=EVAL, help="First N documents of each task (default: all).")
+    )
+    num_fewshot: int | None = field(
+        default=None,
+        metadata=flag(  # None: the task family's own
+            "--num-fewshot", min=0, max=MAX_FEWSHOT, group=EVAL, help="Override the task's shots (GSM8K 5, GPQA 0)."
+        ),
+    )
+    max_output_len: int | None = field(
+        default=None,
+        metadata=flag(  # None: the task's own
+            "--max-output-len", min=1, group=EVAL, help="Generated tokens per sample (GSM8K 256, GPQA 512)."
+        ),
+    )
+    apply_chat_template: bool = field(default=False, metadata=flag(
+        "--apply-chat-template", group=EVAL,
+        help="Render prompts with the model's chat template, few-shot as multi-turn."))  # fmt: skip
+    seed: int = field(
+        default=0,
+        metadata=flag(  # lm-eval's random_seed, and a task's seeded choice shuffle (GPQA's)
+            "--eval-seed", min=0, param="eval_seed", group=EVAL, help="lm-eval random seed and the GPQA choice shuffle."
+        ),
+    )
+    no_reference: bool = field(
+        default=False,
+        metadata=flag("--no-reference", group=EVAL, help="Only report scores; no reference lookup, no gate."),
+    )
+    model_key: str | None = field(
+        default=None,
+        metadata=flag("--model-key", group=EVAL, help="Reference key of the model (default: derived from --model)."),
+    )
+    sample: str = field(default="first", metadata=flag(  # evals/tasks/subsets.py
+        "--sample", choices=lambda: SAMPLES, group=EVAL,
+        help="Which documents --limit takes: first (the first N) or random (a seeded random subset; first-N subsets "
+             "are easier than the full set)."))  # fmt: skip
+    early_stop: bool = field(default=False, metadata=flag(  # evals/sequential/early_stop.py
+        "--early-stop", group=EVAL,
+        help="Sequential verdict: documents in a seeded random order, a look after each batch; stop as soon as the "
+             "accuracy test (alpha and power kept), the lossless gate (first divergent sample) or the acceptance "
+             "tripwire decides."))  # fmt: skip
+    early_stop_batch: int = field(
+        default=64,
+        metadata=flag("--early-stop-batch", min=1, group=EVAL, help="Documents per look under --early-stop."),
+    )
+    acceptance_rtol: float = field(default=0.05, metadata=flag(
+        "--acceptance-rtol", min=0.0, max=0.99, group=EVAL,
+        help="Relative tolerance of the acceptance-length gate around ref_al, in either direction."))  # fmt: skip
+    acceptance_refs: str | None = field(default=None, metadata=flag(
+        "--acceptance-refs", group=EVAL,
+        help="Acceptance-length references file (TensorRT-LLM's layout; default: the shipped "
+             "evals/references/acceptance_length.yaml)."))  # fmt: skip
+    stop_file: str | None = field(
+        default=None,
+        metadata=flag(  # a side of a sequential `ab`: it stops the side
+            "--ab-stop-file", param="ab_stop_file", hidden=True, help="A side of a sequential `ab` (set by ab)."
+        ),
+    )
+    logprobs: int | None = LOSSLESS_TOP_K  # per output token: its logprob and top alternatives (lossless margins)
+
+    def max_output_for(self, spec: TaskSpec) -> int:
+        return self.max_output_len or spec.max_output_len
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (a torchrun job's payload); tasks by name."""
+        return {**{k: v for k, v in asdict(self).items() if k != "tasks"}, "tasks": [t.name for t in self.tasks]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EvalOptions:
+        return cls(**{**d, "tasks": parse_tasks(list(d["tasks"]))})
+
+
+BASELINE_MODES = ("paired", "separate")  # what --baseline takes besides a recorded run
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything about a run that is not the engine: what to evaluate, where to record it, and what its lossless
+    gate compares with. Each field with a flag is a `run` option, declared here once."""
+
+    options: EvalOptions
+    out: str = field(
+        default=store.DEFAULT_ROOT,
+        metadata=flag("--out", group=STORE, help="Runs folder: each run is written to OUT/<run id>/."),
+    )
+    resume: bool | None = field(default=None, metadata=flag(  # None: resume an unfinished run of this configuration
+        "--resume/--fresh", group=STORE,
+        help="Resume the newest unfinished run of this exact configuration, or start afresh (default: resume when "
+             "one exists)."))  # fmt: skip
+    baseline: str = field(default="paired", metadata=flag(  # see BASELINE_MODES
+        "--baseline", group=EVAL,
+        help="The lossless gate's baseline of a spec-dec run: 'paired' (decoded beside the run from one prefill per "
+             "prompt, recorded as its own run; our engine), 'separate' (a run of its own first), or a recorded run "
+             "(id or folder) to compare with."))  # fmt: skip
+    populate_acceptance: bool = field(default=False, metadata=flag(
+        "--populate-acceptance", group=EVAL,
+        help="Write this run's acceptance length as the reference of its test id (ref_al = AL, min_al = 0.95 AL), "
+             "as TensorRT-LLM's populate switch does; only from a clean, passing run (no --inject, no FAILed gate, "
+             "failing event or failed request), saying how many documents it rests on."))  # fmt: skip
+    control: bool | None = field(default=None, metadata=flag(  # evals/lossless/control.py; None: when needed
+        "--control/--no-control", group=EVAL,
+        help="The lossless gate's noise floor outside float32: decode the plain side again at another batch shape "
+             "(our engine: max batch size 1; an endpoint: the baseline server at concurrency 1) and judge each "
+             "divergence's logit margin against what that control measured. Default: made for a spec-dec run in a "
+             "dtype that is not exact when none is recorded; reused."))  # fmt: skip
+
+    @property
+    def baseline_run(self) -> str | None:
+        """The recorded run `--baseline RUN` names (None: a mode)."""
+        return None if self.baseline in BASELINE_MODES else self.baseline
+
+    @property
+    def baseline_mode(self) -> str:
+        return self.baseline if self.baseline in BASELINE_MODES else "separate"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"options": self.options.to_dict(), "out": self.out, "resume": self.resume, "baseline": self.baseline,
+                "populate_acceptance": self.populate_acceptance, "control": self.control}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunPlan:
+        return cls(EvalOptions.from_dict(d["options"]), d["out"], d["resume"], d.get("baseline", "paired"),
+                   d.get("populate_acceptance", False), d.get("control"))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """One task of one evaluation, scored and judged by its accuracy gate (gates/hypothesis.py `accuracy_gate`)."""
+
+    task: str
+    family: str
+    num_samples: int
+    filter_scores: dict[str, float]  # 0-100
+    score: float  # mean over filters, 0-100
+    reference: Reference | None
+    accuracy: GateResult  # PASS | FAIL | NO-GATE | REPORT (no reference); reason: the test's report
+    samples: list[SampleRecord] = field(default_factory=list)
+    acceptance: dict[str, Any] | None = None
+    acceptance_requests: list[tuple[int, int]] = field(default_factory=list)  # (cycles, accepted) per request
+    acceptance_positions: list[tuple[int, list[int]]] = field(default_factory=list)  # (cycles, per position) each
+    num_failed_requests: int = 0
+    data_origin: str = ""
+    filter_mismatches: list[dict[str, Any]] = field(default_factory=list)  # a family's own filters vs lm-eval's
+    n_total: int | None = None  # documents the task has (samples can be fewer: a subset or an early stop)
+    subset: dict[str, Any] | None = None  # the SubsetPlan (order) of the run, when it is not every document
+    stopped: dict[str, Any] | None = None  # where and why an early-stopped task stopped

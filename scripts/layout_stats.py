@@ -1,0 +1,170 @@
+"""The shape of the code, measured: files and lines per folder, import statements between folders, import circles
+between sub-packages, the largest files and the length of `cli/run.py`.
+
+    python scripts/layout_stats.py [ROOT] [--json]
+
+ROOT is a checkout (default: this one). Folders are the top-level ones (cli, launch, workers, evals, results, serve,
+specdec_eval) and, inside evals/ and workers/, their sub-packages (evals/gates, evals/pipeline, ...), so that what the
+redesign of the run pipeline changed (issue 34) can be compared between two checkouts. An import statement counts
+once per (statement, imported folder); `from x import a, b` is one statement. Only the package's own modules are
+counted (tests/ and scripts/ are left out), and imports under `if TYPE_CHECKING:` are not (they never run).
+Reads the files; imports nothing from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+TOP = ("specdec_eval", "cli", "launch", "workers", "evals", "results", "serve")
+SPLIT = ("evals", "workers")  # folders whose sub-packages count as folders of their own
+
+
+def module_name(root: Path, path: Path) -> str:
+    """specdec_eval.evals.gates.lossless for ROOT/evals/gates/lossless.py."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts if parts[0] == "specdec_eval" else ["specdec_eval", *parts])
+
+
+def folder_of(module: str) -> str | None:
+    """The folder a module of the package belongs to: 'evals/gates', 'cli', 'specdec_eval' (the leaves at the top)."""
+    parts = module.split(".")
+    if parts[0] != "specdec_eval":
+        return None
+    if len(parts) == 1 or parts[1] not in TOP[1:]:
+        return "specdec_eval"
+    if parts[1] in SPLIT and len(parts) > 3:
+        return f"{parts[1]}/{parts[2]}"
+    return parts[1]
+
+
+def imported_modules(node: ast.AST, module: str, is_package: bool) -> list[str]:
+    """The modules one import statement names, relative imports resolved against `module`."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    assert isinstance(node, ast.ImportFrom)
+    if node.level == 0:
+        base = node.module or ""
+    else:
+        package = module.split(".") if is_package else module.split(".")[:-1]
+        package = package[: len(package) - (node.level - 1)]
+        base = ".".join(package + ([node.module] if node.module else []))
+    # `from . import x` names sub-modules; `from .x import a` names module x
+    return [f"{base}.{a.name}" for a in node.names] if node.module is None else [base]
+
+
+def runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of a module, those under `if TYPE_CHECKING:` left out (they never run)."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def measure(root: Path) -> dict:
+    files: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    edges: Counter[tuple[str, str]] = Counter()
+    for top in TOP:
+        base = root / top
+        for path in sorted(base.rglob("*.py")) if base.is_dir() else []:
+            if ".venv" in path.parts:
+                continue
+            module = module_name(root, path)
+            folder = folder_of(module) or top
+            text = path.read_text(encoding="utf-8")
+            files[folder].append((str(path.relative_to(root)), text.count("\n")))
+            for node in runtime_imports(ast.parse(text)):
+                targets = {folder_of(m) for m in imported_modules(node, module, path.name == "__init__.py")}
+                for target in targets - {None, folder}:
+                    edges[(folder, target)] += 1
+    largest = sorted((n, f) for fs in files.values() for f, n in fs)[-5:][::-1]
+    run_py = next((n for f, n in files.get("cli", []) if f == "cli/run.py"), None)
+    return {
+        "folders": {k: {"files": len(v), "lines": sum(n for _, n in v)} for k, v in sorted(files.items())},
+        "total": {"files": sum(len(v) for v in files.values()), "lines": sum(n for v in files.values() for _, n in v)},
+        "imports": {f"{a} -> {b}": n for (a, b), n in sorted(edges.items())},
+        "circles": circles(edges),
+        "largest": [{"file": f, "lines": n} for n, f in largest],
+        "cli/run.py": run_py,
+    }
+
+
+def circles(edges: Counter[tuple[str, str]]) -> list[list[str]]:
+    """Groups of folders that import each other, directly or through others (strongly connected, more than one)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for a, b in edges:
+        graph[a].add(b)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def render(stats: dict) -> str:
+    lines = ["files and lines per folder:"]
+    lines += [f"  {k:<22} {v['files']:>3} files {v['lines']:>6} lines" for k, v in stats["folders"].items()]
+    lines.append(f"  {'total':<22} {stats['total']['files']:>3} files {stats['total']['lines']:>6} lines")
+    lines.append("import statements between folders:")
+    lines += [f"  {k:<40} {n:>3}" for k, n in stats["imports"].items()]
+    lines.append("import circles: " + ("; ".join(" <-> ".join(c) for c in stats["circles"]) or "none"))
+    lines.append("largest files: " + ", ".join(f"{x['file']} ({x['lines']})" for x in stats["largest"]))
+    lines.append(f"cli/run.py: {stats['cli/run.py']} lines")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("root", nargs="?", default=str(Path(__file__).resolve().parents[1]))
+    parser.add_argument("--json", action="store_true", help="print the measurements as JSON")
+    args = parser.parse_args(argv)
+    root = Path(args.root)
+    if not (root / "evals").is_dir():
+        print(f"layout_stats: {root} is not a specdec-eval checkout", file=sys.stderr)
+        return 2
+    stats = measure(root)
+    print(json.dumps(stats, indent=2) if args.json else render(stats))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
