@@ -10,6 +10,8 @@ import typer
 
 from ..errors import UserError
 from ..evals.run_types import EvalOptions, RunPlan
+from ..evals.sequential.ab_watch import DECIDE_ON
+from ..results.acceptance_paired import DEFAULT_BETA, DEFAULT_DROP
 from . import options as o
 
 # Shared with `run` (evals/run_types.py), default included: both sides of an A/B are `run`s.
@@ -29,8 +31,10 @@ def ab(
         typer.Option(
             "--early-stop",
             help="Sequential A/B: both sides at once, documents in a seeded random order, "
-            "stopped as soon as the sequential test on the discordant pairs decides (B worse, or no "
-            "difference shown); both commits must have this feature.",
+            "stopped as soon as the sequential tests decide (see --decide-on): the SPRT on the discordant pairs "
+            "(B worse, or no difference shown) and, when both sides speculate, the acceptance test paired by "
+            "document (a drop of B's AL shown, or a drop of --acceptance-drop ruled out); both commits must have "
+            "this feature.",
         ),
     ] = False,  # fmt: skip
     early_stop_batch: EarlyStopBatch = EARLY_STOP_BATCH,
@@ -44,30 +48,60 @@ def ab(
             "the alternative (1/3: B loses two of three disagreements).",
         ),
     ] = 1 / 3,  # fmt: skip
+    acceptance_drop: Annotated[
+        float,
+        typer.Option(
+            "--acceptance-drop",
+            help="The relative AL drop the paired acceptance test rules out at --beta "
+            "(0.05: min_al = 0.95 ref_al); a drop of any size is shown at --alpha.",
+        ),
+    ] = DEFAULT_DROP,  # fmt: skip
+    beta: Annotated[
+        float,
+        typer.Option(
+            "--beta",
+            help="The paired acceptance test's chance of ruling out a drop of --acceptance-drop that is there.",
+        ),
+    ] = DEFAULT_BETA,  # fmt: skip
+    decide_on: Annotated[
+        str,
+        typer.Option(
+            "--decide-on",
+            help="Sequential A/B: what stops the sides. both: either test showing B worse, else both tests "
+            "decided; accuracy: the SPRT alone; acceptance: the acceptance test alone (greedy outputs that stay "
+            "identical give the SPRT no discordant pair to decide on).",
+        ),
+    ] = "both",  # fmt: skip
     json_out: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
 ) -> None:
     """Run the same `specdec-eval run` arguments (everything after --) on two commits and compare them.
 
     Each side runs its own commit's code from a git worktree (its manifest records that commit), with the same
     configuration and samples; then both runs are paired sample by sample: output identity, accuracy deltas with
-    the exact McNemar test, acceptance and event deltas. Worktrees are removed afterwards. Exit status 1 on a
-    significant regression.
+    the exact McNemar test, acceptance paired by document, event deltas. Worktrees are removed afterwards. Exit
+    status 1 on a significant regression: of accuracy, or a drop of B's acceptance shown.
 
     Examples:
       specdec-eval ab main HEAD -- --tasks gsm8k --limit 200 --data-dir ../shared/data --spec eagle3
       specdec-eval ab v0.1.0 my-branch --repo ~/specdec-eval -- --model tiny --tasks gsm8k_smoke --no-reference
       specdec-eval ab main HEAD --early-stop -- --tasks gsm8k --data-dir ../shared/data   # stops when decided
+      specdec-eval ab main HEAD --early-stop --decide-on acceptance --early-stop-batch 8 -- --tasks gsm8k \
+          --limit 200 --sample random --spec eagle3 --data-dir ../shared/data   # a quiet drafter regression
     """  # fmt: skip
     from ..evals.sequential.commit_ab import ABPlan, run_ab
     from ..results.ab_sides import ABError, Terminated
     from ..results.compare import render_compare
 
-    if not 0.0 < alpha < 1.0:  # checked now: both sides would run before the comparison reads it
-        raise UserError(f"--alpha must be between 0 and 1 (exclusive), got {alpha:g}")
+    for name, value in (("--alpha", alpha), ("--acceptance-drop", acceptance_drop), ("--beta", beta)):
+        if not 0.0 < value < 1.0:  # checked now: both sides would run before the comparison reads it
+            raise UserError(f"{name} must be between 0 and 1 (exclusive), got {value:g}")
+    if decide_on not in DECIDE_ON:
+        raise UserError(f"--decide-on must be one of {', '.join(DECIDE_ON)}, got {decide_on!r}")
     run_args = list(ctx.args)
     if any(a in ("--out", "--resume", "--fresh", "--json") or a.startswith("--out=") for a in run_args):
         raise UserError("ab sets --out, --fresh and --json for both sides itself; leave them out after --")
-    plan = ABPlan(repo, (ref_a, ref_b), tuple(run_args), Path(out), alpha, early_stop, early_stop_batch, p1)
+    plan = ABPlan(repo, (ref_a, ref_b), tuple(run_args), Path(out), alpha, early_stop, early_stop_batch, p1,
+                  acceptance_drop=acceptance_drop, beta=beta, decide_on=decide_on)  # fmt: skip
     try:
         result = run_ab(plan, lambda line: typer.echo(line, err=True))
     except ABError as e:
@@ -85,5 +119,5 @@ def ab(
             from ..evals.sequential.ab_watch import render
 
             typer.echo(render(sequential))
-    if result.get("verdict") == "regression":
+    if result.get("verdict") == "regression" or result.get("acceptance_drops"):
         raise typer.Exit(1)

@@ -16,6 +16,7 @@ from ..results.decide import decide as decide_test
 from ..results.printable import printable
 from ..results.run_summary import Verdict
 from ..results.runs_table import format_tasks, runs_table
+from ..results.shown_verdict import acceptance_words
 from ..results.store import DEFAULT_ROOT, open_run
 
 Out = Annotated[
@@ -118,14 +119,24 @@ def compare(
     filter_name: Annotated[
         str, typer.Option("--filter", help="Correctness the test uses: flexible-extract | strict-match.")
     ] = "flexible-extract",
+    acceptance_drop: Annotated[
+        float,
+        typer.Option(
+            "--acceptance-drop",
+            min=0.001,
+            max=0.999,
+            help="Relative AL drop the paired acceptance test rules out at beta 0.2 (0.05: min_al's 5 %).",
+        ),
+    ] = 0.05,  # fmt: skip
     as_json: AsJson = False,
     root: LegacyRoot = None,
 ) -> None:
     """Compare run B against run A sample by sample: accuracy deltas, exact McNemar test on the discordant pairs,
-    token-identical outputs and first divergence positions, acceptance length (overall, and the per-request
-    difference with a seeded 95% paired bootstrap interval; an interval below 0 is flagged as ACCEPTANCE DROP),
-    event counts, and which configuration and environment keys differ. Exit status 1 when B is a significant
-    accuracy regression.
+    token-identical outputs and first divergence positions, acceptance length (overall, and its relative change
+    paired by document: a paired t on the cycle-weighted AL ratio with documents as clusters; a drop shown at
+    --alpha is flagged as ACCEPTANCE DROP, a drop of --acceptance-drop ruled out is said, and otherwise what this
+    many documents could see), event counts, and which configuration and environment keys differ. Exit status 1
+    when B is a significant accuracy regression.
 
     Examples:
       specdec-eval compare 20261202-175148 20261202-175223
@@ -136,7 +147,7 @@ def compare(
     root = _store(out, root)
     try:
         a, b = open_run(run_a, root), open_run(run_b, root)
-        result = compare_runs(a, b, alpha=alpha, filter=filter_name)
+        result = compare_runs(a, b, alpha=alpha, filter=filter_name, acceptance_drop=acceptance_drop)
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
     text = json.dumps(result, indent=2) if as_json else render_compare(result)
@@ -202,6 +213,8 @@ def _render_decision(d: Any) -> str:
         tasks = ", ".join(
             f"{n} {_fmt(t['score'])}" + (f"/thr {_fmt(t['threshold'])}" if t["threshold"] is not None else "")
             + f" {t['verdict']}" + (f" lossless {t['lossless']}" if t.get("lossless") else "")
+            + (f" acceptance {acceptance_words(t['acceptance_gate'], t.get('acceptance_underpowered', False))}"
+               if t.get("acceptance_gate") else "")
             for n, t in e["tasks"].items()
         )  # fmt: skip
         failing = ", ".join(f"{k} {v}" for k, v in e["failing_events"].items()) or "no failing events"

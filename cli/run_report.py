@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..evals.lossless.margins import WHAT_TO_DO
-from ..results.run_summary import NO_GATE, RunSummary, TaskSummary, as_run_summary
+from ..results.run_summary import NO_GATE, PASS, RunSummary, TaskSummary, as_run_summary
+from ..results.shown_verdict import UNDERPOWERED, acceptance_words
 
 
 def failed_requests(task: TaskSummary) -> str | None:
@@ -49,14 +50,16 @@ def print_report(summary: RunSummary | Mapping[str, Any]) -> None:
             print(f"acceptance length {a['acceptance_length']:.3f} (incl. bonus token), rate "
                   f"{a['acceptance_rate']:.3f}, per position [{per_pos}]", file=out)  # fmt: skip
         if t.acceptance_gate:
-            print(f"acceptance gate: {t.acceptance_gate.verdict} ({t.acceptance_gate.reason})", file=out)
+            verdict = acceptance_words(t.acceptance_gate.verdict, t.acceptance_underpowered)
+            print(f"acceptance gate: {verdict} ({t.acceptance_gate.reason})", file=out)
     print("", file=out)
     for name, t in summary.tasks.items():
         ref = "no ref"
         if t.reference is not None:
             ref = f"ref {t.reference:.2f} thr {t.threshold:.2f} theta {t.theta:.2f}"
         lossless = f"  lossless {t.lossless.verdict}" if t.lossless else ""
-        lossless += f"  acceptance {t.acceptance_gate.verdict}" if t.acceptance_gate else ""
+        if t.acceptance_gate:
+            lossless += f"  acceptance {acceptance_words(t.acceptance_gate.verdict, t.acceptance_underpowered)}"
         failed = failed_requests(t)
         score = f"{'n/a':>6}" if failed else f"{t.score:6.2f}"
         note = f"  ({failed})" if failed else ""
@@ -70,6 +73,9 @@ def print_report(summary: RunSummary | Mapping[str, Any]) -> None:
     unjudged = [n for n, t in summary.tasks.items() if t.lossless_uncalibrated]
     if verdict == NO_GATE and unjudged:  # the lossless gate could not judge: say what would let it
         why = f" (the lossless gate could not judge {', '.join(unjudged)}: {WHAT_TO_DO})"
+    wide = [n for n, t in summary.tasks.items() if t.acceptance_underpowered]
+    if verdict == PASS and wide:  # a PASS that rests partly on an acceptance band too wide to see min_al
+        why = f" (acceptance {UNDERPOWERED} on {', '.join(wide)})"
     print(f"run {verdict}{why} in {summary.elapsed_s:.0f} s ({summary.world_size} rank(s))", file=out)
     if summary.server_failure:  # why the server failed it, after the verdict (an endpoint run)
         print(summary.server_failure, file=out)

@@ -3,22 +3,23 @@
 Per task: accuracy of each run and the delta, an exact McNemar test on per-sample correctness (with several samples
 per document, the clustered paired test on per-document means instead: results/clustered.py), how many outputs
 are token-for-token identical and where the others first diverge, and the acceptance length: each run's overall
-figure (accepted tokens per step, from its summary) and the per-request difference over the paired samples with
-a seeded paired bootstrap interval; an interval entirely below 0 is flagged as a significant drop (a drafter that
-got worse, or collapsed, while greedy outputs and so accuracy stay the same). Per run pair: event-count deltas,
-and which configuration and environment keys differ. The result is a JSON-able dict; `render_compare` turns it
-into text.
+figure (accepted tokens per step, from its summary) and the paired per-document test of its relative change
+(results/acceptance_paired.py: a paired t on the cycle-weighted AL ratio, documents as clusters): a drop shown at
+alpha is flagged (a drafter that got worse, or collapsed, while greedy outputs and so accuracy stay the same), a
+drop of `acceptance_drop` (5 %) ruled out at beta is said, and otherwise what this n could have seen. Per run pair:
+event-count deltas, and which configuration and environment keys differ. The result is a JSON-able dict;
+`render_compare` turns it into text.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from .acceptance_paired import DEFAULT_BETA, DEFAULT_DROP, judge_pairs, paired_counts
 from .clustered import groups_of, paired_clustered
-from .paired import first_divergence, mcnemar_exact, pair_samples, paired_mean_difference
+from .paired import first_divergence, mcnemar_exact, pair_samples
 from .run_summary import RunSummary, TaskSummary
 from .sample_record import SampleRecord
 from .store import Run
@@ -35,13 +36,13 @@ def compare_runs(
     run_b: Run,
     alpha: float = 0.05,
     filter: str = "flexible-extract",
-    confidence: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
+    acceptance_drop: float = DEFAULT_DROP,
+    beta: float = DEFAULT_BETA,
 ) -> dict[str, Any]:
     """Compare run B against run A (A is the baseline). Both must be finished.
 
-    confidence, resamples, seed: the paired bootstrap interval of the per-request acceptance-length difference.
+    alpha: the McNemar test's level, and the paired acceptance test's for showing a drop (one-sided);
+    acceptance_drop, beta: the relative AL drop the paired acceptance test rules out at level beta.
     Raises FileNotFoundError for an unfinished run and ValueError when the runs prompted differently.
     """
     if not 0.0 < alpha < 1.0:
@@ -62,11 +63,11 @@ def compare_runs(
         _check_samples_present(run, which, samples, tasks_of)
     pairs = pair_samples(samples_a, samples_b)
     tasks: dict[str, Any] = {}
-    bootstrap = {"confidence": confidence, "resamples": resamples, "seed": seed}
+    acceptance_test = {"drop": acceptance_drop, "alpha": alpha, "beta": beta}
     for task in [t for t in tasks_a if t in tasks_b]:
         tasks[task] = _compare_task(
             pairs.get(task, []), _with_fallback(tasks_a[task], summary_a), _with_fallback(tasks_b[task], summary_b),
-            pairs.unpaired.get(task), alpha, filter, bootstrap,
+            pairs.unpaired.get(task), alpha, filter, acceptance_test,
         )  # fmt: skip
     verdicts = [t["verdict"] for t in tasks.values()]
     verdict = REGRESSION if REGRESSION in verdicts else IMPROVEMENT if IMPROVEMENT in verdicts else NO_CHANGE
@@ -77,10 +78,8 @@ def compare_runs(
         "run_a": _run_info(run_a, manifest_a, summary_a),
         "run_b": _run_info(run_b, manifest_b, summary_b),
         "tasks": tasks,
-        # tasks whose per-request acceptance length fell significantly (the verdict above is about accuracy)
-        "acceptance_drops": [
-            t for t, r in tasks.items() if (r["acceptance"]["per_request"] or {}).get("significant_drop")
-        ],
+        # tasks whose acceptance length fell significantly, paired by document (the verdict above is about accuracy)
+        "acceptance_drops": [t for t, r in tasks.items() if (r["acceptance"]["per_document"] or {}).get("drop_shown")],
         "only_in_a": [t for t in tasks_a if t not in tasks_b],
         "only_in_b": [t for t in tasks_b if t not in tasks_a],
         "events": _event_deltas(summary_a.events, summary_b.events),
@@ -130,7 +129,7 @@ def _compare_task(
     unpaired: dict[str, list[Any]] | None,
     alpha: float,
     filter: str,
-    bootstrap: dict[str, Any],
+    acceptance_test: dict[str, Any],
 ) -> dict[str, Any]:
     missing = [x for pair in pairs for x in pair if filter not in x.correct]
     if missing:
@@ -168,7 +167,7 @@ def _compare_task(
         **({"clustered": clustered} if clustered is not None else {}),
         "verdict": verdict,
         "outputs": _output_identity(pairs),
-        "acceptance": _acceptance(pairs, summary_a.acceptance, summary_b.acceptance, bootstrap),
+        "acceptance": _acceptance(pairs, summary_a.acceptance, summary_b.acceptance, acceptance_test),
     }
 
 
@@ -212,25 +211,21 @@ def _acceptance(
     pairs: list[tuple[SampleRecord, SampleRecord]],
     a: dict[str, Any] | None,
     b: dict[str, Any] | None,
-    bootstrap: dict[str, Any],
+    acceptance_test: dict[str, Any],
 ) -> dict[str, Any]:
-    """The runs' overall acceptance lengths and, over the pairs where both samples carry one (spec-dec on both
-    sides), the per-request difference B - A with its paired bootstrap interval (None when no pair has both)."""
+    """The runs' overall acceptance lengths and, over the documents where both samples drafted (spec-dec on both
+    sides), the paired per-document test of the relative change (None when no document has both)."""
     length_a = (a or {}).get("acceptance_length")
     length_b = (b or {}).get("acceptance_length")
-    both = [(x.acceptance_length, y.acceptance_length) for x, y in pairs
-            if _finite(x.acceptance_length) and _finite(y.acceptance_length)]  # fmt: skip
-    per_request = None
-    if both:
-        per_request = paired_mean_difference([p[0] for p in both], [p[1] for p in both], **bootstrap)
-        per_request["unpaired"] = len(pairs) - len(both)  # pairs where a side has no acceptance length
+    counts, weighted = paired_counts(pairs)
+    test = judge_pairs(counts, weighted, **acceptance_test)
+    per_document = None
+    if test is not None:
+        per_document = test.to_json()
+        per_document["unpaired"] = len(pairs) - test.n  # pairs where a side drafted nothing or recorded nothing
     basis = {"a": (a or {}).get("basis"), "b": (b or {}).get("basis")}  # per-request counts, or the server fallback
-    return {"a": length_a, "b": length_b, "delta": _delta(length_a, length_b), "per_request": per_request,
+    return {"a": length_a, "b": length_b, "delta": _delta(length_a, length_b), "per_document": per_document,
             **({"basis": basis} if any(basis.values()) else {})}  # fmt: skip
-
-
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _event_deltas(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, dict[str, int]]:
@@ -373,7 +368,7 @@ def render_compare(result: dict[str, Any]) -> str:
     test = "clustered paired test" if any("clustered" in t for t in result["tasks"].values()) else "McNemar"
     lines.append(f"verdict: {result['verdict']} (alpha {result['alpha']}, {test} on {result['filter']})")
     if result.get("acceptance_drops"):
-        lines.append(f"ACCEPTANCE DROP: per-request acceptance length fell significantly in "
+        lines.append(f"ACCEPTANCE DROP: per-document acceptance length fell significantly in "
                      f"{', '.join(result['acceptance_drops'])}")  # fmt: skip
     return "\n".join(lines)
 
@@ -387,15 +382,11 @@ def _acceptance_lines(acc: dict[str, Any]) -> list[str]:
     for side, basis in (acc.get("basis") or {}).items():
         if basis and str(basis).startswith("server-wide"):
             lines.append(f"  acceptance of {side.upper()}: {basis}; no per-request test on it")
-    p = acc.get("per_request")
+    p = acc.get("per_document")
     if p:
-        ci = "no interval (fewer than 2 pairs)"
-        if p["ci"] is not None:
-            ci = f"{100 * p['confidence']:.0f}% CI [{p['ci'][0]:+.3f}, {p['ci'][1]:+.3f}]"
-        flag = "  SIGNIFICANT DROP" if p["significant_drop"] else "  significant rise" if p["significant_rise"] else ""
-        lines.append(
-            f"  per request ({p['n']} paired): A {_num(p['mean_a'], 3)} -> B {_num(p['mean_b'], 3)}, "
-            f"mean difference {_signed(p['mean_delta'], 3)}, {ci} (paired bootstrap, {p['resamples']} resamples, "
-            f"seed {p['seed']}){flag}"
-        )
+        flag = "  SIGNIFICANT DROP" if p["drop_shown"] else "  significant rise" if p["rise_shown"] else ""
+        se = f"SE {p['std_error']:.2%}" if p["n"] >= 2 else "no SE (one document)"
+        lines.append(f"  paired by document ({p['n']}): {p['relative']:+.2%}, {se}; {p['reason']}{flag}")
+        lines.append(f"    ({p['method']}; alpha {p['alpha']:g} for a drop, beta {p['beta']:g} to rule out "
+                     f"{p['drop']:.0%})")  # fmt: skip
     return lines

@@ -9,7 +9,9 @@ Rules, over the finished runs of the test id on the GPU (any GPU when gpu is Non
    failed). A run no gate could fail (verdict NO-GATE, results/shown_verdict.py: e.g. a non-speculative run without an
    accuracy reference) is no evidence: it neither fails nor counts among the k, and the reason says it was left
    out. Within a run some other gate passed, NO-GATE and REPORT task verdicts count as passing (the reference gate
-   did not fail), and the reason says so, because such a task did not prove the accuracy either.
+   did not fail), and the reason says so, because such a task did not prove the accuracy either. So does an
+   acceptance gate that passed within a band wider than min_al (evals/gates/acceptance_power.py): it counts as
+   passing, and the reason says that it did not rule out a drop to min_al.
 3. Else (passing and not waived): "keep".
 
 Unreadable runs (a broken manifest, a summary cut off: see results/store.py) are never skipped silently. One that
@@ -31,7 +33,7 @@ from typing import Any
 
 from .run_summary import Verdict
 from .runs_table import FAILING_EVENTS, runs_table
-from .shown_verdict import NO_GATE, PASS
+from .shown_verdict import NO_GATE, PASS, UNDERPOWERED
 from .store import Run, UnreadableRunError
 from .waives import WaiveEntry, WaivesFile, edit_waives
 
@@ -128,6 +130,7 @@ def _evidence(row: dict[str, Any]) -> dict[str, Any]:
                 "verdict": t["verdict"],
                 "lossless": t["lossless"],
                 "acceptance_gate": t.get("acceptance_gate"),
+                "acceptance_underpowered": bool(t.get("acceptance_underpowered")),
             }
             for n, t in row["tasks"].items()
         },
@@ -199,6 +202,9 @@ def decide(test_id: str, gpu: str | None, root: str | Path, waives_path: str | P
     ungated = _ungated(recent)
     if ungated:
         reason += f" ({ungated}: passing, but not gated against the reference)"
+    wide = _acceptance_underpowered(recent)
+    if wide:
+        reason += f" ({wide}: acceptance {UNDERPOWERED})"
     if ungated_runs:
         reason += f"; {len(ungated_runs)} NO-GATE run(s) left out (no gate could fail them)"
     still = [e for e in applying if e.gpu != gpu]
@@ -233,6 +239,16 @@ def _ungated(rows: list[dict[str, Any]]) -> str:
             if t["verdict"] != Verdict.PASS:
                 counts[(name, t["verdict"])] = counts.get((name, t["verdict"]), 0) + 1
     return ", ".join(f"{name} {verdict} in {n} of {len(rows)} runs" for (name, verdict), n in counts.items())
+
+
+def _acceptance_underpowered(rows: list[dict[str, Any]]) -> str:
+    """Text like "gsm8k in 2 of 3 runs" for tasks whose acceptance gate passed within a band wider than min_al."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        for name, t in row["tasks"].items():
+            if t.get("acceptance_underpowered"):
+                counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{name} in {n} of {len(rows)} runs" for name, n in counts.items())
 
 
 def waive_reason(decision: Decision, bug_url: str | None) -> str:

@@ -1,13 +1,10 @@
-"""Sample-by-sample pairing of two runs: the exact McNemar test, a paired bootstrap interval of a mean
-difference, and where two generations part ways.
+"""Sample-by-sample pairing of two runs: the exact McNemar test and where two generations part ways.
 
 Two runs of the same evaluation see the same documents, so their per-sample correctness is paired data. Only the
 discordant pairs carry information about a difference: b (A right, B wrong) and c (A wrong, B right). Under
 "no difference" each discordant pair is a fair coin, so min(b, c) is compared with Bin(b + c, 1/2).
 
-Per-request measurements (the acceptance length of each request under spec-dec) are paired the same way; the
-interval of their mean difference comes from resampling the pairs (scipy's BCa bootstrap, seeded, so the same two
-runs always give the same interval).
+Per-document acceptance is paired the same way, by its own test (results/acceptance_paired.py).
 """
 
 from __future__ import annotations
@@ -35,48 +32,6 @@ def mcnemar_exact(b: int, c: int) -> float:
     from scipy.stats import binomtest
 
     return float(binomtest(min(b, c), b + c, 0.5, alternative="two-sided").pvalue)
-
-
-def paired_mean_difference(
-    a: Sequence[float], b: Sequence[float], confidence: float = 0.95, resamples: int = 2000, seed: int = 0
-) -> dict[str, Any]:
-    """Mean of b[i] - a[i] over pairs, with a paired bootstrap confidence interval (BCa, `resamples` resamples of
-    the pairs, seeded). `ci` is None with fewer than two pairs; a constant difference has the point interval.
-
-    "significant_drop" / "significant_rise": the whole interval lies below / above 0.
-    """
-    if len(a) != len(b):
-        raise ValueError(f"paired samples differ in length: {len(a)} vs {len(b)}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
-    import numpy as np
-
-    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    d = xb - xa
-    out: dict[str, Any] = {
-        "n": int(d.size),
-        "mean_a": float(xa.mean()) if d.size else None,
-        "mean_b": float(xb.mean()) if d.size else None,
-        "mean_delta": float(d.mean()) if d.size else None,
-        "ci": None,
-        "confidence": confidence,
-        "resamples": resamples,
-        "seed": seed,
-        "significant_drop": False,
-        "significant_rise": False,
-    }
-    if d.size < 2:
-        return out
-    if np.ptp(d) == 0.0:  # every pair differs by the same amount: no spread to resample (BCa would give NaN)
-        lo = hi = float(d[0])
-    else:
-        from scipy.stats import bootstrap
-
-        res = bootstrap((d,), np.mean, n_resamples=resamples, confidence_level=confidence, method="BCa",
-                        vectorized=True, random_state=np.random.default_rng(seed))  # fmt: skip
-        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    out.update(ci=[lo, hi], significant_drop=hi < 0.0, significant_rise=lo > 0.0)
-    return out
 
 
 def first_divergence(a_ids: Sequence[int] | None, b_ids: Sequence[int] | None) -> int | None:

@@ -160,6 +160,15 @@ class TaskSummary:
         gate = self.gates.get("lossless")
         return gate is not None and (gate.verdict == Verdict.UNCALIBRATED or bool(gate.numbers.get("uncalibrated")))
 
+    @property
+    def acceptance_underpowered(self) -> bool:
+        """The acceptance gate passed within a band whose floor lies below min_al (evals/gates/acceptance_power.py):
+        an AL under min_al would have passed too, so readers show this PASS with that said, never bare."""
+        gate = self.gates.get("acceptance_gate")
+        power = gate.numbers.get("power") if gate is not None else None
+        wide = isinstance(power, Mapping) and bool(power.get("band_wider_than_min_al"))
+        return gate is not None and gate.passed and wide
+
     def with_gate(self, name: str, result: GateResult) -> TaskSummary:
         return dataclasses.replace(self, gates={**self.gates, name: result})
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..event_types import FAILING_EVENTS
 from .run_summary import RunSummary
+from .shown_verdict import acceptance_words
 from .store import Run, UnreadableRun, UnreadableRunError, scan_runs, start_time
 
 _BRAND_WORDS = {"NVIDIA", "GEFORCE", "TESLA", "QUADRO", "AMD", "INSTINCT", "RADEON"}
@@ -88,6 +89,8 @@ def run_row(run: Run) -> dict[str, Any]:
             # the acceptance-length gate against its reference band (None when not run)
             "acceptance_gate": t.acceptance_gate.verdict if t.acceptance_gate else None,
             "acceptance_reason": t.acceptance_gate.reason if t.acceptance_gate else None,
+            # a PASS within a band wider than min_al (evals/gates/acceptance_power.py): never shown bare
+            "acceptance_underpowered": t.acceptance_underpowered,
         }
         for name, t in summary.tasks.items()
     }
@@ -198,5 +201,7 @@ def format_tasks(row: dict[str, Any]) -> str:
     for name, t in row["tasks"].items():
         score = "n/a" if t["score"] is None else f"{t['score']:.2f}"
         lossless = f" lossless {t['lossless']}" if t.get("lossless") else ""
+        accepted = acceptance_words(t.get("acceptance_gate"), bool(t.get("acceptance_underpowered")))
+        lossless += f" acceptance {accepted}" if accepted else ""
         parts.append(f"{name} {score} {t['verdict']}{lossless}")
     return ", ".join(parts)

@@ -16,7 +16,11 @@ from typing import Any
 
 from .run_summary import FAIL, NO_GATE, PASS, RunSummary, TaskSummary, as_run_summary
 
-__all__ = ["FAIL", "NO_GATE", "PASS", "gates_passed", "lossless_uncalibrated", "run_verdict"]
+__all__ = ["FAIL", "NO_GATE", "PASS", "UNDERPOWERED", "acceptance_words", "gates_passed", "lossless_uncalibrated",
+           "run_verdict"]  # fmt: skip
+
+# What readers say beside an acceptance PASS whose band's floor lies below min_al (evals/gates/acceptance_power.py)
+UNDERPOWERED = "band wider than min_al: does not rule out a drop to min_al"
 
 
 def gates_passed(task: TaskSummary | Mapping[str, Any]) -> list[str]:
@@ -33,3 +37,10 @@ def run_verdict(summary: RunSummary | Mapping[str, Any]) -> str:
 def lossless_uncalibrated(task: TaskSummary | Mapping[str, Any]) -> bool:
     """The task's lossless gate could not judge its divergences (older runs said UNCALIBRATED, newer NO-GATE)."""
     return (task if isinstance(task, TaskSummary) else TaskSummary.from_json(task)).lossless_uncalibrated
+
+
+def acceptance_words(verdict: str | None, underpowered: bool) -> str | None:
+    """The acceptance gate's verdict as readers print it: a PASS within a band wider than min_al is never bare."""
+    if verdict is None:
+        return None
+    return f"{verdict} ({UNDERPOWERED})" if underpowered and verdict == PASS else verdict

@@ -20,6 +20,11 @@ The gate (`acceptance_gate`) FAILs
   vLLM checks them), or below ref - slack_i where that position's own sampling error (slack_i) is the larger, as
   for AL: a per-position rate of ten questions moves by far more than 5% by chance.
 
+Every verdict with a band states the gate's power (`power`, evals/gates/acceptance_power.py: from the run's own
+sampling error, the smallest drop it detects, what a drop to min_al gets, how many documents would do better), and a
+PASS within a band whose floor lies below min_al says that this PASS does not rule out the regression the test id
+exists for (`power.band_wider_than_min_al`; `run`, `report` and `decide` show it), never a bare PASS.
+
 `populate` writes a run's AL into the file by editing only that entry's lines, so every other byte (comments,
 other entries, line endings) stays as it was, and a populate with unchanged values leaves the file identical.
 """
@@ -44,6 +49,7 @@ from ...user_files import check_regular, read_limited
 from ...workers.spec.metrics import AcceptanceStats
 from ..run_types import EvalOptions
 from ..tasks.registry import family_named
+from .acceptance_power import band_floor, gate_power, underpowered_note
 from .references import REFERENCE_DIR, parse_yaml, read_yaml
 
 ACCEPTANCE_PATH = REFERENCE_DIR / "acceptance_length.yaml"
@@ -52,6 +58,8 @@ DEFAULT_RTOL = EvalOptions.acceptance_rtol  # vLLM's acceptance test's 0.05: `ru
 EARLY_MIN_CYCLES = 256
 EARLY_FRACTION = 0.5
 DEFAULT_METHOD = "eagle3"  # what an entry without a `method` key measured
+NO_POWER = ("not stated: the run gave no sampling error of its AL (fewer than two requests with draft cycles, or no "
+            "per-request counts), so what drop this band can see is unknown")  # fmt: skip
 
 
 def load_acceptance_references(path: Path = ACCEPTANCE_PATH) -> dict[str, dict[str, Any]]:
@@ -112,7 +120,7 @@ def acceptance_gate(
     ref_al, min_al = _float_or_none(entry.get("ref_al")), _float_or_none(entry.get("min_al"))
     ref_rates = [float(r) for r in entry.get("ref_per_position") or []]
     result = {"verdict": "NO-REFERENCE", "acceptance_length": al, "ref_al": ref_al, "min_al": min_al,
-              "rtol": rtol, "slack": round(slack, 4), "band": None, "reason": "", "per_position": [],
+              "rtol": rtol, "slack": round(slack, 4), "band": None, "power": None, "reason": "", "per_position": [],
               "test_id": test_id}  # fmt: skip
     if ref_al is None:
         stub = f"the reference for {test_id} is a stub (ref_al: null): populate it from a run"
@@ -130,9 +138,17 @@ def acceptance_gate(
     failures = _failures(al, ref_al, min_al, rtol, positions, acceptance, slack)
     result["verdict"] = "FAIL" if failures else "PASS"
     result["band"] = band = acceptance_band(ref_al, min_al, rtol, slack)
+    power = gate_power(ref_al, min_al, rtol, slack, acceptance.get("num_requests"))
+    result["power"] = power.to_json() if power else {"statement": NO_POWER}
     within = f"[{band['low']:.3f}, {band['high']:.3f}] (ref_al {ref_al:.3f} +- {band['tolerance']:.0%}"
     within += f" with sampling slack {slack:.3f})" if slack else ")"
-    result["reason"] = "; ".join(failures) if failures else f"acceptance length {al:.3f} within {within}"
+    if failures:
+        result["reason"] = "; ".join(failures)
+        return result
+    reason = f"acceptance length {al:.3f} within {within}"
+    if power is not None and power.band_wider_than_min_al:
+        reason += f"; but {underpowered_note(ref_al, min_al, band['low'])}"
+    result["reason"] = f"{reason}; power: {result['power']['statement']}"
     return result
 
 
@@ -141,8 +157,7 @@ def acceptance_band(ref_al: float, min_al: float, rtol: float, slack: float) -> 
     tolerance is max(rtol, slack / ref_al) in either direction, and the collapse tripwire min_al - slack bounds it
     from below. Written into the gate's result, so that every reader shows the band the gate used."""
     tolerance = max(rtol, slack / ref_al)
-    low = max(min_al - slack, ref_al * (1 - tolerance))
-    return {"low": low, "high": ref_al * (1 + tolerance), "tolerance": tolerance}
+    return {"low": band_floor(ref_al, min_al, rtol, slack), "high": ref_al * (1 + tolerance), "tolerance": tolerance}
 
 
 def _failures(al, ref_al, min_al, rtol, positions, acceptance, slack=0.0) -> list[str]:

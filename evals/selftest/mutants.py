@@ -5,8 +5,12 @@ metadata) runs through the default `run` configuration: the run pipeline (evals/
 with its paired baseline, early stop on, a seeded random GSM8K subset, each class in a fresh runs folder (nothing
 reused between classes). The engine without any mutation runs the same way and must PASS every gate. A class that
 changes outputs counts as caught only when the lossless gate FAILs it (acceptance catching it is luck: a collapsed
-acceptance is a symptom of some bugs, of no others); a class that changes no output is caught by the events gate.
-The sampling class runs GSM8K at temperature > 0 (`gsm8k_sampled`), with an unmutated sampled run beside it.
+acceptance is a symptom of some bugs, of no others); a class that changes no output is caught by the events gate, or,
+when it only makes the drafter worse (aux_layers_off_by_one), by the paired acceptance test: its run's per-document
+acceptance against the unmutated run's over the same documents (results/acceptance_paired.py), as `compare` and `ab`
+test two commits. Such a class is reported as what it is: the single-run acceptance gate's cell shows it missed, with
+the gate's own statement of the smallest drop it could see at this n. The sampling class runs GSM8K at temperature
+> 0 (`gsm8k_sampled`), with an unmutated sampled run beside it.
 
 The sampled classes of the rejection sampler (`--spec-sampling rejection`, workers/engine/faults.py) run GSM8K at
 temperature > 0 on that sampler, with an unmutated rejection-sampled run beside them: `run` judges them in
@@ -28,7 +32,11 @@ from typing import Any
 
 from ...errors import UserError
 from ...event_types import FAILING_EVENTS
+from ...results.acceptance_paired import DROP, NO_DROP, judge_pairs, paired_counts
+from ...results.paired import pair_samples
 from ...results.run_summary import GateResult, RunSummary, TaskSummary, Verdict, as_run_summary
+from ...results.sample_record import SampleRecord
+from ...results.store import Run
 from ...workers.config import EngineConfig
 from ..pipeline.backends import RunTarget, make_backend
 from ..pipeline.evaluation import EvalOptions
@@ -36,7 +44,8 @@ from ..pipeline.run import run
 from ..run_types import RunPlan
 from ..tasks.registry import TASKS
 
-GATES = ("accuracy", "lossless", "acceptance", "events")
+GATES = ("accuracy", "lossless", "acceptance", "paired_acceptance", "events")
+PAIRED = "paired_acceptance"  # the per-document acceptance of a class's run against the unmutated run's
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,8 @@ BUG_CLASSES = (
              ("spec_filter_order",), sampled=True, spec_sampling="rejection"),
     BugClass("accept_neighbour_row", "the accept test of draft i reads row i + 1's probability",
              ("accept_neighbour_row",), sampled=True, spec_sampling="rejection"),
+    BugClass("aux_layers_off_by_one", "the draft's features are read one layer late: ~5 % lower AL, same outputs",
+             ("aux_layers_off_by_one",), catcher=PAIRED),
 )  # fmt: skip
 CLASS_NAMES = tuple(b.name for b in BUG_CLASSES)
 
@@ -133,20 +144,55 @@ def run_matrix(
     workdir: str | None = None,
 ) -> dict[str, Any]:
     """Every class through the run pipeline (evals/pipeline/run.py), each in a fresh runs folder; returns the
-    matrix (JSON-ready)."""
+    matrix (JSON-ready). The unmutated greedy run's per-document acceptance is kept for the paired test of the classes
+    after it (run first when a class needs it and the matrix has no unmutated row before it)."""
     rows = []
+    unmutated: list[SampleRecord] | None = None
     for i, bug in enumerate(classes, 1):
+        if bug.catcher == PAIRED and unmutated is None:
+            note(f"[{i}/{len(classes)}] {bug.name}: first the unmutated run its acceptance is paired with")
+            unmutated = _run(config, options, CLEAN, workdir)[1]
         note(f"[{i}/{len(classes)}] {bug.name}: {bug.what}")
-        with tempfile.TemporaryDirectory(prefix=f"mutant-{bug.name.split(',')[0]}-", dir=workdir) as out:
-            plan = RunPlan(matrix_options(options, bug), out=out, resume=False)
-            started = time.perf_counter()
-            summary = run(plan, make_backend("local", RunTarget(mutant_config(config, bug))))
-            row = judge(bug, summary, time.perf_counter() - started, _evaluation_order(summary))
+        (summary, samples, order), elapsed = _run(config, options, bug, workdir, timed=True)
+        if bug == CLEAN:
+            unmutated = samples
+        paired = paired_cell(unmutated, samples, elapsed) if not bug.is_clean and not bug.sampled else None
+        row = judge(bug, summary, elapsed, order, paired)
         cells = ", ".join(f"{gate} {_brief(cell)}" for gate, cell in row["cells"].items())
         note(f"[{i}/{len(classes)}] {bug.name}: {row['result']} ({row['elapsed_s']:.0f} s; {cells})")
         rows.append(row)
     ok = all(r["result"] in ("caught", "PASS") for r in rows)
     return {"ok": ok, "model": config.model, "limit": options.limit, "rows": rows, "gates": list(GATES)}
+
+
+def _run(config: EngineConfig, options: EvalOptions, bug: BugClass, workdir: str | None, timed: bool = False):
+    """One class's run in a fresh runs folder: (summary, its samples, its evaluation order), with the seconds it took
+    when `timed`; the samples are read before the folder goes."""
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{bug.name.split(',')[0]}-", dir=workdir) as out:
+        plan = RunPlan(matrix_options(options, bug), out=out, resume=False)
+        started = time.perf_counter()
+        summary = run(plan, make_backend("local", RunTarget(mutant_config(config, bug))))
+        elapsed = time.perf_counter() - started
+        found = (summary, Run(Path(summary.run_dir)).samples(), _evaluation_order(summary))
+    return (found, elapsed) if timed else found
+
+
+def paired_cell(unmutated: list[SampleRecord] | None, samples: list[SampleRecord], elapsed: float) -> dict:
+    """The paired acceptance test of a class's run (B) against the unmutated run (A) over their common documents:
+    FAIL when B's acceptance is shown lower (alpha 0.05), PASS when a 5 % drop is ruled out, "-" when it cannot
+    decide (or no side drafted)."""
+    if not unmutated:
+        return {"verdict": "-"}
+    pairs = pair_samples(unmutated, samples)
+    counts, weighted = paired_counts([p for task_pairs in pairs.values() for p in task_pairs])
+    test = judge_pairs(counts, weighted)
+    if test is None:
+        return {"verdict": "-"}
+    verdict = {DROP: "FAIL", NO_DROP: "PASS"}.get(test.verdict, "-")
+    cell: dict[str, Any] = {"verdict": verdict, "reason": test.reason, "relative": round(test.relative, 4)}
+    if verdict == "FAIL":
+        cell.update(doc=test.n, seconds=round(elapsed, 1))
+    return cell
 
 
 def _brief(cell: dict[str, Any]) -> str:
@@ -160,12 +206,16 @@ def _evaluation_order(summary: RunSummary) -> list[Any]:
     return next(iter(orders.values()), {}).get("order") or []
 
 
-def judge(bug: BugClass, summary: RunSummary | Mapping[str, Any], elapsed: float, order: list[Any]) -> dict[str, Any]:
+def judge(bug: BugClass, summary: RunSummary | Mapping[str, Any], elapsed: float, order: list[Any],
+          paired: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """One row: each gate's cell (FAIL with the document and the time, PASS, or "-" where it could not decide) and
-    the row's result: a class is "caught" only by its own gate, and the unmutated engine must PASS every gate."""
+    the row's result: a class is "caught" only by its own gate, and the unmutated engine must PASS every gate.
+    `paired`: the paired acceptance test's cell (`paired_cell`; "-" without one)."""
     summary = as_run_summary(summary)
     (task,) = summary.tasks.values()
-    cells = {gate: _cell(gate, summary, task, elapsed, order) for gate in GATES}
+    cells = {gate: _cell(gate, summary, task, elapsed, order) for gate in GATES if gate != PAIRED}
+    cells[PAIRED] = dict(paired) if paired else {"verdict": "-"}
+    cells = {gate: cells[gate] for gate in GATES}
     if bug.is_clean:
         result = "FALSE FAIL" if any(c["verdict"] == "FAIL" for c in cells.values()) else "PASS"
     else:
@@ -178,6 +228,10 @@ def judge(bug: BugClass, summary: RunSummary | Mapping[str, Any], elapsed: float
 
 def _cell(gate: str, summary: RunSummary, task: TaskSummary, elapsed: float, order: list[Any]) -> dict:
     verdict, docs = _verdict(gate, summary, task), []
+    if verdict == Verdict.PASS and gate == "acceptance" and task.acceptance_gate is not None:
+        power = task.acceptance_gate.numbers.get("power") or {}
+        # what the single-run gate could have seen: a class it misses is reported with the gate's own statement
+        return {"verdict": verdict, **({"power": power["statement"]} if power.get("statement") else {})}
     if verdict != Verdict.FAIL:
         return {"verdict": verdict}
     stopped = task.stopped or {}

@@ -1,19 +1,34 @@
 """The sequential A/B of two commits (`specdec-eval ab ... --early-stop`): both sides run at once, each evaluating
-the documents in the same seeded random order batch by batch and appending every finished sample's score to a
-progress file (evals/sequential/early_stop.py, `stop_file`). This watcher pairs the two sides' scores in that order
-and feeds the discordant pairs to the sequential paired test (discordant_pairs.py, an SPRT on the sign of the
-differences: B worse, no difference shown, or continue). When it decides, it writes each side's stop file; the
-sides stop at their next batch, record what they evaluated, and exit; `compare` then pairs the two runs."""
+the documents in the same seeded random order batch by batch and appending every finished sample's score (and,
+under spec-dec, its draft cycles and accepted drafts) to a progress file (evals/sequential/early_stop.py,
+`stop_file`). This watcher pairs the two sides' records in that order and feeds two sequential tests:
+
+- accuracy: the discordant pairs to the paired SPRT (discordant_pairs.py: B worse, no difference shown, or
+  continue);
+- acceptance: each task's paired per-document acceptance to the two one-sided group-sequential tests of
+  evals/sequential/acceptance.py (a drop of B's AL shown, a drop of `drop` ruled out, or continue), when both sides
+  report acceptance counts (spec-dec on both).
+
+Which decisions stop the sides (`decide_on`): "both" (the default) stops at once when either test shows B worse,
+and otherwise when every test that applies has decided; "accuracy" or "acceptance" stops on that test alone (the
+other is still reported where it got). Each test keeps its own error rates; with both, the chance that an
+unchanged B is called worse by either is at most the sum of their alphas. When it decides, the watcher writes
+each side's stop file; the sides stop at their next batch, record what they evaluated, and exit; `compare` then
+pairs the two runs."""
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .discordant_pairs import PairedDecision, PairedSequentialDesign
+from ...results.acceptance_paired import DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_DROP, DROP, INCONCLUSIVE, NO_DROP
+from .acceptance import CONTINUE, AcceptanceSequentialDesign
+from .discordant_pairs import B_WORSE, PairedDecision, PairedSequentialDesign
+
+DECIDE_ON = ("both", "accuracy", "acceptance")
 
 
 @dataclass
@@ -24,19 +39,22 @@ class SideProgress:
     def progress_file(self) -> Path:
         return self.stop_file.with_name(self.stop_file.name + ".progress.jsonl")
 
-    def scores(self) -> dict[tuple[str, int], float]:
-        """(task, position in the order) -> score, of every sample the side reported so far (a torn last line of a
-        side still writing is left for the next read)."""
-        out: dict[tuple[str, int], float] = {}
+    def records(self) -> dict[tuple[str, int], dict[str, Any]]:
+        """(task, position in the order) -> the sample's record, of every sample the side reported so far (a torn
+        last line of a side still writing is left for the next read)."""
+        out: dict[tuple[str, int], dict[str, Any]] = {}
         if not self.progress_file.exists():
             return out
         for line in self.progress_file.read_text(encoding="utf-8").splitlines():
             try:
                 rec = json.loads(line)
-                out[(rec["task"], int(rec["position"]))] = float(rec["score"])
+                out[(rec["task"], int(rec["position"]))] = {**rec, "score": float(rec["score"])}
             except (ValueError, KeyError, TypeError):
                 continue
         return out
+
+    def scores(self) -> dict[tuple[str, int], float]:
+        return {key: rec["score"] for key, rec in self.records().items()}
 
     def stop(self, reason: str) -> None:
         self.stop_file.write_text(reason + "\n", encoding="utf-8")
@@ -56,22 +74,104 @@ def discordant_in_order(a: dict, b: dict) -> list[bool]:
     return out
 
 
-def watch(sides: dict[str, SideProgress], design: PairedSequentialDesign, running, poll_s: float = 2.0) -> dict:
-    """Poll both sides' progress until the test decides (then stop both) or both sides end (then decide on what
-    they evaluated). running(): whether any side's process is still alive. Returns the decision's record."""
+def acceptance_in_order(a: dict, b: dict) -> dict[str, list[tuple[tuple[int, int], tuple[int, int]]]]:
+    """Per task, ((cycles, accepted) of A, of B) along the common prefix of the order, for the documents where both
+    sides drafted; tasks where neither side reported counts are left out."""
+    out: dict[str, list] = {}
+    for task in sorted({t for t, _ in a} | {t for t, _ in b}):
+        position, pairs = 0, []
+        while (task, position) in a and (task, position) in b:
+            ca, cb = a[(task, position)].get("acceptance"), b[(task, position)].get("acceptance")
+            if ca and cb and ca[0] > 0 and cb[0] > 0:
+                pairs.append(((int(ca[0]), int(ca[1])), (int(cb[0]), int(cb[1]))))
+            position += 1
+        if pairs:
+            out[task] = pairs
+    return out
+
+
+@dataclass
+class AcceptanceMonitor:
+    """The sequential acceptance test of every task both sides report acceptance for, each with its own design
+    (looks every `batch` documents up to the task's planned count)."""
+
+    batch: int
+    drop: float = DEFAULT_DROP
+    alpha: float = DEFAULT_ALPHA
+    beta: float = DEFAULT_BETA
+    designs: dict[str, AcceptanceSequentialDesign] = field(default_factory=dict)
+
+    def scan(self, a: dict, b: dict, final: bool) -> dict[str, Any] | None:
+        """The combined decision ({verdict, reason, tasks}), or None while no task has paired acceptance: DROP as
+        soon as a task shows one, NO-DROP once every task ruled one out, INCONCLUSIVE when the sides ended with a
+        task undecided, else CONTINUE."""
+        tasks = acceptance_in_order(a, b)
+        if not tasks:
+            return None
+        decisions = {}
+        for task, pairs in tasks.items():
+            planned = max(int(a[(task, 0)].get("of") or len(pairs)), len(pairs), 2)
+            design = self.designs.get(task)
+            if design is None:
+                design = AcceptanceSequentialDesign.for_batches(
+                    planned, self.batch, drop=self.drop, alpha=self.alpha, beta=self.beta
+                )
+                self.designs[task] = design
+            decisions[task] = design.scan(pairs, final=final)
+        verdicts = {d.verdict for d in decisions.values()}
+        if DROP in verdicts:
+            verdict = DROP
+        elif verdicts == {NO_DROP}:
+            verdict = NO_DROP
+        elif CONTINUE in verdicts:
+            verdict = CONTINUE
+        else:
+            verdict = INCONCLUSIVE
+        reason = "; ".join(f"{task}: {d.reason}" for task, d in decisions.items())
+        return {"verdict": verdict, "reason": reason, "tasks": {t: d.to_dict() for t, d in decisions.items()}}
+
+
+def should_stop(accuracy: PairedDecision, acceptance: dict[str, Any] | None, decide_on: str) -> bool:
+    """Whether the two tests' decisions so far end the A/B (see the module docstring)."""
+    if decide_on not in DECIDE_ON:
+        raise ValueError(f"decide_on must be one of {', '.join(DECIDE_ON)}, got {decide_on!r}")
+    acceptance_final = acceptance is not None and acceptance["verdict"] != CONTINUE
+    if decide_on == "accuracy":
+        return accuracy.final
+    if decide_on == "acceptance":
+        return acceptance_final
+    worse = accuracy.verdict == B_WORSE or (acceptance is not None and acceptance["verdict"] == DROP)
+    return worse or (accuracy.final and (acceptance is None or acceptance_final))
+
+
+def watch(
+    sides: dict[str, SideProgress],
+    design: PairedSequentialDesign,
+    running,
+    poll_s: float = 2.0,
+    acceptance: AcceptanceMonitor | None = None,
+    decide_on: str = "both",
+) -> dict:
+    """Poll both sides' progress until the tests decide (then stop both) or both sides end (then decide on what
+    they evaluated). running(): whether any side's process is still alive. Returns the decision's record: the
+    accuracy test's fields at the top (as before), the acceptance test's under "acceptance"."""
     a, b = sides["A"], sides["B"]
-    decision: PairedDecision | None = None
     while True:
         alive = running()
-        pairs = discordant_in_order(a.scores(), b.scores())
+        records_a, records_b = a.records(), b.records()
+        scores_a = {k: r["score"] for k, r in records_a.items()}
+        scores_b = {k: r["score"] for k, r in records_b.items()}
+        pairs = discordant_in_order(scores_a, scores_b)
         decision = design.scan(pairs, final=not alive)
-        if decision.final or not alive:
+        accepted = acceptance.scan(records_a, records_b, final=not alive) if acceptance is not None else None
+        if should_stop(decision, accepted, decide_on) or not alive:
             break
         time.sleep(poll_s)
     if alive:
-        reason = (
-            f"sequential A/B decided {decision.verdict} after {decision.n_pairs} discordant pairs: {decision.reason}"
-        )
+        reason = f"sequential A/B decided {decision.verdict} after {decision.n_pairs} discordant pairs: "
+        reason += decision.reason
+        if accepted is not None:
+            reason += f"; acceptance {accepted['verdict']}: {accepted['reason']}"
         for side in sides.values():
             side.stop(reason)
     # the pairs the decision rests on (scan stops at the first crossing), and those seen by then
@@ -80,10 +180,16 @@ def watch(sides: dict[str, SideProgress], design: PairedSequentialDesign, runnin
         "discordant_pairs": decision.n_pairs,
         "pairs_seen": len(pairs),
         "stopped_sides": alive,
+        "decide_on": decide_on,
+        "acceptance": accepted,
     }
 
 
 def render(record: dict[str, Any]) -> str:
     how = "stopped both sides" if record["stopped_sides"] else "both sides ran to the end"
-    return (f"sequential A/B: {record['verdict']} after {record['discordant_pairs']} discordant pairs ({how}): "
-            f"{record['reason']}")  # fmt: skip
+    lines = [f"sequential A/B: {record['verdict']} after {record['discordant_pairs']} discordant pairs ({how}): "
+             f"{record['reason']}"]  # fmt: skip
+    accepted = record.get("acceptance")
+    if accepted:
+        lines.append(f"sequential acceptance: {accepted['verdict']}: {accepted['reason']}")
+    return "\n".join(lines)

@@ -2,9 +2,10 @@
 
 Each side is its own commit's `specdec-eval run` in a git worktree (results/ab_sides.py makes the worktrees and the side
 processes). Fixed-sample: the sides run one after the other. Sequential (`early_stop`): both at once, their output
-drained by threads so that a full pipe never blocks a side, while the controller (evals/sequential/ab_watch.py) pairs
-their scores and stops both when the paired test decides; a signal to ab stops both sides too. The two runs are
-then compared sample by sample (results/compare.py).
+drained by threads so that a full pipe never blocks a side, while the watcher (evals/sequential/ab_watch.py) pairs
+their scores and acceptance counts and stops both when the paired tests decide (`decide_on`: the accuracy SPRT, the
+sequential acceptance test, or both); a signal to ab stops both sides too. The two runs are then compared sample
+by sample (results/compare.py), acceptance paired by document included.
 
 Lives here, beside the sequential designs, rather than in results/ because it drives the sequential controller, and
 results/ imports nothing from evals/."""
@@ -20,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from ...results.ab_sides import Side, checked_out, run_side, side_result, start_side, stop_side, terminated_as_exception
+from ...results.acceptance_paired import DEFAULT_BETA, DEFAULT_DROP
 from ...results.compare import compare_runs
 from ...results.store import Run
 from ..run_types import EvalOptions
-from .ab_watch import SideProgress, watch
+from .ab_watch import DECIDE_ON, AcceptanceMonitor, SideProgress, watch
 from .discordant_pairs import PairedSequentialDesign
 
 
@@ -39,6 +41,15 @@ class ABPlan:
     early_stop: bool = False
     early_stop_batch: int = EvalOptions.early_stop_batch  # what `run` looks after, so both sides look alike
     p1: float = 1 / 3
+    acceptance_drop: float = DEFAULT_DROP  # the relative AL drop the acceptance tests rule out (or show)
+    beta: float = DEFAULT_BETA  # the acceptance tests' chance of ruling out a drop of acceptance_drop that is there
+    decide_on: str = "both"  # what stops a sequential A/B: both tests, the accuracy SPRT, or the acceptance test
+
+    def __post_init__(self) -> None:
+        if self.decide_on not in DECIDE_ON:
+            raise ValueError(f"decide_on must be one of {', '.join(DECIDE_ON)}, got {self.decide_on!r}")
+        if not (0 < self.acceptance_drop < 1 and 0 < self.beta < 1):
+            raise ValueError(f"acceptance_drop and beta must lie in (0, 1), got {self.acceptance_drop}, {self.beta}")
 
 
 def run_ab(plan: ABPlan, say: Callable[[str], None]) -> dict[str, Any]:
@@ -54,7 +65,7 @@ def run_ab(plan: ABPlan, say: Callable[[str], None]) -> dict[str, Any]:
             for side in sides:
                 say(f"side {side.name}: {side.ref} = {side.commit[:12]}: running")
                 runs.append(Run(run_side(side, list(plan.run_args), plan.out.resolve())))
-    result = compare_runs(runs[0], runs[1], alpha=plan.alpha)
+    result = compare_runs(runs[0], runs[1], alpha=plan.alpha, acceptance_drop=plan.acceptance_drop, beta=plan.beta)
     if sequential is not None:
         result["sequential"] = sequential
     return result
@@ -80,8 +91,10 @@ def _sequential(sides: list[Side], plan: ABPlan, say: Callable[[str], None]) -> 
         for t in threads:
             t.start()
         design = PairedSequentialDesign(alpha=plan.alpha, p1=plan.p1)
+        acceptance = AcceptanceMonitor(plan.early_stop_batch, plan.acceptance_drop, plan.alpha, plan.beta)
         try:
-            record = watch(progress, design, lambda: any(t.is_alive() for t in threads))
+            record = watch(progress, design, lambda: any(t.is_alive() for t in threads), acceptance=acceptance,
+                           decide_on=plan.decide_on)  # fmt: skip
             for t in threads:
                 t.join()
         except BaseException as e:  # Terminated, KeyboardInterrupt: both sides stop with ab

@@ -55,6 +55,7 @@ class TaskProgress:
     n_max: int
     design: AccuracySequentialDesign | None
     scores: dict[int, float] = field(default_factory=dict)  # position in the evaluation order -> score
+    counts: dict[int, tuple[int, int]] = field(default_factory=dict)  # position -> (draft cycles, accepted drafts)
     acceptance: AcceptanceStats | None = None
     stopped: dict[str, Any] | None = None
     looks: list[dict[str, Any]] = field(default_factory=list)
@@ -84,8 +85,9 @@ class EarlyStop:
         max_draft_len: int = 0,
         stop_file: str | None = None,
     ) -> None:
-        """stop_file (a side of a sequential `ab`): after each batch, every finished sample's score is appended to
-        `<stop_file>.progress.jsonl`, and once `stop_file` exists every task stops, its content the reason."""
+        """stop_file (a side of a sequential `ab`): after each batch, every finished sample's score (and its
+        acceptance counts) is appended to `<stop_file>.progress.jsonl`, and once `stop_file` exists every task
+        stops, its content the reason."""
         self.design_for = design_for
         self.batch = batch
         self.test_id = test_id
@@ -110,6 +112,8 @@ class EarlyStop:
         no baseline to compare with)."""
         t = self.tasks[task]
         t.scores[position] = score
+        if acceptance and acceptance.get("num_cycles"):
+            t.counts[position] = (int(acceptance["num_cycles"]), int(acceptance["num_accepted_drafts"]))
         if acceptance and t.acceptance is not None:
             t.acceptance.merge(AcceptanceStats.from_dict(acceptance))
         if divergence is not None and self.exact and t.stopped is None:
@@ -153,11 +157,16 @@ class EarlyStop:
                          "reason": decision.reason}  # fmt: skip
 
     def _report(self, t: TaskProgress) -> None:
+        """Each finished sample once: its score, the task's planned documents (`of`) and, under spec-dec, its draft
+        cycles and accepted drafts (the sequential acceptance A/B pairs them: evals/sequential/acceptance.py)."""
         lines = []
         for position in sorted(set(t.scores)):
             if (t.name, position) not in self._reported:
                 self._reported.add((t.name, position))
-                lines.append(json.dumps({"task": t.name, "position": position, "score": t.scores[position]}))
+                record = {"task": t.name, "position": position, "score": t.scores[position], "of": t.n_max}
+                if position in t.counts:
+                    record["acceptance"] = list(t.counts[position])
+                lines.append(json.dumps(record))
         if lines:
             progress = self.stop_file.with_name(self.stop_file.name + ".progress.jsonl")
             with progress.open("a", encoding="utf-8") as f:

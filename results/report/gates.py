@@ -9,9 +9,11 @@ The gates a task's summary entry can carry:
   spec-dec outputs against the non-speculative baseline, and which kind of baseline that is (a paired twin audited
   on a plain engine, a separate plain run, a recorded run).
 - acceptance: `acceptance_gate` {verdict PASS | FAIL | NO-REFERENCE, acceptance_length, ref_al, min_al, rtol,
-  slack, band {low, high, tolerance}, reason, per_position [{position, rate, ref, verdict}], test_id}: the
-  acceptance length against the band the gate computed (evals/gates/acceptance.py: rtol widened by the run's sampling
-  slack), shown as recorded and never recomputed here.
+  slack, band {low, high, tolerance}, power {mde, p_detect_min_al, band_wider_than_min_al, statement, ...}, reason,
+  per_position [{position, rate, ref, verdict}], test_id}: the acceptance length against the band the gate computed
+  (evals/gates/acceptance.py: rtol widened by the run's sampling slack) and what that band can see
+  (evals/gates/acceptance_power.py), shown as recorded and never recomputed here; a PASS within a band wider than
+  min_al says so.
 - `stopped` {n, of, reason}: a sequential test stopped the task early.
 
 Every function returns plain text; the HTML and Markdown renderers escape it.
@@ -25,6 +27,7 @@ from typing import Any
 
 from ...event_types import FAILING_EVENTS
 from ..run_summary import FAIL, NO_GATE, PASS, TaskSummary, Verdict
+from ..shown_verdict import UNDERPOWERED, acceptance_words
 from .data import RunData
 from .text import num
 
@@ -144,6 +147,11 @@ def acceptance_gate(task: TaskSummary | Mapping[str, Any]) -> GateText | None:
                                  f"{num(p.get('ref'), 3)}" for p in failing)  # fmt: skip
     if g.get("reason") and verdict != PASS:
         text += f" — {g['reason']}"
+    if _typed(task).acceptance_underpowered:
+        text = text.replace(f"{PASS}:", f"{acceptance_words(PASS, True)}:", 1)
+    power = g.get("power")
+    if verdict in (PASS, FAIL) and isinstance(power, dict) and power.get("statement"):
+        text += f"; power: {power['statement']}"
     return GateText(verdict, text)
 
 
@@ -220,6 +228,9 @@ def decide_run(run: RunData) -> RunDecision:
     if run.summary.server_failure:  # an endpoint run's server: why, from its log or the stall watch
         failed.append(run.summary.server_failure)
     notes = []
+    wide = [t.task for t in run.tasks if t.summary.acceptance_underpowered]
+    if wide:
+        notes.append(f"acceptance {UNDERPOWERED}" + _on(wide, every))
     if no_gate:
         notes.append("accuracy cannot fail at this n" + _on(no_gate, every))
     if no_ref:

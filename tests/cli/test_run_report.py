@@ -2,6 +2,7 @@
 acceptance figures, a populated reference, and a fault that was asked for but never fired."""
 
 from specdec_eval.cli.run_report import print_report
+from specdec_eval.results.shown_verdict import UNDERPOWERED
 
 
 def _summary(**run) -> dict:
@@ -45,3 +46,18 @@ def test_nothing_extra_when_the_run_has_no_notes(capsys):
     print_report(summary)
     out = capsys.readouterr().out
     assert "acceptance gate" not in out and "reported by the engine" not in out and "warning" not in out
+
+
+def test_a_pass_within_a_band_wider_than_min_al_says_so_in_every_line(capsys):
+    summary = _summary(verdict="PASS")
+    summary["tasks"]["gsm8k"]["acceptance_gate"] = {
+        "verdict": "PASS", "reason": "acceptance length 2.010 within [1.717, 2.281]; power: at 10 documents ...",
+        "power": {"mde": 0.16, "band_wider_than_min_al": True, "statement": "at 10 documents ..."},
+    }  # fmt: skip
+    summary["tasks"]["gsm8k"]["lossless"] = {"verdict": "PASS", "reason": "identical"}
+    print_report(summary)
+    out = capsys.readouterr().out
+    assert f"acceptance gate: PASS ({UNDERPOWERED}) (acceptance length 2.010 within" in out
+    row = next(line for line in out.splitlines() if line.startswith("gsm8k "))
+    assert row.endswith(f"acceptance PASS ({UNDERPOWERED})")
+    assert f"run PASS (acceptance {UNDERPOWERED} on gsm8k) in 1 s" in out

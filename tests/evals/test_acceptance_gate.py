@@ -41,6 +41,7 @@ SCHEMA = {
     "rtol",
     "slack",
     "band",
+    "power",
     "reason",
     "per_position",
     "test_id",

@@ -20,6 +20,7 @@ from specdec_eval.evals.selftest.mutants import (
     select_classes,
 )
 from specdec_eval.evals.tasks.registry import TASKS
+from specdec_eval.results.sample_record import SampleRecord
 from specdec_eval.workers.config import from_options
 from specdec_eval.workers.engine.faults import REJECTION_POINTS, PlantedBugs
 
@@ -45,8 +46,13 @@ def _row(bug, tmp_path) -> dict:
     return row
 
 
+# The quiet class lowers acceptance, and tiny's head is random (it accepts next to nothing either way): its row is
+# checked from recorded numbers below, and end to end on SmolLM2 (`selftest --mutants --only aux_layers_off_by_one`).
+ON_TINY = [b for b in COUPLED if b.catcher != mutants.PAIRED]
+
+
 @needs_shared_data
-@pytest.mark.parametrize("bug", COUPLED, ids=[b.name for b in COUPLED])
+@pytest.mark.parametrize("bug", ON_TINY, ids=[b.name for b in ON_TINY])
 def test_each_bug_class_is_caught_by_the_default_paired_run_on_tiny(tmp_path, bug):
     row = _row(bug, tmp_path)
     assert row["result"] == "caught", row
@@ -95,6 +101,29 @@ def test_judge_counts_only_the_catcher_and_flags_a_false_fail():
     assert judge(CLEAN, _summary("NO-GATE"), 5.0, [])["cells"]["lossless"] == {"verdict": "-"}
 
 
+def test_the_quiet_class_is_caught_only_by_pairing_with_the_unmutated_run():
+    """aux_layers_off_by_one changes no output: the lossless gate passes, the single-run acceptance gate passes
+    within its band (MISSED, with the gate's own statement), and the paired test against the unmutated run's
+    per-document acceptance FAILs it."""
+    (bug,) = [b for b in BUG_CLASSES if b.name == "aux_layers_off_by_one"]
+    assert bug.catcher == mutants.PAIRED and bug.inject == ("aux_layers_off_by_one",)
+    unmutated = [_sample(d, 40, 40) for d in range(10)]
+    dropped = [_sample(d, 42, 36 + d % 3) for d in range(10)]  # same outputs, ~7 % lower AL on every document
+    cell = mutants.paired_cell(unmutated, dropped, 30.0)
+    assert cell["verdict"] == "FAIL" and cell["doc"] == 10 and cell["reason"].startswith("DROP")
+    row = judge(bug, _summary(acceptance="PASS"), 30.0, [], cell)
+    assert row["result"] == "caught" and row["cells"]["acceptance"]["verdict"] == "PASS"
+    assert judge(bug, _summary(acceptance="PASS"), 30.0, [], mutants.paired_cell(unmutated, unmutated, 1.0))[
+        "result"] == "MISSED"  # fmt: skip
+    assert mutants.paired_cell(None, dropped, 1.0) == {"verdict": "-"}
+    assert judge(CLEAN, _summary(), 5.0, [])["cells"][mutants.PAIRED] == {"verdict": "-"}
+
+
+def _sample(doc: int, cycles: int, accepted: int) -> SampleRecord:
+    return SampleRecord("gsm8k", doc, prompt_hash=f"p{doc}", acceptance_length=1 + accepted / cycles,
+                        acceptance={"num_cycles": cycles, "num_accepted_drafts": accepted})  # fmt: skip
+
+
 def test_judge_names_the_first_divergent_document_in_the_evaluation_order():
     (bug,) = [b for b in BUG_CLASSES if b.name == "accept_off_by_one"]
     summary = _summary("FAIL")
@@ -138,15 +167,21 @@ def test_a_greedy_rejection_sampler_is_caught_in_distribution_and_the_unmutated_
 REPORT = {"ok": False, "model": "tiny", "limit": 2, "gates": list(mutants.GATES), "rows": [
     {"class": "unmutated", "what": "", "catcher": None, "result": "PASS", "elapsed_s": 4.0, "documents": 2, "of": 2,
      "cells": {"accuracy": {"verdict": "-"}, "lossless": {"verdict": "PASS"}, "acceptance": {"verdict": "-"},
-               "events": {"verdict": "PASS"}}, "fired_in_steps": 0, "never_fired": []},
+               "paired_acceptance": {"verdict": "-"}, "events": {"verdict": "PASS"}}, "fired_in_steps": 0,
+     "never_fired": []},
     {"class": "accept_off_by_one", "what": "", "catcher": "lossless", "result": "caught", "elapsed_s": 3.0,
      "documents": 2, "of": 2, "cells": {"accuracy": {"verdict": "-"}, "lossless": {"verdict": "FAIL", "doc": 1,
-     "seconds": 3.0}, "acceptance": {"verdict": "-"}, "events": {"verdict": "PASS"}}, "fired_in_steps": 9,
-     "never_fired": []},
+     "seconds": 3.0}, "acceptance": {"verdict": "-"}, "paired_acceptance": {"verdict": "-"},
+     "events": {"verdict": "PASS"}}, "fired_in_steps": 9, "never_fired": []},
     {"class": "spec_alters_target", "what": "", "catcher": "lossless", "result": "MISSED", "elapsed_s": 3.0,
      "documents": 2, "of": 2, "cells": {"accuracy": {"verdict": "-"}, "lossless": {"verdict": "PASS"},
-     "acceptance": {"verdict": "FAIL", "doc": 2, "seconds": 3.0}, "events": {"verdict": "PASS"}},
-     "fired_in_steps": 9, "never_fired": []},
+     "acceptance": {"verdict": "FAIL", "doc": 2, "seconds": 3.0}, "paired_acceptance": {"verdict": "-"},
+     "events": {"verdict": "PASS"}}, "fired_in_steps": 9, "never_fired": []},
+    {"class": "aux_layers_off_by_one", "what": "", "catcher": "paired_acceptance", "result": "caught",
+     "elapsed_s": 50.0, "documents": 10, "of": 10, "cells": {"accuracy": {"verdict": "-"},
+     "lossless": {"verdict": "PASS"}, "acceptance": {"verdict": "PASS", "power": "at 10 documents it detects 16%"},
+     "paired_acceptance": {"verdict": "FAIL", "doc": 10, "seconds": 50.0, "reason": "DROP: AL -4.9 %"},
+     "events": {"verdict": "PASS"}}, "fired_in_steps": 99, "never_fired": []},
 ]}  # fmt: skip
 
 
@@ -163,8 +198,16 @@ def test_cli_prints_the_matrix_and_exits_1_on_a_missed_class(capsys, monkeypatch
     assert code == 1 and seen == {"model": "tiny", "limit": 2,
                                   "classes": ["unmutated", "spec_alters_target", "accept_off_by_one"]}  # fmt: skip
     lines = out.splitlines()
-    assert lines[0].split() == ["bug", "class", "accuracy", "lossless", "acceptance", "events", "result"]
+    assert lines[0].split() == ["bug", "class", "accuracy", "lossless", "acceptance", "paired_acceptance", "events",
+                                "result"]  # fmt: skip
     assert "caught at doc 1 after 3 s*" in lines[2] and "MISSED*" in lines[3] and "caught at doc 2" in lines[3]
+    quiet = lines[4]  # missed by the single-run gate (stated), caught by pairing with the unmutated run
+    assert (
+        quiet.split()[:4] == ["aux_layers_off_by_one", "-", "MISSED", "MISSED"]
+        and "caught at doc 10 after 50 s*" in quiet
+    )
+    assert "aux_layers_off_by_one: the single-run acceptance gate at this n: at 10 documents it detects 16%" in out
+    assert "paired with the unmutated run: DROP: AL -4.9 %" in out
     assert "selftest --mutants FAILED" in out and "not as expected: spec_alters_target" in out
     code, out, _ = run_cli(capsys, "selftest", "--mutants", "--model", "tiny", "--data-dir", str(SHARED_DATA),
                            "--json")  # fmt: skip

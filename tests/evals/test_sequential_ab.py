@@ -79,3 +79,26 @@ def test_ab_early_stop_end_to_end_on_one_commit(tmp_path):
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "sequential A/B: NO-DIFFERENCE after 0 discordant pairs (both sides ran to the end)" in p.stdout
+
+
+@pytest.mark.slow
+def test_ab_early_stop_decides_on_acceptance_end_to_end(tmp_path):
+    """`ab --early-stop --decide-on acceptance` from the CLI: two sides of one commit draft the same documents with
+    the same counts, so the paired acceptance test rules a 5 % drop out at its first look and stops both sides (the
+    SPRT alone, with no discordant pair, would have let them run to the end)."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", str(__import__("pathlib").Path(__file__).resolve().parents[2]), str(repo)],
+                   check=True)  # fmt: skip
+    cmd = [sys.executable, "-m", "specdec_eval.cli.main", "ab", "HEAD", "HEAD", "--repo", str(repo), "--early-stop",
+           "--decide-on", "acceptance", "--early-stop-batch", "2", "--out", str(tmp_path / "runs"), "--json", "--",
+           "--model", "tiny", "--spec", "eagle3", "--tasks", "gsm8k_smoke", "--limit", "8", "--max-output-len", "8",
+           "--no-reference", "--device-memory", "256MiB"]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
+    result = json.loads(p.stdout)
+    sequential = result["sequential"]
+    assert sequential["decide_on"] == "acceptance" and sequential["stopped_sides"], sequential
+    assert sequential["acceptance"]["verdict"] == "NO-DROP", sequential["acceptance"]
+    (compared,) = result["tasks"].values()
+    assert compared["n"] < 8  # stopped before the end
+    assert compared["acceptance"]["per_document"]["relative"] == 0.0 and not result["acceptance_drops"]

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from specdec_eval.results.decide import apply_decision, decide
+from specdec_eval.results.shown_verdict import UNDERPOWERED
 
 from .test_runs_table import TEST, cli_runner, make_run
 
@@ -48,7 +49,7 @@ def test_three_passing_runs_unwaive_and_apply_removes_only_that_line(root, waive
     assert d.reason == "the 3 most recent runs on H200 pass"
     assert [e["run_id"][-4:] for e in d.evidence] == ["cfg3", "cfg2", "cfg1"]  # newest first
     assert d.evidence[0]["tasks"]["gsm8k"] == {"score": 52.0, "threshold": 40.0, "verdict": "PASS", "lossless": None,
-                                               "acceptance_gate": None}  # fmt: skip
+                                               "acceptance_gate": None, "acceptance_underpowered": False}  # fmt: skip
     assert d.waive_lines == [f"line 3: {H200_LINE.strip()}"]
     assert apply_decision(d, waives) == [f"-{H200_LINE.strip()}"]
     assert waives.read_bytes() == WAIVES.replace(H200_LINE, "").encode()
@@ -140,6 +141,15 @@ def test_no_gate_counts_as_passing_and_is_noted(root, waives):
     d = decide(TEST, "H200", root, waives)
     assert d.action == "unwaive"
     assert "gpqa_diamond NO-GATE in 3 of 3 runs: passing, but not gated against the reference" in d.reason
+
+
+def test_an_acceptance_pass_within_a_band_wider_than_min_al_is_noted(root, waives):
+    wide = {"verdict": "PASS", "reason": "within a wide band", "power": {"mde": 0.16, "band_wider_than_min_al": True}}
+    for n in (1, 2, 3):
+        make_run(root, n, tasks={"gsm8k": {**PASS["gsm8k"], "acceptance_gate": wide if n > 1 else {"verdict": "PASS"}}})
+    d = decide(TEST, "H200", root, waives)
+    assert d.action == "unwaive" and f"(gsm8k in 2 of 3 runs: acceptance {UNDERPOWERED})" in d.reason
+    assert [e["tasks"]["gsm8k"]["acceptance_underpowered"] for e in d.evidence] == [True, True, False]
 
 
 def test_a_waive_for_every_gpu_is_not_lifted_by_one_gpu(root, waives):

@@ -10,6 +10,7 @@ from specdec_eval.evals.gates.acceptance import acceptance_band
 from specdec_eval.results.report import build_report
 from specdec_eval.results.report.data import load_run
 from specdec_eval.results.report.gates import acceptance_gate, accuracy_gate, banner, decide_run, lossless_gate
+from specdec_eval.results.shown_verdict import UNDERPOWERED
 
 from .test_report import HOSTILE, _samples, _task, _write_run
 
@@ -75,6 +76,24 @@ def test_acceptance_in_words():
                         "< ref 0.520 — below min_al 2.03 (collapse)")  # fmt: skip
     unref = acceptance_gate({"acceptance_gate": _acceptance_gate("NO-REFERENCE", 2.3, ref=None, reason="no entry")})
     assert unref.text == "NO-REFERENCE: AL 2.300, no reference band — no entry"
+
+
+def test_a_pass_within_a_band_wider_than_min_al_is_never_bare(tmp_path):
+    """Issue 39's ten documents: the gate's own record (evals/gates/acceptance.py) says its band's floor lies below
+    min_al; the report's gate text and the banner say it, and state the gate's power."""
+    from specdec_eval.evals.gates.acceptance import acceptance_gate as gate
+
+    stats = {"num_cycles": 200, "num_accepted_drafts": 202, "accepted_per_position": [], "num_requests": 10}
+    wide = gate("t", stats, {"t": {"ref_al": 1.999, "min_al": 1.899}}, slack=0.282)
+    text = acceptance_gate({"acceptance_gate": wide})
+    assert text.verdict == "PASS" and text.text.startswith(f"PASS ({UNDERPOWERED}): AL 2.010 within [1.717, 2.281]")
+    assert "power: at 10 documents it detects a drop of" in text.text
+    tasks = {"gsm8k": _task(30.0, 33.0, 20.0, "NO-GATE", 10, lossless=_lossless(10, 10), acceptance_gate=wide)}
+    run = load_run(1, _run(tmp_path, "20300101-010000-ffffffffffff", tasks))
+    assert decide_run(run).sentence == ("PASS (decided by the lossless gate and the acceptance gate; acceptance "
+                                        f"{UNDERPOWERED}; accuracy cannot fail at this n)")  # fmt: skip
+    narrow = gate("t", {**stats, "num_requests": 1319}, {"t": {"ref_al": 1.999, "min_al": 1.899}}, slack=0.03)
+    assert UNDERPOWERED not in acceptance_gate({"acceptance_gate": narrow}).text
 
 
 def test_banner_names_the_deciding_gate(tmp_path):

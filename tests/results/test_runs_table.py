@@ -148,7 +148,8 @@ def test_rows_newest_last_with_filters(tmp_path):
     assert row["commit"] == "feedface00*" and row["gpu"] == "H100" and row["started"] == "2026-09-21T14:16:20Z"
     assert row["tasks"] == {
         "gsm8k": {"score": 50.0, "reference": 55.0, "threshold": 40.0, "verdict": "PASS", "num_samples": 10,
-                  "lossless": None, "lossless_reason": None, "acceptance_gate": None, "acceptance_reason": None}
+                  "lossless": None, "lossless_reason": None, "acceptance_gate": None, "acceptance_reason": None,
+                  "acceptance_underpowered": False}
     }  # fmt: skip
     assert row["verdict"] == "PASS" and row["finished"] and row["num_failing_events"] == 0
     assert [r["gpu"] for r in run_rows(tmp_path, gpu="H200")] == ["H200", "H200"]

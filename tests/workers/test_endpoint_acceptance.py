@@ -297,8 +297,8 @@ def test_endpoint_run_stores_counts_per_sample_and_reports_them(tiny, ngram_pair
                for s in samples)  # fmt: skip
     html, _ = build_report([run])
     assert 'alt="#1 acceptance by output length"' in html and "per-request counts (vllm" in html
-    paired = compare_runs(run, run)["tasks"]["gsm8k_smoke"]["acceptance"]["per_request"]
-    assert paired["n"] == len(samples) and paired["mean_delta"] == 0
+    paired = compare_runs(run, run)["tasks"]["gsm8k_smoke"]["acceptance"]["per_document"]
+    assert paired["n"] == len(samples) and paired["relative"] == 0 and paired["weighted"]
 
 
 def test_compare_labels_a_server_wide_fallback():
@@ -311,6 +311,6 @@ def test_compare_labels_a_server_wide_fallback():
     assert dict(task.acceptance) == server  # the run's only figure, kept with its label
     per_request = {"acceptance_length": 2.0, "basis": PER_REQUEST}
     assert dict(_with_fallback(TaskSummary.from_json({"acceptance": per_request}), run).acceptance) == per_request
-    acc = _acceptance([], per_request, server, {"confidence": 0.95, "resamples": 10, "seed": 0})
-    assert acc["per_request"] is None and acc["basis"] == {"a": PER_REQUEST, "b": SERVER_DELTA}
+    acc = _acceptance([], per_request, server, {"drop": 0.05, "alpha": 0.05, "beta": 0.2})
+    assert acc["per_document"] is None and acc["basis"] == {"a": PER_REQUEST, "b": SERVER_DELTA}
     assert any(line.startswith("  acceptance of B: server-wide") for line in _acceptance_lines(acc))

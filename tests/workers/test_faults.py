@@ -9,6 +9,7 @@ from specdec_eval.workers.engine.faults import FaultSpec
 
 from specdec_eval.errors import UserError
 
+from ..cli.test_run_cli import SHARED_DATA, needs_shared_data
 from ..conftest import make_engine
 from ..prompts import RAW_PROMPTS
 
@@ -141,3 +142,55 @@ def test_a_counted_bug_fires_that_often_from_its_step(tiny, plain_outputs):
     outs = engine.generate(PROMPTS, GREEDY)
     (event,) = engine.events.of_type("fault_injected")
     assert event["step"] >= 3 and [o.token_ids for o in outs] != plain_outputs[GREEDY]
+
+
+def test_aux_layers_off_by_one_moves_the_drafts_features_and_no_output(tiny, plain_outputs, monkeypatch):
+    """The quiet class: the spec worker's features come from the output of each capture layer instead of its input
+    (one layer late, every step, recorded once per step); the target computes what it did, so the speculative
+    outputs and their twins are the plain run's. (On `tiny` the head is random: its acceptance effect shows on
+    SmolLM2, below.)"""
+    from specdec_eval.workers.engine.faults import PlantedBugs
+
+    asked: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    original = PlantedBugs.capture_layers
+
+    def spy(self, layers, num_layers, step):
+        moved = original(self, layers, num_layers, step)
+        asked.append((tuple(layers), tuple(moved)))
+        return moved
+
+    monkeypatch.setattr(PlantedBugs, "capture_layers", spy)
+    engine = make_engine(tiny, "v2", spec=SpecConfig(max_draft_len=3), inject=("aux_layers_off_by_one",))
+    spec_out, twin_out = engine.generate_paired(PROMPTS, GREEDY)
+    assert [o.token_ids for o in spec_out] == [o.token_ids for o in twin_out] == plain_outputs[GREEDY]
+    layers = engine.config.spec.capture_layers or asked[0][0]
+    assert asked and all(moved == tuple(min(i + 1, 5) for i in layers) for _, moved in asked)  # tiny: 6 layers
+    fired = engine.events.of_type("fault_injected")
+    assert len(fired) == len(asked) and {e["point"] for e in fired} == {"aux_layers_off_by_one"}
+    plain = make_engine(tiny, "v2", inject=("aux_layers_off_by_one",))  # no spec worker: the path is never taken
+    assert [o.token_ids for o in plain.generate(PROMPTS, GREEDY)] == plain_outputs[GREEDY]
+    assert plain.events.of_type("fault_injected") == []
+
+
+@pytest.mark.slow
+@needs_shared_data
+def test_aux_layers_off_by_one_lowers_smollm2_acceptance_with_identical_outputs(smollm2):
+    """On the embedded default with its shipped head, the first 12 of the five-shot GSM8K prompts `generate` was
+    measured on (scripts/gsm8k_prompts.py; all 32: AL 2.006 -> 1.908, -4.9 %): every output identical, acceptance
+    lower (-3.3 % over the 10 that draft)."""
+    from specdec_eval.evals.bench.prompts import bench_prompts
+    from specdec_eval.results.acceptance_paired import paired_acceptance
+
+    prompts = bench_prompts("gsm8k", 12, str(SHARED_DATA))
+    params = SamplingParams(max_new_tokens=128, stop=("Question:",))
+    runs = []
+    for inject in ((), ("aux_layers_off_by_one",)):
+        engine = make_engine(smollm2, kv_enable_block_reuse=False, spec=SpecConfig(max_draft_len=3), inject=inject)
+        runs.append(engine.generate(prompts, params))
+    clean, bug = runs
+    assert [o.token_ids for o in clean] == [o.token_ids for o in bug]
+    pairs = [((x.stats["acceptance"]["num_cycles"], x.stats["acceptance"]["num_accepted_drafts"]),
+              (y.stats["acceptance"]["num_cycles"], y.stats["acceptance"]["num_accepted_drafts"]))
+             for x, y in zip(clean, bug, strict=True) if x.stats.get("acceptance")]  # fmt: skip
+    estimate = paired_acceptance(pairs)
+    assert estimate.n >= 8 and estimate.relative < -0.01, estimate

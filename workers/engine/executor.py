@@ -135,7 +135,8 @@ class Executor:
         cfg, tp = self.model.config, self.model.tp.size
         need = forward_activation_bytes(cfg, meta.num_tokens, len(rows), self.kv.element_size, tp)
         self.memory.check(need, "target forward", step, last_of_forward=self.spec is None)
-        hidden, captured = self.model(input_ids, meta, self.kv, self._capture_layers(),
+        layers = self.bugs.capture_layers(self._capture_layers(), self.model.config.num_hidden_layers, step)
+        hidden, captured = self.model(input_ids, meta, self.kv, layers,
                                       halfway=lambda: self._fault("target_forward", step),
                                       on_capture=self.bugs.capture_hook(step))  # fmt: skip
         if self.feature_tap is not None:

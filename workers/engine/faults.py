@@ -32,6 +32,13 @@ separate baseline, an audit engine), so these stay in every configuration of the
   rewind_leaks_blocks   a rewind that gives back the KV blocks holding only rejected drafts drops them from the
                         request's block table without returning them to the pool: outputs stay right, the pool
                         shrinks until it runs dry (caught at drain: the `kv_block_leak` event)
+  aux_layers_off_by_one the draft's auxiliary features are read one layer late: the output of each capture layer
+                        instead of its input (the "hidden_states[i] is the input of layer i" convention broken, an
+                        off-by-one between engines' and trainers' layer ids). The target computes exactly what it
+                        did, so every output stays the same; the drafter reads features it was not trained on and
+                        accepts less (on the embedded default about 5 % lower AL: a quiet regression only
+                        acceptance sees, which the paired A/B catches and the single-run gate at 10 documents does
+                        not)
 
 The sampled classes: bugs of the rejection sampler (`--spec-sampling rejection`, workers/spec/rejection.py), each
 a field of its `RejectionRule`, firing on a request verifying drafts at temperature > 0 (and only where its bug can
@@ -71,7 +78,8 @@ ENVIRONMENT_POINTS = ("warmup_oom", "prepare_for_spec_dec", "draft_step", "targe
 REJECTION_POINTS = ("rejection_greedy", "residual_keeps_draft", "accept_unit_temperature", "spec_filter_order",
                     "accept_neighbour_row")  # fmt: skip
 RECURRING_POINTS = ("draft_kv_into_target", "spec_alters_target", "rewind_keeps_rejected", "accept_off_by_one",
-                    "sample_key_shift", "verify_width_numerics", "rewind_leaks_blocks", *REJECTION_POINTS)  # fmt: skip
+                    "sample_key_shift", "verify_width_numerics", "rewind_leaks_blocks", "aux_layers_off_by_one",
+                    *REJECTION_POINTS)  # fmt: skip
 BEHAVIOUR_POINTS = ("emit_rejected_draft", *RECURRING_POINTS)  # change results instead of raising
 FAULT_POINTS = ENVIRONMENT_POINTS + BEHAVIOUR_POINTS
 # Reached only under spec-dec. Behaviour points are all spec-dec paths, but a plain engine may carry them (a planted
@@ -206,6 +214,15 @@ class PlantedBugs:
                 h.copy_(torch.ldexp(torch.round(mantissa * 16) / 16, exponent))
 
         return round_in_place
+
+    def capture_layers(self, layers: tuple[int, ...], num_layers: int, step: int) -> tuple[int, ...]:
+        """aux_layers_off_by_one: the layers whose input the spec worker's features are read from, one later each
+        (the output of the layer it asked for; the last layer stays the last)."""
+        if not (self.spec_attached and layers and self._asked("aux_layers_off_by_one")):
+            return layers
+        if not self.faults.due("aux_layers_off_by_one", step):
+            return layers
+        return tuple(min(i + 1, num_layers - 1) for i in layers)
 
     def verify_logits(self, items, logits: torch.Tensor, step: int) -> torch.Tensor:
         """verify_width_numerics: the logits of requests verifying more than one token are perturbed."""

@@ -124,14 +124,16 @@ def merge_acceptance(per_request: list[dict[str, Any]], max_draft_len: int = 0) 
 
 
 def run_acceptance(per_request: list[dict[str, Any]], max_draft_len: int = 0) -> dict[str, Any]:
-    """A run's acceptance from its requests' counts, `to_dict()` layout, with "basis" (what it was computed from)
-    and "source" (which server fields, when a server's)."""
+    """A run's acceptance from its requests' counts, `to_dict()` layout, with "basis" (what it was computed from),
+    "num_requests" (those with draft cycles) and "source" (which server fields, when a server's)."""
     out = merge_acceptance(per_request, max_draft_len).to_dict()
     if not all(d.get("accepted_per_position") for d in per_request):  # SGLang's have none: zeros measure nothing
         out["per_position_rate"], out["accepted_per_position"] = [], []
         out["note"] += "; not every request reported per-position counts"
     sources = sorted({d["source"] for d in per_request if d.get("source")})
     out["basis"] = PER_REQUEST
+    # the independent units the run's sampling error rests on (evals/gates/acceptance_power.py): requests that drafted
+    out["num_requests"] = sum(1 for d in per_request if d.get("num_cycles"))
     if sources:
         out["source"] = " + ".join(sources)
     return out
