@@ -113,7 +113,7 @@ def acceptance_gate(
     impossible = counts_problem(acceptance)
     if impossible is not None:  # evidence no drafter can give: the gate cannot judge, and never passes
         return {"verdict": "NO-GATE", "acceptance_length": None, "ref_al": None, "min_al": None, "rtol": rtol,
-                "slack": round(slack, 4), "band": None, "per_position": [], "test_id": test_id,
+                "slack": round(slack, 4), "band": None, "power": None, "per_position": [], "test_id": test_id,
                 "reason": f"impossible acceptance counts ({impossible}): no acceptance length"}  # fmt: skip
     al, rates = _measured(acceptance)
     entry = refs.get(test_id) or {}
