@@ -102,12 +102,14 @@ def acceptance_gate(
     rtol: float = DEFAULT_RTOL,
     slack: float = 0.0,
     position_slacks: Sequence[float] = (),
+    temperature: float = 0.0,
 ) -> dict[str, Any]:
     """The verdict of a run's acceptance (AcceptanceStats.to_dict()) against the entry for test_id. `slack`: the
     run's own sampling error of AL (absolute; e.g. 2.58 standard errors over its requests): a small run is judged
     within max(rtol x ref_al, slack) of ref_al and above min_al - slack, so that ten questions do not fail a
     healthy drafter by chance; on a full set the slack is far below rtol x ref_al and the gate is TensorRT-LLM's.
-    `position_slacks`: the same sampling error for each per-position rate (absolute), applied the same way."""
+    `position_slacks`: the same sampling error for each per-position rate (absolute), applied the same way.
+    `temperature`: what the run decoded at; an entry applies only to the decoding it was measured under."""
     if not 0 <= rtol < 1:
         raise ValueError(f"rtol must lie in [0, 1), got {rtol}")
     impossible = counts_problem(acceptance)
@@ -129,6 +131,11 @@ def acceptance_gate(
         return result
     if min_al is None:
         min_al = result["min_al"] = MIN_AL_FRACTION * ref_al
+    decoding = decoding_problem(entry, temperature)
+    if decoding is not None:
+        result["reason"] = decoding
+        result["per_position"] = _positions(rates, [], rtol, checked=False)
+        return result
     k_ref, k_run = entry.get("max_draft_len"), acceptance.get("max_draft_len")
     if k_ref is not None and k_run is not None and int(k_ref) != int(k_run):
         result["reason"] = f"the reference was measured with max_draft_len {k_ref}, this run used {k_run}"
@@ -203,6 +210,20 @@ def _positions(rates: list[float], refs: list[float], rtol: float, checked: bool
 def _position_bound(ref: float, rtol: float, slack: float) -> tuple[float, float]:
     """(the lowest rate a position passes at, its sampling slack): within max(rtol x ref, slack) of ref."""
     return min(ref * (1 - rtol), ref - slack), slack
+
+
+def decoding_problem(entry: Mapping[str, Any], temperature: float) -> str | None:
+    """Why an acceptance reference does not apply to a run decoded at `temperature`, or None. An entry applies to
+    the decoding it was measured under: its `temperature`, absent meaning greedy (every shipped entry was measured
+    greedy). Acceptance falls as temperature rises (a sampled target token matches the draft less often), so a
+    sampled run judged against a greedy reference FAILs a healthy drafter: at T = 1 the embedded default's clean
+    rejection-sampled run fell below the greedy band."""
+    measured = float(entry.get("temperature") or 0.0)
+    if abs(measured - temperature) < 1e-9:
+        return None
+    ref = "greedy" if measured == 0 else f"at temperature {measured:g}"
+    run = "decodes greedily" if temperature == 0 else f"samples at temperature {temperature:g}"
+    return f"the reference was measured {ref}, this run {run} (acceptance depends on the temperature)"
 
 
 def acceptance_early_fail(

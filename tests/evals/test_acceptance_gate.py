@@ -371,3 +371,16 @@ def test_a_per_position_rate_is_judged_within_its_own_sampling_error():
     failed = acceptance_gate("t", collapsed, refs, slack=al_slack, position_slacks=slacks)
     assert failed["verdict"] == "FAIL" and "position 2 rate 0.0000 <" in failed["reason"]
     assert "of sampling error" in failed["reason"]
+
+
+def test_a_reference_applies_only_to_the_decoding_it_was_measured_under():
+    """A clean rejection-sampled run of the embedded default at T = 1 fell below the greedy band: acceptance depends
+    on the temperature, so a sampled run is never judged against a greedy entry (nor the reverse)."""
+    low = with_al(1.5)  # far below the greedy band: FAIL when judged
+    assert acceptance_gate("t::ref", low, REFS)["verdict"] == "FAIL"
+    sampled = acceptance_gate("t::ref", low, REFS, temperature=1.0)
+    assert sampled["verdict"] == "NO-REFERENCE" and set(sampled) == SCHEMA
+    assert "measured greedy, this run samples at temperature 1" in sampled["reason"]
+    refs = {"t::hot": {"ref_al": 1.5, "min_al": 1.45, "temperature": 0.7}}
+    assert acceptance_gate("t::hot", low, refs, temperature=0.7)["verdict"] == "PASS"
+    assert "measured at temperature 0.7, this run decodes greedily" in acceptance_gate("t::hot", low, refs)["reason"]
