@@ -344,6 +344,9 @@ def populate_from_run(
         refusal = "the run drafted nothing (no draft cycles)"
     if refusal is None and (impossible := counts_problem(counts)) is not None:
         refusal = f"impossible acceptance counts ({impossible})"
+    temperature = float((getattr(r, "conditions", None) or {}).get("temperature") or 0.0)
+    if refusal is None and temperature > 0:  # an entry without a temperature reads as greedy (decoding_problem)
+        refusal = f"a sampled run (temperature {temperature:g}): acceptance references are measured greedy"
     if refusal is not None:
         record["refused"] = f"not a clean, passing run: {refusal}" if cycles else refusal
     else:

@@ -85,6 +85,17 @@ def test_impossible_counts_never_become_a_reference(tmp_path):
     assert path.read_text() == SHIPPED and record["changed"] is False
 
 
+def test_a_sampled_run_never_becomes_a_reference(tmp_path):
+    """An entry states no temperature and reads as greedy: a sampled run's acceptance would be judged as greedy."""
+    path = tmp_path / "acceptance_length.yaml"
+    path.write_text(SHIPPED)
+    result = _result()
+    result.conditions = {"temperature": 1.0}
+    record = populate_from_run(_clean_summary(), [result], TEST, path)
+    assert "a sampled run (temperature 1)" in record["refused"] and record["changed"] is False
+    assert path.read_text() == SHIPPED
+
+
 def test_run_refuses_populate_with_inject_before_anything_runs(tmp_path, capsys):
     refs = tmp_path / "refs.yaml"
     refs.write_text(SHIPPED)
