@@ -17,8 +17,8 @@ from .data import DataSource
 from .family import TaskFamily, TaskSpec
 
 # The TaskFamily interface: class-level settings copied onto the wrapper, and methods called through it.
-SETTINGS = ("name", "filters", "max_output_len", "floor", "num_fewshot", "sealed", "acceptance_first",
-            "reference_dir")  # fmt: skip
+SETTINGS = ("name", "variant", "reference_name", "filters", "max_output_len", "floor", "num_fewshot", "sealed",
+            "acceptance_first", "reference_dir")  # fmt: skip
 METHODS = ("source", "task_yaml", "hook_files", "max_fewshot", "target", "extracted", "own_extraction",
            "live_correct")  # fmt: skip
 # What each method must return (None: anything, its caller checks); a wrong type is the module's error too.
@@ -46,6 +46,9 @@ class CheckedFamily(TaskFamily):
         if isinstance(self.max_output_len, bool) or not isinstance(self.max_output_len, int) or \
                 self.max_output_len < 1:  # fmt: skip
             raise UserError(f"task module {module}: FAMILY.max_output_len must be a positive integer")
+        for setting in ("variant", "reference_name"):  # both default to the name (TaskFamily.__init_subclass__)
+            if not isinstance(getattr(self, setting), str) or not getattr(self, setting):
+                raise UserError(f"task module {module}: FAMILY.{setting} must be a non-empty string")
         if self.reference_dir is not None and not isinstance(self.reference_dir, str | Path):
             raise UserError(f"task module {module}: FAMILY.reference_dir must be a path or None")
 
