@@ -22,11 +22,12 @@ import pytest
 
 # Server options (python -m llama_cpp.server --help): a short context keeps the "prompt beyond the context" test
 # cheap; one thread, because llama.cpp's threads spin while they wait for each other: on the two shared cores of
-# the test machines, 2 threads made 16 tokens take 3-17 s instead of 0.5-0.8 s; one seed; no per-token logits of
-# the prompt (only echo logprobs need them).
+# the test machines, 2 threads made 16 tokens take 3-17 s instead of 0.5-0.8 s; one seed. Logits of every position
+# (`--logits_all true`) only where a test asks for logprobs: llama-cpp-python answers any logprobs request with
+# HTTP 500 without them (a drafting server keeps them anyway).
 N_CTX = 512
 SERVER_OPTIONS = ("--n_ctx", str(N_CTX), "--n_threads", "1", "--n_threads_batch", "1", "--seed", "0",
-                  "--logits_all", "false", "--verbose", "false")  # fmt: skip
+                  "--verbose", "false")  # fmt: skip
 SERVED_MODEL = "smollm2-135m-q4_1"
 START_TIMEOUT_S = 120.0
 SERVER_PACKAGES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
@@ -65,8 +66,9 @@ class LlamaServer:
     """`with LlamaServer(log_dir) as server:` runs the server until the block ends; `server.url` is its root."""
 
     def __init__(self, log_dir: Path, api_key: str | None = None, model: Path | None = None,
-                 draft_len: int | None = None) -> None:  # fmt: skip
+                 draft_len: int | None = None, logits_all: bool = False) -> None:  # fmt: skip
         self.log_path = Path(log_dir) / "llama-server.log"
+        self.logits_all = logits_all
         self.api_key = api_key
         self.draft_len = draft_len
         self.model = model or smollm2_gguf()
@@ -76,7 +78,8 @@ class LlamaServer:
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model), "--model_alias", SERVED_MODEL,
-               "--host", "127.0.0.1", "--port", str(self.port), *SERVER_OPTIONS]  # fmt: skip
+               "--host", "127.0.0.1", "--port", str(self.port), *SERVER_OPTIONS,
+               "--logits_all", "true" if self.logits_all else "false"]  # fmt: skip
         if self.api_key:
             cmd += ["--api_key", self.api_key]
         if self.draft_len:
@@ -131,5 +134,7 @@ def llama_pair(tmp_path_factory):
     logs = tmp_path_factory.mktemp("llama-pair")
     (logs / "spec").mkdir()
     (logs / "plain").mkdir()
-    with LlamaServer(logs / "spec", draft_len=PEER_DRAFT_LEN) as spec, LlamaServer(logs / "plain") as plain:
+    # the lossless gate asks both for logprobs: the plain one needs the logits of every position to answer
+    with LlamaServer(logs / "spec", draft_len=PEER_DRAFT_LEN) as spec, \
+            LlamaServer(logs / "plain", logits_all=True) as plain:  # fmt: skip
         yield spec, plain

@@ -25,6 +25,7 @@ def test_llama_cpp_prompt_lookup_is_judged_against_its_plain_twin(llama_pair, tm
     assert code in (0, 1), err  # 1: the lossless gate failed on a divergence, which is a finding, not an error
     summary = json.loads(stdout)
     assert summary["spec"] == "ngram"  # the method declared truthfully: prompt lookup, as llama.cpp drafts
+    assert summary["tasks"]["gsm8k_smoke"]["num_failed_requests"] == 0  # both servers answered (with logprobs)
     lossless = summary["tasks"]["gsm8k_smoke"]["lossless"]
     assert lossless["num_pairs"] == 2 and lossless["identical"] + lossless["divergent"] == 2
     assert all(isinstance(d["position"], int) for d in lossless["divergences"])
