@@ -31,10 +31,11 @@ def lossless_check(
 ) -> dict[str, dict[str, Any]]:
     """Per task: identical-output rate, first divergence of each divergent sample, accuracy of both sides on the
     divergent subset, the exact McNemar p-value (flexible-extract) and the lossless verdict."""
-    base = {(s.task, s.doc_id): s for s in base_samples}
+    # a sample is (task, document, repeat): with several samples per document, sample r pairs with the baseline's r
+    base = {(s.task, s.doc_id, s.repeat): s for s in base_samples}
     out: dict[str, dict[str, Any]] = {}
     for task in sorted({s.task for s in spec_samples}):
-        pairs = [(s, base.get((task, s.doc_id))) for s in spec_samples if s.task == task]
+        pairs = [(s, base.get((task, s.doc_id, s.repeat))) for s in spec_samples if s.task == task]
         missing = [s.doc_id for s, b in pairs if b is None]
         pairs, failed = comparable_pairs((s, b) for s, b in pairs if b is not None)
         mismatched = [s.doc_id for s, b in pairs if s.prompt_hash != b.prompt_hash]
@@ -42,7 +43,8 @@ def lossless_check(
         for s, b in pairs:
             pos = first_divergence(s.output_token_ids, b.output_token_ids)
             if pos is not None:
-                divergent.append({"doc_id": s.doc_id, "position": pos, "spec": s.score, "baseline": b.score})
+                repeat = {"repeat": s.repeat} if s.repeat else {}  # named only where a document has several samples
+                divergent.append({"doc_id": s.doc_id, **repeat, "position": pos, "spec": s.score, "baseline": b.score})
         filters = pairs[0][0].filters if pairs else [MCNEMAR_FILTER]
         key = MCNEMAR_FILTER if MCNEMAR_FILTER in filters or not filters else filters[0]
         b_only = sum(bool(b.correct.get(key)) and not bool(s.correct.get(key)) for s, b in pairs)

@@ -209,12 +209,13 @@ def judge_by_margins(check: dict[str, Any], task: str, samples: list[SampleRecor
         check["noise"]["control_run"] = control_run
     if not check["divergences"]:
         return
-    spec = {s.doc_id: s for s in samples if s.task == task}
-    base = {s.doc_id: s for s in base_samples if s.task == task}
+    spec = {(s.doc_id, s.repeat): s for s in samples if s.task == task}
+    base = {(s.doc_id, s.repeat): s for s in base_samples if s.task == task}
     for x in check["divergences"]:
-        m = divergence_margin(base[x["doc_id"]], spec[x["doc_id"]])
+        key = (x["doc_id"], x.get("repeat", 0))
+        m = divergence_margin(base[key], spec[key])
         if m is not None:
-            x["margins"] = weigh_evidence(m, base[x["doc_id"]], spec[x["doc_id"]])
+            x["margins"] = weigh_evidence(m, base[key], spec[key])
     if dtype in EXACT_DTYPES or check["verdict"] == Verdict.FAIL and check["reason"].startswith("not comparable"):
         return
     flat = [{"doc_id": x["doc_id"], **x["margins"]} if x.get("margins") else {"doc_id": x["doc_id"]}

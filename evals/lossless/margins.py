@@ -154,8 +154,9 @@ def gap_moves(base: SampleRecord, other: SampleRecord) -> list[float]:
 
 def pair_by_doc(a: Iterable[SampleRecord], b: Iterable[SampleRecord], task: str
                 ) -> list[tuple[SampleRecord, SampleRecord]]:  # fmt: skip
-    other = {s.doc_id: s for s in b if s.task == task}
-    return [(s, other[s.doc_id]) for s in a if s.task == task and s.doc_id in other]
+    """The samples of `task` in both, paired by document and repeat."""
+    other = {(s.doc_id, s.repeat): s for s in b if s.task == task}
+    return [(s, other[(s.doc_id, s.repeat)]) for s in a if s.task == task and (s.doc_id, s.repeat) in other]
 
 
 def noise_floor(base_samples: list[SampleRecord], control_samples: list[SampleRecord], task: str

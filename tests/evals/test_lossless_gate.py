@@ -40,6 +40,21 @@ def test_identical_outputs_pass_and_any_fp32_divergence_fails_naming_the_sample(
     assert out["mcnemar_p"] == 1.0  # one discordant pair cannot be significant
 
 
+def test_several_samples_of_a_document_pair_by_repeat():
+    """`--repeats 2` at T > 0: each document's samples differ from each other, and sample r must meet the baseline's
+    sample r (paired by document alone, every second sample met the other repeat and 4 of 8 'diverged')."""
+    from dataclasses import replace
+
+    base = [replace(_sample(d, [d, r + 10]), repeat=r) for d in range(4) for r in range(2)]
+    same = lossless_check([replace(s) for s in base], base, "float32")["gsm8k"]
+    assert (same["verdict"], same["num_pairs"], same["identical"]) == ("PASS", 8, 8)
+    spec = [replace(s, output_token_ids=[s.doc_id, 99]) if (s.doc_id, s.repeat) == (2, 1) else s for s in base]
+    out = lossless_check(spec, base, "float32")["gsm8k"]
+    assert out["verdict"] == "FAIL" and out["divergences"] == [
+        {"doc_id": 2, "repeat": 1, "position": 1, "spec": 0.0, "baseline": 0.0}
+    ]
+
+
 def test_bf16_needs_a_calibrated_tolerance():
     base = [_sample(i, [i, i]) for i in range(100)]
     spec = [_sample(i, [i, i + (i < 3)]) for i in range(100)]  # 3 of 100 differ
