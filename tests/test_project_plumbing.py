@@ -114,3 +114,19 @@ def test_setup_stops_in_one_line_when_the_llama_peer_crashes(tmp_path):
     errors = [line for line in p.stderr.splitlines() if line.startswith("setup: error:")]
     assert len(errors) == 1 and "first completion" in errors[0] and "SIGSEGV" in errors[0], p.stderr
     assert "make setup-tests" in errors[0]
+
+
+def test_every_package_folder_is_installed():
+    """pyproject lists its packages (one namespace over the top-level folders): a sub-package left out of the list
+    imports from a checkout and is missing from a `pip install .` (evals/conditions/ was)."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    folders = {"cli", "launch", "workers", "evals", "results", "serve", "specdec_eval"}
+    found = set()
+    for init in ROOT.glob("*/**/__init__.py"):
+        parts = init.parent.relative_to(ROOT).parts
+        if parts[0] in folders:
+            found.add(".".join(["specdec_eval"] + ([] if parts[0] == "specdec_eval" else list(parts))))
+    assert found - listed == set(), f"packages not in pyproject's list: {sorted(found - listed)}"
+    for name in listed - {"specdec_eval"}:  # each maps onto its folder
+        assert (ROOT / setuptools["package-dir"][name]).is_dir(), name
