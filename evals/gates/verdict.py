@@ -88,7 +88,7 @@ def evaluate_acceptance(results: list[TaskResult], test_id: str, refs: dict, rto
         positions = [acceptance_slack([(c, accepted[i]) for c, accepted in r.acceptance_positions])
                      for i in range(len(r.acceptance.get("accepted_per_position") or []))]  # fmt: skip
         slack = acceptance_slack(r.acceptance_requests)
-        temperature = float((r.conditions or {}).get("temperature") or 0.0)  # what the task decoded at
+        temperature = float((getattr(r, "conditions", None) or {}).get("temperature") or 0.0)  # what it decoded at
         gates[r.task] = GateResult.from_json(acceptance_gate(test_id, r.acceptance, refs, rtol, slack, positions,
                                                              temperature))  # fmt: skip
     return gates
