@@ -11,8 +11,7 @@ from typing import Annotated
 import typer
 
 from ..errors import UserError
-from ..evals.tasks.data_check import decode_utf8
-from ..user_files import TEXT_LIMIT, read_limited
+from ..user_files import TEXT_LIMIT, decode_utf8, read_limited
 from ..workers.config import SamplingParams
 from . import options as o
 from .progress import generation_progress

@@ -81,13 +81,17 @@ def read_limited(path: str | os.PathLike, what: str, limit: int = TEXT_LIMIT) ->
 def read_limited_text(path: str | os.PathLike, what: str, limit: int = TEXT_LIMIT) -> str:
     """`read_limited`, decoded as UTF-8 (a byte-order mark kept: a caller that cares reports it); the error names
     the line and column of the first bad byte."""
-    data = read_limited(path, what, limit)
+    return decode_utf8(read_limited(path, what, limit), f"{what} {path}")
+
+
+def decode_utf8(data: bytes, where: str) -> str:
+    """The text of a file that must be UTF-8; the error names the line and column of the first bad byte."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise UserError(f"{what} {path}:{line}:{column}: not valid UTF-8 (byte 0x{data[e.start]:02x})") from None
+        raise UserError(f"{where}:{line}:{column}: not valid UTF-8 (byte 0x{data[e.start]:02x})") from None
 
 
 def _size(n: int) -> str:

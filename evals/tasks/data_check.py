@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from ...errors import UserError
-from ...user_files import DATA_LIMIT, kind_of, read_limited
+from ...user_files import DATA_LIMIT, decode_utf8, kind_of, read_limited
 
 
 def check_table(path: str | Path, builder: str, columns: tuple[str, ...]) -> int:
@@ -45,16 +45,6 @@ def _check_cached(path: str, size: int, mtime_ns: int, builder: str, columns: tu
     if builder == "csv":
         return check_csv_text(text, path, columns)
     raise ValueError(f"no schema check for builder {builder!r}")
-
-
-def decode_utf8(data: bytes, where: str) -> str:
-    """The text of a file that must be UTF-8; the error names the line and column of the first bad byte."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise UserError(f"{where}:{line}:{column}: not valid UTF-8 (byte 0x{data[e.start]:02x})") from None
 
 
 def _expected(columns: tuple[str, ...]) -> str:

@@ -25,8 +25,9 @@ from typing import Any
 import yaml
 
 from ...errors import UserError
+from ...user_files import decode_utf8
 from .data import DataSource, data_root, hub_or_error
-from .data_check import check_csv_text, check_table, decode_utf8
+from .data_check import check_csv_text, check_table
 from .family import SMOKE_DIR, TaskFamily, TaskSpec, stock_generation_kwargs
 
 HUB = ("Idavidrein/gpqa", "gpqa_diamond")
