@@ -10,10 +10,12 @@ as a baseline only as far as their audit on a plain engine shows (twin_audit.py)
 rests on (baseline.py).
 
 KINDS OF VERDICT. `JUDGES` maps a kind to the function that judges one task; `verdict_kind` picks it. Token identity
-("identity") serves greedy tasks, and sampled ones where our coupled sampler reproduces the baseline's tokens at
-temperature > 0. A sampled task of a run whose sampler does not (`--spec-sampling rejection`, any server) is judged
-in distribution ("sampled", scoring.py): the plain engine scores the run's outputs by teacher forcing, no decoded
-baseline needed.
+("identity") serves greedy tasks. A sampled task of a run whose sampler does not reproduce the plain run's tokens
+(`--spec-sampling rejection`, any server) is judged in distribution ("sampled", scoring.py): the plain engine scores
+the run's outputs by teacher forcing, no decoded baseline needed. A sampled task of our coupled sampler, which does
+reproduce them, is judged both ways ("coupled"): token identity with its baseline (a key shift shows only there) and
+in distribution against an independent plain engine's scoring, which gives the verdict its baseline when the paired
+twins cannot be audited at temperature > 0 (their per-request seeds live in the run's engine only).
 """
 
 from __future__ import annotations
@@ -109,8 +111,13 @@ def _sampled_task(task: str, samples: list[SampleRecord]) -> bool:
 
 def verdict_kind(case: LosslessCase) -> str:
     """Which judge decides a task (see the module docstring): in distribution for a sampled task of a run whose
-    sampler does not reproduce the plain run's tokens, else token identity."""
-    return "sampled" if case.in_distribution and _sampled_task(case.task, case.samples) else "identity"
+    sampler does not reproduce the plain run's tokens; both ways for a sampled task of the coupled sampler when a
+    scorer is there; else token identity."""
+    if not _sampled_task(case.task, case.samples):
+        return "identity"
+    if case.in_distribution:
+        return "sampled"
+    return "coupled" if case.scorer is not None else "identity"
 
 
 def judge_in_distribution(case: LosslessCase) -> dict[str, Any]:
@@ -138,7 +145,27 @@ def judge_identity(case: LosslessCase) -> dict[str, Any]:
     return check
 
 
-JUDGES: dict[str, Judge] = {"identity": judge_identity, "sampled": judge_in_distribution}
+def judge_coupled(case: LosslessCase) -> dict[str, Any]:
+    """Our coupled sampler at temperature > 0: identity with the baseline and sampler fidelity, each able to FAIL.
+    A PASS in distribution also stands where identity could not judge (twins not auditable: NO-GATE), since its
+    baseline is a plain engine of its own; the identity record keeps every field, the sampled verdict's numbers
+    join it (the report plots its PIT histogram)."""
+    identity = judge_identity(case)
+    sampled = judge_in_distribution(case)
+    check = {**identity, **{k: v for k, v in sampled.items() if k not in identity and k not in ("verdict", "reason")}}
+    check["identity"] = {"verdict": identity["verdict"], "reason": identity.get("reason", "")}
+    check["in_distribution"] = {"verdict": sampled["verdict"], "reason": sampled.get("reason", "")}
+    same = f"token for token: {identity.get('reason') or identity['verdict']}"
+    if identity["verdict"] == Verdict.FAIL:
+        check["reason"] = f"{identity['reason']} (in distribution: {sampled['verdict']})"
+    elif sampled["verdict"] == Verdict.FAIL:
+        check["verdict"], check["reason"] = Verdict.FAIL, f"{sampled['reason']} ({same})"
+    elif sampled["verdict"] == Verdict.PASS and identity["verdict"] in (Verdict.PASS, Verdict.NO_GATE):
+        check["verdict"], check["reason"] = Verdict.PASS, f"{sampled['reason']}; {same}"
+    return check
+
+
+JUDGES: dict[str, Judge] = {"identity": judge_identity, "sampled": judge_in_distribution, "coupled": judge_coupled}
 
 
 def _audit_brief(audit: dict[str, Any]) -> dict[str, Any]:

@@ -86,7 +86,8 @@ class EndpointBackend:
         config = replace(config, chat_template_kwargs=plan.options.template_kwargs)
         return evaluate_side(EndpointEngine(config), side, plan, baseline, progress_for)
 
-    def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None) -> RunSummary:
+    def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None,
+                        score_sampled: bool = False) -> RunSummary:  # fmt: skip
         raise RuntimeError("a server cannot pair: its twins could not be audited")
 
     def show(self, plan: RunPlan) -> None:

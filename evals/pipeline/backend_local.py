@@ -68,7 +68,8 @@ class LocalBackend:
 
         return evaluate_side(Engine(side_config(self.config, side)), side, plan, baseline, progress_for)
 
-    def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None) -> RunSummary:
+    def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None,
+                        score_sampled: bool = False) -> RunSummary:  # fmt: skip
         from ...workers.engine.engine import Engine, build_target_model
         from ...workers.loading.checkpoint import load_checkpoint
         from ...workers.memory.sibling import sibling_config
@@ -87,11 +88,13 @@ class LocalBackend:
             return Engine(sibling_config(plain, engine, tokens, shares_weights=model is not None),
                           checkpoint=engine.checkpoint, tokenizer=engine.tokenizer, model=model)  # fmt: skip
 
+        # the gate's scorer of sampled outputs: a plain engine beside the run, on its weights while they are intact
+        scorer = Scorer(lambda: make_plain(0), "our plain engine, in process (exact)") if score_sampled else None
         try:
             if progress_for is None:
-                return run_paired(engine, plan, make_plain, None, control)
+                return run_paired(engine, plan, make_plain, None, control, scorer)
             with progress_for() as progress:
-                return run_paired(engine, plan, make_plain, progress, control)
+                return run_paired(engine, plan, make_plain, progress, control, scorer)
         finally:
             engine.close()
 

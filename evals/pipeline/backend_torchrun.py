@@ -92,7 +92,8 @@ class TorchrunBackend:
         recorded = self._launch(side, plan, baseline, dry_run=False)
         return RunSummary.from_json(recorded)
 
-    def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None) -> RunSummary:
+    def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None,
+                        score_sampled: bool = False) -> RunSummary:  # fmt: skip
         raise RuntimeError("a torchrun job cannot pair: its twins could not be audited")
 
     def show(self, plan: RunPlan) -> None:

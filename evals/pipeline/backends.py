@@ -93,8 +93,11 @@ class Backend(Protocol):
         """Build the side's engine, run `plan` on it (evaluate, record, gate: one_run.py), release it."""
         ...
 
-    def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None) -> RunSummary:
-        """The run and its plain twins from one prefill, the twins audited (paired_run.py); only where it pairs."""
+    def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None,
+                        score_sampled: bool = False) -> RunSummary:  # fmt: skip
+        """The run and its plain twins from one prefill, the twins audited (paired_run.py); only where it pairs.
+        score_sampled: the gate also scores the sampled outputs of our coupled sampler on a plain engine beside the
+        run (evals/lossless/gate.py "coupled")."""
         ...
 
     def show(self, plan: RunPlan) -> None:

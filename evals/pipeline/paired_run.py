@@ -13,6 +13,7 @@ from collections.abc import Callable
 from ...results.run_summary import RunSummary
 from ...workers.interface import InferenceEngine, PairedEngine
 from ..lossless.baseline import BaselineRef
+from ..lossless.scoring import Scorer
 from ..lossless.twin_audit import AuditedTwins, audit_record
 from ..run_identity import run_key, twin_identity
 from ..run_types import EvalOptions, RunPlan, TaskResult
@@ -25,10 +26,12 @@ SPEC_ONLY_EVENTS = ("spec_state_restored", "spec_state_leak", "fault_injected")
 
 
 def run_paired(engine: PairedEngine, plan: RunPlan, make_plain: Callable[[int], InferenceEngine],
-               progress: Callable | None = None, control: str | None = None) -> RunSummary:  # fmt: skip
+               progress: Callable | None = None, control: str | None = None,
+               scorer: Scorer | None = None) -> RunSummary:  # fmt: skip
     """The run's summary; the twin run is recorded beside it. make_plain(tokens): the audit's plain engine, built
     only when the audit needs it, its KV pool holding `tokens` positions. control: the noise-floor control's run
-    folder when the caller made or found one."""
+    folder when the caller made or found one. scorer: the plain engine that scores the sampled outputs of our
+    coupled sampler for the gate (evals/lossless/gate.py "coupled"), None when no task is sampled."""
     identity = engine.identity
     dtype = identity.resolved_dtype or identity.dtype
     base = AuditedTwins(twin_identity(identity), engine.tokenizer, None, make_plain, plan.options.seed, dtype)
@@ -56,7 +59,7 @@ def run_paired(engine: PairedEngine, plan: RunPlan, make_plain: Callable[[int], 
             base_events = [e for e in events if e["type"] not in SPEC_ONLY_EVENTS]
             record_run(base, plan, opened_base, base_results, base_events, NO_BASELINE,
                        twin={"of": run.run_id, "audit": audit})  # fmt: skip
-            twins = BaselineRef(str(base_run.path), "twin", audit, control=control)
+            twins = BaselineRef(str(base_run.path), "twin", audit, control=control, scorer=scorer)
             return record_run(engine, plan, opened, results, events, twins)
 
 

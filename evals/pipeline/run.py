@@ -8,11 +8,12 @@ One policy, written once, on what the backend says it can do (backends.py `Abili
 3. the lossless baseline of a spec-dec run. Sampled tasks of a run whose sampler does not reproduce a plain run's
    tokens (`--spec-sampling rejection`, a server) are judged in distribution: the backend's plain engine scores
    their outputs after the run (evals/lossless/scoring.py), nothing is decoded for them, and a run of only such
-   tasks needs neither a decoded baseline nor a control. Otherwise, in this order: the run `--baseline RUN` names;
-   a plain run of this configuration recorded earlier (where the backend's runs can be found again); nothing to
-   decode it on (a server without `--baseline-endpoint`: the gate looks one up); the plain twins decoded beside the
-   run from one prefill and audited (`--baseline paired`, where the backend pairs, and no task is scored); else a
-   separate plain run first;
+   tasks needs neither a decoded baseline nor a control. Sampled tasks of our coupled sampler, which does reproduce
+   them, keep their decoded baseline and are scored as well (judged both ways). Otherwise, in this order: the run
+   `--baseline RUN` names; a plain run of this configuration recorded earlier (where the backend's runs can be found
+   again); nothing to decode it on (a server without `--baseline-endpoint`: the gate looks one up); the plain twins
+   decoded beside the run from one prefill and audited (`--baseline paired`, where the backend pairs, and no task is
+   scored); else a separate plain run first;
 4. the run itself (evaluate, record, gate: one_run.py, or paired_run.py with its twins).
 
 Commands parse options, call `run`, print (cli/run.py); `selftest --mutants` and `bench --verdict` call it too.
@@ -26,7 +27,7 @@ from dataclasses import replace
 from ...results.run_summary import RunSummary
 from ..lossless.baseline import BaselineRef
 from ..lossless.control import wants_control
-from ..lossless.scoring import scored_task_names
+from ..lossless.scoring import is_sampled, scored_task_names, spec_sampling
 from ..run_identity import find_baseline
 from ..run_types import RunPlan
 from .backends import Backend
@@ -52,9 +53,11 @@ def run(plan: RunPlan, backend: Backend, progress_for: ProgressFor | None = None
     if not backend.abilities.speculative:
         return backend.evaluate(RUN, plan, NO_BASELINE, progress_for)
     baseline = choose_baseline(plan, backend, control, progress_for, paired_ok=not scored)
+    coupled = coupled_sampled_tasks(plan, backend)
     if baseline.kind == "twin":
-        return backend.evaluate_paired(plan, control, progress_for)
-    return backend.evaluate(RUN, plan, replace(baseline, scorer=backend.scorer() if scored else None), progress_for)
+        return backend.evaluate_paired(plan, control, progress_for, score_sampled=bool(coupled))
+    scorer = backend.scorer() if scored or coupled else None
+    return backend.evaluate(RUN, plan, replace(baseline, scorer=scorer), progress_for)
 
 
 def scored_tasks(plan: RunPlan, backend: Backend) -> list[str]:
@@ -63,6 +66,16 @@ def scored_tasks(plan: RunPlan, backend: Backend) -> list[str]:
     if not backend.abilities.speculative:
         return []
     return scored_task_names(plan.options, backend.declared_identity())
+
+
+def coupled_sampled_tasks(plan: RunPlan, backend: Backend) -> list[str]:
+    """The sampled tasks (temperature > 0) of a spec-dec run on our coupled sampler: judged token for token and in
+    distribution (evals/lossless/gate.py "coupled"), so their outputs are scored too where the backend scores."""
+    if not backend.abilities.speculative or not backend.abilities.scores:
+        return []
+    if spec_sampling(backend.declared_identity()) != "coupled":
+        return []
+    return [t.name for t in plan.options.tasks if is_sampled(plan.options.conditions_for(t).temperature)]
 
 
 def decode_control(plan: RunPlan, backend: Backend, progress_for: ProgressFor | None) -> str | None:

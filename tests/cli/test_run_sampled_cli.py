@@ -40,3 +40,39 @@ def test_a_rejection_sampled_run_is_judged_in_distribution_and_a_greedy_sampler_
     assert "the emitted tokens are not draws from the target's sampling distribution" in out
     _, gate = _lossless(tmp_path / "greedy")
     assert gate["verdict"] == "FAIL" and gate["pit"]["p"] < 1e-6
+
+
+COUPLED = tuple(a for a in RUN if a not in ("--spec-sampling", "rejection"))
+
+
+@pytest.mark.slow
+@needs_shared_data
+def test_a_coupled_sampled_run_is_judged_token_for_token_and_in_distribution(capsys, tmp_path, monkeypatch):
+    """Our default sampler at T > 0: the paired twins give identity, an independent plain engine's scoring gives the
+    distribution; a sampler that draws from the wrong distribution on both sides alike (identity holds) FAILs."""
+    code, out, err = run_cli(capsys, *COUPLED, "--out", str(tmp_path / "clean"))
+    assert code == 0, err
+    assert "lossless: PASS (sampled: 64 positions (exact), PIT uniformity p = " in out
+    gate = _coupled_gate(tmp_path / "clean")
+    assert gate["identity"]["verdict"] in ("PASS", "NO-GATE") and gate["in_distribution"]["verdict"] == "PASS"
+    assert "token for token" in gate["reason"] and sum(gate["pit_histogram"]) == 64
+
+    from specdec_eval.workers.engine.sampling import target_probs
+    from specdec_eval.workers.spec import verify
+
+    def greedy(logits, params, seed, position):  # the bug: the keyed draw ignores its noise (both sides alike)
+        return int(target_probs(logits.float().cpu(), params).argmax())
+
+    monkeypatch.setattr(verify, "keyed_sample", greedy, raising=True)
+    code, out, err = run_cli(capsys, *COUPLED, "--out", str(tmp_path / "greedy"))
+    assert code == 1, err
+    gate = _coupled_gate(tmp_path / "greedy")
+    assert gate["verdict"] == "FAIL" and gate["in_distribution"]["verdict"] == "FAIL"
+    assert gate["identity"]["verdict"] != "FAIL"  # identical twins: only the distribution shows it
+
+
+def _coupled_gate(out_dir) -> dict:
+    summaries = [json.loads((p / "summary.json").read_text()) for p in out_dir.iterdir()
+                 if (p / "summary.json").is_file()]  # fmt: skip
+    (gate,) = [s["tasks"]["gsm8k_sampled"]["lossless"] for s in summaries if "lossless" in s["tasks"]["gsm8k_sampled"]]
+    return gate

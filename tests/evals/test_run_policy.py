@@ -55,7 +55,7 @@ class FakeBackend:
         self.calls.append((side.role, baseline))
         return RunSummary(run_dir=f"/runs/{side.role}")
 
-    def evaluate_paired(self, plan, control, progress_for):
+    def evaluate_paired(self, plan, control, progress_for, score_sampled=False):
         self.calls.append(("paired", BaselineRef(None, "twin", control=control)))
         return RunSummary(run_dir="/runs/paired")
 
