@@ -54,6 +54,10 @@ class SampledPosition:
     # "in": inside the support; "out": outside it (a top-k / top-p violation) by more than the logit noise the
     # scorer was told to allow; "edge": outside it by less than that noise (the sides' logits may differ that much)
     support: str = "in"
+    # sum of p^2 and of p^3 over the whole sampling distribution: the mean and variance of the probability of a
+    # token drawn from it (the sampled gate's likelihood test); None where not computed
+    sum_p2: float | None = None
+    sum_p3: float | None = None
 
 
 @dataclass

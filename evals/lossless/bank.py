@@ -97,17 +97,20 @@ class _Views:
     def __init__(self, steps: Sequence[BankStep], params: SamplingParams) -> None:
         from ...workers.engine.sampling import target_probs
 
-        self.prob, self.above = [], []
+        self.prob, self.above, self.sums = [], [], []
         for step in steps:
             probs = target_probs(torch.from_numpy(step.logits), params)
             ordered, order = torch.sort(probs, dim=-1, descending=True, stable=True)
             above = (ordered.double().cumsum(-1) - ordered.double()).clamp(0, 1)
-            self.prob.append(probs.double().numpy())
+            wide = probs.double()
+            self.prob.append(wide.numpy())
             self.above.append(torch.empty_like(above).scatter_(-1, order, above).numpy())
+            self.sums.append(torch.stack([(wide**2).sum(-1), (wide**3).sum(-1)], -1).numpy())
 
     def position(self, step: int, row: int, token: int) -> SampledPosition:
         p = float(self.prob[step][row, token])
-        return SampledPosition(p, float(self.above[step][row, token]), "in" if p > 0 else "out")
+        p2, p3 = (float(x) for x in self.sums[step][row])
+        return SampledPosition(p, float(self.above[step][row, token]), "in" if p > 0 else "out", p2, p3)
 
 
 def replay(

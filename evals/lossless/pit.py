@@ -16,6 +16,14 @@ often the tokens outside S were drawn. Those draws are counted against an upper 
 `tail test`). Exact, unconditional positions are those whose support is known: our engine's view, temperature 1
 without top-k / top-p (the tail is one category of known mass), or a support inside the top K.
 
+Likelihood: the probability p(x) of each emitted token against what a draw from p gives, E[p(x)] = sum p^2 with
+variance sum p^3 - (sum p^2)^2 (conditional on the past, so the standardised sum over the run is N(0, 1) under the
+null by the martingale central limit theorem). Positions where one token holds nearly all the mass add nothing to
+it, where the PIT's uniforms there still add noise: it is the sharper test of a sampler that favours the likely
+tokens (z > 0: a draft left in the residual, a greedy verifier, a filter too tight) or flattens p (z < 0: an accept
+test at the wrong temperature or on the wrong row). Conditional placements use the distribution within S; the
+lumped tail at temperature 1 is one category of known mass.
+
 Uniformity: Neyman's smooth test with the first four Legendre components (mean, spread, skew and tails of u).
 Each component's normalised sum is asymptotically N(0, 1) and the four are independent under the null, so the
 statistic is chi-square with 4 degrees of freedom. It is chosen over Kolmogorov-Smirnov because the bug classes
@@ -49,19 +57,24 @@ class Placement:
     lo: float = 0.0
     width: float = 0.0
     tail_bound: float = 0.0
+    # sum of p^2 and p^3 over the distribution the PIT places the token in (None: unknown, left out of the
+    # likelihood test); `width` is the token's own probability in it
+    sum_p2: float | None = None
+    sum_p3: float | None = None
 
     @property
     def in_pit(self) -> bool:
         return self.kind in ("exact", "conditional")
 
 
-def exact_placement(prob: float, mass_above: float, support: str) -> Placement:
+def exact_placement(prob: float, mass_above: float, support: str, sum_p2: float | None = None,
+                    sum_p3: float | None = None) -> Placement:  # fmt: skip
     """From our engine's exact view (workers/interface.py SampledPosition)."""
     if support == "out":
         return Placement("out")
     if support != "in" or prob <= 0:
         return Placement("edge")
-    return Placement("exact", min(max(mass_above, 0.0), 1.0), prob)
+    return Placement("exact", min(max(mass_above, 0.0), 1.0), prob, 0.0, sum_p2, sum_p3)
 
 
 def topk_placement(
@@ -130,7 +143,8 @@ def topk_placement(
         return Placement("tail", tail_bound=bound)
     kind = "exact" if not unsure.any() and not tail_possible else "conditional"
     lo = float(q[sure][: int(sure[:own].sum())].sum() / total)
-    return Placement(kind, lo, float(q[own] / total), bound)
+    within = q[sure] / total
+    return Placement(kind, lo, float(q[own] / total), bound, float((within**2).sum()), float((within**3).sum()))
 
 
 def _lumped_tail(lps: np.ndarray, own: int | None, tail_raw: float) -> Placement:
@@ -138,11 +152,13 @@ def _lumped_tail(lps: np.ndarray, own: int | None, tail_raw: float) -> Placement
     mass is known (1 - the top K's), so the PIT is exact over top K + tail."""
     probs = np.exp(lps)
     total = probs.sum() + tail_raw
+    cells = np.append(probs, tail_raw) / total  # the top K and the tail as one category
+    p2, p3 = float((cells**2).sum()), float((cells**3).sum())
     if own is None:
         if tail_raw <= 0:
             return Placement("edge")  # the top K hold all the mass as printed: a rounding remainder
-        return Placement("exact", float(probs.sum() / total), float(tail_raw / total))
-    return Placement("exact", float(probs[:own].sum() / total), float(probs[own] / total))
+        return Placement("exact", float(probs.sum() / total), float(tail_raw / total), 0.0, p2, p3)
+    return Placement("exact", float(probs[:own].sum() / total), float(probs[own] / total), 0.0, p2, p3)
 
 
 def _tail_weight_bound(lps: np.ndarray, tail_raw: float, temperature: float, vocab_size: int) -> float:
@@ -198,6 +214,33 @@ def smooth_test(u: np.ndarray) -> Uniformity:
     statistic = float((components**2).sum())
     p = math.exp(-statistic / 2) * (1 + statistic / 2)  # chi-square survival function, 4 degrees of freedom
     return Uniformity(statistic, min(1.0, p), tuple(float(c) for c in components), n)
+
+
+@dataclass(frozen=True)
+class Likelihood:
+    """The likelihood test: z = (sum p(x) - sum E[p(x)]) / sqrt(sum Var[p(x)]) over the positions it covers, its
+    two-sided normal p-value (1.0 when the positions carry too little variance for the normal limit)."""
+
+    z: float
+    p_value: float
+    observed: float  # sum of the emitted tokens' probabilities
+    expected: float
+    sd: float
+    n: int
+
+
+MIN_LIKELIHOOD_VARIANCE = 1.0  # below it (a few dozen of uncertain positions) the normal limit is not trusted
+
+
+def likelihood_test(placements: Sequence[Placement]) -> Likelihood:
+    used = [p for p in placements if p.in_pit and p.sum_p2 is not None and p.sum_p3 is not None]
+    observed = float(sum(p.width for p in used))
+    expected = float(sum(p.sum_p2 for p in used))
+    variance = float(sum(max(p.sum_p3 - p.sum_p2**2, 0.0) for p in used))
+    if variance < MIN_LIKELIHOOD_VARIANCE:
+        return Likelihood(0.0, 1.0, observed, expected, math.sqrt(variance), len(used))
+    z = (observed - expected) / math.sqrt(variance)
+    return Likelihood(z, math.erfc(abs(z) / math.sqrt(2)), observed, expected, math.sqrt(variance), len(used))
 
 
 def tail_test(bounds: Sequence[float], observed: int) -> float:

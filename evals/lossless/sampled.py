@@ -7,8 +7,10 @@ teacher forcing (`InferenceEngine.score_outputs`, one prefill-shaped pass per ou
 
 1. Sampler fidelity: the emitted tokens are draws from the target's sampling distribution (temperature, top-k,
    top-p) at each position. Every sampled position of the run is tested at once by the randomized PIT (pit.py),
-   i.i.d. U(0, 1) under the null, with Neyman's smooth test at `alpha`; and any token outside the sampling support
-   by more than the logit noise (a top-k / top-p violation) FAILs outright. Exact where the baseline had the whole
+   i.i.d. U(0, 1) under the null, with Neyman's smooth test, and by the likelihood test (the emitted tokens'
+   probabilities against their expectation: the sharper one where a sampler over- or under-draws the likely tokens),
+   Bonferroni over the tests at `alpha`; and any token outside the sampling support by more than the logit noise (a
+   top-k / top-p violation) FAILs outright. Exact where the baseline had the whole
    distribution (our engine, in process); conservative where it returned only the top logprobs (an endpoint),
    which the verdict says.
 2. Target fidelity: where the spec-dec run reported its own logprobs, they agree with the baseline's scoring of the
@@ -33,7 +35,16 @@ from ...results.run_summary import FAIL, NO_GATE, PASS, GateResult
 from ...workers.config import MAX_LOGPROBS, SamplingParams
 from ...workers.engine.teacher_forcing import DEFAULT_SUPPORT_NOISE
 from ...workers.interface import GenerationOutput, InferenceEngine, ScoredOutput, ScoreRequest
-from .pit import Placement, exact_placement, histogram, randomized_pit, smooth_test, tail_test, topk_placement
+from .pit import (
+    Placement,
+    exact_placement,
+    histogram,
+    likelihood_test,
+    randomized_pit,
+    smooth_test,
+    tail_test,
+    topk_placement,
+)
 
 ALPHA = 0.01
 # Float32: the spec-dec engine's decode-shaped logits and the baseline's prefill-shaped ones differ by ~1e-5 nats
@@ -112,7 +123,7 @@ def place(sample: SampledSample, vocab_size: int, support_noise: float) -> list[
     """Each output token's placement: from the exact view when the baseline had it, else from the top logprobs."""
     scored, params = sample.scored, sample.sampling
     if scored.sampled is not None:
-        return [exact_placement(s.prob, s.mass_above, s.support) for s in scored.sampled]
+        return [exact_placement(s.prob, s.mass_above, s.support, s.sum_p2, s.sum_p3) for s in scored.sampled]
     keys = scored.token_keys if scored.token_keys is not None else list(sample.token_ids)
     return [topk_placement(lp, key, top, params.temperature, params.top_k, params.top_p, vocab_size, support_noise)
             for lp, key, top in zip(scored.logprobs, keys, scored.top_logprobs, strict=True)]  # fmt: skip
@@ -133,11 +144,13 @@ class _Fidelity:
         self.kinds: dict[str, int] = {"exact": 0, "conditional": 0, "edge": 0, "tail": 0, "out": 0}
         self.violations: list[dict[str, Any]] = []
         self.tail_bounds: list[float] = []
+        self.placed: list[Placement] = []
         self.documents = 0
 
     def add(self, doc_id: Any, tokens: Sequence[int], placements: list[Placement], rng: np.random.Generator) -> None:
         self.documents += 1
         self.u.append(randomized_pit(placements, rng))
+        self.placed.extend(placements)
         for position, (token, p) in enumerate(zip(tokens, placements, strict=True)):
             self.kinds[p.kind] += 1
             if p.kind == "out":
@@ -175,7 +188,8 @@ def _verdict(fidelity: _Fidelity, target: _Target, errors: list, alpha: float) -
         why = "no sampled output was scored" + (f" ({len(errors)} could not be)" if errors else "")
         return GateResult(NO_GATE, f"sampled: {why}", {"documents": fidelity.documents, "score_errors": errors})
     uniformity = smooth_test(u)
-    tests = {"pit": uniformity.p_value}
+    likelihood = likelihood_test(fidelity.placed)
+    tests = {"pit": uniformity.p_value, "likelihood": likelihood.p_value}
     tail = None
     if fidelity.tail_bounds:
         expected = float(sum(fidelity.tail_bounds))
@@ -196,6 +210,16 @@ def _verdict(fidelity: _Fidelity, target: _Target, errors: list, alpha: float) -
             "p": uniformity.p_value,
             "components": [round(c, 3) for c in uniformity.components],
         },  # fmt: skip
+        "likelihood": {
+            "test": "emitted tokens' sampling probabilities against their expectation (z > 0: likely tokens "
+            "over-drawn)",
+            "z": round(likelihood.z, 3),
+            "p": likelihood.p_value,
+            "observed": round(likelihood.observed, 3),
+            "expected": round(likelihood.expected, 3),
+            "sd": round(likelihood.sd, 3),
+            "positions": likelihood.n,
+        },  # fmt: skip
         "pit_histogram": histogram(u, PIT_BINS),
         "num_violations": len(fidelity.violations),
         "violations": fidelity.violations[:SHOWN_VIOLATIONS],
@@ -214,18 +238,28 @@ def _verdict(fidelity: _Fidelity, target: _Target, errors: list, alpha: float) -
         failures.append(f"{len(fidelity.violations)} token(s) outside the sampling support (top-k / top-p), the first "
                         f"at doc {first['doc_id']} position {first['position']}")  # fmt: skip
     if min(tests.values()) < level:
-        failures.append("the emitted tokens are not draws from the target's sampling distribution")
+        failures.append("the emitted tokens are not draws from the target's sampling distribution"
+                        + _direction(likelihood, level))  # fmt: skip
     if target.beyond:
         first = target.beyond[0]
         failures.append(f"{len(target.beyond)} reported logprob(s) off the baseline's scoring by more than "
                         f"{target.tolerance:g} nats (first: doc {first['doc_id']} position {first['position']}, "
                         f"{first['diff']:g})")  # fmt: skip
-    basis = _basis(u, kinds, uniformity.p_value, tail, fidelity, target, level, len(tests))
+    basis = _basis(u, kinds, uniformity.p_value, likelihood, tail, fidelity, target, level, len(tests))
     reason = f"{basis}: " + "; ".join(failures) if failures else basis
     return GateResult(FAIL if failures else PASS, reason, numbers)
 
 
-def _basis(u, kinds, pit_p, tail, fidelity, target, level, num_tests) -> str:
+def _direction(likelihood, level: float) -> str:
+    """Which way the likelihood test says the sampler is off, when it is the test that failed."""
+    if likelihood.p_value >= level:
+        return ""
+    if likelihood.z > 0:
+        return " (the likely tokens over-drawn: a sampler too sharp)"
+    return " (the likely tokens under-drawn: a sampler too flat)"
+
+
+def _basis(u, kinds, pit_p, likelihood, tail, fidelity, target, level, num_tests) -> str:
     """The verdict's basis in one line: how many positions, on what footing, which tests, what they said."""
     if kinds["conditional"] or kinds["tail"]:
         left_out = kinds["edge"] + kinds["tail"]
@@ -233,7 +267,8 @@ def _basis(u, kinds, pit_p, tail, fidelity, target, level, num_tests) -> str:
                    f"conservative; {left_out:,} left out")  # fmt: skip
     else:
         footing = "exact" + (f"; {kinds['edge']:,} at the support's edge left out" if kinds["edge"] else "")
-    parts = [f"sampled: {len(u):,} positions ({footing}), PIT uniformity p = {_p(pit_p)}"]
+    parts = [f"sampled: {len(u):,} positions ({footing}), PIT uniformity p = {_p(pit_p)}, likelihood "
+             f"z = {likelihood.z:+.2f} (p = {_p(likelihood.p_value)})"]  # fmt: skip
     if tail is not None:
         parts.append(f"tail draws {tail['observed']} of at most {tail['expected_at_most']:.1f} expected "
                      f"(p = {_p(tail['p'])})")  # fmt: skip

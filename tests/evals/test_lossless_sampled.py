@@ -13,6 +13,7 @@ import torch
 from specdec_eval.evals.lossless.pit import (
     Placement,
     exact_placement,
+    likelihood_test,
     randomized_pit,
     smooth_test,
     tail_test,
@@ -144,6 +145,27 @@ def test_a_greedy_sampler_fails_and_a_token_outside_the_support_fails_outright()
     assert result.verdict == "FAIL" and result.numbers["violations"] == [{"doc_id": "d", "position": 7,
                                                                          "token": outside}]  # fmt: skip
     assert "1 token(s) outside the sampling support (top-k / top-p), the first at doc d position 7" in result.reason
+
+
+@pytest.mark.parametrize("power", [1.0, 1.15, 0.85], ids=["clean", "sharper", "flatter"])
+def test_the_likelihood_test_says_which_way_a_sampler_too_sharp_or_too_flat_is_off(power):
+    """Draws from p^power renormalised over 4096 positions of varied sharpness: a 15 % error in the exponent moves the
+    emitted tokens' probabilities far beyond their null spread, z's sign says which way, and the verdict says it."""
+    gen = torch.Generator().manual_seed(11)
+    logits = torch.randn(4096, 300, generator=gen) * torch.exp(torch.empty(4096, 1).uniform_(-1, 2, generator=gen))
+    probs = target_probs(logits, T1)
+    drawn = torch.multinomial(torch.softmax(torch.log(probs) * power, -1), 1, generator=gen).squeeze(-1).tolist()
+    views = view_of_probs(probs, drawn)
+    placements = [exact_placement(v.prob, v.mass_above, v.support, v.sum_p2, v.sum_p3) for v in views]
+    z = likelihood_test(placements).z
+    result = judge_sampled([SampledSample(0, drawn, T1, ScoredOutput([0.0] * 4096, [[] for _ in drawn], views))], 300)
+    if power == 1.0:
+        assert abs(z) < 3 and result.verdict == "PASS"
+        assert "likelihood z = " in result.reason
+    else:
+        assert (z > 5) if power > 1 else (z < -5)
+        assert result.verdict == "FAIL"
+        assert ("over-drawn" if power > 1 else "under-drawn") in result.reason
 
 
 def test_reported_logprobs_are_checked_against_the_scoring():

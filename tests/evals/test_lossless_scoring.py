@@ -98,7 +98,9 @@ def test_the_gate_picks_the_sampled_judge_for_a_sampled_task_only_and_needs_no_d
     case = LosslessCase("gsm8k_sampled", records, [], None, BaselineRef(None, "scored"), "scored", "float32", None,
                         None, None, True, scorer)  # fmt: skip
     assert verdict_kind(case) == "sampled"
-    assert verdict_kind(replace(case, in_distribution=False)) == "identity"
+    # our coupled sampler: judged both ways when a scorer is there, by identity alone without one
+    assert verdict_kind(replace(case, in_distribution=False)) == "coupled"
+    assert verdict_kind(replace(case, in_distribution=False, scorer=None)) == "identity"
     assert verdict_kind(replace(case, task="gsm8k", samples=[greedy_record])) == "identity"
     identity = identity_of(replace(ENGINE, spec=SpecConfig(sampling="rejection")))
     options = EvalOptions(tasks=parse_tasks("gsm8k_sampled"))

@@ -13,6 +13,7 @@ vocabulary."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 
@@ -105,7 +106,7 @@ def sampling_view(
     probs = torch.softmax(filter_logits(logits, params), dim=-1)
     out = view_of_probs(probs, tokens)
     return [v if v.support == "in" or not _outside_beyond_noise(logits[r], tokens[r], params, support_noise)
-            else SampledPosition(v.prob, v.mass_above, "out") for r, v in enumerate(out)]  # fmt: skip
+            else replace(v, support="out") for r, v in enumerate(out)]  # fmt: skip
 
 
 def view_of_probs(probs: torch.Tensor, tokens: list[int]) -> list[SampledPosition]:
@@ -117,8 +118,11 @@ def view_of_probs(probs: torch.Tensor, tokens: list[int]) -> list[SampledPositio
     cumulative = sorted_probs.double().cumsum(dim=-1)
     own = probs.gather(-1, index).squeeze(-1).double()
     above = (cumulative.gather(-1, rank).squeeze(-1) - sorted_probs.gather(-1, rank).squeeze(-1).double()).clamp(0, 1)
-    return [SampledPosition(prob=p, mass_above=mass if p > 0 else 1.0, support="in" if p > 0 else "edge")
-            for p, mass in zip(own.tolist(), above.tolist(), strict=True)]  # fmt: skip
+    wide = probs.double()
+    p2, p3 = (wide**2).sum(dim=-1).tolist(), (wide**3).sum(dim=-1).tolist()
+    return [SampledPosition(prob=p, mass_above=mass if p > 0 else 1.0, support="in" if p > 0 else "edge",
+                            sum_p2=s2, sum_p3=s3)
+            for p, mass, s2, s3 in zip(own.tolist(), above.tolist(), p2, p3, strict=True)]  # fmt: skip
 
 
 def _outside_beyond_noise(row: torch.Tensor, token: int, params: SamplingParams, noise: float) -> bool:
