@@ -17,7 +17,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ..workers.config import SamplingParams
+from ..workers.config import EngineConfig, SamplingParams
 from ..workers.engine.engine import Engine, per_prompt
 from ..workers.interface import (
     EngineIdentity,
@@ -29,6 +29,7 @@ from ..workers.interface import (
     ScoredOutput,
     ScoreRequest,
 )
+from ..workers.memory.sibling import sibling_config
 from ..workers.spec.metrics import AcceptanceStats
 from .dist import World
 
@@ -86,11 +87,27 @@ def _serve(engine: Engine, world: World, command: tuple, progress: ProgressFn | 
         mine = [i for i in range(len(requests)) if i % dp == idx]
         scored = list(zip(mine, engine.score_outputs([requests[i] for i in mine]), strict=True))
         return scored if world.is_replica_leader else None
+    if kind == "score_plain":
+        _, plain_config, requests = command
+        mine = [i for i in range(len(requests)) if i % dp == idx]
+        plain = plain_sibling(engine, plain_config)
+        try:
+            scored = list(zip(mine, plain.score_outputs([requests[i] for i in mine]), strict=True))
+        finally:
+            plain.close()
+        return scored if world.is_replica_leader else None
     if kind == "events":
         return engine.collect_events()
     if kind == "acceptance":
         return engine.reported_acceptance() if world.is_replica_leader else None
     raise ValueError(f"unknown command {kind!r}")
+
+
+def plain_sibling(engine: Engine, plain_config: EngineConfig) -> Engine:
+    """A plain engine beside this rank's spec-dec one (the sampled lossless verdict's scorer): the same target weights
+    and TP group, no spec worker, a KV pool of one longest sequence. Every rank builds its own, in step."""
+    config = sibling_config(replace(plain_config, max_batch_size=1), engine, None, shares_weights=True)
+    return Engine(config, engine.tp, engine.checkpoint, engine.tokenizer, model=engine.model)
 
 
 def serve_forever(engine: Engine, world: World) -> None:
@@ -118,6 +135,11 @@ class ReplicaFront:
     @property
     def tokenizer(self) -> Any:
         return self._local.tokenizer
+
+    @property
+    def config(self) -> EngineConfig:
+        """Rank 0's engine configuration (every rank's, with its own rank's TP shard)."""
+        return self._local.config
 
     def encode(self, prompt: Prompt) -> list[int]:
         return self._local.encode(prompt)
@@ -209,6 +231,15 @@ class ShardedEngine(ReplicaFront):
         """Every replica scores its share (round robin), as `score` does."""
         results: list = [None] * len(requests)
         for item in self._call(("score_outputs", list(requests))):
+            for i, r in item or []:
+                results[i] = r
+        return results
+
+    def score_outputs_plain(self, plain_config: EngineConfig, requests: Sequence[ScoreRequest]) -> list[ScoredOutput]:
+        """`score_outputs` on a plain engine built beside every rank's (`plain_sibling`), closed after: the sampled
+        lossless verdict's baseline scoring inside a spec-dec job."""
+        results: list = [None] * len(requests)
+        for item in self._call(("score_plain", plain_config, list(requests))):
             for i, r in item or []:
                 results[i] = r
         return results

@@ -91,8 +91,8 @@ def judge_scored(records: Sequence[SampleRecord], scorer: Scorer | None, dtype: 
     sampled = [(r, sampling_of(r)) for r in records if not r.failed]
     sampled = [(r, p) for r, p in sampled if p is not None]
     if scorer is None:
-        why = ("sampled: no plain engine to score the outputs with (a server needs --baseline-endpoint; a torchrun "
-               "run scores only on the local backend today); no lossless verdict")  # fmt: skip
+        why = ("sampled: no plain engine to score the outputs with (a server needs --baseline-endpoint); no lossless "
+               "verdict")  # fmt: skip
         return {**GateResult(Verdict.NO_GATE, why).to_json(), **base}
     usable = [(r, p) for r, p in sampled if r.prompt_token_ids]
     if not usable:

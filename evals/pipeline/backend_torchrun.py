@@ -20,12 +20,15 @@ from ...workers.events import rank_events_path
 from ...workers.interface import EngineIdentity
 from ..lossless.baseline import BaselineRef
 from ..lossless.control import other_shape
+from ..lossless.scoring import Scorer
+from ..run_identity import baseline_config
 from ..run_types import RunPlan
 from .backends import Abilities, RunTarget, refuse_baseline_endpoint
 from .one_run import NO_BASELINE, ProgressFor, evaluate_side
 from .run_sides import RUN, Side, side_config, side_identity
 
 JOB_DRIVER = "specdec_eval.evals.pipeline.backend_torchrun:job_driver"
+JOB_SCORER = "our plain engine on the job's ranks, on the target's weights (exact)"
 
 
 class TorchrunBackend:
@@ -99,16 +102,21 @@ class TorchrunBackend:
     def show(self, plan: RunPlan) -> None:
         self._launch(RUN, plan, NO_BASELINE, dry_run=True)
 
-    def scorer(self) -> None:
-        """None: the gate runs on the job's rank 0, where a scorer built here cannot go (a sharded scoring pass
-        is left to do); a sampled task judged in distribution reads NO-GATE there."""
-        return None
+    def scorer(self) -> Scorer:
+        """A stand-in that says "score": the gate runs on the job's rank 0, which builds the real scorer there (a
+        plain engine beside the spec-dec one on every rank, `job_driver`); the payload carries only the wish."""
+
+        def elsewhere() -> Any:
+            raise RuntimeError("a torchrun run's outputs are scored inside its job (job_driver), not by the launcher")
+
+        return Scorer(elsewhere, JOB_SCORER)
 
     def _launch(self, side: Side, plan: RunPlan, baseline: BaselineRef, dry_run: bool) -> dict[str, Any] | None:
         from ...launch.job import Job, launch
 
         config, layout, device = self._placement
-        payload = {"plan": plan.to_dict(), "side": side.to_dict(), "baseline": baseline.to_dict()}
+        payload = {"plan": plan.to_dict(), "side": side.to_dict(), "baseline": baseline.to_dict(),
+                   "score_sampled": baseline.scorer is not None}  # fmt: skip
         job = Job(JOB_DRIVER, side_config(config, side), layout.tp, payload, self.job.rank_timeout_s)
         return launch(job, self.job.torchrun(), layout, device, dry_run)
 
@@ -123,4 +131,26 @@ def job_driver(engine, payload: dict[str, Any]) -> dict[str, Any]:
     side = Side.from_dict(payload["side"])
     baseline = BaselineRef.from_dict(payload["baseline"])
     plan = RunPlan.from_dict(payload["plan"])
+    if payload.get("score_sampled"):
+        baseline = replace(baseline, scorer=Scorer(lambda: _JobPlainScorer(engine), JOB_SCORER))
     return evaluate_side(engine, side, plan, baseline, lambda: nullcontext(plain_progress())).to_json()
+
+
+class _JobPlainScorer:
+    """What the sampled gate's Scorer builds inside a job: the job's sharded engine scoring on a plain sibling of
+    every rank's engine (launch/dispatch.py `plain_sibling`); nothing to release after (the siblings are closed
+    when the call returns)."""
+
+    def __init__(self, sharded: Any) -> None:
+        self.sharded = sharded
+        self.config = baseline_config(sharded.config)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.sharded.tokenizer
+
+    def score_outputs(self, requests):
+        return self.sharded.score_outputs_plain(self.config, requests)
+
+    def close(self) -> None:
+        pass

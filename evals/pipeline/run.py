@@ -95,8 +95,8 @@ def decode_control(plan: RunPlan, backend: Backend, progress_for: ProgressFor | 
 def choose_baseline(plan: RunPlan, backend: Backend, control: str | None, progress_for: ProgressFor | None,
                     paired_ok: bool = True) -> BaselineRef:  # fmt: skip
     """What a spec-dec run's lossless gate compares with (a separate plain run is decoded here; paired twins are
-    decoded with the run: kind "twin"; not when some tasks are scored, `paired_ok` False: a paired run's gate has
-    no scorer)."""
+    decoded with the run: kind "twin"; not when some tasks are judged in distribution, `paired_ok` False: their
+    tokens differ from any twin's, and the other tasks' baseline is then decoded apart)."""
     can = backend.abilities
     if plan.baseline_run is not None:  # checked in preflight, and again when the gate opens it
         return BaselineRef(plan.baseline_run, "recorded", checked=True, control=control)

@@ -263,4 +263,7 @@ def _ratios(relative: float, std_error: float, drop: float) -> tuple[float, floa
 
 
 def _shown(x: float) -> str:
-    return f"{x:.2f}" if math.isfinite(x) else ("-inf" if x < 0 else "inf")
+    """A statistic for a line: two decimals; huge ones (identical sides: an SE of rounding noise) in short form."""
+    if not math.isfinite(x):
+        return "-inf" if x < 0 else "inf"
+    return f"{x:.2f}" if abs(x) < 1e6 else f"{x:.2g}"

@@ -76,3 +76,20 @@ def _coupled_gate(out_dir) -> dict:
                  if (p / "summary.json").is_file()]  # fmt: skip
     (gate,) = [s["tasks"]["gsm8k_sampled"]["lossless"] for s in summaries if "lossless" in s["tasks"]["gsm8k_sampled"]]
     return gate
+
+
+@pytest.mark.slow
+@needs_shared_data
+def test_a_torchrun_job_scores_its_sampled_outputs_on_a_plain_engine_beside_every_rank(capsys, tmp_path):
+    """`run --gpus 2` on CPU ranks (gloo): the job's rank 0 builds the scorer (a plain sibling of every rank's
+    engine, sharing the target's weights), so the sampled task gets a verdict in a job too: PASS as it is, FAIL with
+    the rejection sampler made greedy."""
+    job = ("--gpus", "2", "--rank-timeout", "120")
+    code, out, err = run_cli(capsys, *RUN, *job, "--out", str(tmp_path / "clean"))
+    assert code == 0, err
+    assert "lossless: PASS (sampled: 64 positions (exact)" in out
+    _, gate = _lossless(tmp_path / "clean")
+    assert gate["scorer"] == "our plain engine on the job's ranks, on the target's weights (exact)"
+    code, out, err = run_cli(capsys, *RUN, *job, "--inject", "rejection_greedy", "--out", str(tmp_path / "greedy"))
+    assert code == 1, err
+    assert "lossless: FAIL (sampled: 64 positions" in out
