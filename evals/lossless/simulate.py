@@ -126,17 +126,19 @@ def power_rates(
     views = _Views(steps, params)
     out = {}
     for name in classes:
-        fails, by_support, p_values, positions = 0, 0, [], 0
+        fails, by_support, p_values, z_values, positions = 0, 0, [], [], 0
         for r in range(replicates):
             samples = replay(steps, params, class_rule(name), seed * 1_000_003 + r, views)
             result = judge_sampled(samples, vocab, alpha=alpha, seed=r)
             fails += result.failed
             by_support += result.numbers["num_violations"] > 0
             p_values.append(result.numbers["pit"]["p"])
+            z_values.append(result.numbers["likelihood"]["z"])
             positions = result.numbers["positions"]
             progress(name, r + 1)
         out[name] = {"rate": Rate(fails, replicates), "support_violations_in": by_support,
-                     "median_pit_p": float(np.median(p_values)), "positions": positions}  # fmt: skip
+                     "median_pit_p": float(np.median(p_values)), "median_likelihood_z": float(np.median(z_values)),
+                     "positions": positions}  # fmt: skip
     return out
 
 
@@ -197,11 +199,14 @@ def _power(args) -> dict:
             what = "false FAIL" if name == "unmutated" else "FAIL"
             idle = name != "unmutated" and not can_change(name, params)
             print(f"  {config:26s} {name:24s} {what} {r['rate']}; {r['positions']} positions, support violations in "
-                  f"{r['support_violations_in']} runs, median PIT p {r['median_pit_p']:.2g}"
+                  f"{r['support_violations_in']} runs, median PIT p {r['median_pit_p']:.2g}, median likelihood z "
+                  f"{r['median_likelihood_z']:+.1f}"
                   + ("  (changes nothing at this configuration: it does not fire)" if idle else ""))  # fmt: skip
             figures[f"{config}, {name}"] = {"fails": r["rate"].fails, "runs": r["rate"].runs, "rate": r["rate"].value,
                                             "support_violations_in": r["support_violations_in"],
-                                            "median_pit_p": r["median_pit_p"], "positions": r["positions"]}  # fmt: skip
+                                            "median_pit_p": r["median_pit_p"],
+                                            "median_likelihood_z": r["median_likelihood_z"],
+                                            "positions": r["positions"]}  # fmt: skip
     return figures
 
 
