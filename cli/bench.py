@@ -99,6 +99,7 @@ def bench(
     spec: o.Spec = "none",
     draft_len: o.DraftLen = o.S.max_draft_len,
     draft_model: o.DraftModel = o.S.draft_model,
+    spec_sampling: o.SpecSampling = o.S.sampling,
     decode_copy: o.DecodeCopy = o.K.decode_copy,
 ) -> None:
     """Tokens/s of our engine and of HF transformers `generate` on the same prompts, at each batch size, and their
@@ -128,12 +129,14 @@ def bench(
       specdec-eval bench --batch-sizes 1,32 --num-prompts 32 --rounds 3    # the larger bench (~30 min here)
       specdec-eval bench --spec eagle3 --prompts gsm8k --data-dir ../shared/data --estimate-only
       specdec-eval bench --verdict --spec eagle3 --docs 16 --data-dir ../shared/data
+      specdec-eval bench --verdict --spec eagle3 --spec-sampling rejection --task gsm8k_sampled --docs 8 \
+          --data-dir ../shared/data                           # the sampled verdict: the run + its scoring
     """
     from ..errors import UserError
 
     common = dict(model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
                   decode_copy=decode_copy)  # fmt: skip
-    spec_cfg = dict(spec=spec, draft_len=draft_len, draft_model=draft_model)
+    spec_cfg = dict(spec=spec, draft_len=draft_len, draft_model=draft_model, spec_sampling=spec_sampling)
     if verdict:
         from ..evals.bench.verdict_timing import VerdictBenchPlan, run_verdict_bench
         from .bench_print import print_verdict
