@@ -199,5 +199,6 @@ def test_a_side_reports_each_samples_acceptance_counts_and_its_planned_documents
     stop.observe("gsm8k", 1, 0.0, None, None, "d1")  # a plain side's sample: no counts
     stop.after_batch("gsm8k")
     lines = [json.loads(line) for line in (tmp_path / "side.stop.progress.jsonl").read_text().splitlines()]
-    assert lines == [{"task": "gsm8k", "position": 0, "score": 100.0, "of": 5, "acceptance": [12, 7]},
-                     {"task": "gsm8k", "position": 1, "score": 0.0, "of": 5}]  # fmt: skip
+    one = {"repeat": 0, "repeats": 1}
+    assert lines == [{"task": "gsm8k", "position": 0, **one, "score": 100.0, "of": 5, "acceptance": [12, 7]},
+                     {"task": "gsm8k", "position": 1, **one, "score": 0.0, "of": 5}]  # fmt: skip
