@@ -188,8 +188,9 @@ def _stopper(engine: InferenceEngine, options: EvalOptions, references: dict, in
 
     if options.stop_file:  # a passive side of a sequential A/B: the controller decides, not this run's gates
         return EarlyStop(lambda task, n: None, options.early_stop_batch, exact=False, stop_file=options.stop_file)
+    temperatures = {s.lm_eval_name: options.conditions_for(s).temperature for s in options.tasks}
     return EarlyStop(design_for, options.early_stop_batch, inputs.test_id, inputs.acceptance_refs, inputs.exact,
-                     engine.identity.max_draft_len)  # fmt: skip
+                     engine.identity.max_draft_len, temperatures=temperatures)  # fmt: skip
 
 
 def _notes(n: int, reference: Reference | None, plan, stopped: dict[str, Any] | None) -> tuple[str, ...]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,10 +108,12 @@ class EarlyStop:
         exact: bool = True,
         max_draft_len: int = 0,
         stop_file: str | None = None,
+        temperatures: Mapping[str, float] | None = None,
     ) -> None:
         """stop_file (a side of a sequential `ab`): after each batch, every finished sample's score (and its
         acceptance counts) is appended to `<stop_file>.progress.jsonl`, and once `stop_file` exists every task
-        stops, its content the reason."""
+        stops, its content the reason. temperatures: what each task decodes at (absent: greedy), which the
+        acceptance tripwire's reference must have been measured at."""
         self.design_for = design_for
         self.batch = batch
         self.test_id = test_id
@@ -119,6 +121,7 @@ class EarlyStop:
         self.exact = exact
         self.max_draft_len = max_draft_len
         self.stop_file = Path(stop_file) if stop_file else None
+        self.temperatures = dict(temperatures or {})
         self.tasks: dict[str, TaskProgress] = {}
         self._reported: set[tuple[str, int, int]] = set()
 
@@ -171,7 +174,8 @@ class EarlyStop:
         if n == 0:
             return
         if t.acceptance is not None and self.test_id is not None:
-            early = acceptance_early_fail(self.test_id, t.acceptance.to_dict(), self.acceptance_refs)
+            early = acceptance_early_fail(self.test_id, t.acceptance.to_dict(), self.acceptance_refs,
+                                          temperature=self.temperatures.get(task, 0.0))  # fmt: skip
             if early is not None:
                 t.stopped = {
                     "gate": "acceptance",
