@@ -178,8 +178,8 @@ def _stopper(engine: InferenceEngine, options: EvalOptions, references: dict, in
     def design_for(task: str, n_max: int):
         spec = by_name[task]
         ref = references[spec.name]
-        if ref is None:
-            return None
+        if ref is None or _condition_check(options.conditions_for(spec), ref, options).blocks:
+            return None  # no accuracy stop against a reference measured under other conditions (the gate: NO-GATE)
         t = ref.hypothesis_test(n_max, floor=spec.floor)
         # n_max documents of options.repeats samples each: the design judges per-document means (its docstring)
         return AccuracySequentialDesign.for_batches(ref.accuracy, n_max, options.early_stop_batch, alpha=t.alpha,
