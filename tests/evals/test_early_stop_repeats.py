@@ -215,3 +215,17 @@ def test_repeats_combine_with_the_sequential_runs_and_greedy_still_refuses():
         check_generation_conditions(options)  # no refusal: the sequential designs count documents
     with pytest.raises(UserError, match="copies of one answer"):
         check_generation_conditions(replace(sampled, gen_kwargs=None, early_stop=True))
+
+
+def test_no_accuracy_design_against_a_reference_measured_under_other_conditions():
+    """A sampled run (every --repeats run) against a reference stated greedy: the gate reads NO-GATE, so the
+    controller gets no design and never stops the task on accuracy; stated at the run's temperature, it does."""
+    from specdec_eval.evals.gates.references import Reference
+    from specdec_eval.evals.pipeline.evaluation import StopInputs, _stopper
+
+    options = EvalOptions(parse_tasks("gsm8k"), gen_kwargs="temperature=1.0", repeats=2, early_stop=True)
+    name = options.tasks[0].name
+    for temperature, has_design in ((0.0, False), (1.0, True)):
+        ref = Reference("gsm8k", "X", 60.0, {"accuracy": 60.0, "temperature": temperature})
+        stopper = _stopper(FakeEngine(), options, {name: ref}, StopInputs())
+        assert (stopper.design_for(options.tasks[0].lm_eval_name, 40) is not None) == has_design
