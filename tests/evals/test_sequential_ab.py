@@ -149,3 +149,29 @@ def test_ab_early_stop_decides_on_acceptance_end_to_end(tmp_path):
     (compared,) = result["tasks"].values()
     assert compared["n"] < 8  # stopped before the end
     assert compared["acceptance"]["per_document"]["relative"] == 0.0 and not result["acceptance_drops"]
+
+
+@pytest.mark.slow
+def test_ab_early_stop_with_repeats_end_to_end(tmp_path):
+    """`ab --early-stop` at T = 1.0 with --repeats 2 on one commit: both sides draw each (document, repeat) from the
+    same seed, so their samples agree, no document is discordant, and the per-document acceptance (summed over a
+    document's two samples) rules a 5 % drop out at the first look of 2 documents and stops both sides; the runs
+    hold whole documents, each sample with its repeat, and `compare` tests them clustered by document."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", str(__import__("pathlib").Path(__file__).resolve().parents[2]), str(repo)],
+                   check=True)  # fmt: skip
+    cmd = [sys.executable, "-m", "specdec_eval.cli.main", "ab", "HEAD", "HEAD", "--repo", str(repo), "--early-stop",
+           "--decide-on", "acceptance", "--early-stop-batch", "2", "--out", str(tmp_path / "runs"), "--json", "--",
+           "--model", "tiny", "--spec", "eagle3", "--tasks", "gsm8k_smoke", "--limit", "8", "--max-output-len", "8",
+           "--gen-kwargs", "temperature=1.0", "--repeats", "2", "--no-reference", "--device-memory",
+           "256MiB"]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
+    result = json.loads(p.stdout)
+    sequential = result["sequential"]
+    assert sequential["stopped_sides"] and sequential["acceptance"]["verdict"] == "NO-DROP", sequential
+    (looked,) = sequential["acceptance"]["tasks"].values()
+    assert sequential["discordant_pairs"] == 0 and looked["n"] == 2
+    (compared,) = result["tasks"].values()
+    assert compared["n"] < 16 and compared["n"] % 2 == 0  # whole documents of 2 samples, stopped before the end
+    assert compared["clustered"]["samples_per_document"] == 2 and compared["verdict"] == "no significant change"
