@@ -187,6 +187,10 @@ def test_early_stop_with_repeats_end_to_end(capsys, tmp_path, monkeypatch):
           - accuracy: 60.0
             temperature: 1.0
             command: test fixture
+          - accuracy: 60.0
+            spec_dec_algo: Eagle3
+            temperature: 1.0
+            command: test fixture
         """))  # fmt: skip
     monkeypatch.setattr(runner, "lookup", functools.partial(references.lookup, reference_dir=folder))
     out = tmp_path / "runs"
