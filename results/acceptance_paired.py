@@ -38,6 +38,8 @@ out has no such symmetry (under that null the sides are not exchangeable) and st
   still be shown as DROP: both hold, and the record says both);
 - INCONCLUSIVE: neither; the record says what drop this n would detect with power 1 - beta and how many
   documents `drop` needs at this per-document spread.
+With several samples per document (`--repeats`) the document stays the unit: its counts on each side are summed over
+its samples (`by_document`), whose acceptance is no more independent than their scores.
 Runs recorded before per-document counts existed carry only each sample's AL: then each document weighs the same
 (c_i = 1, a_i = AL_i - 1), and `weighted` says so.
 """
@@ -109,6 +111,33 @@ def paired_counts(
     if both and len(both) >= len(with_length):
         return both, True
     return [((1.0, a - 1.0), (1.0, b - 1.0)) for a, b in with_length], False
+
+
+def by_document(
+    pairs: Iterable[tuple[SampleRecord, SampleRecord]],
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Pairs of samples with several per document (--repeats) merged into one pair per document, in first-seen order:
+    each side's draft cycles and accepted drafts summed over the document's samples that drafted, its AL the mean of
+    theirs. The documents are the paired test's units: the samples of one document are not independent."""
+    documents: dict[tuple[str, Any], tuple[list[SampleRecord], list[SampleRecord]]] = {}
+    for x, y in pairs:
+        a, b = documents.setdefault((x.task, x.doc_id), ([], []))
+        a.append(x)
+        b.append(y)
+    return [(_merged(a), _merged(b)) for a, b in documents.values()]
+
+
+def _merged(samples: Sequence[SampleRecord]) -> dict[str, Any]:
+    """One document's samples as one record of the kind doc_counts and doc_length read."""
+    counts = [c for c in map(doc_counts, samples) if c is not None]
+    lengths = [x for x in map(doc_length, samples) if x is not None]
+    merged: dict[str, Any] = {}
+    if counts:
+        cycles, accepted = sum(c for c, _ in counts), sum(a for _, a in counts)
+        merged["acceptance"] = {"num_cycles": cycles, "num_accepted_drafts": accepted}
+    if lengths:
+        merged["acceptance_length"] = sum(lengths) / len(lengths)
+    return merged
 
 
 def paired_acceptance(pairs: Sequence[tuple[Counts, Counts]], weighted: bool = True) -> PairedAcceptance | None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .acceptance_paired import DEFAULT_BETA, DEFAULT_DROP, judge_pairs, paired_counts
+from .acceptance_paired import DEFAULT_BETA, DEFAULT_DROP, by_document, judge_pairs, paired_counts
 from .clustered import groups_of, paired_clustered
 from .paired import first_divergence, mcnemar_exact, pair_samples
 from .run_summary import RunSummary, TaskSummary
@@ -217,12 +217,14 @@ def _acceptance(
     sides), the paired per-document test of the relative change (None when no document has both)."""
     length_a = (a or {}).get("acceptance_length")
     length_b = (b or {}).get("acceptance_length")
-    counts, weighted = paired_counts(pairs)
+    # several samples per document: one pair per document, its counts summed over its samples (the unit of the test)
+    units = by_document(pairs) if any(x.repeat or y.repeat for x, y in pairs) else pairs
+    counts, weighted = paired_counts(units)
     test = judge_pairs(counts, weighted, **acceptance_test)
     per_document = None
     if test is not None:
         per_document = test.to_json()
-        per_document["unpaired"] = len(pairs) - test.n  # pairs where a side drafted nothing or recorded nothing
+        per_document["unpaired"] = len(units) - test.n  # documents where a side drafted nothing or recorded nothing
     basis = {"a": (a or {}).get("basis"), "b": (b or {}).get("basis")}  # per-request counts, or the server fallback
     return {"a": length_a, "b": length_b, "delta": _delta(length_a, length_b), "per_document": per_document,
             **({"basis": basis} if any(basis.values()) else {})}  # fmt: skip

@@ -107,13 +107,8 @@ def _sequential_false_fail(m: np.ndarray, ref: np.ndarray, alpha: float) -> floa
     docs = m.shape[1]
     design = AccuracySequentialDesign.for_batches(50.0, docs, max(1, docs // 4), alpha=alpha)
     looks = np.asarray(design.looks)
-    cum = np.cumsum(m, axis=1)[:, looks - 1] / looks
-    z = (cum - ref[:, None]) * np.sqrt(design._info(looks.astype(float)))
-    fail, passed = z < design.z_fail, z >= design.z_pass
-    stop = fail | passed
-    stop[:, -1] = True
-    first = np.argmax(stop, axis=1)
-    return float(fail[np.arange(len(m)), first].mean())
+    failed, _ = design.outcomes(np.cumsum(m, axis=1)[:, looks - 1] / looks, ref)
+    return float(failed.mean())
 
 
 def bootstrap(groups: dict, resamples: int = 20_000, seed: int = 0) -> dict[str, float]:

@@ -232,8 +232,11 @@ def acceptance_early_fail(
     refs: Mapping[str, Mapping[str, Any]],
     min_cycles: int = EARLY_MIN_CYCLES,
     fraction: float = EARLY_FRACTION,
+    temperature: float = 0.0,
 ) -> dict[str, Any] | None:
     """After the first batch(es): the FAIL verdict when the acceptance gate can already fail, else None.
+    `temperature`: what the run decodes at; as for the full gate, an entry applies only to the decoding it was
+    measured under (a sampled run's drafter is never tripped by a greedy reference).
 
     The rule is deliberately crude and conservative: with at least `min_cycles` draft cycles, FAIL when the
     accepted drafts per cycle (AL - 1) are below `fraction` of what min_al demands, i.e.
@@ -248,7 +251,7 @@ def acceptance_early_fail(
     cycles = int(acceptance.get("num_cycles", 0))
     if ref_al is None or cycles < min_cycles:
         return None
-    result = acceptance_gate(test_id, acceptance, refs)
+    result = acceptance_gate(test_id, acceptance, refs, temperature=temperature)
     if result["verdict"] == "NO-REFERENCE":
         return None
     limit = 1 + fraction * (result["min_al"] - 1)

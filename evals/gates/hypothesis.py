@@ -132,7 +132,10 @@ def accuracy_gate(task: str, score: float, num_samples: int, reference, floor: f
         failed = f"{failed_requests} of {num_samples} requests FAILED (finish reason error)"
         report += f"\n{failed}: the run fails whatever its accuracy"
     elif sequential is not None and sequential["verdict"] != Verdict.CONTINUE:
-        verdict = sequential["verdict"]
+        # the conditions rule holds for the sequential verdict too: no FAIL against another experiment's number
+        verdict = sequential["verdict"] if conditions is None else Verdict(conditions.verdict(sequential["verdict"]))
         report += f"\nsequential verdict at n={sequential['n']}: {sequential['verdict']} ({sequential['reason']})"
+        if verdict != sequential["verdict"]:
+            report += f"; the gate says {verdict}: the conditions differ from the reference's"
     report += "".join(f"\n{note}" for note in notes)
     return GateResult(verdict, report, numbers)

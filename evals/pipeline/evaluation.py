@@ -35,8 +35,9 @@ class StopInputs:
     test_id: str | None = None  # the acceptance tripwire's reference entry
     exact: bool = True  # float32/float64: any divergence from the baseline fails at once
     acceptance_refs: dict[str, Any] | None = None
-    # (lm-eval task, doc id) -> the lossless baseline's token ids (None: not known); a paired run has its twins
-    baseline_tokens: Callable[[str, int], list[int] | None] | None = None
+    # (lm-eval task, doc id, repeat) -> the lossless baseline's token ids of that sample (None: not known); a paired
+    # run has its twins
+    baseline_tokens: Callable[[str, int, int], list[int] | None] | None = None
 
 
 DEFAULT_FEWSHOT_SEED = 1234  # lm-eval's fewshot_random_seed default: the GSM8K shots every lm-eval user gets
@@ -131,9 +132,10 @@ def _task_result(spec: TaskSpec, records: TaskRecords, reference: Reference | No
     # The mean of the filters, unless the reference was measured on one filter (then that one, as it was).
     score = filter_scores[scored] if scored in filter_scores else sum(filter_scores.values()) / len(filters)
     failed = sum(s.failed for s in samples)
-    stopped, decision = None, None
+    stopped, decision, design_note = None, None, None
     if stopper is not None:
         stopped, decision = stopper.record(spec.lm_eval_name), stopper.accuracy_decision(spec.lm_eval_name)
+        design_note = stopper.design_note(spec.lm_eval_name)
     elif only:
         why = "the baseline of an early-stopped paired run: the documents its run evaluated"
         stopped = {"gate": "paired", "verdict": None, "n": n, "of": plan.n, "reason": why}
@@ -149,8 +151,10 @@ def _task_result(spec: TaskSpec, records: TaskRecords, reference: Reference | No
         for s in samples:
             groups.setdefault(s.doc_id, []).append(per_sample(s))
         clustered = clustered_score(groups)
-    accuracy = accuracy_gate(spec.name, score, n, reference, spec.floor, failed, decision,
-                             _notes(n, reference, plan, stopped), clustered, check)  # fmt: skip
+    documents = len({s.doc_id for s in samples})  # n counts samples: several per document with --repeats
+    notes = _notes(documents, reference, plan, stopped) + ((design_note,) if design_note else ())
+    accuracy = accuracy_gate(spec.name, score, n, reference, spec.floor, failed, decision, notes, clustered,
+                             check)  # fmt: skip
     per_request = records.acceptance
     return TaskResult(
         spec.name, spec.family.name, n, filter_scores, score, reference, accuracy, samples,
@@ -174,16 +178,19 @@ def _stopper(engine: InferenceEngine, options: EvalOptions, references: dict, in
     def design_for(task: str, n_max: int):
         spec = by_name[task]
         ref = references[spec.name]
-        if ref is None:
-            return None
+        if ref is None or _condition_check(options.conditions_for(spec), ref, options).blocks:
+            return None  # no accuracy stop against a reference measured under other conditions (the gate: NO-GATE)
         t = ref.hypothesis_test(n_max, floor=spec.floor)
+        # n_max documents of options.repeats samples each: the design judges per-document means (its docstring)
         return AccuracySequentialDesign.for_batches(ref.accuracy, n_max, options.early_stop_batch, alpha=t.alpha,
-                                                    beta=t.beta, sigma=t.sigma, floor=spec.floor)  # fmt: skip
+                                                    beta=t.beta, sigma=t.sigma, floor=spec.floor,
+                                                    repeats=options.repeats)  # fmt: skip
 
     if options.stop_file:  # a passive side of a sequential A/B: the controller decides, not this run's gates
         return EarlyStop(lambda task, n: None, options.early_stop_batch, exact=False, stop_file=options.stop_file)
+    temperatures = {s.lm_eval_name: options.conditions_for(s).temperature for s in options.tasks}
     return EarlyStop(design_for, options.early_stop_batch, inputs.test_id, inputs.acceptance_refs, inputs.exact,
-                     engine.identity.max_draft_len)  # fmt: skip
+                     engine.identity.max_draft_len, temperatures=temperatures)  # fmt: skip
 
 
 def _notes(n: int, reference: Reference | None, plan, stopped: dict[str, Any] | None) -> tuple[str, ...]:

@@ -58,7 +58,8 @@ class SequentialStop:
 
     stopper: Any  # evals.sequential.early_stop.EarlyStop: the controller (its state is the run's looks)
     references: Mapping[str, Any]  # lm-eval task name -> its reference (None: none)
-    baseline_tokens: Callable[[str, int], Any] | None = None  # (task, doc id) -> the baseline's tokens, if known
+    # (task, doc id, repeat) -> the baseline's tokens of that sample (the same seed), if known
+    baseline_tokens: Callable[[str, int, int], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -190,30 +191,34 @@ class SpecDecLM(LM):
         return cached  # type: ignore[return-value]
 
     def _generate_sequentially(self, requests, prompts: list, sampling: list[SamplingParams]) -> list[GenerationOutput]:
-        """Each task's documents in its evaluation order, a batch per task at a time, with a look after each batch;
-        a task the stopper decided gets no more requests (its remaining outputs are "skipped")."""
+        """Each task's documents in its evaluation order, a batch of documents per task at a time (each with all of
+        its samples: lm-eval's repeats), with a look after each batch; a task the stopper decided gets no more
+        requests (its remaining outputs are "skipped")."""
         from collections import deque
 
         stopper = self.session.sequential.stopper
-        by_task: dict[str, list[int]] = {}
+        repeats = self.repeat_indices(requests)
+        documents: dict[str, dict[int, list[int]]] = {}  # task -> doc id -> its requests, by repeat
         for i, req in enumerate(requests):
-            by_task.setdefault(req.metadata[0], []).append(i)
+            documents.setdefault(req.metadata[0], {}).setdefault(self.doc_id(req), []).append(i)
         pending = {}
-        for task, rows in by_task.items():
+        for task, docs in documents.items():
             plan = self.session.plans[task]
-            rows.sort(key=lambda i: plan.position(self.doc_id(requests[i])))
-            pending[task] = deque(rows)
-            stopper.start(task, len(rows))
+            per_doc = {len(rows) for rows in docs.values()}
+            if len(per_doc) != 1:
+                raise RuntimeError(f"{task}: documents with different sample counts ({sorted(per_doc)})")
+            pending[task] = deque(docs[d] for d in sorted(docs, key=plan.position))
+            stopper.start(task, len(docs), per_doc.pop())
         outputs: list[GenerationOutput | None] = [None] * len(requests)
         while True:
-            chunk = [pending[t].popleft() for t in pending if stopper.is_open(t)
-                     for _ in range(min(stopper.batch, len(pending[t])))]  # fmt: skip
+            chunk = [i for t in pending if stopper.is_open(t)
+                     for _ in range(min(stopper.batch, len(pending[t]))) for i in pending[t].popleft()]  # fmt: skip
             if not chunk:
                 break
             for i, out in zip(chunk, self._generate([prompts[i] for i in chunk], [sampling[i] for i in chunk]),
                               strict=True):  # fmt: skip
                 outputs[i] = out
-                self._observe(requests[i], prompts[i], sampling[i], out)
+                self._observe(requests[i], prompts[i], sampling[i], out, repeats[i])
             for task in {requests[i].metadata[0] for i in chunk}:
                 stopper.after_batch(task)
         return [out if out is not None else _skipped(i) for i, out in enumerate(outputs)]
@@ -225,7 +230,10 @@ class SpecDecLM(LM):
             outputs[i] = out
         return outputs
 
-    def _observe(self, req, prompt, params: SamplingParams, out: GenerationOutput) -> None:
+    def _observe(self, req, prompt, params: SamplingParams, out: GenerationOutput, repeat: int = 0) -> None:
+        """Score a finished sample and compare it with its baseline: the paired twin decoded with the same prompt
+        and parameters (the seed of its document and repeat), or the recorded baseline's sample of the same (task,
+        document, repeat)."""
         from ..sequential.early_stop import sample_score
 
         sequential, session = self.session.sequential, self.session
@@ -237,10 +245,11 @@ class SpecDecLM(LM):
             twin = session.pair_cache.get(prompt, params)
             baseline = twin.token_ids if twin is not None else None
         elif sequential.baseline_tokens is not None:
-            baseline = sequential.baseline_tokens(task, doc_id)
+            baseline = sequential.baseline_tokens(task, doc_id, repeat)
         divergence = first_divergence(out.token_ids, baseline) if baseline is not None else None
         plan = session.plans[task]
-        sequential.stopper.observe(task, plan.position(doc_id), score, out.stats.get("acceptance"), divergence, doc_id)
+        sequential.stopper.observe(task, plan.position(doc_id), score, out.stats.get("acceptance"), divergence, doc_id,
+                                   repeat)  # fmt: skip
 
     def _max_for(self, task: str) -> int:
         limit = self.session.max_gen_toks

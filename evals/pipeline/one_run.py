@@ -6,12 +6,13 @@ endpoint) or on rank 0 of a torchrun job."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
 from ...results import store
 from ...results.run_summary import RunSummary
+from ...results.sample_record import SampleRecord
 from ...workers.interface import EngineIdentity, InferenceEngine
 from ..gates.verdict import acceptance_path
 from ..lossless.baseline import BaselineRef
@@ -82,8 +83,9 @@ def stop_inputs(identity: EngineIdentity, plan: RunPlan, opened: OpenRun, baseli
 
 
 def _baseline_tokens(identity: EngineIdentity, plan: RunPlan, baseline_run: str | None
-                     ) -> Callable[[str, int], Any] | None:  # fmt: skip
-    """(task, doc_id) -> the recorded baseline's output tokens, for the first-divergence stop (None: no baseline)."""
+                     ) -> Callable[[str, int, int], Any] | None:  # fmt: skip
+    """(task, doc_id, repeat) -> the recorded baseline's output tokens of that sample (sample r pairs with the
+    baseline's sample r, drawn with the same seed), for the first-divergence stop (None: no baseline)."""
     if baseline_run is not None:
         base = store.open_run(baseline_run, plan.out)
     else:
@@ -92,6 +94,14 @@ def _baseline_tokens(identity: EngineIdentity, plan: RunPlan, baseline_run: str 
         return None
     # a sampled task judged in distribution has no first divergence: its tokens may differ from a plain run's
     scored = set(scored_task_names(plan.options, identity))
-    tokens = {(s.task, s.doc_id): s.output_token_ids for s in base.samples() if s.task not in scored}
     names = {t.lm_eval_name: t.name for t in plan.options.tasks}
-    return lambda task, doc_id: tokens.get((names.get(task, task), doc_id))
+    return tokens_by_sample([s for s in base.samples() if s.task not in scored], names)
+
+
+def tokens_by_sample(samples: Iterable[SampleRecord], names: Mapping[str, str] | None = None
+                     ) -> Callable[[str, int, int], list[int] | None]:  # fmt: skip
+    """(task, doc_id, repeat) -> the output tokens of that sample among `samples` (None: not there). `names`: the
+    lm-eval task name -> the samples' task name (lookups by another name pass through)."""
+    tokens = {(s.task, s.doc_id, s.repeat): s.output_token_ids for s in samples}
+    names = dict(names or {})
+    return lambda task, doc_id, repeat: tokens.get((names.get(task, task), doc_id, repeat))

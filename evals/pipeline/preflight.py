@@ -61,12 +61,10 @@ def check_acceptance_options(plan: RunPlan, speculative: bool, injects: bool) ->
 
 def check_generation_conditions(options: EvalOptions) -> None:
     """Each task's conditions can be built (evals/conditions/): generation kwargs the task can take, repeats only
-    when sampling, chat-template kwargs only with the template; and repeats only where the run scores them."""
+    when sampling, chat-template kwargs only with the template. (Repeats combine with --early-stop and a sequential
+    `ab`: their designs count documents and judge per-document means, evals/sequential/.)"""
     for spec in options.tasks:
         options.conditions_for(spec)
-    if options.repeats > 1 and (options.early_stop or options.stop_file):
-        raise UserError("--repeats with --early-stop (or a sequential `ab`) is not supported yet: the sequential "
-                        "designs look at one sample per document; drop one of them")  # fmt: skip
 
 
 def check_task_data(options: EvalOptions) -> None:

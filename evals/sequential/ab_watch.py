@@ -14,7 +14,14 @@ and otherwise when every test that applies has decided; "accuracy" or "acceptanc
 other is still reported where it got). Each test keeps its own error rates; with both, the chance that an
 unchanged B is called worse by either is at most the sum of their alphas. When it decides, the watcher writes
 each side's stop file; the sides stop at their next batch, record what they evaluated, and exit; `compare` then
-pairs the two runs."""
+pairs the two runs.
+
+**Several samples per document** (`--repeats R`): a side reports each sample with its repeat and R; the watcher pairs
+documents, never samples, and a document only once both sides have all R of its samples. A document counts "B worse"
+when its mean score under B is below A's, "B better" when above (results/clustered.py `document_signs`): documents
+are independent and, under no difference, each such sign is a fair coin, so the SPRT's guarantee holds as with one
+sample each. Its acceptance pairs per document too: draft cycles and accepted drafts summed over the document's
+samples (the acceptance test's unit is the document: acceptance.py)."""
 
 from __future__ import annotations
 
@@ -25,10 +32,23 @@ from pathlib import Path
 from typing import Any
 
 from ...results.acceptance_paired import DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_DROP, DROP, INCONCLUSIVE, NO_DROP
+from ...results.clustered import document_signs
 from .acceptance import CONTINUE, AcceptanceSequentialDesign
 from .discordant_pairs import B_WORSE, PairedDecision, PairedSequentialDesign
 
 DECIDE_ON = ("both", "accuracy", "acceptance")
+
+DocumentKey = tuple[str, int]  # (task, position of the document in the seeded order)
+
+
+@dataclass(frozen=True)
+class DocumentProgress:
+    """A document one side finished: the score of each of its samples (by repeat), their draft cycles and accepted
+    drafts summed (None: no sample of it drafted), and the documents the side planned for the task."""
+
+    scores: tuple[float, ...]
+    acceptance: tuple[int, int] | None = None
+    of: int | None = None
 
 
 @dataclass
@@ -39,54 +59,80 @@ class SideProgress:
     def progress_file(self) -> Path:
         return self.stop_file.with_name(self.stop_file.name + ".progress.jsonl")
 
-    def records(self) -> dict[tuple[str, int], dict[str, Any]]:
-        """(task, position in the order) -> the sample's record, of every sample the side reported so far (a torn
-        last line of a side still writing is left for the next read)."""
-        out: dict[tuple[str, int], dict[str, Any]] = {}
+    def records(self) -> dict[tuple[str, int, int], dict[str, Any]]:
+        """(task, position in the order, repeat) -> the sample's record, of every sample the side reported so far (a
+        torn last line of a side still writing is left for the next read; a record without a repeat is a document's
+        only sample)."""
+        out: dict[tuple[str, int, int], dict[str, Any]] = {}
         if not self.progress_file.exists():
             return out
         for line in self.progress_file.read_text(encoding="utf-8").splitlines():
             try:
                 rec = json.loads(line)
-                out[(rec["task"], int(rec["position"]))] = {**rec, "score": float(rec["score"])}
+                rec = {**rec, "score": float(rec["score"]), "repeat": int(rec.get("repeat", 0)),
+                       "repeats": int(rec.get("repeats", 1))}  # fmt: skip
+                out[(rec["task"], int(rec["position"]), rec["repeat"])] = rec
             except (ValueError, KeyError, TypeError):
                 continue
         return out
 
-    def scores(self) -> dict[tuple[str, int], float]:
-        return {key: rec["score"] for key, rec in self.records().items()}
+    def documents(self) -> dict[DocumentKey, DocumentProgress]:
+        """(task, position) -> the document, for every document all of whose samples the side reported."""
+        samples: dict[DocumentKey, dict[int, dict[str, Any]]] = {}
+        for (task, position, repeat), rec in self.records().items():
+            samples.setdefault((task, position), {})[repeat] = rec
+        return {key: doc for key, by_repeat in samples.items() if (doc := _document(by_repeat)) is not None}
 
     def stop(self, reason: str) -> None:
         self.stop_file.write_text(reason + "\n", encoding="utf-8")
 
 
-def discordant_in_order(a: dict, b: dict) -> list[bool]:
-    """B better (True) or worse (False) for every pair where the scores differ, task by task along the common
-    prefix of the order (a look needs both sides' unbroken prefix)."""
-    out: list[bool] = []
-    for task in sorted({t for t, _ in a} | {t for t, _ in b}):
-        position = 0
-        while (task, position) in a and (task, position) in b:
-            sa, sb = a[(task, position)], b[(task, position)]
-            if sa != sb:
-                out.append(sb > sa)
-            position += 1
-    return out
+def _document(by_repeat: dict[int, dict[str, Any]]) -> DocumentProgress | None:
+    """A document from its samples' records, or None while some of its samples are missing."""
+    repeats = max(rec["repeats"] for rec in by_repeat.values())
+    if sorted(by_repeat) != list(range(repeats)):
+        return None
+    records = [by_repeat[r] for r in range(repeats)]
+    counts = [rec["acceptance"] for rec in records if rec.get("acceptance")]
+    acceptance = (sum(int(c[0]) for c in counts), sum(int(c[1]) for c in counts)) if counts else None
+    of = records[0].get("of")
+    return DocumentProgress(tuple(rec["score"] for rec in records), acceptance, int(of) if of else None)
 
 
-def acceptance_in_order(a: dict, b: dict) -> dict[str, list[tuple[tuple[int, int], tuple[int, int]]]]:
-    """Per task, ((cycles, accepted) of A, of B) along the common prefix of the order, for the documents where both
-    sides drafted; tasks where neither side reported counts are left out."""
-    out: dict[str, list] = {}
+def common_prefix(a: dict[DocumentKey, Any], b: dict[DocumentKey, Any]) -> dict[str, list[tuple[Any, Any]]]:
+    """Per task, (A's, B's) of each document along the common prefix of the order: both sides' unbroken prefix,
+    where a side's document is there once all its samples are (a look needs both)."""
+    out: dict[str, list[tuple[Any, Any]]] = {}
     for task in sorted({t for t, _ in a} | {t for t, _ in b}):
         position, pairs = 0, []
         while (task, position) in a and (task, position) in b:
-            ca, cb = a[(task, position)].get("acceptance"), b[(task, position)].get("acceptance")
-            if ca and cb and ca[0] > 0 and cb[0] > 0:
-                pairs.append(((int(ca[0]), int(ca[1])), (int(cb[0]), int(cb[1]))))
+            pairs.append((a[(task, position)], b[(task, position)]))
             position += 1
-        if pairs:
-            out[task] = pairs
+        out[task] = pairs
+    return out
+
+
+def discordant_in_order(a: dict[DocumentKey, DocumentProgress], b: dict[DocumentKey, DocumentProgress]) -> list[bool]:
+    """B better (True) or worse (False) for every document whose mean score differs between the sides, task by
+    task along the common prefix of the order."""
+    out: list[bool] = []
+    for pairs in common_prefix(a, b).values():
+        signs = document_signs({i: x.scores for i, (x, _) in enumerate(pairs)},
+                               {i: y.scores for i, (_, y) in enumerate(pairs)})  # fmt: skip
+        out += [sign > 0 for sign in signs if sign]
+    return out
+
+
+def acceptance_in_order(a: dict[DocumentKey, DocumentProgress], b: dict[DocumentKey, DocumentProgress]
+                        ) -> dict[str, list[tuple[tuple[int, int], tuple[int, int]]]]:  # fmt: skip
+    """Per task, ((cycles, accepted) of A, of B) per document, summed over its samples, along the common prefix of
+    the order, for the documents where both sides drafted; tasks where neither side reported counts are left out."""
+    out: dict[str, list] = {}
+    for task, pairs in common_prefix(a, b).items():
+        counted = [(x.acceptance, y.acceptance) for x, y in pairs]
+        kept = [(ca, cb) for ca, cb in counted if ca and cb and ca[0] > 0 and cb[0] > 0]
+        if kept:
+            out[task] = kept
     return out
 
 
@@ -110,7 +156,7 @@ class AcceptanceMonitor:
             return None
         decisions = {}
         for task, pairs in tasks.items():
-            planned = max(int(a[(task, 0)].get("of") or len(pairs)), len(pairs), 2)
+            planned = max(a[(task, 0)].of or len(pairs), len(pairs), 2)
             design = self.designs.get(task)
             if design is None:
                 design = AcceptanceSequentialDesign.for_batches(
@@ -158,12 +204,10 @@ def watch(
     a, b = sides["A"], sides["B"]
     while True:
         alive = running()
-        records_a, records_b = a.records(), b.records()
-        scores_a = {k: r["score"] for k, r in records_a.items()}
-        scores_b = {k: r["score"] for k, r in records_b.items()}
-        pairs = discordant_in_order(scores_a, scores_b)
+        documents_a, documents_b = a.documents(), b.documents()
+        pairs = discordant_in_order(documents_a, documents_b)
         decision = design.scan(pairs, final=not alive)
-        accepted = acceptance.scan(records_a, records_b, final=not alive) if acceptance is not None else None
+        accepted = acceptance.scan(documents_a, documents_b, final=not alive) if acceptance is not None else None
         if should_stop(decision, accepted, decide_on) or not alive:
             break
         time.sleep(poll_s)

@@ -3,7 +3,9 @@ drop of `drop` (5 %) is ruled out, with both error rates kept.
 
 **Statistic.** At look k, over the first n_k documents of the seeded order that both sides finished, the relative
 change R_k = AL_B / AL_A - 1 of the cycle-weighted ALs and its standard error SE_k with documents as clusters
-(results/acceptance_paired.py: the same estimate `compare` tests at a fixed n). Two statistics:
+(results/acceptance_paired.py: the same estimate `compare` tests at a fixed n). With several samples per document
+(`--repeats`), a document's cycles and accepted drafts are the sums over its samples (ab_watch.py): the samples of
+one document are not independent, the documents are, so the document stays the unit. Two statistics:
 
     T_k  = R_k / SE_k                  small when B's AL is lower          (H0: R = 0)
     T'_k = (R_k + drop) / SE_k         large when the drop is below `drop`  (H0': R = -drop)

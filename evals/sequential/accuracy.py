@@ -43,6 +43,20 @@ match it. `python -m specdec_eval.evals.sequential --help` prints both.
 **Floor.** When the fixed gate's threshold at N is at or below the floor (a broken model still scores it), the
 gate cannot fail a model at the floor: the boundaries apply unchanged, and a PASS is reported as NO-GATE, as
 HypothesisTest.verdict does.
+
+**Several samples per document** (`--repeats R` at T > 0, `repeats`): the samples of one question are not
+independent, so the unit is the document. Looks count finished documents (all R samples scored), x_k is the mean of
+their per-document means m_d = mean_r y_dr (avg@R, results/clustered.py), and the design is the one above with
+N = the planned documents, n_ref = N, and sigma unchanged as the standard deviation of one document's mean. That
+sigma is a bound, not an estimate: by the law of total variance Var(m_d) = Var(p_d) + E[p_d (1 - p_d)] / R, never
+more than Var(y) = Var(p_d) + E[p_d (1 - p_d)] of one sample (p_d the document's chance of a right answer, on the
+0-1 scale), so whatever sigma bounds one sample's spread (50: the Bernoulli worst case) bounds a document mean's,
+however strongly its samples agree. The error rates above hold as stated, now for N documents, whatever the
+intra-class correlation. The price: the boundaries take no credit for the variance repeats remove
+(between 1 and R times less per document) because it is known only once measured; the fixed-n gate does
+(evals/gates/clustered.py, n = effective samples), this design does not, so its last look (which decides a run
+not stopped before) has the power of N documents, and the report shows the fixed-n clustered test beside it. `python -m
+specdec_eval.evals.sequential.clustered_study` checks both error rates by simulating clustered samples.
 """
 
 from __future__ import annotations
@@ -112,6 +126,7 @@ class AccuracySequentialDesign:
     n_ref: int | None = None  # samples behind the reference; None: n_max (the last look is the fixed gate)
     fail_spending: str = "hsd:-8"
     pass_spending: str = "hsd:-2"
+    repeats: int = 1  # samples per document: a unit is then a document, its score the mean of its samples
     fixed: HypothesisTest = field(init=False, repr=False)
     theta: float = field(init=False)
     z_fail: np.ndarray = field(init=False, repr=False)
@@ -122,6 +137,8 @@ class AccuracySequentialDesign:
         _check_looks(looks, self.n_max)
         if self.n_ref is not None and self.n_ref < 1:
             raise ValueError(f"n_ref must be a positive sample count, got {self.n_ref}")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be at least 1, got {self.repeats}")
         fixed = HypothesisTest(self.ref, self.n_max, self.alpha, self.beta, self.sigma, floor=self.floor)
         info = self._info(np.asarray(looks, dtype=float))
         theta = -(ndtri(self.alpha) + ndtri(self.beta)) / math.sqrt(info[-1])
@@ -143,6 +160,21 @@ class AccuracySequentialDesign:
     def can_fail(self) -> bool:
         """False when the fixed gate's threshold at n_max is at or below the floor (then PASS reads NO-GATE)."""
         return self.fixed.can_fail
+
+    @property
+    def unit(self) -> str:
+        """What a look counts: samples, or documents with several samples each."""
+        return "samples" if self.repeats == 1 else "documents"
+
+    def variance_model(self) -> str:
+        """How the design treats several samples per document, in one line (what the run prints)."""
+        if self.repeats == 1:
+            return f"one sample per document, standard deviation {self.sigma:g} per sample"
+        return (f"per-document means of {self.repeats} samples (avg@{self.repeats}), clustered by document: looks "
+                f"count documents with all {self.repeats} samples scored; standard deviation {self.sigma:g} per "
+                "document mean, the bound for one sample that no mean of a document's samples exceeds, so their "
+                "correlation cannot raise the false-FAIL rate (repeats narrow the score; the boundaries take no "
+                "credit for it)")  # fmt: skip
 
     def _info(self, n: np.ndarray) -> np.ndarray:
         n_ref = self.n_ref if self.n_ref is not None else self.n_max
@@ -171,7 +203,7 @@ class AccuracySequentialDesign:
         k = self.looks.index(n)
         row = self.boundaries()[k]
         z = (score - self.ref) * math.sqrt(self._info(np.asarray([float(n)]))[0])
-        at = f"at {n}/{self.n_max}"
+        at = f"at {n}/{self.n_max}" + ("" if self.repeats == 1 else f" documents (avg@{self.repeats})")
         lower, upper = _shown(row["fail_below"], "-inf"), _shown(row["pass_at"], "inf")
         if z < self.z_fail[k]:
             verdict = FAIL
@@ -205,21 +237,29 @@ class AccuracySequentialDesign:
         rng = np.random.default_rng(seed)
         looks = np.asarray(self.looks)
         counts = np.cumsum(rng.binomial(np.diff(looks, prepend=0), mean / 100.0, size=(sims, len(looks))), axis=1)
-        ref = np.full((sims, 1), self.ref)
+        ref = np.full(sims, self.ref)
         if reference_noise:
             n_ref = self.n_ref if self.n_ref is not None else self.n_max
-            ref = 100.0 * rng.binomial(n_ref, self.ref / 100.0, size=(sims, 1)) / n_ref
-        z = (100.0 * counts / looks - ref) * np.sqrt(self._info(looks.astype(float)))
+            ref = 100.0 * rng.binomial(n_ref, self.ref / 100.0, size=sims) / n_ref
+        failed, stopped_at = self.outcomes(100.0 * counts / looks, ref)
+        p_fail = float(failed.mean())
+        reference = "noisy" if reference_noise else "exact"
+        method = f"Bernoulli simulation, {sims} runs, seed {seed}, reference {reference}"
+        return OperatingPoint(mean, p_fail, 1.0 - p_fail, float(stopped_at.mean()), method,
+                              math.sqrt(p_fail * (1.0 - p_fail) / sims))  # fmt: skip
+
+    def outcomes(self, scores: np.ndarray, ref: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+        """Simulated runs through every look, vectorised: `scores` (runs x looks) is each run's mean score (0-100) at
+        each look, `ref` the reference each run is judged against (one per run, or one for all). Returns whether each
+        run FAILed and the unit count it stopped at (the first crossing; the last look always decides)."""
+        looks = np.asarray(self.looks)
+        ref = np.broadcast_to(np.asarray(ref, dtype=float).reshape(-1, 1), (scores.shape[0], 1))
+        z = (scores - ref) * np.sqrt(self._info(looks.astype(float)))
         fail, passed = z < self.z_fail, z >= self.z_pass
         stop = fail | passed
         stop[:, -1] = True
         first = np.argmax(stop, axis=1)
-        failed = fail[np.arange(sims), first]
-        p_fail = float(failed.mean())
-        reference = "noisy" if reference_noise else "exact"
-        method = f"Bernoulli simulation, {sims} runs, seed {seed}, reference {reference}"
-        return OperatingPoint(mean, p_fail, 1.0 - p_fail, float(looks[first].mean()), method,
-                              math.sqrt(p_fail * (1.0 - p_fail) / sims))  # fmt: skip
+        return fail[np.arange(len(first)), first], looks[first]
 
     def to_dict(self) -> dict[str, Any]:
         """The design as the manifest records it."""
@@ -227,7 +267,8 @@ class AccuracySequentialDesign:
             "kind": "group-sequential accuracy gate", "ref": self.ref, "n_max": self.n_max, "looks": list(self.looks),
             "alpha": self.alpha, "beta": self.beta, "sigma": self.sigma, "floor": self.floor,
             "n_ref": self.n_ref if self.n_ref is not None else self.n_max, "theta": self.theta,
-            "fail_spending": self.fail_spending, "pass_spending": self.pass_spending,
+            "fail_spending": self.fail_spending, "pass_spending": self.pass_spending, "unit": self.unit,
+            "repeats": self.repeats, "variance_model": self.variance_model(),
             "fixed_threshold": self.fixed.threshold, "can_fail": self.can_fail, "boundaries": self.boundaries(),
         }  # fmt: skip
 

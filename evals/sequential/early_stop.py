@@ -12,13 +12,21 @@ after each batch every gate that can already decide does:
 Per-sample scores come from lm-eval's own filters and metric on the task object (so they are exactly the scores
 lm-eval computes at the end), and the run's recorded score is lm-eval's over the documents evaluated. A stopped
 task records where and why: {"n": ..., "of": ..., "reason": ..., "gate": ...}.
+
+**Several samples per document** (`--repeats R`): every count here is of documents. The adapter schedules a document's
+R samples together; a document is done only once all R are scored, a look sees the documents done as a prefix of the
+order, and the accuracy design judges the mean of their per-document means (accuracy.py says why its variance model
+holds for clustered samples). The lossless stop compares each sample with the baseline's sample of the same
+(task, document, repeat) (the same seed), as the lossless gate pairs them (evals/lossless/check.py), and names the
+repeat. Progress records (a side of a sequential `ab`) carry the sample's repeat and the samples per document, so
+that the watcher compares a document only once both sides have all of its samples (ab_watch.py).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,27 +55,43 @@ def sample_score(task: Any, instance: Any, text: str, score_filter: str | None =
     return 100.0 * sum(values) / len(values) if values else 0.0
 
 
+Sample = tuple[int, int]  # (position of its document in the evaluation order, repeat)
+
+
 @dataclass
 class TaskProgress:
-    """One task's sequential state: scores by evaluation position, and the decision once there is one."""
+    """One task's sequential state: scores by (evaluation position, repeat), and the decision once there is one."""
 
     name: str
-    n_max: int
+    n_max: int  # documents planned
     design: AccuracySequentialDesign | None
-    scores: dict[int, float] = field(default_factory=dict)  # position in the evaluation order -> score
-    counts: dict[int, tuple[int, int]] = field(default_factory=dict)  # position -> (draft cycles, accepted drafts)
+    repeats: int = 1  # samples per document
+    scores: dict[Sample, float] = field(default_factory=dict)
+    counts: dict[Sample, tuple[int, int]] = field(default_factory=dict)  # -> (draft cycles, accepted drafts)
     acceptance: AcceptanceStats | None = None
     stopped: dict[str, Any] | None = None
     looks: list[dict[str, Any]] = field(default_factory=list)
     decision: dict[str, Any] | None = None  # the accuracy design's last decision (final at a stop or at n_max)
 
+    def is_complete(self, position: int) -> bool:
+        """Every sample of the document at `position` is scored."""
+        return all((position, r) in self.scores for r in range(self.repeats))
+
     @property
     def done(self) -> int:
-        """Documents evaluated as a prefix of the order (a look needs an unbroken prefix)."""
+        """Documents evaluated, all their samples, as a prefix of the order (a look needs an unbroken prefix)."""
         n = 0
-        while n in self.scores:
+        while self.is_complete(n):
             n += 1
         return n
+
+    def document_score(self, position: int) -> float:
+        """The mean score of a complete document's samples (its only sample's score with one per document)."""
+        return sum(self.scores[(position, r)] for r in range(self.repeats)) / self.repeats
+
+    def score_of_first(self, n: int) -> float:
+        """The mean of the first n documents' scores (avg@repeats): what a look at n judges."""
+        return sum(self.document_score(i) for i in range(n)) / n
 
 
 class EarlyStop:
@@ -84,10 +108,12 @@ class EarlyStop:
         exact: bool = True,
         max_draft_len: int = 0,
         stop_file: str | None = None,
+        temperatures: Mapping[str, float] | None = None,
     ) -> None:
         """stop_file (a side of a sequential `ab`): after each batch, every finished sample's score (and its
         acceptance counts) is appended to `<stop_file>.progress.jsonl`, and once `stop_file` exists every task
-        stops, its content the reason."""
+        stops, its content the reason. temperatures: what each task decodes at (absent: greedy), which the
+        acceptance tripwire's reference must have been measured at."""
         self.design_for = design_for
         self.batch = batch
         self.test_id = test_id
@@ -95,30 +121,42 @@ class EarlyStop:
         self.exact = exact
         self.max_draft_len = max_draft_len
         self.stop_file = Path(stop_file) if stop_file else None
+        self.temperatures = dict(temperatures or {})
         self.tasks: dict[str, TaskProgress] = {}
-        self._reported: set[tuple[str, int]] = set()
+        self._reported: set[tuple[str, int, int]] = set()
 
-    def start(self, task: str, n_max: int) -> TaskProgress:
+    def start(self, task: str, n_max: int, repeats: int = 1) -> TaskProgress:
+        """A task of n_max documents with `repeats` samples each."""
+        if repeats < 1:
+            raise ValueError(f"repeats must be at least 1, got {repeats}")
         acceptance = AcceptanceStats(self.max_draft_len) if self.max_draft_len else None
-        self.tasks[task] = TaskProgress(task, n_max, self.design_for(task, n_max), acceptance=acceptance)
+        design = self.design_for(task, n_max)
+        if design is not None and (design.repeats, design.n_max) != (repeats, n_max):
+            raise ValueError(f"{task}: the accuracy design is for {design.n_max} units of {design.repeats} samples, "
+                             f"the task has {n_max} documents of {repeats}")  # fmt: skip
+        self.tasks[task] = TaskProgress(task, n_max, design, repeats, acceptance=acceptance)
         return self.tasks[task]
 
     def is_open(self, task: str) -> bool:
         return self.tasks[task].stopped is None
 
     def observe(self, task: str, position: int, score: float, acceptance: dict | None, divergence: int | None,
-                doc_id: Any) -> None:  # fmt: skip
-        """One finished sample. divergence: the first token where it differs from its baseline (None: identical or
-        no baseline to compare with)."""
+                doc_id: Any, repeat: int = 0) -> None:  # fmt: skip
+        """One finished sample: sample `repeat` of the document at `position`. divergence: the first token where it
+        differs from the baseline's sample of the same document and repeat (None: identical or no baseline)."""
         t = self.tasks[task]
-        t.scores[position] = score
+        if not 0 <= repeat < t.repeats:
+            raise ValueError(f"{task}: repeat {repeat} of a task with {t.repeats} samples per document")
+        t.scores[(position, repeat)] = score
         if acceptance and acceptance.get("num_cycles"):
-            t.counts[position] = (int(acceptance["num_cycles"]), int(acceptance["num_accepted_drafts"]))
+            t.counts[(position, repeat)] = (int(acceptance["num_cycles"]), int(acceptance["num_accepted_drafts"]))
         if acceptance and t.acceptance is not None:
             t.acceptance.merge(AcceptanceStats.from_dict(acceptance))
         if divergence is not None and self.exact and t.stopped is None:
+            sample = f"doc {doc_id}" + (f" sample {repeat}" if t.repeats > 1 else "")
             t.stopped = {"gate": "lossless", "verdict": Verdict.FAIL, "n": None, "of": t.n_max, "doc_id": doc_id,
-                         "reason": f"doc {doc_id} differs from the baseline at token {divergence} (any divergence "
+                         **({"repeat": repeat} if t.repeats > 1 else {}),
+                         "reason": f"{sample} differs from the baseline at token {divergence} (any divergence "
                          "fails in float32): stopped at the first divergent sample"}  # fmt: skip
 
     def after_batch(self, task: str) -> None:
@@ -136,7 +174,8 @@ class EarlyStop:
         if n == 0:
             return
         if t.acceptance is not None and self.test_id is not None:
-            early = acceptance_early_fail(self.test_id, t.acceptance.to_dict(), self.acceptance_refs)
+            early = acceptance_early_fail(self.test_id, t.acceptance.to_dict(), self.acceptance_refs,
+                                          temperature=self.temperatures.get(task, 0.0))  # fmt: skip
             if early is not None:
                 t.stopped = {
                     "gate": "acceptance",
@@ -148,8 +187,7 @@ class EarlyStop:
                 return
         if t.design is None or n not in t.design.looks:
             return
-        score = sum(t.scores[i] for i in range(n)) / n
-        decision = t.design.decide(n, score)
+        decision = t.design.decide(n, t.score_of_first(n))
         t.decision = decision.to_dict()
         t.looks.append(t.decision)
         if decision.verdict in (Verdict.PASS, Verdict.FAIL) and n < t.n_max:
@@ -157,20 +195,29 @@ class EarlyStop:
                          "reason": decision.reason}  # fmt: skip
 
     def _report(self, t: TaskProgress) -> None:
-        """Each finished sample once: its score, the task's planned documents (`of`) and, under spec-dec, its draft
-        cycles and accepted drafts (the sequential acceptance A/B pairs them: evals/sequential/acceptance.py)."""
+        """Each finished sample once: its document's position, its repeat and the samples per document, its score,
+        the task's planned documents (`of`) and, under spec-dec, its draft cycles and accepted drafts (the sequential
+        acceptance A/B pairs them by document: evals/sequential/acceptance.py)."""
         lines = []
-        for position in sorted(set(t.scores)):
-            if (t.name, position) not in self._reported:
-                self._reported.add((t.name, position))
-                record = {"task": t.name, "position": position, "score": t.scores[position], "of": t.n_max}
-                if position in t.counts:
-                    record["acceptance"] = list(t.counts[position])
+        for position, repeat in sorted(t.scores):
+            if (t.name, position, repeat) not in self._reported:
+                self._reported.add((t.name, position, repeat))
+                record = {"task": t.name, "position": position, "repeat": repeat, "repeats": t.repeats,
+                          "score": t.scores[(position, repeat)], "of": t.n_max}  # fmt: skip
+                if (position, repeat) in t.counts:
+                    record["acceptance"] = list(t.counts[(position, repeat)])
                 lines.append(json.dumps(record))
         if lines:
             progress = self.stop_file.with_name(self.stop_file.name + ".progress.jsonl")
             with progress.open("a", encoding="utf-8") as f:
                 f.write("".join(line + "\n" for line in lines))
+
+    def design_note(self, task: str) -> str | None:
+        """How the task's accuracy design treats several samples per document (None: one sample, or no design)."""
+        t = self.tasks.get(task)
+        if t is None or t.design is None or t.repeats == 1:
+            return None
+        return f"sequential design: {t.design.variance_model()}"
 
     def accuracy_decision(self, task: str) -> dict[str, Any] | None:
         """The sequential accuracy verdict the task ended with (None without a design or a look)."""

@@ -24,7 +24,6 @@ SAMPLED = ("--gen-kwargs", "temperature=0.7,top_p=0.9")
         (("--gen-kwargs", "temperature=-1"), "--gen-kwargs"),
         (("--gen-kwargs", "colour=red"), "--gen-kwargs"),
         (("--chat-template-kwargs", "[1]"), "--chat-template-kwargs"),
-        ((*SAMPLED, "--repeats", "2", "--early-stop"), "--early-stop"),
     ],
 )
 def test_bad_conditions_are_one_line_before_anything_runs(capsys, tmp_path, args, words):

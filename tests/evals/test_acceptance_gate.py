@@ -180,6 +180,13 @@ def test_early_fail_catches_a_random_drafter_after_the_first_batch():
     assert acceptance_early_fail("t::low", stats(3, [0] * 300), REFS)["verdict"] == "FAIL"
 
 
+def test_early_fail_judges_only_the_decoding_its_reference_was_measured_under():
+    """A sampled run (every --repeats run is one) is never tripped by a greedy reference: acceptance falls with the
+    temperature, as the full gate knows (decoding_problem)."""
+    assert acceptance_early_fail("t::ref", stats(3, [0] * 300), REFS, temperature=1.0) is None
+    assert acceptance_early_fail("t::ref", stats(3, [0] * 300), REFS, temperature=0.0)["verdict"] == "FAIL"
+
+
 # --- the shipped references ----------------------------------------------------------------------------------
 
 

@@ -177,3 +177,19 @@ def test_the_gate_rule_on_a_real_hypothesis_test():
     test = HypothesisTest(ref_accuracy=65.0, num_samples=198, floor=25.0)
     check = check_conditions(aa(), SAMPLED_REF)
     assert test.verdict(40.0) == FAIL and check.verdict(test.verdict(40.0)) == NO_GATE
+
+
+def test_a_sequential_verdict_obeys_the_conditions_rule_too():
+    """`run --early-stop` against a reference measured under other conditions: the design's FAIL at a look is no more
+    evidence than the fixed test's (it read FAIL, overriding the NO-GATE)."""
+    from specdec_eval.evals.gates.hypothesis import accuracy_gate
+    from specdec_eval.evals.gates.references import Reference
+
+    ref = Reference("gpqa_diamond_aa", "M", 60.0, dict(SAMPLED_REF))
+    sequential = {"verdict": FAIL, "n": 32, "reason": "FAIL at 32/198"}
+    blocked = accuracy_gate("gpqa_diamond_aa", 0.0, 32, ref, sequential=sequential,
+                            conditions=check_conditions(aa(), SAMPLED_REF))  # fmt: skip
+    assert blocked.verdict == NO_GATE and "the gate says NO-GATE: the conditions differ" in blocked.reason
+    judged = accuracy_gate("gpqa_diamond_aa", 0.0, 32, ref, sequential=sequential,
+                           conditions=check_conditions(aa("temperature=1.0,top_p=1.0"), SAMPLED_REF))  # fmt: skip
+    assert judged.verdict == FAIL

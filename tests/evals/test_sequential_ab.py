@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from specdec_eval.evals.sequential.ab_watch import SideProgress, discordant_in_order, watch
+from specdec_eval.evals.sequential.ab_watch import DocumentProgress, SideProgress, discordant_in_order, watch
 from specdec_eval.evals.sequential.discordant_pairs import PairedSequentialDesign
 
 
@@ -18,10 +18,57 @@ def _write(side: SideProgress, scores: list[float], task: str = "gsm8k", start: 
             f.write(json.dumps({"task": task, "position": i, "score": s}) + "\n")
 
 
+def _write_samples(side: SideProgress, documents: list[list[float]], task: str = "gsm8k") -> None:
+    """Each document's samples as a side with --repeats reports them: one record per sample, with its repeat."""
+    with side.progress_file.open("a") as f:
+        for position, scores in enumerate(documents):
+            for repeat, score in enumerate(scores):
+                f.write(json.dumps({"task": task, "position": position, "repeat": repeat, "repeats": len(scores),
+                                    "score": score, "of": len(documents)}) + "\n")  # fmt: skip
+
+
+def _docs(scores: dict[tuple[str, int], float]) -> dict[tuple[str, int], DocumentProgress]:
+    return {key: DocumentProgress((score,)) for key, score in scores.items()}
+
+
 def test_discordant_pairs_follow_the_common_prefix_of_the_order():
-    a = {("t", 0): 100.0, ("t", 1): 0.0, ("t", 2): 50.0, ("t", 4): 0.0}
-    b = {("t", 0): 0.0, ("t", 1): 0.0, ("t", 2): 100.0, ("t", 3): 0.0, ("t", 4): 100.0}
+    a = _docs({("t", 0): 100.0, ("t", 1): 0.0, ("t", 2): 50.0, ("t", 4): 0.0})
+    b = _docs({("t", 0): 0.0, ("t", 1): 0.0, ("t", 2): 100.0, ("t", 3): 0.0, ("t", 4): 100.0})
     assert discordant_in_order(a, b) == [False, True]  # position 3 is missing on A: the prefix ends there
+
+
+def test_documents_with_several_samples_are_compared_by_their_means():
+    """--repeats 2: a document whose samples swap between the sides is no pair at all (sample by sample it would be
+    two discordant pairs, one each way); a document counts once, by its mean."""
+    a = {("t", 0): DocumentProgress((100.0, 0.0)), ("t", 1): DocumentProgress((100.0, 100.0)),
+         ("t", 2): DocumentProgress((0.0, 0.0)), ("t", 3): DocumentProgress((100.0, 0.0))}  # fmt: skip
+    b = {("t", 0): DocumentProgress((0.0, 100.0)), ("t", 1): DocumentProgress((0.0, 100.0)),
+         ("t", 2): DocumentProgress((100.0, 100.0)), ("t", 3): DocumentProgress((100.0, 0.0))}  # fmt: skip
+    assert discordant_in_order(a, b) == [False, True]
+
+
+def test_a_document_is_paired_only_once_both_sides_have_all_its_samples(tmp_path):
+    sides = {n: SideProgress(tmp_path / f"side-{n}.stop") for n in "AB"}
+    _write_samples(sides["A"], [[100.0, 100.0], [100.0, 100.0], [100.0, 100.0]])
+    _write_samples(sides["B"], [[0.0, 0.0], [0.0, 0.0]])
+    with sides["B"].progress_file.open("a") as f:  # B's third document: one of its two samples so far
+        f.write(json.dumps({"task": "gsm8k", "position": 2, "repeat": 0, "repeats": 2, "score": 0.0}) + "\n")
+    docs_a, docs_b = sides["A"].documents(), sides["B"].documents()
+    assert sorted(docs_a) == [("gsm8k", 0), ("gsm8k", 1), ("gsm8k", 2)]
+    assert sorted(docs_b) == [("gsm8k", 0), ("gsm8k", 1)]
+    assert docs_a[("gsm8k", 0)] == DocumentProgress((100.0, 100.0), None, 3)
+    assert discordant_in_order(docs_a, docs_b) == [False, False]  # the third document waits for B's second sample
+
+
+def test_a_worse_b_with_several_samples_per_document_is_decided_on_documents(tmp_path):
+    """40 documents of 4 samples, B right on half as many samples of each: 40 discordant documents, not 160
+    discordant samples; the SPRT decides B-WORSE on the documents."""
+    sides = {n: SideProgress(tmp_path / f"side-{n}.stop") for n in "AB"}
+    _write_samples(sides["A"], [[100.0, 100.0, 100.0, 0.0] for _ in range(40)])
+    _write_samples(sides["B"], [[100.0, 0.0, 0.0, 0.0] for _ in range(40)])
+    record = watch(sides, PairedSequentialDesign(), lambda: True, poll_s=0)
+    assert record["verdict"] == "B-WORSE" and record["stopped_sides"]
+    assert record["discordant_pairs"] <= record["pairs_seen"] == 40
 
 
 def test_a_clearly_worse_b_is_decided_and_both_sides_are_told_to_stop(tmp_path):
@@ -102,3 +149,29 @@ def test_ab_early_stop_decides_on_acceptance_end_to_end(tmp_path):
     (compared,) = result["tasks"].values()
     assert compared["n"] < 8  # stopped before the end
     assert compared["acceptance"]["per_document"]["relative"] == 0.0 and not result["acceptance_drops"]
+
+
+@pytest.mark.slow
+def test_ab_early_stop_with_repeats_end_to_end(tmp_path):
+    """`ab --early-stop` at T = 1.0 with --repeats 2 on one commit: both sides draw each (document, repeat) from the
+    same seed, so their samples agree, no document is discordant, and the per-document acceptance (summed over a
+    document's two samples) rules a 5 % drop out at the first look of 2 documents and stops both sides; the runs
+    hold whole documents, each sample with its repeat, and `compare` tests them clustered by document."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", str(__import__("pathlib").Path(__file__).resolve().parents[2]), str(repo)],
+                   check=True)  # fmt: skip
+    cmd = [sys.executable, "-m", "specdec_eval.cli.main", "ab", "HEAD", "HEAD", "--repo", str(repo), "--early-stop",
+           "--decide-on", "acceptance", "--early-stop-batch", "2", "--out", str(tmp_path / "runs"), "--json", "--",
+           "--model", "tiny", "--spec", "eagle3", "--tasks", "gsm8k_smoke", "--limit", "8", "--max-output-len", "8",
+           "--gen-kwargs", "temperature=1.0", "--repeats", "2", "--no-reference", "--device-memory",
+           "256MiB"]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
+    result = json.loads(p.stdout)
+    sequential = result["sequential"]
+    assert sequential["stopped_sides"] and sequential["acceptance"]["verdict"] == "NO-DROP", sequential
+    (looked,) = sequential["acceptance"]["tasks"].values()
+    assert sequential["discordant_pairs"] == 0 and looked["n"] == 2
+    (compared,) = result["tasks"].values()
+    assert compared["n"] < 16 and compared["n"] % 2 == 0  # whole documents of 2 samples, stopped before the end
+    assert compared["clustered"]["samples_per_document"] == 2 and compared["verdict"] == "no significant change"

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from specdec_eval.evals.sequential.ab_watch import (
     AcceptanceMonitor,
+    DocumentProgress,
     SideProgress,
     acceptance_in_order,
     should_stop,
@@ -169,10 +170,26 @@ def test_the_stop_rule():
 
 
 def test_pairs_follow_the_common_prefix_and_skip_documents_without_drafts():
-    a = {("t", 0): {"acceptance": [10, 5]}, ("t", 1): {"acceptance": [0, 0]}, ("t", 2): {"acceptance": [8, 4]}}
-    b = {("t", 0): {"acceptance": [10, 4]}, ("t", 1): {"acceptance": [3, 1]}, ("t", 3): {"acceptance": [8, 4]}}
+    doc = lambda counts: DocumentProgress((1.0,), counts)  # noqa: E731
+    a = {("t", 0): doc((10, 5)), ("t", 1): doc((0, 0)), ("t", 2): doc((8, 4))}
+    b = {("t", 0): doc((10, 4)), ("t", 1): doc((3, 1)), ("t", 3): doc((8, 4))}
     assert acceptance_in_order(a, b) == {"t": [((10, 5), (10, 4))]}  # position 2 missing on B: the prefix ends
-    assert acceptance_in_order({("t", 0): {"score": 1.0}}, {("t", 0): {"score": 1.0}}) == {}
+    assert acceptance_in_order({("t", 0): doc(None)}, {("t", 0): doc(None)}) == {}
+
+
+def test_a_documents_acceptance_sums_its_samples_counts(tmp_path):
+    """--repeats 3: the sequential acceptance test's unit is the document, its counts summed over its samples (a
+    sample that drafted nothing adds nothing); a document with a sample still missing is not there yet."""
+    side = SideProgress(tmp_path / "side.stop")
+    rows = [(0, 0, [10, 5]), (0, 1, [6, 3]), (0, 2, None), (1, 0, [4, 4]), (1, 1, [4, 2])]
+    with side.progress_file.open("a") as f:
+        for position, repeat, counts in rows:
+            record = {"task": "t", "position": position, "repeat": repeat, "repeats": 3, "score": 0.0, "of": 9}
+            f.write(json.dumps({**record, **({"acceptance": counts} if counts else {})}) + "\n")
+    documents = side.documents()
+    assert list(documents) == [("t", 0)]  # document 1 has two of its three samples
+    assert documents[("t", 0)].acceptance == (16, 8) and documents[("t", 0)].of == 9
+    assert acceptance_in_order(documents, documents) == {"t": [((16, 8), (16, 8))]}
 
 
 def test_a_side_reports_each_samples_acceptance_counts_and_its_planned_documents(tmp_path):
@@ -182,5 +199,6 @@ def test_a_side_reports_each_samples_acceptance_counts_and_its_planned_documents
     stop.observe("gsm8k", 1, 0.0, None, None, "d1")  # a plain side's sample: no counts
     stop.after_batch("gsm8k")
     lines = [json.loads(line) for line in (tmp_path / "side.stop.progress.jsonl").read_text().splitlines()]
-    assert lines == [{"task": "gsm8k", "position": 0, "score": 100.0, "of": 5, "acceptance": [12, 7]},
-                     {"task": "gsm8k", "position": 1, "score": 0.0, "of": 5}]  # fmt: skip
+    one = {"repeat": 0, "repeats": 1}
+    assert lines == [{"task": "gsm8k", "position": 0, **one, "score": 100.0, "of": 5, "acceptance": [12, 7]},
+                     {"task": "gsm8k", "position": 1, **one, "score": 0.0, "of": 5}]  # fmt: skip

@@ -76,3 +76,24 @@ def test_three_documents_are_not_nine_independent_pairs(tmp_path):
     t = result["tasks"]["gpqa_diamond_aa"]
     assert (t["mcnemar"]["b"], t["mcnemar"]["c"]) == (9, 0) and t["mcnemar"]["p"] < 0.005  # samples as independent
     assert t["clustered"]["p"] > 0.05 and t["verdict"] == "no significant change"
+
+
+def test_acceptance_pairs_documents_with_their_samples_counts_summed(tmp_path):
+    """The paired acceptance test's unit is the document: with 4 samples each, 30 documents (not 120 samples as if
+    independent), each side's cycles and accepted drafts summed over the document's samples."""
+
+    def drafted(rows: list[dict], accepted_of) -> list[dict]:
+        return [{**s, "acceptance": {"num_cycles": 10, "num_accepted_drafts": accepted_of(s)}} for s in rows]
+
+    rows = samples(BASE)
+    a = drafted(rows, lambda s: 4 + s["repeat"] + s["doc_id"] % 3)
+    b = drafted(rows, lambda s: 3 + s["repeat"] + s["doc_id"] % 3)
+    flat = [ok for flags in BASE.values() for ok in flags]
+    run_a = make_run(tmp_path, 1, samples=a, tasks={"gpqa_diamond_aa": task_summary(flat)})
+    run_b = make_run(tmp_path, 2, samples=b, tasks={"gpqa_diamond_aa": task_summary(flat)})
+    per_document = compare_runs(run_a, run_b, filter="strict-match")["tasks"]["gpqa_diamond_aa"]["acceptance"][
+        "per_document"
+    ]
+    assert per_document["n"] == DOCS and per_document["unpaired"] == 0
+    # AL over the documents' summed counts: (4 + 1.5 + mean of d % 3) / 10 accepted per cycle on A, one less on B
+    assert per_document["al_a"] - per_document["al_b"] == pytest.approx(0.1)
