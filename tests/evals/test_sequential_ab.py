@@ -146,8 +146,10 @@ def test_ab_early_stop_decides_on_acceptance_end_to_end(tmp_path):
     sequential = result["sequential"]
     assert sequential["decide_on"] == "acceptance" and sequential["stopped_sides"], sequential
     assert sequential["acceptance"]["verdict"] == "NO-DROP", sequential["acceptance"]
+    (looked,) = sequential["acceptance"]["tasks"].values()
+    assert looked["n"] == 2  # decided at the first look; how far the sides ran on after the stop is a race
     (compared,) = result["tasks"].values()
-    assert compared["n"] < 8  # stopped before the end
+    assert 2 <= compared["n"] <= 8
     assert compared["acceptance"]["per_document"]["relative"] == 0.0 and not result["acceptance_drops"]
 
 
@@ -173,5 +175,6 @@ def test_ab_early_stop_with_repeats_end_to_end(tmp_path):
     (looked,) = sequential["acceptance"]["tasks"].values()
     assert sequential["discordant_pairs"] == 0 and looked["n"] == 2
     (compared,) = result["tasks"].values()
-    assert compared["n"] < 16 and compared["n"] % 2 == 0  # whole documents of 2 samples, stopped before the end
+    # whole documents of 2 samples (how far the sides ran on after the stop is a race: not asserted)
+    assert 4 <= compared["n"] <= 16 and compared["n"] % 2 == 0
     assert compared["clustered"]["samples_per_document"] == 2 and compared["verdict"] == "no significant change"
