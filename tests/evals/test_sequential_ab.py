@@ -133,16 +133,7 @@ def test_ab_early_stop_decides_on_acceptance_end_to_end(tmp_path):
     """`ab --early-stop --decide-on acceptance` from the CLI: two sides of one commit draft the same documents with
     the same counts, so the paired acceptance test rules a 5 % drop out at its first look and stops both sides (the
     SPRT alone, with no discordant pair, would have let them run to the end)."""
-    repo = tmp_path / "repo"
-    subprocess.run(["git", "clone", "-q", str(__import__("pathlib").Path(__file__).resolve().parents[2]), str(repo)],
-                   check=True)  # fmt: skip
-    cmd = [sys.executable, "-m", "specdec_eval.cli.main", "ab", "HEAD", "HEAD", "--repo", str(repo), "--early-stop",
-           "--decide-on", "acceptance", "--early-stop-batch", "2", "--out", str(tmp_path / "runs"), "--json", "--",
-           "--model", "tiny", "--spec", "eagle3", "--tasks", "gsm8k_smoke", "--limit", "8", "--max-output-len", "8",
-           "--no-reference", "--device-memory", "256MiB"]  # fmt: skip
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stderr[-2000:]
-    result = json.loads(p.stdout)
+    result = _ab_on_one_commit_deciding_on_acceptance(tmp_path)
     sequential = result["sequential"]
     assert sequential["decide_on"] == "acceptance" and sequential["stopped_sides"], sequential
     assert sequential["acceptance"]["verdict"] == "NO-DROP", sequential["acceptance"]
@@ -159,17 +150,7 @@ def test_ab_early_stop_with_repeats_end_to_end(tmp_path):
     same seed, so their samples agree, no document is discordant, and the per-document acceptance (summed over a
     document's two samples) rules a 5 % drop out at the first look of 2 documents and stops both sides; the runs
     hold whole documents, each sample with its repeat, and `compare` tests them clustered by document."""
-    repo = tmp_path / "repo"
-    subprocess.run(["git", "clone", "-q", str(__import__("pathlib").Path(__file__).resolve().parents[2]), str(repo)],
-                   check=True)  # fmt: skip
-    cmd = [sys.executable, "-m", "specdec_eval.cli.main", "ab", "HEAD", "HEAD", "--repo", str(repo), "--early-stop",
-           "--decide-on", "acceptance", "--early-stop-batch", "2", "--out", str(tmp_path / "runs"), "--json", "--",
-           "--model", "tiny", "--spec", "eagle3", "--tasks", "gsm8k_smoke", "--limit", "8", "--max-output-len", "8",
-           "--gen-kwargs", "temperature=1.0", "--repeats", "2", "--no-reference", "--device-memory",
-           "256MiB"]  # fmt: skip
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stderr[-2000:]
-    result = json.loads(p.stdout)
+    result = _ab_on_one_commit_deciding_on_acceptance(tmp_path, "--gen-kwargs", "temperature=1.0", "--repeats", "2")
     sequential = result["sequential"]
     assert sequential["stopped_sides"] and sequential["acceptance"]["verdict"] == "NO-DROP", sequential
     (looked,) = sequential["acceptance"]["tasks"].values()
@@ -178,3 +159,18 @@ def test_ab_early_stop_with_repeats_end_to_end(tmp_path):
     # whole documents of 2 samples (how far the sides ran on after the stop is a race: not asserted)
     assert 4 <= compared["n"] <= 16 and compared["n"] % 2 == 0
     assert compared["clustered"]["samples_per_document"] == 2 and compared["verdict"] == "no significant change"
+
+
+def _ab_on_one_commit_deciding_on_acceptance(tmp_path, *run_args: str) -> dict:
+    """`ab HEAD HEAD --early-stop --decide-on acceptance --json` on a clone of this checkout (tiny, 8 smoke
+    documents, batches of 2), `run_args` added to each side's run; its JSON result (the command must exit 0)."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", str(__import__("pathlib").Path(__file__).resolve().parents[2]), str(repo)],
+                   check=True)  # fmt: skip
+    cmd = [sys.executable, "-m", "specdec_eval.cli.main", "ab", "HEAD", "HEAD", "--repo", str(repo), "--early-stop",
+           "--decide-on", "acceptance", "--early-stop-batch", "2", "--out", str(tmp_path / "runs"), "--json", "--",
+           "--model", "tiny", "--spec", "eagle3", "--tasks", "gsm8k_smoke", "--limit", "8", "--max-output-len", "8",
+           *run_args, "--no-reference", "--device-memory", "256MiB"]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout)
