@@ -66,8 +66,11 @@ def is_sampled(temperature: float) -> bool:
 def scored_task_names(options: EvalOptions, identity: EngineIdentity) -> list[str]:
     """The tasks of a run judged in distribution: those decoded at temperature > 0 (the task's own, or what
     --gen-kwargs put on top of it) by an engine whose sampler does not reproduce the plain run's tokens."""
-    if not judged_in_distribution(identity):
-        return []
+    return sampled_task_names(options) if judged_in_distribution(identity) else []
+
+
+def sampled_task_names(options: EvalOptions) -> list[str]:
+    """The run's tasks decoded at temperature > 0: the task's own, or what --gen-kwargs put on top of it."""
     return [t.name for t in options.tasks if is_sampled(options.conditions_for(t).temperature)]
 
 

@@ -27,7 +27,7 @@ from dataclasses import replace
 from ...results.run_summary import RunSummary
 from ..lossless.baseline import BaselineRef
 from ..lossless.control import wants_control
-from ..lossless.scoring import is_sampled, scored_task_names, spec_sampling
+from ..lossless.scoring import sampled_task_names, scored_task_names, spec_sampling
 from ..run_identity import find_baseline
 from ..run_types import RunPlan
 from .backends import Backend
@@ -75,7 +75,7 @@ def coupled_sampled_tasks(plan: RunPlan, backend: Backend) -> list[str]:
         return []
     if spec_sampling(backend.declared_identity()) != "coupled":
         return []
-    return [t.name for t in plan.options.tasks if is_sampled(plan.options.conditions_for(t).temperature)]
+    return sampled_task_names(plan.options)
 
 
 def decode_control(plan: RunPlan, backend: Backend, progress_for: ProgressFor | None) -> str | None:
