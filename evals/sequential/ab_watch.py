@@ -13,7 +13,9 @@ Which decisions stop the sides (`decide_on`): "both" (the default) stops at once
 and otherwise when every test that applies has decided; "accuracy" or "acceptance" stops on that test alone (the
 other is still reported where it got). Each test keeps its own error rates; with both, the chance that an
 unchanged B is called worse by either is at most the sum of their alphas. When it decides, the watcher writes
-each side's stop file; the sides stop at their next batch, record what they evaluated, and exit; `compare` then
+each side's stop file; the sides stop at their next batch, record what they evaluated, and exit. A side waits after
+each batch until the watcher has read it (ab_channel.py), so the decision falls at the look that carried it, however
+fast the sides run; `compare` then
 pairs the two runs.
 
 **Several samples per document** (`--repeats R`): a side reports each sample with its repeat and R; the watcher pairs
@@ -33,6 +35,7 @@ from typing import Any
 
 from ...results.acceptance_paired import DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_DROP, DROP, INCONCLUSIVE, NO_DROP
 from ...results.clustered import document_signs
+from .ab_channel import acknowledge, progress_path
 from .acceptance import CONTINUE, AcceptanceSequentialDesign
 from .discordant_pairs import B_WORSE, PairedDecision, PairedSequentialDesign
 
@@ -55,9 +58,11 @@ class DocumentProgress:
 class SideProgress:
     stop_file: Path
 
+    read: int = 0  # how many of the side's records the last read found
+
     @property
     def progress_file(self) -> Path:
-        return self.stop_file.with_name(self.stop_file.name + ".progress.jsonl")
+        return progress_path(self.stop_file)
 
     def records(self) -> dict[tuple[str, int, int], dict[str, Any]]:
         """(task, position in the order, repeat) -> the sample's record, of every sample the side reported so far (a
@@ -74,6 +79,7 @@ class SideProgress:
                 out[(rec["task"], int(rec["position"]), rec["repeat"])] = rec
             except (ValueError, KeyError, TypeError):
                 continue
+        self.read = len(out)
         return out
 
     def documents(self) -> dict[DocumentKey, DocumentProgress]:
@@ -85,6 +91,10 @@ class SideProgress:
 
     def stop(self, reason: str) -> None:
         self.stop_file.write_text(reason + "\n", encoding="utf-8")
+
+    def acknowledge(self) -> None:
+        """Tell the side that its records up to the last read were looked at (it waits for this: ab_channel.py)."""
+        acknowledge(self.stop_file, self.read)
 
 
 def _document(by_repeat: dict[int, dict[str, Any]]) -> DocumentProgress | None:
@@ -194,7 +204,7 @@ def watch(
     sides: dict[str, SideProgress],
     design: PairedSequentialDesign,
     running,
-    poll_s: float = 2.0,
+    poll_s: float = 0.5,
     acceptance: AcceptanceMonitor | None = None,
     decide_on: str = "both",
 ) -> dict:
@@ -210,6 +220,8 @@ def watch(
         accepted = acceptance.scan(documents_a, documents_b, final=not alive) if acceptance is not None else None
         if should_stop(decision, accepted, decide_on) or not alive:
             break
+        for side in sides.values():  # each side waits after a batch until this read of it (ab_channel.py)
+            side.acknowledge()
         time.sleep(poll_s)
     if alive:
         reason = f"sequential A/B decided {decision.verdict} after {decision.n_pairs} discordant pairs: "

@@ -35,6 +35,7 @@ from ...results.run_summary import Verdict
 from ...workers.spec.metrics import AcceptanceStats
 from ..gates.acceptance import acceptance_early_fail
 from ..run_types import EvalOptions
+from .ab_channel import SideWait, progress_path
 from .accuracy import AccuracySequentialDesign
 
 DEFAULT_BATCH = EvalOptions.early_stop_batch  # documents per look: `run --early-stop-batch`'s default
@@ -121,6 +122,7 @@ class EarlyStop:
         self.exact = exact
         self.max_draft_len = max_draft_len
         self.stop_file = Path(stop_file) if stop_file else None
+        self._watcher = SideWait(self.stop_file) if self.stop_file else None
         self.temperatures = dict(temperatures or {})
         self.tasks: dict[str, TaskProgress] = {}
         self._reported: set[tuple[str, int, int]] = set()
@@ -165,6 +167,7 @@ class EarlyStop:
         n = t.done
         if self.stop_file is not None:
             self._report(t)
+            self._watcher.until_read(len(self._reported))  # the watcher looks at this batch first (ab_channel.py)
             if self.stop_file.exists() and t.stopped is None:
                 reason = self.stop_file.read_text(encoding="utf-8").strip() or "the A/B decided"
                 t.stopped = {"gate": "ab", "verdict": None, "n": n, "of": t.n_max, "reason": reason}
@@ -208,8 +211,7 @@ class EarlyStop:
                     record["acceptance"] = list(t.counts[(position, repeat)])
                 lines.append(json.dumps(record))
         if lines:
-            progress = self.stop_file.with_name(self.stop_file.name + ".progress.jsonl")
-            with progress.open("a", encoding="utf-8") as f:
+            with progress_path(self.stop_file).open("a", encoding="utf-8") as f:
                 f.write("".join(line + "\n" for line in lines))
 
     def design_note(self, task: str) -> str | None:
