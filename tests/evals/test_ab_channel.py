@@ -43,7 +43,7 @@ def test_a_side_blocks_after_its_batch_until_the_watcher_read_it_and_the_decisio
     with a design that needs few pairs) and the side then sees the stop before its next batch."""
     stops = {n: tmp_path / f"side-{n}.stop" for n in "AB"}
     controllers = {n: EarlyStop(lambda task, n_max: None, batch=8, exact=False, stop_file=str(stops[n])) for n in "AB"}
-    for name, controller in controllers.items():
+    for controller in controllers.values():
         controller._watcher.poll_s = 0.01
         controller.start("t", 40)
     finished = {}
