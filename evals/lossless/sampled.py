@@ -25,6 +25,7 @@ samples already in hand. No import from evals/pipeline/."""
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -106,17 +107,21 @@ def judge_sampled(
     fidelity = _Fidelity()
     target = _Target(target_tolerance)
     errors = []
+    reasons: dict[str, list] = {}  # why outputs could not be scored: the reason -> its documents
     for sample in samples:
         if sample.sampling.greedy:
             continue
         if sample.scored.error is not None or len(sample.scored.logprobs) != len(sample.token_ids):
             errors.append(sample.doc_id)
+            reasons.setdefault(sample.scored.error or "scored another number of tokens than the output's", []).append(
+                sample.doc_id
+            )
             continue
         placements = place(sample, vocab_size, support_noise)
         fidelity.add(sample.doc_id, sample.token_ids, placements, _doc_rng(seed, sample.doc_id))
         if sample.reported is not None:
             target.add(sample.doc_id, sample.reported, sample.scored.logprobs)
-    return _verdict(fidelity, target, errors, alpha)
+    return _verdict(fidelity, target, errors, alpha, reasons)
 
 
 def place(sample: SampledSample, vocab_size: int, support_noise: float) -> list[Placement]:
@@ -174,6 +179,8 @@ class _Target:
 
     def add(self, doc_id: Any, reported: Sequence[Sequence[Any]], scored: Sequence[float]) -> None:
         for position, (record, lp) in enumerate(zip(reported, scored, strict=False)):
+            if math.isnan(float(lp)):  # the scorer knows only that the token is below its top logprobs
+                continue
             diff = abs(float(record[0]) - float(lp))
             self.tokens += 1
             self.max_diff = max(self.max_diff, diff)
@@ -181,12 +188,15 @@ class _Target:
                 self.beyond.append({"doc_id": doc_id, "position": position, "diff": round(diff, 5)})
 
 
-def _verdict(fidelity: _Fidelity, target: _Target, errors: list, alpha: float) -> GateResult:
+def _verdict(fidelity: _Fidelity, target: _Target, errors: list, alpha: float,
+             reasons: dict[str, list] | None = None) -> GateResult:  # fmt: skip
     u = fidelity.pit
     kinds = fidelity.kinds
     if not fidelity.documents or not len(u):
-        why = "no sampled output was scored" + (f" ({len(errors)} could not be)" if errors else "")
-        return GateResult(NO_GATE, f"sampled: {why}", {"documents": fidelity.documents, "score_errors": errors})
+        why = "no sampled output was scored" + (f" ({len(errors)} could not be{_first_reason(reasons)})"
+                                                  if errors else "")  # fmt: skip
+        return GateResult(NO_GATE, f"sampled: {why}", {"documents": fidelity.documents, "score_errors": errors,
+                                                       **_reasons(reasons)})  # fmt: skip
     uniformity = smooth_test(u)
     likelihood = likelihood_test(fidelity.placed)
     tests = {"pit": uniformity.p_value, "likelihood": likelihood.p_value}
@@ -232,6 +242,7 @@ def _verdict(fidelity: _Fidelity, target: _Target, errors: list, alpha: float) -
                              "beyond": target.beyond[:SHOWN_VIOLATIONS]}  # fmt: skip
     if errors:
         numbers["score_errors"] = errors
+        numbers.update(_reasons(reasons))
     failures = []
     if fidelity.violations:
         first = fidelity.violations[0]
@@ -248,6 +259,21 @@ def _verdict(fidelity: _Fidelity, target: _Target, errors: list, alpha: float) -
     basis = _basis(u, kinds, uniformity.p_value, likelihood, tail, fidelity, target, level, len(tests))
     reason = f"{basis}: " + "; ".join(failures) if failures else basis
     return GateResult(FAIL if failures else PASS, reason, numbers)
+
+
+def _first_reason(reasons: dict[str, list] | None) -> str:
+    """The most common reason outputs could not be scored, as the verdict quotes it (the server's own message)."""
+    if not reasons:
+        return ""
+    reason, docs = max(reasons.items(), key=lambda item: len(item[1]))
+    return f"; {len(docs)} of them: {reason[:300]}"
+
+
+def _reasons(reasons: dict[str, list] | None) -> dict[str, Any]:
+    """Each reason outputs could not be scored, with its documents (the first few reasons only)."""
+    if not reasons:
+        return {}
+    return {"score_error_reasons": [{"reason": r[:500], "doc_ids": docs} for r, docs in list(reasons.items())[:5]]}
 
 
 def _direction(likelihood, level: float) -> str:

@@ -11,6 +11,7 @@ instead, which builds the plain engine when the gate first needs it and closes i
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -36,11 +37,21 @@ class Scorer:
 
     def score(self, requests: Sequence[ScoreRequest]) -> tuple[list[ScoredOutput], int]:
         """Each request's scoring and the scorer's vocabulary size."""
+        started = time.monotonic()
+        print(f"lossless: scoring {len(requests)} sampled output(s) on {self.what} (teacher forcing) ...",
+              file=sys.stderr, flush=True)  # fmt: skip
         engine = self.make_engine()
         try:
-            return engine.score_outputs(requests), len(engine.tokenizer)
+            scored = engine.score_outputs(requests)
         finally:
             engine.close()
+        failed = sum(s.error is not None for s in scored)
+        empty = sum(not r.output_token_ids for r in requests)
+        print(f"lossless: scored {len(scored) - failed - empty} of {len(scored)} in {time.monotonic() - started:.0f} s"
+              + (f", {empty} empty" if empty else "")
+              + (f" ({failed} could not be: {next(s.error for s in scored if s.error)[:200]})" if failed else ""),
+              file=sys.stderr, flush=True)  # fmt: skip
+        return scored, len(engine.tokenizer)
 
 
 def spec_sampling(identity: EngineIdentity) -> str | None:

@@ -8,6 +8,8 @@
   power    the FAIL rate of each sampled bug class at the default run's size, on real distributions: a bank of the
            verify steps of a SmolLM2 + Eagle3 run over 10 five-shot GSM8K prompts x 256 tokens (bank.py, which says
            how it models a run), replayed through the real rejection sampler with each planted rule.
+  smooth   the smooth test's chi-square p-value on exact null draws (u i.i.d. U(0, 1)) at given run sizes: how
+           often it falls below each level (the gate's false-FAIL rate rests on it).
   sampler  the chi-square goodness of fit of the rejection sampler on hand-made distributions (sampler_check.py),
            correct and with each planted rule.
 
@@ -210,6 +212,28 @@ def _power(args) -> dict:
     return figures
 
 
+def _smooth(args) -> dict:
+    """The smooth test's chi-square p-value against its exact null: u i.i.d. U(0, 1) (what the randomized PIT gives
+    a clean run), so the rate of p below each level must be that level at the run's size."""
+    from .pit import smooth_test
+
+    rng = np.random.default_rng(args.seed)
+    levels = (0.05, 0.01, 0.005, 0.01 / 3)
+    figures = {}
+    for n in args.n:
+        below = dict.fromkeys(levels, 0)
+        for _ in range(args.replicates):
+            p = smooth_test(rng.random(n)).p_value
+            for level in levels:
+                below[level] += p < level
+        rates = {level: count / args.replicates for level, count in below.items()}
+        se = {level: math.sqrt(level * (1 - level) / args.replicates) for level in levels}
+        print(f"  n {n:6d}: " + "  ".join(f"P(p < {level:.4g}) = {rate:.4f} (+- {se[level]:.4f})"
+                                          for level, rate in rates.items()))  # fmt: skip
+        figures[str(n)] = {str(level): rate for level, rate in rates.items()}
+    return figures
+
+
 def _sampler(args) -> dict:
     from .sampler_check import CASES, chi_square_check
 
@@ -251,11 +275,16 @@ def main(argv: list[str] | None = None) -> None:
     power.add_argument("--tokens", type=int, default=256)
     power.add_argument("--replicates", type=int, default=100)
     power.add_argument("--vocab-size", type=int, default=49152)
+    smooth = modes.add_parser(
+        "smooth", help="the smooth test's chi-square p-value on exact null draws (u i.i.d. uniform)"
+    )
+    smooth.add_argument("--n", type=int, nargs="+", default=[300, 2560], help="positions per run")
+    smooth.add_argument("--replicates", type=int, default=100_000)
     sampler = modes.add_parser("sampler", help="chi-square of the rejection sampler on hand-made distributions")
     sampler.add_argument("--trials", type=int, default=20_000)
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    figures = {"null": _null, "power": _power, "sampler": _sampler}[args.mode](args)
+    figures = {"null": _null, "power": _power, "smooth": _smooth, "sampler": _sampler}[args.mode](args)
     print(f"({time.perf_counter() - started:.0f} s)")
     if args.json:
         with open(args.json, "w") as f:

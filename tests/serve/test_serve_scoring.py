@@ -4,6 +4,8 @@ legacy shape, what lm-eval's loglikelihood requests send) and vLLM's `prompt_log
 
 from __future__ import annotations
 
+import math
+
 import httpx
 import pytest
 from specdec_eval.workers.config import SamplingParams
@@ -110,3 +112,112 @@ def test_lm_eval_loglikelihood_runs_against_the_server(server, tiny, offline, tm
     # the tokens lm-eval scored: it splits the pair its own way (a context's trailing space moves to the continuation)
     ((own, _),) = tiny_engine(tiny).score([lm._encode_pair(context, continuation)])
     assert logprob == pytest.approx(own, abs=1e-3)
+
+
+def _refusing_ids(server):
+    """A `call` for ScoringChannel: our server behind a front that answers a token-id prompt as llama-cpp-python does
+    (HTTP 500, a validation error) and passes text through."""
+    from specdec_eval.workers.remote.endpoint_requests import Answer
+
+    def call(body, sent):
+        if not isinstance(body["prompt"], str):
+            return Answer(None, error="HTTP 500: 1 validation error for CreateCompletionRequest prompt")
+        return Answer(_post(server, body).json())
+
+    return call
+
+
+def test_a_server_that_refuses_token_ids_is_scored_as_text_and_the_run_says_so(server, tiny, offline):
+    from specdec_eval.workers.remote.endpoint_logprobs import token_key
+    from specdec_eval.workers.remote.endpoint_scoring import ScoringChannel
+
+    ids, scored = offline
+    channel = ScoringChannel(MODEL, tiny[1], token_key(tiny[1]), False, _refusing_ids(server))
+    request = ScoreRequest((ids[0],), tuple(ids[1:]), T07, 5)
+    first, second = channel.score(request), channel.score(request)
+    for got in (first, second):
+        assert got.error is None and got.logprobs == pytest.approx(scored.logprobs, abs=1e-5)
+    record = channel.record()
+    assert record["scoring_prompts"] == "text" and record["scoring_token_ids_refused"].startswith("HTTP 500: 1 valid")
+
+
+def _echo_one_back(server):
+    """A `call` for ScoringChannel: our server behind a front whose echo does what llama-cpp-python 0.3.x does: entry
+    i holds the distribution of token i + 1 (our entry i + 1's top logprobs, plus token i's own value there: a stand-in
+    far below where the top does not list it) and, as token i's own logprob, that row's value for token i."""
+    from specdec_eval.workers.remote.endpoint_requests import Answer
+
+    def call(body, sent):
+        answer = _post(server, body).json()
+        if body.get("echo"):
+            lp = answer["choices"][0]["logprobs"]
+            tops, tokens = lp["top_logprobs"], lp["tokens"]
+            lp["top_logprobs"] = [{tokens[i]: -20.0, **(tops[i + 1] if i + 1 < len(tops) else {})}
+                                  for i in range(len(tokens))]  # fmt: skip
+            lp["token_logprobs"] = [-20.0] * len(tokens)
+        return Answer(answer)
+
+    return call
+
+
+QUESTION = (
+    "Question: Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in "
+    "May. How many clips did Natalia sell altogether in April and May?\nAnswer:"
+)
+
+
+@pytest.fixture(scope="module")
+def smol_server(smollm2):
+    """A real model: the tiny one's rows are so alike (near-uniform, its greedy output one token repeated) that no
+    audit could tell one position from the next."""
+    with serving(tiny_engine(smollm2)) as s:
+        yield s
+
+
+def _smol_request(smollm2) -> ScoreRequest:
+    tok = smollm2[1]
+    answer = tok.encode(" Natalia sold 48 / 2 = 24 clips in May.", add_special_tokens=False)
+    return ScoreRequest(tuple(tok.encode(QUESTION, add_special_tokens=False)), tuple(answer), T07, 5)
+
+
+def test_an_echo_one_position_off_is_read_one_position_back(smol_server, smollm2):
+    """The audit finds llama-cpp-python's echo (emulated) disagreeing in place and agreeing one position back; every
+    scoring is then read so: each token's logprob and top alternatives are the honest echo's, except a token below
+    the top 5 (NaN: only bounded)."""
+    from specdec_eval.workers.remote.endpoint_logprobs import token_key
+    from specdec_eval.workers.remote.endpoint_requests import Answer
+    from specdec_eval.workers.remote.endpoint_scoring import ScoringChannel
+
+    tok = smollm2[1]
+    request, key = _smol_request(smollm2), token_key(tok)
+    honest = ScoringChannel(MODEL, tok, key, False, lambda body, sent: Answer(_post(smol_server, body).json()))
+    shifted = ScoringChannel(MODEL, tok, key, False, _echo_one_back(smol_server))
+    want, got = honest.score(request), shifted.score(request)
+    assert honest.record()["scoring_audit"]["reading"] == "in place", honest.record()
+    assert honest.record()["scoring_audit"]["median_abs_diff"] < 1e-3, honest.record()
+    assert shifted.record()["scoring_audit"]["reading"] == "one position back", shifted.record()
+    assert got.error is None and got.token_keys == want.token_keys
+    pairs = zip(want.token_keys, got.logprobs, got.top_logprobs, want.logprobs, want.top_logprobs, strict=True)
+    for mine, own, alts, their_own, their_alts in pairs:  # two requests: near-ties may swap places (KV reuse)
+        assert dict(alts) == pytest.approx(dict(their_alts[:5]), abs=1e-4)
+        listed = mine in dict(alts)
+        assert (own == pytest.approx(their_own, abs=1e-4)) if listed else math.isnan(own)
+
+
+def test_a_server_whose_echo_disagrees_with_its_own_generation_scores_nothing(smol_server, smollm2):
+    """The audit (workers/remote/scoring_audit.py): echoed own logprobs 2 nats off the generation's (its top
+    alternatives right) refuse every scoring with the reason, in place and one back: NO-GATE, never a FAIL."""
+    from specdec_eval.workers.remote.endpoint_logprobs import token_key
+    from specdec_eval.workers.remote.endpoint_requests import Answer
+    from specdec_eval.workers.remote.endpoint_scoring import ScoringChannel
+
+    def off_by_two_nats(body, sent):
+        answer = _post(smol_server, body).json()
+        if body.get("echo"):
+            lp = answer["choices"][0]["logprobs"]
+            lp["token_logprobs"] = [None if v is None else v - 2.0 for v in lp["token_logprobs"]]
+        return Answer(answer)
+
+    lying = ScoringChannel(MODEL, smollm2[1], token_key(smollm2[1]), False, off_by_two_nats)
+    got = lying.score(_smol_request(smollm2))
+    assert got.error is not None and "2.00 nats off" in got.error and lying.record()["scoring_audit"]["agrees"] is False

@@ -87,6 +87,18 @@ def test_sampling_maps_onto_lm_eval_kwargs():
     assert sampled["top_p"] == 0.9 and sampled["top_k"] == 20 and sampled["seed"] == 5 and sampled["ignore_eos"]
 
 
+def test_a_llama_cpp_server_is_told_to_leave_its_own_filters_off_when_sampling():
+    """llama-cpp-python (owned_by "me") filters with top_k 40, top_p 0.95, min_p 0.05 and repeat_penalty 1.1 unless
+    told otherwise: a sampled request states the neutral values, and the run's own filters win; greedy requests and
+    other servers are sent only what differs from the API's defaults."""
+    t07 = SamplingParams(temperature=0.7, top_k=20)
+    llama = gen_kwargs(t07, seed=1, owned_by="me")
+    assert (llama["top_k"], llama["top_p"], llama["min_p"], llama["repeat_penalty"]) == (20, 1.0, 0.0, 1.0)
+    assert gen_kwargs(SamplingParams(temperature=1.0), seed=1, owned_by="llamacpp")["top_k"] == 0
+    assert "min_p" not in gen_kwargs(t07, seed=1, owned_by="vllm") and "top_p" not in gen_kwargs(t07, seed=1)
+    assert "min_p" not in gen_kwargs(SamplingParams(), seed=None, owned_by="me")
+
+
 def test_lm_eval_builds_the_payload_from_those_kwargs():
     """The payload is lm-eval's own: until -> stop, max_gen_toks -> max_tokens, the rest passed through."""
     from lm_eval.models.openai_completions import LocalCompletionsAPI

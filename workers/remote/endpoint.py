@@ -61,7 +61,7 @@ from .endpoint_requests import (
     read_choice,
     server_message,
 )
-from .endpoint_scoring import read_scoring, scoring_payload
+from .endpoint_scoring import ScoringChannel
 from .response_acceptance import response_acceptance
 from .server_kv_usage import ServerKVUsage
 from .server_metrics import ResponseTally, ServerAcceptance
@@ -120,6 +120,7 @@ class EndpointEngine:
         self.events = EventLog(rank=0)
         self._tally = ResponseTally(k)  # per-request acceptance, when the responses carry it
         self._last_stats = GenerateStats()
+        self._scoring: ScoringChannel | None = None  # made at the first scoring (endpoint_scoring.py)
         self._identity = EngineIdentity(
             kind="endpoint",
             model=served,
@@ -289,9 +290,10 @@ class EndpointEngine:
         seed = params.seed if params.seed is not None else self.config.seed * 1_000_003 + index
         message, sent = self._message(prompt)
         self._sent.add(sent)
+        owner = self.identity.server.get("owned_by")
         kwargs = gen_kwargs(params, None if params.greedy else seed, self.config.chat,
-                            token_ids=self.identity.server.get("owned_by") in NAMES_TOKENS_BY_ID,
-                            template_kwargs=self.config.chat_template_kwargs)  # fmt: skip
+                            token_ids=owner in NAMES_TOKENS_BY_ID, template_kwargs=self.config.chat_template_kwargs,
+                            owned_by=owner)  # fmt: skip
 
         def send() -> dict[str, Any] | None:
             return self._backend.model_call(messages=[message], generate=True, gen_kwargs=kwargs)
@@ -378,22 +380,23 @@ class EndpointEngine:
         )
 
     def score_outputs(self, requests: Sequence[ScoreRequest]) -> list[ScoredOutput]:
-        """Teacher forcing through the completions API's echo (workers/remote/endpoint_scoring.py), `concurrency`
-        requests at a time, each with lm-eval's retry policy; a request the server cannot score has its `error`."""
-        vllm_extensions = self.identity.server.get("owned_by") in NAMES_TOKENS_BY_ID
+        """Teacher forcing through the completions API's echo (workers/remote/endpoint_scoring.py: as token ids, or as
+        text where the server refuses ids), `concurrency` requests at a time, each with lm-eval's retry policy; a
+        request the server cannot score has its `error`. How the server took them joins its record."""
+        if self._scoring is None:
+            vllm_extensions = self.identity.server.get("owned_by") in NAMES_TOKENS_BY_ID
+            self._scoring = ScoringChannel(self.identity.model, self._tokenizer, self._token_key, vllm_extensions,
+                                           self._post_scoring)  # fmt: skip
         pool = DaemonPool(self.config.concurrency, "scoring")  # daemons: a stuck request never holds the exit
         try:
-            futures = [pool.submit(self._score_one, r, vllm_extensions) for r in requests]
+            futures = [pool.submit(self._scoring.score, r) for r in requests]
             return [future.result() for future in futures]
         finally:
             pool.shutdown(wait=False)
+            self._identity.server.update(self._scoring.record())
 
-    def _score_one(self, request: ScoreRequest, vllm_extensions: bool) -> ScoredOutput:
+    def _post_scoring(self, body: dict[str, Any], sent: str) -> Answer:
         import requests as http  # lm-eval's client library: the retry policy reads its exceptions
-
-        if not request.output_token_ids:
-            return ScoredOutput([], [])
-        body = scoring_payload(self.identity.model, request, vllm_extensions)
 
         def send() -> dict[str, Any]:
             response = http.post(self.url.completions, json=body, headers=self._headers, timeout=self.config.timeout_s,
@@ -404,14 +407,7 @@ class EndpointEngine:
         def on_retry(attempt: int, reason: str) -> None:
             self.events.emit("request_retried", request_id="scoring", attempt=attempt, reason=reason)
 
-        sent = self._tokenizer.decode(body["prompt"])  # what an error message quoting the input would repeat
-        answer = call_with_retries(send, self.config.max_retries, on_retry, self._secrets, sent)
-        if answer.error is not None:
-            return ScoredOutput([], [], error=answer.error)
-        try:
-            return read_scoring(answer.response, request, self._token_key)
-        except (ValueError, TypeError, KeyError) as exc:
-            return ScoredOutput([], [], error=f"unreadable scoring ({type(exc).__name__}: {str(exc)[:200]})")
+        return call_with_retries(send, self.config.max_retries, on_retry, self._secrets, sent)
 
     def collect_events(self) -> list[dict[str, Any]]:
         """This engine's events (requests, a stall, a KV leak) and the server's, read from its log: each of those

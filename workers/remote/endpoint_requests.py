@@ -30,16 +30,30 @@ ECHO_WINDOW = 12
 FAILED_FINISH_REASONS = {"abort", "aborted", "cancelled", "canceled", "error", "timeout"}
 
 
+# Servers that filter a sampled request's distribution unless it says otherwise, by what their model card's
+# `owned_by` says: llama-cpp-python ("me"; its request defaults top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1.1)
+# and llama.cpp's own llama-server ("llamacpp"; top_k 40, top_p 0.95, min_p 0.05). A sampled request to them states
+# the neutral value of each filter the run did not set, so the server samples from the distribution the run asked for,
+# the one its sampled lossless gate judges (evals/lossless/sampled.py). The other servers' defaults are neutral
+# already, and a strict one refuses a field it does not know (SGLang also refuses top_k 0).
+NEUTRAL_SAMPLING = {
+    "me": {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0},
+    "llamacpp": {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0},
+}
+
+
 def gen_kwargs(
     params: SamplingParams,
     seed: int | None,
     chat: bool = False,
     token_ids: bool = False,
     template_kwargs: ChatTemplateKwargs | None = None,
+    owned_by: str | None = None,
 ) -> dict[str, Any]:
     """lm-eval's generation kwargs for one request: `until` and `max_gen_toks` are lm-eval's names (it turns them
     into `stop` and `max_tokens`); the others pass through into the payload unchanged. Only what differs from the
-    API's defaults is sent, so a server that lacks an extension (top_k, ignore_eos) is not asked for it.
+    API's defaults is sent, so a server that lacks an extension (top_k, ignore_eos) is not asked for it, except to
+    a server (`owned_by`) whose own defaults filter a sampled request (NEUTRAL_SAMPLING).
     Log-probabilities (params.logprobs) in the API's own shape: `logprobs: k` for completions, `logprobs: true`
     with `top_logprobs: k` for chat; `token_ids`: also vLLM's `return_tokens_as_token_ids` (only for a server known
     to take it: a strict one refuses fields it does not know).
@@ -55,6 +69,7 @@ def gen_kwargs(
         "temperature": params.temperature,
     }
     if not params.greedy:
+        kwargs.update(NEUTRAL_SAMPLING.get(owned_by or "", {}))
         if params.top_p < 1.0:
             kwargs["top_p"] = params.top_p
         if params.top_k > 0:

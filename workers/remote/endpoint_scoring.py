@@ -8,14 +8,30 @@ the completions API (shared/reference/sampling-at-temperature.md §4). The promp
   text and matched through the same keys as generated logprobs (endpoint_logprobs.py).
 
 A server returns the raw logprobs (before temperature and filters) by default, and only the top k: the sampled
-gate then places each token conservatively within them (evals/lossless/pit.py)."""
+gate then places each token conservatively within them (evals/lossless/pit.py).
+
+**Text** (`scoring_text_payload`): a server that refuses token-id prompts (llama-cpp-python answers HTTP 500 to a
+list of ids) gets the prompt + output decoded to text, in OpenAI's legacy shape. It tokenizes that text itself, so
+its prompt part may be tokens other than ours and where the output starts is not known: `read_scoring` finds the
+output's tokens among the echoed ones (`expected`: the keys the output's tokens must echo as), right before the one
+token the request generates or at the very end, and refuses an answer where they are not there (a server that
+splits the text otherwise scored other tokens than the output's).
+
+**Audit** (workers/remote/scoring_audit.py): before a server's echoed logprobs score a run, its echo of its own greedy
+output must give those tokens the logprobs its generation gave them; a server whose echo describes another position
+(llama-cpp-python 0.3.x) is read one position back when that agrees, and otherwise has every scoring refused
+with the reason, so the gate says NO-GATE, not FAIL."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..interface import ScoredOutput, ScoreRequest
+from .echo_tokens import locate
+from .scoring_audit import ONE_BACK, audit_echo
 
 LEGACY_MAX_LOGPROBS = 5  # OpenAI's cap on completions' `logprobs` (vLLM's --max-logprobs is 20)
 
@@ -36,20 +52,33 @@ def scoring_payload(model: str, request: ScoreRequest, vllm_extensions: bool) ->
     return body
 
 
-def read_scoring(response: dict[str, Any], request: ScoreRequest, key: Callable[[str], int]) -> ScoredOutput:
-    """The output's scoring from a server's answer to `scoring_payload`; raises ValueError on a shape it cannot read
-    or a count of scored tokens that is not the output's."""
+def scoring_text_payload(model: str, text: str, request: ScoreRequest) -> dict[str, Any]:
+    """The body that scores the output as text: `text` is the prompt + output decoded (see the module docstring)."""
+    return {"model": model, "prompt": text, "max_tokens": 1, "temperature": 0, "echo": True,
+            "logprobs": min(request.top_logprobs, LEGACY_MAX_LOGPROBS)}  # fmt: skip
+
+
+def read_scoring(response: dict[str, Any], request: ScoreRequest, key: Callable[[str], int],
+                 expected: Sequence[int] | None = None, one_back: bool = False) -> ScoredOutput:  # fmt: skip
+    """The output's scoring from a server's answer to `scoring_payload` (or, with `expected`, the keys of the output's
+    tokens, to `scoring_text_payload`; one_back: the echo's reading, see _from_echo); raises ValueError on a shape
+    it cannot read or a count of scored tokens that is not the output's."""
     choices = response.get("choices") if isinstance(response, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise ValueError("the answer has no choices")
     choice = choices[0]
     first = len(request.prompt_token_ids)  # index of the first output token among the scored ones
     n = len(request.output_token_ids)
-    if isinstance(choice.get("prompt_logprobs"), list):
+    if expected is None and isinstance(choice.get("prompt_logprobs"), list):
         return _from_prompt_logprobs(choice["prompt_logprobs"], request, first, n)
     logprobs = choice.get("logprobs")
     if isinstance(logprobs, dict) and isinstance(logprobs.get("token_logprobs"), list):
-        return _from_echo(logprobs, first, n, key)
+        if expected is not None:
+            try:
+                first = locate(response, expected, key)
+            except ValueError as exc:
+                raise ValueError(f"{exc}: token-id prompts refused, so the output cannot be scored") from None
+        return _from_echo(logprobs, first, n, key, one_back, min(request.top_logprobs, LEGACY_MAX_LOGPROBS))
     raise ValueError("the answer carries neither prompt_logprobs nor echoed logprobs")
 
 
@@ -80,14 +109,109 @@ def _rank(value: Any) -> int | None:
     return rank if isinstance(rank, int) else None
 
 
-def _from_echo(logprobs: dict[str, Any], first: int, n: int, key: Callable[[str], int]) -> ScoredOutput:
-    """OpenAI's legacy shape: tokens named by text (or "token_id:N"), the scored output after the prompt."""
+def _from_echo(logprobs: dict[str, Any], first: int, n: int, key: Callable[[str], int], one_back: bool = False,
+               keep: int = LEGACY_MAX_LOGPROBS) -> ScoredOutput:  # fmt: skip
+    """OpenAI's legacy shape: tokens named by text (or "token_id:N"), the scored output after the prompt. one_back: a
+    token's distribution is the top logprobs of the entry before it (llama-cpp-python's echo, workers/remote/
+    scoring_audit.py), whose `keep` highest are that distribution's top (the entry adds its own token's value, which
+    may sit anywhere below them); a token not listed there has logprob NaN (unknown, below the top)."""
     tokens, values = logprobs.get("tokens") or [], logprobs["token_logprobs"]
     tops = logprobs.get("top_logprobs") or [None] * len(values)
     if min(len(tokens), len(values), len(tops)) < first + n:
         raise ValueError(f"the server echoed {max(len(values) - first, 0)} of the output's {n} tokens")
-    own = [float(v) for v in values[first : first + n]]
     keys = [key(t) for t in tokens[first : first + n]]
-    top = [sorted(([key(t), float(v)] for t, v in (alts or {}).items()), key=lambda a: -a[1])
-           for alts in tops[first : first + n]]  # fmt: skip
+    if not one_back:
+        own = [float(v) for v in values[first : first + n]]
+        top = [sorted(([key(t), float(v)] for t, v in (alts or {}).items()), key=lambda a: -a[1])
+               for alts in tops[first : first + n]]  # fmt: skip
+        return ScoredOutput(own, top, token_keys=keys)
+    if first < 1:
+        raise ValueError("no echoed entry before the output to read its first token's distribution from")
+    own, top = [], []
+    for mine, alts in zip(keys, tops[first - 1 : first + n - 1], strict=True):
+        listed = sorted(([key(t), float(v)] for t, v in (alts or {}).items()), key=lambda a: -a[1])
+        own.append(next((v for k, v in listed if k == mine), math.nan))
+        top.append(listed[:keep])
     return ScoredOutput(own, top, token_keys=keys)
+
+
+class ScoringChannel:
+    """How one server takes scoring requests: as token ids until it refuses them (and never answered one), then as
+    text (see the module docstring). `call(body, sent)`: the request's Answer (lm-eval's retry policy; `sent` the
+    text an error message quoting the input would repeat). Thread-safe: the requests of a run go `concurrency` at a
+    time. `mode` ("token ids" / "text", None before the first answer) and `refused` (the server's error to the ids)
+    are what the run records."""
+
+    def __init__(self, model: str, tokenizer: Any, key: Callable[[str], int], vllm_extensions: bool,
+                 call: Callable[[dict[str, Any], str], Any]) -> None:  # fmt: skip
+        self.model, self.tokenizer, self.key = model, tokenizer, key
+        self.vllm_extensions = vllm_extensions
+        self.call = call
+        self.mode: str | None = None
+        self.refused: str | None = None
+        self.audit: dict[str, Any] | None = None
+        self._lock, self._audit_lock = threading.Lock(), threading.Lock()
+
+    def score(self, request: ScoreRequest) -> ScoredOutput:
+        if not request.output_token_ids:
+            return ScoredOutput([], [])
+        audit = self._audit(request)
+        if audit.get("agrees") is False:
+            return ScoredOutput([], [], error=audit["reason"])
+        ids_error = None
+        if self.mode != "text":
+            scored = self._ask(scoring_payload(self.model, request, self.vllm_extensions), request)
+            if scored.error is None or self.mode == "token ids":
+                self._settle("token ids", None, scored)
+                return scored
+            ids_error = scored.error
+        text = self.tokenizer.decode([*request.prompt_token_ids, *request.output_token_ids])
+        expected = [self.key(self.tokenizer.decode([t])) for t in request.output_token_ids]
+        scored = self._ask(scoring_text_payload(self.model, text, request), request, expected)
+        if scored.error is None:
+            self._settle("text", ids_error, scored)
+            return scored
+        if ids_error is not None:
+            return ScoredOutput([], [], error=f"as token ids: {ids_error}; as text: {scored.error}")
+        return scored
+
+    def _audit(self, request: ScoreRequest) -> dict[str, Any]:
+        """The echo's check against the server's own generation (workers/remote/scoring_audit.py), made once, on the
+        first request's prompt; vLLM's prompt_logprobs (keyed by id, per position) are not audited."""
+        with self._audit_lock:
+            if self.audit is None:
+                self.audit = (
+                    {}
+                    if self.vllm_extensions
+                    else audit_echo(
+                        self.call, self.model, self.tokenizer.decode(list(request.prompt_token_ids)), self.key
+                    )
+                )
+            return self.audit
+
+    def _settle(self, mode: str, refused: str | None, scored: ScoredOutput) -> None:
+        with self._lock:
+            if self.mode is None and scored.error is None:
+                self.mode, self.refused = mode, refused
+
+    def _ask(self, body: dict[str, Any], request: ScoreRequest, expected: Sequence[int] | None = None
+             ) -> ScoredOutput:  # fmt: skip
+        sent = body["prompt"] if isinstance(body["prompt"], str) else self.tokenizer.decode(body["prompt"])
+        answer = self.call(body, sent)
+        if answer.error is not None:
+            return ScoredOutput([], [], error=answer.error)
+        try:
+            one_back = (self.audit or {}).get("reading") == ONE_BACK
+            return read_scoring(answer.response, request, self.key, expected, one_back)
+        except (ValueError, TypeError, KeyError) as exc:
+            return ScoredOutput([], [], error=f"unreadable scoring ({type(exc).__name__}: {str(exc)[:200]})")
+
+    def record(self) -> dict[str, Any]:
+        """What the run's server record says about scoring (empty before any answer)."""
+        out: dict[str, Any] = {"scoring_audit": self.audit} if self.audit else {}
+        if self.mode is None:
+            return out
+        out["scoring_prompts"] = self.mode
+        if self.refused is not None:
+            out["scoring_token_ids_refused"] = self.refused
+        return out
