@@ -20,6 +20,7 @@ from ...results.run_summary import GateResult, Verdict
 from ...results.sample_record import SampleRecord
 from ...workers.config import MAX_LOGPROBS, SamplingParams
 from ...workers.interface import EngineIdentity, InferenceEngine, ScoredOutput, ScoreRequest
+from ...workers.remote.scoring_audit import ONE_BACK
 from ..run_types import EvalOptions
 from .check import EXACT_DTYPES
 from .sampled import ALPHA, DEFAULT_TARGET_TOLERANCE, SampledSample, judge_sampled
@@ -34,6 +35,7 @@ class Scorer:
     def __init__(self, make_engine: Callable[[], InferenceEngine], what: str) -> None:
         self.make_engine = make_engine
         self.what = what  # in words, for the verdict: "our plain engine (in process)", "the baseline server"
+        self.how: dict[str, Any] = {}  # how a server took the scoring (as text, its echo's audit), after score()
 
     def score(self, requests: Sequence[ScoreRequest]) -> tuple[list[ScoredOutput], int]:
         """Each request's scoring and the scorer's vocabulary size."""
@@ -43,6 +45,8 @@ class Scorer:
         engine = self.make_engine()
         try:
             scored = engine.score_outputs(requests)
+            server = getattr(getattr(engine, "identity", None), "server", None) or {}
+            self.how = {k: v for k, v in server.items() if k.startswith("scoring_")}  # a server's: endpoint_scoring.py
         finally:
             engine.close()
         failed = sum(s.error is not None for s in scored)
@@ -126,6 +130,11 @@ def judge_scored(records: Sequence[SampleRecord], scorer: Scorer | None, dtype: 
     record.update(base)
     record["scorer"] = scorer.what
     record["scoring_s"] = round(elapsed, 3)
+    if scorer.how:
+        record["scoring"] = scorer.how
+        if (scorer.how.get("scoring_audit") or {}).get("reading") == ONE_BACK:
+            record["reason"] += ("; the baseline server's echo read one position back (its echo pairs each token with "
+                                 "the next position's distribution: audited against its own generation)")  # fmt: skip
     if len(usable) < len(sampled):  # a resumed run's reused outputs keep no prompt (evals/pipeline/resume.py)
         record["no_prompt"] = len(sampled) - len(usable)
         record["reason"] += f"; {record['no_prompt']} sampled output(s) without a recorded prompt left out"
