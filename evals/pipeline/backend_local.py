@@ -4,8 +4,10 @@ the twins audited on a plain engine that shares the target's weights while they 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import cached_property
+from typing import Any
 
 from ...errors import UserError
 from ...results.run_summary import RunSummary
@@ -66,30 +68,21 @@ class LocalBackend:
                  ) -> RunSummary:  # fmt: skip
         from ...workers.engine.engine import Engine
 
-        return evaluate_side(Engine(side_config(self.config, side)), side, plan, baseline, progress_for)
+        config = side_config(self.config, side)
+        if baseline.scorer is None or config.spec is None:
+            return evaluate_side(Engine(config), side, plan, baseline, progress_for)
+        # the gate's scorer of sampled outputs: a plain engine beside the run, on its weights while they are intact
+        # (building it from the checkpoint again cost more than the scoring itself: `bench --verdict` sampled)
+        engine, make_plain = _with_plain_sibling(config)
+        scorer = Scorer(lambda: make_plain(0), LOCAL_SCORER)
+        return evaluate_side(engine, side, plan, replace(baseline, scorer=scorer), progress_for)
 
     def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None,
                         score_sampled: bool = False) -> RunSummary:  # fmt: skip
-        from ...workers.engine.engine import Engine, build_target_model
-        from ...workers.loading.checkpoint import load_checkpoint
-        from ...workers.memory.sibling import sibling_config
-        from ..lossless.twin_audit import WeightSeal
         from .paired_run import run_paired
 
-        config = self.config
-        checkpoint = load_checkpoint(config.model)
-        target = build_target_model(config, checkpoint)
-        seal = WeightSeal(target)  # before a spec worker is attached: the audit shares these weights while it holds
-        engine = Engine(config, checkpoint=checkpoint, model=target)
-
-        def make_plain(tokens: int) -> Engine:  # the audit's engine: same weights, its own KV pool, no spec worker
-            model = engine.model if seal.intact() else None  # changed by the spec engine: load its own
-            plain = replace(baseline_config(config), max_batch_size=1)  # behaviour faults included: in the build
-            return Engine(sibling_config(plain, engine, tokens, shares_weights=model is not None),
-                          checkpoint=engine.checkpoint, tokenizer=engine.tokenizer, model=model)  # fmt: skip
-
-        # the gate's scorer of sampled outputs: a plain engine beside the run, on its weights while they are intact
-        scorer = Scorer(lambda: make_plain(0), "our plain engine, in process (exact)") if score_sampled else None
+        engine, make_plain = _with_plain_sibling(self.config)
+        scorer = Scorer(lambda: make_plain(0), LOCAL_SCORER) if score_sampled else None
         try:
             if progress_for is None:
                 return run_paired(engine, plan, make_plain, None, control, scorer)
@@ -104,7 +97,33 @@ class LocalBackend:
     def scorer(self) -> Scorer:
         from ...workers.engine.engine import Engine
 
-        return Scorer(lambda: Engine(side_config(self.config, BASELINE)), "our plain engine, in process (exact)")
+        return Scorer(lambda: Engine(side_config(self.config, BASELINE)), LOCAL_SCORER)
+
+
+def _with_plain_sibling(config) -> tuple[Any, Callable[[int], Any]]:
+    """The engine of `config` and make_plain(tokens): a plain engine beside it on the same target weights (its own
+    KV pool of `tokens` positions, 0: one longest sequence; no spec worker), or on its own weights once the spec
+    engine changed the shared ones (the twin audit's WeightSeal, taken before a spec worker is attached)."""
+    from ...workers.engine.engine import Engine, build_target_model
+    from ...workers.loading.checkpoint import load_checkpoint
+    from ...workers.memory.sibling import sibling_config
+    from ..lossless.twin_audit import WeightSeal
+
+    checkpoint = load_checkpoint(config.model)
+    target = build_target_model(config, checkpoint)
+    seal = WeightSeal(target)
+    engine = Engine(config, checkpoint=checkpoint, model=target)
+
+    def make_plain(tokens: int) -> Engine:
+        model = engine.model if seal.intact() else None  # changed by the spec engine: load its own
+        plain = replace(baseline_config(config), max_batch_size=1)  # behaviour faults included: in the build
+        return Engine(sibling_config(plain, engine, tokens, shares_weights=model is not None),
+                      checkpoint=engine.checkpoint, tokenizer=engine.tokenizer, model=model)  # fmt: skip
+
+    return engine, make_plain
+
+
+LOCAL_SCORER = "our plain engine, in process (exact)"
 
 
 def check_draft_model(config) -> None:

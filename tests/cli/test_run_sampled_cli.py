@@ -39,7 +39,7 @@ def test_a_rejection_sampled_run_is_judged_in_distribution_and_a_greedy_sampler_
     assert "lossless: FAIL (sampled: 64 positions" in out
     assert "the emitted tokens are not draws from the target's sampling distribution" in out
     _, gate = _lossless(tmp_path / "greedy")
-    assert gate["verdict"] == "FAIL" and gate["pit"]["p"] < 1e-6
+    assert gate["verdict"] == "FAIL" and gate["pit"]["p"] <= 1 / 20_001  # 64 positions: the Monte Carlo p, at its floor
 
 
 COUPLED = tuple(a for a in RUN if a not in ("--spec-sampling", "rejection"))
