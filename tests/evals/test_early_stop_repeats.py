@@ -18,6 +18,7 @@ from specdec_eval.evals.pipeline.one_run import tokens_by_sample
 from specdec_eval.evals.pipeline.preflight import check_generation_conditions
 from specdec_eval.evals.run_types import EvalOptions
 from specdec_eval.evals.sequential import early_stop
+from specdec_eval.evals.sequential.ab_channel import acknowledge
 from specdec_eval.evals.sequential.accuracy import AccuracySequentialDesign
 from specdec_eval.evals.sequential.early_stop import EarlyStop
 from specdec_eval.evals.tasks.registry import parse_tasks
@@ -98,6 +99,7 @@ def test_the_design_must_count_the_tasks_documents_and_samples():
 
 
 def test_progress_records_carry_the_repeat(tmp_path):
+    acknowledge(tmp_path / "side.stop", 2)  # a watcher that read both records: the side does not wait for one
     stop = EarlyStop(lambda task, n: None, batch=2, exact=False, stop_file=str(tmp_path / "side.stop"))
     stop.start("gsm8k", 5, 2)
     stop.observe("gsm8k", 0, 100.0, {"num_cycles": 12, "num_accepted_drafts": 7}, None, "d0", 1)

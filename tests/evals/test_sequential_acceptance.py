@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from specdec_eval.evals.sequential.ab_channel import acknowledge
 from specdec_eval.evals.sequential.ab_watch import (
     AcceptanceMonitor,
     DocumentProgress,
@@ -193,6 +194,7 @@ def test_a_documents_acceptance_sums_its_samples_counts(tmp_path):
 
 
 def test_a_side_reports_each_samples_acceptance_counts_and_its_planned_documents(tmp_path):
+    acknowledge(tmp_path / "side.stop", 2)  # a watcher that read both records: the side does not wait for one
     stop = EarlyStop(lambda task, n: None, batch=2, exact=False, stop_file=str(tmp_path / "side.stop"))
     stop.start("gsm8k", 5)
     stop.observe("gsm8k", 0, 100.0, {"num_cycles": 12, "num_accepted_drafts": 7}, None, "d0")
