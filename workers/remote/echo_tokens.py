@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+LEGACY_MAX_LOGPROBS = 5  # OpenAI's cap on completions' `logprobs` (vLLM's --max-logprobs is 20)
+
 
 def locate(answer: dict[str, Any], expected: Sequence[int], key: Callable[[str], int]) -> int:
     """The index of the first of the `expected` keys among the tokens the answer echoed; ValueError when they are

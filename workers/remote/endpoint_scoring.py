@@ -30,10 +30,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..interface import ScoredOutput, ScoreRequest
-from .echo_tokens import locate
+from .echo_tokens import LEGACY_MAX_LOGPROBS, locate
 from .scoring_audit import ONE_BACK, audit_echo
-
-LEGACY_MAX_LOGPROBS = 5  # OpenAI's cap on completions' `logprobs` (vLLM's --max-logprobs is 20)
 
 
 def scoring_payload(model: str, request: ScoreRequest, vllm_extensions: bool) -> dict[str, Any]:

@@ -15,12 +15,11 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from .echo_tokens import locate
+from .echo_tokens import LEGACY_MAX_LOGPROBS, locate
 
 AUDIT_TOKENS = 8
 ALIGNED = "in place"  # each echoed token's own logprob is its own
 ONE_BACK = "one position back"  # each token's distribution is in the top logprobs of the entry before it
-AUDIT_TOP = 5  # alternatives per position: OpenAI's cap on legacy completions' logprobs
 MEDIAN_DIFF_LIMIT = 0.1  # nats: above a prefill's rounding against a decode step's, below any other row's
 MISSING = 10.0  # nats counted for an alternative one side lists and the other does not
 
@@ -30,7 +29,8 @@ def audit_echo(call: Callable[[dict[str, Any], str], Any], model: str, prompt: s
     """{"agrees": bool | None, "reading": ..., "tokens": m, "median_abs_diff": ...} (and "reason" when it does not
     agree); agrees None when the check could not be made (the server gave no generation logprobs, or refused), which
     trusts the echo as it is."""
-    body = {"model": model, "prompt": prompt, "max_tokens": AUDIT_TOKENS, "temperature": 0, "logprobs": AUDIT_TOP}
+    body = {"model": model, "prompt": prompt, "max_tokens": AUDIT_TOKENS, "temperature": 0,
+            "logprobs": LEGACY_MAX_LOGPROBS}  # fmt: skip
     generated = call(body, prompt)
     own = _legacy(generated.response) if generated.error is None else None
     if not own or not own[0]:
