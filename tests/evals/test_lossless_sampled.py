@@ -190,6 +190,8 @@ def test_nothing_sampled_is_no_gate_and_scoring_errors_are_named():
     failed = [SampledSample(3, [1, 2], T1, ScoredOutput([], [], error="HTTP 500"))]
     result = judge_sampled(failed, 10)
     assert result.verdict == "NO-GATE" and "1 could not be" in result.reason and result.numbers["score_errors"] == [3]
+    assert "1 of them: HTTP 500" in result.reason  # the server's own message, not only a count
+    assert result.numbers["score_error_reasons"] == [{"reason": "HTTP 500", "doc_ids": [3]}]
 
 
 def test_the_verdict_does_not_depend_on_the_order_of_documents():
