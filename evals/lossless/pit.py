@@ -185,16 +185,25 @@ def randomized_pit(placements: Sequence[Placement], rng: np.random.Generator) ->
 
 
 def _legendre(u: np.ndarray) -> np.ndarray:
-    """The first four orthonormal shifted Legendre polynomials on [0, 1] at u: [4, n]."""
+    """The first four orthonormal shifted Legendre polynomials on [0, 1] at u: [4, ...]. Plain products only (no
+    `**`, whose vectorised pow differs by CPU in the last bit): each value is the same on every machine."""
     x = 2 * u - 1
+    x2 = x * x
     return np.stack(
         [
             math.sqrt(3) * x,
-            math.sqrt(5) * (3 * x**2 - 1) / 2,
-            math.sqrt(7) * (5 * x**3 - 3 * x) / 2,
-            3 * (35 * x**4 - 30 * x**2 + 3) / 8,
+            math.sqrt(5) * (3 * x2 - 1) / 2,
+            math.sqrt(7) * (5 * x2 * x - 3 * x) / 2,
+            3 * (35 * x2 * x2 - 30 * x2 + 3) / 8,
         ]
     )
+
+
+def exact_sum(values) -> float:
+    """The correctly rounded sum (math.fsum): the same float whatever the order of the terms and the CPU, so a
+    verdict cannot move with the order documents come in or the machine it runs on (numpy's pairwise, SIMD-width
+    dependent summation moved a p-value's last bit between an Intel Xeon and an AMD EPYC)."""
+    return math.fsum(np.asarray(values, dtype=np.float64).ravel().tolist())
 
 
 @dataclass(frozen=True)
@@ -217,8 +226,9 @@ def smooth_test(u: np.ndarray) -> Uniformity:
     n = len(u)
     if n == 0:
         return Uniformity(0.0, 1.0, (0.0,) * SMOOTH_ORDER, 0)
-    components = _legendre(np.asarray(u, dtype=np.float64)).sum(axis=1) / math.sqrt(n)
-    statistic = float((components**2).sum())
+    terms = _legendre(np.asarray(u, dtype=np.float64))
+    components = np.array([exact_sum(row) for row in terms]) / math.sqrt(n)
+    statistic = exact_sum(components * components)
     p = math.exp(-statistic / 2) * (1 + statistic / 2)  # chi-square survival function, 4 degrees of freedom
     if n < MONTE_CARLO_BELOW_N and p < MONTE_CARLO_ABOVE_P:
         p = _monte_carlo_p(statistic, n)
@@ -258,9 +268,9 @@ MIN_LIKELIHOOD_VARIANCE = 1.0  # below it (a few dozen of uncertain positions) t
 
 def likelihood_test(placements: Sequence[Placement]) -> Likelihood:
     used = [p for p in placements if p.in_pit and p.sum_p2 is not None and p.sum_p3 is not None]
-    observed = float(sum(p.width for p in used))
-    expected = float(sum(p.sum_p2 for p in used))
-    variance = float(sum(max(p.sum_p3 - p.sum_p2**2, 0.0) for p in used))
+    observed = math.fsum(p.width for p in used)
+    expected = math.fsum(p.sum_p2 for p in used)
+    variance = math.fsum(max(p.sum_p3 - p.sum_p2 * p.sum_p2, 0.0) for p in used)
     if variance < MIN_LIKELIHOOD_VARIANCE:
         return Likelihood(0.0, 1.0, observed, expected, math.sqrt(variance), len(used))
     z = (observed - expected) / math.sqrt(variance)
@@ -271,7 +281,7 @@ def tail_test(bounds: Sequence[float], observed: int) -> float:
     """P(N >= observed) for N a sum of independent Bernoulli(bound_i): an upper bound of the p-value of `observed`
     draws below the known top logprobs, when each position's true probability of such a draw is at most its bound
     given the past (a sequential coupling makes the true count no larger than N)."""
-    bounds = [b for b in bounds if b > 0]
+    bounds = sorted(b for b in bounds if b > 0)  # one order for the products, whatever the documents' order
     if observed <= 0:
         return 1.0
     if observed > len(bounds):

@@ -202,7 +202,7 @@ def _verdict(fidelity: _Fidelity, target: _Target, errors: list, alpha: float,
     tests = {"pit": uniformity.p_value, "likelihood": likelihood.p_value}
     tail = None
     if fidelity.tail_bounds:
-        expected = float(sum(fidelity.tail_bounds))
+        expected = math.fsum(fidelity.tail_bounds)
         tail = {"observed": kinds["tail"], "expected_at_most": round(expected, 3),
                 "p": tail_test(fidelity.tail_bounds, kinds["tail"])}  # fmt: skip
         tests["tail"] = tail["p"]
