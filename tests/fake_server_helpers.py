@@ -19,8 +19,12 @@ from starlette.routing import Route
 
 
 class HangingServer:
-    def __init__(self, answer_first: int, model: str = "m", metrics_text: str | None = None) -> None:
+    """`delays_s`: how long the server takes to answer each of its first requests, in order (else at once)."""
+
+    def __init__(self, answer_first: int, model: str = "m", metrics_text: str | None = None,
+                 delays_s: tuple[float, ...] = ()) -> None:  # fmt: skip
         self.answer_first = answer_first
+        self.delays_s = delays_s
         self.answered = 0
         self.hanging = 0
         self.metrics_text = metrics_text
@@ -31,6 +35,8 @@ class HangingServer:
             await request.json()
             if self.answered < self.answer_first:
                 self.answered += 1
+                if self.answered <= len(self.delays_s):
+                    await asyncio.sleep(self.delays_s[self.answered - 1])
                 return JSONResponse({"id": "c", "object": "text_completion", "model": model,
                                      "choices": [{"index": 0, "text": " 4", "finish_reason": "stop"}],
                                      "usage": {"prompt_tokens": 3, "completion_tokens": 1}})  # fmt: skip

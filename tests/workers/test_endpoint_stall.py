@@ -22,25 +22,35 @@ from .test_server_log_tables import SEED_LOG
 # --- the rule, on a clock of our own ----------------------------------------------------------------------------------
 
 
-def test_no_answer_for_the_window_is_a_stall():
-    watch = StallWatch(StallPolicy(factor=10, floor_s=5), now=0.0)
+def test_no_answer_past_every_requests_own_limit_is_a_stall():
+    watch = StallWatch(StallPolicy(factor=10, floor_s=5), now=0.0, budgets={1: 4, 2: 4})
     assert watch.check(100.0, {0: 0.0}) is None  # no answer yet: no scale (each request's timeout still applies)
-    watch.answered(2.0, now=10.0)  # the slowest answer so far: 2 s, so the window is 20 s
-    assert watch.window_s == 20
+    watch.answered(2.0, now=10.0, tokens=4)  # the slowest answer so far: 2 s (0.5 s a token), so 20 s for 4 tokens
+    assert watch.limit_s(1) == 20
     assert watch.check(29.9, {1: 9.0}) is None
-    stall = watch.check(30.1, {1: 9.0, 2: 12.0})
-    assert stall is not None and "no request was answered for 20.1 s" in stall.reason
-    assert "2 were in flight" in stall.reason
+    assert watch.check(30.1, {1: 9.0, 2: 12.0}) is None  # request 2 began 18.1 s ago: within its limit
+    stall = watch.check(32.1, {1: 9.0, 2: 12.0})
+    assert stall is not None and "no request was answered for 22.1 s while 2 were in flight" in stall.reason
 
 
-def test_one_request_far_past_the_others_is_a_stall_once_they_set_the_scale():
-    watch = StallWatch(StallPolicy(factor=4, floor_s=1, min_answers=3), now=0.0)
-    for t in (1.0, 2.0):
-        watch.answered(0.5, now=t)
-    assert watch.check(2.5, {7: 0.0}) is None  # 2 answers: too few to judge one request by
-    watch.answered(0.5, now=2.6)
-    stall = watch.check(2.7, {7: 0.0, 8: 2.6})  # request 7 waited 2.7 s, past 4 x 0.5 s; answers keep coming
-    assert stall is not None and stall.reason.startswith("request 7 has waited 2.7 s")
+def test_a_long_output_is_owed_a_long_wait():
+    # Seven short answers of 0.2 s, one token each; then a request that may write 256 tokens: 10 x 0.2 s x 256.
+    watch = StallWatch(StallPolicy(), now=0.0, budgets={i: 256 for i in range(8)})
+    for i in range(7):
+        watch.answered(0.2, now=0.2 * (i + 1), tokens=1)
+    assert watch.limit_s(7) == pytest.approx(512)
+    assert watch.check(1.4 + 75, {7: 1.4}) is None  # a healthy server answering it in 75 s is not failed
+    assert watch.check(1.4 + 513, {7: 1.4}) is not None
+    assert watch.limit_s(99) == 60  # no budget known: the floor (and 10x the slowest answer)
+
+
+def test_no_stall_while_other_requests_are_answered():
+    watch = StallWatch(StallPolicy(factor=4, floor_s=1), now=0.0, budgets={7: 1, 8: 1})
+    for t in (1.0, 2.0, 2.3, 2.6):
+        watch.answered(0.5, now=t, tokens=1)
+    # request 7 has waited 2.7 s, past 4 x 0.5 s, but the server answered 0.1 s ago: it is working
+    assert watch.check(2.7, {7: 0.0, 8: 2.6}) is None
+    assert watch.check(4.7, {7: 0.0, 8: 2.6}) is not None  # then nothing for 2.1 s: past both limits
 
 
 def test_a_fatal_log_line_or_an_exited_server_ends_it_without_waiting_for_the_window():
@@ -124,6 +134,22 @@ def test_the_cause_is_named_from_the_servers_log(tiny, tmp_path):
     assert quoting["line"] == 16 and quoting["raw"].startswith("(line withheld: it quotes a prompt; ")
     assert "forty" not in str(quoting)
     assert engine.identity.server["log_format"] == "trtllm" and engine.identity.server["log_format_from"] == "named"
+
+
+def test_a_healthy_server_answering_one_request_slowly_is_not_failed(tiny):
+    # The story at a 1/50 time scale: seven answers of 0.2 s, then one of 75 s, one at a time, with the default
+    # factor and a floor of 60 s scaled alike; GSM8K's 256-token budget. Before budgets counted, the one slow answer
+    # was cut at the floor (62 s at full scale).
+    scale = 1 / 50
+    delays = tuple([0.2 * scale] * 7 + [75 * scale])
+    with HangingServer(answer_first=8, delays_s=delays) as server:
+        config = EndpointConfig(url=server.url, concurrency=1, max_retries=0, timeout_s=30, stall_floor_s=60 * scale,
+                                kv_drain_timeout_s=0)  # fmt: skip
+        engine = EndpointEngine(config, tokenizer=tiny[1])
+        outputs = engine.generate([f"Question {i}: {STORY}" for i in range(8)], SamplingParams(max_new_tokens=256))
+        engine.close()
+    assert [o.finish_reason for o in outputs].count("error") == 0
+    assert not [e for e in engine.collect_events() if e["type"] == "server_stalled"]
 
 
 def test_a_server_that_answers_is_never_cut_short(tiny):

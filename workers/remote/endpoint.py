@@ -223,7 +223,8 @@ class EndpointEngine:
         outputs: list[GenerationOutput | None] = [None] * len(prompts)
         start = time.perf_counter()
         started: dict[int, float] = {}  # request index -> when its first attempt began (written by pool threads)
-        watch = StallWatch(self.config.stall_policy, time.monotonic())
+        budgets = {i: p.max_new_tokens for i, p in enumerate(params)}  # a long output is owed a long wait
+        watch = StallWatch(self.config.stall_policy, time.monotonic(), budgets)
         pool = DaemonPool(self.config.concurrency, "endpoint")  # a stalled request must not keep the process alive
         futures = {pool.submit(self._request, i, prompts[i], params[i], started): i for i in range(len(prompts))}
         pending, stall, finished = set(futures), None, False
@@ -246,11 +247,12 @@ class EndpointEngine:
                     for future in done:
                         i = futures[future]
                         answer, choice = future.result()
-                        watch.answered(answer.latency_s, time.monotonic())
+                        output = self._output(i, prompt_ids[i], answer, choice)
+                        watch.answered(answer.latency_s, time.monotonic(), output.stats.get("num_output_tokens"))
                         if choice is not None:
                             tally.add(answer.response)
                             self._tally.add(answer.response)
-                        record(i, self._output(i, prompt_ids[i], answer, choice))
+                        record(i, output)
                     if pending:
                         in_flight = {i: started[i] for i in map(futures.get, pending) if i in started}
                         stall = self.watch.stalled(watch, in_flight)

@@ -3,11 +3,14 @@ remaining document (TensorRT-LLM's dead executor loop keeps accepting requests a
 still says 200: TensorRT-LLM issue #13318).
 
 `StallWatch` decides from the answers seen so far. The server has stalled when, with requests in flight,
-- no request has been answered for a window: `factor` x the slowest answer so far (at least `floor_s`), or
-- one request has been in flight longer than that window, once `min_answers` answers set the scale, or
+- nothing has been answered for longer than every request in flight may take: a request's own limit is `factor` x
+  the slowest time per output token seen so far x the tokens it may produce (its `max_new_tokens`), and never less
+  than `factor` x the slowest answer so far nor `floor_s`; or
 - the server's log said its engine died (a fatal signature) and nothing was answered for `fatal_grace_s` since, or
 - the server process the run started has exited.
-Before the first answer there is no scale: only the log, the process, and each request's own timeout can tell."""
+While the server answers other requests it has not stalled, however long one request takes (a long reasoning output
+takes minutes where a short answer took a fraction of a second; its own timeout still applies). Before the first
+answer there is no scale: only the log, the process, and each request's own timeout can tell."""
 
 from __future__ import annotations
 
@@ -24,7 +27,6 @@ DEFAULT_STALL_FLOOR_S = 60.0
 class StallPolicy:
     factor: float = DEFAULT_STALL_FACTOR
     floor_s: float = DEFAULT_STALL_FLOOR_S
-    min_answers: int = 4
     fatal_grace_s: float = 5.0
 
     def __post_init__(self) -> None:
@@ -41,25 +43,33 @@ class Stall:
 
 
 class StallWatch:
-    """Feed it the run's answers (`answered`); ask it with the requests in flight (`check`). Times are
-    `time.monotonic()` seconds, passed in so tests can drive it."""
+    """Feed it the run's answers (`answered`); ask it with the requests in flight (`check`). `budgets`: each
+    request's output limit in tokens, by request index (a request without one is judged by the slowest answer).
+    Times are `time.monotonic()` seconds, passed in so tests can drive it."""
 
-    def __init__(self, policy: StallPolicy, now: float) -> None:
+    def __init__(self, policy: StallPolicy, now: float, budgets: Mapping[int, int] | None = None) -> None:
         self.policy = policy
         self.began = now
+        self.budgets = dict(budgets or {})
         self.last_answer: float | None = None
         self.slowest = 0.0
+        self.slowest_per_token = 0.0
         self.answers = 0
 
-    def answered(self, latency_s: float, now: float) -> None:
-        """Any answer, an error included: the server is still answering."""
+    def answered(self, latency_s: float, now: float, tokens: int | None = None) -> None:
+        """Any answer, an error included: the server is still answering. `tokens`: the output tokens it carried (an
+        answer with none sets no per-token scale: its time was not spent producing tokens)."""
         self.answers += 1
         self.slowest = max(self.slowest, latency_s)
+        if tokens:
+            self.slowest_per_token = max(self.slowest_per_token, latency_s / tokens)
         self.last_answer = now
 
-    @property
-    def window_s(self) -> float:
-        return max(self.policy.floor_s, self.policy.factor * self.slowest)
+    def limit_s(self, index: int) -> float:
+        """How long request `index` may go unanswered before it counts as stalled: scaled by its own output limit."""
+        budget = self.budgets.get(index, 0)
+        return max(self.policy.floor_s, self.policy.factor * self.slowest,
+                   self.policy.factor * self.slowest_per_token * budget)  # fmt: skip
 
     def check(self, now: float, in_flight: Mapping[int, float], fatal_seen_at: float | None = None,
               exited: int | None = None) -> Stall | None:  # fmt: skip
@@ -77,16 +87,16 @@ class StallWatch:
                              since)  # fmt: skip
         if self.answers == 0:
             return None
-        scale = f"{self.policy.factor:g}x the slowest answer so far ({self.slowest:.2f} s), at least " \
-                f"{self.policy.floor_s:g} s"  # fmt: skip
-        if since > self.window_s:
-            return Stall(f"no request was answered for {since:.1f} s ({scale}) while {len(in_flight)} were in flight",
-                         since)  # fmt: skip
-        if self.answers >= self.policy.min_answers:
-            index, started = min(in_flight.items(), key=lambda item: item[1])
-            if now - started > self.window_s:
-                return Stall(f"request {index} has waited {now - started:.1f} s ({scale})", since)
-        return None
+        # Each request in flight is owed its own limit, counted from when it started or from the last answer,
+        # whichever is later: an answer to anything shows the server still works.
+        waits = {i: now - max(started, self.last_answer) for i, started in in_flight.items()}
+        if any(wait <= self.limit_s(i) for i, wait in waits.items()):
+            return None
+        longest = max(in_flight, key=self.limit_s)
+        return Stall(f"no request was answered for {since:.1f} s while {len(in_flight)} were in flight, each past its "
+                     f"own limit (the longest {self.limit_s(longest):.1f} s: {self.policy.factor:g}x the slowest "
+                     f"answer so far, {self.slowest:.2f} s, or per output token, {self.slowest_per_token:.3g} s, "
+                     f"times its budget; at least {self.policy.floor_s:g} s)", since)  # fmt: skip
 
 
 def time_without_watch(timeout_s: float, retries: int, unanswered: int, concurrency: int,
