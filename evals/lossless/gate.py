@@ -33,7 +33,7 @@ from .baseline import BASELINE_KINDS, BaselineRef, baseline_label, open_baseline
 from .check import EXACT_DTYPES, lossless_check, set_apart_failed
 from .control import find_control
 from .evidence import format_nats, judge_divergence
-from .margins import WHAT_TO_DO, divergence_margin, margin_verdict, noise_floor
+from .margins import FACTOR, MIN_NOISE_SAMPLES, WHAT_TO_DO, divergence_margin, margin_verdict, noise_floor
 from .scoring import Scorer, judge_scored, judged_in_distribution, sampling_of
 
 CHANGES_TARGET = "the spec-dec engine changes the target's own outputs"
@@ -178,7 +178,7 @@ def _apply_audit(check: dict[str, Any], task: str, audit: dict[str, Any], dtype:
     """The twins' audit decides whether the comparison with them means anything. In an exact dtype one divergence
     anywhere (the audit stopped there) proves the spec-dec engine altered the target, for every task. Elsewhere a
     plain engine may differ from a twin by rounding: each audited divergence is judged by its margin against the
-    control's noise bound (margins.py), or, without margins, the task's audited share is held to its
+    noise of both paths it crosses (`audit_noise_bound`), or, without margins, the task's audited share is held to its
     lossless tolerance."""
     first = audit["first_divergence"]
     if dtype in EXACT_DTYPES:
@@ -202,16 +202,21 @@ def _apply_audit(check: dict[str, Any], task: str, audit: dict[str, Any], dtype:
     judged = [d["margins"] for d in diverged if (d.get("margins") or {}).get("judged") is not None]
     if floor is not None and len(judged) == len(diverged):
         worst = max(judged, key=lambda m: m["judged"])
-        if worst["judged"] > floor["bound"]:
+        bound, whose = audit_noise_bound(floor, audit.get("path_noise"))
+        counted = f"{len(diverged)} of {len(mine)} audited twins differ"
+        if bound is None:  # the audit's own path has no measured noise: it cannot tell rounding from a bug
+            check["verdict"] = Verdict.NO_GATE
+            check["reason"] = (f"{counted} from a plain engine (largest margin {format_nats(worst['judged'])} nats) "
+                               f"across kernel paths whose noise was not measured ({whose})")  # fmt: skip
+        elif worst["judged"] > bound:
             check["verdict"] = Verdict.FAIL
             check["reason"] = (f"{CHANGES_TARGET}: an audited twin differs from a plain engine with margin "
-                               f"{format_nats(worst['judged'])} nats, beyond the control's noise bound "
-                               f"{format_nats(floor['bound'])} "
-                               f"({len(diverged)} of {len(mine)} audited twins differ)")  # fmt: skip
+                               f"{format_nats(worst['judged'])} nats, beyond the noise bound {format_nats(bound)} "
+                               f"({whose}) ({counted})")  # fmt: skip
         else:
-            check["audit_margins"] = (f"{len(diverged)} of {len(mine)} audited twins differ from a plain engine, "
-                                      f"all at near-ties (largest margin {format_nats(worst['judged'])} within the "
-                                      f"control's noise bound {format_nats(floor['bound'])})")  # fmt: skip
+            check["audit_margins"] = (f"{counted} from a plain engine, all at near-ties (largest margin "
+                                      f"{format_nats(worst['judged'])} within the noise bound {format_nats(bound)}: "
+                                      f"{whose})")  # fmt: skip
         return
     if tolerance is None:
         check["verdict"] = Verdict.UNCALIBRATED
@@ -222,6 +227,19 @@ def _apply_audit(check: dict[str, Any], task: str, audit: dict[str, Any], dtype:
         check["verdict"] = Verdict.FAIL
         check["reason"] = (f"{CHANGES_TARGET}: {len(diverged)} of {len(mine)} audited twins differ from a plain "
                            f"engine ({share:.4f} > tolerance {tolerance:.4f} for {dtype})")  # fmt: skip
+
+
+def audit_noise_bound(floor: dict[str, Any], path: dict[str, Any] | None) -> tuple[float | None, str]:
+    """The bound an audited divergence is judged against, and whose noise it is: the control's (plain at another
+    batch shape) and the audit's own path's (a plain engine's prefill-shaped scoring against its decode, twin_audit.py),
+    each FACTOR x its largest move; None when the path's noise was not measured on enough positions."""
+    if not path or path.get("num_noise_samples", 0) < MIN_NOISE_SAMPLES:
+        got = path.get("num_noise_samples", 0) if path else 0
+        return None, f"the audit's prefill-against-decode path: {got} gap moves, fewer than {MIN_NOISE_SAMPLES}"
+    own = round(FACTOR * path["max_gap_move"], 5)
+    whose = (f"the larger of the control's {format_nats(floor['bound'])} and the audit path's {format_nats(own)}, "
+             f"from {path['num_noise_samples']} gap moves of a plain engine's prefill against its decode")  # fmt: skip
+    return max(floor["bound"], own), whose
 
 
 def judge_by_margins(check: dict[str, Any], task: str, samples: list[SampleRecord], base_samples: list[SampleRecord],

@@ -28,6 +28,13 @@ untrusted only if that decode differs from it (so a forward-width rounding diffe
 A sampled request is decoded with its own sampling parameters. In an exact dtype the audit is sequential: it stops
 at its first divergence (one is proof enough). In other dtypes a plain engine may differ from a twin by rounding,
 so every planned document is audited and the divergent share is judged like the lossless gate's.
+
+Whose noise. Outside an exact dtype a twin was decoded beside spec-dec requests whose verify rows are K + 1 tokens
+wide, so its forward had another shape than any plain decode; the control (plain at batch 1 against batch N)
+measures none of that. So where the audit decodes a document it also scores the plain engine's own decode in one
+prefill-shaped pass: how far the gaps between the top tokens move between those two kernel paths of an engine with no
+spec worker (`path_noise`) is the noise an audited divergence is judged against too (gate.py), measured where the
+audit looks and never on the twins, which may carry the bug.
 """
 
 from __future__ import annotations
@@ -45,10 +52,11 @@ import torch
 from ...errors import UserError
 from ...results.paired import first_divergence
 from ...results.sample_record import SampleRecord
-from ...workers.interface import EngineIdentity, GenerateStats, GenerationOutput, InferenceEngine, Prompt
+from ...workers.config import SamplingParams
+from ...workers.interface import EngineIdentity, GenerateStats, GenerationOutput, InferenceEngine, Prompt, ScoreRequest
 from ...workers.loading.tokenizer import encode_any
 from .check import EXACT_DTYPES
-from .margins import divergence_margin
+from .margins import divergence_margin, gap_moves
 
 AUDIT_SHARE = 0.25
 AUDIT_MIN_DOCS = 2
@@ -184,7 +192,27 @@ class AuditedTwins:
         if decoded.finish_reason == "error":
             raise RuntimeError(f"the twin audit's plain engine failed a request: {decoded.error}")
         margins = divergence_margin(_decoded(decoded), _decoded(twin))
+        if not self.sequential:
+            self._measure_path_noise(plain, prompt, decoded)
         return first_divergence(list(decoded.token_ids), list(twin.token_ids)), margins
+
+    def _measure_path_noise(self, plain: InferenceEngine, prompt: Prompt, decoded: GenerationOutput) -> None:
+        """The gap moves between the plain engine's decode of a document and its prefill-shaped scoring of the same
+        tokens (see the module docstring), added to the record's `path_noise`."""
+        if not decoded.token_ids or not decoded.logprobs:
+            return
+        width = max((len(r[1]) for r in decoded.logprobs), default=0)
+        request = ScoreRequest(tuple(plain.encode(prompt)), tuple(decoded.token_ids), SamplingParams(), width)
+        (scored,) = plain.score_outputs([request])
+        if scored.error is not None or len(scored.logprobs) != len(decoded.token_ids):
+            return
+        records = [[lp, top] for lp, top in zip(scored.logprobs, scored.top_logprobs, strict=True)]
+        as_scored = SampleRecord(task="", doc_id=None, output_token_ids=list(decoded.token_ids), logprobs=records)
+        moves = gap_moves(_decoded(decoded), as_scored)
+        if moves:
+            noise = self.record.setdefault("path_noise", {"num_noise_samples": 0, "max_gap_move": 0.0})
+            noise["num_noise_samples"] += len(moves)
+            noise["max_gap_move"] = round(max(noise["max_gap_move"], max(moves)), 5)
 
     def _plain(self) -> InferenceEngine:
         if self.plain is not None and self._tokens > self._plain_tokens:  # a later task's longer documents
@@ -231,4 +259,5 @@ def audit_record(record: dict[str, Any], results: list) -> dict[str, Any]:
         "num_audited": len(audited), "divergences": divergences,
         "first_divergence": divergences[0] if divergences else None, "sequential": record["sequential"],
         "not_auditable": record.get("not_auditable", 0), "elapsed_s": record["elapsed_s"],
+        **({"path_noise": record["path_noise"]} if record.get("path_noise") else {}),
     }  # fmt: skip

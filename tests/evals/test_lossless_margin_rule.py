@@ -150,24 +150,33 @@ def test_a_control_without_any_noise_fails_every_divergence_and_says_why():
     assert verdict == "FAIL" and "no noise at all" not in reason
 
 
-def test_an_audited_twin_that_differs_by_rounding_is_judged_by_its_margin():
-    """Outside float32 the twin audit's plain engine runs at another batch shape and may flip a near-tie: judged by
-    the margin against the control's bound (PASS, and said), FAIL beyond it."""
+def test_an_audited_twin_that_differs_by_rounding_is_judged_by_the_noise_of_the_paths_it_crosses():
+    """Outside float32 a twin was decoded beside K + 1-wide verify rows, the audit's plain engine alone: a near-tie
+    may flip. Judged against the larger of the control's bound and the audit path's own (a plain engine's prefill
+    against its decode): the issue's case, a control that measured no noise (bound 0) and a flip of one bf16 step
+    (2^-6 nats), PASSes when that path moved gaps by 0.01 and FAILs far beyond; unmeasured, it is NO-GATE."""
     from specdec_eval.evals.lossless.gate import _apply_audit
 
-    def audit(judged: float) -> dict:
+    def audit(judged: float, path: dict | None) -> dict:
         d = {"task": "t", "doc_id": 7, "position": 3, "margins": {"judged": judged, "margin": judged}}
         return {"first_divergence": d, "divergences": [d], "num_audited": 4, "planned": 4,
-                "audited": [{"task": "t", "doc_id": i} for i in (1, 7, 9, 12)]}  # fmt: skip
+                "audited": [{"task": "t", "doc_id": i} for i in (1, 7, 9, 12)],
+                **({"path_noise": path} if path else {})}  # fmt: skip
 
-    floor = {"bound": 0.05}
+    floor = {"bound": 0.0}
+    path = {"num_noise_samples": 64, "max_gap_move": 0.01}
     near = {"verdict": "PASS", "reason": "every output identical to the baseline"}
-    _apply_audit(near, "t", audit(0.0156), "bfloat16", None, floor)
+    _apply_audit(near, "t", audit(0.01563, path), "bfloat16", None, floor)
     assert near["verdict"] == "PASS"
-    assert near["audit_margins"].startswith("1 of 4 audited twins differ") and "0.0156 within" in near["audit_margins"]
+    assert near["audit_margins"].startswith("1 of 4 audited twins differ") and "0.01563 within" in near["audit_margins"]
+    assert "audit path's 0.02, from 64 gap moves" in near["audit_margins"]
     far = {"verdict": "PASS", "reason": "every output identical to the baseline"}
-    _apply_audit(far, "t", audit(0.9), "bfloat16", None, floor)
+    _apply_audit(far, "t", audit(0.9, path), "bfloat16", None, floor)
     assert far["verdict"] == "FAIL" and "changes the target's own outputs" in far["reason"]
+    for unmeasured in (None, {"num_noise_samples": 5, "max_gap_move": 0.0}):
+        blind = {"verdict": "PASS", "reason": "every output identical to the baseline"}
+        _apply_audit(blind, "t", audit(0.9, unmeasured), "bfloat16", None, floor)
+        assert blind["verdict"] == "NO-GATE" and "whose noise was not measured" in blind["reason"], blind
 
 
 def test_a_baseline_whose_logprobs_contradict_its_token_is_never_a_near_tie():
