@@ -74,6 +74,9 @@ class ScoredOutput:
     # The scored tokens as the top alternatives name them (an endpoint that names tokens by text: their keys); None:
     # by their ids
     token_keys: list[int] | None = None
+    # Positions whose top alternatives cannot be read as the top K (tokens that print alike merged into one entry
+    # when keyed by text): no placement may rest on them
+    unreadable: tuple[int, ...] = ()
 
 
 @dataclass

@@ -52,6 +52,7 @@ class Placement:
     "edge"         outside the support, or unsure whether inside, by less than the logit noise: left out
     "out"          outside the support (top-k / top-p) by more than the noise: a violation
     "tail"         below the known top logprobs, where the support may reach: left out of the PIT, counted
+    "unknown"      the scorer's top logprobs there are not a top K (tokens that print alike merged): left out
     tail_bound: an upper bound of the probability that a token below the known top logprobs is drawn here (0 where
     the whole distribution is known or the support ends within the top)."""
 

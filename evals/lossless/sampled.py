@@ -130,8 +130,11 @@ def place(sample: SampledSample, vocab_size: int, support_noise: float) -> list[
     if scored.sampled is not None:
         return [exact_placement(s.prob, s.mass_above, s.support, s.sum_p2, s.sum_p3) for s in scored.sampled]
     keys = scored.token_keys if scored.token_keys is not None else list(sample.token_ids)
-    return [topk_placement(lp, key, top, params.temperature, params.top_k, params.top_p, vocab_size, support_noise)
-            for lp, key, top in zip(scored.logprobs, keys, scored.top_logprobs, strict=True)]  # fmt: skip
+    unreadable = set(scored.unreadable)  # top logprobs that are not a top K: no placement rests on them
+    rows = enumerate(zip(scored.logprobs, keys, scored.top_logprobs, strict=True))
+    return [Placement("unknown") if i in unreadable else
+            topk_placement(lp, key, top, params.temperature, params.top_k, params.top_p, vocab_size, support_noise)
+            for i, (lp, key, top) in rows]  # fmt: skip
 
 
 def _doc_rng(seed: int, doc_id: Any) -> np.random.Generator:
@@ -146,7 +149,7 @@ class _Fidelity:
 
     def __init__(self) -> None:
         self.u: list[np.ndarray] = []
-        self.kinds: dict[str, int] = {"exact": 0, "conditional": 0, "edge": 0, "tail": 0, "out": 0}
+        self.kinds: dict[str, int] = {"exact": 0, "conditional": 0, "edge": 0, "tail": 0, "out": 0, "unknown": 0}
         self.violations: list[dict[str, Any]] = []
         self.tail_bounds: list[float] = []
         self.placed: list[Placement] = []
@@ -288,11 +291,13 @@ def _direction(likelihood, level: float) -> str:
 def _basis(u, kinds, pit_p, likelihood, tail, fidelity, target, level, num_tests) -> str:
     """The verdict's basis in one line: how many positions, on what footing, which tests, what they said."""
     if kinds["conditional"] or kinds["tail"]:
-        left_out = kinds["edge"] + kinds["tail"]
+        left_out = kinds["edge"] + kinds["tail"] + kinds["unknown"]
         footing = (f"{kinds['exact']:,} exact, {kinds['conditional']:,} conditional on the baseline's top logprobs: "
                    f"conservative; {left_out:,} left out")  # fmt: skip
     else:
         footing = "exact" + (f"; {kinds['edge']:,} at the support's edge left out" if kinds["edge"] else "")
+    if kinds["unknown"]:
+        footing += f"; {kinds['unknown']:,} whose top logprobs merged tokens that print alike"
     parts = [f"sampled: {len(u):,} positions ({footing}), PIT uniformity p = {_p(pit_p)}, likelihood "
              f"z = {likelihood.z:+.2f} (p = {_p(likelihood.p_value)})"]  # fmt: skip
     if tail is not None:

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..interface import ScoredOutput, ScoreRequest
 from .echo_tokens import LEGACY_MAX_LOGPROBS, locate
-from .scoring_audit import ONE_BACK, audit_echo
+from .scoring_audit import BYTE_PIECES, ONE_BACK, audit_echo
 
 
 def scoring_payload(model: str, request: ScoreRequest, vllm_extensions: bool) -> dict[str, Any]:
@@ -120,17 +120,35 @@ def _from_echo(logprobs: dict[str, Any], first: int, n: int, key: Callable[[str]
     keys = [key(t) for t in tokens[first : first + n]]
     if not one_back:
         own = [float(v) for v in values[first : first + n]]
-        top = [sorted(([key(t), float(v)] for t, v in (alts or {}).items()), key=lambda a: -a[1])
-               for alts in tops[first : first + n]]  # fmt: skip
-        return ScoredOutput(own, top, token_keys=keys)
+        entries = tops[first : first + n]
+        top = [sorted(([key(t), float(v)] for t, v in (alts or {}).items()), key=lambda a: -a[1]) for alts in entries]
+        # judged on the list alone, never on the token drawn (leaving out positions by what was drawn would bias u)
+        unreadable = [j for j, alts in enumerate(entries) if merged(alts, keep)]
+        return ScoredOutput(own, top, token_keys=keys, unreadable=tuple(unreadable))
     if first < 1:
         raise ValueError("no echoed entry before the output to read its first token's distribution from")
-    own, top = [], []
-    for mine, alts in zip(keys, tops[first - 1 : first + n - 1], strict=True):
+    own, top, unreadable = [], [], []
+    for j, (mine, alts) in enumerate(zip(keys, tops[first - 1 : first + n - 1], strict=True)):
         listed = sorted(([key(t), float(v)] for t, v in (alts or {}).items()), key=lambda a: -a[1])
         own.append(next((v for k, v in listed if k == mine), math.nan))
         top.append(listed[:keep])
-    return ScoredOutput(own, top, token_keys=keys)
+        if merged(alts, keep):
+            unreadable.append(j)
+    return ScoredOutput(own, top, token_keys=keys, unreadable=tuple(unreadable))
+
+
+PRINTS_ALIKE = "\ufffd"  # what a byte piece that is not whole UTF-8 prints as: such tokens are told apart by id only
+
+
+def merged(alternatives: Any, asked: int) -> bool:
+    """Whether a top-alternatives entry keyed by text cannot be the whole top `asked`: fewer entries than asked (texts
+    that print alike collapsed into one key of the object), or an entry whose text stands for several tokens."""
+    if not isinstance(alternatives, dict):
+        return True
+    return len(alternatives) < asked or any(PRINTS_ALIKE in t for t in alternatives)
+
+
+AUDIT_CUTS = (8, 16, 32, 64)  # output tokens after the prompt where the audit tries again (see _audit)
 
 
 class ScoringChannel:
@@ -156,6 +174,9 @@ class ScoringChannel:
         audit = self._audit(request)
         if audit.get("agrees") is False:
             return ScoredOutput([], [], error=audit["reason"])
+        if not self.vllm_extensions and audit.get("agrees") is None:  # an echo nobody could check scores nothing
+            return ScoredOutput([], [], error=f"the server's echo could not be audited ({audit['reason']}): its "
+                                              "logprobs are not trusted to score a run")  # fmt: skip
         ids_error = None
         if self.mode != "text":
             scored = self._ask(scoring_payload(self.model, request, self.vllm_extensions), request)
@@ -175,16 +196,20 @@ class ScoringChannel:
 
     def _audit(self, request: ScoreRequest) -> dict[str, Any]:
         """The echo's check against the server's own generation (workers/remote/scoring_audit.py), made once, on the
-        first request's prompt; vLLM's prompt_logprobs (keyed by id, per position) are not audited."""
+        first request's prompt; vLLM's prompt_logprobs (keyed by id, per position) are not audited. Where the
+        server's greedy output there holds byte pieces that print alike (which text cannot pair), the check moves on
+        to that prompt followed by a part of the request's output, whose continuation is another."""
         with self._audit_lock:
+            if self.audit is None and self.vllm_extensions:
+                self.audit = {}
             if self.audit is None:
-                self.audit = (
-                    {}
-                    if self.vllm_extensions
-                    else audit_echo(
-                        self.call, self.model, self.tokenizer.decode(list(request.prompt_token_ids)), self.key
-                    )
-                )
+                prompt = list(request.prompt_token_ids)
+                cuts = [0] + [n for n in AUDIT_CUTS if n < len(request.output_token_ids)]
+                for cut in cuts:
+                    text = self.tokenizer.decode(prompt + list(request.output_token_ids[:cut]))
+                    self.audit = audit_echo(self.call, self.model, text, self.key)
+                    if self.audit.get("agrees") is not None or BYTE_PIECES not in self.audit.get("reason", ""):
+                        break
             return self.audit
 
     def _settle(self, mode: str, refused: str | None, scored: ScoredOutput) -> None:

@@ -22,13 +22,14 @@ ALIGNED = "in place"  # each echoed token's own logprob is its own
 ONE_BACK = "one position back"  # each token's distribution is in the top logprobs of the entry before it
 MEDIAN_DIFF_LIMIT = 0.1  # nats: above a prefill's rounding against a decode step's, below any other row's
 MISSING = 10.0  # nats counted for an alternative one side lists and the other does not
+BYTE_PIECES = "byte pieces that print alike"
 
 
 def audit_echo(call: Callable[[dict[str, Any], str], Any], model: str, prompt: str,
                key: Callable[[str], int]) -> dict[str, Any]:  # fmt: skip
     """{"agrees": bool | None, "reading": ..., "tokens": m, "median_abs_diff": ...} (and "reason" when it does not
-    agree); agrees None when the check could not be made (the server gave no generation logprobs, or refused), which
-    trusts the echo as it is."""
+    agree); agrees None when the check could not be made (the server gave no generation logprobs, or refused, or its
+    output cannot be sent back as text): then the echo is not trusted either (endpoint_scoring.py)."""
     body = {"model": model, "prompt": prompt, "max_tokens": AUDIT_TOKENS, "temperature": 0,
             "logprobs": LEGACY_MAX_LOGPROBS}  # fmt: skip
     generated = call(body, prompt)
@@ -37,7 +38,7 @@ def audit_echo(call: Callable[[dict[str, Any], str], Any], model: str, prompt: s
         return {"agrees": None, "reason": f"not checked: {generated.error or 'no generation logprobs'}"}
     tokens, values, gen_tops = own
     if any("\ufffd" in t for t in tokens):  # byte pieces print alike: matching them by text could pair other tokens
-        return {"agrees": None, "reason": "not checked: the greedy output holds byte pieces that print alike"}
+        return {"agrees": None, "reason": f"not checked: the greedy output holds {BYTE_PIECES}"}
     text = prompt + "".join(tokens)
     echoed = call({**body, "prompt": text, "max_tokens": 1, "echo": True}, text)
     back = _legacy(echoed.response) if echoed.error is None else None
