@@ -1,4 +1,5 @@
-"""The bug-class matrix of `selftest --mutants` as a table (evals/selftest/mutants.py builds it)."""
+"""The bug-class matrix of `selftest --mutants` as a table (evals/selftest/mutants.py builds it), and the clean
+matrix of `selftest --clean` (evals/selftest/clean.py)."""
 
 from __future__ import annotations
 
@@ -49,3 +50,20 @@ def print_matrix(report: dict[str, Any]) -> None:
     verdict = "PASSED" if report["ok"] else "FAILED"
     detail = f"{len(rows)} runs on {report['model']}, {report['limit']} documents each"
     print(f"\nselftest --mutants {verdict}: {detail}" + (f"; not as expected: {', '.join(missed)}" if missed else ""))
+
+
+def print_clean(report: dict[str, Any]) -> None:
+    """The clean matrix (evals/selftest/clean.py): one line per row, then the false-FAIL count."""
+    table = [["row", "lossless", "exit", "result", "seconds"]]
+    for row in report["rows"]:
+        table.append([row["row"], row["lossless"], str(row.get("exit", "-")), row["result"], f"{row['elapsed_s']:.0f}"])
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for line in table:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+    for row in report["rows"]:
+        if row.get("reason"):
+            print(f"- {row['row']}: {row['reason']}")
+    print(
+        f"\nclean matrix: {report['false_fails']} false FAIL(s), {report['errors']} error(s) in {len(report['rows'])} "
+        "unmutated runs"
+    )

@@ -6,7 +6,8 @@ with the stale-state signature (a spec_state_leak event naming the fields, faile
 (`--spec-guard template`) under the same OOM, which must PASS with outputs identical to the fault-free run.
 
 `--mutants`: the bug-class matrix (evals/selftest/mutants.py): every bug class through the default `run`, and which gate
-caught it, at which document, after how long."""
+caught it, at which document, after how long. `--clean`: the clean matrix (evals/selftest/clean.py): an unmutated run
+on every backend and mode, none of which may FAIL."""
 
 from __future__ import annotations
 
@@ -62,11 +63,21 @@ def selftest(
             rich_help_panel=MUTANTS,
         ),
     ] = False,  # fmt: skip
+    clean: Annotated[
+        bool,
+        typer.Option(
+            "--clean",
+            help="Run the clean matrix: an unmutated `run` on every backend and mode (ours float32 / bfloat16, tiny "
+            "/ SmolLM2, greedy / sampled, paired / separate; serve over HTTP; llama.cpp); none may FAIL.",
+            rich_help_panel=MUTANTS,
+        ),
+    ] = False,  # fmt: skip
     only: Annotated[
         list[str] | None,
         typer.Option(
             "--only",
-            help="Only this bug class (repeatable, or comma-separated); the unmutated run always runs.",
+            help="Only this bug class (repeatable, or comma-separated); the unmutated run always runs. With --clean: "
+            "the rows whose name contains a given word (e.g. 'ours tiny', serve, llamacpp).",
             rich_help_panel=MUTANTS,
         ),
     ] = None,  # fmt: skip
@@ -110,16 +121,20 @@ def selftest(
 ) -> None:
     """Run the canary A/B; exit 0 when the unguarded half fails as it should and the guarded half passes. With
     --mutants, run the bug-class matrix; exit 0 when every class is caught by its gate and the unmutated engine
-    passes every gate.
+    passes every gate. With --clean, the clean matrix; exit 0 when no unmutated run FAILs.
 
     Examples:
       specdec-eval selftest
       specdec-eval selftest --mode budget --json
       specdec-eval selftest --model smollm2 --device-memory 2GiB
       specdec-eval selftest --mutants --data-dir ../shared/data --limit 10
+      specdec-eval selftest --clean --data-dir ../shared/data --limit 4 --max-output-len 16 --only "ours tiny",serve
       specdec-eval selftest --mutants --model tiny --only accept_off_by_one,sample_key_shift --json
       specdec-eval selftest --mutants --only spec_filter_order --gen-kwargs temperature=1.0,top_k=20,top_p=0.9
     """
+    if clean:
+        _clean(data_dir, limit, max_output_len, num_fewshot, only, as_json)
+        return
     if mutants:
         model = model or "smollm2"
         options = _matrix_options(data_dir, limit, max_output_len, num_fewshot, no_reference or model == "tiny",
@@ -172,6 +187,26 @@ def _mutants(model, kv_cache, draft_len, device, device_memory, max_num_tokens, 
         print(json.dumps(report, indent=2))
     else:
         print_matrix(report)
+    if not report["ok"]:
+        raise typer.Exit(1)
+
+
+def _clean(data_dir, limit, max_output_len, num_fewshot, only, as_json) -> None:
+    from ..evals.selftest.clean import run_clean, select_rows
+    from .mutants_print import print_clean
+
+    rows = select_rows(only)
+    _matrix_options(data_dir, limit, max_output_len, num_fewshot, True)  # the task data is there
+    shared = ["--tasks", "gsm8k", "--limit", str(limit), "--sample", "random", "--no-reference"]
+    shared += ["--data-dir", data_dir] if data_dir else []
+    shared += ["--max-output-len", str(max_output_len)] if max_output_len else []
+    shared += ["--num-fewshot", str(num_fewshot)] if num_fewshot is not None else []
+    stderr.print(f"selftest --clean: {len(rows)} unmutated runs of `run`, {limit} GSM8K documents each ...")
+    report = run_clean(rows, shared, note=lambda line: stderr.print(f"clean {line}"))
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_clean(report)
     if not report["ok"]:
         raise typer.Exit(1)
 
