@@ -193,16 +193,16 @@ class AuditedTwins:
             raise RuntimeError(f"the twin audit's plain engine failed a request: {decoded.error}")
         margins = divergence_margin(_decoded(decoded), _decoded(twin))
         if not self.sequential:
-            self._measure_path_noise(plain, prompt, decoded)
+            self._measure_path_noise(plain, decoded)
         return first_divergence(list(decoded.token_ids), list(twin.token_ids)), margins
 
-    def _measure_path_noise(self, plain: InferenceEngine, prompt: Prompt, decoded: GenerationOutput) -> None:
+    def _measure_path_noise(self, plain: InferenceEngine, decoded: GenerationOutput) -> None:
         """The gap moves between the plain engine's decode of a document and its prefill-shaped scoring of the same
         tokens (see the module docstring), added to the record's `path_noise`."""
         if not decoded.token_ids or not decoded.logprobs:
             return
         width = max((len(r[1]) for r in decoded.logprobs), default=0)
-        request = ScoreRequest(tuple(plain.encode(prompt)), tuple(decoded.token_ids), SamplingParams(), width)
+        request = ScoreRequest(tuple(decoded.prompt_token_ids), tuple(decoded.token_ids), SamplingParams(), width)
         (scored,) = plain.score_outputs([request])
         if scored.error is not None or len(scored.logprobs) != len(decoded.token_ids):
             return
