@@ -38,3 +38,20 @@ def test_a_served_rejection_sampler_is_judged_in_distribution_by_the_baseline_se
     assert kept["basis"] == "conservative" and kept["positions"] > 0
     planted = json.loads(stdout_bad)["tasks"]["gsm8k_sampled"]["lossless"]
     assert code_bad == 1 and planted["verdict"] == "FAIL", planted
+
+
+@needs_shared_data
+def test_a_correct_sampler_judged_through_the_legacy_echo_shape_never_fails(tiny, tmp_path, capsys):
+    """The same plain server as the spec-dec side (a correct sampler by construction) and as the scorer, once read
+    as vLLM-style prompt_logprobs and once behind a proxy that names its owner llama.cpp, so the scorer is asked in
+    OpenAI's legacy shape (top alternatives keyed by text, where byte pieces that print alike merge): never a FAIL."""
+    from ..fake_server_helpers import OwnerProxy
+
+    with serving(tiny_engine(tiny)) as spec, serving(tiny_engine(tiny)) as base, OwnerProxy(base.url, "llamacpp") as p:
+        verdicts = {}
+        for name, url in (("ids", base.url), ("legacy", p.url)):
+            code, stdout, err = _run(capsys, spec.url, url, str(tmp_path / name))
+            assert code == 0, err[-2000:]
+            verdicts[name] = json.loads(stdout)["tasks"]["gsm8k_sampled"]["lossless"]
+    assert verdicts["ids"]["verdict"] == "PASS", verdicts["ids"]
+    assert verdicts["legacy"]["verdict"] in ("PASS", "NO-GATE"), verdicts["legacy"]
