@@ -157,8 +157,9 @@ def test_an_audited_twin_that_differs_by_rounding_is_judged_by_the_noise_of_the_
     (2^-6 nats), PASSes when that path moved gaps by 0.01 and FAILs far beyond; unmeasured, it is NO-GATE."""
     from specdec_eval.evals.lossless.gate import _apply_audit
 
-    def audit(judged: float, path: dict | None) -> dict:
-        d = {"task": "t", "doc_id": 7, "position": 3, "margins": {"judged": judged, "margin": judged}}
+    def audit(judged: float, path: dict | None, logprob: float = -0.5) -> dict:
+        margins = {"judged": judged, "margin": judged, "baseline_logprob": logprob, "other_logprob": logprob}
+        d = {"task": "t", "doc_id": 7, "position": 3, "margins": margins}
         return {"first_divergence": d, "divergences": [d], "num_audited": 4, "planned": 4,
                 "audited": [{"task": "t", "doc_id": i} for i in (1, 7, 9, 12)],
                 **({"path_noise": path} if path else {})}  # fmt: skip
@@ -173,6 +174,15 @@ def test_an_audited_twin_that_differs_by_rounding_is_judged_by_the_noise_of_the_
     far = {"verdict": "PASS", "reason": "every output identical to the baseline"}
     _apply_audit(far, "t", audit(0.9, path), "bfloat16", None, floor)
     assert far["verdict"] == "FAIL" and "changes the target's own outputs" in far["reason"]
+    # the path measured no noise at all, yet the twin differs by one bf16 step at that logprob (2^-6 at 3.6 nats):
+    # rounding on the twins' own path (beside verify rows) can do that, so it cannot be judged; two steps FAIL
+    still = {"num_noise_samples": 64, "max_gap_move": 0.0}
+    one_step = {"verdict": "PASS", "reason": "every output identical to the baseline"}
+    _apply_audit(one_step, "t", audit(0.01562, still, -3.59297), "bfloat16", None, floor)
+    assert one_step["verdict"] == "NO-GATE" and "one bfloat16 step there (0.01563)" in one_step["reason"], one_step
+    two_steps = {"verdict": "PASS", "reason": "every output identical to the baseline"}
+    _apply_audit(two_steps, "t", audit(0.03125, still, -3.59297), "bfloat16", None, floor)
+    assert two_steps["verdict"] == "FAIL"
     for unmeasured in (None, {"num_noise_samples": 5, "max_gap_move": 0.0}):
         blind = {"verdict": "PASS", "reason": "every output identical to the baseline"}
         _apply_audit(blind, "t", audit(0.9, unmeasured), "bfloat16", None, floor)

@@ -85,6 +85,10 @@ def test_an_audit_that_meets_byte_pieces_moves_on_and_one_that_cannot_check_trus
     got = channel.score(request)
     assert generated == ["aa", "aa" + "b" * 8] and channel.audit["agrees"] is True, channel.audit
     assert got.error is None
+    # whole tokens before the first byte piece: those are checked, at the first cut
+    call, generated = _server({2: ["b", "c", "\ufffd", "b"]})
+    channel = ScoringChannel("m", _Tokenizer(), key, False, call)
+    assert channel.score(request).error is None and generated == ["aa"] and channel.audit["tokens"] == 2
     # byte pieces after every cut: the echo was never checked, so it scores nothing (NO-GATE), never a verdict
     call, generated = _server({n: ["\ufffd", "b"] for n in (2, 10, 18)})
     channel = ScoringChannel("m", _Tokenizer(), key, False, call)

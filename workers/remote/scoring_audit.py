@@ -18,6 +18,7 @@ from typing import Any
 from .echo_tokens import LEGACY_MAX_LOGPROBS, locate
 
 AUDIT_TOKENS = 8
+MIN_AUDIT_TOKENS = 2  # whole tokens (before any byte piece) the check needs
 ALIGNED = "in place"  # each echoed token's own logprob is its own
 ONE_BACK = "one position back"  # each token's distribution is in the top logprobs of the entry before it
 MEDIAN_DIFF_LIMIT = 0.1  # nats: above a prefill's rounding against a decode step's, below any other row's
@@ -37,8 +38,11 @@ def audit_echo(call: Callable[[dict[str, Any], str], Any], model: str, prompt: s
     if not own or not own[0]:
         return {"agrees": None, "reason": f"not checked: {generated.error or 'no generation logprobs'}"}
     tokens, values, gen_tops = own
-    if any("\ufffd" in t for t in tokens):  # byte pieces print alike: matching them by text could pair other tokens
+    # Byte pieces print alike: text cannot send them back, nor match them. The output up to the first one is checked.
+    whole = next((i for i, t in enumerate(tokens) if "\ufffd" in t), len(tokens))
+    if whole < MIN_AUDIT_TOKENS:
         return {"agrees": None, "reason": f"not checked: the greedy output holds {BYTE_PIECES}"}
+    tokens, values, gen_tops = tokens[:whole], values[:whole], gen_tops[:whole]
     text = prompt + "".join(tokens)
     echoed = call({**body, "prompt": text, "max_tokens": 1, "echo": True}, text)
     back = _legacy(echoed.response) if echoed.error is None else None
