@@ -75,7 +75,12 @@ class EvalOptions:
     )
     no_reference: bool = field(
         default=False,
-        metadata=flag("--no-reference", group=EVAL, help="Only report scores; no reference lookup, no gate."),
+        metadata=flag(
+            "--no-reference",
+            group=EVAL,
+            help="Only report scores; no reference lookup (accuracy, nor acceptance "
+            "unless --acceptance-refs names a file), no gate.",
+        ),
     )
     model_key: str | None = field(
         default=None,
