@@ -104,7 +104,7 @@ def test_a_server_log_that_is_not_a_regular_file_is_refused_in_one_line(capsys, 
     code, out, err = run_cli(capsys, *ARGS, "--out", str(tmp_path / "runs"), "--endpoint", "http://127.0.0.1:9",
                              "--served-model", "m", "--server-log", str(path))  # fmt: skip
     assert code == 2, err
-    assert err.strip() == f"error: server log {path}: {said}"
+    assert err.strip() == f"specdec-eval: error: server log {path}: {said}"
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
