@@ -86,7 +86,8 @@ def populated_line(populated: dict[str, Any]) -> str:
     or why nothing was written."""
     n = populated.get("num_documents")
     basis = f" from {n} {populated.get('task')} documents ({populated.get('num_cycles')} draft cycles)" if n else ""
-    figure = f"{populated['test_id']} ref_al {populated['ref_al']:.4f}{basis}"
+    al = populated.get("ref_al")
+    figure = f"{populated['test_id']}" + (f" ref_al {al:.4f}{basis}" if al is not None else "")
     if populated.get("refused"):
         return f"acceptance reference NOT written ({figure}): {populated['refused']}"
     if not populated["changed"]:

@@ -49,12 +49,16 @@ def samples_frame(samples: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
 def load_samples(run: Run | str | Path, root: str | Path | None = None) -> pd.DataFrame:
     """One row per sample of a run (a Run, a run folder, or a run id under root): run_id, task, doc_id, score, the
     stored fields (prompt and output hashes, output, output_token_ids, num_output_tokens, acceptance_length,
-    extracted[...] and correct[...] per filter, ...). FileNotFoundError when `run` names no run."""
+    extracted[...] and correct[...] per filter, ...). FileNotFoundError when `run` names no run; ValueError when
+    the run is unfinished (its samples are recorded only at its end: an empty frame would read as a run of none)."""
     if not isinstance(run, Run):
         if root is None and not (Path(run) / "manifest.json").is_file():
             raise FileNotFoundError(f"{run} is not a run folder (it has no manifest.json); to find a run by its id, "
                                     "pass the runs folder as root")  # fmt: skip
         run = open_run(str(run), root if root is not None else Path(run).parent)  # a folder: root unused
+    if not run.is_finished:
+        raise ValueError(f"run {run.run_id} is unfinished (running, interrupted or failed): its samples are recorded "
+                         "when it finishes; `specdec-eval run` with the same options resumes it")  # fmt: skip
     frame = samples_frame(run.sample_rows())
     frame.insert(0, "run_id", run.run_id)
     correct = [c for c in frame.columns if c.startswith(_CORRECT) and c.endswith("]")]
@@ -69,13 +73,17 @@ def load_runs(root: str | Path, test_id: str | None = None, commit: str | None =
     """One row per (run, task) of the readable runs under root, oldest first, filtered as `specdec-eval runs` is:
     the run's columns (run_id, started, commit, test_id, gpu, verdict as every reader shows it, ...) and the task's
     (task, score, reference, threshold, task_verdict, num_samples, lossless, acceptance_gate). FileNotFoundError /
-    NotADirectoryError when root is not a folder: a mistyped path must not read as a store with no runs."""
+    NotADirectoryError when root is not a folder, ValueError when it is one run's folder: a mistyped path must not
+    read as a store with no runs."""
     import pandas as pd
 
     if not Path(root).exists():
         raise FileNotFoundError(f"runs folder {root} does not exist")
     if not Path(root).is_dir():
         raise NotADirectoryError(f"runs folder {root} is a file, not a folder of runs")
+    if (Path(root) / "manifest.json").is_file():  # read as a store it holds no runs: an empty frame, silently
+        raise ValueError(f"{root} is one run's folder, not a folder of runs: load_runs({str(Path(root).parent)!r}) "
+                         "reads the store it is in, load_samples of it this run's samples")  # fmt: skip
 
     from .runs_table import runs_table
 

@@ -72,11 +72,39 @@ class ScoredOutput:
     error: str | None = None  # the output could not be scored (the lists are then empty)
     ranks: list[int] | None = None  # each scored token's rank among the raw logprobs (1: the most likely)
     # The scored tokens as the top alternatives name them (an endpoint that names tokens by text: their keys); None:
-    # by their ids
+    # by their ids. `output_keys`: the output's own tokens named the same way, what `token_keys` must match.
     token_keys: list[int] | None = None
     # Positions whose top alternatives cannot be read as the top K (tokens that print alike merged into one entry
     # when keyed by text): no placement may rest on them
     unreadable: tuple[int, ...] = ()
+    output_keys: list[int] | None = None
+
+    def other_tokens(self, output_ids: Sequence[int]) -> int | None:
+        """The first output position whose scored token is not the output's (None: all are; a scoring named by
+        keys without the output's own keys cannot show it, so its first position counts)."""
+        if self.token_keys is None:
+            return None
+        return OutputKeys(output_ids, self.output_keys).first_mismatch(self.token_keys, unknown_is_mismatch=True)
+
+
+@dataclass(frozen=True)
+class OutputKeys:
+    """An output's tokens as a server may name them: by its text's key (`keys`), or by the id itself ("token_id:N"
+    names the id). `keys` None: the ids are the only names known."""
+
+    ids: Sequence[int]
+    keys: list[int] | None = None
+
+    def first_mismatch(self, named: Sequence[int | None], unknown_is_mismatch: bool = False) -> int | None:
+        """The first position where `named` is neither the output's key nor its id (or a count that differs: the
+        shorter length); None when every position names the output's token."""
+        if self.keys is None and unknown_is_mismatch:
+            return 0
+        keys = self.keys if self.keys is not None else [None] * len(self.ids)
+        for i, (name, token, key) in enumerate(zip(named, self.ids, keys, strict=False)):  # lengths: below
+            if name is None or (name != int(token) and name != key):
+                return i
+        return None if len(named) == len(self.ids) else min(len(named), len(self.ids))
 
 
 @dataclass

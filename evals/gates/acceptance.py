@@ -327,15 +327,19 @@ def populate_refusal(summary: RunSummary | Mapping[str, Any]) -> str | None:
 
 def populate_from_run(
     summary: RunSummary | Mapping[str, Any], results: list, test_id: str, path: Path
-) -> dict[str, Any] | None:
+) -> dict[str, Any]:
     """`--populate-acceptance`: write the run's acceptance length as the reference of its test id (ref_al = AL,
     min_al = 0.95 AL, per-position rates), as TensorRT-LLM's populate switch does, from the first task that
     measured one (GSM8K before GPQA) - only when the run is clean and passing (`populate_refusal`). Returns the
     record summary.json keeps as "acceptance_populated": what was written, from how many documents and draft
-    cycles, or why nothing was ("refused"). None when no task measured an acceptance length."""
+    cycles, or why nothing was ("refused"): also when no task measured an acceptance length (a server whose
+    answers carried impossible counts had each refused), since the run was asked to write one."""
     measured = sorted((r for r in results if r.acceptance), key=lambda r: not family_named(r.family).acceptance_first)
     if not measured:
-        return None
+        refusal = populate_refusal(summary)
+        why = "no task measured an acceptance length" + (f" (not a clean, passing run: {refusal})" if refusal else "")
+        return {"test_id": test_id, "task": None, "ref_al": None, "path": str(path), "num_documents": 0,
+                "num_cycles": 0, "changed": False, "refused": why}  # fmt: skip
     r = measured[0]
     counts = r.acceptance
     cycles = counts["num_cycles"]

@@ -129,5 +129,4 @@ def populate_acceptance(summary: RunSummary, results: list[TaskResult], test_id:
     run (evals/gates/acceptance.py, `populate_from_run`); called after the lossless gate, before the acceptance gate."""
     from .acceptance import populate_from_run
 
-    record = populate_from_run(summary, results, test_id, path)
-    return summary if record is None else summary.replace(acceptance_populated=record)
+    return summary.replace(acceptance_populated=populate_from_run(summary, results, test_id, path))

@@ -11,7 +11,8 @@ run of the same configuration):
   whatever the batch), while a batch of one takes other kernels: 2 of 32 (tiny) and 2 of 8 (SmolLM2) outputs
   diverge, gap moves up to 0.03 and 0.6 nats. So only 1 against more-than-1 moves the numerics here.
 - an endpoint: the baseline server at concurrency 1 (2 when the run itself uses 1): the server then batches other
-  requests together.
+  requests together. Reused only for a server the run started itself (keyed by its command); a server known only
+  by its URL is measured again each run.
 
 What the control is and how it is found lives here; when it is decoded (before the baseline and the run, once per
 configuration) is the run pipeline's one policy (evals/pipeline/run.py), for every backend.
@@ -53,8 +54,21 @@ def candidate_shapes(identity: EngineIdentity) -> list[dict[str, int]]:
     return [{"max_batch_size": other_shape(int(identity.config.get("max_batch_size") or 1))}]
 
 
+def not_reusable(identity: EngineIdentity) -> str | None:
+    """Why no recorded control may stand for this configuration's noise (None: one may). A control is keyed by what
+    determines the noise: our engine's configuration, or the command that started a server. A server this run did
+    not start is known only by its URL, model id, owner and version, which another server behind the same port
+    shares: its noise is measured again."""
+    if identity.kind == "endpoint" and not identity.config.get("server_command"):
+        return ("the baseline server was not started by this run (--baseline-serve-cmd), so what serves its URL may "
+                "have changed since a control was recorded")  # fmt: skip
+    return None
+
+
 def find_control(out: str, identity: EngineIdentity, options: EvalOptions) -> store.Run | None:
-    """The newest finished control recorded for a run of this configuration, if any."""
+    """The newest finished control recorded for a run of this configuration, if any may stand for it."""
+    if not_reusable(identity) is not None:
+        return None
     for shape in candidate_shapes(identity):
         run = find_baseline(out, control_identity(identity, shape), options)
         if run is not None:

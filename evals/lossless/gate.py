@@ -34,7 +34,16 @@ from .baseline import BASELINE_KINDS, BaselineRef, baseline_label, open_baseline
 from .check import EXACT_DTYPES, lossless_check, set_apart_failed
 from .control import find_control
 from .evidence import format_nats, judge_divergence
-from .margins import FACTOR, MIN_NOISE_SAMPLES, WHAT_TO_DO, divergence_margin, margin_verdict, noise_floor
+from .margins import (
+    FACTOR,
+    MIN_NOISE_SAMPLES,
+    WHAT_TO_DO,
+    NoFloor,
+    divergence_margin,
+    floor_missing,
+    margin_verdict,
+    noise_floor,
+)
 from .scoring import Scorer, judge_scored, judged_in_distribution, sampling_of
 
 CHANGES_TARGET = "the spec-dec engine changes the target's own outputs"
@@ -133,7 +142,9 @@ def judge_identity(case: LosslessCase) -> dict[str, Any]:
     mine = [s for s in case.samples if s.task == task]
     check = lossless_check(mine, case.baseline_samples, dtype, case.tolerance)[task]
     floor = noise_floor(case.baseline_samples, case.control_samples, task) if case.control_samples is not None else None
-    judge_by_margins(check, task, case.samples, case.baseline_samples, floor, dtype, case.tolerance, case.control_run)
+    no_floor = floor_missing(case.baseline_samples, case.control_samples, task) if floor is None else None
+    judge_by_margins(check, task, case.samples, case.baseline_samples, floor, dtype, case.tolerance, case.control_run,
+                     no_floor)  # fmt: skip
     check["baseline_run"] = case.baseline_run
     check["baseline_kind"] = case.kind
     check["baseline_label"] = baseline_label(case.kind, case.baseline.audit)
@@ -265,7 +276,7 @@ def audit_noise_bound(floor: dict[str, Any], path: dict[str, Any] | None) -> tup
 
 def judge_by_margins(check: dict[str, Any], task: str, samples: list[SampleRecord], base_samples: list[SampleRecord],
                      floor: dict[str, Any] | None, dtype: str, tolerance: float | None,
-                     control_run: str | None) -> None:  # fmt: skip
+                     control_run: str | None, no_floor: NoFloor | None = None) -> None:  # fmt: skip
     """Every divergence gets its margins (numbers and token ids); outside an exact dtype they decide the verdict
     (margins.py: against the control's noise floor, with a calibrated tolerance as an upper limit)."""
     if floor is not None:
@@ -286,7 +297,9 @@ def judge_by_margins(check: dict[str, Any], task: str, samples: list[SampleRecor
         return
     flat = [{"doc_id": x["doc_id"], **x["margins"]} if x.get("margins") else {"doc_id": x["doc_id"]}
             for x in check["divergences"]]  # fmt: skip
-    verdict, reason, record = margin_verdict(flat, check["num_pairs"], floor, tolerance, control_run)
+    verdict, reason, record = margin_verdict(flat, check["num_pairs"], floor, tolerance, control_run, no_floor)
+    if floor is None and no_floor is not None and not no_floor.control_helps:
+        check["control_cannot_help"] = True  # no "record a control" advice: one was recorded
     for x, f in zip(check["divergences"], flat, strict=True):
         if "class" in f:
             x["margins"]["class"] = f["class"]
@@ -315,7 +328,7 @@ def uncalibrated_is_no_gate(check: dict[str, Any]) -> None:
     if check["verdict"] == Verdict.UNCALIBRATED:
         check["verdict"] = Verdict.NO_GATE
         check["uncalibrated"] = True
-        if WHAT_TO_DO not in check["reason"]:
+        if WHAT_TO_DO not in check["reason"] and not check.get("control_cannot_help"):
             check["reason"] = f"UNCALIBRATED: {check['reason']}; {WHAT_TO_DO}"
         elif not check["reason"].startswith(Verdict.UNCALIBRATED):
             check["reason"] = f"UNCALIBRATED: {check['reason']}"

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from ...results.paired import first_divergence
@@ -187,6 +188,31 @@ def noise_floor(base_samples: list[SampleRecord], control_samples: list[SampleRe
     }  # fmt: skip
 
 
+@dataclass(frozen=True)
+class NoFloor:
+    """Why a task has no noise floor, and whether recording a control could give it one."""
+
+    reason: str
+    control_helps: bool = True
+
+
+def floor_missing(base_samples: list[SampleRecord], control_samples: list[SampleRecord] | None, task: str) -> NoFloor:
+    """Why there is no noise floor for `task`: no control, the pairs dropped because a side's logprobs are not
+    usable numbers (a NaN from the baseline: recording another control cannot help), or too few gap moves."""
+    if control_samples is None:
+        return NoFloor("no control run with logprobs")
+    pairs = pair_by_doc(base_samples, control_samples, task)
+    dropped = [(side, s.doc_id, problem) for b, c in pairs for side, s in (("baseline", b), ("control", c))
+               if tokens_of(s) is not None and (problem := sample_logprobs_problem(s))]  # fmt: skip
+    if dropped:
+        side, doc, problem = dropped[0]
+        docs = len({d for _, d, _ in dropped})
+        return NoFloor(f"the control measured no noise floor: {docs} of {len(pairs)} document pairs dropped because "
+                       f"their logprobs are not usable numbers (first: {side} doc {doc}: {problem}); another control "
+                       "cannot measure noise from them", control_helps=False)  # fmt: skip
+    return NoFloor(f"the control measured fewer than {MIN_NOISE_SAMPLES} gap moves ({len(pairs)} document pairs)")
+
+
 def fisher_greater(d: int, n: int, m: int, n_control: int) -> float:
     """One-sided Fisher exact p-value that d of n is a higher rate than m of n_control: P(X >= d) for X
     hypergeometric (n draws from n + n_control holding d + m divergent)."""
@@ -197,28 +223,28 @@ def fisher_greater(d: int, n: int, m: int, n_control: int) -> float:
 
 
 def margin_verdict(divergences: list[dict[str, Any]], n: int, floor: dict[str, Any] | None, tolerance: float | None,
-                   control_run: str | None = None) -> tuple[str, str, dict[str, Any]]:  # fmt: skip
+                   control_run: str | None = None, no_floor: NoFloor | None = None
+                   ) -> tuple[str, str, dict[str, Any]]:  # fmt: skip
     """(verdict, reason, record) for a non-exact dtype. `divergences`: the spec run's first divergences, each with
-    its margins (divergence_margin) or none. floor: noise_floor() of the control, None when there is none.
-    tolerance: a calibrated lossless_tolerance (the largest divergent fraction accepted), None when uncalibrated."""
+    its margins (divergence_margin) or none. floor: noise_floor() of the control, None when there is none (then
+    `no_floor` says why: `floor_missing`). tolerance: a calibrated lossless_tolerance (the largest divergent fraction
+    accepted), None when uncalibrated."""
     d = len(divergences)
     record: dict[str, Any] = {"rule": RULE, "alpha": ALPHA, "factor": FACTOR}
     if tolerance is not None and d / n > tolerance:
         return Verdict.FAIL, f"{d} of {n} differ ({d / n:.4f} > tolerance {tolerance:.4f})", record
     judged = [x for x in divergences if x.get("judged") is not None]
     if floor is None or len(judged) < d:
-        missing = "no control run with logprobs" if floor is None else unjudged(divergences)
+        no_floor = no_floor or NoFloor("no control run with logprobs")
+        missing = no_floor.reason if floor is None else unjudged(divergences)
         if tolerance is not None:
             return (
                 Verdict.PASS,
                 f"{d} of {n} differ ({d / n:.4f} <= tolerance {tolerance:.4f}; margins not judged: {missing})",
                 record,
             )
-        return (
-            Verdict.UNCALIBRATED,
-            f"{d} of {n} differ and the margins cannot be judged ({missing}); {WHAT_TO_DO}",
-            record,
-        )
+        advice = "" if floor is None and not no_floor.control_helps else f"; {WHAT_TO_DO}"
+        return Verdict.UNCALIBRATED, f"{d} of {n} differ and the margins cannot be judged ({missing}){advice}", record
     y = floor["bound"]
     # Under greedy decoding the baseline's token is its own argmax, so its margin is >= 0 (ties: 0). A negative one
     # means its logprobs do not describe the choice it made (misaligned logprobs, or it did not decode greedily):

@@ -111,17 +111,31 @@ def judge_sampled(
     for sample in samples:
         if sample.sampling.greedy:
             continue
-        if sample.scored.error is not None or len(sample.scored.logprobs) != len(sample.token_ids):
+        problem = score_problem(sample)
+        if problem is not None:
             errors.append(sample.doc_id)
-            reasons.setdefault(sample.scored.error or "scored another number of tokens than the output's", []).append(
-                sample.doc_id
-            )
+            reasons.setdefault(problem, []).append(sample.doc_id)
             continue
         placements = place(sample, vocab_size, support_noise)
         fidelity.add(sample.doc_id, sample.token_ids, placements, _doc_rng(seed, sample.doc_id))
         if sample.reported is not None:
             target.add(sample.doc_id, sample.reported, sample.scored.logprobs)
     return _verdict(fidelity, target, errors, alpha, reasons)
+
+
+def score_problem(sample: SampledSample) -> str | None:
+    """Why a sample's scoring is no evidence about its output: the scorer's error, another number of tokens, or
+    other tokens than the output's (a scorer that names tokens must name the output's own: a server or proxy that
+    echoes others scored another output)."""
+    scored = sample.scored
+    if scored.error is not None:
+        return scored.error
+    if len(scored.logprobs) != len(sample.token_ids):
+        return "scored another number of tokens than the output's"
+    wrong = scored.other_tokens(sample.token_ids)
+    if wrong is not None:
+        return f"scored other tokens than the output's (from output token {wrong})"
+    return None
 
 
 def place(sample: SampledSample, vocab_size: int, support_noise: float) -> list[Placement]:

@@ -17,7 +17,7 @@ from ...workers.interface import EngineIdentity, InferenceEngine
 from ..gates.verdict import acceptance_path
 from ..lossless.baseline import BaselineRef
 from ..lossless.check import EXACT_DTYPES
-from ..lossless.control import ControlEngine
+from ..lossless.control import ControlEngine, not_reusable
 from ..lossless.scoring import scored_task_names
 from ..run_identity import baseline_identity, find_baseline, run_key
 from ..run_types import RunPlan
@@ -53,11 +53,13 @@ def evaluate_side(engine: InferenceEngine, side: Side, plan: RunPlan, baseline: 
         engine = ControlEngine(engine, dict(side.shape or {}))
     try:
         if side.role == "control":
-            found = find_baseline(plan.out, engine.identity, plan.options)
+            unsure = not_reusable(engine.identity)
+            found = find_baseline(plan.out, engine.identity, plan.options) if unsure is None else None
             if found is not None:
                 print(f"lossless gate: the noise-floor control is recorded ({found.run_id}); reused", file=sys.stderr)
                 return found.run_summary()
-            print(f"lossless gate: decoding {side.describe()}; reused by later runs", file=sys.stderr)
+            later = "reused by later runs" if unsure is None else f"measured again each run: {unsure}"
+            print(f"lossless gate: decoding {side.describe()}; {later}", file=sys.stderr)
         if progress_for is None:
             return run_evaluation(engine, plan, None, baseline)
         with progress_for() as progress:

@@ -72,6 +72,8 @@ def record_run(engine: InferenceEngine, plan: RunPlan, opened: OpenRun, results:
                baseline: BaselineRef, twin: dict[str, Any] | None = None) -> RunSummary:  # fmt: skip
     """Summary and gates; then samples, events, summary and the finished manifest are written."""
     identity, run = engine.identity, opened.run
+    if identity.server is not None and "log_lines_read" in identity.server:
+        print(server_log_line(identity.server), file=sys.stderr)
     summary = summarise(results, identity, events, time.time() - opened.started)
     summary = summary.replace(run_id=run.run_id, run_dir=str(run.path), test_id=opened.test_id,
                               reused_generations=opened.reused,
@@ -99,6 +101,16 @@ def record_run(engine: InferenceEngine, plan: RunPlan, opened: OpenRun, results:
         {**opened.manifest, "finished": time.time(), "elapsed_s": round(time.time() - opened.started, 1)}
     )
     return summary
+
+
+def server_log_line(server: dict[str, Any]) -> str:
+    """What a run says about the server log it read: how many lines, how many were cut, why reading stopped."""
+    said = f"server log: {server['log_lines_read']} lines read ({server['log']})"
+    if server.get("log_lines_cut"):
+        said += f", {server['log_lines_cut']} cut at their start"
+    if server.get("log_problem"):
+        said += f"; {server['log_problem']}: its events were not all checked"
+    return said
 
 
 def _faults_never_fired(identity: EngineIdentity, events: list[dict]) -> list[str]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ...errors import UserError
 from .data import DataSource
 from .family import TaskFamily, TaskSpec
@@ -71,7 +73,11 @@ class CheckedFamily(TaskFamily):
         return self._call("source", spec, data_dir)
 
     def task_yaml(self, spec: TaskSpec, source: DataSource, stock: Path, seed: int) -> str:
-        return self._call("task_yaml", spec, source, stock, seed)
+        text = self._call("task_yaml", spec, source, stock, seed)
+        problem = yaml_problem(text)
+        if problem is not None:  # lm-eval would fail later with a KeyError traceback
+            raise UserError(f"task module {self._module}: FAMILY.task_yaml() returned YAML {problem}")
+        return text
 
     def hook_files(self) -> dict[str, str]:
         return self._call("hook_files")
@@ -98,6 +104,26 @@ class CheckedFamily(TaskFamily):
 
     def __repr__(self) -> str:
         return f"<task family {self.name} from {self._module}>"
+
+
+class _AnyTagLoader(yaml.SafeLoader):
+    """lm-eval's task YAML as data: its tags (`!function module.name`) read as plain values."""
+
+
+_AnyTagLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def yaml_problem(text: str) -> str | None:
+    """Why a task YAML cannot be lm-eval's task (it does not parse, or names no task), in words; None when it can."""
+    try:
+        data = yaml.load(text, Loader=_AnyTagLoader)  # noqa: S506 - a SafeLoader that ignores tags
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        return f"that does not parse ({where}{getattr(exc, 'problem', None) or exc})"
+    if not isinstance(data, dict) or not isinstance(data.get("task"), str):
+        return "without a task name (a str under `task:`)"
+    return None
 
 
 def _said(exc: BaseException) -> str:

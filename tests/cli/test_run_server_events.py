@@ -6,6 +6,7 @@ and `report` and `compare` show the same line and the server's events like our e
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import socket
 import sys
@@ -61,6 +62,9 @@ def test_a_hanging_server_fails_the_run_quickly_and_run_report_and_compare_say_w
     from_log = [e for e in run_b.events() if e.get("source") == "server_log"]
     assert [e["type"] for e in from_log][:4] == ["warmup_oom", "spec_state_leak", "forward_error", "engine_dead"]
     assert run_b.manifest()["engine"]["server"]["log_format"] == "trtllm"
+    lines = len(SEED_LOG.splitlines())
+    assert run_b.manifest()["engine"]["server"]["log_lines_read"] == lines
+    assert f"server log: {lines} lines read ({log.resolve()})" in err
 
     code, out, err = run_cli(capsys, "report", str(run_b.path), "--out", str(tmp_path / "report.html"))
     assert code == 0, err
@@ -84,6 +88,23 @@ def test_server_flags_without_their_server_are_one_line_errors(capsys, tmp_path,
     code, out, err = run_cli(capsys, *ARGS, "--out", str(tmp_path / "runs"), *flags)
     assert code == 2
     assert said in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.parametrize("given", ["missing", "folder", "fifo", "/dev/zero"])
+def test_a_server_log_that_is_not_a_regular_file_is_refused_in_one_line(capsys, tmp_path, given):
+    """/dev/zero grew the run to gigabytes, a FIFO blocked it, a folder or a missing path let a verdict pass with no
+    event checked. A missing log is allowed only where --serve-cmd creates it."""
+    path = {"missing": tmp_path / "none.log", "folder": tmp_path, "fifo": tmp_path / "fifo"}.get(given, given)
+    if given == "fifo":
+        os.mkfifo(path)
+    said = {"missing": "not found (a log to follow must exist; --serve-cmd creates one)",
+            "folder": "is a folder, not a regular file", "fifo": "is a named pipe, not a regular file",
+            "/dev/zero": "is a character device, not a regular file"}[given]  # fmt: skip
+    code, out, err = run_cli(capsys, *ARGS, "--out", str(tmp_path / "runs"), "--endpoint", "http://127.0.0.1:9",
+                             "--served-model", "m", "--server-log", str(path))  # fmt: skip
+    assert code == 2, err
+    assert err.strip() == f"specdec-eval: error: server log {path}: {said}"
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 

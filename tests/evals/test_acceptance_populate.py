@@ -10,6 +10,7 @@ import os
 from types import SimpleNamespace
 
 import pytest
+from specdec_eval.cli.run_report import populated_line
 from specdec_eval.evals.gates import acceptance
 from specdec_eval.evals.gates.acceptance import (
     check_writable,
@@ -83,6 +84,19 @@ def test_impossible_counts_never_become_a_reference(tmp_path):
     assert record["refused"] == ("not a clean, passing run: impossible acceptance counts (50 accepted drafts of 3 "
                                  "drafted)")  # fmt: skip
     assert path.read_text() == SHIPPED and record["changed"] is False
+
+
+def test_a_run_that_measured_no_acceptance_says_so(tmp_path):
+    """A server whose answers carried impossible acceptance counts had each answer refused, so no task measured an
+    acceptance length: --populate-acceptance wrote nothing and said nothing. It says why now (and the run exits 1)."""
+    path = tmp_path / "acceptance_length.yaml"
+    path.write_text(SHIPPED)
+    failed = _clean_summary(task={"num_failed_requests": 4})
+    record = populate_from_run(failed, [SimpleNamespace(**{**vars(_result()), "acceptance": None})], TEST, path)
+    assert record["refused"] == ("no task measured an acceptance length (not a clean, passing run: 4 failed "
+                                 "request(s))")  # fmt: skip
+    assert path.read_text() == SHIPPED and record["changed"] is False
+    assert populated_line(record) == f"acceptance reference NOT written ({TEST}): {record['refused']}"
 
 
 def test_a_sampled_run_never_becomes_a_reference(tmp_path):

@@ -6,12 +6,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from specdec_eval.evals.lossless.control import ControlEngine, candidate_shapes, control_identity, wants_control
+from specdec_eval.evals.lossless.control import (
+    ControlEngine,
+    candidate_shapes,
+    control_identity,
+    not_reusable,
+    wants_control,
+)
 from specdec_eval.evals.run_identity import baseline_config, baseline_identity, run_key
 from specdec_eval.evals.run_types import EvalOptions
 from specdec_eval.evals.tasks.registry import parse_tasks
 from specdec_eval.workers.config import from_options
 from specdec_eval.workers.engine.engine import identity_of
+from specdec_eval.workers.interface import EngineIdentity
 
 from ..engine_helpers import FakeEngine
 
@@ -38,3 +45,21 @@ def test_made_outside_float32_unless_asked():
     assert wants_control(None, True, "bfloat16") and wants_control(None, True, "float16")
     assert not wants_control(None, True, "float32") and not wants_control(None, False, "bfloat16")
     assert wants_control(True, True, "float32") and not wants_control(False, True, "bfloat16")
+
+
+def _served(**config) -> EngineIdentity:
+    base = {"endpoint": "http://127.0.0.1:8000", "served_model": "m", "server_version": "0.1", "spec": None}
+    return EngineIdentity(kind="endpoint", model="m", spec=None, max_draft_len=0, kv_cache=None, dtype="bfloat16",
+                          resolved_dtype=None, tp_size=1, world_size=1, config={**base, **config})  # fmt: skip
+
+
+def test_a_server_s_control_is_keyed_by_its_command_or_measured_again():
+    """Another fake behind the same port, model id, owner and version reused a control recorded for the first: a
+    server's noise is its process's. Keyed by the command that started it; unknown (not started here): never reused."""
+    options = EvalOptions(tasks=parse_tasks(["gsm8k"]), limit=4)
+    shape = {"concurrency": 1}
+    started = [_served(server_command=f"specdec-eval serve --model tiny {flags}") for flags in ("", "--inject x")]
+    keys = {run_key(control_identity(i, shape), options) for i in started}
+    assert len(keys) == 2 and all(not_reusable(i) is None for i in started)
+    assert "not started by this run" in not_reusable(_served())
+    assert not_reusable(identity_of(from_options(model="tiny", dtype="bfloat16"))) is None  # ours: its config

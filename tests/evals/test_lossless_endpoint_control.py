@@ -34,6 +34,8 @@ def test_an_endpoint_run_is_judged_against_its_control(tiny, tmp_path, capsys):
         code_clean, stdout_clean, err_clean = _run(capsys, good.url, base.url, out)
     assert planted["noise"]["num_noise_samples"] >= 20  # the control was found and measured the noise
     assert code == 1 and planted["verdict"] == "FAIL" and "beyond the noise bound" in planted["reason"]
-    assert "decoding the noise-floor control" not in err_clean and "control is recorded" in err_clean  # reused
+    # A server this run did not start is known only by its URL, model id, owner and version, which another server
+    # behind the same port shares (a recorded control once stood for a different fake's noise): measured again.
+    assert "control is recorded" not in err_clean and "measured again each run" in err_clean
     kept = json.loads(stdout_clean)["tasks"]["gsm8k_smoke"]["lossless"]
     assert code_clean == 0 and kept["verdict"] == "PASS" and "noise" in kept, kept

@@ -15,6 +15,7 @@ from specdec_eval.evals.lossless.margins import (
     ALPHA,
     divergence_margin,
     fisher_greater,
+    floor_missing,
     margin_verdict,
     noise_floor,
 )
@@ -202,3 +203,25 @@ def test_a_baseline_whose_logprobs_contradict_its_token_is_never_a_near_tie():
     assert margin_verdict([odd, far], 32, floor, None)[0] == "FAIL"  # a divergence beyond the bound still fails
     tie = {"doc_id": 7, "position": 1, "margin": -0.00001, "judged": -0.00001}  # rounding of an exact tie
     assert margin_verdict([tie], 32, floor, None)[0] == "PASS"
+
+
+def test_nan_logprobs_from_the_baseline_name_the_dropped_pairs_not_record_a_control():
+    """The control was just recorded, but the baseline's logprobs held NaN, so every pair was dropped from the
+    noise floor: the NO-GATE reason said "record a control with --control". It names the dropped logprobs now."""
+    base, control, spec = _runs(np.random.default_rng(5), 30, 12, 50, 0.05)
+    for s in base:
+        s.logprobs[0][0] = math.nan
+    floor = noise_floor(base, control, "t")
+    assert floor is None
+    no_floor = floor_missing(base, control, "t")
+    assert not no_floor.control_helps
+    check = lossless_check(spec, base, "bfloat16")["t"]
+    assert check["divergences"], "the seeded runs must diverge somewhere"
+    judge_by_margins(check, "t", spec, base, floor, "bfloat16", None, "control", no_floor)
+    uncalibrated_is_no_gate(check)
+    assert check["verdict"] == "NO-GATE" and "--control" not in check["reason"]
+    assert (
+        "30 of 30 document pairs dropped because their logprobs are not usable numbers (first: baseline doc 0"
+        in (check["reason"])
+    )
+    assert floor_missing(base, None, "t").control_helps  # no control at all: recording one is the advice

@@ -233,3 +233,21 @@ def test_placements_outside_the_pit_draw_their_uniform_all_the_same():
     assert ua[1] == ub[2] and len(ua) == 2
     assert math.isclose(exact_placement(0.2, 0.5, "in").lo, 0.5)
     assert exact_placement(0.0, 1.0, "edge").kind == "edge" and not SampledPosition(0.1, 0.2).support != "in"
+
+
+def test_a_scoring_of_other_tokens_than_the_output_s_is_a_score_error():
+    """A baseline server (or a proxy before it) that echoes other tokens than it was sent scored another output: the
+    gate judged the tokens the scorer named and PASSed. It is a score error now, whatever the scorer's mode."""
+    _, top = synthetic_run(torch.Generator().manual_seed(3), 4, 64, 300, T07)
+    run = _samples(top)
+    for sample in run:
+        sample.scored.token_keys = list(sample.token_ids)[::-1]  # the echo, reversed
+        sample.scored.output_keys = list(sample.token_ids)
+    result = judge_sampled(run, 300, seed=1)
+    assert result.verdict == "NO-GATE" and result.numbers["score_errors"] == [s.doc_id for s in run]
+    assert "scored other tokens than the output's (from output token 0)" in result.reason
+    for sample in run:
+        sample.scored.token_keys = list(sample.token_ids)  # the output's own: evidence again
+    assert judge_sampled(run, 300, seed=1).verdict == "PASS"
+    run[0].scored.output_keys = None  # named by keys, but not told the output's: cannot be checked
+    assert judge_sampled(run, 300, seed=1).numbers["score_errors"] == [run[0].doc_id]

@@ -76,15 +76,25 @@ def _failing(method: str, statement: str) -> str:
         ("source", "return 5", "FAMILY.source() returned a int, not DataSource"),
         ("task_yaml", "raise ValueError('no yaml')", "FAMILY.task_yaml() raised ValueError: no yaml"),
         ("task_yaml", "return None", "FAMILY.task_yaml() returned a NoneType, not str"),
+        ("task_yaml", "return 'task: [arith'", "FAMILY.task_yaml() returned YAML that does not parse (line 1: "),
+        ("task_yaml", "return 'just words'", "FAMILY.task_yaml() returned YAML without a task name"),
         ("live_correct", "raise ZeroDivisionError", "FAMILY.live_correct() raised ZeroDivisionError"),
     ],
-    ids=["source-raises", "source-wrong-type", "task-yaml-raises", "task-yaml-wrong-type", "live-correct-raises"],
+    ids=[
+        "source-raises",
+        "source-wrong-type",
+        "task-yaml-raises",
+        "task-yaml-wrong-type",
+        "task-yaml-invalid",
+        "task-yaml-no-task",
+        "live-correct-raises",
+    ],
 )
 def test_a_method_that_fails_at_run_time_is_one_line_and_leaves_no_run_folder(
     capsys, tmp_path, monkeypatch, method, statement, words
 ):
     monkeypatch.setenv(ENV, str(_module(tmp_path, _failing(method, statement))))
     line = _one_line(*_run(capsys, tmp_path)[::2])
-    assert line == f"specdec-eval: error: task module specdec_eval_task_arith: {words}"
+    assert line.startswith(f"specdec-eval: error: task module specdec_eval_task_arith: {words}")
     runs = tmp_path / "runs"
     assert not runs.exists() or not [p for p in runs.iterdir() if p.name[:1].isdigit()], list(runs.iterdir())

@@ -57,6 +57,16 @@ def test_a_folder_that_is_not_a_run_or_a_store_is_an_error_not_an_empty_frame(tm
     assert load_runs(tmp_path / "not-a-run").empty  # a folder holding no runs yet is an empty store
 
 
+def test_an_unfinished_run_and_a_single_run_folder_say_so_instead_of_empty_frames(tmp_path):
+    unfinished = make_run(tmp_path, 1, finished=False)
+    with pytest.raises(ValueError, match=f"run {unfinished.run_id} is unfinished .* resumes it"):
+        load_samples(unfinished.path)
+    finished = make_run(tmp_path, 2, samples=samples(CORRECT, TOKENS), tasks={"gsm8k": task_summary(CORRECT)})
+    with pytest.raises(ValueError, match="is one run's folder, not a folder of runs: load_runs"):
+        load_runs(finished.path)
+    assert len(load_samples(finished.path)) == 4 and len(load_runs(tmp_path)) == 2
+
+
 def test_paired_frame_joins_on_task_and_doc():
     a = samples_frame(samples(CORRECT, TOKENS))
     b = samples_frame([s for s in samples([False] * 4, TOKENS) if s["doc_id"] != 0] + samples([True], [[9]], "gpqa"))

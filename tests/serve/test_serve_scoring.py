@@ -90,7 +90,8 @@ def test_the_legacy_echo_shape_reads_back_through_token_keys(server, tiny, offli
     request = ScoreRequest((ids[0],), tuple(ids[1:]), T07, 5)
     response = _post(server, scoring_payload(MODEL, request, vllm_extensions=False) | {"model": MODEL}).json()
     client = EndpointEngine(EndpointConfig(url=server.url), tokenizer=tiny[1])
-    legacy = read_scoring(response, request, client._token_key)
+    expected = [client._token_key(tiny[1].decode([t])) for t in ids[1:]]  # the output's tokens as text names them
+    legacy = read_scoring(response, request, client._token_key, expected)
     assert legacy.logprobs == pytest.approx(scored.logprobs, abs=1e-5)
     # tokens named by text: two that print alike share a key, and a top dict keeps one of them
     assert len(legacy.token_keys) == len(ids) - 1 and all(1 <= len(top) <= 5 for top in legacy.top_logprobs)

@@ -4,11 +4,13 @@ secrets scrubbed before anything is kept."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 from specdec_eval.workers.events import EventLog, event_line
 from specdec_eval.workers.remote.server_log import ServerLog, format_of_server
+from specdec_eval.workers.remote.server_log.follower import MAX_LINE_BYTES
 
 from specdec_eval.errors import UserError
 from specdec_eval.redaction import redact_text
@@ -99,3 +101,27 @@ def test_the_run_line_names_a_failing_log_line_or_metric_leak_never_our_own_engi
     assert server_failure_line([ours, leak]) == "server: spec-dec state leaked, log line 8"
     metric = {"type": "kv_leak", "message": "KV usage stayed at 0.99% after the run drained"}
     assert server_failure_line([metric]) == "server: KV usage stayed at 0.99% after the run drained"
+
+
+def test_a_log_that_is_not_a_regular_file_is_not_read_and_says_so(tmp_path):
+    """A FIFO blocked the reader 10 s; /dev/zero grew it to gigabytes: both are refused on the opened descriptor."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path, kind in ((fifo, "a named pipe"), ("/dev/zero", "a character device")):
+        log = ServerLog(path, poll_s=0.02).start()
+        _wait(lambda log=log: log.problem is not None)
+        started = time.perf_counter()
+        log.stop()
+        assert time.perf_counter() - started < 1.0
+        assert log.record() == {"log_lines_read": 0, "log_problem": f"is {kind}, not a regular file: not read"}
+
+
+def test_a_long_line_keeps_its_start_only_and_lines_are_counted(tmp_path):
+    path = tmp_path / "server.log"
+    path.write_bytes(b"first\n" + b"x" * (3 * MAX_LINE_BYTES) + b"\n" + SEED_LOG.encode())
+    with ServerLog(path, "trtllm", poll_s=0.02) as log:
+        log.catch_up()
+    lines = SEED_LOG.count("\n") + 2 + (not SEED_LOG.endswith("\n"))
+    assert log.record() == {"log_lines_read": lines, "log_lines_cut": 1}
+    assert [e["type"] for e in log.events()] == ["warmup_oom", "spec_state_leak", "forward_error", "engine_dead"]
+    assert max(len(line) for line in log.tail(40)) <= MAX_LINE_BYTES + 64

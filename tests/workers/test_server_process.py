@@ -4,8 +4,10 @@ command recorded with its secrets scrubbed. The server here is a few lines of Py
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
+import tempfile
 import time
 
 import pytest
@@ -87,3 +89,27 @@ def test_one_that_never_answers_times_out_and_is_stopped(tmp_path):
     with pytest.raises(ServerStartFailed, match="did not answer within 1 s"):
         process.wait_ready(url, timeout_s=1, poll_s=0.05)
     assert process.exit_code() is not None  # stopped, not left running
+
+
+@pytest.mark.slow
+def test_a_captured_log_is_removed_at_the_end_and_its_lines_are_counted(tmp_path, monkeypatch):
+    """Without --server-log the server's output went to a file in the system's temp folder that stayed there, one
+    per run, with whatever the server printed (keys included). Now it lives while the run does."""
+    from specdec_eval.workers.remote.server_watch import CAPTURED, ServerWatch
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    port = free_port()
+    command = f"{shlex.quote(sys.executable)} {script} {port} 0.1 ok --api-key sekret-2"
+    watch = ServerWatch(f"http://127.0.0.1:{port}", serve_cmd=command, startup_timeout_s=30)
+    try:
+        (captured,) = temp.iterdir()
+        assert (captured / "server.log").is_file()
+    finally:
+        watch.close()
+    record = watch.record()
+    assert not any(temp.iterdir()) and record["log"] == CAPTURED and record["log_lines_read"] == 1
+    assert "sekret-2" not in json.dumps(record) and "--api-key '***'" in record["command"]

@@ -142,6 +142,8 @@ class EndpointEngine:
                 "tp_size": config.tp_size,
                 "tokenizer": tokenizer_source,
                 "server_version": server.get("version"),
+                # What runs behind the URL, when this run started it: what a recorded control is keyed by.
+                **({"server_command": server["command"]} if "command" in server else {}),
                 **(
                     {"chat_template_kwargs": config.chat_template_kwargs.as_dict()}
                     if config.chat_template_kwargs

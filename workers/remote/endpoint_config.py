@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ...errors import UserError
+from ...user_files import describe
 from ..config import DTYPES
 from ..kv_cache import KV_CACHE_MANAGERS
 from ..loading.chat_template import ChatTemplateKwargs
@@ -44,9 +45,10 @@ class EndpointConfig:
     serve_cmd: start the server with this command (its stdout and stderr become its log), wait until `url` answers
     (at most startup_timeout_s), stop it at the end (SIGTERM, SIGKILL after stop_grace_s). The command is recorded
     with its secrets scrubbed.
-    server_log: the server's log file, followed from its start (with serve_cmd: where its output goes; default a
-    temporary file); its known lines become events (workers/remote/server_log/). server_log_format: the signature
-    table that reads it ("auto": from the server's identity, else from the log's content).
+    server_log: the server's log file, followed from its start (with serve_cmd: where its output goes, else a
+    temporary file removed at the end; without serve_cmd it must exist: a regular file); its known lines become
+    events (workers/remote/server_log/). server_log_format: the signature table that reads it ("auto": from the
+    server's identity, else from the log's content).
     stall_factor / stall_floor_s: a server that stops answering ends the run (workers/remote/stall_watch.py).
     kv_drain_timeout_s: how long the server's KV usage may take to return to idle after a run (0: not checked).
     chat_template_kwargs: the chat template's extra variables: sent as `chat_template_kwargs` in chat requests (the
@@ -104,6 +106,8 @@ class EndpointConfig:
             raise UserError(f"TP size must be positive, got {self.tp_size}")
         if self.serve_cmd is not None:
             ServerCommand.parse(self.serve_cmd)  # a command that cannot be read: said now
+        if self.server_log is not None:
+            check_server_log(self.server_log, started_here=self.serve_cmd is not None)
         check_log_format(self.server_log_format)
         if not self.startup_timeout_s > 0:
             raise UserError(f"the server startup timeout must be positive, got {self.startup_timeout_s}")
@@ -132,6 +136,25 @@ class EndpointConfig:
         key = self.resolved_api_key()
         # Never an empty dict: lm-eval replaces an empty header with "Bearer $OPENAI_API_KEY".
         return {"Authorization": f"Bearer {key}"} if key else {"Accept": "application/json"}
+
+
+def check_server_log(path: str, started_here: bool) -> None:
+    """A server log is read as any file a user names: a regular file. A missing one is allowed only when the run
+    starts the server itself (its output then creates it); a folder, a device (/dev/zero reads without end) or a
+    FIFO (blocks) is refused in one line."""
+    try:
+        kind = describe(path)
+    except FileNotFoundError:
+        if started_here and Path(path).parent.is_dir():
+            return
+        why = "its folder does not exist" if started_here else "a log to follow must exist; --serve-cmd creates one"
+        raise UserError(f"server log {path}: not found ({why})") from None
+    except OSError as exc:
+        raise UserError(f"server log {path}: cannot be read ({exc.strerror or exc})") from None
+    if kind is not None:
+        raise UserError(f"server log {path}: is {kind}, not a regular file")
+    if not os.access(path, os.W_OK if started_here else os.R_OK):
+        raise UserError(f"server log {path}: cannot be {'written' if started_here else 'read'} (permission denied)")
 
 
 @dataclass(frozen=True)

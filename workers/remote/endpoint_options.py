@@ -73,15 +73,17 @@ class EndpointOptions:
              "Recorded with secrets scrubbed."))  # fmt: skip
     server_log: str | None = field(default=None, metadata=flag(
         "--server-log", group=SERVER,
-        help="The server's log file, read from its start while the run goes: its known lines become the run's "
-             "events (with --serve-cmd: where its output goes; default a temporary file)."))  # fmt: skip
+        help="The server's log file (a regular file that exists), read from its start while the run goes: its "
+             "known lines become the run's events (with --serve-cmd: where its output goes; default a temporary "
+             "file removed at the end). The run prints how many lines it read."))  # fmt: skip
     server_log_format: str = field(default=AUTO, metadata=flag(
         "--server-log-format", group=SERVER, choices=lambda: LOG_FORMAT_NAMES,
         help="The signature table that reads the log: {choices} (auto: from the server's identity, else from the "
              "log's lines)."))  # fmt: skip
     baseline_serve_cmd: str | None = field(default=None, metadata=flag(
         "--baseline-serve-cmd", group=SERVER,
-        help="Start the baseline server the same way (it must answer at --baseline-endpoint)."))  # fmt: skip
+        help="Start the baseline server the same way (it must answer at --baseline-endpoint); its noise-floor "
+             "control is then recorded under this command and reused."))  # fmt: skip
     baseline_server_log: str | None = field(default=None, metadata=flag(
         "--baseline-server-log", group=SERVER, help="The baseline server's log file (as --server-log)."))  # fmt: skip
     startup_timeout: float = field(default=DEFAULT_STARTUP_TIMEOUT_S, metadata=flag(

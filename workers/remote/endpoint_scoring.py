@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..interface import ScoredOutput, ScoreRequest
+from ..interface import OutputKeys, ScoredOutput, ScoreRequest
 from .echo_tokens import LEGACY_MAX_LOGPROBS, locate
 from .scoring_audit import BYTE_PIECES, ONE_BACK, audit_echo
 
@@ -57,26 +57,30 @@ def scoring_text_payload(model: str, text: str, request: ScoreRequest) -> dict[s
 
 
 def read_scoring(response: dict[str, Any], request: ScoreRequest, key: Callable[[str], int],
-                 expected: Sequence[int] | None = None, one_back: bool = False) -> ScoredOutput:  # fmt: skip
-    """The output's scoring from a server's answer to `scoring_payload` (or, with `expected`, the keys of the output's
-    tokens, to `scoring_text_payload`; one_back: the echo's reading, see _from_echo); raises ValueError on a shape
-    it cannot read or a count of scored tokens that is not the output's."""
+                 expected: Sequence[int] | None = None, one_back: bool = False, text: bool = False
+                 ) -> ScoredOutput:  # fmt: skip
+    """The output's scoring from a server's answer to `scoring_payload` (or, with `text`, to `scoring_text_payload`;
+    one_back: the echo's reading, see _from_echo). `expected`: the keys the output's tokens must echo as (default:
+    from the request's ids, which a server naming ids echoes); in text mode they also find the output among the
+    echoed tokens. Raises ValueError on a shape it cannot read, a count of scored tokens that is not the output's,
+    or echoed tokens that are not the output's."""
     choices = response.get("choices") if isinstance(response, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise ValueError("the answer has no choices")
     choice = choices[0]
     first = len(request.prompt_token_ids)  # index of the first output token among the scored ones
     n = len(request.output_token_ids)
-    if expected is None and isinstance(choice.get("prompt_logprobs"), list):
+    if not text and isinstance(choice.get("prompt_logprobs"), list):
         return _from_prompt_logprobs(choice["prompt_logprobs"], request, first, n)
     logprobs = choice.get("logprobs")
     if isinstance(logprobs, dict) and isinstance(logprobs.get("token_logprobs"), list):
-        if expected is not None:
+        output = OutputKeys(request.output_token_ids, expected)
+        if text:
             try:
-                first = locate(response, expected, key)
+                first = locate(response, output.keys, key)
             except ValueError as exc:
                 raise ValueError(f"{exc}: token-id prompts refused, so the output cannot be scored") from None
-        return _from_echo(logprobs, first, n, key, one_back, min(request.top_logprobs, LEGACY_MAX_LOGPROBS))
+        return _from_echo(logprobs, first, output, key, one_back, min(request.top_logprobs, LEGACY_MAX_LOGPROBS))
     raise ValueError("the answer carries neither prompt_logprobs nor echoed logprobs")
 
 
@@ -107,24 +111,30 @@ def _rank(value: Any) -> int | None:
     return rank if isinstance(rank, int) else None
 
 
-def _from_echo(logprobs: dict[str, Any], first: int, n: int, key: Callable[[str], int], one_back: bool = False,
-               keep: int = LEGACY_MAX_LOGPROBS) -> ScoredOutput:  # fmt: skip
-    """OpenAI's legacy shape: tokens named by text (or "token_id:N"), the scored output after the prompt. one_back: a
+def _from_echo(logprobs: dict[str, Any], first: int, output: OutputKeys, key: Callable[[str], int],
+               one_back: bool = False, keep: int = LEGACY_MAX_LOGPROBS) -> ScoredOutput:  # fmt: skip
+    """OpenAI's legacy shape: tokens named by text (or "token_id:N"), the scored output after the prompt, which must
+    echo as the output's own tokens (a server or proxy that echoes others scored another output). one_back: a
     token's distribution is the top logprobs of the entry before it (llama-cpp-python's echo, workers/remote/
     scoring_audit.py), whose `keep` highest are that distribution's top (the entry adds its own token's value, which
     may sit anywhere below them); a token not listed there has logprob NaN (unknown, below the top)."""
+    n = len(output.ids)
     tokens, values = logprobs.get("tokens") or [], logprobs["token_logprobs"]
     tops = logprobs.get("top_logprobs") or [None] * len(values)
     if min(len(tokens), len(values), len(tops)) < first + n:
         raise ValueError(f"the server echoed {max(len(values) - first, 0)} of the output's {n} tokens")
-    keys = [key(t) for t in tokens[first : first + n]]
+    keys = [key(t) if isinstance(t, str) else None for t in tokens[first : first + n]]
+    wrong = output.first_mismatch(keys)
+    named = list(output.keys) if output.keys is not None else [int(t) for t in output.ids]  # ids name themselves
+    if wrong is not None:
+        raise ValueError(f"the server echoed other tokens than the output's (from output token {wrong} of {n})")
     if not one_back:
         own = [float(v) for v in values[first : first + n]]
         entries = tops[first : first + n]
         top = [sorted(([key(t), float(v)] for t, v in (alts or {}).items()), key=lambda a: -a[1]) for alts in entries]
         # judged on the list alone, never on the token drawn (leaving out positions by what was drawn would bias u)
         unreadable = [j for j, alts in enumerate(entries) if merged(alts, keep)]
-        return ScoredOutput(own, top, token_keys=keys, unreadable=tuple(unreadable))
+        return ScoredOutput(own, top, token_keys=keys, output_keys=named, unreadable=tuple(unreadable))
     if first < 1:
         raise ValueError("no echoed entry before the output to read its first token's distribution from")
     own, top, unreadable = [], [], []
@@ -134,7 +144,7 @@ def _from_echo(logprobs: dict[str, Any], first: int, n: int, key: Callable[[str]
         top.append(listed[:keep])
         if merged(alts, keep):
             unreadable.append(j)
-    return ScoredOutput(own, top, token_keys=keys, unreadable=tuple(unreadable))
+    return ScoredOutput(own, top, token_keys=keys, output_keys=named, unreadable=tuple(unreadable))
 
 
 PRINTS_ALIKE = "\ufffd"  # what a byte piece that is not whole UTF-8 prints as: such tokens are told apart by id only
@@ -178,15 +188,15 @@ class ScoringChannel:
             return ScoredOutput([], [], error=f"the server's echo could not be audited ({audit['reason']}): its "
                                               "logprobs are not trusted to score a run")  # fmt: skip
         ids_error = None
+        expected = [self.key(self.tokenizer.decode([t])) for t in request.output_token_ids]
         if self.mode != "text":
-            scored = self._ask(scoring_payload(self.model, request, self.vllm_extensions), request)
+            scored = self._ask(scoring_payload(self.model, request, self.vllm_extensions), request, expected)
             if scored.error is None or self.mode == "token ids":
                 self._settle("token ids", None, scored)
                 return scored
             ids_error = scored.error
         text = self.tokenizer.decode([*request.prompt_token_ids, *request.output_token_ids])
-        expected = [self.key(self.tokenizer.decode([t])) for t in request.output_token_ids]
-        scored = self._ask(scoring_text_payload(self.model, text, request), request, expected)
+        scored = self._ask(scoring_text_payload(self.model, text, request), request, expected, text=True)
         if scored.error is None:
             self._settle("text", ids_error, scored)
             return scored
@@ -217,7 +227,7 @@ class ScoringChannel:
             if self.mode is None and scored.error is None:
                 self.mode, self.refused = mode, refused
 
-    def _ask(self, body: dict[str, Any], request: ScoreRequest, expected: Sequence[int] | None = None
+    def _ask(self, body: dict[str, Any], request: ScoreRequest, expected: Sequence[int], text: bool = False
              ) -> ScoredOutput:  # fmt: skip
         sent = body["prompt"] if isinstance(body["prompt"], str) else self.tokenizer.decode(body["prompt"])
         answer = self.call(body, sent)
@@ -225,7 +235,7 @@ class ScoringChannel:
             return ScoredOutput([], [], error=answer.error)
         try:
             one_back = (self.audit or {}).get("reading") == ONE_BACK
-            return read_scoring(answer.response, request, self.key, expected, one_back)
+            return read_scoring(answer.response, request, self.key, expected, one_back, text)
         except (ValueError, TypeError, KeyError) as exc:
             return ScoredOutput([], [], error=f"unreadable scoring ({type(exc).__name__}: {str(exc)[:200]})")
 

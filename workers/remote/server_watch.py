@@ -7,6 +7,7 @@ the end; the endpoint engine records what it finds as events."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -23,11 +24,14 @@ from .server_metrics import NOT_REPORTED
 from .server_process import DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_STOP_GRACE_S, ServerProcess
 from .stall_watch import Stall, StallWatch
 
+CAPTURED = "the server's output, read while it ran and removed at the end"
+
 
 class ServerWatch:
-    """`serve_cmd`: start this server and wait until `url` answers (its output becomes the log: `log_path`, else a new
-    temporary file). `log_path`: follow this log. `log_format`: a table name or "auto". `secrets`: hidden wherever a
-    log line shows them."""
+    """`serve_cmd`: start this server and wait until `url` answers (its output becomes the log: `log_path`, else a
+    file in a temporary folder of this watch, removed at `close`: the run keeps its events and its scrubbed last
+    lines, never the raw output). `log_path`: follow this log. `log_format`: a table name or "auto". `secrets`:
+    hidden wherever a log line shows them."""
 
     def __init__(self, url: str, serve_cmd: str | None = None, log_path: str | None = None, log_format: str = "auto",
                  secrets: tuple[str, ...] = (), headers: dict[str, str] | None = None,
@@ -43,8 +47,10 @@ class ServerWatch:
         self.stop_grace_s = stop_grace_s
         self.startup_s: float | None = None
         self._fatal_seen_at: float | None = None
+        self._captured_in: str | None = None  # the temporary folder of a log nobody named
         if serve_cmd is not None and log_path is None:
-            log_path = tempfile.mkstemp(prefix="specdec-eval-server-", suffix=".log")[1]
+            self._captured_in = tempfile.mkdtemp(prefix="specdec-eval-server-")
+            log_path = str(Path(self._captured_in) / "server.log")
         self.log_path = log_path
         try:
             if serve_cmd is not None:
@@ -118,7 +124,8 @@ class ServerWatch:
             out["command"] = self.process.command.recorded
             out["startup_s"] = round(self.startup_s, 2) if self.startup_s is not None else None
         if self.log is not None:
-            out["log"] = str(Path(self.log_path).resolve())
+            out["log"] = CAPTURED if self._captured_in is not None else str(Path(self.log_path).resolve())
+            out.update(self.log.record())
             name, why = self.log.log_format
             out["log_format"] = name
             out["log_format_from"] = why
@@ -156,8 +163,10 @@ class ServerWatch:
 
     def close(self) -> None:
         """Stop the server the run started (SIGTERM, then SIGKILL after the grace period), then read the log to its
-        end (what the server wrote while stopping included)."""
+        end (what the server wrote while stopping included), then remove a log that was captured for this run only."""
         if self.process is not None:
             self.process.stop(self.stop_grace_s)
         if self.log is not None:
             self.log.stop()
+        if self._captured_in is not None:
+            shutil.rmtree(self._captured_in, ignore_errors=True)

@@ -3,11 +3,16 @@ start, warmup included) on a thread of its own and keeps reading what the server
 
 Every line goes through the matcher of every known table (matcher.py, tables.py), so that which table applies can
 be decided late: named by the user, read from the server's identity once it answers (`choose`), or, failing both,
-recognised from the log's own content. `events()` gives the chosen table's events so far."""
+recognised from the log's own content. `events()` gives the chosen table's events so far.
+
+The log is read as any file a user names: it must be a regular file (checked on the opened descriptor: a device
+reads without end, a FIFO blocks), it is read a chunk at a time, and a line is kept up to `MAX_LINE_BYTES` (the
+rest of a longer line is skipped unread by any pattern). What stopped the reading is kept (`problem`)."""
 
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ....errors import UserError
+from ....user_files import kind_of
 from .matcher import LogMatcher
 from .tables import GENERIC_FORMAT, LOG_FORMATS
 
@@ -22,6 +28,8 @@ AUTO = "auto"
 POLL_S = 0.1
 TAIL_LINES = 40  # kept for a message that shows how the log ended
 DETECT_LINES = 5000  # content detection looks at this many lines
+CHUNK_BYTES = 1 << 20  # read at most this much at a time
+MAX_LINE_BYTES = 256 * 1024  # a longer line keeps its start only (no real log line comes near)
 
 
 def check_log_format(name: str) -> str:
@@ -60,6 +68,8 @@ class ServerLog:
         self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self._lines = 0
         self._read_bytes = 0
+        self._cut_lines = 0  # lines longer than MAX_LINE_BYTES (their start kept)
+        self.problem: str | None = None  # why the log could not be read (to its end)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -97,32 +107,63 @@ class ServerLog:
         self.stop()
 
     def _follow(self) -> None:
-        handle = None
-        pending = b""
+        fd = None
+        pending, skipping = b"", False  # skipping: the rest of a line already cut
         try:
             while True:
                 stopping = self._stop.is_set()  # read once more after a stop: what the server wrote last
-                if handle is None and self.path.exists():
-                    handle = self.path.open("rb")
-                if handle is not None:
-                    chunk = handle.read()
-                    if chunk:
-                        pending = self._consume(pending + chunk)
-                        self._read_bytes += len(chunk)
+                if fd is None and self.path.exists():
+                    fd = self._open()
+                    if fd is None:
+                        return
+                while fd is not None and (chunk := os.read(fd, CHUNK_BYTES)):
+                    self._read_bytes += len(chunk)
+                    pending, skipping = self._consume(pending, chunk, skipping)
+                    if self._stop.is_set() and not stopping:
+                        break  # stop asked while reading: one last pass reads what is left
                 if stopping:
                     if pending:
-                        self._line(pending.decode("utf-8", "replace"))
+                        self._bounded_line(pending)
                     return
                 self._stop.wait(self._poll_s)
+        except (OSError, MemoryError) as exc:
+            self.problem = f"reading stopped ({type(exc).__name__}: {exc})"
         finally:
-            if handle is not None:
-                handle.close()
+            if fd is not None:
+                os.close(fd)
 
-    def _consume(self, data: bytes) -> bytes:
-        *lines, rest = data.split(b"\n")
+    def _open(self) -> int | None:
+        """The log's descriptor, or None (and `problem`) when it is not a regular file. Non-blocking: a FIFO would
+        otherwise wait for a writer before its type could be checked."""
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        kind = kind_of(os.fstat(fd).st_mode)
+        if kind is None:
+            return fd
+        os.close(fd)
+        self.problem = f"is {kind}, not a regular file: not read"
+        return None
+
+    def _consume(self, pending: bytes, chunk: bytes, skipping: bool) -> tuple[bytes, bool]:
+        """Read the whole lines of `pending + chunk`; returns the line the server is still writing and whether it is
+        the rest of a line already cut (dropped up to its end)."""
+        *lines, rest = chunk.split(b"\n")
         for raw in lines:
-            self._line(raw.decode("utf-8", "replace"))
-        return rest  # a line the server is still writing
+            if not skipping:
+                self._bounded_line(pending + raw)
+            pending, skipping = b"", False
+        if skipping:
+            return b"", True
+        pending += rest
+        if len(pending) > MAX_LINE_BYTES:
+            self._bounded_line(pending)
+            return b"", True
+        return pending, False
+
+    def _bounded_line(self, raw: bytes) -> None:
+        if len(raw) > MAX_LINE_BYTES:
+            self._cut_lines += 1
+            raw = raw[:MAX_LINE_BYTES] + b" [line cut]"
+        self._line(raw.decode("utf-8", "replace"))
 
     def _line(self, text: str) -> None:
         text = self._redact(text.rstrip("\r"))
@@ -173,6 +214,15 @@ class ServerLog:
     def num_lines(self) -> int:
         with self._lock:
             return self._lines
+
+    def record(self) -> dict[str, Any]:
+        """What a manifest keeps about the reading: how many lines were read (and cut), and why it stopped early."""
+        out: dict[str, Any] = {"log_lines_read": self.num_lines}
+        if self._cut_lines:
+            out["log_lines_cut"] = self._cut_lines
+        if self.problem is not None:
+            out["log_problem"] = self.problem
+        return out
 
     def tail(self, n: int = 20) -> list[str]:
         """The last `n` lines read (redacted)."""
