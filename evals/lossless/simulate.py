@@ -209,11 +209,13 @@ def _power(args) -> dict:
     steps = load_bank(args.bank)
     if args.use_docs:
         steps = [s for s in steps if s.doc < args.use_docs]
-    classes = ["unmutated", *REJECTION_POINTS]
+    classes = ["unmutated", *(args.classes or REJECTION_POINTS)]
     figures = {}
     print(f"power: {args.replicates} replays of the bank ({len(steps)} verify steps, {len({s.doc for s in steps})} "
           f"documents), alpha {args.alpha}")  # fmt: skip
     for config, params in CONFIGS.items():
+        if args.config and config != args.config:
+            continue
         shown = {c: _progress(f"{config}, {c}", args.replicates) for c in classes}
         rates = power_rates(steps, params, classes, args.replicates, args.vocab_size, args.seed, args.alpha,
                             lambda c, i, shown=shown: shown[c](i))  # fmt: skip
@@ -297,6 +299,8 @@ def main(argv: list[str] | None = None) -> None:
     power.add_argument("--tokens", type=int, default=256)
     power.add_argument("--replicates", type=int, default=100)
     power.add_argument("--use-docs", type=int, default=None, help="replay only the bank's first N documents")
+    power.add_argument("--config", choices=list(CONFIGS), default=None, help="only this sampling configuration")
+    power.add_argument("--classes", nargs="+", choices=REJECTION_POINTS, default=None, help="only these classes")
     power.add_argument("--vocab-size", type=int, default=49152)
     smooth = modes.add_parser(
         "smooth", help="the smooth test's chi-square p-value on exact null draws (u i.i.d. uniform)"
