@@ -142,7 +142,7 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
                  "draft_kv_into_target, spec_alters_target, rewind_keeps_rejected, accept_off_by_one, "
                  "sample_key_shift, verify_width_numerics, rewind_leaks_blocks, aux_layers_off_by_one, or a sampled "
                  "class of --spec-sampling rejection: rejection_greedy, residual_keeps_draft, accept_unit_temperature, "
-                 "spec_filter_order, accept_neighbour_row (repeatable; see selftest --mutants). "
+                 "spec_filter_order, accept_neighbour_row, restart_stream (repeatable; see selftest --mutants). "
                  "Example: draft_step:1@3",
                  FAULTS, parse=_fault_specs),
     EngineOption("max_retries", ("--max-retries",), int, "max_retries",

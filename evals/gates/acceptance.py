@@ -212,6 +212,28 @@ def _position_bound(ref: float, rtol: float, slack: float) -> tuple[float, float
     return min(ref * (1 - rtol), ref - slack), slack
 
 
+def reference_id(test_id: str, conditions: Mapping[str, Any] | None, spec_sampling: str | None = None) -> str:
+    """The key of a task's acceptance reference: the test id for a greedy task; for a sampled one, the test id with
+    the decoding it was measured under (temperature, top-k, top-p and the spec sampler: acceptance depends on each),
+    e.g. `...test_eagle3[v2_kv_cache-one_model-tp1]::sampled[temperature=0.7,top_k=20,top_p=0.9,rejection]`. So a
+    sampled run finds only a reference measured under its own decoding, and populating one never touches the greedy
+    entry."""
+    decoding = sampled_decoding(conditions, spec_sampling)
+    if decoding is None:
+        return test_id
+    parts = [f"{k}={decoding[k]:g}" for k in ("temperature", "top_k", "top_p")] + [decoding["spec_sampling"]]
+    return f"{test_id}::sampled[{','.join(parts)}]"
+
+
+def sampled_decoding(conditions: Mapping[str, Any] | None, spec_sampling: str | None) -> dict[str, Any] | None:
+    """What a sampled task decoded under, as its reference entry states it (None: greedy)."""
+    temperature = float((conditions or {}).get("temperature") or 0.0)
+    if temperature <= 0:
+        return None
+    return {"temperature": temperature, "top_k": int(conditions.get("top_k") or 0),
+            "top_p": float(conditions.get("top_p") or 1.0), "spec_sampling": spec_sampling or "coupled"}  # fmt: skip
+
+
 def decoding_problem(entry: Mapping[str, Any], temperature: float) -> str | None:
     """Why an acceptance reference does not apply to a run decoded at `temperature`, or None. An entry applies to
     the decoding it was measured under: its `temperature`, absent meaning greedy (every shipped entry was measured
@@ -326,11 +348,12 @@ def populate_refusal(summary: RunSummary | Mapping[str, Any]) -> str | None:
 
 
 def populate_from_run(
-    summary: RunSummary | Mapping[str, Any], results: list, test_id: str, path: Path
+    summary: RunSummary | Mapping[str, Any], results: list, test_id: str, path: Path, spec_sampling: str | None = None
 ) -> dict[str, Any]:
     """`--populate-acceptance`: write the run's acceptance length as the reference of its test id (ref_al = AL,
     min_al = 0.95 AL, per-position rates), as TensorRT-LLM's populate switch does, from the first task that
-    measured one (GSM8K before GPQA) - only when the run is clean and passing (`populate_refusal`). Returns the
+    measured one (GSM8K before GPQA) - only when the run is clean and passing (`populate_refusal`). A sampled
+    task's reference goes under its decoding's key (`reference_id`) and states that decoding. Returns the
     record summary.json keeps as "acceptance_populated": what was written, from how many documents and draft
     cycles, or why nothing was ("refused"): also when no task measured an acceptance length (a server whose
     answers carried impossible counts had each refused), since the run was asked to write one."""
@@ -341,6 +364,9 @@ def populate_from_run(
         return {"test_id": test_id, "task": None, "ref_al": None, "path": str(path), "num_documents": 0,
                 "num_cycles": 0, "changed": False, "refused": why}  # fmt: skip
     r = measured[0]
+    conditions = getattr(r, "conditions", None) or {}
+    test_id = reference_id(test_id, conditions, spec_sampling)
+    decoding = sampled_decoding(conditions, spec_sampling)
     counts = r.acceptance
     cycles = counts["num_cycles"]
     al = 1.0 + counts["num_accepted_drafts"] / cycles if cycles else 1.0
@@ -351,14 +377,11 @@ def populate_from_run(
         refusal = "the run drafted nothing (no draft cycles)"
     if refusal is None and (impossible := counts_problem(counts)) is not None:
         refusal = f"impossible acceptance counts ({impossible})"
-    temperature = float((getattr(r, "conditions", None) or {}).get("temperature") or 0.0)
-    if refusal is None and temperature > 0:  # an entry without a temperature reads as greedy (decoding_problem)
-        refusal = f"a sampled run (temperature {temperature:g}): acceptance references are measured greedy"
     if refusal is not None:
         record["refused"] = f"not a clean, passing run: {refusal}" if cycles else refusal
     else:
         rates = [n / cycles for n in counts["accepted_per_position"]]
-        record["changed"] = populate(path, test_id, al, rates)
+        record["changed"] = populate(path, test_id, al, rates, decoding)
     return record
 
 
@@ -368,9 +391,11 @@ _VALUE_LINE = re.compile(r"^(?P<head>\s+(?P<key>[A-Za-z_][\w-]*):)(?P<sep>[ \t]*
                          r"(?P<tail>[ \t]*(#[^\r\n]*)?)(?P<end>\r?\n?)$")  # fmt: skip
 
 
-def populate(path: Path, test_id: str, al: float, per_position: list[float] | None = None) -> bool:
-    """Write ref_al = al and min_al = 0.95 al (and ref_per_position, when given) for test_id, as TensorRT-LLM's
-    populate switch does, but by editing only that entry's lines. A missing entry is appended at the end.
+def populate(path: Path, test_id: str, al: float, per_position: list[float] | None = None,
+             decoding: Mapping[str, Any] | None = None) -> bool:  # fmt: skip
+    """Write ref_al = al and min_al = 0.95 al (and ref_per_position, when given; the sampled decoding it was
+    measured under, when given) for test_id, as TensorRT-LLM's populate switch does, but by editing only that entry's
+    lines. A missing entry is appended at the end.
     Returns whether the file changed; with the values already there, not one byte is written.
 
     The read, the edit and the write happen under the file's lock (`lock_path`, results/locks.py), so two runs
@@ -382,7 +407,7 @@ def populate(path: Path, test_id: str, al: float, per_position: list[float] | No
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with locks.lock(lock_path(path)):
-            return _populate_locked(path, test_id, al, per_position)
+            return _populate_locked(path, test_id, al, per_position, decoding)
     except OSError as e:
         raise UserError(f"cannot write the acceptance references {path}: {e.strerror or e}") from None
 
@@ -407,7 +432,8 @@ def check_writable(path: Path) -> None:
         raise UserError(f"acceptance references {path}: not writable (a read-only file, folder or mount)")
 
 
-def _populate_locked(path: Path, test_id: str, al: float, per_position: list[float] | None) -> bool:
+def _populate_locked(path: Path, test_id: str, al: float, per_position: list[float] | None,
+                     decoding: Mapping[str, Any] | None = None) -> bool:  # fmt: skip
     try:
         text = read_limited(path, "acceptance references").decode("utf-8") if path.exists() else ""
     except UnicodeDecodeError as e:
@@ -415,6 +441,7 @@ def _populate_locked(path: Path, test_id: str, al: float, per_position: list[flo
     values: dict[str, Any] = {"ref_al": float(al), "min_al": float(f"{MIN_AL_FRACTION * al:.12g}")}
     if per_position is not None:
         values["ref_per_position"] = [round(float(r), 4) for r in per_position]
+    values.update(decoding or {})
     before = _parse(path, text)
     if _holds(before.get(test_id), values):
         return False
@@ -445,6 +472,9 @@ def _holds(entry: Any, values: dict[str, Any]) -> bool:
         have = entry.get(key)
         if isinstance(want, list):
             if not isinstance(have, list) or len(have) != len(want) or not all(map(_close, have, want)):
+                return False
+        elif isinstance(want, str):
+            if have != want:
                 return False
         elif not _close(have, want):
             return False
@@ -521,6 +551,10 @@ def _key(test_id: str) -> str:
 
 
 def _scalar(value: Any) -> str:
+    if isinstance(value, str):
+        return value if yaml.safe_load(value) == value else json.dumps(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
     if isinstance(value, list):
         return "[" + ", ".join(repr(float(v)) for v in value) + "]"
     return repr(float(value))

@@ -35,8 +35,9 @@ def apply_gates(summary: RunSummary, results: list[TaskResult], samples: list[Sa
         return summary
     summary = apply_lossless_gate(summary, samples, identity, plan.out, plan.options, results, baseline)
     path = acceptance_path(plan.options)
+    spec_sampling = (identity.config.get("spec") or {}).get("sampling")
     if plan.populate_acceptance:
-        summary = populate_acceptance(summary, results, test_id, path)
+        summary = populate_acceptance(summary, results, test_id, path, spec_sampling)
     from .acceptance import load_acceptance_references
 
     # --no-reference: the shipped references are not looked up, for acceptance either (a run at other shots or
@@ -44,7 +45,7 @@ def apply_gates(summary: RunSummary, results: list[TaskResult], samples: list[Sa
     # the 5-shot AL 2.0); a file named with --acceptance-refs still is
     skip = plan.options.no_reference and not plan.options.acceptance_refs
     refs = {} if skip else load_acceptance_references(path)
-    return apply_acceptance_gate(summary, results, test_id, refs, plan.options.acceptance_rtol)
+    return apply_acceptance_gate(summary, results, test_id, refs, plan.options.acceptance_rtol, spec_sampling)
 
 
 def _task_summary(r: TaskResult) -> TaskSummary:
@@ -79,30 +80,38 @@ def _rounded(x: float | None) -> float | None:
     return round(x, 4) if x is not None else None
 
 
-def evaluate_acceptance(results: list[TaskResult], test_id: str, refs: dict, rtol: float) -> dict[str, GateResult]:
-    """Each spec-dec task's acceptance length against its reference (evals/gates/acceptance.py): an entry applies to
-    the tasks it names (`task:`), or to every task when it names none."""
-    from .acceptance import acceptance_gate
+def evaluate_acceptance(results: list[TaskResult], test_id: str, refs: dict, rtol: float,
+                        spec_sampling: str | None = None) -> dict[str, GateResult]:  # fmt: skip
+    """Each spec-dec task's acceptance length against its reference (evals/gates/acceptance.py): the entry of the
+    task's decoding (`reference_id`: a sampled task's is keyed by its temperature, filters and spec sampler), which
+    applies to the tasks it names (`task:`), or to every task when it names none."""
+    from .acceptance import acceptance_gate, reference_id
 
-    entry = refs.get(test_id) or {}
     gates = {}
     for r in results:
+        key = reference_id(test_id, getattr(r, "conditions", None), spec_sampling)
+        entry = refs.get(key) or {}
         if not r.acceptance or entry.get("task") not in (None, r.task):
             continue
         positions = [acceptance_slack([(c, accepted[i]) for c, accepted in r.acceptance_positions])
                      for i in range(len(r.acceptance.get("accepted_per_position") or []))]  # fmt: skip
         slack = acceptance_slack(r.acceptance_requests)
         temperature = float((getattr(r, "conditions", None) or {}).get("temperature") or 0.0)  # what it decoded at
-        gates[r.task] = GateResult.from_json(acceptance_gate(test_id, r.acceptance, refs, rtol, slack, positions,
+        gates[r.task] = GateResult.from_json(acceptance_gate(key, r.acceptance, refs, rtol, slack, positions,
                                                              temperature))  # fmt: skip
     return gates
 
 
 def apply_acceptance_gate(
-    summary: RunSummary, results: list[TaskResult], test_id: str, refs: dict, rtol: float
+    summary: RunSummary,
+    results: list[TaskResult],
+    test_id: str,
+    refs: dict,
+    rtol: float,
+    spec_sampling: str | None = None,
 ) -> RunSummary:
     """The summary with each task's acceptance gate recorded (a FAIL fails the run: RunSummary.verdict)."""
-    for task, gate in evaluate_acceptance(results, test_id, refs, rtol).items():
+    for task, gate in evaluate_acceptance(results, test_id, refs, rtol, spec_sampling).items():
         summary = summary.with_task_gate(task, "acceptance_gate", gate)
     return summary
 
@@ -124,9 +133,10 @@ def acceptance_slack(requests: list[tuple[int, int]], z: float = 2.576) -> float
     return z * (residual / (n * (n - 1))) ** 0.5 / (cycles / n)
 
 
-def populate_acceptance(summary: RunSummary, results: list[TaskResult], test_id: str, path) -> RunSummary:
+def populate_acceptance(summary: RunSummary, results: list[TaskResult], test_id: str, path,
+                        spec_sampling: str | None = None) -> RunSummary:  # fmt: skip
     """`--populate-acceptance`: the run's acceptance length as its test id's reference, only from a clean, passing
     run (evals/gates/acceptance.py, `populate_from_run`); called after the lossless gate, before the acceptance gate."""
     from .acceptance import populate_from_run
 
-    return summary.replace(acceptance_populated=populate_from_run(summary, results, test_id, path))
+    return summary.replace(acceptance_populated=populate_from_run(summary, results, test_id, path, spec_sampling))

@@ -31,7 +31,10 @@ positions: 0.0057 below 0.005), so there a p-value under 0.05 is taken from a se
 instead (u i.i.d. U(0, 1): it depends on n alone). It is chosen over Kolmogorov-Smirnov because the bug classes
 move u smoothly (location and spread) rather than in one narrow place, where a smooth test is the most powerful,
 and because the signs of the components say which way a sampler is off (`components[0] < 0`: too many likely
-tokens). The seeded simulation (simulate.py) measures its false-FAIL rate at the gate's alpha."""
+tokens). The seeded simulation (simulate.py) measures its false-FAIL rate at the gate's alpha.
+
+Within requests: u i.i.d. over the run means i.i.d. within each request too, which the tests on all u at once do not
+look at; `within_request_test` compares the spread of the requests' own PIT means with independent draws'."""
 
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import chi2
 
 SMOOTH_ORDER = 4
 
@@ -276,6 +280,62 @@ def likelihood_test(placements: Sequence[Placement]) -> Likelihood:
         return Likelihood(0.0, 1.0, observed, expected, math.sqrt(variance), len(used))
     z = (observed - expected) / math.sqrt(variance)
     return Likelihood(z, math.erfc(abs(z) / math.sqrt(2)), observed, expected, math.sqrt(variance), len(used))
+
+
+@dataclass(frozen=True)
+class WithinRequests:
+    """The within-request test: whether each request's u centre where independent draws would put them. Each
+    request's mean-of-u component z_j = sum sqrt(3) (2u - 1) / sqrt(n_j) is N(0, 1)-like when its u are i.i.d.
+    U(0, 1); statistic = sum z_j^2 over the requests, the upper tail its p-value (requests spread too far apart).
+    `z`: (statistic - its null mean) / its null sd; `request_z`: each request's z_j, in the order given."""
+
+    statistic: float
+    p_value: float
+    z: float
+    requests: int
+    request_z: tuple[float, ...]
+
+
+def within_request_test(per_request: Sequence[np.ndarray]) -> WithinRequests:
+    """Draws that are each right but depend on each other inside a request (a random stream restarted at every
+    step: its accept decisions become thresholds fixed per request) keep the pooled u uniform, so the tests on all
+    u at once miss them; each request's own u then centre away from 1/2 by more than chance allows, which this sees.
+    Valid under the null whatever the requests' lengths: u within a request are i.i.d. U(0, 1) (conditionally
+    uniform given the past). The p-value matches the null's mean and variance with a scaled chi-square (E z_j^4 =
+    3 - 1.2 / n_j: short requests have lighter tails than chi-square 1), and where that says under 0.05 with
+    fewer than MONTE_CARLO_MAX_POSITIONS positions, it is simulated exactly (it depends on the lengths alone)."""
+    sizes = [len(u) for u in per_request if len(u)]
+    request_z = [exact_sum(math.sqrt(3) * (2 * np.asarray(u, dtype=np.float64) - 1)) / math.sqrt(len(u))
+                 for u in per_request if len(u)]  # fmt: skip
+    if not sizes:
+        return WithinRequests(0.0, 1.0, 0.0, 0, ())
+    statistic = math.fsum(z * z for z in request_z)
+    mean, variance = float(len(sizes)), math.fsum(2 - 1.2 / n for n in sizes)
+    scale, dof = variance / (2 * mean), 2 * mean * mean / variance
+    p = float(chi2.sf(statistic / scale, dof))
+    if p < MONTE_CARLO_ABOVE_P and sum(sizes) <= MONTE_CARLO_MAX_POSITIONS:
+        p = _within_monte_carlo_p(statistic, sorted(sizes))
+    z = (statistic - mean) / math.sqrt(variance)
+    return WithinRequests(statistic, min(1.0, p), z, len(sizes), tuple(request_z))
+
+
+MONTE_CARLO_MAX_POSITIONS = 200_000  # above it (hundreds of requests) the scaled chi-square stands
+
+
+def _within_monte_carlo_p(statistic: float, sizes: list[int]) -> float:
+    """The within-request statistic's exact null p-value for these request lengths (sorted: the same draws in any
+    document order), by simulation, seeded by the statistic as the smooth test's is."""
+    total = sum(sizes)
+    replicates = min(MONTE_CARLO_REPLICATES, max(2_000, 60_000_000 // total))
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    root_n = np.sqrt(np.asarray(sizes, dtype=np.float64))
+    rng = np.random.default_rng([0x5EED, len(sizes), total, int.from_bytes(np.float64(statistic).tobytes(), "little")])
+    exceed, chunk = 0, max(1, 4_000_000 // total)
+    for done in range(0, replicates, chunk):
+        k = min(chunk, replicates - done)
+        z = np.add.reduceat(math.sqrt(3) * (2 * rng.random((k, total)) - 1), starts, axis=1) / root_n
+        exceed += int(((z * z).sum(axis=1) >= statistic).sum())
+    return (1 + exceed) / (1 + replicates)
 
 
 def tail_test(bounds: Sequence[float], observed: int) -> float:

@@ -9,6 +9,7 @@ teacher forcing (`InferenceEngine.score_outputs`, one prefill-shaped pass per ou
    top-p) at each position. Every sampled position of the run is tested at once by the randomized PIT (pit.py),
    i.i.d. U(0, 1) under the null, with Neyman's smooth test, and by the likelihood test (the emitted tokens'
    probabilities against their expectation: the sharper one where a sampler over- or under-draws the likely tokens),
+   and within each request (draws each right alone but dependent inside a request: a stream restarted per step),
    Bonferroni over the tests at `alpha`; and any token outside the sampling support by more than the logit noise (a
    top-k / top-p violation) FAILs outright. Exact where the baseline had the whole
    distribution (our engine, in process); conservative where it returned only the top logprobs (an endpoint),
@@ -45,6 +46,7 @@ from .pit import (
     smooth_test,
     tail_test,
     topk_placement,
+    within_request_test,
 )
 
 ALPHA = 0.01
@@ -162,7 +164,8 @@ class _Fidelity:
     """Sampler fidelity over the whole run."""
 
     def __init__(self) -> None:
-        self.u: list[np.ndarray] = []
+        self.u: list[np.ndarray] = []  # per document, in the order they were added
+        self.doc_ids: list[Any] = []
         self.kinds: dict[str, int] = {"exact": 0, "conditional": 0, "edge": 0, "tail": 0, "out": 0, "unknown": 0}
         self.violations: list[dict[str, Any]] = []
         self.tail_bounds: list[float] = []
@@ -172,6 +175,7 @@ class _Fidelity:
     def add(self, doc_id: Any, tokens: Sequence[int], placements: list[Placement], rng: np.random.Generator) -> None:
         self.documents += 1
         self.u.append(randomized_pit(placements, rng))
+        self.doc_ids.append(doc_id)
         self.placed.extend(placements)
         for position, (token, p) in enumerate(zip(tokens, placements, strict=True)):
             self.kinds[p.kind] += 1
@@ -216,7 +220,8 @@ def _verdict(fidelity: _Fidelity, target: _Target, errors: list, alpha: float,
                                                        **_reasons(reasons)})  # fmt: skip
     uniformity = smooth_test(u)
     likelihood = likelihood_test(fidelity.placed)
-    tests = {"pit": uniformity.p_value, "likelihood": likelihood.p_value}
+    within = within_request_test(fidelity.u)
+    tests = {"pit": uniformity.p_value, "likelihood": likelihood.p_value, "within_requests": within.p_value}
     tail = None
     if fidelity.tail_bounds:
         expected = math.fsum(fidelity.tail_bounds)
@@ -228,6 +233,7 @@ def _verdict(fidelity: _Fidelity, target: _Target, errors: list, alpha: float,
     numbers: dict[str, Any] = {
         "basis": "exact" if exact else "conservative",
         "alpha": alpha,
+        "level": level,  # each test's, Bonferroni over them
         "positions": int(len(u)),
         "placements": dict(kinds),
         "documents": fidelity.documents,
@@ -247,6 +253,7 @@ def _verdict(fidelity: _Fidelity, target: _Target, errors: list, alpha: float,
             "sd": round(likelihood.sd, 3),
             "positions": likelihood.n,
         },  # fmt: skip
+        "within_requests": _within_numbers(within, fidelity),
         "pit_histogram": histogram(u, PIT_BINS),
         "num_violations": len(fidelity.violations),
         "violations": fidelity.violations[:SHOWN_VIOLATIONS],
@@ -265,15 +272,20 @@ def _verdict(fidelity: _Fidelity, target: _Target, errors: list, alpha: float,
         first = fidelity.violations[0]
         failures.append(f"{len(fidelity.violations)} token(s) outside the sampling support (top-k / top-p), the first "
                         f"at doc {first['doc_id']} position {first['position']}")  # fmt: skip
-    if min(tests.values()) < level:
+    if min(p for test, p in tests.items() if test != "within_requests") < level:
         failures.append("the emitted tokens are not draws from the target's sampling distribution"
                         + _direction(likelihood, level))  # fmt: skip
+    if within.p_value < level:
+        off = numbers["within_requests"]["most_off"]
+        failures.append(f"the draws within a request are not independent: the requests' PIT means spread "
+                        f"{within.statistic / within.requests:.2f} x as far as independent draws' (most off: doc "
+                        f"{off['doc_id']}, mean u {off['mean_u']:.3f} over {off['positions']} positions)")  # fmt: skip
     if target.beyond:
         first = target.beyond[0]
         failures.append(f"{len(target.beyond)} reported logprob(s) off the baseline's scoring by more than "
                         f"{target.tolerance:g} nats (first: doc {first['doc_id']} position {first['position']}, "
                         f"{first['diff']:g})")  # fmt: skip
-    basis = _basis(u, kinds, uniformity.p_value, likelihood, tail, fidelity, target, level, len(tests))
+    basis = _basis(u, kinds, uniformity.p_value, likelihood, within, tail, fidelity, target, level, len(tests))
     reason = f"{basis}: " + "; ".join(failures) if failures else basis
     return GateResult(FAIL if failures else PASS, reason, numbers)
 
@@ -302,7 +314,27 @@ def _direction(likelihood, level: float) -> str:
     return " (the likely tokens under-drawn: a sampler too flat)"
 
 
-def _basis(u, kinds, pit_p, likelihood, tail, fidelity, target, level, num_tests) -> str:
+def _within_numbers(within, fidelity: _Fidelity) -> dict[str, Any]:
+    """The within-request test's record: its statistic against its null, and the request whose u sit furthest
+    from 1/2 (ties broken by document id, so the same one in any document order)."""
+    record: dict[str, Any] = {
+        "test": "per-request PIT means against independent draws (sum of z_j^2 over requests; z > 0: requests "
+        "spread more than independent draws do)",
+        "statistic": round(within.statistic, 4),
+        "p": within.p_value,
+        "z": round(within.z, 3),
+        "requests": within.requests,
+    }
+    placed = [(doc_id, u) for doc_id, u in zip(fidelity.doc_ids, fidelity.u, strict=True) if len(u)]
+    if placed:
+        i = max(range(len(placed)), key=lambda j: (abs(within.request_z[j]), repr(placed[j][0])))
+        doc_id, u = placed[i]
+        record["most_off"] = {"doc_id": doc_id, "z": round(within.request_z[i], 3), "positions": len(u),
+                              "mean_u": round(float(np.mean(u)), 4)}  # fmt: skip
+    return record
+
+
+def _basis(u, kinds, pit_p, likelihood, within, tail, fidelity, target, level, num_tests) -> str:
     """The verdict's basis in one line: how many positions, on what footing, which tests, what they said."""
     if kinds["conditional"] or kinds["tail"]:
         left_out = kinds["edge"] + kinds["tail"] + kinds["unknown"]
@@ -313,7 +345,8 @@ def _basis(u, kinds, pit_p, likelihood, tail, fidelity, target, level, num_tests
     if kinds["unknown"]:
         footing += f"; {kinds['unknown']:,} whose top logprobs merged tokens that print alike"
     parts = [f"sampled: {len(u):,} positions ({footing}), PIT uniformity p = {_p(pit_p)}, likelihood "
-             f"z = {likelihood.z:+.2f} (p = {_p(likelihood.p_value)})"]  # fmt: skip
+             f"z = {likelihood.z:+.2f} (p = {_p(likelihood.p_value)}), within requests "
+             f"p = {_p(within.p_value)}"]  # fmt: skip
     if tail is not None:
         parts.append(f"tail draws {tail['observed']} of at most {tail['expected_at_most']:.1f} expected "
                      f"(p = {_p(tail['p'])})")  # fmt: skip

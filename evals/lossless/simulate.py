@@ -49,6 +49,7 @@ class Rate:
     fails: int
     runs: int
     p_values: tuple[float, ...] = ()  # each run's PIT p-value (the null: their calibration)
+    within_fails: int = 0  # of the runs, those the within-request test failed
 
     @property
     def value(self) -> float:
@@ -100,15 +101,17 @@ def null_rates(
     """FAILs over `runs` seeded clean runs, judged exactly and from the top logprobs; each Rate also keeps the runs'
     PIT p-values (their whole distribution must be U(0, 1), not only its 1 % tail)."""
     fails = {"exact": 0, "top": 0}
+    within = {"exact": 0, "top": 0}  # FAILs the within-request test gave (whatever the others said)
     p_values: dict[str, list[float]] = {"exact": [], "top": []}
     for r in range(runs):
         rng = torch.Generator().manual_seed(seed * 1_000_003 + r)
         for basis, samples in zip(("exact", "top"), synthetic_run(rng, docs, tokens, vocab, params), strict=True):
             result = judge_sampled(samples, vocab, alpha=alpha, seed=r)
             fails[basis] += result.failed
+            within[basis] += result.numbers["within_requests"]["p"] < result.numbers["level"]
             p_values[basis].append(result.numbers["pit"]["p"])
         progress(r + 1)
-    return {basis: Rate(n, runs, tuple(p_values[basis])) for basis, n in fails.items()}
+    return {basis: Rate(n, runs, tuple(p_values[basis]), within[basis]) for basis, n in fails.items()}
 
 
 # --- power: the bank of real verify steps ---------------------------------------------------------------------------
@@ -122,13 +125,14 @@ def power_rates(
     steps, params: SamplingParams, classes: Sequence[str], replicates: int, vocab: int, seed: int = 0,
     alpha: float = ALPHA, progress: Callable[[str, int], None] = lambda c, i: None,
 ) -> dict[str, dict]:  # fmt: skip
-    """Per class: FAILs over `replicates` replays of the bank, and what caught them."""
+    """Per class: FAILs over `replicates` replays of the bank, and what caught them (`within_only`: FAILs the
+    within-request test alone would give, every other test passing)."""
     from .bank import _Views, replay
 
     views = _Views(steps, params)
     out = {}
     for name in classes:
-        fails, by_support, p_values, z_values, positions = 0, 0, [], [], 0
+        fails, by_support, p_values, z_values, within_p, within_only, positions = 0, 0, [], [], [], 0, 0
         for r in range(replicates):
             samples = replay(steps, params, class_rule(name), seed * 1_000_003 + r, views)
             result = judge_sampled(samples, vocab, alpha=alpha, seed=r)
@@ -136,12 +140,24 @@ def power_rates(
             by_support += result.numbers["num_violations"] > 0
             p_values.append(result.numbers["pit"]["p"])
             z_values.append(result.numbers["likelihood"]["z"])
+            within_p.append(result.numbers["within_requests"]["p"])
+            within_only += result.failed and not _fails_without_within(result.numbers)
             positions = result.numbers["positions"]
             progress(name, r + 1)
         out[name] = {"rate": Rate(fails, replicates), "support_violations_in": by_support,
                      "median_pit_p": float(np.median(p_values)), "median_likelihood_z": float(np.median(z_values)),
+                     "median_within_p": float(np.median(within_p)), "within_only": within_only,
                      "positions": positions}  # fmt: skip
     return out
+
+
+def _fails_without_within(numbers: dict) -> bool:
+    """Whether a verdict FAILs on anything but the within-request test: a support violation, a reported logprob off
+    the scoring, or a distribution test below the level."""
+    level = numbers["level"]
+    tests = [numbers["pit"]["p"], numbers["likelihood"]["p"], (numbers.get("tail_test") or {}).get("p", 1.0)]
+    return numbers["num_violations"] > 0 or (numbers.get("target") or {}).get("num_beyond", 0) > 0 or \
+        min(tests) < level  # fmt: skip
 
 
 # --- the command ----------------------------------------------------------------------------------------------------
@@ -168,10 +184,12 @@ def _null(args) -> dict:
             label = f"{config}, {'exact' if basis == 'exact' else f'top-{TOP_LOGPROBS} logprobs'}"
             calibration = float(kstest(rate.p_values, "uniform").pvalue)
             below = float(np.mean(np.array(rate.p_values) < 0.05))
-            print(f"  {label:45s} false FAIL {rate}; PIT p < 0.05 in {below:.3f} of runs; the runs' PIT p-values "
-                  f"against U(0, 1): KS p = {calibration:.2f}")  # fmt: skip
+            print(f"  {label:45s} false FAIL {rate}, {rate.within_fails} of them by the within-request test; PIT "
+                  f"p < 0.05 in {below:.3f} of runs; the runs' PIT p-values against U(0, 1): KS p = "
+                  f"{calibration:.2f}")  # fmt: skip
             figures[label] = {"fails": rate.fails, "runs": rate.runs, "rate": rate.value, "ci95": rate.interval(),
-                              "p_below_0.05": below, "p_values_ks": calibration}  # fmt: skip
+                              "within_fails": rate.within_fails, "p_below_0.05": below,
+                              "p_values_ks": calibration}  # fmt: skip
     return figures
 
 
@@ -189,11 +207,15 @@ def _power(args) -> dict:
         print(f"recorded {len(steps)} verify steps of {args.docs} documents x {args.tokens} tokens ({args.model}, "
               f"Eagle3 K=3) in {time.perf_counter() - started:.0f} s into {args.bank}")  # fmt: skip
     steps = load_bank(args.bank)
-    classes = ["unmutated", *REJECTION_POINTS]
+    if args.use_docs:
+        steps = [s for s in steps if s.doc < args.use_docs]
+    classes = ["unmutated", *(args.classes or REJECTION_POINTS)]
     figures = {}
     print(f"power: {args.replicates} replays of the bank ({len(steps)} verify steps, {len({s.doc for s in steps})} "
           f"documents), alpha {args.alpha}")  # fmt: skip
     for config, params in CONFIGS.items():
+        if args.config and config != args.config:
+            continue
         shown = {c: _progress(f"{config}, {c}", args.replicates) for c in classes}
         rates = power_rates(steps, params, classes, args.replicates, args.vocab_size, args.seed, args.alpha,
                             lambda c, i, shown=shown: shown[c](i))  # fmt: skip
@@ -202,12 +224,14 @@ def _power(args) -> dict:
             idle = name != "unmutated" and not can_change(name, params)
             print(f"  {config:26s} {name:24s} {what} {r['rate']}; {r['positions']} positions, support violations in "
                   f"{r['support_violations_in']} runs, median PIT p {r['median_pit_p']:.2g}, median likelihood z "
-                  f"{r['median_likelihood_z']:+.1f}"
+                  f"{r['median_likelihood_z']:+.1f}, median within-request p {r['median_within_p']:.2g}, FAILs only "
+                  f"the within-request test saw {r['within_only']}"
                   + ("  (changes nothing at this configuration: it does not fire)" if idle else ""))  # fmt: skip
             figures[f"{config}, {name}"] = {"fails": r["rate"].fails, "runs": r["rate"].runs, "rate": r["rate"].value,
                                             "support_violations_in": r["support_violations_in"],
                                             "median_pit_p": r["median_pit_p"],
                                             "median_likelihood_z": r["median_likelihood_z"],
+                                            "median_within_p": r["median_within_p"], "within_only": r["within_only"],
                                             "positions": r["positions"]}  # fmt: skip
     return figures
 
@@ -274,6 +298,9 @@ def main(argv: list[str] | None = None) -> None:
     power.add_argument("--docs", type=int, default=10)
     power.add_argument("--tokens", type=int, default=256)
     power.add_argument("--replicates", type=int, default=100)
+    power.add_argument("--use-docs", type=int, default=None, help="replay only the bank's first N documents")
+    power.add_argument("--config", choices=list(CONFIGS), default=None, help="only this sampling configuration")
+    power.add_argument("--classes", nargs="+", choices=REJECTION_POINTS, default=None, help="only these classes")
     power.add_argument("--vocab-size", type=int, default=49152)
     smooth = modes.add_parser(
         "smooth", help="the smooth test's chi-square p-value on exact null draws (u i.i.d. uniform)"

@@ -20,6 +20,7 @@ from ...workers.interface import InferenceEngine
 from ...workers.spec.metrics import run_acceptance
 from ...workers.spec.registry import spec_method
 from ..conditions.reference import ConditionCheck, check_conditions
+from ..gates.acceptance import reference_id
 from ..gates.hypothesis import accuracy_gate
 from ..gates.references import Reference, lookup
 from ..run_identity import model_key_for
@@ -189,8 +190,11 @@ def _stopper(engine: InferenceEngine, options: EvalOptions, references: dict, in
     if options.stop_file:  # a passive side of a sequential A/B: the controller decides, not this run's gates
         return EarlyStop(lambda task, n: None, options.early_stop_batch, exact=False, stop_file=options.stop_file)
     temperatures = {s.lm_eval_name: options.conditions_for(s).temperature for s in options.tasks}
+    spec_sampling = (engine.identity.config.get("spec") or {}).get("sampling")
+    reference_ids = {s.lm_eval_name: reference_id(inputs.test_id, options.conditions_for(s).to_dict(), spec_sampling)
+                     for s in options.tasks} if inputs.test_id else {}  # fmt: skip
     return EarlyStop(design_for, options.early_stop_batch, inputs.test_id, inputs.acceptance_refs, inputs.exact,
-                     engine.identity.max_draft_len, temperatures=temperatures)  # fmt: skip
+                     engine.identity.max_draft_len, temperatures=temperatures, reference_ids=reference_ids)  # fmt: skip
 
 
 def _notes(n: int, reference: Reference | None, plan, stopped: dict[str, Any] | None) -> tuple[str, ...]:

@@ -94,6 +94,8 @@ BUG_CLASSES = (
              ("spec_filter_order",), sampled=True, spec_sampling="rejection"),
     BugClass("accept_neighbour_row", "the accept test of draft i reads row i + 1's probability",
              ("accept_neighbour_row",), sampled=True, spec_sampling="rejection"),
+    BugClass("restart_stream", "the request's random stream restarts from its seed at every verification step",
+             ("restart_stream",), sampled=True, spec_sampling="rejection"),
     BugClass("aux_layers_off_by_one", "the draft's features are read one layer late: ~5 % lower AL, same outputs",
              ("aux_layers_off_by_one",), catcher=PAIRED),
 )  # fmt: skip

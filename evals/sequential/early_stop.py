@@ -110,11 +110,13 @@ class EarlyStop:
         max_draft_len: int = 0,
         stop_file: str | None = None,
         temperatures: Mapping[str, float] | None = None,
+        reference_ids: Mapping[str, str] | None = None,
     ) -> None:
         """stop_file (a side of a sequential `ab`): after each batch, every finished sample's score (and its
         acceptance counts) is appended to `<stop_file>.progress.jsonl`, and once `stop_file` exists every task
         stops, its content the reason. temperatures: what each task decodes at (absent: greedy), which the
-        acceptance tripwire's reference must have been measured at."""
+        acceptance tripwire's reference must have been measured at; reference_ids: each task's acceptance reference
+        key (a sampled task's names its decoding; absent: test_id)."""
         self.design_for = design_for
         self.batch = batch
         self.test_id = test_id
@@ -124,6 +126,7 @@ class EarlyStop:
         self.stop_file = Path(stop_file) if stop_file else None
         self._watcher = SideWait(self.stop_file) if self.stop_file else None
         self.temperatures = dict(temperatures or {})
+        self.reference_ids = dict(reference_ids or {})
         self.tasks: dict[str, TaskProgress] = {}
         self._reported: set[tuple[str, int, int]] = set()
 
@@ -177,7 +180,8 @@ class EarlyStop:
         if n == 0:
             return
         if t.acceptance is not None and self.test_id is not None:
-            early = acceptance_early_fail(self.test_id, t.acceptance.to_dict(), self.acceptance_refs,
+            early = acceptance_early_fail(self.reference_ids.get(task, self.test_id), t.acceptance.to_dict(),
+                                          self.acceptance_refs,
                                           temperature=self.temperatures.get(task, 0.0))  # fmt: skip
             if early is not None:
                 t.stopped = {

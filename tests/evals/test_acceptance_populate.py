@@ -99,15 +99,32 @@ def test_a_run_that_measured_no_acceptance_says_so(tmp_path):
     assert populated_line(record) == f"acceptance reference NOT written ({TEST}): {record['refused']}"
 
 
-def test_a_sampled_run_never_becomes_a_reference(tmp_path):
-    """An entry states no temperature and reads as greedy: a sampled run's acceptance would be judged as greedy."""
+def test_a_sampled_run_writes_its_own_decodings_entry_and_leaves_the_greedy_one(tmp_path):
+    """A sampled run's reference goes under its decoding's key and states that decoding, so a greedy run never reads
+    it and the greedy entry keeps every byte; the gate then judges the next run of that decoding against it."""
+    from specdec_eval.evals.gates.verdict import evaluate_acceptance
+
     path = tmp_path / "acceptance_length.yaml"
     path.write_text(SHIPPED)
-    result = _result()
-    result.conditions = {"temperature": 1.0}
-    record = populate_from_run(_clean_summary(), [result], TEST, path)
-    assert "a sampled run (temperature 1)" in record["refused"] and record["changed"] is False
-    assert path.read_text() == SHIPPED
+    result = _result(cycles=1000, accepted=985)
+    result.conditions = {"temperature": 0.7, "top_k": 20, "top_p": 0.9}
+    record = populate_from_run(_clean_summary(), [result], TEST, path, "rejection")
+    key = f"{TEST}::sampled[temperature=0.7,top_k=20,top_p=0.9,rejection]"
+    assert record["changed"] and record["test_id"] == key
+    assert path.read_text().startswith(SHIPPED)  # the greedy entry untouched
+    refs = load_acceptance_references(path)
+    assert refs[TEST] == {"ref_al": 1.999, "min_al": 1.89905}
+    assert refs[key]["ref_al"] == pytest.approx(1.985) and refs[key]["temperature"] == 0.7
+    assert (refs[key]["top_k"], refs[key]["top_p"], refs[key]["spec_sampling"]) == (20, 0.9, "rejection")
+    assert populate_from_run(_clean_summary(), [result], TEST, path, "rejection")["changed"] is False  # idempotent
+    collapsed = _result(documents=100, cycles=1000, accepted=573)  # the planted restart_stream run's AL 1.573
+    collapsed.conditions, collapsed.acceptance_requests, collapsed.acceptance_positions = result.conditions, [], []
+    gate = evaluate_acceptance([collapsed], TEST, refs, 0.05, "rejection")["gsm8k"]
+    assert gate.verdict == "FAIL" and "collapse tripwire" in gate.reason
+    assert evaluate_acceptance([collapsed], TEST, refs, 0.05, "coupled")["gsm8k"].verdict == "NO-REFERENCE"
+    greedy = _result(cycles=1000, accepted=999)
+    greedy.conditions, greedy.acceptance_requests, greedy.acceptance_positions = {"temperature": 0.0}, [], []
+    assert evaluate_acceptance([greedy], TEST, refs, 0.05)["gsm8k"].verdict == "PASS"  # against 1.999, not 1.985
 
 
 def test_run_refuses_populate_with_inject_before_anything_runs(tmp_path, capsys):

@@ -129,3 +129,24 @@ def test_divergence_stops_only_where_any_divergence_fails(exact, stops):
         stop.observe("t", i, 0.0, None, 3 if i == 2 else None, i)
     stop.after_batch("t")
     assert (not stop.is_open("t")) == stops
+
+
+def test_a_sampled_tasks_tripwire_reads_the_reference_of_its_own_decoding():
+    """A sampled task's early acceptance FAIL is judged against the entry keyed by its decoding, never the greedy one
+    (which does not apply to it: no early verdict from it at all)."""
+    sampled = f"{TEST_ID}::sampled[temperature=0.7,top_k=20,top_p=0.9,rejection]"
+    refs = {TEST_ID: {"ref_al": 2.0, "min_al": 1.9}, sampled: {"ref_al": 2.0, "min_al": 1.9, "temperature": 0.7}}
+    collapsed = {"num_cycles": 40, "num_draft_tokens": 120, "num_accepted_drafts": 0, "accepted_per_position": [0] * 3,
+                 "max_draft_len": 3}  # fmt: skip
+
+    def stopped(reference_ids):
+        stop = EarlyStop(lambda task, n: None, 8, TEST_ID, refs, max_draft_len=3, temperatures={"gsm8k": 0.7},
+                         reference_ids=reference_ids)  # fmt: skip
+        stop.start("gsm8k", 24)
+        for position in range(8):
+            stop.observe("gsm8k", position, 0.0, collapsed, None, position)
+        stop.after_batch("gsm8k")
+        return stop.tasks["gsm8k"].stopped
+
+    assert stopped({}) is None  # the greedy entry does not apply at T = 0.7
+    assert stopped({"gsm8k": sampled})["gate"] == "acceptance"

@@ -18,6 +18,7 @@ from specdec_eval.evals.lossless.pit import (
     smooth_test,
     tail_test,
     topk_placement,
+    within_request_test,
 )
 from specdec_eval.evals.lossless.sampled import SampledSample, judge_sampled
 from specdec_eval.evals.lossless.simulate import synthetic_run
@@ -194,7 +195,7 @@ def test_nothing_sampled_is_no_gate_and_scoring_errors_are_named():
     assert result.numbers["score_error_reasons"] == [{"reason": "HTTP 500", "doc_ids": [3]}]
 
 
-ORDER_FREE_NUMBERS = ("pit", "likelihood", "tail_test", "positions", "placements", "pit_histogram")
+ORDER_FREE_NUMBERS = ("pit", "likelihood", "within_requests", "tail_test", "positions", "placements", "pit_histogram")
 
 
 @pytest.mark.parametrize("scoring", ["exact", "top"])
@@ -251,3 +252,45 @@ def test_a_scoring_of_other_tokens_than_the_output_s_is_a_score_error():
     assert judge_sampled(run, 300, seed=1).verdict == "PASS"
     run[0].scored.output_keys = None  # named by keys, but not told the output's: cannot be checked
     assert judge_sampled(run, 300, seed=1).numbers["score_errors"] == [run[0].doc_id]
+
+
+def _grid_run(docs: int, tokens: int, stick: float, seed: int) -> list[SampledSample]:
+    """Every position 50 equally likely tokens, the token at quantile w. stick = 0: w fresh at every position (a clean
+    sampler); else a document keeps reading one number of its own with that probability (a stream restarted per
+    step): each draw is still uniform alone, but a document's draws depend on each other."""
+    rng = np.random.default_rng(seed)
+    run = []
+    for doc in range(docs):
+        own = rng.random()
+        w = np.where(rng.random(tokens) < stick, own, rng.random(tokens))
+        tokens_ = [int(x * 50) for x in w]
+        views = [SampledPosition(0.02, t * 0.02, "in", 0.02, 50 * 0.02**3) for t in tokens_]
+        run.append(SampledSample(doc, tokens_, T1, ScoredOutput([0.0] * tokens, [[] for _ in tokens_], views)))
+    return run
+
+
+def test_the_within_request_test_sees_draws_that_depend_on_each_other_inside_a_request():
+    """Draws each uniform alone, stuck to a number of their request's own a sixth of the time: the tests on all u at
+    once pass them, the within-request test FAILs them and names the request most off; clean draws pass it."""
+    clean = judge_sampled(_grid_run(40, 64, 0.0, seed=1), 50, seed=1)
+    assert clean.verdict == "PASS" and clean.numbers["within_requests"]["p"] > 0.05
+    assert "within requests p = " in clean.reason
+    stuck = judge_sampled(_grid_run(40, 64, 1 / 6, seed=1), 50, seed=1)
+    level = stuck.numbers["level"]
+    assert stuck.numbers["pit"]["p"] > level and stuck.numbers["likelihood"]["p"] > level  # blind to it
+    assert stuck.verdict == "FAIL" and stuck.numbers["within_requests"]["p"] < level
+    assert "the draws within a request are not independent" in stuck.reason
+    assert "not draws from the target's sampling distribution" not in stuck.reason
+    assert stuck.numbers["within_requests"]["most_off"]["positions"] == 64
+
+
+def test_the_within_request_test_keeps_its_level_and_is_an_exact_sum():
+    """u i.i.d. U(0, 1) in requests of uneven lengths (4 to 120): p below 0.05 about 5 % of the time (400 seeded
+    runs: 0.02 to 0.09 holds with probability > 0.99); the statistic is the same in any order of the requests."""
+    rng = np.random.default_rng(7)
+    p = [within_request_test([rng.random(n) for n in rng.integers(4, 120, size=10)]).p_value for _ in range(400)]
+    assert 0.02 <= np.mean(np.array(p) < 0.05) <= 0.09
+    requests = [rng.random(n) for n in (3, 50, 17, 90)]
+    forward, backward = within_request_test(requests), within_request_test(requests[::-1])
+    assert (forward.statistic, forward.p_value) == (backward.statistic, backward.p_value)
+    assert within_request_test([]).p_value == 1.0

@@ -20,6 +20,7 @@ CAUGHT_ON = {
     "accept_unit_temperature": "one-hot, T=0.7 top-k 4 top-p 0.8",
     "spec_filter_order": "one-hot, top-k 2 top-p 0.5",
     "accept_neighbour_row": "one-hot, T=1",
+    "restart_stream": "one-hot, T=1",
 }
 
 

@@ -50,6 +50,10 @@ change anything); invisible to any greedy check, caught by the sampled lossless 
   spec_filter_order       the spec path takes the nucleus of the whole distribution, then the top k; the plain sampler
                           the nucleus of the top k (SGLang PR #36173); fires only with both top-k and top-p set
   accept_neighbour_row    the accept test of draft i reads row i + 1's probability of it
+  restart_stream          the request's random stream restarts from its seed at every verification step (a
+                          generator re-created per step): each step reads the same numbers, so every draw is
+                          distributed right alone while a request's accept decisions become fixed thresholds;
+                          across requests the draws look uniform, within one they are not independent
 The seed's own bug (metadata saved for the draft never restored after a tolerated warmup OOM) is not a fault point:
 it is `--spec-guard none` with `--inject warmup_oom` (see workers/spec/base.py and `selftest --mutants`).
 
@@ -76,7 +80,7 @@ from ..spec.rejection import RejectionRule
 ENVIRONMENT_POINTS = ("warmup_oom", "prepare_for_spec_dec", "draft_step", "target_forward", "restore")
 # The planted bugs of the rejection sampler (the sampled classes): each the RejectionRule field it sets.
 REJECTION_POINTS = ("rejection_greedy", "residual_keeps_draft", "accept_unit_temperature", "spec_filter_order",
-                    "accept_neighbour_row")  # fmt: skip
+                    "accept_neighbour_row", "restart_stream")  # fmt: skip
 RECURRING_POINTS = ("draft_kv_into_target", "spec_alters_target", "rewind_keeps_rejected", "accept_off_by_one",
                     "sample_key_shift", "verify_width_numerics", "rewind_leaks_blocks", "aux_layers_off_by_one",
                     *REJECTION_POINTS)  # fmt: skip
@@ -325,6 +329,7 @@ def planted_rule(points: Sequence[str]) -> RejectionRule:
         accept_unit_temperature="accept_unit_temperature" in points,
         swapped_filter_order="spec_filter_order" in points,
         accept_row_offset=int("accept_neighbour_row" in points),
+        restart_stream="restart_stream" in points,
     )
 
 

@@ -61,6 +61,7 @@ class RejectionRule:
     accept_unit_temperature: bool = False  # accept_unit_temperature: the accept test reads p at temperature 1 (vLLM V0)
     swapped_filter_order: bool = False  # spec_filter_order: top-p on the whole distribution, then top-k (SGLang)
     accept_row_offset: int = 0  # accept_neighbour_row: 1, the accept test of draft i reads row i + 1
+    restart_stream: bool = False  # restart_stream: the request's stream restarts from its seed at every step
 
 
 CORRECT = RejectionRule()
@@ -78,6 +79,8 @@ def rejection_verify(
     drafts are one-hot). Returns the emitted tokens: the accepted drafts, then the residual's draw at the first
     rejection (or the bonus token after K accepts). Length 1..K+1."""
     rows = logits.float().cpu()
+    if rule.restart_stream:  # every step then reads the same numbers: each draw right alone, none independent
+        stream.manual_seed(stream.initial_seed())
     if rule.greedy:
         from .verify import greedy_verify  # late: verify.py dispatches here
 
