@@ -13,6 +13,7 @@ from ...workers.interface import EngineIdentity
 from ...workers.remote.server_failure import server_failure_line
 from ..lossless.baseline import BaselineRef
 from ..lossless.gate import apply_lossless_gate
+from ..lossless.scoring import spec_sampling as spec_sampling_of
 from ..run_types import EvalOptions, RunPlan, TaskResult
 
 
@@ -35,7 +36,7 @@ def apply_gates(summary: RunSummary, results: list[TaskResult], samples: list[Sa
         return summary
     summary = apply_lossless_gate(summary, samples, identity, plan.out, plan.options, results, baseline)
     path = acceptance_path(plan.options)
-    spec_sampling = (identity.config.get("spec") or {}).get("sampling")
+    spec_sampling = spec_sampling_of(identity)
     if plan.populate_acceptance:
         summary = populate_acceptance(summary, results, test_id, path, spec_sampling)
     from .acceptance import load_acceptance_references

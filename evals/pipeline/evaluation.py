@@ -23,6 +23,7 @@ from ..conditions.reference import ConditionCheck, check_conditions
 from ..gates.acceptance import reference_id
 from ..gates.hypothesis import accuracy_gate
 from ..gates.references import Reference, lookup
+from ..lossless.scoring import spec_sampling as spec_sampling_of
 from ..run_identity import model_key_for
 from ..run_types import EvalOptions, TaskResult
 from ..tasks.registry import TaskSpec, source_for, write_task_yamls
@@ -190,7 +191,7 @@ def _stopper(engine: InferenceEngine, options: EvalOptions, references: dict, in
     if options.stop_file:  # a passive side of a sequential A/B: the controller decides, not this run's gates
         return EarlyStop(lambda task, n: None, options.early_stop_batch, exact=False, stop_file=options.stop_file)
     temperatures = {s.lm_eval_name: options.conditions_for(s).temperature for s in options.tasks}
-    spec_sampling = (engine.identity.config.get("spec") or {}).get("sampling")
+    spec_sampling = spec_sampling_of(engine.identity)
     reference_ids = {s.lm_eval_name: reference_id(inputs.test_id, options.conditions_for(s).to_dict(), spec_sampling)
                      for s in options.tasks} if inputs.test_id else {}  # fmt: skip
     return EarlyStop(design_for, options.early_stop_batch, inputs.test_id, inputs.acceptance_refs, inputs.exact,
