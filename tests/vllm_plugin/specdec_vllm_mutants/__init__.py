@@ -43,6 +43,18 @@ def register() -> None:
     value = os.environ.get(ENV, "").strip()
     if not value:
         return
-    from . import patches
+    selection = Selection(value)  # an unknown class stops every process now, at start-up
+    from vllm.platforms import current_platform
 
-    patches.install(Selection(value))
+    # Right after loading plugins, a vLLM worker swaps Triton kernels for the platform's by scanning every loaded
+    # module; importing the sampler and proposers before that scan breaks it (seen on 0.32's CPU build), so the
+    # patches go in once it is done.
+    swap_kernels = current_platform.register_triton_kernel_overrides
+
+    def swap_kernels_then_plant() -> None:
+        swap_kernels()
+        from . import patches
+
+        patches.install(selection)
+
+    current_platform.register_triton_kernel_overrides = swap_kernels_then_plant
