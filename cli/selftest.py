@@ -223,6 +223,7 @@ def _vllm_mutants(venv, model_dir, draft_len, only, options, as_json) -> None:
         print(json.dumps(report, indent=2))
     else:
         print_matrix(report)
+        print("vLLM servers ready after: " + ", ".join(f"{k} {v:.0f} s" for k, v in report["startup_s"].items()))
     if not report["ok"]:
         raise typer.Exit(1)
 

@@ -4,8 +4,10 @@ vLLM servers: every class caught by its gate, the unmutated server PASSing every
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -126,3 +128,25 @@ def test_every_class_planted_in_vllm_is_caught_and_vllm_untouched_passes(tmp_pat
     clean = report["rows"][0]
     assert clean["cells"]["lossless"]["verdict"] == "PASS" and clean["cells"]["acceptance"]["verdict"] == "PASS"
     assert list(tmp_path.iterdir()) == []  # servers' logs and runs removed with the matrix's folder
+
+
+@pytest.mark.slow
+def test_the_plugin_changes_vllms_own_rejection_sampler_only_when_a_class_is_live():
+    """vLLM's real RejectionSampler (no server: ~20 s, most of it importing vLLM), loaded with the plugin as a vLLM
+    worker loads it, on one hand-made greedy step: with no class live it emits what vLLM emits (accepted drafts,
+    then the target's token or the bonus), with each class what the class says."""
+    setup = _vllm_setup()
+    names = ["", "emit_rejected_draft", "bonus_wrong_row", "drop_accepted", "duplicate_accepted"]
+    probe = subprocess.run([setup.python, str(PLUGIN_DIR / "sampler_probe.py"), *names], capture_output=True,
+                           text=True, timeout=600)  # fmt: skip
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    found = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert found["planted"]
+    P = -1  # vLLM's placeholder for a position not emitted
+    assert found["steps"] == {
+        "": {"rejected": [5, 6, 9, P], "accepted": [5, 6, 7, 8]},
+        "emit_rejected_draft": {"rejected": [5, 6, 7, P], "accepted": [5, 6, 7, 8]},
+        "bonus_wrong_row": {"rejected": [5, 6, 9, P], "accepted": [5, 6, 7, 7]},
+        "drop_accepted": {"rejected": [6, 9, P, P], "accepted": [6, 7, 8, P]},
+        "duplicate_accepted": {"rejected": [5, 5, 6, 9], "accepted": [5, 5, 6, 7]},
+    }
