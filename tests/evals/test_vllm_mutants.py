@@ -117,7 +117,7 @@ def test_every_class_planted_in_vllm_is_caught_and_vllm_untouched_passes(tmp_pat
     setup = _vllm_setup()
     config = from_options(model="smollm2", spec="eagle3", draft_len=3, dtype="float32")
     options = EvalOptions(tasks=[TASKS["gsm8k"]], data_dir=str(SHARED_DATA), limit=MATRIX_DOCS,
-                          max_output_len=MATRIX_TOKENS)  # fmt: skip
+                          max_output_len=MATRIX_TOKENS, no_reference=True)  # fmt: skip
     report = vm.run_vllm_matrix(setup, config, options, vm.select_vllm_classes(None), workdir=str(tmp_path))
     with capsys.disabled():
         print()
