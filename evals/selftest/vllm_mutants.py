@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UserError
+from ...results.store import Run
 from ...workers.config import EngineConfig
 from ...workers.remote.endpoint_options import EndpointOptions
 from ...workers.remote.server_process import ServerProcess, ServerStartFailed
@@ -29,7 +30,7 @@ from ..pipeline.backends import RunTarget, make_backend
 from ..pipeline.evaluation import EvalOptions
 from ..pipeline.run import run
 from ..run_types import RunPlan
-from .mutants import CLEAN, GATES, BugClass, evaluation_order, judge, matrix_options
+from .mutants import CLEAN, GATES, PAIRED, BugClass, evaluation_order, judge, matrix_options, paired_cell
 
 PLUGIN = "specdec_vllm_mutants"  # tests/vllm_plugin, installed into the vLLM venv
 PLUGIN_ENV = "SPECDEC_EVAL_VLLM_MUTANT"
@@ -44,7 +45,7 @@ VLLM_CLASSES = (
     BugClass("drop_accepted", "the first accepted draft of a step dropped from its tokens"),
     BugClass("duplicate_accepted", "the first accepted draft of a step emitted twice"),
     BugClass("draft_never_matches", "every draft one token id off: acceptance collapses, outputs unchanged",
-             catcher="acceptance"),
+             catcher=PAIRED),
     BugClass("oom_first_spec_step", "the seed's shape: an out-of-memory error in the first speculative step, after "
              "the drafter advanced its state", catcher="events"),
 )  # fmt: skip
@@ -121,11 +122,12 @@ def run_vllm_matrix(setup: VllmSetup, config: EngineConfig, options: EvalOptions
             startup["spec"] = _ready(spec.start(), spec_port)  # for the two cores and double the wait
             note(f"servers ready after {time.perf_counter() - started:.0f} s")
             baseline = _plain_run(config, options, plain_port, tmp_path / "runs")
-            rows = []
+            rows, unmutated = [], None
             for i, bug in enumerate(classes, 1):
                 class_file.write_text("" if bug.is_clean else bug.name)
                 note(f"[{i}/{len(classes)}] {bug.name}: {bug.what}")
-                row = _class_row(bug, config, options, spec_port, tmp_path, baseline)
+                row, samples = _class_row(bug, config, options, spec_port, tmp_path, baseline, unmutated)
+                unmutated = samples if bug.is_clean else unmutated
                 cells = ", ".join(f"{gate} {row['cells'][gate]['verdict']}" for gate in GATES)
                 note(f"[{i}/{len(classes)}] {bug.name}: {row['result']} ({row['elapsed_s']:.0f} s; {cells})")
                 rows.append(row)
@@ -156,17 +158,22 @@ def _plain_run(config: EngineConfig, options: EvalOptions, port: int, out: Path)
     return summary.run_dir
 
 
-def _class_row(bug: BugClass, config: EngineConfig, options: EvalOptions, port: int, tmp: Path, baseline: str
-               ) -> dict[str, Any]:  # fmt: skip
+def _class_row(bug: BugClass, config: EngineConfig, options: EvalOptions, port: int, tmp: Path, baseline: str,
+               unmutated: list | None) -> tuple[dict[str, Any], list]:  # fmt: skip
+    """One class's row and its run's samples. A class that changes no output but the drafts is judged as `compare`
+    and `ab` judge two commits: its per-document acceptance against the unmutated run's (a single run has no
+    acceptance reference for a served head: there is none for vLLM's)."""
     endpoint = EndpointOptions(endpoint=_url(port), server_log=str(tmp / "spec.log"))
     plan = RunPlan(matrix_options(options, bug), out=str(tmp / "runs"), resume=False, baseline=baseline)
     started = time.perf_counter()
     summary = run(plan, make_backend("endpoint", RunTarget(config, endpoint=endpoint)))
     elapsed = time.perf_counter() - started
-    row = judge(bug, summary, elapsed, evaluation_order(summary))
+    samples = Run(Path(summary.run_dir)).samples()
+    paired = paired_cell(unmutated, samples, elapsed) if not bug.is_clean else None
+    row = judge(bug, summary, elapsed, evaluation_order(summary), paired)
     if not bug.is_clean and not _fired(tmp / "spec.log", bug.name):
         row["never_fired"] = [bug.name]  # the matrix prints a warning: the plugin never acted
-    return row
+    return row, samples
 
 
 def _fired(log: Path, name: str) -> bool:
