@@ -145,7 +145,7 @@ def selftest(
       specdec-eval selftest --mutants --data-dir ../shared/data --limit 10
       specdec-eval selftest --mutants --model tiny --only accept_off_by_one,sample_key_shift --json
       specdec-eval selftest --mutants --only spec_filter_order --gen-kwargs temperature=1.0,top_k=20,top_p=0.9
-      specdec-eval selftest --mutants --engine vllm --data-dir DATA --limit 4 --max-output-len 64 --no-reference
+      specdec-eval selftest --mutants --engine vllm --data-dir DATA --limit 6 --max-output-len 64 --no-reference
     """
     if mutants and engine == "vllm":
         options = _matrix_options(data_dir, limit, max_output_len, num_fewshot, no_reference, gen_kwargs)
