@@ -72,6 +72,32 @@ def selftest(
             rich_help_panel=MUTANTS,
         ),
     ] = False,  # fmt: skip
+    engine: Annotated[
+        Literal["ours", "vllm"],
+        typer.Option(
+            "--engine",
+            help="Whose bugs: ours (planted in our engine) or vllm (planted in a real vLLM server by the test-only "
+            "plugin tests/vllm_plugin: a plain and a speculating server are started from the vLLM venv).",
+            rich_help_panel=MUTANTS,
+        ),
+    ] = "ours",  # fmt: skip
+    vllm_venv: Annotated[
+        str | None,
+        typer.Option(
+            "--vllm-venv",
+            help="The vLLM venv (default $VLLM_VENV, else .venv-vllm: make setup-vllm).",
+            rich_help_panel=MUTANTS,
+        ),
+    ] = None,  # fmt: skip
+    vllm_model_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--vllm-model-dir",
+            help="The model folder vLLM serves (default $VLLM_MODEL_DIR, else "
+            "VLLM_VENV/smollm2-hf: the embedded SmolLM2 exported).",
+            rich_help_panel=MUTANTS,
+        ),
+    ] = None,  # fmt: skip
     only: Annotated[
         list[str] | None,
         typer.Option(
@@ -131,9 +157,14 @@ def selftest(
       specdec-eval selftest --clean --data-dir ../shared/data --limit 4 --max-output-len 16 --only "ours tiny",serve
       specdec-eval selftest --mutants --model tiny --only accept_off_by_one,sample_key_shift --json
       specdec-eval selftest --mutants --only spec_filter_order --gen-kwargs temperature=1.0,top_k=20,top_p=0.9
+      specdec-eval selftest --mutants --engine vllm --data-dir DATA --limit 6 --max-output-len 64 --no-reference
     """
     if clean:
         _clean(data_dir, limit, max_output_len, num_fewshot, only, as_json)
+        return
+    if mutants and engine == "vllm":
+        options = _matrix_options(data_dir, limit, max_output_len, num_fewshot, no_reference, gen_kwargs)
+        _vllm_mutants(vllm_venv, vllm_model_dir, draft_len, only, options, as_json)
         return
     if mutants:
         model = model or "smollm2"
@@ -207,6 +238,27 @@ def _clean(data_dir, limit, max_output_len, num_fewshot, only, as_json) -> None:
         print(json.dumps(report, indent=2))
     else:
         print_clean(report)
+    if not report["ok"]:
+        raise typer.Exit(1)
+
+
+def _vllm_mutants(venv, model_dir, draft_len, only, options, as_json) -> None:
+    from ..evals.selftest.vllm_mutants import default_setup, run_vllm_matrix, select_vllm_classes
+    from ..workers.spec.eagle3_head import SHIPPED_HEADS
+    from .mutants_print import print_matrix
+
+    setup = default_setup(venv, model_dir, str(SHIPPED_HEADS["smollm2"]), draft_len)
+    classes = select_vllm_classes(only)
+    # what the servers run, declared: the run picks its reference and its exactness (float32: token identity) from it
+    config = o.engine_config(model="smollm2", spec="eagle3", draft_len=draft_len, dtype="float32")
+    stderr.print(f"selftest --mutants --engine vllm: {len(classes)} runs of `run --endpoint` against vLLM, "
+                 f"{options.limit} GSM8K documents each ...")  # fmt: skip
+    report = run_vllm_matrix(setup, config, options, classes, note=lambda line: stderr.print(f"mutants {line}"))
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_matrix(report)
+        print("vLLM servers ready after: " + ", ".join(f"{k} {v:.0f} s" for k, v in report["startup_s"].items()))
     if not report["ok"]:
         raise typer.Exit(1)
 

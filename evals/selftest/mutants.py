@@ -175,7 +175,7 @@ def _run(config: EngineConfig, options: EvalOptions, bug: BugClass, workdir: str
         started = time.perf_counter()
         summary = run(plan, make_backend("local", RunTarget(mutant_config(config, bug))))
         elapsed = time.perf_counter() - started
-        found = (summary, Run(Path(summary.run_dir)).samples(), _evaluation_order(summary))
+        found = (summary, Run(Path(summary.run_dir)).samples(), evaluation_order(summary))
     return (found, elapsed) if timed else found
 
 
@@ -201,7 +201,7 @@ def _brief(cell: dict[str, Any]) -> str:
     return f"FAIL at doc {cell['doc']}" if cell["verdict"] == Verdict.FAIL else cell["verdict"]
 
 
-def _evaluation_order(summary: RunSummary) -> list[Any]:
+def evaluation_order(summary: RunSummary) -> list[Any]:
     """The documents of the run's task in the order it evaluated them (from its manifest)."""
     manifest = json.loads((Path(summary.run_dir) / "manifest.json").read_text())
     orders = manifest.get("orders") or {}
