@@ -17,16 +17,15 @@ $(STAMP): pyproject.toml scripts/setup.sh
 	touch $(STAMP)
 
 # What only the tests need on top: pytest and ruff, llama.cpp's server (compiled) and Chromium.
-setup-tests: $(TEST_STAMP)
+setup-tests: $(TEST_STAMP) setup-vllm
 
 $(TEST_STAMP): $(STAMP) scripts/llama-cpp-lean.cmake scripts/check_llama_peer.py
 	bash scripts/setup.sh --for-tests
 	touch $(TEST_STAMP)
-	$(MAKE) setup-vllm
 
 # vLLM's CPU build in a venv of its own (VLLM_VENV, default .venv-vllm), the exported SmolLM2 and one completion
-# checked: the peer of the vLLM tests and of "Judging vLLM" in the README. About 4 minutes the first time; skipped
-# (seconds: one server start still checks it answers) when the venv is already good.
+# checked: the peer of the vLLM tests and of "Judging vLLM" in the README. Minutes the first time; seconds once its
+# stamps say the venv imports vllm and has answered.
 setup-vllm: $(STAMP)
 	bash scripts/setup_vllm.sh
 
