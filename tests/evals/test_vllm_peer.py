@@ -3,7 +3,7 @@ exported SmolLM2 (float32) behind both, speculating with Eagle3 (the shipped hea
 the speculating server itself (its log becomes the run's events); the plain baseline is the session's
 (tests/vllm_server.py). Greedy decoding: the lossless verdict, acceptance read from vLLM's own per-request metrics,
 KV usage back to idle after the run, and no failing line in vLLM's log. Two questions, 16-32 tokens each: eagle3
-took 115 s (the plain server's start included), ngram 67 s."""
+took 115 s (the plain server's start included), ngram 125 s (run alone)."""
 
 from __future__ import annotations
 
