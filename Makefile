@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-tests
 
-.PHONY: setup setup-tests run test test-fast lint format bench clean
+.PHONY: setup setup-tests setup-vllm run test test-fast lint format bench clean
 
 # What the main job needs: torch, the project, the embedded model.
 setup: $(STAMP)
@@ -17,11 +17,17 @@ $(STAMP): pyproject.toml scripts/setup.sh
 	touch $(STAMP)
 
 # What only the tests need on top: pytest and ruff, llama.cpp's server (compiled) and Chromium.
-setup-tests: $(TEST_STAMP)
+setup-tests: $(TEST_STAMP) setup-vllm
 
 $(TEST_STAMP): $(STAMP) scripts/llama-cpp-lean.cmake scripts/check_llama_peer.py
 	bash scripts/setup.sh --for-tests
 	touch $(TEST_STAMP)
+
+# vLLM's CPU build in a venv of its own (VLLM_VENV, default .venv-vllm), the exported SmolLM2 and one completion
+# checked: the peer of the vLLM tests and of "Judging vLLM" in the README. Minutes the first time; seconds once its
+# stamps say the venv imports vllm and has answered.
+setup-vllm: $(STAMP)
+	bash scripts/setup_vllm.sh
 
 DATA ?= ../shared/data
 # Real GSM8K when the data folder is there; otherwise the shipped smoke problems (never scored against references).

@@ -13,6 +13,7 @@ from . import (
     conditions,
     draft,
     engine_info,
+    export,
     generate,
     lm_eval_cmd,
     report,
@@ -41,6 +42,7 @@ app.command("decide")(results_cmds.decide)
 app.command("report")(report.report)
 app.command("lm-eval", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
             add_help_option=False)(lm_eval_cmd.lm_eval_cmd)  # fmt: skip
+app.command("export")(export.export)
 app.command("bench")(bench.bench)
 app.command("serve")(serve.serve)
 app.command("selftest")(selftest.selftest)

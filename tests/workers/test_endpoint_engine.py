@@ -386,3 +386,47 @@ def test_api_key_and_credentials_stay_out_of_the_record(tmp_path, smollm2):
         record = json.dumps([engine.identity.server, engine.identity.config, engine.collect_events()])
         assert "sekret" not in record
         assert engine.identity.server["base_url"] == server.url
+
+
+# --- per-sample seeds or none ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode, sends", [("per-sample", True), ("none", False)])
+def test_sampled_requests_carry_a_seed_only_when_asked(mode, sends):
+    """`--request-seeds none`: sampled requests go out without a seed (production traffic mostly carries none, and
+    vLLM's CPU build fails on seeded sampling)."""
+    bodies: list[dict] = []
+
+    def answer(body):
+        bodies.append(body)
+        return 200, completion(" ok", "length")
+
+    with StubServer(answer) as stub:
+        engine = EndpointEngine(EndpointConfig(url=stub.url, model="tiny", request_seeds=mode))
+        engine.generate(["a", "b"], SamplingParams(max_new_tokens=2, temperature=0.7))
+        engine.generate(["c"], SamplingParams(max_new_tokens=2))
+    sampled, greedy = bodies[:2], bodies[2]
+    if sends:  # each sample its own seed (greedy requests keep lm-eval's fixed one, which decides nothing)
+        assert all(isinstance(b["seed"], int) for b in sampled) and sampled[0]["seed"] != sampled[1]["seed"]
+    else:  # null, which the API reads as no seed: not even the fixed one lm-eval's backend would send
+        assert all(b["seed"] is None for b in [*sampled, greedy])
+
+
+def test_a_server_that_dies_on_seeded_sampling_is_told_to_run_without_seeds():
+    from specdec_eval.workers.remote.server_failure import server_failure_line
+
+    dead = {"type": "engine_dead", "source": "server_log", "fatal": True, "line": 9,
+            "message": "engine core hit a fatal error: RuntimeError: CPU Generator does not use offset"}  # fmt: skip
+    line = server_failure_line([dead])
+    assert line.startswith("server: engine core hit a fatal error: RuntimeError: CPU Generator does not use offset")
+    assert line.endswith("rerun with --request-seeds none (sampled requests then carry no seed)")
+    failed = {"type": "request_failed", "reason": "HTTP 500: Generator does not use offset"}
+    assert "--request-seeds none" in server_failure_line([failed])
+    assert server_failure_line([{**dead, "message": "engine core hit a fatal error: RuntimeError: boom"}]) == (
+        "server: engine core hit a fatal error: RuntimeError: boom, log line 9"
+    )
+
+
+def test_request_seeds_is_a_choice():
+    with pytest.raises(UserError, match="unknown request seeds"):
+        EndpointConfig(url="http://127.0.0.1:1", request_seeds="sometimes")

@@ -226,3 +226,31 @@ def test_every_table_names_only_known_event_types_and_compiles():
         for sig in table.signatures:
             assert sig.type is None or sig.type in event_types.EVENT_TYPES, sig.name
             assert sig.regex.pattern
+
+
+# vLLM 0.32.0 (CPU build) dying on a sampled speculative request, as its log printed it (frames trimmed).
+W32 = "(Worker pid=8925) ERROR 12-06 23:18:06 [multiproc_executor.py:1063] "
+E32 = "(EngineCore pid=8753) ERROR 12-06 23:18:06 [core.py:1512] "
+VLLM_032_DEATH = "\n".join([
+    W32 + "WorkerProc hit an exception.",
+    W32 + "Traceback (most recent call last):",
+    W32 + '  File "/v/vllm/v1/sample/ops/topk_topp_sampler.py", line 290, in apply_top_k_top_p',
+    W32 + "    top_k_mask = logits_sort.gather(1, top_k_mask.unsqueeze(dim=1))",
+    W32 + "RuntimeError: index 49152 is out of bounds for dimension 1 with size 49152",
+    E32 + "EngineCore encountered a fatal error.",
+    E32 + "Traceback (most recent call last):",
+    E32 + '  File "/v/vllm/v1/executor/multiproc_executor.py", line 444, in get_response',
+    E32 + "    raise RuntimeError(",
+    E32 + "RuntimeError: Worker failed with error 'index 49152 is out of bounds for dimension 1 with size 49152', "
+    "please check the stack trace above for the root cause",
+    "(APIServer pid=7601) ERROR 12-06 23:18:06 [async_llm.py:906] AsyncLLM output_handler failed.",
+])  # fmt: skip
+
+
+def test_a_dead_vllm_engine_core_is_named_by_its_exception_line():
+    """The fatal line says only that the engine core died; the event's message names what it died of."""
+    (dead,) = _feed("vllm", VLLM_032_DEATH)
+    assert (dead["type"], dead["fatal"], dead["line"]) == ("engine_dead", True, 6)
+    assert dead["message"] == ("engine core hit a fatal error: RuntimeError: Worker failed with error 'index 49152 "
+                               "is out of bounds for dimension 1 with size 49152', please check the stack trace "
+                               "above for the root cause")  # fmt: skip

@@ -295,9 +295,12 @@ class EndpointEngine:
         message, sent = self._message(prompt)
         self._sent.add(sent)
         owner = self.identity.server.get("owned_by")
-        kwargs = gen_kwargs(params, None if params.greedy else seed, self.config.chat,
+        sends_seed = not params.greedy and self.config.request_seeds == "per-sample"
+        kwargs = gen_kwargs(params, seed if sends_seed else None, self.config.chat,
                             token_ids=owner in NAMES_TOKENS_BY_ID, template_kwargs=self.config.chat_template_kwargs,
                             owned_by=owner)  # fmt: skip
+        if self.config.request_seeds == "none":
+            kwargs["seed"] = None  # sent as null: replaces the seed lm-eval's backend puts in every payload
 
         def send() -> dict[str, Any] | None:
             return self._backend.model_call(messages=[message], generate=True, gen_kwargs=kwargs)

@@ -30,6 +30,8 @@ DEFAULT_RETRIES = 3
 DEFAULT_CONCURRENCY = 8
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: longer than any request; beyond it a timeout is a typo (or inf)
 
+REQUEST_SEED_MODES = ("per-sample", "none")
+
 
 @dataclass(frozen=True)
 class EndpointConfig:
@@ -51,6 +53,8 @@ class EndpointConfig:
     server's identity, else from the log's content).
     stall_factor / stall_floor_s: a server that stops answering ends the run (workers/remote/stall_watch.py).
     kv_drain_timeout_s: how long the server's KV usage may take to return to idle after a run (0: not checked).
+    request_seeds: "per-sample" (each sampled request carries its sample's seed: reproducible draws) or "none"
+    (no seed, as production traffic mostly is; some servers cannot sample with one).
     chat_template_kwargs: the chat template's extra variables: sent as `chat_template_kwargs` in chat requests (the
     server renders the template), used by the local template for chat prompts sent to /v1/completions.
     """
@@ -79,6 +83,7 @@ class EndpointConfig:
     stall_factor: float = DEFAULT_STALL_FACTOR
     stall_floor_s: float = DEFAULT_STALL_FLOOR_S
     kv_drain_timeout_s: float = DRAIN_TIMEOUT_S
+    request_seeds: str = "per-sample"
     chat_template_kwargs: ChatTemplateKwargs = ChatTemplateKwargs()
 
     def __post_init__(self) -> None:
@@ -113,6 +118,8 @@ class EndpointConfig:
             raise UserError(f"the server startup timeout must be positive, got {self.startup_timeout_s}")
         if self.stop_grace_s < 0:
             raise UserError(f"the server stop grace period must be >= 0, got {self.stop_grace_s}")
+        if self.request_seeds not in REQUEST_SEED_MODES:
+            raise UserError(f"unknown request seeds {self.request_seeds!r} (known: {', '.join(REQUEST_SEED_MODES)})")
         if self.kv_drain_timeout_s < 0:
             raise UserError(f"the KV drain timeout must be >= 0, got {self.kv_drain_timeout_s}")
         self.stall_policy  # noqa: B018 - validates the factor and the floor

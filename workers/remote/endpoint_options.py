@@ -11,7 +11,13 @@ from dataclasses import dataclass, field
 from ...errors import UserError
 from ...option_fields import flag
 from ..config import EngineConfig
-from .endpoint_config import DEFAULT_CONCURRENCY, DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, EndpointConfig
+from .endpoint_config import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    REQUEST_SEED_MODES,
+    EndpointConfig,
+)
 from .server_kv_usage import DRAIN_TIMEOUT_S
 from .server_log import AUTO, LOG_FORMAT_NAMES
 from .server_process import DEFAULT_STARTUP_TIMEOUT_S
@@ -58,6 +64,11 @@ class EndpointOptions:
         "--request-retries", min=0, group=ENDPOINT,
         help="Retries of a request that failed transiently (connection, timeout, 5xx, 429); then it is a recorded "
              "failure, never an empty answer."))  # fmt: skip
+    request_seeds: str = field(default="per-sample", metadata=flag(
+        "--request-seeds", group=ENDPOINT, choices=lambda: REQUEST_SEED_MODES,
+        help="Sampled requests carry their sample's seed (per-sample: reproducible draws) or none (as most "
+             "production traffic; for a server that fails on seeded sampling, e.g. vLLM's CPU build): "
+             "{choices}."))  # fmt: skip
     baseline_endpoint: str | None = field(
         default=None,
         metadata=flag(
@@ -116,7 +127,7 @@ class EndpointOptions:
                         kv_cache=engine.kv_cache.version if declares_kv_cache else None,
                         server_log_format=self.server_log_format, startup_timeout_s=self.startup_timeout,
                         stall_factor=self.stall_factor, stall_floor_s=self.stall_floor,
-                        kv_drain_timeout_s=self.kv_drain_timeout)  # fmt: skip
+                        kv_drain_timeout_s=self.kv_drain_timeout, request_seeds=self.request_seeds)  # fmt: skip
         spec = engine.spec
         target = EndpointConfig(url=self.endpoint, spec=spec.algorithm if spec else None,
                                 max_draft_len=spec.max_draft_len if spec else 0, serve_cmd=self.serve_cmd,

@@ -7,12 +7,31 @@ from typing import Any
 
 from ...event_types import FAILING_EVENTS
 
+# What a server says when it cannot sample with a per-request seed (vLLM's CPU build, 0.32: its engine core dies),
+# and what to do about it.
+SEEDED_SAMPLING_ERRORS = ("Generator does not use offset",)
+SEEDED_SAMPLING_HINT = ("the server failed on seeded sampling: rerun with --request-seeds none (sampled requests then "
+                        "carry no seed)")  # fmt: skip
+
 
 def server_failure_line(events: list[dict[str, Any]]) -> str | None:
     """One line for a run's output when its server failed it (`run` prints it after its verdict; the summary keeps
     it): the stall's reason when the run gave up on the server, else the first line of its log after which the
     engine could not answer, else the first failing line of its log or KV leak of its metric; None when the server's
-    events fail nothing (and for a run of our own engine, whose events are no server's)."""
+    events fail nothing (and for a run of our own engine, whose events are no server's). A failure that seeded
+    sampling caused says so, and what to do."""
+    line = _failure(events)
+    if _seeded_sampling_failed(events):
+        return f"{line or 'server: requests failed'}; {SEEDED_SAMPLING_HINT}"
+    return line
+
+
+def _seeded_sampling_failed(events: list[dict[str, Any]]) -> bool:
+    said = " ".join(str(e.get(k, "")) for e in events for k in ("message", "cause", "reason", "error"))
+    return any(error in said for error in SEEDED_SAMPLING_ERRORS)
+
+
+def _failure(events: list[dict[str, Any]]) -> str | None:
     stalled = next((e for e in events if e["type"] == "server_stalled"), None)
     if stalled is not None:
         return f"server: {stalled['reason']} ({stalled['unanswered']} documents unanswered)"

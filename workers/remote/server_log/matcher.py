@@ -147,6 +147,9 @@ def _set_cause(event: dict[str, Any], tb: _Traceback) -> None:
     if "error" in event and not event["error"]:  # an empty message ("... forward function: "): the traceback's
         event["error"] = tb.exception[1] if tb.exception else "an exception"
         event["message"] = f"{event['message']} {event['error']}"
+    elif "error" not in event and event.get("fatal") and tb.exception:
+        # a death whose line names no error (vLLM's "EngineCore encountered a fatal error."): its exception does
+        event["message"] = f"{event['message']}: {tb.exception[1]}"
 
 
 def _message(sig: Signature, event: dict[str, Any]) -> str:
