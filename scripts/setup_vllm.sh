@@ -44,6 +44,15 @@ else
     echo "setup-vllm: installed $PINS into $VENV in $(elapsed) s"
 fi
 
+# The test-only plugin of `selftest --mutants --engine vllm` (tests/vllm_plugin): bugs planted in vLLM's own
+# sampler and proposers, inert unless SPECDEC_EVAL_VLLM_MUTANT is set in a server's environment. Editable, so the
+# servers run this checkout's plugin.
+if ! "$VENV/bin/python" -c "import specdec_vllm_mutants" 2>/dev/null; then
+    "$VENV/bin/pip" install --quiet --no-deps --no-build-isolation -e tests/vllm_plugin \
+        || fail "could not install the test-only vLLM plugin (tests/vllm_plugin) into $VENV"
+    echo "setup-vllm: installed the test-only vLLM plugin (tests/vllm_plugin) at $(elapsed) s"
+fi
+
 if [ ! -f "$MODEL_DIR/config.json" ]; then
     "$PROJECT_VENV/bin/specdec-eval" export --model smollm2 "$MODEL_DIR" --force >/dev/null \
         || fail "could not export the embedded SmolLM2 to $MODEL_DIR"
