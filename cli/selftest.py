@@ -259,6 +259,14 @@ def _vllm_mutants(venv, model_dir, draft_len, only, options, as_json) -> None:
     else:
         print_matrix(report)
         print("vLLM servers ready after: " + ", ".join(f"{k} {v:.0f} s" for k, v in report["startup_s"].items()))
+        populated = report["rows"][0].get("acceptance_reference") or {}
+        if populated.get("refused"):
+            print(f"acceptance reference NOT written by the unmutated run: {populated['refused']}")
+        elif populated.get("ref_al") is not None:
+            print(
+                f"acceptance reference from the unmutated run: AL {populated['ref_al']} over "
+                f"{populated.get('num_documents')} documents, {populated.get('num_cycles')} draft cycles"
+            )
     if not report["ok"]:
         raise typer.Exit(1)
 

@@ -6,7 +6,12 @@ Two servers over the exported model: a plain one, decoded once as the lossless b
 plugin reads the live class from a file at each speculative step, so the matrix writes the next class's name there
 between runs (an empty file is vLLM untouched, the unmutated row, run first). The seed's shape, an out-of-memory
 error in the first speculative step, kills vLLM's engine core, so it runs last. Each run is the default one of the
-local matrix (mutants.py `matrix_options`), with the spec server's log read for its events."""
+local matrix (mutants.py `matrix_options`), with the spec server's log read for its events. No shipped acceptance
+reference holds for a served head, so the unmutated row writes one (`--populate-acceptance`, as TensorRT-LLM's
+populate switch measures a known-good build) and every class's run is judged against it (`--acceptance-refs`): a
+drafter that never matches collapses its acceptance below it. vLLM leaves per-request acceptance out of answers that
+end at a stop string, so the per-document paired test has nothing to pair on GSM8K; the run-wide reference does not
+need it."""
 
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ from ..pipeline.backends import RunTarget, make_backend
 from ..pipeline.evaluation import EvalOptions
 from ..pipeline.run import run
 from ..run_types import RunPlan
-from .mutants import CLEAN, GATES, PAIRED, BugClass, evaluation_order, judge, matrix_options, paired_cell
+from .mutants import CLEAN, GATES, BugClass, evaluation_order, judge, matrix_options, paired_cell
 
 PLUGIN = "specdec_vllm_mutants"  # tests/vllm_plugin, installed into the vLLM venv
 PLUGIN_ENV = "SPECDEC_EVAL_VLLM_MUTANT"
@@ -45,7 +50,7 @@ VLLM_CLASSES = (
     BugClass("drop_accepted", "the first accepted draft of a step dropped from its tokens"),
     BugClass("duplicate_accepted", "the first accepted draft of a step emitted twice"),
     BugClass("draft_never_matches", "every draft one token id off: acceptance collapses, outputs unchanged",
-             catcher=PAIRED),
+             catcher="acceptance"),
     BugClass("oom_first_spec_step", "the seed's shape: an out-of-memory error in the first speculative step, after "
              "the drafter advanced its state", catcher="events"),
 )  # fmt: skip
@@ -112,6 +117,7 @@ def run_vllm_matrix(setup: VllmSetup, config: EngineConfig, options: EvalOptions
         tmp_path = Path(tmp)
         class_file = tmp_path / "class"
         class_file.write_text("")
+        refs = tmp_path / "acceptance_length.yaml"  # written by the unmutated row, read by every row after it
         plain_port, spec_port = _free_ports(2)
         plain = ServerProcess(setup.serve_cmd(plain_port, None), tmp_path / "plain.log")
         spec = ServerProcess(setup.serve_cmd(spec_port, class_file), tmp_path / "spec.log")
@@ -126,7 +132,7 @@ def run_vllm_matrix(setup: VllmSetup, config: EngineConfig, options: EvalOptions
             for i, bug in enumerate(classes, 1):
                 class_file.write_text("" if bug.is_clean else bug.name)
                 note(f"[{i}/{len(classes)}] {bug.name}: {bug.what}")
-                row, samples = _class_row(bug, config, options, spec_port, tmp_path, baseline, unmutated)
+                row, samples = _class_row(bug, config, options, spec_port, tmp_path, baseline, unmutated, refs)
                 unmutated = samples if bug.is_clean else unmutated
                 cells = ", ".join(f"{gate} {row['cells'][gate]['verdict']}" for gate in GATES)
                 note(f"[{i}/{len(classes)}] {bug.name}: {row['result']} ({row['elapsed_s']:.0f} s; {cells})")
@@ -159,18 +165,23 @@ def _plain_run(config: EngineConfig, options: EvalOptions, port: int, out: Path)
 
 
 def _class_row(bug: BugClass, config: EngineConfig, options: EvalOptions, port: int, tmp: Path, baseline: str,
-               unmutated: list | None) -> tuple[dict[str, Any], list]:  # fmt: skip
+               unmutated: list | None, refs: Path) -> tuple[dict[str, Any], list]:  # fmt: skip
     """One class's row and its run's samples. A class that changes no output but the drafts is judged as `compare`
     and `ab` judge two commits: its per-document acceptance against the unmutated run's (a single run has no
     acceptance reference for a served head: there is none for vLLM's)."""
     endpoint = EndpointOptions(endpoint=_url(port), server_log=str(tmp / "spec.log"))
-    plan = RunPlan(matrix_options(options, bug), out=str(tmp / "runs"), resume=False, baseline=baseline)
+    judged = replace(matrix_options(options, bug), acceptance_refs=str(refs))
+    if bug.is_clean:  # the reference every class's acceptance is judged against: a full, clean run writes it
+        judged = replace(judged, early_stop=False)
+    plan = RunPlan(judged, out=str(tmp / "runs"), resume=False, baseline=baseline, populate_acceptance=bug.is_clean)
     started = time.perf_counter()
     summary = run(plan, make_backend("endpoint", RunTarget(config, endpoint=endpoint)))
     elapsed = time.perf_counter() - started
     samples = Run(Path(summary.run_dir)).samples()
     paired = paired_cell(unmutated, samples, elapsed) if not bug.is_clean else None
     row = judge(bug, summary, elapsed, evaluation_order(summary), paired)
+    if bug.is_clean:  # what the rows after it are judged against, or why nothing was written
+        row["acceptance_reference"] = summary.acceptance_populated
     if not bug.is_clean and not _fired(tmp / "spec.log", bug.name):
         row["never_fired"] = [bug.name]  # the matrix prints a warning: the plugin never acted
     return row, samples

@@ -123,14 +123,14 @@ def test_every_class_planted_in_vllm_is_caught_and_vllm_untouched_passes(tmp_pat
         print()
         print_matrix(report)
     results = {row["class"]: row["result"] for row in report["rows"]}
-    # draft_never_matches is open: no acceptance reference holds for vLLM, and the paired test said "-" (README)
-    caught = {name: "caught" for name in vm.VLLM_CLASS_NAMES if name != "draft_never_matches"}
-    assert {k: v for k, v in results.items() if k != "draft_never_matches"} == {"unmutated": "PASS", **caught}
+    assert results == {"unmutated": "PASS", **{name: "caught" for name in vm.VLLM_CLASS_NAMES}}
     assert all(not row["never_fired"] for row in report["rows"])
     clean = report["rows"][0]
     assert clean["cells"]["lossless"]["verdict"] == "PASS" and clean["cells"]["events"]["verdict"] == "PASS"
+    assert clean["acceptance_reference"]["ref_al"] > 1.5 and not clean["acceptance_reference"].get("refused")
     never = next(row for row in report["rows"] if row["class"] == "draft_never_matches")
     assert never["cells"]["lossless"]["verdict"] == "PASS"  # outputs unchanged: only the acceptance shows it
+    assert never["cells"]["acceptance"]["verdict"] == "FAIL"  # against the unmutated server's own reference
     assert list(tmp_path.iterdir()) == []  # servers' logs and runs removed with the matrix's folder
 
 
