@@ -214,12 +214,7 @@ def _mutants(model, kv_cache, draft_len, device, device_memory, max_num_tokens, 
     stderr.print(f"selftest --mutants: {len(classes)} runs of `run` on {model} (kv {kv_cache}, K={draft_len}), "
                  f"{options.limit} GSM8K documents each ...")  # fmt: skip
     report = run_matrix(config, options, classes, note=lambda line: stderr.print(f"mutants {line}"))
-    if as_json:
-        print(json.dumps(report, indent=2))
-    else:
-        print_matrix(report)
-    if not report["ok"]:
-        raise typer.Exit(1)
+    _report(report, as_json, print_matrix)
 
 
 def _clean(data_dir, limit, max_output_len, num_fewshot, only, as_json) -> None:
@@ -234,18 +229,12 @@ def _clean(data_dir, limit, max_output_len, num_fewshot, only, as_json) -> None:
     shared += ["--num-fewshot", str(num_fewshot)] if num_fewshot is not None else []
     stderr.print(f"selftest --clean: {len(rows)} unmutated runs of `run`, {limit} GSM8K documents each ...")
     report = run_clean(rows, shared, note=lambda line: stderr.print(f"clean {line}"))
-    if as_json:
-        print(json.dumps(report, indent=2))
-    else:
-        print_clean(report)
-    if not report["ok"]:
-        raise typer.Exit(1)
+    _report(report, as_json, print_clean)
 
 
 def _vllm_mutants(venv, model_dir, draft_len, only, options, as_json) -> None:
     from ..evals.selftest.vllm_mutants import default_setup, run_vllm_matrix, select_vllm_classes
     from ..workers.spec.eagle3_head import SHIPPED_HEADS
-    from .mutants_print import print_matrix
 
     setup = default_setup(venv, model_dir, str(SHIPPED_HEADS["smollm2"]), draft_len)
     classes = select_vllm_classes(only)
@@ -254,19 +243,28 @@ def _vllm_mutants(venv, model_dir, draft_len, only, options, as_json) -> None:
     stderr.print(f"selftest --mutants --engine vllm: {len(classes)} runs of `run --endpoint` against vLLM, "
                  f"{options.limit} GSM8K documents each ...")  # fmt: skip
     report = run_vllm_matrix(setup, config, options, classes, note=lambda line: stderr.print(f"mutants {line}"))
+    _report(report, as_json, _print_vllm_matrix)
+
+
+def _print_vllm_matrix(report: dict) -> None:
+    from .mutants_print import print_matrix
+
+    print_matrix(report)
+    print("vLLM servers ready after: " + ", ".join(f"{k} {v:.0f} s" for k, v in report["startup_s"].items()))
+    populated = report["rows"][0].get("acceptance_reference") or {}
+    if populated.get("refused"):
+        print(f"acceptance reference NOT written by the unmutated run: {populated['refused']}")
+    elif populated.get("ref_al") is not None:
+        print(f"acceptance reference from the unmutated run: AL {populated['ref_al']} over "
+              f"{populated.get('num_documents')} documents, {populated.get('num_cycles')} draft cycles")  # fmt: skip
+
+
+def _report(report: dict, as_json: bool, printer) -> None:
+    """A matrix's report as JSON or as its table; exit status 1 unless every row came out as it must."""
     if as_json:
         print(json.dumps(report, indent=2))
     else:
-        print_matrix(report)
-        print("vLLM servers ready after: " + ", ".join(f"{k} {v:.0f} s" for k, v in report["startup_s"].items()))
-        populated = report["rows"][0].get("acceptance_reference") or {}
-        if populated.get("refused"):
-            print(f"acceptance reference NOT written by the unmutated run: {populated['refused']}")
-        elif populated.get("ref_al") is not None:
-            print(
-                f"acceptance reference from the unmutated run: AL {populated['ref_al']} over "
-                f"{populated.get('num_documents')} documents, {populated.get('num_cycles')} draft cycles"
-            )
+        printer(report)
     if not report["ok"]:
         raise typer.Exit(1)
 
