@@ -76,9 +76,14 @@ def test_endpoint_engine_reads_logprobs_as_the_engine_records_them(server, tiny,
     want = tiny_engine(tiny).generate([prompt], SamplingParams(max_new_tokens=8, logprobs=2))[0]
     got = engine.generate([prompt], SamplingParams(max_new_tokens=8, logprobs=2))[0]
     engine.close()
-    assert [r[0] for r in got.logprobs] == [r[0] for r in want.logprobs]
+    # Values within float32 noise, not bit for bit: the server's prefill of this prompt may take another kernel path
+    # (other batch shapes, a prefix reused from an earlier test's request) than a fresh engine's, and on an AMD EPYC
+    # (AVX2) that moved a logprob in its fifth decimal. What is read must be exact: the token ids, in order.
+    assert [r[0] for r in got.logprobs] == pytest.approx([r[0] for r in want.logprobs], abs=1e-4)
     assert [r[2] for r in got.logprobs] == list(want.token_ids)
-    assert [r[1] for r in got.logprobs] == [[list(a) for a in r[1]] for r in want.logprobs]
+    assert [[a[0] for a in r[1]] for r in got.logprobs] == [[a[0] for a in r[1]] for r in want.logprobs]
+    for mine, theirs in zip(got.logprobs, want.logprobs, strict=True):
+        assert [a[1] for a in mine[1]] == pytest.approx([a[1] for a in theirs[1]], abs=1e-4)
 
 
 def test_tokens_named_by_id_when_asked(server, tiny):
