@@ -31,6 +31,7 @@ from ...results.store import Run
 from ...workers.config import EngineConfig
 from ...workers.remote.endpoint_options import EndpointOptions
 from ...workers.remote.server_process import ServerProcess, ServerStartFailed
+from ...workers.remote.vllm_command import SERVED_MODEL, VLLMServeCommand
 from ..pipeline.backends import RunTarget, make_backend
 from ..pipeline.evaluation import EvalOptions
 from ..pipeline.run import run
@@ -39,7 +40,6 @@ from .mutants import CLEAN, GATES, BugClass, evaluation_order, judge, matrix_opt
 
 PLUGIN = "specdec_vllm_mutants"  # tests/vllm_plugin, installed into the vLLM venv
 PLUGIN_ENV = "SPECDEC_EVAL_VLLM_MUTANT"
-SERVED_MODEL = "smollm2"
 ERROR_LINE = re.compile(r"\b[A-Z]\w*(Error|Exception): ")
 STARTUP_TIMEOUT_S = 600.0  # 35-100 s measured alone on the shared 2-core machine; more while the other server starts
 
@@ -74,16 +74,13 @@ class VllmSetup:
         return str(Path(self.venv) / "bin" / "python")
 
     def serve_cmd(self, port: int, class_file: Path | None) -> str:
-        """A `--serve-cmd` string: plain without `class_file`, else speculating with the plugin reading it."""
-        env = {"VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib)}
-        argv = [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model_dir,
-                "--served-model-name", SERVED_MODEL, "--host", "127.0.0.1", "--port", str(port),
-                "--dtype", "float32", "--max-model-len", str(self.max_model_len), "--enforce-eager"]  # fmt: skip
-        if class_file is not None:
-            env[PLUGIN_ENV] = f"@{class_file}"
-            argv += ["--spec-method", "eagle3", "--spec-model", self.head, "--spec-tokens", str(self.draft_len),
-                     "--per-request-spec-decode-metrics", "summary"]  # fmt: skip
-        return shlex.join([f"{k}={v}" for k, v in env.items()] + argv)
+        """A `--serve-cmd` string: plain without `class_file`, else speculating with the plugin reading it (the
+        server's flags from the one builder the setup and the tests use too)."""
+        cmd = VLLMServeCommand(self.python, self.model_dir, port, method=None if class_file is None else "eagle3",
+                               head=self.head, draft_len=self.draft_len, kv_gib=self.kv_cache_gib,
+                               max_model_len=self.max_model_len, served_model=SERVED_MODEL)  # fmt: skip
+        env = cmd.env if class_file is None else {**cmd.env, PLUGIN_ENV: f"@{class_file}"}
+        return shlex.join([f"{k}={v}" for k, v in env.items()] + cmd.argv)
 
     def check(self) -> None:
         """One line for each thing missing, before any server starts (UserError)."""
