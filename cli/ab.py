@@ -36,7 +36,7 @@ def ab(
             "document (a drop of B's AL shown, or a drop of --acceptance-drop ruled out); both commits must have "
             "this feature.",
         ),
-    ] = False,  # fmt: skip
+    ] = False,
     early_stop_batch: EarlyStopBatch = EARLY_STOP_BATCH,
     p1: Annotated[
         float,
@@ -47,7 +47,7 @@ def ab(
             help="Sequential A/B: the share of discordant pairs B wins under "
             "the alternative (1/3: B loses two of three disagreements).",
         ),
-    ] = 1 / 3,  # fmt: skip
+    ] = 1 / 3,
     acceptance_drop: Annotated[
         float,
         typer.Option(
@@ -55,14 +55,14 @@ def ab(
             help="The relative AL drop the paired acceptance test rules out at --beta "
             "(0.05: min_al = 0.95 ref_al); a drop of any size is shown at --alpha.",
         ),
-    ] = DEFAULT_DROP,  # fmt: skip
+    ] = DEFAULT_DROP,
     beta: Annotated[
         float,
         typer.Option(
             "--beta",
             help="The paired acceptance test's chance of ruling out a drop of --acceptance-drop that is there.",
         ),
-    ] = DEFAULT_BETA,  # fmt: skip
+    ] = DEFAULT_BETA,
     decide_on: Annotated[
         str,
         typer.Option(
@@ -71,7 +71,7 @@ def ab(
             "decided; accuracy: the SPRT alone; acceptance: the acceptance test alone (greedy outputs that stay "
             "identical give the SPRT no discordant pair to decide on).",
         ),
-    ] = "both",  # fmt: skip
+    ] = "both",
     json_out: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
 ) -> None:
     """Run the same `specdec-eval run` arguments (everything after --) on two commits and compare them.
@@ -87,7 +87,7 @@ def ab(
       specdec-eval ab main HEAD --early-stop -- --tasks gsm8k --data-dir ../shared/data   # stops when decided
       specdec-eval ab main HEAD --early-stop --decide-on acceptance --early-stop-batch 8 -- --tasks gsm8k \
           --limit 200 --sample random --spec eagle3 --data-dir ../shared/data   # a quiet drafter regression
-    """  # fmt: skip
+    """
     from ..evals.sequential.commit_ab import ABPlan, run_ab
     from ..results.ab_sides import ABError, Terminated
     from ..results.compare import render_compare
@@ -100,15 +100,27 @@ def ab(
     run_args = list(ctx.args)
     if any(a in ("--out", "--resume", "--fresh", "--json") or a.startswith("--out=") for a in run_args):
         raise UserError("ab sets --out, --fresh and --json for both sides itself; leave them out after --")
-    plan = ABPlan(repo, (ref_a, ref_b), tuple(run_args), Path(out), alpha, early_stop, early_stop_batch, p1,
-                  acceptance_drop=acceptance_drop, beta=beta, decide_on=decide_on)  # fmt: skip
+    plan = ABPlan(
+        repo,
+        (ref_a, ref_b),
+        tuple(run_args),
+        Path(out),
+        alpha,
+        early_stop,
+        early_stop_batch,
+        p1,
+        acceptance_drop=acceptance_drop,
+        beta=beta,
+        decide_on=decide_on,
+    )
     try:
         result = run_ab(plan, lambda line: typer.echo(line, err=True))
     except ABError as e:
         raise UserError(str(e)) from None
     except Terminated as e:  # the running side was stopped and waited for; worktrees and temporary files are gone
-        typer.echo(f"specdec-eval: ab {e}: the running side was stopped, worktrees and temporary files removed",
-                   err=True)  # fmt: skip
+        typer.echo(
+            f"specdec-eval: ab {e}: the running side was stopped, worktrees and temporary files removed", err=True
+        )
         raise typer.Exit(128 + e.signum) from None
     sequential = result.get("sequential")
     if json_out:

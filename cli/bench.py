@@ -36,13 +36,13 @@ def bench(
         typer.Option(
             "--batch-sizes", help="Comma-separated; batch B serves the prompts B at a time.", rich_help_panel=SPEED
         ),
-    ] = "1,16",  # fmt: skip
+    ] = "1,16",
     batch1_prompts: Annotated[
         int,
         typer.Option(
             "--batch1-prompts", help="Prompts measured one at a time at batch 1 (it is slow).", rich_help_panel=SPEED
         ),
-    ] = 2,  # fmt: skip
+    ] = 2,
     prompts_from: Annotated[
         str,
         typer.Option(
@@ -51,7 +51,7 @@ def bench(
             "prompts, what the shipped draft head was trained for; needs the data).",
             rich_help_panel=SPEED,
         ),
-    ] = "builtin",  # fmt: skip
+    ] = "builtin",
     skip_hf: Annotated[
         bool, typer.Option("--skip-hf", help="Do not measure HF transformers.", rich_help_panel=SPEED)
     ] = False,
@@ -63,7 +63,7 @@ def bench(
             "spec-dec + paired baseline (needs --spec eagle3).",
             rich_help_panel=VERDICT,
         ),
-    ] = False,  # fmt: skip
+    ] = False,
     docs: Annotated[int, typer.Option("--docs", help="Documents per verdict.", rich_help_panel=VERDICT)] = 64,
     sample_seed: Annotated[
         int, typer.Option("--sample-seed", help="Seed of the random subset of documents.", rich_help_panel=VERDICT)
@@ -76,7 +76,7 @@ def bench(
             "--spec-sampling rejection: judged in distribution, the spec+scored side).",
             rich_help_panel=VERDICT,
         ),
-    ] = "gsm8k",  # fmt: skip
+    ] = "gsm8k",
     max_output_len: MaxOutputLen = MAX_OUTPUT_LEN,
     rounds: Annotated[
         int, typer.Option("--rounds", help="Rounds; the sides are interleaved in each (A B C A B C ...).")
@@ -88,7 +88,7 @@ def bench(
             help="Calibrate each side on one prompt, print the expected duration, and stop.",
             rich_help_panel=SPEED,
         ),
-    ] = False,  # fmt: skip
+    ] = False,
     data_dir: DataDir = DATA_DIR,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
     model: o.Model = o.E.model,
@@ -134,17 +134,20 @@ def bench(
     """
     from ..errors import UserError
 
-    common = dict(model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory,
-                  decode_copy=decode_copy)  # fmt: skip
+    common = dict(
+        model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory, decode_copy=decode_copy
+    )
     spec_cfg = dict(spec=spec, draft_len=draft_len, draft_model=draft_model, spec_sampling=spec_sampling)
     if verdict:
         from ..evals.bench.verdict_timing import VerdictBenchPlan, run_verdict_bench
         from .bench_print import print_verdict
 
-        plan = VerdictBenchPlan(task=task, docs=docs, seed=sample_seed, data_dir=data_dir,
-                                max_output_len=max_output_len, rounds=rounds)  # fmt: skip
-        report = run_verdict_bench(o.engine_config(**common, **spec_cfg), plan, stderr.print,
-                                   progress_for=lambda: generation_progress(0))  # fmt: skip
+        plan = VerdictBenchPlan(
+            task=task, docs=docs, seed=sample_seed, data_dir=data_dir, max_output_len=max_output_len, rounds=rounds
+        )
+        report = run_verdict_bench(
+            o.engine_config(**common, **spec_cfg), plan, stderr.print, progress_for=lambda: generation_progress(0)
+        )
         if as_json:
             print(json.dumps(report))
         else:

@@ -34,9 +34,11 @@ def _fraction_line(label: str, rates: dict[str, float]) -> str:
 
 
 def print_bench(result: dict[str, Any]) -> None:
-    head = (f"bench     {result['model']}, {result['device']} {result['dtype']}, kv {result['kv_cache']}, "
-            f"{result['prompts']} prompts (mean {result['prompt_tokens_mean']} tokens), {result['max_new_tokens']} "
-            f"new tokens, {result['rounds']} rounds interleaved")  # fmt: skip
+    head = (
+        f"bench     {result['model']}, {result['device']} {result['dtype']}, kv {result['kv_cache']}, "
+        f"{result['prompts']} prompts (mean {result['prompt_tokens_mean']} tokens), {result['max_new_tokens']} "
+        f"new tokens, {result['rounds']} rounds interleaved"
+    )
     print(head + (f", spec {result['spec']}" if "spec" in result else ""))
     for line in _limits(result):
         print(line)
@@ -48,12 +50,16 @@ def print_bench(result: dict[str, Any]) -> None:
 
 
 def describe_estimate(estimate: dict[str, Any]) -> str:
-    cal = "; ".join(f"{name} prefill {c['prefill_tok_s']:.0f} tok/s, step {c['step_ms']:.0f} ms"
-                    + (f" ({c['tokens_per_step']:.2f} tokens)" if name == "spec" else "")
-                    for name, c in estimate["calibration"].items())  # fmt: skip
-    return (f"expected {estimate['expected_s'] / 60:.1f} min after calibration ({estimate['measurements']} "
-            f"measurements; calibrated on one prompt of {next(iter(estimate['calibration'].values()))['prompt_tokens']}"
-            f" tokens at batch 1: {cal})")  # fmt: skip
+    cal = "; ".join(
+        f"{name} prefill {c['prefill_tok_s']:.0f} tok/s, step {c['step_ms']:.0f} ms"
+        + (f" ({c['tokens_per_step']:.2f} tokens)" if name == "spec" else "")
+        for name, c in estimate["calibration"].items()
+    )
+    return (
+        f"expected {estimate['expected_s'] / 60:.1f} min after calibration ({estimate['measurements']} "
+        f"measurements; calibrated on one prompt of {next(iter(estimate['calibration'].values()))['prompt_tokens']}"
+        f" tokens at batch 1: {cal})"
+    )
 
 
 def _print_row(row: dict[str, Any]) -> None:
@@ -87,14 +93,18 @@ def _reasons(failed: list[list[str]]) -> dict[str, str]:
         for why in reasons:
             rounds.setdefault(why, []).append(i)
     every = len(failed)
-    return {why: "every round" if len(r) == every > 1 else "round" + "s" * (len(r) > 1) + " " + ", ".join(map(str, r))
-            for why, r in rounds.items()}  # fmt: skip
+    return {
+        why: "every round" if len(r) == every > 1 else "round" + "s" * (len(r) > 1) + " " + ", ".join(map(str, r))
+        for why, r in rounds.items()
+    }
 
 
 def print_verdict(report: dict[str, Any]) -> None:
-    print(f"verdict bench  {report['task']}, {report['subset']}, {report['model']}, kv {report['kv_cache']}, "
-          f"{report['rounds']} rounds interleaved"
-          + (f", max output {report['max_output_len']} tokens" if report["max_output_len"] else ""))  # fmt: skip
+    print(
+        f"verdict bench  {report['task']}, {report['subset']}, {report['model']}, kv {report['kv_cache']}, "
+        f"{report['rounds']} rounds interleaved"
+        + (f", max output {report['max_output_len']} tokens" if report["max_output_len"] else "")
+    )
     for line in _limits(report):
         print(line)
     print(f"\n  {'wall time (s)':<18}{'median (min-max)':<26}{'verdicts':<20}lossless gate")

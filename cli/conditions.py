@@ -59,12 +59,23 @@ def conditions(
     algo = spec_method(spec).reference_algo if spec and spec != "none" else None
     report = []
     for task in parse_tasks(tasks):
-        run = task_conditions(task, gen_kwargs=kwargs, apply_chat_template=apply_chat_template,
-                              chat_template_kwargs=template_kwargs, num_fewshot=num_fewshot,
-                              max_output_len=max_output_len, repeats=repeats)  # fmt: skip
-        selection = reference_selection(dtype=dtype, spec_dec_algo=algo, kv_cache=kv_cache,
-                                        num_fewshot=run.num_fewshot, max_output_len=run.max_output_len,
-                                        apply_chat_template=apply_chat_template)  # fmt: skip
+        run = task_conditions(
+            task,
+            gen_kwargs=kwargs,
+            apply_chat_template=apply_chat_template,
+            chat_template_kwargs=template_kwargs,
+            num_fewshot=num_fewshot,
+            max_output_len=max_output_len,
+            repeats=repeats,
+        )
+        selection = reference_selection(
+            dtype=dtype,
+            spec_dec_algo=algo,
+            kv_cache=kv_cache,
+            num_fewshot=run.num_fewshot,
+            max_output_len=run.max_output_len,
+            apply_chat_template=apply_chat_template,
+        )
         entry: dict = {"task": task.name, "conditions": run.to_dict(), "describe": run.describe()}
         if task.smoke:
             entry["reference"] = None  # the smoke sets are never scored against a reference
@@ -73,8 +84,13 @@ def conditions(
             where = {"reference_dir": family.reference_dir} if family.reference_dir is not None else {}
             ref = lookup(family.name, model_key, selection, conditions=run, **where)
             check = check_conditions(run, ref.entry, accept_condition_mismatch)
-            entry["reference"] = {"model_key": model_key, "accuracy": ref.accuracy, "source": ref.entry.get("source"),
-                                  "check": check.to_dict(), "lines": check.lines()}  # fmt: skip
+            entry["reference"] = {
+                "model_key": model_key,
+                "accuracy": ref.accuracy,
+                "source": ref.entry.get("source"),
+                "check": check.to_dict(),
+                "lines": check.lines(),
+            }
         report.append(entry)
     if as_json:
         print(json.dumps(report, indent=2))

@@ -26,7 +26,7 @@ def _positive(value: float) -> float:
 def train(
     out: Annotated[
         Path, typer.Option("--out", "-o", help="Folder for the head (config.json, model.safetensors, training.json).")
-    ] = Path("draft-heads/smollm2-eagle3"),  # fmt: skip
+    ] = Path("draft-heads/smollm2-eagle3"),
     work_dir: Annotated[
         Path | None,
         typer.Option(
@@ -34,7 +34,7 @@ def train(
             help="Collected data and checkpoints; rerunning with the same folder resumes"
             " (default: runs/draft-train/OUT-NAME).",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     model: o.Model = T.model,
     data_dir: Annotated[
         str | None,
@@ -72,9 +72,15 @@ def train(
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a folder for the head")
     cfg = DraftTrainConfig(
-        model=model, num_prompts=num_prompts, num_shots=num_shots, epochs=epochs, ttt_steps=ttt_steps,
-        draft_vocab_size=draft_vocab_size, lr=lr, seed=seed,
-    )  # fmt: skip
+        model=model,
+        num_prompts=num_prompts,
+        num_shots=num_shots,
+        epochs=epochs,
+        ttt_steps=ttt_steps,
+        draft_vocab_size=draft_vocab_size,
+        lr=lr,
+        seed=seed,
+    )
     docs = load_gsm8k_split(data_dir, "train")
     start = time.perf_counter()
 
@@ -83,5 +89,7 @@ def train(
 
     summary = train_draft(cfg, docs, work_dir or Path("runs") / "draft-train" / out.name, out, log)
     last = summary["history"][-1] if summary["history"] else {}
-    print(f"head: {out}  train top-1 per step: {' '.join(f'{a:.2f}' for a in last.get('top1', []))}  "
-          f"total {summary['total_s']:.0f} s")  # fmt: skip
+    print(
+        f"head: {out}  train top-1 per step: {' '.join(f'{a:.2f}' for a in last.get('top1', []))}  "
+        f"total {summary['total_s']:.0f} s"
+    )

@@ -37,9 +37,15 @@ def info(
     from ..workers.memory.capacity import capacity_report
 
     base = o.engine_config(
-        model=model, dtype=dtype, device=device, device_memory=device_memory, block_size=block_size,
-        max_batch_size=max_batch_size, max_num_tokens=max_num_tokens, tp=tp,
-    )  # fmt: skip
+        model=model,
+        dtype=dtype,
+        device=device,
+        device_memory=device_memory,
+        block_size=block_size,
+        max_batch_size=max_batch_size,
+        max_num_tokens=max_num_tokens,
+        tp=tp,
+    )
     report = capacity_report(base, draft_layers=draft_layers, draft_len=draft_len)
     if as_json:
         print(json.dumps(report, indent=2))
@@ -50,27 +56,39 @@ def info(
 def _print_report(report: dict, max_batch_size: int) -> None:
     r = report
     print(f"model      {r['model']} ({r['source']})")
-    print(f"shape      {r['model_type']}, {r['layers']} layers, hidden {r['hidden_size']}, "
-          f"{r['attention_heads']} heads / {r['kv_heads']} KV heads, head_dim {r['head_dim']}, "
-          f"vocab {r['vocab_size']}")  # fmt: skip
+    print(
+        f"shape      {r['model_type']}, {r['layers']} layers, hidden {r['hidden_size']}, "
+        f"{r['attention_heads']} heads / {r['kv_heads']} KV heads, head_dim {r['head_dim']}, "
+        f"vocab {r['vocab_size']}"
+    )
     print(f"parameters {r['parameters']:,}")
     print(f"TP sizes   {', '.join(map(str, r['valid_tp_sizes']))}")
     mem = report["memory"]
-    print(f"memory     {report['device']} {report['dtype']}: total {mem['total_gib']} GiB, weights "
-          f"{mem['weights_gib']} GiB, activations {mem['activation_gib']} GiB, free {mem['free_gib']} GiB")  # fmt: skip
+    print(
+        f"memory     {report['device']} {report['dtype']}: total {mem['total_gib']} GiB, weights "
+        f"{mem['weights_gib']} GiB, activations {mem['activation_gib']} GiB, free {mem['free_gib']} GiB"
+    )
     for version, kv in report["kv_cache"].items():
-        print(f"kv {version}      {kv['num_blocks']:,} blocks x {kv['block_size']} tokens = "
-              f"{kv['max_tokens']:,} tokens, {kv['total_gib']} GiB "
-              f"({kv['bytes_per_token']:,} B/token, {kv['num_layers']} layers)")  # fmt: skip
+        print(
+            f"kv {version}      {kv['num_blocks']:,} blocks x {kv['block_size']} tokens = "
+            f"{kv['max_tokens']:,} tokens, {kv['total_gib']} GiB "
+            f"({kv['bytes_per_token']:,} B/token, {kv['num_layers']} layers)"
+        )
         if version == "v1":
-            print(f"           {kv['policy']}: {kv['full_length_requests_at_once']} requests of "
-                  f"{kv['request_tokens']} tokens at once")  # fmt: skip
+            print(
+                f"           {kv['policy']}: {kv['full_length_requests_at_once']} requests of "
+                f"{kv['request_tokens']} tokens at once"
+            )
         else:
-            print(f"           {kv['policy']}: {kv['headroom_blocks_at_max_batch']} blocks of headroom "
-                  f"at batch {max_batch_size}")  # fmt: skip
+            print(
+                f"           {kv['policy']}: {kv['headroom_blocks_at_max_batch']} blocks of headroom "
+                f"at batch {max_batch_size}"
+            )
     copy = report["decode_copy"]
     if copy["enabled"]:
-        print(f"decode     a contiguous copy of the decoding requests' KV (no per-step block gather), at most "
-              f"the pool's size ({copy['max_gib']} GiB) on top of the total above")  # fmt: skip
+        print(
+            f"decode     a contiguous copy of the decoding requests' KV (no per-step block gather), at most "
+            f"the pool's size ({copy['max_gib']} GiB) on top of the total above"
+        )
     else:
         print("decode     gathers each decoding request's KV blocks every step (no decode copy)")

@@ -33,5 +33,7 @@ def export(
     check_target(out_dir, force)  # before loading anything: a refusal costs nothing
     result = export_hf(model, out_dir, dtype=getattr(torch, dtype), force=force)
     template = "chat template" if result.has_chat_template else "no chat template"
-    print(f"exported {result.source} to {result.folder} ({result.dtype}, "
-          f"{result.weight_bytes / 2**20:.0f} MiB of weights, {template})")  # fmt: skip
+    print(
+        f"exported {result.source} to {result.folder} ({result.dtype}, "
+        f"{result.weight_bytes / 2**20:.0f} MiB of weights, {template})"
+    )

@@ -57,8 +57,10 @@ def _check_text(text: str, what: str) -> None:
     """JSON can spell a lone surrogate (\\ud800), which is half of a character and no text any tokenizer encodes."""
     for i, ch in enumerate(text):
         if "\ud800" <= ch <= "\udfff":
-            raise UserError(f"{what} holds a lone surrogate \\u{ord(ch):04x} at character {i + 1}, which is not "
-                            "text (JSON spells a character outside the BMP as a surrogate pair)")  # fmt: skip
+            raise UserError(
+                f"{what} holds a lone surrogate \\u{ord(ch):04x} at character {i + 1}, which is not "
+                "text (JSON spells a character outside the BMP as a surrogate pair)"
+            )
 
 
 def read_prompts_file(prompts_file: str) -> tuple[str, str]:
@@ -126,7 +128,7 @@ def generate(
       echo "The capital of France is" | specdec-eval generate -n 16
       specdec-eval generate prompts.txt --spec eagle3 --draft-len 3 --kv-cache v2
       specdec-eval generate p.txt --spec eagle3 --spec-guard none --warmup on --inject warmup_oom   # the canary
-    """  # fmt: skip
+    """
     from ..launch.dist import RankEnv, world_session
     from ..launch.layout import Layout
     from ..workers.engine.engine import Engine
@@ -142,9 +144,13 @@ def generate(
     if chat:
         prompts = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
     sampling = SamplingParams(
-        max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-        stop=tuple(stop or ()), ignore_eos=ignore_eos,
-    )  # fmt: skip
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        stop=tuple(stop or ()),
+        ignore_eos=ignore_eos,
+    )
     checkpoint = load_checkpoint(model)
     checkpoint.config.check_tp_size(tp)
     env = RankEnv.from_environ()

@@ -17,7 +17,7 @@ def lm_eval_cmd(ctx: typer.Context) -> None:
       specdec-eval lm-eval run --model specdec --model_args model=smollm2,spec=eagle3,kv_cache=v2 \\
           --tasks gsm8k --limit 20
       specdec-eval lm-eval ls tasks
-    """  # fmt: skip
+    """
     from lm_eval._cli import HarnessCLI
     from lm_eval.utils import setup_logging
 

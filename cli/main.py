@@ -40,8 +40,9 @@ app.command("runs")(results_cmds.runs)
 app.command("compare")(results_cmds.compare)
 app.command("decide")(results_cmds.decide)
 app.command("report")(report.report)
-app.command("lm-eval", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-            add_help_option=False)(lm_eval_cmd.lm_eval_cmd)  # fmt: skip
+app.command(
+    "lm-eval", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False
+)(lm_eval_cmd.lm_eval_cmd)
 app.command("export")(export.export)
 app.command("bench")(bench.bench)
 app.command("serve")(serve.serve)

@@ -32,17 +32,21 @@ def print_matrix(report: dict[str, Any]) -> None:
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
         print("  ".join(text.ljust(w) for text, w in zip(r, widths, strict=True)).rstrip())
-    print("\n* the gate that must catch the class: lossless for a class that changes outputs (acceptance catching "
-          "it is luck),\n  events for one that changes none, paired_acceptance for one that only makes the drafter "
-          "worse (its\n  per-document acceptance against the unmutated run's); '-': the gate could not decide in "
-          "this run (no\n  reference, no baseline, too few documents)")  # fmt: skip
+    print(
+        "\n* the gate that must catch the class: lossless for a class that changes outputs (acceptance catching "
+        "it is luck),\n  events for one that changes none, paired_acceptance for one that only makes the drafter "
+        "worse (its\n  per-document acceptance against the unmutated run's); '-': the gate could not decide in "
+        "this run (no\n  reference, no baseline, too few documents)"
+    )
     for row in rows:
         if row["catcher"] == "paired_acceptance":
             power = row["cells"]["acceptance"].get("power")
             seen = row["cells"]["paired_acceptance"].get("reason")
-            print(f"{row['class']}: the single-run acceptance gate "
-                  f"{'at this n: ' + power if power else 'could not decide'}"
-                  + (f"\n  paired with the unmutated run: {seen}" if seen else ""))  # fmt: skip
+            print(
+                f"{row['class']}: the single-run acceptance gate "
+                f"{'at this n: ' + power if power else 'could not decide'}"
+                + (f"\n  paired with the unmutated run: {seen}" if seen else "")
+            )
     for row in rows:
         if row["never_fired"]:
             print(f"warning: {row['class']}: injected {', '.join(row['never_fired'])} never fired")

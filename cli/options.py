@@ -82,8 +82,14 @@ def _annotated(option: EngineOption | ListedOption) -> Any:
     bounds = {k: v for k, v in (("min", option.min), ("max", option.max)) if v is not None}
     help_text = option.help.replace("{choices}", " | ".join(choices or ()))
     callback = checked(option.parse) if option.parse else None
-    info = typer.Option(*option.flags, help=help_text, callback=callback, rich_help_panel=option.group,
-                        hidden=getattr(option, "hidden", False), **bounds)  # fmt: skip
+    info = typer.Option(
+        *option.flags,
+        help=help_text,
+        callback=callback,
+        rich_help_panel=option.group,
+        hidden=getattr(option, "hidden", False),
+        **bounds,
+    )
     return Annotated[kind, info]
 
 
@@ -146,13 +152,20 @@ def engine_options(*, exclude: tuple[str, ...] = ()) -> Callable[[Callable], Cal
 
     def decorate(command: Callable) -> Callable:
         hints = typing.get_type_hints(command, include_extras=True)
-        own = [p.replace(annotation=hints.get(p.name, p.annotation), kind=inspect.Parameter.KEYWORD_ONLY)
-               for p in inspect.signature(command).parameters.values() if p.name != "engine_flags"]  # fmt: skip
+        own = [
+            p.replace(annotation=hints.get(p.name, p.annotation), kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in inspect.signature(command).parameters.values()
+            if p.name != "engine_flags"
+        ]
         clash = {p.name for p in own} & {option.name for option in taken}
         if clash:
             raise ValueError(f"{command.__name__} declares engine options itself: {', '.join(sorted(clash))}")
-        added = [inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=option.default,
-                                   annotation=ANN[option.name]) for option in taken]  # fmt: skip
+        added = [
+            inspect.Parameter(
+                option.name, inspect.Parameter.KEYWORD_ONLY, default=option.default, annotation=ANN[option.name]
+            )
+            for option in taken
+        ]
 
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> Any:
@@ -193,13 +206,18 @@ def dataclass_options(**classes: type) -> Callable[[Callable], Callable]:
 
     def decorate(command: Callable) -> Callable:
         hints = typing.get_type_hints(command, include_extras=True)
-        own = [p.replace(annotation=hints.get(p.name, p.annotation), kind=inspect.Parameter.KEYWORD_ONLY)
-               for p in inspect.signature(command).parameters.values() if p.name not in classes]  # fmt: skip
+        own = [
+            p.replace(annotation=hints.get(p.name, p.annotation), kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in inspect.signature(command).parameters.values()
+            if p.name not in classes
+        ]
         clash = {p.name for p in own} & {o.name for o in taken}
         if clash:
             raise ValueError(f"{command.__name__} declares listed options itself: {', '.join(sorted(clash))}")
-        added = [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default,
-                                   annotation=_annotated(o)) for o in taken]  # fmt: skip
+        added = [
+            inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default, annotation=_annotated(o))
+            for o in taken
+        ]
 
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> Any:
@@ -207,8 +225,9 @@ def dataclass_options(**classes: type) -> Callable[[Callable], Callable]:
             built: dict[str, Any] = {}
             for key, cls in classes.items():
                 types = typing.get_type_hints(cls)
-                links = {f.name: built[k] for f in dataclasses.fields(cls) for k in built
-                         if types[f.name] is classes[k]}  # fmt: skip
+                links = {
+                    f.name: built[k] for f in dataclasses.fields(cls) for k in built if types[f.name] is classes[k]
+                }
                 built[key] = from_values(cls, values, **links)
             return command(**kwargs, **built)
 

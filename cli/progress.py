@@ -23,9 +23,14 @@ def generation_progress(total: int, enabled: bool = True) -> Iterator[Callable |
         yield plain_progress()
         return
     columns = (
-        TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-    )  # fmt: skip
+        TextColumn("generating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=stderr, transient=True) as bar:
         task = bar.add_task("generate", total=total, rate="")
 

@@ -21,9 +21,13 @@ from ..results.store import DEFAULT_ROOT, open_run
 
 Out = Annotated[
     Path | None,
-    typer.Option("--out", help=f"The run store `run --out` writes to: one folder per run (default: {DEFAULT_ROOT}).",
-                 file_okay=False, show_default=False),
-]  # fmt: skip
+    typer.Option(
+        "--out",
+        help=f"The run store `run --out` writes to: one folder per run (default: {DEFAULT_ROOT}).",
+        file_okay=False,
+        show_default=False,
+    ),
+]
 # The old name of --out, kept working for scripts and hidden from --help.
 LegacyRoot = Annotated[Path | None, typer.Option("--root", hidden=True, file_okay=False)]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
@@ -98,8 +102,10 @@ def runs(
         started = (row["started"] or "?").replace("T", " ").removesuffix("Z")
         # What a hand-edited manifest holds is shown escaped (no escape sequence reaches the terminal raw), and
         # rich markup in it is escaped too.
-        cells = [printable(c) for c in (row["run_id"], started, row["commit"], row["test_id"] or "?", row["gpu"],
-                                        format_tasks(row))]  # fmt: skip
+        cells = [
+            printable(c)
+            for c in (row["run_id"], started, row["commit"], row["test_id"] or "?", row["gpu"], format_tasks(row))
+        ]
         cells[-1] = cells[-1].replace(", ", "\n")
         verdict_cell = f"[{style}]{escape(printable(verdict))}[/{style}]"
         table.add_row(*map(escape, cells), verdict_cell, escape(printable(failing)))
@@ -127,7 +133,7 @@ def compare(
             max=0.999,
             help="Relative AL drop the paired acceptance test rules out at beta 0.2 (0.05: min_al's 5 %).",
         ),
-    ] = 0.05,  # fmt: skip
+    ] = 0.05,
     as_json: AsJson = False,
     root: LegacyRoot = None,
 ) -> None:
@@ -211,12 +217,17 @@ def _render_decision(d: Any) -> str:
         lines.append("evidence (newest first):")
     for e in d.evidence:
         tasks = ", ".join(
-            f"{n} {_fmt(t['score'])}" + (f"/thr {_fmt(t['threshold'])}" if t["threshold"] is not None else "")
-            + f" {t['verdict']}" + (f" lossless {t['lossless']}" if t.get("lossless") else "")
-            + (f" acceptance {acceptance_words(t['acceptance_gate'], t.get('acceptance_underpowered', False))}"
-               if t.get("acceptance_gate") else "")
+            f"{n} {_fmt(t['score'])}"
+            + (f"/thr {_fmt(t['threshold'])}" if t["threshold"] is not None else "")
+            + f" {t['verdict']}"
+            + (f" lossless {t['lossless']}" if t.get("lossless") else "")
+            + (
+                f" acceptance {acceptance_words(t['acceptance_gate'], t.get('acceptance_underpowered', False))}"
+                if t.get("acceptance_gate")
+                else ""
+            )
             for n, t in e["tasks"].items()
-        )  # fmt: skip
+        )
         failing = ", ".join(f"{k} {v}" for k, v in e["failing_events"].items()) or "no failing events"
         lines.append(f"  {e['run_id']}  {e['commit']}  {e['gpu']}  {e['verdict']}  {tasks}  {failing}")
     return "\n".join(lines)

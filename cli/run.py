@@ -49,7 +49,7 @@ def run(
       specdec-eval run --endpoint URL --spec eagle3 --draft-len 3 --baseline-endpoint URL0 --tasks gsm8k
       specdec-eval run --tasks gsm8k --limit 32 --sample random --spec eagle3 --dtype bfloat16 --control
       specdec-eval run --endpoint http://127.0.0.1:8000 --serve-cmd "trtllm-serve MODEL --port 8000" --tasks gsm8k
-    """  # fmt: skip
+    """
     from ..evals.pipeline.backends import RunTarget, backend_name, make_backend
     from ..evals.pipeline.run import run as run_pipeline
     from ..launch.job import JobFailed

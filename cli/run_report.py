@@ -30,8 +30,11 @@ def print_report(summary: RunSummary | Mapping[str, Any]) -> None:
         else:
             print(t.report, file=out)
         for m in (t.filter_mismatches or [])[:5]:
-            print(f"warning: doc {m['doc_id']} {m['filter']}: our filter gives {m['ours']}, lm-eval's "
-                  f"{m['lm_eval']} (lm-eval's is scored)", file=out)  # fmt: skip
+            print(
+                f"warning: doc {m['doc_id']} {m['filter']}: our filter gives {m['ours']}, lm-eval's "
+                f"{m['lm_eval']} (lm-eval's is scored)",
+                file=out,
+            )
         if not failed:
             scores = ", ".join(f"{k} {v:.2f}" for k, v in (t.filter_scores or {}).items())
             print(f"filters: {scores}; score = their mean = {t.score:.2f}", file=out)
@@ -47,8 +50,11 @@ def print_report(summary: RunSummary | Mapping[str, Any]) -> None:
         if t.acceptance:
             a = t.acceptance
             per_pos = ", ".join(f"{x:.2f}" for x in a["per_position_rate"])
-            print(f"acceptance length {a['acceptance_length']:.3f} (incl. bonus token), rate "
-                  f"{a['acceptance_rate']:.3f}, per position [{per_pos}]", file=out)  # fmt: skip
+            print(
+                f"acceptance length {a['acceptance_length']:.3f} (incl. bonus token), rate "
+                f"{a['acceptance_rate']:.3f}, per position [{per_pos}]",
+                file=out,
+            )
         if t.acceptance_gate:
             verdict = acceptance_words(t.acceptance_gate.verdict, t.acceptance_underpowered)
             print(f"acceptance gate: {verdict} ({t.acceptance_gate.reason})", file=out)
@@ -102,14 +108,23 @@ def _print_audit(summary: RunSummary, out) -> None:
         return
     docs = ", ".join(f"{d['task']} {d['doc_id']}" for d in audit["audited"]) or "none"
     first = audit["first_divergence"]
-    found = (f"first divergence: {first['task']} doc {first['doc_id']} at token {first['position']}" if first
-             else "every audited twin identical")  # fmt: skip
+    found = (
+        f"first divergence: {first['task']} doc {first['doc_id']} at token {first['position']}"
+        if first
+        else "every audited twin identical"
+    )
     # Outside float32 a plain engine may differ from a twin by rounding: each task's gate judged those divergences.
-    judged = [f"{name}: {t.lossless.numbers['audit_margins']}" for name, t in summary.tasks.items()
-              if t.lossless is not None and t.lossless.numbers.get("audit_margins")]  # fmt: skip
+    judged = [
+        f"{name}: {t.lossless.numbers['audit_margins']}"
+        for name, t in summary.tasks.items()
+        if t.lossless is not None and t.lossless.numbers.get("audit_margins")
+    ]
     found += "".join(f"; {j}" for j in judged)
-    print(f"twin audit (no spec worker): {audit['num_audited']} of {audit['planned']} planned documents ({docs}); "
-          f"{found}; {audit['elapsed_s']:.1f} s", file=out)  # fmt: skip
+    print(
+        f"twin audit (no spec worker): {audit['num_audited']} of {audit['planned']} planned documents ({docs}); "
+        f"{found}; {audit['elapsed_s']:.1f} s",
+        file=out,
+    )
 
 
 def _print_run_notes(summary: RunSummary, out) -> None:

@@ -24,20 +24,27 @@ from .progress import stderr
 MUTANTS = "Bug-class matrix (--mutants)"
 # The matrix's evaluation options are `run`'s (evals/run_types.py); its runs are small by default (a seeded random
 # subset of 10 GSM8K documents each, where `run` takes every document), and --no-reference says what it does there.
-Limit, LIMIT = o.option_of(EvalOptions, "limit", default=10, group=MUTANTS,
-                           help="GSM8K documents per run (a seeded random subset).")  # fmt: skip
+Limit, LIMIT = o.option_of(
+    EvalOptions, "limit", default=10, group=MUTANTS, help="GSM8K documents per run (a seeded random subset)."
+)
 DataDir, DATA_DIR = o.option_of(EvalOptions, "data_dir", group=MUTANTS)
 MaxOutputLen, MAX_OUTPUT_LEN = o.option_of(EvalOptions, "max_output_len", group=MUTANTS)
 NumFewshot, NUM_FEWSHOT = o.option_of(EvalOptions, "num_fewshot", group=MUTANTS)
 GenKwargs, GEN_KWARGS = o.option_of(
-    EvalOptions, "gen_kwargs", group=MUTANTS,
+    EvalOptions,
+    "gen_kwargs",
+    group=MUTANTS,
     help="lm-eval's --gen_kwargs for the sampled classes' runs (gsm8k_sampled, T = 0.7 by default), e.g. "
-         "temperature=1.0,top_k=20,top_p=0.9 (spec_filter_order fires only with both filters); the greedy classes' "
-         "runs stay greedy.")  # fmt: skip
+    "temperature=1.0,top_k=20,top_p=0.9 (spec_filter_order fires only with both filters); the greedy classes' "
+    "runs stay greedy.",
+)
 NoReference, NO_REFERENCE = o.option_of(
-    EvalOptions, "no_reference", group=MUTANTS,
+    EvalOptions,
+    "no_reference",
+    group=MUTANTS,
     help="No accuracy reference (its gate shows '-'): for models without one, or shots and lengths other than the "
-         "reference's. Implied for 'tiny', a random test model.")  # fmt: skip
+    "reference's. Implied for 'tiny', a random test model.",
+)
 
 
 def selftest(
@@ -62,7 +69,7 @@ def selftest(
             "it (the answer to 'what does this tool catch').",
             rich_help_panel=MUTANTS,
         ),
-    ] = False,  # fmt: skip
+    ] = False,
     clean: Annotated[
         bool,
         typer.Option(
@@ -71,7 +78,7 @@ def selftest(
             "/ SmolLM2, greedy / sampled, paired / separate; serve over HTTP; llama.cpp); none may FAIL.",
             rich_help_panel=MUTANTS,
         ),
-    ] = False,  # fmt: skip
+    ] = False,
     engine: Annotated[
         Literal["ours", "vllm"],
         typer.Option(
@@ -80,7 +87,7 @@ def selftest(
             "plugin tests/vllm_plugin: a plain and a speculating server are started from the vLLM venv).",
             rich_help_panel=MUTANTS,
         ),
-    ] = "ours",  # fmt: skip
+    ] = "ours",
     vllm_venv: Annotated[
         str | None,
         typer.Option(
@@ -88,7 +95,7 @@ def selftest(
             help="The vLLM venv (default $VLLM_VENV, else .venv-vllm: make setup-vllm).",
             rich_help_panel=MUTANTS,
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     vllm_model_dir: Annotated[
         str | None,
         typer.Option(
@@ -97,7 +104,7 @@ def selftest(
             "VLLM_VENV/smollm2-hf: the embedded SmolLM2 exported).",
             rich_help_panel=MUTANTS,
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     only: Annotated[
         list[str] | None,
         typer.Option(
@@ -106,7 +113,7 @@ def selftest(
             "the rows whose name contains a given word (e.g. 'ours tiny', serve, llamacpp).",
             rich_help_panel=MUTANTS,
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     limit: Limit = LIMIT,
     data_dir: DataDir = DATA_DIR,
     max_output_len: MaxOutputLen = MAX_OUTPUT_LEN,
@@ -123,7 +130,7 @@ def selftest(
             "gates in seconds.",
             rich_help_panel=o.ENGINE,
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     kv_cache: Annotated[
         o.KV_CACHE_CHOICES | None,
         typer.Option(
@@ -131,7 +138,7 @@ def selftest(
             help="KV-cache manager (canary: v2, whose byte quota budget mode needs; --mutants: run's default, v1).",
             rich_help_panel=o.ENGINE,
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     draft_len: o.DraftLen = o.S.max_draft_len,
     device: o.Device = o.E.device,
     device_memory: o.DeviceMemory = None,
@@ -143,7 +150,7 @@ def selftest(
             help="Tokens one forward may carry (canary: 256; --mutants: the engine's default).",
             rich_help_panel=o.ENGINE,
         ),
-    ] = None,  # fmt: skip
+    ] = None,
 ) -> None:
     """Run the canary A/B; exit 0 when the unguarded half fails as it should and the guarded half passes. With
     --mutants, run the bug-class matrix; exit 0 when every class is caught by its gate and the unmutated engine
@@ -168,8 +175,9 @@ def selftest(
         return
     if mutants:
         model = model or "smollm2"
-        options = _matrix_options(data_dir, limit, max_output_len, num_fewshot, no_reference or model == "tiny",
-                                  gen_kwargs)  # fmt: skip
+        options = _matrix_options(
+            data_dir, limit, max_output_len, num_fewshot, no_reference or model == "tiny", gen_kwargs
+        )
         kv_cache = kv_cache or o.K.version  # the run's default
         _mutants(model, kv_cache, draft_len, device, device_memory, max_num_tokens, only, options, as_json)
         return
@@ -177,9 +185,14 @@ def selftest(
 
     model, kv_cache = model or "tiny", kv_cache or "v2"
     base = o.engine_config(
-        model=model, kv_cache=kv_cache, device=device, device_memory=device_memory or "256MiB",
-        max_num_tokens=max_num_tokens or 256, spec="eagle3", draft_len=draft_len,
-    )  # fmt: skip
+        model=model,
+        kv_cache=kv_cache,
+        device=device,
+        device_memory=device_memory or "256MiB",
+        max_num_tokens=max_num_tokens or 256,
+        spec="eagle3",
+        draft_len=draft_len,
+    )
     stderr.print(f"selftest: canary A/B on {model}, kv {kv_cache}, K={draft_len}, mode {mode} ...")
     report = run_canary(base, BENCH_PROMPTS[:num_prompts], max_new_tokens, mode)
     if as_json:
@@ -194,8 +207,15 @@ def _matrix_options(data_dir, limit, max_output_len, num_fewshot, no_reference, 
     from ..evals.pipeline.preflight import check_task_data
     from ..evals.tasks.registry import TASKS
 
-    options = EvalOptions(tasks=[TASKS["gsm8k"]], data_dir=data_dir, limit=limit, max_output_len=max_output_len,
-                          num_fewshot=num_fewshot, no_reference=no_reference, gen_kwargs=gen_kwargs)  # fmt: skip
+    options = EvalOptions(
+        tasks=[TASKS["gsm8k"]],
+        data_dir=data_dir,
+        limit=limit,
+        max_output_len=max_output_len,
+        num_fewshot=num_fewshot,
+        no_reference=no_reference,
+        gen_kwargs=gen_kwargs,
+    )
     check_task_data(options)
     return options
 
@@ -208,11 +228,18 @@ def _mutants(model, kv_cache, draft_len, device, device_memory, max_num_tokens, 
     # 2 GiB holds ten paired GSM8K documents of SmolLM2 in its KV pool, and keeps the run's engines (spec-dec, plain
     # baseline or audit) within this shared machine's memory; it shapes no output.
     config = o.engine_config(
-        model=model, kv_cache=kv_cache, device=device, device_memory=device_memory or "2GiB", spec="eagle3",
-        draft_len=draft_len, max_num_tokens=max_num_tokens or o.E.max_num_tokens,
-    )  # fmt: skip
-    stderr.print(f"selftest --mutants: {len(classes)} runs of `run` on {model} (kv {kv_cache}, K={draft_len}), "
-                 f"{options.limit} GSM8K documents each ...")  # fmt: skip
+        model=model,
+        kv_cache=kv_cache,
+        device=device,
+        device_memory=device_memory or "2GiB",
+        spec="eagle3",
+        draft_len=draft_len,
+        max_num_tokens=max_num_tokens or o.E.max_num_tokens,
+    )
+    stderr.print(
+        f"selftest --mutants: {len(classes)} runs of `run` on {model} (kv {kv_cache}, K={draft_len}), "
+        f"{options.limit} GSM8K documents each ..."
+    )
     report = run_matrix(config, options, classes, note=lambda line: stderr.print(f"mutants {line}"))
     _report(report, as_json, print_matrix)
 
@@ -240,8 +267,10 @@ def _vllm_mutants(venv, model_dir, draft_len, only, options, as_json) -> None:
     classes = select_vllm_classes(only)
     # what the servers run, declared: the run picks its reference and its exactness (float32: token identity) from it
     config = o.engine_config(model="smollm2", spec="eagle3", draft_len=draft_len, dtype="float32")
-    stderr.print(f"selftest --mutants --engine vllm: {len(classes)} runs of `run --endpoint` against vLLM, "
-                 f"{options.limit} GSM8K documents each ...")  # fmt: skip
+    stderr.print(
+        f"selftest --mutants --engine vllm: {len(classes)} runs of `run --endpoint` against vLLM, "
+        f"{options.limit} GSM8K documents each ..."
+    )
     report = run_vllm_matrix(setup, config, options, classes, note=lambda line: stderr.print(f"mutants {line}"))
     _report(report, as_json, _print_vllm_matrix)
 
@@ -255,8 +284,10 @@ def _print_vllm_matrix(report: dict) -> None:
     if populated.get("refused"):
         print(f"acceptance reference NOT written by the unmutated run: {populated['refused']}")
     elif populated.get("ref_al") is not None:
-        print(f"acceptance reference from the unmutated run: AL {populated['ref_al']} over "
-              f"{populated.get('num_documents')} documents, {populated.get('num_cycles')} draft cycles")  # fmt: skip
+        print(
+            f"acceptance reference from the unmutated run: AL {populated['ref_al']} over "
+            f"{populated.get('num_documents')} documents, {populated.get('num_cycles')} draft cycles"
+        )
 
 
 def _report(report: dict, as_json: bool, printer) -> None:

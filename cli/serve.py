@@ -46,7 +46,7 @@ def serve(
             rich_help_panel=SERVER,
             help="Require 'Authorization: Bearer KEY' on /v1/* (compared in constant time; printable ASCII).",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     served_model_name: Annotated[
         str | None,
         typer.Option(
@@ -54,7 +54,7 @@ def serve(
             help="The model id clients send (default: the --model value).",
             rich_help_panel=SERVER,
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     max_queue: Annotated[
         int,
         typer.Option(
@@ -63,13 +63,13 @@ def serve(
             "prompts than this: 400).",
             rich_help_panel=SERVER,
         ),
-    ] = DEFAULT_MAX_QUEUE,  # fmt: skip
+    ] = DEFAULT_MAX_QUEUE,
     max_request_bytes: Annotated[
         str,
         typer.Option(
             "--max-request-bytes", help="Largest request body (larger: 413), e.g. 1MiB.", rich_help_panel=SERVER
         ),
-    ] = DEFAULT_MAX_REQUEST_SIZE,  # fmt: skip
+    ] = DEFAULT_MAX_REQUEST_SIZE,
     grace: Annotated[
         float,
         typer.Option(
@@ -77,13 +77,13 @@ def serve(
             help="Seconds in-flight requests may take to finish after SIGTERM / Ctrl-C before they are aborted.",
             rich_help_panel=SERVER,
         ),
-    ] = DEFAULT_GRACE_S,  # fmt: skip
+    ] = DEFAULT_GRACE_S,
     log_level: Annotated[
         str,
         typer.Option(
             "--log-level", help="uvicorn's log level (debug also logs every request).", rich_help_panel=SERVER
         ),
-    ] = "info",  # fmt: skip
+    ] = "info",
     gpus: Annotated[
         int,
         typer.Option(
@@ -92,7 +92,7 @@ def serve(
             "lockstep (CPU ranks over gloo when there is no CUDA).",
             rich_help_panel=JOB,
         ),
-    ] = 1,  # fmt: skip
+    ] = 1,
     tp: Annotated[
         int | None,
         typer.Option(
@@ -101,7 +101,7 @@ def serve(
             "model's heads; the other ranks are data-parallel replicas).",
             rich_help_panel=JOB,
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     rank_timeout: Annotated[
         float, typer.Option("--rank-timeout", help="Seconds a collective may wait for a rank.", rich_help_panel=JOB)
     ] = 600.0,
@@ -119,7 +119,7 @@ def serve(
       specdec-eval serve --gpus 2 --spec eagle3 --kv-cache v2
       curl -s localhost:8000/v1/completions -H 'Content-Type: application/json' \\
         -d '{"prompt": "Hi", "max_tokens": 16, "temperature": 0}'
-    """  # fmt: skip
+    """
     if gpus < 1:
         raise UserError(f"--gpus must be at least 1, got {gpus}")
     if tp is not None and tp < 1:
@@ -133,8 +133,10 @@ def serve(
     if not 0 <= port <= 65535:
         raise UserError(f"--port must be in 0..65535, got {port}")
     if not host.strip():  # an unset $HOST: uvicorn and the socket module read "" as every interface (0.0.0.0)
-        raise UserError(f"--host is empty; name the address to bind (default {DEFAULT_HOST}; 0.0.0.0 for every "
-                        "interface, if that is what you mean)")  # fmt: skip
+        raise UserError(
+            f"--host is empty; name the address to bind (default {DEFAULT_HOST}; 0.0.0.0 for every "
+            "interface, if that is what you mean)"
+        )
     if log_level.lower() not in LOG_LEVELS:
         raise UserError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
     log_level = log_level.lower()
@@ -149,8 +151,15 @@ def serve(
     bind(host, port).close()  # a port in use or an address not ours: said now, not after the model has loaded
     model = engine_flags["model"]
     config = engine_flags.config(events_path=rank_events_path(engine_flags["events_path"], gpus))
-    server = {"host": host, "port": port, "model_name": served_model_name or model, "max_queue": max_queue,
-              "max_request_bytes": body_limit, "grace_s": grace, "log_level": log_level}  # fmt: skip
+    server = {
+        "host": host,
+        "port": port,
+        "model_name": served_model_name or model,
+        "max_queue": max_queue,
+        "max_request_bytes": body_limit,
+        "grace_s": grace,
+        "log_level": log_level,
+    }
     if gpus > 1:
         _serve_job(config, server, api_key, gpus, tp, rank_timeout)
         return
@@ -174,8 +183,9 @@ def api_key_from(option: str | None) -> str | None:
     return option
 
 
-def _serve_job(config, server: dict[str, Any], api_key: str | None, gpus: int, tp: int | None,
-               rank_timeout: float) -> None:  # fmt: skip
+def _serve_job(
+    config, server: dict[str, Any], api_key: str | None, gpus: int, tp: int | None, rank_timeout: float
+) -> None:
     from dataclasses import replace
 
     from ..launch.job import Job, JobFailed, resolve_job_device

@@ -85,8 +85,10 @@ def waive(
     with _editing(waives_file, create=True) as waives:
         added = waives.waive(test, bug, gpu=gpu, marker=marker)
         entry = next(e for e in waives.entries if test.strip() in e.test_ids and e.gpu == gpu)
-    print(f"{'waived' if added else 'already waived'}{_where(gpu)}: {waives_file}:{entry.line_no}: "
-          f"{printable(entry.text)}")  # fmt: skip
+    print(
+        f"{'waived' if added else 'already waived'}{_where(gpu)}: {waives_file}:{entry.line_no}: "
+        f"{printable(entry.text)}"
+    )
 
 
 def unwaive(
@@ -143,8 +145,11 @@ def waives_check(
         print(json.dumps(report, indent=2))
     else:
         # What a hand-edited file holds is shown escaped: an escape sequence in it must not drive the terminal.
-        rows = [tuple(map(printable, (e.line_no, e.gpu or "*", e.marker, t, e.reason or e.comment or "")))
-                for e in waives.entries for t in e.test_ids]  # fmt: skip
+        rows = [
+            tuple(map(printable, (e.line_no, e.gpu or "*", e.marker, t, e.reason or e.comment or "")))
+            for e in waives.entries
+            for t in e.test_ids
+        ]
         header = ("LINE", "GPU", "MARKER", "TEST", "REASON")
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
         for line, gpu, marker, test, reason in [header, *rows]:

@@ -35,10 +35,14 @@ def model_key_for(engine: InferenceEngine, explicit: str | None) -> str:
 def run_config(identity: EngineIdentity, options: EvalOptions) -> dict[str, Any]:
     """Everything that affects the samples: the engine configuration and the evaluation options."""
     eval_opts = {
-        "tasks": [t.name for t in options.tasks], "data_dir": options.data_dir, "limit": options.limit,
-        "num_fewshot": options.num_fewshot, "max_output_len": options.max_output_len,
-        "apply_chat_template": options.apply_chat_template, "seed": options.seed,
-    }  # fmt: skip
+        "tasks": [t.name for t in options.tasks],
+        "data_dir": options.data_dir,
+        "limit": options.limit,
+        "num_fewshot": options.num_fewshot,
+        "max_output_len": options.max_output_len,
+        "apply_chat_template": options.apply_chat_template,
+        "seed": options.seed,
+    }
     # Which documents and in which order (only when not the default, so that earlier runs keep their keys).
     if options.stop_file:  # a side of a sequential A/B: evaluated in the seeded order, stopped from outside
         eval_opts.update(ab_sequential=True, early_stop_batch=options.early_stop_batch)

@@ -38,9 +38,17 @@ class EvalOptions:
     """What a run evaluates, and how it decides: each field with a flag is a `run` option, declared here once (its
     default is the flag's; specdec_eval/option_fields.py). A new evaluation option is one field."""
 
-    tasks: list[TaskSpec] = field(metadata=flag(
-        "--tasks", "-t", type=str, convert=parse_tasks, default="gsm8k", group=EVAL,
-        help=f"Comma-separated, from: {', '.join(TASKS)}."))  # fmt: skip
+    tasks: list[TaskSpec] = field(
+        metadata=flag(
+            "--tasks",
+            "-t",
+            type=str,
+            convert=parse_tasks,
+            default="gsm8k",
+            group=EVAL,
+            help=f"Comma-separated, from: {', '.join(TASKS)}.",
+        )
+    )
     data_dir: str | None = field(
         default=None,
         metadata=flag(
@@ -64,9 +72,14 @@ class EvalOptions:
             "--max-output-len", min=1, group=EVAL, help="Generated tokens per sample (GSM8K 256, GPQA 512)."
         ),
     )
-    apply_chat_template: bool = field(default=False, metadata=flag(
-        "--apply-chat-template", group=EVAL,
-        help="Render prompts with the model's chat template, few-shot as multi-turn."))  # fmt: skip
+    apply_chat_template: bool = field(
+        default=False,
+        metadata=flag(
+            "--apply-chat-template",
+            group=EVAL,
+            help="Render prompts with the model's chat template, few-shot as multi-turn.",
+        ),
+    )
     seed: int = field(
         default=0,
         metadata=flag(  # lm-eval's random_seed, and a task's seeded choice shuffle (GPQA's)
@@ -86,51 +99,99 @@ class EvalOptions:
         default=None,
         metadata=flag("--model-key", group=EVAL, help="Reference key of the model (default: derived from --model)."),
     )
-    sample: str = field(default="first", metadata=flag(  # evals/tasks/subsets.py
-        "--sample", choices=lambda: SAMPLES, group=EVAL,
-        help="Which documents --limit takes: first (the first N) or random (a seeded random subset; first-N subsets "
-             "are easier than the full set)."))  # fmt: skip
-    early_stop: bool = field(default=False, metadata=flag(  # evals/sequential/early_stop.py
-        "--early-stop", group=EVAL,
-        help="Sequential verdict: documents in a seeded random order, a look after each batch; stop as soon as the "
-             "accuracy test (alpha and power kept), the lossless gate (first divergent sample) or the acceptance "
-             "tripwire decides."))  # fmt: skip
+    sample: str = field(
+        default="first",
+        metadata=flag(  # evals/tasks/subsets.py
+            "--sample",
+            choices=lambda: SAMPLES,
+            group=EVAL,
+            help="Which documents --limit takes: first (the first N) or random (a seeded random subset; "
+            "first-N subsets "
+            "are easier than the full set).",
+        ),
+    )
+    early_stop: bool = field(
+        default=False,
+        metadata=flag(  # evals/sequential/early_stop.py
+            "--early-stop",
+            group=EVAL,
+            help="Sequential verdict: documents in a seeded random order, a look after each batch; stop as soon as the "
+            "accuracy test (alpha and power kept), the lossless gate (first divergent sample) or the acceptance "
+            "tripwire decides.",
+        ),
+    )
     early_stop_batch: int = field(
         default=64,
         metadata=flag("--early-stop-batch", min=1, group=EVAL, help="Documents per look under --early-stop."),
     )
-    acceptance_rtol: float = field(default=0.05, metadata=flag(
-        "--acceptance-rtol", min=0.0, max=0.99, group=EVAL,
-        help="Relative tolerance of the acceptance-length gate around ref_al, in either direction."))  # fmt: skip
-    acceptance_refs: str | None = field(default=None, metadata=flag(
-        "--acceptance-refs", group=EVAL,
-        help="Acceptance-length references file (TensorRT-LLM's layout; default: the shipped "
-             "evals/references/acceptance_length.yaml)."))  # fmt: skip
+    acceptance_rtol: float = field(
+        default=0.05,
+        metadata=flag(
+            "--acceptance-rtol",
+            min=0.0,
+            max=0.99,
+            group=EVAL,
+            help="Relative tolerance of the acceptance-length gate around ref_al, in either direction.",
+        ),
+    )
+    acceptance_refs: str | None = field(
+        default=None,
+        metadata=flag(
+            "--acceptance-refs",
+            group=EVAL,
+            help="Acceptance-length references file (TensorRT-LLM's layout; default: the shipped "
+            "evals/references/acceptance_length.yaml).",
+        ),
+    )
     stop_file: str | None = field(
         default=None,
         metadata=flag(  # a side of a sequential `ab`: it stops the side
             "--ab-stop-file", param="ab_stop_file", hidden=True, help="A side of a sequential `ab` (set by ab)."
         ),
     )
-    gen_kwargs: str | None = field(default=None, metadata=flag(  # evals/conditions/gen_kwargs.py
-        "--gen-kwargs", parse=GenKwargs.parse, group=CONDITIONS,
-        help="lm-eval's generation kwargs on each task's own, e.g. temperature=1.0,top_p=1.0 (also top_k, seed, "
-             "do_sample, max_gen_toks). A temperature > 0 samples (lm-eval would keep the task's do_sample: false "
-             "and decode greedily); seed is the base of each sample's seed. Both sides and the baseline take "
-             "them."))  # fmt: skip
-    chat_template_kwargs: str | None = field(default=None, metadata=flag(  # workers/loading/chat_template.py
-        "--chat-template-kwargs", parse=ChatTemplateKwargs.parse, group=CONDITIONS,
-        help='A JSON object of chat-template variables, e.g. \'{"reasoning_effort": "medium"}\': rendered into '
-             "the chat template (needs --apply-chat-template), sent as chat_template_kwargs in an endpoint's chat "
-             "requests."))  # fmt: skip
-    repeats: int = field(default=1, metadata=flag(  # evals/conditions/repeats.py, results/clustered.py
-        "--repeats", min=1, max=MAX_REPEATS, group=CONDITIONS,
-        help="Samples per document at temperature > 0, each with its own seed; the score is the mean of the "
-             "per-document means, its error clustered by document. Greedy runs take 1."))  # fmt: skip
-    accept_condition_mismatch: bool = field(default=False, metadata=flag(  # evals/conditions/reference.py
-        ACCEPT_FLAG, group=CONDITIONS,
-        help="Judge the accuracy gate against the matched reference although its stated conditions differ from "
-             "this run's (otherwise NO-GATE, the differences named); the run and its report say so."))  # fmt: skip
+    gen_kwargs: str | None = field(
+        default=None,
+        metadata=flag(  # evals/conditions/gen_kwargs.py
+            "--gen-kwargs",
+            parse=GenKwargs.parse,
+            group=CONDITIONS,
+            help="lm-eval's generation kwargs on each task's own, e.g. temperature=1.0,top_p=1.0 (also top_k, seed, "
+            "do_sample, max_gen_toks). A temperature > 0 samples (lm-eval would keep the task's do_sample: false "
+            "and decode greedily); seed is the base of each sample's seed. Both sides and the baseline take "
+            "them.",
+        ),
+    )
+    chat_template_kwargs: str | None = field(
+        default=None,
+        metadata=flag(  # workers/loading/chat_template.py
+            "--chat-template-kwargs",
+            parse=ChatTemplateKwargs.parse,
+            group=CONDITIONS,
+            help='A JSON object of chat-template variables, e.g. \'{"reasoning_effort": "medium"}\': rendered into '
+            "the chat template (needs --apply-chat-template), sent as chat_template_kwargs in an endpoint's chat "
+            "requests.",
+        ),
+    )
+    repeats: int = field(
+        default=1,
+        metadata=flag(  # evals/conditions/repeats.py, results/clustered.py
+            "--repeats",
+            min=1,
+            max=MAX_REPEATS,
+            group=CONDITIONS,
+            help="Samples per document at temperature > 0, each with its own seed; the score is the mean of the "
+            "per-document means, its error clustered by document. Greedy runs take 1.",
+        ),
+    )
+    accept_condition_mismatch: bool = field(
+        default=False,
+        metadata=flag(  # evals/conditions/reference.py
+            ACCEPT_FLAG,
+            group=CONDITIONS,
+            help="Judge the accuracy gate against the matched reference although its stated conditions differ from "
+            "this run's (otherwise NO-GATE, the differences named); the run and its report say so.",
+        ),
+    )
     logprobs: int | None = LOSSLESS_TOP_K  # per output token: its logprob and top alternatives (lossless margins)
 
     def max_output_for(self, spec: TaskSpec) -> int:
@@ -150,9 +211,15 @@ class EvalOptions:
     def conditions_for(self, spec: TaskSpec) -> GenerationConditions:
         """The conditions this run evaluates `spec` under (UserError on a contradiction: repeats with greedy
         decoding, chat-template kwargs without the template, kwargs a task cannot take)."""
-        return task_conditions(spec, gen_kwargs=self.generation_kwargs, apply_chat_template=self.apply_chat_template,
-                               chat_template_kwargs=self.template_kwargs, num_fewshot=self.num_fewshot,
-                               max_output_len=self.max_output_len, repeats=self.repeats)  # fmt: skip
+        return task_conditions(
+            spec,
+            gen_kwargs=self.generation_kwargs,
+            apply_chat_template=self.apply_chat_template,
+            chat_template_kwargs=self.template_kwargs,
+            num_fewshot=self.num_fewshot,
+            max_output_len=self.max_output_len,
+            repeats=self.repeats,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (a torchrun job's payload); tasks by name."""
@@ -176,26 +243,47 @@ class RunPlan:
         default=store.DEFAULT_ROOT,
         metadata=flag("--out", group=STORE, help="Runs folder: each run is written to OUT/<run id>/."),
     )
-    resume: bool | None = field(default=None, metadata=flag(  # None: resume an unfinished run of this configuration
-        "--resume/--fresh", group=STORE,
-        help="Resume the newest unfinished run of this exact configuration, or start afresh (default: resume when "
-             "one exists)."))  # fmt: skip
-    baseline: str = field(default="paired", metadata=flag(  # see BASELINE_MODES
-        "--baseline", group=EVAL,
-        help="The lossless gate's baseline of a spec-dec run: 'paired' (decoded beside the run from one prefill per "
-             "prompt, recorded as its own run; our engine), 'separate' (a run of its own first), or a recorded run "
-             "(id or folder) to compare with."))  # fmt: skip
-    populate_acceptance: bool = field(default=False, metadata=flag(
-        "--populate-acceptance", group=EVAL,
-        help="Write this run's acceptance length as the reference of its test id (ref_al = AL, min_al = 0.95 AL), "
-             "as TensorRT-LLM's populate switch does; only from a clean, passing run (no --inject, no FAILed gate, "
-             "failing event or failed request), saying how many documents it rests on."))  # fmt: skip
-    control: bool | None = field(default=None, metadata=flag(  # evals/lossless/control.py; None: when needed
-        "--control/--no-control", group=EVAL,
-        help="The lossless gate's noise floor outside float32: decode the plain side again at another batch shape "
-             "(our engine: max batch size 1; an endpoint: the baseline server at concurrency 1) and judge each "
-             "divergence's logit margin against what that control measured. Default: made for a spec-dec run in a "
-             "dtype that is not exact when none is recorded; reused."))  # fmt: skip
+    resume: bool | None = field(
+        default=None,
+        metadata=flag(  # None: resume an unfinished run of this configuration
+            "--resume/--fresh",
+            group=STORE,
+            help="Resume the newest unfinished run of this exact configuration, or start afresh (default: resume when "
+            "one exists).",
+        ),
+    )
+    baseline: str = field(
+        default="paired",
+        metadata=flag(  # see BASELINE_MODES
+            "--baseline",
+            group=EVAL,
+            help="The lossless gate's baseline of a spec-dec run: 'paired' (decoded beside the run from one "
+            "prefill per "
+            "prompt, recorded as its own run; our engine), 'separate' (a run of its own first), or a recorded run "
+            "(id or folder) to compare with.",
+        ),
+    )
+    populate_acceptance: bool = field(
+        default=False,
+        metadata=flag(
+            "--populate-acceptance",
+            group=EVAL,
+            help="Write this run's acceptance length as the reference of its test id (ref_al = AL, min_al = 0.95 AL), "
+            "as TensorRT-LLM's populate switch does; only from a clean, passing run (no --inject, no FAILed gate, "
+            "failing event or failed request), saying how many documents it rests on.",
+        ),
+    )
+    control: bool | None = field(
+        default=None,
+        metadata=flag(  # evals/lossless/control.py; None: when needed
+            "--control/--no-control",
+            group=EVAL,
+            help="The lossless gate's noise floor outside float32: decode the plain side again at another batch shape "
+            "(our engine: max batch size 1; an endpoint: the baseline server at concurrency 1) and judge each "
+            "divergence's logit margin against what that control measured. Default: made for a spec-dec run in a "
+            "dtype that is not exact when none is recorded; reused.",
+        ),
+    )
 
     @property
     def baseline_run(self) -> str | None:
@@ -207,13 +295,25 @@ class RunPlan:
         return self.baseline if self.baseline in BASELINE_MODES else "separate"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"options": self.options.to_dict(), "out": self.out, "resume": self.resume, "baseline": self.baseline,
-                "populate_acceptance": self.populate_acceptance, "control": self.control}  # fmt: skip
+        return {
+            "options": self.options.to_dict(),
+            "out": self.out,
+            "resume": self.resume,
+            "baseline": self.baseline,
+            "populate_acceptance": self.populate_acceptance,
+            "control": self.control,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunPlan:
-        return cls(EvalOptions.from_dict(d["options"]), d["out"], d["resume"], d.get("baseline", "paired"),
-                   d.get("populate_acceptance", False), d.get("control"))  # fmt: skip
+        return cls(
+            EvalOptions.from_dict(d["options"]),
+            d["out"],
+            d["resume"],
+            d.get("baseline", "paired"),
+            d.get("populate_acceptance", False),
+            d.get("control"),
+        )
 
 
 @dataclass(frozen=True)

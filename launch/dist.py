@@ -67,8 +67,13 @@ def init_world(env: RankEnv, device_type: str, layout: Layout, timeout_s: float 
     rank = env.rank
     groups = [dist.new_group(layout.tp_group_of(d * layout.tp), timeout=timeout) for d in range(layout.dp)]
     mine = layout.tp_group_of(rank)
-    tp = TPGroup(rank=mine.index(rank), size=layout.tp, group=groups[layout.dp_index_of(rank)], src_rank=mine[0],
-                 global_rank=rank)  # fmt: skip
+    tp = TPGroup(
+        rank=mine.index(rank),
+        size=layout.tp,
+        group=groups[layout.dp_index_of(rank)],
+        src_rank=mine[0],
+        global_rank=rank,
+    )
     control = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else dist.group.WORLD
     return World(rank, layout, tp, control)
 

@@ -35,9 +35,17 @@ class Job:
     mode: str = "batch"
 
     def to_json(self, result_file: str | None) -> str:
-        return json.dumps({"driver": self.driver, "engine": self.engine.to_dict(), "tp": self.tp,
-                           "payload": self.payload, "rank_timeout_s": self.rank_timeout_s, "mode": self.mode,
-                           "result_file": result_file})  # fmt: skip
+        return json.dumps(
+            {
+                "driver": self.driver,
+                "engine": self.engine.to_dict(),
+                "tp": self.tp,
+                "payload": self.payload,
+                "rank_timeout_s": self.rank_timeout_s,
+                "mode": self.mode,
+                "result_file": result_file,
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str) -> tuple[Job, str | None]:

@@ -180,8 +180,10 @@ class ShardedServingEngine(ReplicaFront):
     def generate(self, prompts: Sequence[Prompt], sampling=None, progress=None, sink=None) -> list[GenerationOutput]:
         """Outputs in prompt order; unseeded sampling takes each prompt's seed by its index, as one process does."""
         params = per_prompt(sampling, len(prompts))
-        seeded = [p if p.greedy or p.seed is not None else replace(p, seed=self._local.default_seed(i))
-                  for i, p in enumerate(params)]  # fmt: skip
+        seeded = [
+            p if p.greedy or p.seed is not None else replace(p, seed=self._local.default_seed(i))
+            for i, p in enumerate(params)
+        ]
         index_of = {self.add_request(prompt, p): i for i, (prompt, p) in enumerate(zip(prompts, seeded, strict=True))}
         outputs: list[GenerationOutput | None] = [None] * len(prompts)
         while self.has_unfinished_requests:
@@ -232,8 +234,10 @@ def launch_serving(job: Job, spec: TorchrunSpec, layout: Layout, device: str) ->
     (it drains, then stops the other ranks). Success is rank 0's result file, whatever torchrun's own status: its
     agent exits non-zero when it was signalled too (Ctrl-C in a terminal reaches every process of the group)."""
     backend = "NCCL" if device == "cuda" else "gloo"
-    print(f"{layout.world_size} {'GPU' if device == 'cuda' else 'CPU'} ranks over {backend}: {layout.describe()}",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"{layout.world_size} {'GPU' if device == 'cuda' else 'CPU'} ranks over {backend}: {layout.describe()}",
+        file=sys.stderr,
+    )
     with tempfile.TemporaryDirectory(prefix="specdec-serve-") as tmp:
         result_file, job_file, pid_file = Path(tmp) / "result.json", Path(tmp) / "job.json", Path(tmp) / "rank0.pid"
         job = replace(job, payload={**job.payload, "pid_file": str(pid_file)}, mode="serving")

@@ -104,18 +104,31 @@ def checked_out(repo: Path, refs: tuple[str, str]) -> Iterator[list[Side]]:
             pip_tmp = work / "tmp-pip"  # pip's build files too stay inside the folder removed below
             pip_tmp.mkdir(exist_ok=True)
             p = subprocess.run(
-                [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                 "--target", str(site), str(tree)],
-                capture_output=True, text=True, env={**os.environ, "TMPDIR": str(pip_tmp)},
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--no-deps",
+                    "--no-build-isolation",
+                    "--target",
+                    str(site),
+                    str(tree),
+                ],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "TMPDIR": str(pip_tmp)},
+            )
             if p.returncode != 0:
                 raise ABError(f"side {name} ({ref}): installing its code failed: {p.stderr.strip()[-300:]}")
             sides.append(Side(name, ref, commit, tree, site))
         yield sides
     finally:
         for side in sides:
-            subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(side.worktree)],
-                           capture_output=True)  # fmt: skip
+            subprocess.run(
+                ["git", "-C", str(repo), "worktree", "remove", "--force", str(side.worktree)], capture_output=True
+            )
         subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True)
         shutil.rmtree(work, ignore_errors=True)
 
@@ -149,8 +162,7 @@ def side_command(side: Side, run_args: list[str], out_root: Path) -> tuple[list[
     # `python -m` would put the current folder first on sys.path; inside a checkout that would import the
     # checkout's code instead of this side's (Python >= 3.11 honours PYTHONSAFEPATH).
     env["PYTHONSAFEPATH"] = "1"
-    cmd = [sys.executable, "-m", "specdec_eval.cli.main", "run", *run_args, "--out", str(out_root), "--fresh",
-           "--json"]  # fmt: skip
+    cmd = [sys.executable, "-m", "specdec_eval.cli.main", "run", *run_args, "--out", str(out_root), "--fresh", "--json"]
     return cmd, env
 
 

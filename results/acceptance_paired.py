@@ -270,9 +270,27 @@ def paired_acceptance_test(
     at = f"AL {e.al_a:.4f} -> {e.al_b:.4f} ({e.relative:+.2%}) over {e.n} paired documents"
     documents = None
     if e.n < 2:
-        return PairedAcceptanceTest(INCONCLUSIVE, False, False, e.n, e.al_a, e.al_b, e.relative, e.std_error, None,
-                                    None, False, None, None, drop, alpha, beta, e.weighted, method,
-                                    f"INCONCLUSIVE: {at}: a paired test needs two documents")  # fmt: skip
+        return PairedAcceptanceTest(
+            INCONCLUSIVE,
+            False,
+            False,
+            e.n,
+            e.al_a,
+            e.al_b,
+            e.relative,
+            e.std_error,
+            None,
+            None,
+            False,
+            None,
+            None,
+            drop,
+            alpha,
+            beta,
+            e.weighted,
+            method,
+            f"INCONCLUSIVE: {at}: a paired test needs two documents",
+        )
     if e.std_error == 0.0:  # every document's counts moved in proportion (identical runs: not at all)
         shown, ruled_out, rise = e.relative < 0, e.relative > -drop, e.relative > 0
         p_drop, p_large = float(e.relative >= 0), float(e.relative <= -drop)  # certain either way
@@ -281,8 +299,11 @@ def paired_acceptance_test(
     else:
         df = e.n - 1
         stat = e.relative / e.std_error
-        p_drop, p_large, p_rise = (float(t.cdf(stat, df)), float(t.sf((e.relative + drop) / e.std_error, df)),
-                                   float(t.sf(stat, df)))  # fmt: skip
+        p_drop, p_large, p_rise = (
+            float(t.cdf(stat, df)),
+            float(t.sf((e.relative + drop) / e.std_error, df)),
+            float(t.sf(stat, df)),
+        )
         if swap is not None:
             p_drop, p_rise = swap[0], swap[1]
             method = SWAP_METHOD.format(how=swap[2]) + "; a drop ruled out by the " + method
@@ -296,11 +317,31 @@ def paired_acceptance_test(
     elif ruled_out:
         reason = f"NO-DROP: {at}: a {drop:.0%} drop is ruled out (p = {p_large:.3g} < {beta:g})"
     else:
-        reason = (f"INCONCLUSIVE: {at}: this n detects a drop of {detectable:.1%} with power {1 - beta:.0%}; a "
-                  f"{drop:.0%} drop needs about {documents} documents at this spread")  # fmt: skip
-    return PairedAcceptanceTest(verdict, shown, ruled_out, e.n, e.al_a, e.al_b, e.relative, e.std_error, p_drop,
-                                p_large, rise, detectable, documents, drop, alpha, beta, e.weighted, method,
-                                reason)  # fmt: skip
+        reason = (
+            f"INCONCLUSIVE: {at}: this n detects a drop of {detectable:.1%} with power {1 - beta:.0%}; a "
+            f"{drop:.0%} drop needs about {documents} documents at this spread"
+        )
+    return PairedAcceptanceTest(
+        verdict,
+        shown,
+        ruled_out,
+        e.n,
+        e.al_a,
+        e.al_b,
+        e.relative,
+        e.std_error,
+        p_drop,
+        p_large,
+        rise,
+        detectable,
+        documents,
+        drop,
+        alpha,
+        beta,
+        e.weighted,
+        method,
+        reason,
+    )
 
 
 def detectable_drop(n: int, std_error: float, alpha: float = DEFAULT_ALPHA, beta: float = DEFAULT_BETA) -> float:
@@ -310,8 +351,9 @@ def detectable_drop(n: int, std_error: float, alpha: float = DEFAULT_ALPHA, beta
     return float((t.ppf(1 - alpha, n - 1) + t.ppf(1 - beta, n - 1)) * std_error)
 
 
-def documents_for_drop(per_document_sd: float, drop: float, alpha: float = DEFAULT_ALPHA,
-                       beta: float = DEFAULT_BETA) -> int:  # fmt: skip
+def documents_for_drop(
+    per_document_sd: float, drop: float, alpha: float = DEFAULT_ALPHA, beta: float = DEFAULT_BETA
+) -> int:
     """Documents a fixed one-sided paired test needs for power 1 - beta at `drop`, at this per-document spread."""
     from scipy.stats import norm
 

@@ -55,14 +55,23 @@ class ClusteredScore:
     def describe(self) -> str:
         if self.n_docs and self.n_samples == self.n_docs:
             return f"score {self.score:.2f} over {self.n_docs} documents, standard error {_num(self.se)}"
-        return (f"score {self.score:.2f} over {self.n_docs} documents x {self.repeats:g} samples, standard error "
-                f"{_num(self.se)} clustered by document (as if independent: {_num(self.se_naive)}; design effect "
-                f"{self.design_effect:.2f}, effective samples {self.n_effective:.1f})")  # fmt: skip
+        return (
+            f"score {self.score:.2f} over {self.n_docs} documents x {self.repeats:g} samples, standard error "
+            f"{_num(self.se)} clustered by document (as if independent: {_num(self.se_naive)}; design effect "
+            f"{self.design_effect:.2f}, effective samples {self.n_effective:.1f})"
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"n_docs": self.n_docs, "n_samples": self.n_samples, "score": self.score, "se": self.se,
-                "se_naive": self.se_naive, "design_effect": self.design_effect, "n_effective": self.n_effective,
-                "method": "per-document means (clustered by document)"}  # fmt: skip
+        return {
+            "n_docs": self.n_docs,
+            "n_samples": self.n_samples,
+            "score": self.score,
+            "se": self.se,
+            "se_naive": self.se_naive,
+            "design_effect": self.design_effect,
+            "n_effective": self.n_effective,
+            "method": "per-document means (clustered by document)",
+        }
 
 
 def clustered_score(groups: Groups) -> ClusteredScore:
@@ -99,8 +108,16 @@ class PairedClustered:
     method: str = "clustered paired test on per-document mean differences"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"n_docs": self.n_docs, "mean_a": self.mean_a, "mean_b": self.mean_b, "delta": self.delta,
-                "se": self.se, "z": self.z, "p": self.p, "method": self.method}  # fmt: skip
+        return {
+            "n_docs": self.n_docs,
+            "mean_a": self.mean_a,
+            "mean_b": self.mean_b,
+            "delta": self.delta,
+            "se": self.se,
+            "z": self.z,
+            "p": self.p,
+            "method": self.method,
+        }
 
 
 def paired_clustered(a: Groups, b: Groups) -> PairedClustered:

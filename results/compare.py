@@ -53,8 +53,10 @@ def compare_runs(
         if not (run.path / "samples.parquet").is_file():
             # Without its samples nothing pairs, and "0 paired samples: no significant change" would be a verdict
             # on nothing.
-            raise FileNotFoundError(f"run {which} ({run.run_id}) has no samples.parquet (lost or deleted): "
-                                    "there is nothing to pair sample by sample")  # fmt: skip
+            raise FileNotFoundError(
+                f"run {which} ({run.run_id}) has no samples.parquet (lost or deleted): "
+                "there is nothing to pair sample by sample"
+            )
     summary_a, summary_b = run_a.run_summary(), run_b.run_summary()
     manifest_a, manifest_b = run_a.manifest(), run_b.manifest()
     samples_a, samples_b = run_a.samples(), run_b.samples()
@@ -66,9 +68,14 @@ def compare_runs(
     acceptance_test = {"drop": acceptance_drop, "alpha": alpha, "beta": beta}
     for task in [t for t in tasks_a if t in tasks_b]:
         tasks[task] = _compare_task(
-            pairs.get(task, []), _with_fallback(tasks_a[task], summary_a), _with_fallback(tasks_b[task], summary_b),
-            pairs.unpaired.get(task), alpha, filter, acceptance_test,
-        )  # fmt: skip
+            pairs.get(task, []),
+            _with_fallback(tasks_a[task], summary_a),
+            _with_fallback(tasks_b[task], summary_b),
+            pairs.unpaired.get(task),
+            alpha,
+            filter,
+            acceptance_test,
+        )
     verdicts = [t["verdict"] for t in tasks.values()]
     verdict = REGRESSION if REGRESSION in verdicts else IMPROVEMENT if IMPROVEMENT in verdicts else NO_CHANGE
     return {
@@ -99,15 +106,16 @@ def _with_fallback(task: TaskSummary, summary: RunSummary) -> TaskSummary:
     return replace(task, acceptance=dict(reported))
 
 
-def _check_samples_present(run: Run, which: str, samples: list[SampleRecord],
-                           tasks: Mapping[str, TaskSummary]) -> None:  # fmt: skip
+def _check_samples_present(run: Run, which: str, samples: list[SampleRecord], tasks: Mapping[str, TaskSummary]) -> None:
     """FileNotFoundError when the summary counts samples of a task that samples.parquet does not hold (a file cut
     down or replaced): pairing what is left would report "no significant change" about samples never seen."""
     for task, info in tasks.items():
         expected = info.num_samples or 0
         if expected and not any(s.task == task for s in samples):
-            raise FileNotFoundError(f"run {which} ({run.run_id}): its summary counts {expected} {task} samples but "
-                                    "samples.parquet holds none of them")  # fmt: skip
+            raise FileNotFoundError(
+                f"run {which} ({run.run_id}): its summary counts {expected} {task} samples but "
+                "samples.parquet holds none of them"
+            )
 
 
 def _run_info(run: Run, manifest: dict[str, Any], summary: RunSummary) -> dict[str, Any]:
@@ -226,8 +234,13 @@ def _acceptance(
         per_document = test.to_json()
         per_document["unpaired"] = len(units) - test.n  # documents where a side drafted nothing or recorded nothing
     basis = {"a": (a or {}).get("basis"), "b": (b or {}).get("basis")}  # per-request counts, or the server fallback
-    return {"a": length_a, "b": length_b, "delta": _delta(length_a, length_b), "per_document": per_document,
-            **({"basis": basis} if any(basis.values()) else {})}  # fmt: skip
+    return {
+        "a": length_a,
+        "b": length_b,
+        "delta": _delta(length_a, length_b),
+        "per_document": per_document,
+        **({"basis": basis} if any(basis.values()) else {}),
+    }
 
 
 def _event_deltas(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, dict[str, int]]:
@@ -370,8 +383,10 @@ def render_compare(result: dict[str, Any]) -> str:
     test = "clustered paired test" if any("clustered" in t for t in result["tasks"].values()) else "McNemar"
     lines.append(f"verdict: {result['verdict']} (alpha {result['alpha']}, {test} on {result['filter']})")
     if result.get("acceptance_drops"):
-        lines.append(f"ACCEPTANCE DROP: per-document acceptance length fell significantly in "
-                     f"{', '.join(result['acceptance_drops'])}")  # fmt: skip
+        lines.append(
+            f"ACCEPTANCE DROP: per-document acceptance length fell significantly in "
+            f"{', '.join(result['acceptance_drops'])}"
+        )
     return "\n".join(lines)
 
 
@@ -389,6 +404,7 @@ def _acceptance_lines(acc: dict[str, Any]) -> list[str]:
         flag = "  SIGNIFICANT DROP" if p["drop_shown"] else "  significant rise" if p["rise_shown"] else ""
         se = f"SE {p['std_error']:.2%}" if p["n"] >= 2 else "no SE (one document)"
         lines.append(f"  paired by document ({p['n']}): {p['relative']:+.2%}, {se}; {p['reason']}{flag}")
-        lines.append(f"    ({p['method']}; alpha {p['alpha']:g} for a drop, beta {p['beta']:g} to rule out "
-                     f"{p['drop']:.0%})")  # fmt: skip
+        lines.append(
+            f"    ({p['method']}; alpha {p['alpha']:g} for a drop, beta {p['beta']:g} to rule out {p['drop']:.0%})"
+        )
     return lines

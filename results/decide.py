@@ -160,8 +160,17 @@ def decide(test_id: str, gpu: str | None, root: str | Path, waives_path: str | P
     rows = [r for r in reversed(table.rows) if r["finished"]]
 
     def decision(action: str, reason: str, evidence_rows: list[dict[str, Any]], signature: str | None = None):
-        return Decision(test_id, gpu, action, reason, waived, [_evidence(r) for r in evidence_rows], signature,
-                        [f"line {e.line_no}: {e.text}" for e in applying], table.unreadable)  # fmt: skip
+        return Decision(
+            test_id,
+            gpu,
+            action,
+            reason,
+            waived,
+            [_evidence(r) for r in evidence_rows],
+            signature,
+            [f"line {e.line_no}: {e.text}" for e in applying],
+            table.unreadable,
+        )
 
     if not rows:
         return decision(KEEP, f"no finished runs of this test {_where(gpu)} under {root}{_note(table.unreadable)}", [])
@@ -170,8 +179,13 @@ def decide(test_id: str, gpu: str | None, root: str | Path, waives_path: str | P
         signature = failure_signature(newest)
         newer = _unreadable_since(table.unreadable, newest)
         if waived:
-            return decision(KEEP, f"the newest run {newest['run_id']} fails ({signature}); already waived "
-                                  f"({_lines(applying)}){_note(newer)}", rows[:k], signature)  # fmt: skip
+            return decision(
+                KEEP,
+                f"the newest run {newest['run_id']} fails ({signature}); already waived "
+                f"({_lines(applying)}){_note(newer)}",
+                rows[:k],
+                signature,
+            )
         reason = f"the newest run {newest['run_id']} fails: {signature}{_note(newer)}"
         return decision(WAIVE, reason, rows[:k], signature)
     if not waived:
@@ -184,20 +198,31 @@ def decide(test_id: str, gpu: str | None, root: str | Path, waives_path: str | P
     failed = next((r for r in recent if run_fails(r)), None)
     if failed is not None:
         passing = recent.index(failed)
-        return decision(KEEP, f"only {passing} of {k} required passing runs: {failed['run_id']} fails "
-                              f"({failure_signature(failed)})", recent)  # fmt: skip
+        return decision(
+            KEEP,
+            f"only {passing} of {k} required passing runs: {failed['run_id']} fails ({failure_signature(failed)})",
+            recent,
+        )
     if len(recent) < k:
         left_out = f" ({len(ungated_runs)} NO-GATE run(s) left out: no gate could fail them)" if ungated_runs else ""
         return decision(KEEP, f"only {len(recent)} of {k} required passing runs {_where(gpu)}{left_out}", recent)
     blocking = _unreadable_since(table.unreadable, recent[-1])
     if blocking:
         u = blocking[-1]
-        return decision(KEEP, f"the {k} most recent readable runs {_where(gpu)} pass, but {len(blocking)} run(s) "
-                              f"among or after them cannot be read (newest: {u['run_id']}: {u['reason']}); "
-                              "not lifting a waive on evidence that may hide a failure", recent)  # fmt: skip
+        return decision(
+            KEEP,
+            f"the {k} most recent readable runs {_where(gpu)} pass, but {len(blocking)} run(s) "
+            f"among or after them cannot be read (newest: {u['run_id']}: {u['reason']}); "
+            "not lifting a waive on evidence that may hide a failure",
+            recent,
+        )
     if not exact:
-        return decision(KEEP, f"the {k} most recent runs on {gpu} pass, but the waive applies to every GPU "
-                              f"({_lines(applying)}); decide without --gpu to lift it", recent)  # fmt: skip
+        return decision(
+            KEEP,
+            f"the {k} most recent runs on {gpu} pass, but the waive applies to every GPU "
+            f"({_lines(applying)}); decide without --gpu to lift it",
+            recent,
+        )
     reason = f"the {k} most recent runs {_where(gpu)} pass"
     ungated = _ungated(recent)
     if ungated:
@@ -223,8 +248,10 @@ def _note(unreadable: list[dict[str, Any]]) -> str:
     if not unreadable:
         return ""
     u = unreadable[-1]
-    return f"; note: {len(unreadable)} run(s) that may be of this test cannot be read (newest: {u['run_id']}: " \
-           f"{u['reason']})"  # fmt: skip
+    return (
+        f"; note: {len(unreadable)} run(s) that may be of this test cannot be read (newest: {u['run_id']}: "
+        f"{u['reason']})"
+    )
 
 
 def _lines(entries: list[WaiveEntry]) -> str:

@@ -26,11 +26,31 @@ if TYPE_CHECKING:
 KEY = ["task", "doc_id"]
 _CORRECT = "correct["
 # The runs table's columns per run, then per task (a task's own verdict is `task_verdict`: `verdict` is the run's).
-_RUN_COLUMNS = ["run_id", "started", "commit", "commit_full", "dirty", "test_id", "gpu", "world_size", "verdict",
-                "finished", "live", "elapsed_s", "num_failing_events", "path"]  # fmt: skip
-_TASK_COLUMNS = {"score": "score", "reference": "reference", "threshold": "threshold", "verdict": "task_verdict",
-                 "num_samples": "num_samples", "lossless": "lossless",
-                 "acceptance_gate": "acceptance_gate"}  # fmt: skip
+_RUN_COLUMNS = [
+    "run_id",
+    "started",
+    "commit",
+    "commit_full",
+    "dirty",
+    "test_id",
+    "gpu",
+    "world_size",
+    "verdict",
+    "finished",
+    "live",
+    "elapsed_s",
+    "num_failing_events",
+    "path",
+]
+_TASK_COLUMNS = {
+    "score": "score",
+    "reference": "reference",
+    "threshold": "threshold",
+    "verdict": "task_verdict",
+    "num_samples": "num_samples",
+    "lossless": "lossless",
+    "acceptance_gate": "acceptance_gate",
+}
 
 
 def samples_frame(samples: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
@@ -53,12 +73,16 @@ def load_samples(run: Run | str | Path, root: str | Path | None = None) -> pd.Da
     the run is unfinished (its samples are recorded only at its end: an empty frame would read as a run of none)."""
     if not isinstance(run, Run):
         if root is None and not (Path(run) / "manifest.json").is_file():
-            raise FileNotFoundError(f"{run} is not a run folder (it has no manifest.json); to find a run by its id, "
-                                    "pass the runs folder as root")  # fmt: skip
+            raise FileNotFoundError(
+                f"{run} is not a run folder (it has no manifest.json); to find a run by its id, "
+                "pass the runs folder as root"
+            )
         run = open_run(str(run), root if root is not None else Path(run).parent)  # a folder: root unused
     if not run.is_finished:
-        raise ValueError(f"run {run.run_id} is unfinished (running, interrupted or failed): its samples are recorded "
-                         "when it finishes; `specdec-eval run` with the same options resumes it")  # fmt: skip
+        raise ValueError(
+            f"run {run.run_id} is unfinished (running, interrupted or failed): its samples are recorded "
+            "when it finishes; `specdec-eval run` with the same options resumes it"
+        )
     frame = samples_frame(run.sample_rows())
     frame.insert(0, "run_id", run.run_id)
     correct = [c for c in frame.columns if c.startswith(_CORRECT) and c.endswith("]")]
@@ -68,8 +92,9 @@ def load_samples(run: Run | str | Path, root: str | Path | None = None) -> pd.Da
     return frame
 
 
-def load_runs(root: str | Path, test_id: str | None = None, commit: str | None = None,
-              gpu: str | None = None) -> pd.DataFrame:  # fmt: skip
+def load_runs(
+    root: str | Path, test_id: str | None = None, commit: str | None = None, gpu: str | None = None
+) -> pd.DataFrame:
     """One row per (run, task) of the readable runs under root, oldest first, filtered as `specdec-eval runs` is:
     the run's columns (run_id, started, commit, test_id, gpu, verdict as every reader shows it, ...) and the task's
     (task, score, reference, threshold, task_verdict, num_samples, lossless, acceptance_gate). FileNotFoundError /
@@ -82,8 +107,10 @@ def load_runs(root: str | Path, test_id: str | None = None, commit: str | None =
     if not Path(root).is_dir():
         raise NotADirectoryError(f"runs folder {root} is a file, not a folder of runs")
     if (Path(root) / "manifest.json").is_file():  # read as a store it holds no runs: an empty frame, silently
-        raise ValueError(f"{root} is one run's folder, not a folder of runs: load_runs({str(Path(root).parent)!r}) "
-                         "reads the store it is in, load_samples of it this run's samples")  # fmt: skip
+        raise ValueError(
+            f"{root} is one run's folder, not a folder of runs: load_runs({str(Path(root).parent)!r}) "
+            "reads the store it is in, load_samples of it this run's samples"
+        )
 
     from .runs_table import runs_table
 

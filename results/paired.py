@@ -62,10 +62,15 @@ def _keys(samples: list[SampleRecord], which: str) -> pd.DataFrame:
     import pandas as pd
 
     column = lambda values: pd.Series(list(values), dtype=object)  # noqa: E731  ints and strs as the store has them
-    frame = pd.DataFrame({"task": column(s.task for s in samples), "doc_id": column(s.doc_id for s in samples),
-                          "repeat": column(int(s.repeat or 0) for s in samples),
-                          "prompt_hash": column(s.prompt_hash for s in samples),
-                          "row": range(len(samples))})  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "task": column(s.task for s in samples),
+            "doc_id": column(s.doc_id for s in samples),
+            "repeat": column(int(s.repeat or 0) for s in samples),
+            "prompt_hash": column(s.prompt_hash for s in samples),
+            "row": range(len(samples)),
+        }
+    )
     twice = frame.duplicated(["task", "doc_id", "repeat"])
     if twice.any():
         task, doc, repeat = frame.loc[twice.idxmax(), ["task", "doc_id", "repeat"]]

@@ -52,8 +52,9 @@ def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping or {}))
 
 
-def _emit(values: dict[str, Any], order: tuple[str, ...], optional: frozenset[str],
-          defaults: Mapping[str, Any] = _EMPTY) -> dict[str, Any]:  # fmt: skip
+def _emit(
+    values: dict[str, Any], order: tuple[str, ...], optional: frozenset[str], defaults: Mapping[str, Any] = _EMPTY
+) -> dict[str, Any]:
     """The JSON object of a record: the keys it was read with, in that order, then any key set since (a gate added
     after loading; a key at its default was not). A record built fresh writes every key but the optional ones that
     have no value."""
@@ -99,9 +100,23 @@ class GateResult:
 
 
 # A task entry's keys as evals/gates/verdict.py writes them, in order; the gates' records come last.
-_TASK_KEYS = ("num_samples", "score", "filter_scores", "reference", "threshold", "theta", "verdict",
-              "num_failed_requests", "acceptance", "data", "n_total", "subset", "stopped", "report",
-              "filter_mismatches")  # fmt: skip
+_TASK_KEYS = (
+    "num_samples",
+    "score",
+    "filter_scores",
+    "reference",
+    "threshold",
+    "theta",
+    "verdict",
+    "num_failed_requests",
+    "acceptance",
+    "data",
+    "n_total",
+    "subset",
+    "stopped",
+    "report",
+    "filter_mismatches",
+)
 _TASK_OPTIONAL = frozenset({"subset", "stopped", "lossless", "acceptance_gate"})
 TASK_GATES = ("lossless", "acceptance_gate")  # summary.json's key of each gate recorded besides the accuracy test
 
@@ -188,9 +203,26 @@ class TaskSummary:
 
 
 # The run's own keys in the order the pipeline writes them; "verdict" is derived, written first.
-_RUN_KEYS = ("events", "failing_events", "elapsed_s", "model", "kv_cache", "spec", "world_size", "run_id", "run_dir",
-             "test_id", "reused_generations", "reported_acceptance", "faults_never_fired", "paired_twin", "baseline",
-             "acceptance_populated", "early_stopped", "server_failure")  # fmt: skip
+_RUN_KEYS = (
+    "events",
+    "failing_events",
+    "elapsed_s",
+    "model",
+    "kv_cache",
+    "spec",
+    "world_size",
+    "run_id",
+    "run_dir",
+    "test_id",
+    "reused_generations",
+    "reported_acceptance",
+    "faults_never_fired",
+    "paired_twin",
+    "baseline",
+    "acceptance_populated",
+    "early_stopped",
+    "server_failure",
+)
 _RUN_OPTIONAL = frozenset(_RUN_KEYS[_RUN_KEYS.index("run_id") :])  # written only when set
 
 
@@ -275,8 +307,13 @@ class RunSummary:
         tasks = {n: TaskSummary.from_json(t) for n, t in (record.get("tasks") or {}).items() if isinstance(t, Mapping)}
         extra = {k: v for k, v in record.items() if k not in known and k not in ("verdict", "tasks")}
         verdict = record.get("verdict")
-        return cls(tasks=tasks, **known, recorded_verdict=verdict if isinstance(verdict, str) else None, extra=extra,
-                   key_order=tuple(record))  # fmt: skip
+        return cls(
+            tasks=tasks,
+            **known,
+            recorded_verdict=verdict if isinstance(verdict, str) else None,
+            extra=extra,
+            key_order=tuple(record),
+        )
 
 
 def as_run_summary(summary: RunSummary | Mapping[str, Any]) -> RunSummary:

@@ -77,8 +77,10 @@ class SampleRecord:
                 del row[name]
         if not row["repeat"]:  # one sample per document: the rows as before repeats existed
             del row["repeat"]
-        row = {k: list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, MappingProxyType) else v
-               for k, v in row.items()}  # fmt: skip
+        row = {
+            k: list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, MappingProxyType) else v
+            for k, v in row.items()
+        }
         for name in dict.fromkeys([*self.extracted, *self.correct]):
             if name in self.extracted:
                 row[f"extracted[{name}]"] = self.extracted[name]

@@ -16,8 +16,16 @@ from typing import Any
 
 from .run_summary import FAIL, NO_GATE, PASS, RunSummary, TaskSummary, as_run_summary
 
-__all__ = ["FAIL", "NO_GATE", "PASS", "UNDERPOWERED", "acceptance_words", "gates_passed", "lossless_uncalibrated",
-           "run_verdict"]  # fmt: skip
+__all__ = [
+    "FAIL",
+    "NO_GATE",
+    "PASS",
+    "UNDERPOWERED",
+    "acceptance_words",
+    "gates_passed",
+    "lossless_uncalibrated",
+    "run_verdict",
+]
 
 # What readers say beside an acceptance PASS whose band's floor lies below min_al (evals/gates/acceptance_power.py)
 UNDERPOWERED = "band wider than min_al: does not rule out a drop to min_al"

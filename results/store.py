@@ -269,8 +269,10 @@ def check_summary(summary: dict[str, Any], path: Path | str = "summary.json") ->
             if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
                 raise UnreadableRunError(f"{path}: tasks.{name}.{key} is {str(value)[:40]!r}, not a number")
         filters = task.get("filter_scores")
-        if filters is not None and not (isinstance(filters, dict) and all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in filters.values())):  # fmt: skip
+        if filters is not None and not (
+            isinstance(filters, dict)
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in filters.values())
+        ):
             raise UnreadableRunError(f"{path}: tasks.{name}.filter_scores is not an object of numbers")
     events = summary.get("events")
     if events is not None and not (isinstance(events, dict) and all(isinstance(n, int) for n in events.values())):

@@ -322,8 +322,13 @@ class WaivesFile:
         back = parse_line(text, 0)
         expected = (gpu, [test_id], marker, reason_or_url or None, None, None)
         if not isinstance(back, WaiveEntry) or expected != (
-            back.gpu, back.test_ids, back.marker, back.reason, back.comment, back.problem
-        ):  # fmt: skip
+            back.gpu,
+            back.test_ids,
+            back.marker,
+            back.reason,
+            back.comment,
+            back.problem,
+        ):
             why = back.problem if isinstance(back, WaiveEntry) and back.problem else "it does not read back as one"
             raise ValueError(f"cannot write this waive as one line ({why}): {text!r}")
         if self._exact(test_id, gpu):
@@ -378,8 +383,11 @@ class WaivesFile:
     def validate(self) -> list[str]:
         """Problems, one line each, prefixed with 'line N:', in line order."""
         problems = [(bad.line_no, bad.error) for bad in self.invalid]
-        problems += [(no, _BOM_PROBLEM if no == 1 else _BOM_INSIDE) for no, line in enumerate(self.lines, start=1)
-                     if line.startswith(BOM)]  # fmt: skip
+        problems += [
+            (no, _BOM_PROBLEM if no == 1 else _BOM_INSIDE)
+            for no, line in enumerate(self.lines, start=1)
+            if line.startswith(BOM)
+        ]
         problems += [(e.line_no, e.problem) for e in self.entries if e.problem]
         first: dict[tuple[str, str | None], int] = {}
         for e in self.entries:

@@ -31,8 +31,11 @@ def main(python: str, model_dir: str) -> None:
     try:
         with ServerProcess(str(cmd), log) as server:
             startup_s = server.wait_ready(cmd.url, timeout_s=STARTUP_TIMEOUT_S)
-            r = httpx.post(cmd.url + "/v1/completions", timeout=120, json={
-                "model": SERVED_MODEL, "prompt": PROMPT, "max_tokens": 8, "temperature": 0.0})  # fmt: skip
+            r = httpx.post(
+                cmd.url + "/v1/completions",
+                timeout=120,
+                json={"model": SERVED_MODEL, "prompt": PROMPT, "max_tokens": 8, "temperature": 0.0},
+            )
     except Exception as exc:  # the last line is what the setup prints
         lines = str(exc).strip().splitlines()
         raise SystemExit(f"vLLM did not serve (log {log}): {lines[-1] if lines else type(exc).__name__}") from None

@@ -23,8 +23,19 @@ from pathlib import Path
 from typing import Any
 
 # Keys whose values are timings, run ids or paths: they differ between any two executions.
-IGNORED_KEYS = frozenset({"elapsed_s", "seconds", "run_id", "run_dir", "baseline_run", "control_run", "started",
-                          "finished", "reused_generations"})  # fmt: skip
+IGNORED_KEYS = frozenset(
+    {
+        "elapsed_s",
+        "seconds",
+        "run_id",
+        "run_dir",
+        "baseline_run",
+        "control_run",
+        "started",
+        "finished",
+        "reused_generations",
+    }
+)
 RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9A-Za-z]+(?:-\d+)?")
 PORT = re.compile(r"(//[^/:\s\"]+):\d+")  # a server started for the commands listens on a port of the moment
 
@@ -140,8 +151,14 @@ def main(argv: list[str] | None = None) -> int:
         if not folder.is_dir():
             print(f"compare_behaviour: {folder} is not a folder", file=sys.stderr)
             return 2
-    names = sorted({p.stem for folder in (args.before, args.after) for p in folder.iterdir()
-                    if p.suffix in (".out", ".rc") or p.is_dir()})  # fmt: skip
+    names = sorted(
+        {
+            p.stem
+            for folder in (args.before, args.after)
+            for p in folder.iterdir()
+            if p.suffix in (".out", ".rc") or p.is_dir()
+        }
+    )
     results = [compare_command(args.before, args.after, name) for name in names]
     print(json.dumps(results, indent=2) if args.json else render(results))
     same = all(not x["differences"] and "only" not in x for r in results for x in r["runs"]) and not any(

@@ -23,8 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1234, help="which test questions and shots")
     args = parser.parse_args(argv)
     test = load_gsm8k_split(args.data_dir, "test")
-    prompts = fewshot_prompts(test, args.count, args.shots, seed=args.seed,
-                              shots_from=load_gsm8k_split(args.data_dir, "train"))  # fmt: skip
+    prompts = fewshot_prompts(
+        test, args.count, args.shots, seed=args.seed, shots_from=load_gsm8k_split(args.data_dir, "train")
+    )
     for prompt in prompts:
         print(json.dumps({"prompt": prompt}))
     return 0

@@ -54,12 +54,17 @@ def main() -> None:
         for s in result.samples:
             f.write(json.dumps(s) + "\n")
     summary = {
-        "task": result.task, "num_samples": result.num_samples, "score": result.score,
-        "filter_scores": result.filter_scores, "elapsed_s": round(elapsed, 1),
-        "resumed_generations": resumed, "data": result.data_origin,
+        "task": result.task,
+        "num_samples": result.num_samples,
+        "score": result.score,
+        "filter_scores": result.filter_scores,
+        "elapsed_s": round(elapsed, 1),
+        "resumed_generations": resumed,
+        "data": result.data_origin,
         "filter_mismatches": result.filter_mismatches,
-        "command": "python " + " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
-    }  # fmt: skip
+        "command": "python " + " ".join(sys.argv),
+        "machine": platform.processor() or platform.machine(),
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))
 

@@ -66,13 +66,19 @@ def measure(args: argparse.Namespace) -> int:
     (spec,) = parse_tasks(args.task)
     kwargs = GenKwargs.parse(args.gen_kwargs)
     template_kwargs = ChatTemplateKwargs.parse(args.chat_template_kwargs) if args.chat_template_kwargs else None
-    conditions = task_conditions(spec, gen_kwargs=kwargs, apply_chat_template=args.apply_chat_template,
-                                 chat_template_kwargs=template_kwargs or ChatTemplateKwargs(),
-                                 max_output_len=args.max_output_len, repeats=args.repeats)  # fmt: skip
+    conditions = task_conditions(
+        spec,
+        gen_kwargs=kwargs,
+        apply_chat_template=args.apply_chat_template,
+        chat_template_kwargs=template_kwargs or ChatTemplateKwargs(),
+        max_output_len=args.max_output_len,
+        repeats=args.repeats,
+    )
     print(f"{spec.name}: {conditions.describe()}", flush=True)
     source = source_for(spec, args.data_dir)
-    folder = write_task_yamls([spec], {spec.name: source}, Path("/tmp") / f"measure-repeats-{spec.name}", args.seed,
-                              gen_kwargs=kwargs)  # fmt: skip
+    folder = write_task_yamls(
+        [spec], {spec.name: source}, Path("/tmp") / f"measure-repeats-{spec.name}", args.seed, gen_kwargs=kwargs
+    )
     task = TaskManager(include_path=str(folder), include_defaults=False).load([spec.lm_eval_name])["tasks"]
     task = task[spec.lm_eval_name]
     docs = list(task.test_docs() if task.has_test_docs() else task.validation_docs())
@@ -91,8 +97,13 @@ def measure(args: argparse.Namespace) -> int:
             )
         )
     else:
-        engine = Engine(EngineConfig(model=args.model, device_memory=parse_bytes(args.device_memory),
-                                     kv_cache=KVCacheConfig(enable_block_reuse=True)))  # fmt: skip
+        engine = Engine(
+            EngineConfig(
+                model=args.model,
+                device_memory=parse_bytes(args.device_memory),
+                kv_cache=KVCacheConfig(enable_block_reuse=True),
+            )
+        )
     tokenizer = engine.tokenizer
     server_renders = bool(args.endpoint and args.chat)
     unread = unread_kwargs(tokenizer, template_kwargs)
@@ -107,16 +118,25 @@ def measure(args: argparse.Namespace) -> int:
     gk = dict(conditions.generation_kwargs)
     prompts, sampling, owners = [], [], []
     for doc_id in chosen:
-        ctx = task.fewshot_context(docs[doc_id], conditions.num_fewshot, apply_chat_template=args.apply_chat_template,
-                                   fewshot_as_multiturn=args.apply_chat_template,
-                                   chat_template=chat if args.apply_chat_template else None)  # fmt: skip
+        ctx = task.fewshot_context(
+            docs[doc_id],
+            conditions.num_fewshot,
+            apply_chat_template=args.apply_chat_template,
+            fewshot_as_multiturn=args.apply_chat_template,
+            chat_template=chat if args.apply_chat_template else None,
+        )
         for r in range(args.repeats):
             prompts.append(ctx)
-            sampling.append(SamplingParams(
-                max_new_tokens=conditions.max_output_len, temperature=conditions.temperature, top_p=conditions.top_p,
-                top_k=conditions.top_k, stop=tuple(s for s in gk.get("until", []) if s),
-                seed=sample_seed(kwargs.get("seed", args.seed), spec.name, doc_id, r),
-            ))  # fmt: skip
+            sampling.append(
+                SamplingParams(
+                    max_new_tokens=conditions.max_output_len,
+                    temperature=conditions.temperature,
+                    top_p=conditions.top_p,
+                    top_k=conditions.top_k,
+                    stop=tuple(s for s in gk.get("until", []) if s),
+                    seed=sample_seed(kwargs.get("seed", args.seed), spec.name, doc_id, r),
+                )
+            )
             owners.append(doc_id)
     start = time.time()
 
@@ -148,8 +168,10 @@ def measure(args: argparse.Namespace) -> int:
         score = clustered_score(groups[name])
         boot = bootstrap({str(k): v for k, v in groups[name].items()}, resamples=20_000, seed=args.seed)
         print(f"{name}: {score.describe()}")
-        print(f"  cluster bootstrap of this run (documents resampled, 20000 times): standard deviation of the score "
-              f"{boot['bootstrap_sd']:.2f}, beside the stated {score.se or 0:.2f}")  # fmt: skip
+        print(
+            f"  cluster bootstrap of this run (documents resampled, 20000 times): standard deviation of the score "
+            f"{boot['bootstrap_sd']:.2f}, beside the stated {score.se or 0:.2f}"
+        )
     if args.out is not None:
         first = groups[filters[0]]
         args.out.write_text(json.dumps({str(k): [int(v > 0) for v in vs] for k, vs in first.items()}))

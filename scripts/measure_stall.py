@@ -32,12 +32,21 @@ from tests.fake_server_helpers import HangingServer  # noqa: E402
 
 def one_run(tokenizer, args, timeout_s: float, floor_s: float) -> tuple[float, int, str]:
     with HangingServer(answer_first=args.answered) as server:
-        engine = EndpointEngine(EndpointConfig(url=server.url, concurrency=args.concurrency, max_retries=args.retries,
-                                               timeout_s=timeout_s, stall_floor_s=floor_s, kv_drain_timeout_s=0),
-                                tokenizer=tokenizer)  # fmt: skip
+        engine = EndpointEngine(
+            EndpointConfig(
+                url=server.url,
+                concurrency=args.concurrency,
+                max_retries=args.retries,
+                timeout_s=timeout_s,
+                stall_floor_s=floor_s,
+                kv_drain_timeout_s=0,
+            ),
+            tokenizer=tokenizer,
+        )
         start = time.perf_counter()
-        outputs = engine.generate([f"Question {i}: what is {i} + 2?" for i in range(args.documents)],
-                                  SamplingParams(max_new_tokens=4))  # fmt: skip
+        outputs = engine.generate(
+            [f"Question {i}: what is {i} + 2?" for i in range(args.documents)], SamplingParams(max_new_tokens=4)
+        )
         took = time.perf_counter() - start
         stalled = [e for e in engine.collect_events() if e["type"] == "server_stalled"]
         engine.close()
@@ -56,20 +65,31 @@ def main() -> None:
     args = parser.parse_args()
     tokenizer = load_checkpoint("tiny").load_tokenizer()
     unanswered = args.documents - args.answered
-    print(f"{args.documents} documents, the server answers {args.answered} then hangs (/health 200); concurrency "
-          f"{args.concurrency}, {args.retries} retries", flush=True)  # fmt: skip
+    print(
+        f"{args.documents} documents, the server answers {args.answered} then hangs (/health 200); concurrency "
+        f"{args.concurrency}, {args.retries} retries",
+        flush=True,
+    )
 
     took, failed, reason = one_run(tokenizer, args, DEFAULT_TIMEOUT_S, args.floor)
-    print(f"with the watch (floor {args.floor:g} s, request timeout {DEFAULT_TIMEOUT_S:g} s): FAIL after {took:.1f} s, "
-          f"{failed} documents failed\n  reason: {reason}", flush=True)  # fmt: skip
+    print(
+        f"with the watch (floor {args.floor:g} s, request timeout {DEFAULT_TIMEOUT_S:g} s): FAIL after {took:.1f} s, "
+        f"{failed} documents failed\n  reason: {reason}",
+        flush=True,
+    )
 
     peer, peer_failed, _ = one_run(tokenizer, args, args.peer_timeout, 1e9)
     predicted = time_without_watch(args.peer_timeout, args.retries, unanswered, args.concurrency)
-    print(f"without the watch (request timeout {args.peer_timeout:g} s): {peer:.1f} s, {peer_failed} documents failed "
-          f"(formula: {predicted:.1f} s)", flush=True)  # fmt: skip
+    print(
+        f"without the watch (request timeout {args.peer_timeout:g} s): {peer:.1f} s, {peer_failed} documents failed "
+        f"(formula: {predicted:.1f} s)",
+        flush=True,
+    )
     default = time_without_watch(DEFAULT_TIMEOUT_S, args.retries, unanswered, args.concurrency)
-    print(f"without the watch at the default request timeout {DEFAULT_TIMEOUT_S:g} s (formula): {default:.0f} s "
-          f"= {default / 3600:.1f} h, {default / took:.0f}x the watch's {took:.1f} s")  # fmt: skip
+    print(
+        f"without the watch at the default request timeout {DEFAULT_TIMEOUT_S:g} s (formula): {default:.0f} s "
+        f"= {default / 3600:.1f} h, {default / took:.0f}x the watch's {took:.1f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -94,10 +94,14 @@ class Started:
         self.pid, self.popen, self.returncode, self.signalled = 0, None, None, False
         env = {k: v.format(scratch=scratch, **fixtures) for k, v in case.env.items()}
         if not fork:
-            with open(scratch.parent / f"{scratch.name}.in", "rb") as i, open(self.out, "wb") as o, \
-                    open(self.err, "wb") as e:  # fmt: skip
-                self.popen = subprocess.Popen(CLI + args, cwd=scratch, stdin=i, stdout=o, stderr=e,
-                                              env={**os.environ, **ENV, **env})  # fmt: skip
+            with (
+                open(scratch.parent / f"{scratch.name}.in", "rb") as i,
+                open(self.out, "wb") as o,
+                open(self.err, "wb") as e,
+            ):
+                self.popen = subprocess.Popen(
+                    CLI + args, cwd=scratch, stdin=i, stdout=o, stderr=e, env={**os.environ, **ENV, **env}
+                )
             return
         sys.stdout.flush()
         sys.stderr.flush()
@@ -191,8 +195,9 @@ def judge(s: Started, timed_out: float | None, fixtures: dict[str, str] | None =
     return outcome
 
 
-def run_cli_group(cases: list[Case], root: Path, jobs: int, timeout: float, fork: bool,
-                  report: Callable[[Outcome], None]) -> tuple[list[Outcome], list[str]]:  # fmt: skip
+def run_cli_group(
+    cases: list[Case], root: Path, jobs: int, timeout: float, fork: bool, report: Callable[[Outcome], None]
+) -> tuple[list[Outcome], list[str]]:
     """Run the cases `jobs` at a time (no threads: a fork must not copy another thread's locks); returns the
     outcomes in case order and the fixture files that changed."""
     fixtures = make_fixtures(root)
@@ -234,8 +239,22 @@ def run_server_group(cases: list, report: Callable[[Outcome], None], timeout: fl
     one for the shutdown."""
     import httpx
 
-    command = [*CLI, "serve", "--model", "tiny", "--device", "cpu", "--device-memory", "256MiB", "--port", "0",
-               "--api-key", SERVER_KEY, "--log-level", "warning"]  # fmt: skip
+    command = [
+        *CLI,
+        "serve",
+        "--model",
+        "tiny",
+        "--device",
+        "cpu",
+        "--device-memory",
+        "256MiB",
+        "--port",
+        "0",
+        "--api-key",
+        SERVER_KEY,
+        "--log-level",
+        "warning",
+    ]
     start = time.perf_counter()
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV})
     lines: list[str] = []
@@ -247,8 +266,12 @@ def run_server_group(cases: list, report: Callable[[Outcome], None], timeout: fl
             break
     if url is None:
         proc.kill()
-        problem = Outcome(Case("serve-start", []), code=proc.wait(), seconds=time.perf_counter() - start,
-                          stderr_tail="".join(lines)[-800:])  # fmt: skip
+        problem = Outcome(
+            Case("serve-start", []),
+            code=proc.wait(),
+            seconds=time.perf_counter() - start,
+            stderr_tail="".join(lines)[-800:],
+        )
         problem.problems.append("the server did not start")
         report(problem)
         return [problem]
@@ -261,10 +284,15 @@ def run_server_group(cases: list, report: Callable[[Outcome], None], timeout: fl
             sent = {**auth, **headers}
             sent = {k: v for k, v in sent.items() if v}
             raw = isinstance(body, bytes)
-            response = http.request(method, path, content=body if raw else None,
-                                    json=None if raw or body is None else body, headers=sent)  # fmt: skip
-            outcome = Outcome(Case(name, [method, path]), code=response.status_code,
-                              seconds=time.perf_counter() - t0, stderr_tail=response.text[-400:])  # fmt: skip
+            response = http.request(
+                method, path, content=body if raw else None, json=None if raw or body is None else body, headers=sent
+            )
+            outcome = Outcome(
+                Case(name, [method, path]),
+                code=response.status_code,
+                seconds=time.perf_counter() - t0,
+                stderr_tail=response.text[-400:],
+            )
             if response.status_code not in expected:
                 outcome.problems.append(f"status {response.status_code}, expected {'/'.join(map(str, expected))}")
             try:
@@ -274,11 +302,11 @@ def run_server_group(cases: list, report: Callable[[Outcome], None], timeout: fl
             if not message:
                 outcome.problems.append("no JSON error with a message")
             healthy = http.get("/health").status_code == 200
-            good = http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, "temperature": 0},
-                             headers=auth)  # fmt: skip
+            good = http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, "temperature": 0}, headers=auth)
             if not healthy or good.status_code != 200:
-                outcome.problems.append(f"server not serving after it (health {healthy}, completion "
-                                        f"{good.status_code})")  # fmt: skip
+                outcome.problems.append(
+                    f"server not serving after it (health {healthy}, completion {good.status_code})"
+                )
             report(outcome)
             outcomes.append(outcome)
     t0 = time.perf_counter()
@@ -288,16 +316,21 @@ def run_server_group(cases: list, report: Callable[[Outcome], None], timeout: fl
     except subprocess.TimeoutExpired:
         proc.kill()
         code = proc.wait()
-    shutdown = Outcome(Case("serve-sigterm", ["SIGTERM"]), code=code, seconds=time.perf_counter() - t0,
-                       stderr_tail="".join(lines)[-800:])  # fmt: skip
+    shutdown = Outcome(
+        Case("serve-sigterm", ["SIGTERM"]),
+        code=code,
+        seconds=time.perf_counter() - t0,
+        stderr_tail="".join(lines)[-800:],
+    )
     if code != 0 or "Traceback" in "".join(lines):
         shutdown.problems.append(f"exit {code} after SIGTERM" + (", with a traceback" if code == 0 else ""))
     report(shutdown)
     return [*outcomes, shutdown]
 
 
-def run_scenarios(scenarios: list, root: Path, report: Callable[[Outcome], None], timeout: float,
-                  jobs: int) -> list[Outcome]:  # fmt: skip
+def run_scenarios(
+    scenarios: list, root: Path, report: Callable[[Outcome], None], timeout: float, jobs: int
+) -> list[Outcome]:
     """probe_cases.SERVER_SCENARIOS, `jobs` at a time (threads: each mostly waits on a process of its own)."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -373,8 +406,10 @@ def main(argv: list[str] | None = None) -> int:
     clean = sum(o.clean for o in outcomes)
     known = sum(not o.clean and o.case.name in KNOWN for o in outcomes)
     mode = "forked" if args.fork else "python -m"
-    print(f"{clean}/{len(outcomes)} clean in {time.perf_counter() - start:.0f} s ({mode}, {args.jobs} at a time)"
-          + (f"; {known} known, fixed in phase 2" if known else ""))  # fmt: skip
+    print(
+        f"{clean}/{len(outcomes)} clean in {time.perf_counter() - start:.0f} s ({mode}, {args.jobs} at a time)"
+        + (f"; {known} known, fixed in phase 2" if known else "")
+    )
     return 0 if clean + known == len(outcomes) and not changed else 1
 
 

@@ -313,17 +313,37 @@ SERVER_CASES: list[tuple[str, str, str, object, dict[str, str], tuple[int, ...]]
 # server group). Every question below is invented: a stand-in for a sealed GPQA question.
 # ==================================================================================================================
 
-SERVER_CASES.extend([
-    ("temperature-nan", "POST", "/v1/completions", b'{"prompt": "hi", "temperature": NaN}', {}, (400,)),
-    ("temperature-1e400", "POST", "/v1/completions", b'{"prompt": "hi", "temperature": 1e400}', {}, (400,)),
-    ("prompt-lone-surrogate", "POST", "/v1/completions", b'{"prompt": "a \\ud800 b"}', {}, (400,)),
-    ("chat-lone-surrogate", "POST", "/v1/chat/completions",
-     b'{"messages": [{"role": "user", "content": "\\udc00"}]}', {}, (400,)),
-    ("json-nested-5000-deep", "POST", "/v1/completions", b'{"prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}", {},
-     (400,)),
-    ("more-prompts-than-max-queue", "POST", "/v1/completions", {"prompt": ["a"] * 1025, "max_tokens": 1}, {},
-     (400,)),
-])  # fmt: skip
+SERVER_CASES.extend(
+    [
+        ("temperature-nan", "POST", "/v1/completions", b'{"prompt": "hi", "temperature": NaN}', {}, (400,)),
+        ("temperature-1e400", "POST", "/v1/completions", b'{"prompt": "hi", "temperature": 1e400}', {}, (400,)),
+        ("prompt-lone-surrogate", "POST", "/v1/completions", b'{"prompt": "a \\ud800 b"}', {}, (400,)),
+        (
+            "chat-lone-surrogate",
+            "POST",
+            "/v1/chat/completions",
+            b'{"messages": [{"role": "user", "content": "\\udc00"}]}',
+            {},
+            (400,),
+        ),
+        (
+            "json-nested-5000-deep",
+            "POST",
+            "/v1/completions",
+            b'{"prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+            {},
+            (400,),
+        ),
+        (
+            "more-prompts-than-max-queue",
+            "POST",
+            "/v1/completions",
+            {"prompt": ["a"] * 1025, "max_tokens": 1},
+            {},
+            (400,),
+        ),
+    ]
+)
 
 
 @dataclass
@@ -344,8 +364,9 @@ def _cli(ctx: ScenarioContext, *args: str) -> tuple[int | None, str, str]:
     import subprocess
 
     try:
-        p = subprocess.run([*ctx.cli, *args], capture_output=True, text=True, timeout=ctx.timeout, cwd=ctx.root,
-                           env=ctx.env)  # fmt: skip
+        p = subprocess.run(
+            [*ctx.cli, *args], capture_output=True, text=True, timeout=ctx.timeout, cwd=ctx.root, env=ctx.env
+        )
     except subprocess.TimeoutExpired as e:
         return None, str(e.stdout or ""), f"timed out after {ctx.timeout:.0f} s"
     return p.returncode, p.stdout, p.stderr
@@ -379,8 +400,9 @@ def _serve_api_key_not_ascii(ctx: ScenarioContext) -> list[ScenarioResult]:
     with socket.create_server(("127.0.0.1", 0)) as busy:  # a port in use: a key accepted would not serve forever
         port = str(busy.getsockname()[1])
         code, _, err = _cli(ctx, "serve", *FAST, "--port", port, "--api-key", "cl\u00e9")
-    return [("serve-api-key-not-ascii", code, _one_error_line(code, err, "--api-key must be printable ASCII"),
-             err[-400:])]  # fmt: skip
+    return [
+        ("serve-api-key-not-ascii", code, _one_error_line(code, err, "--api-key must be printable ASCII"), err[-400:])
+    ]
 
 
 class _Stub:
@@ -397,8 +419,11 @@ class _Stub:
             i = next((i for i in range(len(SEALED)) if f"tone {i} " in prompt), 0)
             if i < 2:
                 return (400, 500)[i], {"error": {"message": f"cannot take {prompt}"}}
-            choice = {"index": 0, "text": 5 if i == 4 else "The answer is (A)",
-                      "finish_reason": {2: "aborted", 3: "error"}.get(i, "stop")}  # fmt: skip
+            choice = {
+                "index": 0,
+                "text": 5 if i == 4 else "The answer is (A)",
+                "finish_reason": {2: "aborted", 3: "error"}.get(i, "stop"),
+            }
             return 200, {"choices": [choice]}
 
         class Handler(BaseHTTPRequestHandler):
@@ -433,8 +458,10 @@ class _Stub:
 
 def _gpqa_folder(root: Path) -> Path:
     rows = "".join(f'"{q}",gx,hx,jx,kx\n' for q in SEALED)
-    _write(root / "gpqa-data" / "gpqa" / "gpqa_diamond.csv",
-           "Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,Incorrect Answer 3\n" + rows)  # fmt: skip
+    _write(
+        root / "gpqa-data" / "gpqa" / "gpqa_diamond.csv",
+        "Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,Incorrect Answer 3\n" + rows,
+    )
     return root / "gpqa-data"
 
 
@@ -445,9 +472,23 @@ def _endpoint_broken_answers(ctx: ScenarioContext) -> list[ScenarioResult]:
     stub = _Stub()
     out = ctx.root / "runs"
     try:
-        code, stdout, err = _cli(ctx, "run", "--endpoint", f"{stub.url}/broken", "--model", "tiny", "--tasks",
-                                 "gpqa_diamond", "--data-dir", str(_gpqa_folder(ctx.root)), "--no-reference",
-                                 "--request-retries", "0", "--out", str(out))  # fmt: skip
+        code, stdout, err = _cli(
+            ctx,
+            "run",
+            "--endpoint",
+            f"{stub.url}/broken",
+            "--model",
+            "tiny",
+            "--tasks",
+            "gpqa_diamond",
+            "--data-dir",
+            str(_gpqa_folder(ctx.root)),
+            "--no-reference",
+            "--request-retries",
+            "0",
+            "--out",
+            str(out),
+        )
     finally:
         stub.close()
     common = [] if code == 1 else [f"exit {code}, expected 1 (a failed request fails the run)"]
@@ -462,9 +503,11 @@ def _endpoint_broken_answers(ctx: ScenarioContext) -> list[ScenarioResult]:
         if f"{len(SEALED)} of {len(SEALED)} requests FAILED" not in stdout:
             common.append(f"the report does not say {len(SEALED)} of {len(SEALED)} requests FAILED")
     results = []
-    for name, reason, count in (("endpoint-gpqa-error-echoes-prompt", "withheld: it quotes the prompt", 2),
-                                ("endpoint-finish-aborted-or-error", "did not complete the request", 2),
-                                ("endpoint-text-not-a-string", "text is int, not a string", 1)):  # fmt: skip
+    for name, reason, count in (
+        ("endpoint-gpqa-error-echoes-prompt", "withheld: it quotes the prompt", 2),
+        ("endpoint-finish-aborted-or-error", "did not complete the request", 2),
+        ("endpoint-text-not-a-string", "text is int, not a string", 1),
+    ):
         problems = list(common)
         found = sum(reason in r for r in reasons)
         if found != count:
@@ -487,8 +530,17 @@ def _endpoint_refusals(ctx: ScenarioContext) -> list[ScenarioResult]:
     stub = _Stub()
     smoke = ["--model", "tiny", "--tasks", "gsm8k_smoke", "--limit", "1", "--no-reference"]
     try:
-        code, _, err = _cli(ctx, "run", "--endpoint", f"{stub.url}/refuse", "--api-key", "wrong-key", *smoke,
-                            "--out", str(ctx.root / "refused"))  # fmt: skip
+        code, _, err = _cli(
+            ctx,
+            "run",
+            "--endpoint",
+            f"{stub.url}/refuse",
+            "--api-key",
+            "wrong-key",
+            *smoke,
+            "--out",
+            str(ctx.root / "refused"),
+        )
         problems = _one_error_line(code, err, "pass the server's key with --api-key", ("wrong-key", "served model"))
         results = [("endpoint-401-says-api-key", code, problems, err[-400:])]
         code, _, err = _cli(ctx, "run", "--endpoint", f"{stub.url}/unlisted", *smoke, "--out", str(ctx.root / "b"))
@@ -513,8 +565,12 @@ def _serve_scenarios(ctx: ScenarioContext) -> list[ScenarioResult]:
     import requests
     from specdec_eval.workers.remote.endpoint_requests import call_with_retries
 
-    proc = subprocess.Popen([*ctx.cli, "serve", *FAST, "--port", "0", "--max-queue", "2", "--grace", "60",
-                             "--log-level", "warning"], stderr=subprocess.PIPE, text=True, env=ctx.env)  # fmt: skip
+    proc = subprocess.Popen(
+        [*ctx.cli, "serve", *FAST, "--port", "0", "--max-queue", "2", "--grace", "60", "--log-level", "warning"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ctx.env,
+    )
     lines: list[str] = []
     url = None
     for line in proc.stderr:
@@ -529,8 +585,12 @@ def _serve_scenarios(ctx: ScenarioContext) -> list[ScenarioResult]:
     threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
     results: list[ScenarioResult] = []
     with httpx.Client(base_url=url, timeout=ctx.timeout) as http:
-        ids = [http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 5, "temperature": t}).json()
-               ["choices"][0]["token_ids"] for t in (0, 1e-40)]  # fmt: skip
+        ids = [
+            http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 5, "temperature": t}).json()["choices"][0][
+                "token_ids"
+            ]
+            for t in (0, 1e-40)
+        ]
         problems = [] if ids[0] == ids[1] else [f"temperature 1e-40 gave {ids[1]}, temperature 0 {ids[0]}"]
         results.append((names[0], 200, problems, ""))
         posts = []
@@ -542,8 +602,11 @@ def _serve_scenarios(ctx: ScenarioContext) -> list[ScenarioResult]:
             return r.json()
 
         answer = call_with_retries(send, 3, lambda *a: None)
-        problems = [] if "HTTP 400" in (answer.error or "") and "--max-queue 2" in answer.error else [
-            f"answered {answer.error!r}"]  # fmt: skip
+        problems = (
+            []
+            if "HTTP 400" in (answer.error or "") and "--max-queue 2" in answer.error
+            else [f"answered {answer.error!r}"]
+        )
         problems += [] if len(posts) == 1 else [f"our client sent it {len(posts)} times"]
         results.append((names[1], 400 if not problems else None, problems, answer.error or ""))
         body = {"prompt": "hi", "max_tokens": 200, "ignore_eos": True, "stream": True, "temperature": 0}
@@ -577,12 +640,16 @@ def _serve_scenarios(ctx: ScenarioContext) -> list[ScenarioResult]:
 SERVER_SCENARIOS = [
     (("serve-port-in-use",), _serve_port_in_use),
     (("serve-api-key-not-ascii",), _serve_api_key_not_ascii),
-    (("endpoint-gpqa-error-echoes-prompt", "endpoint-finish-aborted-or-error", "endpoint-text-not-a-string"),
-     _endpoint_broken_answers),
+    (
+        ("endpoint-gpqa-error-echoes-prompt", "endpoint-finish-aborted-or-error", "endpoint-text-not-a-string"),
+        _endpoint_broken_answers,
+    ),
     (("endpoint-401-says-api-key", "endpoint-http-error-one-line"), _endpoint_refusals),
-    (("serve-temperature-1e-40-is-greedy", "serve-more-prompts-than-max-queue", "serve-sigterm-drain-503"),
-     _serve_scenarios),
-]  # fmt: skip
+    (
+        ("serve-temperature-1e-40-is-greedy", "serve-more-prompts-than-max-queue", "serve-sigterm-drain-503"),
+        _serve_scenarios,
+    ),
+]
 
 
 def _hardening_scenarios() -> list:

@@ -20,8 +20,20 @@ from typing import Any
 
 from probe_cases import FAST, SERVER_CASES, Case, ScenarioContext, _cli, _one_error_line, _write
 
-SMOKE_ENDPOINT = ["--model", "tiny", "--tasks", "gsm8k_smoke", "--limit", "4", "--no-reference", "--max-output-len",
-                  "16", "--request-retries", "0", "--json"]  # fmt: skip
+SMOKE_ENDPOINT = [
+    "--model",
+    "tiny",
+    "--tasks",
+    "gsm8k_smoke",
+    "--limit",
+    "4",
+    "--no-reference",
+    "--max-output-len",
+    "16",
+    "--request-retries",
+    "0",
+    "--json",
+]
 _HELD: list[socket.socket] = []  # the busy port's socket, open while the probe runs
 
 
@@ -89,15 +101,23 @@ def _lists_plain_run(scratch: Path, out: str, err: str, fx: dict[str, str]) -> l
     return [] if RUN_PLAIN in out and "Traceback" not in err else [f"{RUN_PLAIN} is not listed"]
 
 
-SERVER_CASES.extend([
-    ("hard-logprobs-true", "POST", "/v1/completions", {"prompt": "hi", "logprobs": True}, {}, (400,)),
-    ("hard-logprobs-string", "POST", "/v1/completions", {"prompt": "hi", "logprobs": "5"}, {}, (400,)),
-    ("hard-temperature-string", "POST", "/v1/completions", {"prompt": "hi", "temperature": "0.5"}, {}, (400,)),
-    ("hard-prompt-booleans", "POST", "/v1/completions", {"prompt": [True, False]}, {}, (400,)),
-    ("hard-prompt-floats", "POST", "/v1/completions", {"prompt": [1.0, 2.0]}, {}, (400,)),
-    ("hard-chat-role-wizard", "POST", "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, {},
-     (400,)),
-])  # fmt: skip
+SERVER_CASES.extend(
+    [
+        ("hard-logprobs-true", "POST", "/v1/completions", {"prompt": "hi", "logprobs": True}, {}, (400,)),
+        ("hard-logprobs-string", "POST", "/v1/completions", {"prompt": "hi", "logprobs": "5"}, {}, (400,)),
+        ("hard-temperature-string", "POST", "/v1/completions", {"prompt": "hi", "temperature": "0.5"}, {}, (400,)),
+        ("hard-prompt-booleans", "POST", "/v1/completions", {"prompt": [True, False]}, {}, (400,)),
+        ("hard-prompt-floats", "POST", "/v1/completions", {"prompt": [1.0, 2.0]}, {}, (400,)),
+        (
+            "hard-chat-role-wizard",
+            "POST",
+            "/v1/chat/completions",
+            {"messages": [{"role": "wizard", "content": "x"}]},
+            {},
+            (400,),
+        ),
+    ]
+)
 
 
 # --- fixtures -----------------------------------------------------------------------------------------------------
@@ -159,7 +179,7 @@ def hardening_fixtures(folder: Path) -> dict[str, str]:
         "module_syntax": str(_write(folder / "m2" / "syntax.py", "def broken(:\n")),
         "module_tasks_int": str(
             _write(folder / "m3" / "tasks.py", "from specdec_eval.evals.tasks.gsm8k import FAMILY\nTASKS = 5\n")
-        ),  # fmt: skip
+        ),
         "module_source": _task_module(folder / "m4", source="raise KeyError('rows')"),
         "module_yaml": _task_module(folder / "m5", task_yaml="raise ValueError('no yaml')"),
         "module_live": _task_module(folder / "m6", live="raise ZeroDivisionError"),
@@ -173,13 +193,16 @@ def _frames_scenario(ctx: ScenarioContext) -> list[tuple[str, int | None, list[s
 
     (ctx.root / "not-a-run").mkdir()
     _write(ctx.root / "a-file", "x")
-    code = ("import sys\nfrom specdec_eval.results.frames import load_runs, load_samples\nfor call, arg in "
-            "((load_samples, sys.argv[1]), (load_runs, sys.argv[2]), (load_runs, sys.argv[3])):\n    try:\n"
-            "        call(arg)\n        print('no-error')\n    except Exception as e:\n"
-            "        print(type(e).__name__)\n")  # fmt: skip
+    code = (
+        "import sys\nfrom specdec_eval.results.frames import load_runs, load_samples\nfor call, arg in "
+        "((load_samples, sys.argv[1]), (load_runs, sys.argv[2]), (load_runs, sys.argv[3])):\n    try:\n"
+        "        call(arg)\n        print('no-error')\n    except Exception as e:\n"
+        "        print(type(e).__name__)\n"
+    )
     paths = [str(ctx.root / name) for name in ("not-a-run", "missing", "a-file")]
-    p = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True, timeout=ctx.timeout,
-                       env=ctx.env)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-c", code, *paths], capture_output=True, text=True, timeout=ctx.timeout, env=ctx.env
+    )
     got = p.stdout.split()
     want = ["FileNotFoundError", "FileNotFoundError", "NotADirectoryError"]
     problems = [] if got == want else [f"frames raised {got}, expected {want}"]
@@ -248,7 +271,7 @@ class Misbehaving:
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())],
             }
         )
-        await send({"type": "http.response.body", "body": raw})  # fmt: skip
+        await send({"type": "http.response.body", "body": raw})
 
     def _route(self, mode: str, path: str, body: dict) -> tuple[int, Any]:
         if path == "/v1/models":
@@ -283,14 +306,24 @@ class Misbehaving:
             tops.append(top)
         text = self.tok.decode(ids)
         choice: dict[str, Any] = {
-            "index": 0, "text": "The Xnswer is 56." if mode == "lying-ids" else text, "finish_reason": "stop",
-            "token_ids": ids, "logprobs": {
-                "tokens": [f"token_id:{t}" for t in ids], "token_logprobs": [-0.05] * len(ids),
+            "index": 0,
+            "text": "The Xnswer is 56." if mode == "lying-ids" else text,
+            "finish_reason": "stop",
+            "token_ids": ids,
+            "logprobs": {
+                "tokens": [f"token_id:{t}" for t in ids],
+                "token_logprobs": [-0.05] * len(ids),
                 "top_logprobs": [{f"token_id:{t}": v for t, v in top.items()} for top in tops],
-                "text_offset": list(range(len(ids)))},
-        }  # fmt: skip
-        answer: dict[str, Any] = {"id": "cmpl-x", "object": "text_completion", "model": "fake", "choices": [choice],
-                                  "usage": {"prompt_tokens": 3, "completion_tokens": len(ids)}}  # fmt: skip
+                "text_offset": list(range(len(ids))),
+            },
+        }
+        answer: dict[str, Any] = {
+            "id": "cmpl-x",
+            "object": "text_completion",
+            "model": "fake",
+            "choices": [choice],
+            "usage": {"prompt_tokens": 3, "completion_tokens": len(ids)},
+        }
         if mode == "choices":
             answer["choices"] = [{**choice, "index": 1, "text": "another answer", "token_ids": ids[:2]}, choice]
         if mode == "acceptance":
@@ -305,12 +338,24 @@ class Misbehaving:
         return answer
 
 
-def _endpoint_run(ctx: ScenarioContext, server: Misbehaving, spec_mode: str, base_mode: str | None, out: Path,
-                  *extra: str) -> tuple[int | None, dict | None, str, str]:  # fmt: skip
+def _endpoint_run(
+    ctx: ScenarioContext, server: Misbehaving, spec_mode: str, base_mode: str | None, out: Path, *extra: str
+) -> tuple[int | None, dict | None, str, str]:
     """`run --endpoint SERVER/spec_mode [--baseline-endpoint SERVER/base_mode] --spec eagle3 --draft-len 3`: (exit
     status, the summary it printed as JSON or None, stdout, stderr)."""
-    args = ["run", "--endpoint", f"{server.url}/{spec_mode}", "--spec", "eagle3", "--draft-len", "3",
-            *SMOKE_ENDPOINT, "--out", str(out), *extra]  # fmt: skip
+    args = [
+        "run",
+        "--endpoint",
+        f"{server.url}/{spec_mode}",
+        "--spec",
+        "eagle3",
+        "--draft-len",
+        "3",
+        *SMOKE_ENDPOINT,
+        "--out",
+        str(out),
+        *extra,
+    ]
     if base_mode is not None:
         args += ["--baseline-endpoint", f"{server.url}/{base_mode}"]
     code, stdout, err = _cli(ctx, *args)
@@ -367,8 +412,16 @@ def _same_server(ctx: ScenarioContext, server: Misbehaving) -> Result:
 def _impossible_acceptance(ctx: ScenarioContext, server: Misbehaving) -> Result:
     """Item 5: 50 accepted of 3 drafted: no acceptance length, nothing populated."""
     refs = ctx.root / "acceptance-refs.yaml"
-    code, summary, _, err = _endpoint_run(ctx, server, "acceptance", "plain", ctx.root / "acceptance",
-                                          "--populate-acceptance", "--acceptance-refs", str(refs))  # fmt: skip
+    code, summary, _, err = _endpoint_run(
+        ctx,
+        server,
+        "acceptance",
+        "plain",
+        ctx.root / "acceptance",
+        "--populate-acceptance",
+        "--acceptance-refs",
+        str(refs),
+    )
     task = ((summary or {}).get("tasks") or {}).get("gsm8k_smoke") or {}
     al = (task.get("acceptance") or {}).get("acceptance_length")
     problems = _no_traceback(code, err) + ([f"acceptance length {al}"] if al is not None and al > 4 else [])
@@ -424,9 +477,24 @@ def _local_run(ctx: ScenarioContext) -> str:
     done = ctx.root / "local" / "run-id"
     with _LOCAL_RUN_LOCK:  # the endpoint cases run two at a time
         if not done.exists():
-            code, out, err = _cli(ctx, "run", "--model", "tiny", "--device-memory", "256MiB", "--tasks",
-                                  "gsm8k_smoke", "--limit", "4", "--no-reference", "--max-output-len", "16", "--out",
-                                  str(ctx.root / "local"), "--json")  # fmt: skip
+            code, out, err = _cli(
+                ctx,
+                "run",
+                "--model",
+                "tiny",
+                "--device-memory",
+                "256MiB",
+                "--tasks",
+                "gsm8k_smoke",
+                "--limit",
+                "4",
+                "--no-reference",
+                "--max-output-len",
+                "16",
+                "--out",
+                str(ctx.root / "local"),
+                "--json",
+            )
             run_id = json.loads(out[out.index("{") :]).get("run_id") if code == 0 and "{" in out else None
             _write(done, str(run_id))
     return done.read_text()
@@ -454,12 +522,21 @@ ENDPOINT_CASES = [
         out="hard-endpoint-nan-logprobs",
     ),  # item 7: the control item 1's run recorded
 ]
-ENDPOINT_NAMES = ("hard-endpoint-nan-logprobs", "hard-endpoint-lying-token-ids", "hard-endpoint-empty-alternatives",
-                  "hard-endpoint-same-server-baseline", "hard-endpoint-impossible-acceptance",
-                  "hard-endpoint-two-choices", "hard-endpoint-failed-requests-reason",
-                  "hard-endpoint-infinite-margin-reason", "hard-endpoint-tiny-bound-printed",
-                  "hard-endpoint-baseline-paired", "hard-endpoint-gpus", "hard-endpoint-baseline-of-another-engine",
-                  "hard-endpoint-baseline-is-the-control")  # fmt: skip
+ENDPOINT_NAMES = (
+    "hard-endpoint-nan-logprobs",
+    "hard-endpoint-lying-token-ids",
+    "hard-endpoint-empty-alternatives",
+    "hard-endpoint-same-server-baseline",
+    "hard-endpoint-impossible-acceptance",
+    "hard-endpoint-two-choices",
+    "hard-endpoint-failed-requests-reason",
+    "hard-endpoint-infinite-margin-reason",
+    "hard-endpoint-tiny-bound-printed",
+    "hard-endpoint-baseline-paired",
+    "hard-endpoint-gpus",
+    "hard-endpoint-baseline-of-another-engine",
+    "hard-endpoint-baseline-is-the-control",
+)
 
 
 def _endpoint_scenarios(ctx: ScenarioContext) -> list[Result]:
@@ -498,8 +575,12 @@ def _serve_logprob_texts(ctx: ScenarioContext) -> list[tuple[str, int | None, li
 
     import httpx
 
-    proc = subprocess.Popen([*ctx.cli, "serve", *FAST, "--port", "0", "--log-level", "warning"],
-                            stderr=subprocess.PIPE, text=True, env=ctx.env)  # fmt: skip
+    proc = subprocess.Popen(
+        [*ctx.cli, "serve", *FAST, "--port", "0", "--log-level", "warning"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ctx.env,
+    )
     url = None
     for line in proc.stderr:
         if m := re.search(r"listening on (http://\S+)", line):
@@ -510,14 +591,24 @@ def _serve_logprob_texts(ctx: ScenarioContext) -> list[tuple[str, int | None, li
         proc.kill()
         return [(n, proc.wait(), ["the server did not start"], "") for n in names]
     try:
-        body = {"prompt": "The capital of France is", "max_tokens": 48, "temperature": 0, "logprobs": 1,
-                "ignore_eos": True}  # fmt: skip
+        body = {
+            "prompt": "The capital of France is",
+            "max_tokens": 48,
+            "temperature": 0,
+            "logprobs": 1,
+            "ignore_eos": True,
+        }
         choice = httpx.post(url + "/v1/completions", json=body, timeout=ctx.timeout).json()["choices"][0]
         offsets = choice["logprobs"]["text_offset"]
         late = [o for o in offsets if o > len(choice["text"])]
         results = [(names[0], 200, [f"offsets {late[:3]} past a text of {len(choice['text'])}"] if late else [], "")]
-        chat = {"messages": [{"role": "user", "content": "Caf\u00e9 \u2603"}], "max_tokens": 48, "temperature": 0,
-                "logprobs": True, "ignore_eos": True}  # fmt: skip
+        chat = {
+            "messages": [{"role": "user", "content": "Caf\u00e9 \u2603"}],
+            "max_tokens": 48,
+            "temperature": 0,
+            "logprobs": True,
+            "ignore_eos": True,
+        }
         content = httpx.post(url + "/v1/chat/completions", json=chat, timeout=ctx.timeout).json()
         entries = content["choices"][0]["logprobs"]["content"]
         replaced = [e for e in entries if e["token"] == "\ufffd" and e["bytes"] == list("\ufffd".encode())]
@@ -535,4 +626,4 @@ SCENARIOS = [
     (ENDPOINT_NAMES, _endpoint_scenarios),
     (("hard-serve-text-offset-inside-text", "hard-serve-chat-bytes-own"), _serve_logprob_texts),
     (("hard-frames-not-a-run-or-store",), _frames_scenario),
-]  # fmt: skip
+]

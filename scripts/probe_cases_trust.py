@@ -20,21 +20,55 @@ SECRET_PASSWORD, SECRET_KEY = "SECRET-pw-27", "SECRET-key-27"
 BOM = "\ufeff".encode()
 # Fixture files the cases only read: they must be byte for byte the same afterwards.
 WATCHED = ("acc_refs", "waives_bom", "waives_esc", "trust_stores")
-RUN_OK, RUN_NO_SAMPLES, RUN_STRING_SCORE = "20300101-000001-aaaaaaaaaaaa", "20300101-000002-bbbbbbbbbbbb", \
-    "20300101-000003-cccccccccccc"  # fmt: skip
-RUN_1E20, RUN_ESC, RUN_PLAIN, RUN_BAND = "20300101-000004-dddddddddddd", "20300101-000005-eeeeeeeeeeee", \
-    "20300101-000006-ffffffffffff", "20300101-000007-aaaaaaaaaaab"  # fmt: skip
+RUN_OK, RUN_NO_SAMPLES, RUN_STRING_SCORE = (
+    "20300101-000001-aaaaaaaaaaaa",
+    "20300101-000002-bbbbbbbbbbbb",
+    "20300101-000003-cccccccccccc",
+)
+RUN_1E20, RUN_ESC, RUN_PLAIN, RUN_BAND = (
+    "20300101-000004-dddddddddddd",
+    "20300101-000005-eeeeeeeeeeee",
+    "20300101-000006-ffffffffffff",
+    "20300101-000007-aaaaaaaaaaab",
+)
 
 
 def trust_cases() -> list[Case]:
     run = ["run", *SMOKE, "--out", "runs"]
-    endpoint = ["run", "--model", "tiny", "--tasks", "gsm8k_smoke", "--no-reference", "--limit", "1",
-                "--max-output-len", "4", "--served-model", "m", "--request-retries", "0", "--out", "runs"]  # fmt: skip
+    endpoint = [
+        "run",
+        "--model",
+        "tiny",
+        "--tasks",
+        "gsm8k_smoke",
+        "--no-reference",
+        "--limit",
+        "1",
+        "--max-output-len",
+        "4",
+        "--served-model",
+        "m",
+        "--request-retries",
+        "0",
+        "--out",
+        "runs",
+    ]
     spec = [*run, "--spec", "eagle3"]
     recorded = dict(expect=1, prefix="", multiline=True, keep=True)  # a run whose requests fail: exit 1, a record
     listing = dict(expect=0, prefix="", multiline=True)
-    ab_run = ["--model", "tiny", "--tasks", "gsm8k_smoke", "--no-reference", "--limit", "4", "--max-output-len", "64",
-              "--device-memory", "256MiB"]  # fmt: skip
+    ab_run = [
+        "--model",
+        "tiny",
+        "--tasks",
+        "gsm8k_smoke",
+        "--no-reference",
+        "--limit",
+        "4",
+        "--max-output-len",
+        "64",
+        "--device-memory",
+        "256MiB",
+    ]
     # fmt: off
     return [
         # 1. secrets never reach what a run records
@@ -239,8 +273,17 @@ def trust_fixtures(folder: Path) -> dict[str, str]:
     return fx
 
 
-def _run(store: Path, run_id: str, *, samples: bool = True, score: object = 50.0, started: float = 1.9e9,
-         test_id: str = TEST_ID, plain: bool = False, band: bool = False) -> Path:  # fmt: skip
+def _run(
+    store: Path,
+    run_id: str,
+    *,
+    samples: bool = True,
+    score: object = 50.0,
+    started: float = 1.9e9,
+    test_id: str = TEST_ID,
+    plain: bool = False,
+    band: bool = False,
+) -> Path:
     """A finished run folder written with the run store's own writers: gsm8k, 4 samples."""
     from specdec_eval.results.sample_record import SampleRecord
     from specdec_eval.results.store import Run
@@ -248,21 +291,56 @@ def _run(store: Path, run_id: str, *, samples: bool = True, score: object = 50.0
     run = Run(store / run_id)
     run.path.mkdir(parents=True)
     spec = None if plain else {"algorithm": "eagle3", "max_draft_len": 3}
-    run.write_manifest({"run_id": run_id, "config_key": run_id[-12:], "test_id": test_id, "started": started,
-                        "config": {"engine": {"model": "smollm2", "device": "cpu", "spec": spec}},
-                        "devices": {"host": "probe"}, "world_size": 1, "commit": None, "dirty": None})  # fmt: skip
+    run.write_manifest(
+        {
+            "run_id": run_id,
+            "config_key": run_id[-12:],
+            "test_id": test_id,
+            "started": started,
+            "config": {"engine": {"model": "smollm2", "device": "cpu", "spec": spec}},
+            "devices": {"host": "probe"},
+            "world_size": 1,
+            "commit": None,
+            "dirty": None,
+        }
+    )
     if samples:
-        run.write_samples([SampleRecord("gsm8k", i, prompt_hash=f"h{i}", output_token_ids=[1, 2, i],
-                                        correct={"strict-match": i % 2 == 0, "flexible-extract": i % 2 == 0})
-                           for i in range(4)])  # fmt: skip
-    task = {"num_samples": 4, "score": score, "filter_scores": {"strict-match": 50.0, "flexible-extract": 50.0},
-            "reference": None if plain else 55.0, "threshold": None if plain else 40.0, "theta": None,
-            "verdict": "REPORT" if plain else "PASS", "num_failed_requests": 0, "acceptance": None,
-            "data": "probe"}  # fmt: skip
+        run.write_samples(
+            [
+                SampleRecord(
+                    "gsm8k",
+                    i,
+                    prompt_hash=f"h{i}",
+                    output_token_ids=[1, 2, i],
+                    correct={"strict-match": i % 2 == 0, "flexible-extract": i % 2 == 0},
+                )
+                for i in range(4)
+            ]
+        )
+    task = {
+        "num_samples": 4,
+        "score": score,
+        "filter_scores": {"strict-match": 50.0, "flexible-extract": 50.0},
+        "reference": None if plain else 55.0,
+        "threshold": None if plain else 40.0,
+        "theta": None,
+        "verdict": "REPORT" if plain else "PASS",
+        "num_failed_requests": 0,
+        "acceptance": None,
+        "data": "probe",
+    }
     if band:
         task["acceptance_gate"] = _gate_with_slack()
-    run.write_summary({"verdict": "PASS", "tasks": {"gsm8k": task}, "events": {}, "failing_events": 0,
-                       "run_id": run_id, "elapsed_s": 1.0})  # fmt: skip
+    run.write_summary(
+        {
+            "verdict": "PASS",
+            "tasks": {"gsm8k": task},
+            "events": {},
+            "failing_events": 0,
+            "run_id": run_id,
+            "elapsed_s": 1.0,
+        }
+    )
     return run.path
 
 
@@ -281,9 +359,12 @@ def _git_repo(path: Path) -> Path:
     (the sides then run this checkout's specdec-eval, which is on the path anyway)."""
     from probe_cases import _write
 
-    _write(path / "pyproject.toml", '[build-system]\nrequires = ["setuptools"]\nbuild-backend = '
-           '"setuptools.build_meta"\n[project]\nname = "probe-ab"\nversion = "0"\n[tool.setuptools]\n'
-           'py-modules = ["probe_ab"]\n')  # fmt: skip
+    _write(
+        path / "pyproject.toml",
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = '
+        '"setuptools.build_meta"\n[project]\nname = "probe-ab"\nversion = "0"\n[tool.setuptools]\n'
+        'py-modules = ["probe_ab"]\n',
+    )
     _write(path / "probe_ab.py", "X = 1\n")
     git = ["git", "-C", str(path), "-c", "user.name=probe", "-c", "user.email=probe@example.com"]
     subprocess.run(["git", "init", "-q", str(path)], check=True)

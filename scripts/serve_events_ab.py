@@ -32,10 +32,12 @@ from specdec_eval.workers.remote.endpoint_config import EndpointConfig
 from specdec_eval.event_types import FAILING_EVENTS
 
 CASES = {
-    "seed": (("unguarded", "--inject warmup_oom --spec-guard none --warmup on"),
-             ("guarded", "--inject warmup_oom --spec-guard template --warmup on")),
+    "seed": (
+        ("unguarded", "--inject warmup_oom --spec-guard none --warmup on"),
+        ("guarded", "--inject warmup_oom --spec-guard template --warmup on"),
+    ),
     "kv-leak": (("leaking", "--kv-cache v2 --inject rewind_leaks_blocks"), ("clean", "--kv-cache v2")),
-}  # fmt: skip
+}
 
 
 def free_port() -> int:
@@ -46,12 +48,23 @@ def free_port() -> int:
 
 def side(name: str, flags: str, args: argparse.Namespace) -> dict:
     port = free_port()
-    command = (f"{shlex.quote(sys.executable)} -m specdec_eval.cli.main serve --model {args.model} "
-               f"--device-memory {args.device_memory} --spec eagle3 {flags} --port {port}")  # fmt: skip
+    command = (
+        f"{shlex.quote(sys.executable)} -m specdec_eval.cli.main serve --model {args.model} "
+        f"--device-memory {args.device_memory} --spec eagle3 {flags} --port {port}"
+    )
     started = time.perf_counter()
-    engine = EndpointEngine(EndpointConfig(url=f"http://127.0.0.1:{port}", serve_cmd=command, model=args.model,
-                                           spec="eagle3", max_draft_len=3, concurrency=4, startup_timeout_s=600,
-                                           stall_floor_s=30))  # fmt: skip
+    engine = EndpointEngine(
+        EndpointConfig(
+            url=f"http://127.0.0.1:{port}",
+            serve_cmd=command,
+            model=args.model,
+            spec="eagle3",
+            max_draft_len=3,
+            concurrency=4,
+            startup_timeout_s=600,
+            stall_floor_s=30,
+        )
+    )
     ready = time.perf_counter() - started
     prompts = [f"Question: what is {7 * i + 3} + {i + 12}? Answer:" for i in range(args.prompts)]
     try:
@@ -62,8 +75,16 @@ def side(name: str, flags: str, args: argparse.Namespace) -> dict:
         server = dict(engine.identity.server)
     finally:
         engine.close()
-    return {"name": name, "flags": flags, "ready_s": ready, "run_s": took, "events": events, "server": server,
-            "failed": sum(o.finish_reason == "error" for o in outputs), "n": len(outputs)}  # fmt: skip
+    return {
+        "name": name,
+        "flags": flags,
+        "ready_s": ready,
+        "run_s": took,
+        "events": events,
+        "server": server,
+        "failed": sum(o.finish_reason == "error" for o in outputs),
+        "n": len(outputs),
+    }
 
 
 def show(result: dict) -> None:
@@ -75,8 +96,10 @@ def show(result: dict) -> None:
         f"{result['n']} requests failed; server up in {result['ready_s']:.1f} s, run {result['run_s']:.1f} s)"
     )
     server = result["server"]
-    print(f"   server: {server.get('command')}\n   log: {server.get('log')} (table {server.get('log_format')}: "
-          f"{server.get('log_format_from')}); KV usage: {server.get('kv_usage_source')}")  # fmt: skip
+    print(
+        f"   server: {server.get('command')}\n   log: {server.get('log')} (table {server.get('log_format')}: "
+        f"{server.get('log_format_from')}); KV usage: {server.get('kv_usage_source')}"
+    )
     counts = Counter((e["type"], e.get("source", "client")) for e in events)
     print(f"   {'event':22} {'from':11} {'count':>5}  {'fails':5}  first (log line: message)")
     for (type_, source), n in sorted(counts.items()):

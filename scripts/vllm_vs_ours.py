@@ -19,9 +19,19 @@ from specdec_eval.workers.spec.train.prompts import fewshot_prompts
 
 def vllm_greedy(url: str, model: str, prompt_ids: list[int], n: int) -> tuple[list[int], list[float]]:
     """vLLM's greedy tokens (as ids) and its margin at each position."""
-    r = httpx.post(f"{url}/v1/completions", timeout=600, json={
-        "model": model, "prompt": prompt_ids, "max_tokens": n, "temperature": 0.0, "ignore_eos": True,
-        "logprobs": 2, "return_tokens_as_token_ids": True})  # fmt: skip
+    r = httpx.post(
+        f"{url}/v1/completions",
+        timeout=600,
+        json={
+            "model": model,
+            "prompt": prompt_ids,
+            "max_tokens": n,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "logprobs": 2,
+            "return_tokens_as_token_ids": True,
+        },
+    )
     r.raise_for_status()
     lp = r.json()["choices"][0]["logprobs"]
     ids = [int(t.removeprefix("token_id:")) for t in lp["tokens"]]
@@ -43,8 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", "--max-new-tokens", type=int, default=64)
     args = parser.parse_args(argv)
 
-    prompts = fewshot_prompts(load_gsm8k_split(args.data_dir, "test"), args.count, 3, seed=1234,
-                              shots_from=load_gsm8k_split(args.data_dir, "train"))  # fmt: skip
+    prompts = fewshot_prompts(
+        load_gsm8k_split(args.data_dir, "test"),
+        args.count,
+        3,
+        seed=1234,
+        shots_from=load_gsm8k_split(args.data_dir, "train"),
+    )
     engine = Engine(EngineConfig(model="smollm2", dtype="float32", device="cpu"))
     params = SamplingParams(max_new_tokens=args.max_new_tokens, ignore_eos=True, logprobs=2)
     ours = engine.generate(prompts, params)
@@ -56,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         at = next(p for p, (a, b) in enumerate(zip(out.token_ids, theirs, strict=False)) if a != b)
         our_margin = _margin([lp for _, lp in out.logprobs[at][1]])
-        lines.append(f"  prompt {i}: first divergence at token {at}: ours {out.token_ids[at]} (margin "
-                     f"{our_margin:.4f}), vLLM {theirs[at]} (margin {their_margins[at]:.4f})")  # fmt: skip
+        lines.append(
+            f"  prompt {i}: first divergence at token {at}: ours {out.token_ids[at]} (margin "
+            f"{our_margin:.4f}), vLLM {theirs[at]} (margin {their_margins[at]:.4f})"
+        )
     print(f"identical: {identical}/{len(ours)} greedy outputs of {args.max_new_tokens} tokens (float32, ours vs vLLM)")
     print("\n".join(lines))
     return 0

@@ -28,10 +28,16 @@ TIMEOUT_S = 600.0
 
 def bench_prompts(n: int) -> list[str]:
     """Distinct prompts of a few different lengths (self-written)."""
-    stems = ["The capital of France is", "Write a short poem about the sea.", "def fibonacci(n):",
-             "Explain why the sky is blue in one paragraph.", "List three uses for a paperclip:",
-             "Once upon a time, in a village at the edge of a forest,", "Q: What is 15 times 4?\nA:",
-             "SELECT name, COUNT(*) FROM orders"]  # fmt: skip
+    stems = [
+        "The capital of France is",
+        "Write a short poem about the sea.",
+        "def fibonacci(n):",
+        "Explain why the sky is blue in one paragraph.",
+        "List three uses for a paperclip:",
+        "Once upon a time, in a village at the edge of a forest,",
+        "Q: What is 15 times 4?\nA:",
+        "SELECT name, COUNT(*) FROM orders",
+    ]
     return [f"{stems[i % len(stems)]} ({i})" for i in range(n)]
 
 
@@ -98,24 +104,31 @@ def run_bench(engine: ServingEngine, settings: ServerSettings, num_requests: int
     )
     one_request_s = sequential_s / num_requests
     return {
-        "num_requests": num_requests, "max_tokens": max_tokens, "offline_s": round(offline_s, 3),
-        "concurrent_s": round(concurrent_s, 3), "sequential_s": round(sequential_s, 3),
+        "num_requests": num_requests,
+        "max_tokens": max_tokens,
+        "offline_s": round(offline_s, 3),
+        "concurrent_s": round(concurrent_s, 3),
+        "sequential_s": round(sequential_s, 3),
         "one_request_s": round(one_request_s, 3),
         "concurrent_over_one_request": round(concurrent_s / one_request_s, 2),
         "sequential_over_concurrent": round(sequential_s / concurrent_s, 2),
         "concurrent_over_offline": round(concurrent_s / offline_s, 2),
         "identical_to_offline": identical,
-    }  # fmt: skip
+    }
 
 
 def _print(result: dict[str, Any], what: str) -> None:
     n = result["num_requests"]
     print(f"{n} requests x {result['max_tokens']} tokens ({what}):")
     print(f"  offline engine.generate   {result['offline_s']:8.2f} s")
-    print(f"  HTTP, {n} concurrent      {result['concurrent_s']:8.2f} s   {result['concurrent_over_offline']}x "
-          f"offline; {result['concurrent_over_one_request']}x one request's time")  # fmt: skip
-    print(f"  HTTP, {n} sequential      {result['sequential_s']:8.2f} s   one request {result['one_request_s']} s; "
-          f"concurrent is {result['sequential_over_concurrent']}x faster")  # fmt: skip
+    print(
+        f"  HTTP, {n} concurrent      {result['concurrent_s']:8.2f} s   {result['concurrent_over_offline']}x "
+        f"offline; {result['concurrent_over_one_request']}x one request's time"
+    )
+    print(
+        f"  HTTP, {n} sequential      {result['sequential_s']:8.2f} s   one request {result['one_request_s']} s; "
+        f"concurrent is {result['sequential_over_concurrent']}x faster"
+    )
     print(f"  HTTP answers identical to offline: {result['identical_to_offline']}/{n}")
 
 
@@ -133,8 +146,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from ..workers.engine.engine import Engine
 
-    config = from_options(model=args.model, device=args.device, device_memory=args.device_memory,
-                          kv_cache=args.kv_cache, spec=args.spec, max_batch_size=args.max_batch_size)  # fmt: skip
+    config = from_options(
+        model=args.model,
+        device=args.device,
+        device_memory=args.device_memory,
+        kv_cache=args.kv_cache,
+        spec=args.spec,
+        max_batch_size=args.max_batch_size,
+    )
     engine = Engine(config)
     settings = ServerSettings(args.model, engine.max_seq_len, engine.model_config.vocab_size)
     result = run_bench(engine, settings, args.requests, args.max_tokens)

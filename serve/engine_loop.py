@@ -100,8 +100,10 @@ class EngineLoop:
         retry), 400 for a request with more prompts than the server ever holds at once (never worth one)."""
         most = self.max_in_flight
         if len(tickets) > most:
-            raise bad_request(f"this request has {len(tickets)} prompts, more than the server holds at once "
-                              f"(--max-queue {most}); send at most {most} per request")  # fmt: skip
+            raise bad_request(
+                f"this request has {len(tickets)} prompts, more than the server holds at once "
+                f"(--max-queue {most}); send at most {most} per request"
+            )
         with self._lock:
             if self._failure is not None:
                 raise unavailable(f"the engine loop stopped: {self._failure}", retry_after_s=30)
@@ -211,8 +213,9 @@ class EngineLoop:
     def _score_prompt(self, ids: list[int], top: int) -> ScoredOutput:
         """Teacher forcing over the prompt, between two engine steps (this thread owns the engine)."""
         if len(ids) > self.max_model_len:
-            raise bad_request(f"this model's maximum context length is {self.max_model_len} tokens; the prompt has "
-                              f"{len(ids)}")  # fmt: skip
+            raise bad_request(
+                f"this model's maximum context length is {self.max_model_len} tokens; the prompt has {len(ids)}"
+            )
         if len(ids) < 2:  # the first token has no logprob: nothing to score
             return ScoredOutput([], [])
         scored = self.engine.score_outputs([ScoreRequest((ids[0],), tuple(ids[1:]), SamplingParams(), top)])[0]
@@ -232,14 +235,18 @@ class EngineLoop:
         room = self.max_model_len - num_prompt_tokens
         if ticket.default_max_tokens:
             if room < 1:
-                raise bad_request(f"this model's maximum context length is {self.max_model_len} tokens; the prompt "
-                                  f"has {num_prompt_tokens}, which leaves no room for an answer")  # fmt: skip
+                raise bad_request(
+                    f"this model's maximum context length is {self.max_model_len} tokens; the prompt "
+                    f"has {num_prompt_tokens}, which leaves no room for an answer"
+                )
             return replace(ticket.sampling, max_new_tokens=room)
         wanted = ticket.sampling.max_new_tokens
         if wanted > room:
-            raise bad_request(f"this model's maximum context length is {self.max_model_len} tokens; you asked for "
-                              f"{num_prompt_tokens + wanted} ({num_prompt_tokens} in the prompt, {wanted} for the "
-                              f"completion)")  # fmt: skip
+            raise bad_request(
+                f"this model's maximum context length is {self.max_model_len} tokens; you asked for "
+                f"{num_prompt_tokens + wanted} ({num_prompt_tokens} in the prompt, {wanted} for the "
+                f"completion)"
+            )
         return ticket.sampling
 
     def _abort(self, ticket: Ticket) -> None:

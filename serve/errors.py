@@ -8,8 +8,14 @@ from typing import Any
 class ApiError(Exception):
     """Raised anywhere in a request's handling; the app turns it into a JSON response with this status."""
 
-    def __init__(self, status: int, message: str, type: str = "invalid_request_error", code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message

@@ -19,9 +19,13 @@ def serve_engine(engine: Any, local: Any, server: dict[str, Any], api_key: str |
     from .server import serve_forever
 
     settings = ServerSettings(
-        model_name=server["model_name"], max_model_len=local.max_seq_len, vocab_size=local.model_config.vocab_size,
-        api_key=api_key or None, max_queue=server["max_queue"], max_request_bytes=server["max_request_bytes"],
-    )  # fmt: skip
+        model_name=server["model_name"],
+        max_model_len=local.max_seq_len,
+        vocab_size=local.model_config.vocab_size,
+        api_key=api_key or None,
+        max_queue=server["max_queue"],
+        max_request_bytes=server["max_request_bytes"],
+    )
     serve_forever(engine, settings, server["host"], server["port"], server["grace_s"], server["log_level"])
 
 

@@ -24,12 +24,16 @@ def validate_api_key(api_key: str | None) -> None:
     if api_key is None:
         return
     if not api_key:  # an unset $KEY: a server that looks protected and is not
-        raise UserError(f"--api-key is empty (also when it comes from ${API_KEY_ENV}); give the key clients must "
-                        "send, or leave both out to serve without one")  # fmt: skip
+        raise UserError(
+            f"--api-key is empty (also when it comes from ${API_KEY_ENV}); give the key clients must "
+            "send, or leave both out to serve without one"
+        )
     bad = next((c for c in api_key if not "!" <= c <= "~"), None)
     if bad is not None:
-        raise UserError(f"--api-key must be printable ASCII without spaces (HTTP headers cannot carry other "
-                        f"characters reliably); it holds U+{ord(bad):04X}")  # fmt: skip
+        raise UserError(
+            f"--api-key must be printable ASCII without spaces (HTTP headers cannot carry other "
+            f"characters reliably); it holds U+{ord(bad):04X}"
+        )
 
 
 def check_api_key(request: Request, api_key: str | None) -> None:
@@ -39,8 +43,12 @@ def check_api_key(request: Request, api_key: str | None) -> None:
     # compare_digest on every request, whatever the scheme, so the time taken says nothing about the key.
     matches = hmac.compare_digest(token.strip().encode("utf-8"), api_key.encode("utf-8"))
     if not (matches and scheme.lower() == "bearer"):
-        raise ApiError(401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
-                       type="authentication_error", headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+        raise ApiError(
+            401,
+            "invalid or missing API key (send 'Authorization: Bearer <key>')",
+            type="authentication_error",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
 
 
 async def read_body(request: Request, limit: int) -> bytes:

@@ -140,8 +140,10 @@ def prompt_logprobs(prompt_ids: list[int], scored: ScoredOutput, k: int, tokeniz
     out: list[dict | None] = [None]
     ranks = scored.ranks or [None] * len(scored.logprobs)
     for token, lp, rank, alts in zip(prompt_ids[1:], scored.logprobs, ranks, scored.top_logprobs, strict=True):
-        entry = {str(t): {"logprob": v, "rank": r, "decoded_token": tokenizer.decode([int(t)])}
-                 for r, (t, v) in enumerate(alts[:k], 1)}  # fmt: skip
+        entry = {
+            str(t): {"logprob": v, "rank": r, "decoded_token": tokenizer.decode([int(t)])}
+            for r, (t, v) in enumerate(alts[:k], 1)
+        }
         entry.setdefault(str(token), {"logprob": lp, "rank": rank, "decoded_token": tokenizer.decode([int(token)])})
         out.append(entry)
     return out

@@ -40,22 +40,40 @@ class ServerMetrics:
         self.spec = (
             {key: Counter(name, doc, m, registry=r) for key, name, doc in SPEC_COUNTERS} if spec_decoding else {}
         )
-        self.accepted_per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
-                                        "Draft cycles whose draft at this position was accepted.",
-                                        ["model_name", "position"], registry=r) if spec_decoding else None  # fmt: skip
+        self.accepted_per_pos = (
+            Counter(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "Draft cycles whose draft at this position was accepted.",
+                ["model_name", "position"],
+                registry=r,
+            )
+            if spec_decoding
+            else None
+        )
         self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens of admitted requests.", m, registry=r)
         self.generation_tokens = Counter("vllm:generation_tokens", "Tokens generated.", m, registry=r)
-        self.request_success = Counter("vllm:request_success", "Requests finished, by finish reason.",
-                                       ["model_name", "finished_reason"], registry=r)  # fmt: skip
-        self.e2e_latency = Histogram("vllm:e2e_request_latency_seconds", "Request latency in the engine.", m,
-                                     registry=r, buckets=(0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000))  # fmt: skip
+        self.request_success = Counter(
+            "vllm:request_success",
+            "Requests finished, by finish reason.",
+            ["model_name", "finished_reason"],
+            registry=r,
+        )
+        self.e2e_latency = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Request latency in the engine.",
+            m,
+            registry=r,
+            buckets=(0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000),
+        )
         self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "Fraction of KV blocks in use (1 = full).", m, registry=r)
         self.kv_blocks = Gauge("specdec_kv_blocks", "KV blocks in the pool (all replicas).", registry=r)
         self.kv_free_blocks = Gauge("specdec_kv_free_blocks", "Free KV blocks (all replicas).", registry=r)
-        self.live_requests = Gauge("specdec_live_requests", "Requests the engine holds (running or waiting).",
-                                   registry=r)  # fmt: skip
-        self.in_flight = Gauge("specdec_requests_in_flight", "Requests the server holds, queued ones included.",
-                               registry=r)  # fmt: skip
+        self.live_requests = Gauge(
+            "specdec_live_requests", "Requests the engine holds (running or waiting).", registry=r
+        )
+        self.in_flight = Gauge(
+            "specdec_requests_in_flight", "Requests the server holds, queued ones included.", registry=r
+        )
         self.events = {t: Counter(f"specdec_{t}", f"Engine events of type {t}.", registry=r) for t in EVENT_COUNTERS}
         self._seen_acceptance: dict[str, Any] | None = None
         self._seen_events: dict[str, int] = {}
@@ -100,8 +118,9 @@ class ServerMetrics:
         m = self.model_name
         for key, counter in self.spec.items():
             counter.labels(m).inc(now[key] - before.get(key, 0))
-        for pos, (n, seen) in enumerate(zip(now["accepted_per_position"], before["accepted_per_position"],
-                                            strict=True)):  # fmt: skip
+        for pos, (n, seen) in enumerate(
+            zip(now["accepted_per_position"], before["accepted_per_position"], strict=True)
+        ):
             self.accepted_per_pos.labels(m, str(pos)).inc(n - seen)
         self._seen_acceptance = now
 

@@ -30,8 +30,11 @@ def stop_reason(output: GenerationOutput, stop: tuple[str, ...], tokenizer: Any)
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 def speculative_decoding(outputs: list[GenerationOutput]) -> dict[str, Any] | None:
@@ -91,24 +94,38 @@ class Responder:
             else:
                 choice["text"] = prompt_text + out.text if self.echo else out.text
             if self.echo and self.logprobs is not None and scored is not None:
-                logprobs = echoed_completion_logprobs(list(out.prompt_token_ids), scored, self.logprobs, out,
-                                                      self.tokenizer, self.token_ids_as_names)  # fmt: skip
+                logprobs = echoed_completion_logprobs(
+                    list(out.prompt_token_ids), scored, self.logprobs, out, self.tokenizer, self.token_ids_as_names
+                )
             else:
                 logprobs = (chat_logprobs if self.chat else completion_logprobs)(
                     out, self.tokenizer, self.token_ids_as_names
                 )
-            choice.update(logprobs=logprobs, finish_reason=OPENAI_FINISH[out.finish_reason], stop_reason=reason,
-                          token_ids=list(out.token_ids), prompt_token_ids=list(out.prompt_token_ids))  # fmt: skip
+            choice.update(
+                logprobs=logprobs,
+                finish_reason=OPENAI_FINISH[out.finish_reason],
+                stop_reason=reason,
+                token_ids=list(out.token_ids),
+                prompt_token_ids=list(out.prompt_token_ids),
+            )
             if self.prompt_logprobs is not None and scored is not None:
-                choice["prompt_logprobs"] = prompt_logprobs(list(out.prompt_token_ids), scored, self.prompt_logprobs,
-                                                            self.tokenizer)  # fmt: skip
+                choice["prompt_logprobs"] = prompt_logprobs(
+                    list(out.prompt_token_ids), scored, self.prompt_logprobs, self.tokenizer
+                )
             choices.append(choice)
         body = self._envelope("chat.completion" if self.chat else "text_completion", choices)
         body["usage"] = usage(sum(len(o.prompt_token_ids) for o in outputs), sum(len(o.token_ids) for o in outputs))
         return _with_acceptance(body, outputs)
 
-    def chunk(self, index: int, text: str, token_ids: list[int], output: GenerationOutput | None = None,
-              reason: str | None = None, first: bool = False) -> dict[str, Any]:  # fmt: skip
+    def chunk(
+        self,
+        index: int,
+        text: str,
+        token_ids: list[int],
+        output: GenerationOutput | None = None,
+        reason: str | None = None,
+        first: bool = False,
+    ) -> dict[str, Any]:
         """One streamed piece of choice `index`; `output` set on its last piece (finish reason, prompt ids)."""
         choice: dict[str, Any] = {"index": index}
         if self.chat:

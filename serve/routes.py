@@ -57,8 +57,14 @@ def metrics(request: Request) -> Response:
 @v1.get("/models")
 def models(request: Request) -> dict[str, Any]:
     state = _state(request)
-    card = {"id": state.settings.model_name, "object": "model", "created": state.started, "owned_by": "specdec-eval",
-            "root": state.engine.identity.model, "max_model_len": state.settings.max_model_len}  # fmt: skip
+    card = {
+        "id": state.settings.model_name,
+        "object": "model",
+        "created": state.started,
+        "owned_by": "specdec-eval",
+        "root": state.engine.identity.model,
+        "max_model_len": state.settings.max_model_len,
+    }
     return {"object": "list", "data": [card]}
 
 
@@ -87,15 +93,27 @@ async def _generate(request: Request, chat: bool) -> Response:
         body = parse_body(raw, CompletionRequest)
         engine_input = completion_input(body, settings.vocab_size)
     if body.model is not None and body.model != settings.model_name:
-        raise ApiError(404, f"model {body.model!r} is not served here (this server serves {settings.model_name!r})",
-                       code="model_not_found")  # fmt: skip
+        raise ApiError(
+            404,
+            f"model {body.model!r} is not served here (this server serves {settings.model_name!r})",
+            code="model_not_found",
+        )
     channel = Channel()
-    tickets = [Ticket(p, engine_input.sampling, channel.poster(i), engine_input.default_max_tokens,
-                      engine_input.score_prompt, engine_input.generate)
-               for i, p in enumerate(engine_input.prompts)]  # fmt: skip
+    tickets = [
+        Ticket(
+            p,
+            engine_input.sampling,
+            channel.poster(i),
+            engine_input.default_max_tokens,
+            engine_input.score_prompt,
+            engine_input.generate,
+        )
+        for i, p in enumerate(engine_input.prompts)
+    ]
     state.loop.submit(tickets)
-    responder = Responder(chat, settings.model_name, tokenizer=state.tokenizer,
-                          token_ids_as_names=body.return_tokens_as_token_ids)  # fmt: skip
+    responder = Responder(
+        chat, settings.model_name, tokenizer=state.tokenizer, token_ids_as_names=body.return_tokens_as_token_ids
+    )
     if not chat:
         responder.echo, responder.logprobs, responder.prompt_logprobs = body.echo, body.logprobs, body.prompt_logprobs
     call = _Call(state, tickets, channel, responder, engine_input)
@@ -106,8 +124,12 @@ async def _generate(request: Request, chat: bool) -> Response:
             return JSONResponse(await call.whole(watch))
         first = await watch.next(channel)  # the status line waits for the first tokens (or the refusal)
         call.raise_if_failed(first[1])
-        stream = _AbortingStream(call.events(first, body.include_usage), on_close=call.abort_unfinished,
-                                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"})  # fmt: skip
+        stream = _AbortingStream(
+            call.events(first, body.include_usage),
+            on_close=call.abort_unfinished,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+        )
         handed_over = True
         return stream
     except ClientGone:
@@ -121,8 +143,9 @@ async def _generate(request: Request, chat: bool) -> Response:
 class _Call:
     """One HTTP generation request on its way: its tickets, what came back, and how to answer."""
 
-    def __init__(self, state, tickets: list[Ticket], channel: Channel, responder: Responder,
-                 engine_input: EngineInput) -> None:  # fmt: skip
+    def __init__(
+        self, state, tickets: list[Ticket], channel: Channel, responder: Responder, engine_input: EngineInput
+    ) -> None:
         self.state, self.tickets, self.channel, self.responder = state, tickets, channel, responder
         self.stop = engine_input.sampling.stop
         self.outputs: list[GenerationOutput | None] = [None] * len(tickets)
@@ -166,8 +189,9 @@ class _Call:
             return self.responder.chunk(index, text.add(delta.new_token_ids), delta.new_token_ids, first=first)
         out = delta.output
         self.outputs[index] = out
-        return self.responder.chunk(index, text.finish(out.text), delta.new_token_ids, output=out,
-                                    reason=self._stop_reason(out), first=first)  # fmt: skip
+        return self.responder.chunk(
+            index, text.finish(out.text), delta.new_token_ids, output=out, reason=self._stop_reason(out), first=first
+        )
 
     def _stop_reason(self, output: GenerationOutput) -> str | None:
         return stop_reason(output, self.stop, self.state.tokenizer)

@@ -186,8 +186,10 @@ def parse_body(raw: bytes, model: type[BaseModel]) -> Any:
     except ValidationError as e:
         first = e.errors()[0]
         if first["loc"][:1] == ("prompt",):  # a union: pydantic names the first member's complaint only
-            raise bad_request("invalid field 'prompt': a string, a list of strings, a list of token ids (integers) "
-                              "or a list of such lists") from None  # fmt: skip
+            raise bad_request(
+                "invalid field 'prompt': a string, a list of strings, a list of token ids (integers) "
+                "or a list of such lists"
+            ) from None
         where = ".".join(str(p) for p in first["loc"]) or "body"
         raise bad_request(f"invalid field {where!r}: {first['msg']}") from None
     request.refuse_unsupported()
@@ -217,8 +219,10 @@ def _refuse_lone_surrogates(data: Any) -> None:
                 value.encode("utf-8")
             except UnicodeEncodeError as e:
                 where = f"U+{ord(value[e.start]):04X}"
-                raise bad_request(f"request body holds a lone surrogate ({where}), which is not Unicode text; send "
-                                  "the character's UTF-8 or its surrogate pair") from None  # fmt: skip
+                raise bad_request(
+                    f"request body holds a lone surrogate ({where}), which is not Unicode text; send "
+                    "the character's UTF-8 or its surrogate pair"
+                ) from None
 
 
 @dataclass(frozen=True)
@@ -293,9 +297,15 @@ def sampling_params(request: _Generation, max_tokens: int, logprobs: int | None 
         seed = random.SystemRandom().getrandbits(63)  # no seed asked for: a fresh sample, as OpenAI's API gives
     try:
         return SamplingParams(
-            max_new_tokens=max_tokens, temperature=temperature, top_p=1.0 if request.top_p is None else request.top_p,
-            top_k=top_k, stop=tuple(s for s in stop if s), ignore_eos=request.ignore_eos, seed=seed, logprobs=logprobs,
-        )  # fmt: skip
+            max_new_tokens=max_tokens,
+            temperature=temperature,
+            top_p=1.0 if request.top_p is None else request.top_p,
+            top_k=top_k,
+            stop=tuple(s for s in stop if s),
+            ignore_eos=request.ignore_eos,
+            seed=seed,
+            logprobs=logprobs,
+        )
     except UserError as e:
         raise bad_request(str(e)) from None
 

@@ -90,9 +90,15 @@ def bind(host: str, port: int) -> socket.socket:
 
 def _server(engine: ServingEngine, settings: ServerSettings, grace_s: float, log_level: str) -> _Server:
     app = create_app(engine, settings)
-    config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=BACKSTOP_S, lifespan="on",
-                            server_header=False, headers=[("server", f"specdec-eval/{__version__}")],
-                            access_log=log_level in ("debug", "trace"))  # fmt: skip
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        timeout_graceful_shutdown=BACKSTOP_S,
+        lifespan="on",
+        server_header=False,
+        headers=[("server", f"specdec-eval/{__version__}")],
+        access_log=log_level in ("debug", "trace"),
+    )
     return _Server(config, app.state.serving.loop, grace_s)
 
 
@@ -101,8 +107,14 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def serve_forever(engine: ServingEngine, settings: ServerSettings, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                  grace_s: float = DEFAULT_GRACE_S, log_level: str = "info") -> None:  # fmt: skip
+def serve_forever(
+    engine: ServingEngine,
+    settings: ServerSettings,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    grace_s: float = DEFAULT_GRACE_S,
+    log_level: str = "info",
+) -> None:
     """Serve until SIGTERM or Ctrl-C. Prints one line with the URL once it listens."""
     sock = bind(host, port)
     server = _server(engine, settings, grace_s, log_level)
@@ -120,8 +132,15 @@ def serve_forever(engine: ServingEngine, settings: ServerSettings, host: str = D
 class BackgroundServer:
     """`with BackgroundServer(engine, settings) as server:` serves on `server.url` from a thread of this process."""
 
-    def __init__(self, engine: ServingEngine, settings: ServerSettings, host: str = DEFAULT_HOST, port: int = 0,
-                 grace_s: float = 5.0, log_level: str = "warning") -> None:  # fmt: skip
+    def __init__(
+        self,
+        engine: ServingEngine,
+        settings: ServerSettings,
+        host: str = DEFAULT_HOST,
+        port: int = 0,
+        grace_s: float = 5.0,
+        log_level: str = "warning",
+    ) -> None:
         self._sock = bind(host, port)
         self.url = url_of(self._sock)
         self._server = _server(engine, settings, grace_s, log_level)

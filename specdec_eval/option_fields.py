@@ -83,9 +83,23 @@ def listed_options(cls: type) -> tuple[ListedOption, ...]:
             default = spec.default
         if default is MISSING:
             raise TypeError(f"{cls.__name__}.{f.name} has neither a default nor a command-line default")
-        out.append(ListedOption(spec.param or f.name, f.name, spec.flags, spec.type or hints[f.name], default,
-                                spec.help, spec.group, spec.min, spec.max, spec.choices, spec.parse, spec.convert,
-                                spec.hidden))  # fmt: skip
+        out.append(
+            ListedOption(
+                spec.param or f.name,
+                f.name,
+                spec.flags,
+                spec.type or hints[f.name],
+                default,
+                spec.help,
+                spec.group,
+                spec.min,
+                spec.max,
+                spec.choices,
+                spec.parse,
+                spec.convert,
+                spec.hidden,
+            )
+        )
     return tuple(out)
 
 

@@ -13,8 +13,9 @@ from specdec_eval.workers.interface import EngineIdentity, GenerateStats, Genera
 
 
 class FakeEngine:
-    def __init__(self, tokenizer: Any = None, identity: EngineIdentity | None = None,
-                 answer: Callable[[Any], str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, tokenizer: Any = None, identity: EngineIdentity | None = None, answer: Callable[[Any], str] | None = None
+    ) -> None:
         """tokenizer: a Hugging Face tokenizer (token ids of prompts and answers; None: one id per character);
         identity: what the engine says it is (default: a plain tiny engine in float32)."""
         self._tokenizer = tokenizer

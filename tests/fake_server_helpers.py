@@ -47,8 +47,9 @@ class AppOnThread:
 class HangingServer(AppOnThread):
     """`delays_s`: how long the server takes to answer each of its first requests, in order (else at once)."""
 
-    def __init__(self, answer_first: int, model: str = "m", metrics_text: str | None = None,
-                 delays_s: tuple[float, ...] = ()) -> None:  # fmt: skip
+    def __init__(
+        self, answer_first: int, model: str = "m", metrics_text: str | None = None, delays_s: tuple[float, ...] = ()
+    ) -> None:
         self.answer_first = answer_first
         self.delays_s = delays_s
         self.answered = 0
@@ -63,9 +64,15 @@ class HangingServer(AppOnThread):
                 self.answered += 1
                 if self.answered <= len(self.delays_s):
                     await asyncio.sleep(self.delays_s[self.answered - 1])
-                return JSONResponse({"id": "c", "object": "text_completion", "model": model,
-                                     "choices": [{"index": 0, "text": " 4", "finish_reason": "stop"}],
-                                     "usage": {"prompt_tokens": 3, "completion_tokens": 1}})  # fmt: skip
+                return JSONResponse(
+                    {
+                        "id": "c",
+                        "object": "text_completion",
+                        "model": model,
+                        "choices": [{"index": 0, "text": " 4", "finish_reason": "stop"}],
+                        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+                    }
+                )
             self.hanging += 1
             if self._release is None:
                 self._loop, self._release = asyncio.get_running_loop(), asyncio.Event()
@@ -83,9 +90,16 @@ class HangingServer(AppOnThread):
                 return PlainTextResponse("not found", status_code=404)
             return PlainTextResponse(self.metrics_text)
 
-        super().__init__(Starlette(routes=[Route("/v1/completions", completions, methods=["POST"]),
-                                           Route("/health", health), Route("/v1/models", models),
-                                           Route("/metrics", metrics)]))  # fmt: skip
+        super().__init__(
+            Starlette(
+                routes=[
+                    Route("/v1/completions", completions, methods=["POST"]),
+                    Route("/health", health),
+                    Route("/v1/models", models),
+                    Route("/metrics", metrics),
+                ]
+            )
+        )
 
     def __exit__(self, *exc) -> None:
         if self._release is not None:  # the hanging requests end with a 503 rather than cancelled mid-await
@@ -101,8 +115,9 @@ class OwnerProxy(AppOnThread):
         async def forward(request: Request) -> Response:
             async with httpx.AsyncClient(base_url=upstream, timeout=600) as client:
                 headers = {"content-type": request.headers.get("content-type", "")}
-                got = await client.request(request.method, request.url.path, content=await request.body(),
-                                           headers=headers)  # fmt: skip
+                got = await client.request(
+                    request.method, request.url.path, content=await request.body(), headers=headers
+                )
             if request.url.path == "/v1/models" and got.status_code == 200:
                 listed = got.json()
                 for entry in listed.get("data") or []:

@@ -7,8 +7,17 @@ import csv
 from pathlib import Path
 
 REAL_ZIP = Path(__file__).resolve().parents[2] / "shared" / "data" / "gpqa" / "dataset.zip"
-COLUMNS = ["Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3",
-           "Explanation", "Subdomain", "High-level domain", "Record ID"]  # fmt: skip
+COLUMNS = [
+    "Question",
+    "Correct Answer",
+    "Incorrect Answer 1",
+    "Incorrect Answer 2",
+    "Incorrect Answer 3",
+    "Explanation",
+    "Subdomain",
+    "High-level domain",
+    "Record ID",
+]
 
 
 def synthetic_row(i: int, record_id: str | None = None) -> dict[str, str]:

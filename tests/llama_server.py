@@ -26,8 +26,18 @@ import pytest
 # (`--logits_all true`) only where a test asks for logprobs: llama-cpp-python answers any logprobs request with
 # HTTP 500 without them (a drafting server keeps them anyway).
 N_CTX = 512
-SERVER_OPTIONS = ("--n_ctx", str(N_CTX), "--n_threads", "1", "--n_threads_batch", "1", "--seed", "0",
-                  "--verbose", "false")  # fmt: skip
+SERVER_OPTIONS = (
+    "--n_ctx",
+    str(N_CTX),
+    "--n_threads",
+    "1",
+    "--n_threads_batch",
+    "1",
+    "--seed",
+    "0",
+    "--verbose",
+    "false",
+)
 SERVED_MODEL = "smollm2-135m-q4_1"
 START_TIMEOUT_S = 120.0
 SERVER_PACKAGES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
@@ -65,8 +75,14 @@ def free_port() -> int:
 class LlamaServer:
     """`with LlamaServer(log_dir) as server:` runs the server until the block ends; `server.url` is its root."""
 
-    def __init__(self, log_dir: Path, api_key: str | None = None, model: Path | None = None,
-                 draft_len: int | None = None, logits_all: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        log_dir: Path,
+        api_key: str | None = None,
+        model: Path | None = None,
+        draft_len: int | None = None,
+        logits_all: bool = False,
+    ) -> None:
         self.log_path = Path(log_dir) / "llama-server.log"
         self.logits_all = logits_all
         self.api_key = api_key
@@ -77,9 +93,22 @@ class LlamaServer:
         self.process: subprocess.Popen | None = None
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model), "--model_alias", SERVED_MODEL,
-               "--host", "127.0.0.1", "--port", str(self.port), *SERVER_OPTIONS,
-               "--logits_all", "true" if self.logits_all else "false"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(self.model),
+            "--model_alias",
+            SERVED_MODEL,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            *SERVER_OPTIONS,
+            "--logits_all",
+            "true" if self.logits_all else "false",
+        ]
         if self.api_key:
             cmd += ["--api_key", self.api_key]
         if self.draft_len:
@@ -135,6 +164,8 @@ def llama_pair(tmp_path_factory):
     (logs / "spec").mkdir()
     (logs / "plain").mkdir()
     # the lossless gate asks both for logprobs: the plain one needs the logits of every position to answer
-    with LlamaServer(logs / "spec", draft_len=PEER_DRAFT_LEN) as spec, \
-            LlamaServer(logs / "plain", logits_all=True) as plain:  # fmt: skip
+    with (
+        LlamaServer(logs / "spec", draft_len=PEER_DRAFT_LEN) as spec,
+        LlamaServer(logs / "plain", logits_all=True) as plain,
+    ):
         yield spec, plain

@@ -55,8 +55,7 @@ def joined(events: list[Any], chat: bool = False) -> dict[str, Any]:
     """A stream of one choice put back together: text, token ids, finish reason."""
     assert events[-1] == "[DONE]"
     chunks = [e for e in events[:-1] if e["choices"]]
-    text = "".join((c["choices"][0]["delta"].get("content") or "") if chat else c["choices"][0]["text"]
-                   for c in chunks)  # fmt: skip
+    text = "".join((c["choices"][0]["delta"].get("content") or "") if chat else c["choices"][0]["text"] for c in chunks)
     ids = [t for c in chunks for t in c["choices"][0]["token_ids"]]
     reasons = [c["choices"][0]["finish_reason"] for c in chunks]
     assert all(r is None for r in reasons[:-1]) and reasons[-1] is not None
@@ -94,8 +93,9 @@ class StubServer:
     (or answers `models_status`); every POST calls `answer(body) -> (status, JSON-able or bytes)`. `posts` keeps
     the bodies received. Use as a context manager."""
 
-    def __init__(self, answer: Callable[[dict[str, Any]], tuple[int, Any]], model: str = "m",
-                 models_status: int = 200) -> None:  # fmt: skip
+    def __init__(
+        self, answer: Callable[[dict[str, Any]], tuple[int, Any]], model: str = "m", models_status: int = 200
+    ) -> None:
         posts: list[dict[str, Any]] = []
         self.posts = posts
 
@@ -110,8 +110,12 @@ class StubServer:
 
             def do_GET(self):  # noqa: N802 - the stdlib's name
                 if self.path == "/v1/models":
-                    self._send(models_status, {"object": "list", "data": [{"id": model}]} if models_status == 200
-                               else {"error": {"message": "no", "type": "auth", "code": models_status}})  # fmt: skip
+                    self._send(
+                        models_status,
+                        {"object": "list", "data": [{"id": model}]}
+                        if models_status == 200
+                        else {"error": {"message": "no", "type": "auth", "code": models_status}},
+                    )
                 else:
                     self._send(404, {"error": {"message": "not found"}})
 
@@ -137,6 +141,10 @@ class StubServer:
 
 def completion(text: Any = "4", finish_reason: Any = "stop") -> dict[str, Any]:
     """A /v1/completions answer of one choice."""
-    return {"id": "cmpl-1", "object": "text_completion", "model": "m",
-            "choices": [{"index": 0, "text": text, "finish_reason": finish_reason}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}  # fmt: skip
+    return {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "model": "m",
+        "choices": [{"index": 0, "text": text, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+    }

@@ -108,8 +108,9 @@ def test_setup_stops_in_one_line_when_the_llama_peer_crashes(tmp_path):
     for tool in ("python", "pip"):
         (bin_dir / tool).chmod(0o755)
     env = {**os.environ, "VENV": str(tmp_path / "venv"), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    p = subprocess.run(["bash", "scripts/setup.sh", "--for-tests"], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=120)  # fmt: skip
+    p = subprocess.run(
+        ["bash", "scripts/setup.sh", "--for-tests"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == 1
     errors = [line for line in p.stderr.splitlines() if line.startswith("setup: error:")]
     assert len(errors) == 1 and "first completion" in errors[0] and "SIGSEGV" in errors[0], p.stderr

@@ -12,8 +12,10 @@ from specdec_eval.redaction import MAX_LINE_CHARS, redact_argv, redact_text
 
 
 def test_option_values_inside_a_recorded_command_are_scrubbed():
-    command = ('HF_TOKEN=t-1 vllm serve m --api-key sk-2 --token t-3 --api-key=sk-4 --api-key "sk 5" '
-               '-H "Authorization: Bearer sk-6" --port 8000')  # fmt: skip
+    command = (
+        'HF_TOKEN=t-1 vllm serve m --api-key sk-2 --token t-3 --api-key=sk-4 --api-key "sk 5" '
+        '-H "Authorization: Bearer sk-6" --port 8000'
+    )
     (recorded,) = redact_argv([command])
     for secret in ("t-1", "sk-2", "t-3", "sk-4", "sk 5", "sk-6"):
         assert secret not in recorded

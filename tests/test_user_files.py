@@ -71,8 +71,22 @@ def test_commands_refuse_a_device_in_one_line(capsys, argv, words):
 
 @needs_devices
 def test_acceptance_references_on_a_device_are_refused_before_the_run(capsys, tmp_path):
-    code, _, err = run_cli(capsys, "run", "--model", "tiny", "--tasks", "gsm8k_smoke", "--no-reference", "--spec",
-                           "eagle3", "--acceptance-refs", DEVICE, "--out", str(tmp_path / "runs"))  # fmt: skip
-    assert code == 2 and err.strip() == ("specdec-eval: error: references file /dev/zero: is a character device, not "
-                                         "a regular file")  # fmt: skip
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--model",
+        "tiny",
+        "--tasks",
+        "gsm8k_smoke",
+        "--no-reference",
+        "--spec",
+        "eagle3",
+        "--acceptance-refs",
+        DEVICE,
+        "--out",
+        str(tmp_path / "runs"),
+    )
+    assert code == 2 and err.strip() == (
+        "specdec-eval: error: references file /dev/zero: is a character device, not a regular file"
+    )
     assert not (tmp_path / "runs").exists()

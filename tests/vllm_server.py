@@ -61,9 +61,15 @@ def require_vllm() -> None:
 
 def serve_command(method: str | None, port: int | None = None, **overrides) -> VLLMServeCommand:
     """The command for one server: plain (None), "eagle3" (the shipped head) or "ngram"; K = DRAFT_LEN."""
-    return VLLMServeCommand(python=vllm_python(), model_dir=str(vllm_model_dir()), port=port or free_port(),
-                            method=method, head=str(HEAD) if method == "eagle3" else None, draft_len=DRAFT_LEN,
-                            **overrides)  # fmt: skip
+    return VLLMServeCommand(
+        python=vllm_python(),
+        model_dir=str(vllm_model_dir()),
+        port=port or free_port(),
+        method=method,
+        head=str(HEAD) if method == "eagle3" else None,
+        draft_len=DRAFT_LEN,
+        **overrides,
+    )
 
 
 def group_rss_mib(pid: int) -> float:

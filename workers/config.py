@@ -16,8 +16,22 @@ def parse_bytes(text: str | int) -> int:
     if isinstance(text, int):
         return text
     s = text.strip().lower().replace(" ", "")
-    units = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 10**6, "mb": 10**6, "mib": 2**20,
-             "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}  # fmt: skip
+    units = {
+        "": 1,
+        "b": 1,
+        "k": 1000,
+        "kb": 1000,
+        "kib": 1024,
+        "m": 10**6,
+        "mb": 10**6,
+        "mib": 2**20,
+        "g": 10**9,
+        "gb": 10**9,
+        "gib": 2**30,
+        "t": 10**12,
+        "tb": 10**12,
+        "tib": 2**40,
+    }
     num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
     unit = s[len(num) :]
     try:
@@ -87,13 +101,17 @@ class SpecConfig:
         if self.sampling not in SPEC_SAMPLINGS:
             raise UserError(f"unknown spec sampling {self.sampling!r} (known: {', '.join(SPEC_SAMPLINGS)})")
         if self.sampling == "rejection-q" and method.draft_builder is None:
-            raise UserError(f"--spec-sampling rejection-q samples drafts from a draft model's q; {self.algorithm} "
-                            "has none (use rejection)")  # fmt: skip
+            raise UserError(
+                f"--spec-sampling rejection-q samples drafts from a draft model's q; {self.algorithm} "
+                "has none (use rejection)"
+            )
         defaults = {f.name: f.default for f in fields(SpecConfig)}
         for name, owners in method_options().items():
             if name not in method.options and getattr(self, name) != defaults[name]:
-                raise UserError(f"spec option {name}={getattr(self, name)!r} applies to {' and '.join(owners)}, "
-                                f"not {self.algorithm}")  # fmt: skip
+                raise UserError(
+                    f"spec option {name}={getattr(self, name)!r} applies to {' and '.join(owners)}, "
+                    f"not {self.algorithm}"
+                )
         if method.check is not None:
             method.check(self)
 
@@ -189,15 +207,19 @@ class EngineConfig:
             if fault.point in SPEC_POINTS and self.spec is None and not fault.is_behaviour:
                 raise UserError(f"--inject {text!r} can never fire: {fault.point} is a spec-dec point; add --spec")
             if fault.point in REJECTION_POINTS and self.spec is not None and self.spec.sampling == "coupled":
-                raise UserError(f"--inject {text!r} can never fire: it is a bug of the rejection sampler; add "
-                                "--spec-sampling rejection")  # fmt: skip
+                raise UserError(
+                    f"--inject {text!r} can never fire: it is a bug of the rejection sampler; add "
+                    "--spec-sampling rejection"
+                )
             k = self.spec.max_draft_len if self.spec is not None else 0
             if fault.point == "draft_step" and fault.arg is not None and k and fault.arg >= k:
                 raise UserError(f"--inject {text!r} can never fire: draft steps are 0..{k - 1} with --draft-len {k}")
             if fault.point == "warmup_oom" and not self._runs_warmup():
-                raise UserError(f"--inject {text!r} can never fire: the general warmup does not run (--warmup "
-                                f"{self.warmup}{' runs it on CUDA only' if self.warmup == 'auto' else ''}); "
-                                "add --warmup on")  # fmt: skip
+                raise UserError(
+                    f"--inject {text!r} can never fire: the general warmup does not run (--warmup "
+                    f"{self.warmup}{' runs it on CUDA only' if self.warmup == 'auto' else ''}); "
+                    "add --warmup on"
+                )
 
     def _runs_warmup(self) -> bool:
         """Whether the engine will run the general warmup (workers/engine/engine.py: on, or auto on CUDA)."""

@@ -31,8 +31,14 @@ def bench_device_memory(config: EngineConfig, model: ModelConfig, max_prompt_tok
     weights += DRAFT_HEAD_ALLOWANCE if config.spec is not None else 0
     activations = activation_estimate(model, config, dtype_bytes, config.tp_size)
     # sized against a huge budget only to read the block's bytes
-    layout = size_kv_cache(config.kv_cache, model, tp_size=config.tp_size, dtype_bytes=dtype_bytes,
-                           free_bytes=2**40, num_extra_layers=config.num_extra_kv_layers)  # fmt: skip
+    layout = size_kv_cache(
+        config.kv_cache,
+        model,
+        tp_size=config.tp_size,
+        dtype_bytes=dtype_bytes,
+        free_bytes=2**40,
+        num_extra_layers=config.num_extra_kv_layers,
+    )
     draft_window = config.spec.max_draft_len + 1 if config.spec is not None else 0
     blocks_per_request = math.ceil((max_prompt_tokens + new_tokens + draft_window) / layout.block_size) + 1
     kv = config.max_batch_size * blocks_per_request * layout.bytes_per_block

@@ -51,8 +51,12 @@ class Calibration:
         return self.decode_s / steps if steps > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"prompt_tokens": self.prompt_tokens, "prefill_tok_s": round(1 / max(self.prefill_s_per_token, 1e-9), 1),
-                "step_ms": round(1000 * self.step_s, 1), "tokens_per_step": round(self.tokens_per_step, 2)}  # fmt: skip
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "prefill_tok_s": round(1 / max(self.prefill_s_per_token, 1e-9), 1),
+            "step_ms": round(1000 * self.step_s, 1),
+            "tokens_per_step": round(self.tokens_per_step, 2),
+        }
 
 
 @dataclass(frozen=True)
@@ -104,13 +108,21 @@ def calibrate(
     return Calibration(len(prompt), elapsed, chunk.decode_tokens, chunk.decode_s, per_step, computed_per_step)
 
 
-def estimate_bench(sides: dict[str, Callable], prompts: list[list[int]], plan: BenchPlan, size: ModelBytes,
-                   draft_len: int, probe_s: float) -> dict[str, Any]:  # fmt: skip
+def estimate_bench(
+    sides: dict[str, Callable],
+    prompts: list[list[int]],
+    plan: BenchPlan,
+    size: ModelBytes,
+    draft_len: int,
+    probe_s: float,
+) -> dict[str, Any]:
     """Calibrate every side, then the expected seconds of each measurement and of the rest of the bench (every
     round of every batch size, and the closing hardware probe, as long as the first one took)."""
     tokens = min(CALIBRATION_TOKENS, plan.max_new_tokens)  # a smaller plan is not calibrated longer than it runs
-    cals = {name: calibrate(side, prompts[0], 1 + draft_len if name == "spec" else 1, tokens)
-            for name, side in sides.items()}  # fmt: skip
+    cals = {
+        name: calibrate(side, prompts[0], 1 + draft_len if name == "spec" else 1, tokens)
+        for name, side in sides.items()
+    }
     lens = [len(p) for p in prompts]
     per: dict[str, dict[str, float]] = {}
     for batch in sorted(set(plan.batch_sizes)):
@@ -123,4 +135,4 @@ def estimate_bench(sides: dict[str, Callable], prompts: list[list[int]], plan: B
         "per_measurement_s": {b: {k: round(v, 1) for k, v in row.items()} for b, row in per.items()},
         "calibration": {name: c.to_dict() for name, c in cals.items()},
         "prompt_tokens_max": max(lens),
-    }  # fmt: skip
+    }

@@ -43,18 +43,24 @@ class HardwareLimits:
 
     def best(self, other: HardwareLimits) -> HardwareLimits:
         """The faster of two probes of the same machine, rate by rate (the limit is the best rate it showed)."""
-        return replace(self, gemm_gflops=max(self.gemm_gflops, other.gemm_gflops),
-                       read_gbs=max(self.read_gbs, other.read_gbs), copy_gbs=max(self.copy_gbs, other.copy_gbs),
-                       repeats=self.repeats + other.repeats)  # fmt: skip
+        return replace(
+            self,
+            gemm_gflops=max(self.gemm_gflops, other.gemm_gflops),
+            read_gbs=max(self.read_gbs, other.read_gbs),
+            copy_gbs=max(self.copy_gbs, other.copy_gbs),
+            repeats=self.repeats + other.repeats,
+        )
 
     def to_dict(self) -> dict:
         return {**asdict(self), "bandwidth_gbs": round(self.bandwidth_gbs, 2)}
 
     def describe(self) -> str:
-        return (f"{self.device}, {self.threads} threads: fp32 GEMM {self.gemm_gflops:.1f} GFLOP/s "
-                f"({self.gemm_size}x{self.gemm_size}, best of {self.repeats}); memory {self.bandwidth_gbs:.1f} GB/s "
-                f"(read {self.read_gbs:.1f}, copy {self.copy_gbs:.1f}; {self.bandwidth_mib} MiB, best of "
-                f"{self.repeats})")  # fmt: skip
+        return (
+            f"{self.device}, {self.threads} threads: fp32 GEMM {self.gemm_gflops:.1f} GFLOP/s "
+            f"({self.gemm_size}x{self.gemm_size}, best of {self.repeats}); memory {self.bandwidth_gbs:.1f} GB/s "
+            f"(read {self.read_gbs:.1f}, copy {self.copy_gbs:.1f}; {self.bandwidth_mib} MiB, best of "
+            f"{self.repeats})"
+        )
 
 
 def _sync_for(device: torch.device) -> Callable[[], None]:
@@ -116,9 +122,15 @@ def measure_limits(
     gflops = gemm_gflops(gemm_size, repeats, dev)
     read, copy = bandwidth_gbs(bandwidth_mib, repeats, dev)
     return HardwareLimits(
-        device=str(dev), threads=torch.get_num_threads(), gemm_gflops=round(gflops, 2), gemm_size=gemm_size,
-        read_gbs=round(read, 2), copy_gbs=round(copy, 2), bandwidth_mib=bandwidth_mib, repeats=repeats,
-    )  # fmt: skip
+        device=str(dev),
+        threads=torch.get_num_threads(),
+        gemm_gflops=round(gflops, 2),
+        gemm_size=gemm_size,
+        read_gbs=round(read, 2),
+        copy_gbs=round(copy, 2),
+        bandwidth_mib=bandwidth_mib,
+        repeats=repeats,
+    )
 
 
 def _probe(device: str, threads: int, gemm_size: int, bandwidth_mib: int, repeats: int) -> HardwareLimits:

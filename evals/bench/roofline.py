@@ -93,8 +93,15 @@ class Roofline:
     dtype_bytes: int
     limits: HardwareLimits
 
-    def rates(self, prompt_lens: Sequence[int], prefill_s: float, decode_steps: float, decode_tokens: int,
-              mean_context: float, decode_s: float) -> PhaseRates:  # fmt: skip
+    def rates(
+        self,
+        prompt_lens: Sequence[int],
+        prefill_s: float,
+        decode_steps: float,
+        decode_tokens: int,
+        mean_context: float,
+        decode_s: float,
+    ) -> PhaseRates:
         """Prefill of `prompt_lens` in prefill_s, and `decode_steps` steps making `decode_tokens` tokens at
         `mean_context` in decode_s; a phase that took no time has rate 0."""
         flop = prefill_flop(self.config, prompt_lens)

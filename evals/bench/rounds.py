@@ -105,6 +105,8 @@ def unstable_line(name: str, spread: Spread, unit: str = "x") -> str | None:
     """The warning to print for a ratio whose rounds disagree too much; None when it can be trusted."""
     if spread.stable:
         return None
-    return (f"UNSTABLE: {name} ranged {spread.low:.2f}{unit}-{spread.high:.2f}{unit} over {len(spread.per_round)} "
-            f"rounds (max/min {spread.factor:.2f} > {UNSTABLE_SPREAD}): the machine's load changed under the "
-            f"measurement; rerun with more --rounds or on a quieter machine")  # fmt: skip
+    return (
+        f"UNSTABLE: {name} ranged {spread.low:.2f}{unit}-{spread.high:.2f}{unit} over {len(spread.per_round)} "
+        f"rounds (max/min {spread.factor:.2f} > {UNSTABLE_SPREAD}): the machine's load changed under the "
+        f"measurement; rerun with more --rounds or on a quieter machine"
+    )

@@ -27,8 +27,9 @@ def _engines(model: str, memory: str, spec_sampling: str):
     tokenizer = checkpoint.load_tokenizer()
     common = {"model": model, "device_memory": parse_bytes(memory), "kv_cache": KVCacheConfig(enable_block_reuse=False)}
     plain = Engine(EngineConfig(**common), checkpoint=checkpoint, tokenizer=tokenizer)
-    spec = Engine(EngineConfig(**common, spec=SpecConfig(sampling=spec_sampling)), checkpoint=checkpoint,
-                  tokenizer=tokenizer)  # fmt: skip
+    spec = Engine(
+        EngineConfig(**common, spec=SpecConfig(sampling=spec_sampling)), checkpoint=checkpoint, tokenizer=tokenizer
+    )
     return plain, spec
 
 
@@ -38,8 +39,17 @@ def measure(args) -> dict:
 
     prompts = bench_prompts("gsm8k", args.docs, args.data_dir)
     plain, spec = _engines(args.model, args.device_memory, args.spec_sampling)
-    params = [SamplingParams(max_new_tokens=args.tokens, temperature=args.temperature, top_p=args.top_p,
-                             top_k=args.top_k, seed=1000 + i, logprobs=0) for i in range(len(prompts))]  # fmt: skip
+    params = [
+        SamplingParams(
+            max_new_tokens=args.tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            seed=1000 + i,
+            logprobs=0,
+        )
+        for i in range(len(prompts))
+    ]
     times: dict[str, list[float]] = {"plain run": [], "spec-dec run": [], "scoring": [], "gate": []}
     tokens = {}
     for r in range(args.rounds):
@@ -56,16 +66,33 @@ def measure(args) -> dict:
         verdict = judge_outputs(spec_out, params, list(range(len(prompts))), _Scored(plain, scored))
         times["gate"].append(time.perf_counter() - start)
         tokens = {"plain": sum(len(o.token_ids) for o in plain_out), "spec": sum(len(o.token_ids) for o in spec_out)}
-        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items())
-              + f"; {verdict.verdict}", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"round {r + 1}/{args.rounds}: "
+            + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items())
+            + f"; {verdict.verdict}",
+            file=sys.stderr,
+            flush=True,
+        )
     median = {k: statistics.median(v) for k, v in times.items()}
-    diff = max((abs(rec[0] - lp) for o, s in zip(spec_out, scored, strict=True)
-                for rec, lp in zip(o.logprobs or [], s.logprobs, strict=False)), default=0.0)  # fmt: skip
-    return {"median_s": median, "rounds": times, "tokens": tokens, "verdict": verdict.verdict,
-            "basis": verdict.reason, "max_logprob_diff": diff,
-            "scoring_over_plain": median["scoring"] / median["plain run"],
-            "verdict_over_plain": (median["spec-dec run"] + median["scoring"] + median["gate"]) / median["plain run"],
-            "acceptance": spec.last_stats.acceptance}  # fmt: skip
+    diff = max(
+        (
+            abs(rec[0] - lp)
+            for o, s in zip(spec_out, scored, strict=True)
+            for rec, lp in zip(o.logprobs or [], s.logprobs, strict=False)
+        ),
+        default=0.0,
+    )
+    return {
+        "median_s": median,
+        "rounds": times,
+        "tokens": tokens,
+        "verdict": verdict.verdict,
+        "basis": verdict.reason,
+        "max_logprob_diff": diff,
+        "scoring_over_plain": median["scoring"] / median["plain run"],
+        "verdict_over_plain": (median["spec-dec run"] + median["scoring"] + median["gate"]) / median["plain run"],
+        "acceptance": spec.last_stats.acceptance,
+    }
 
 
 class _Scored:
@@ -98,14 +125,20 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     result = measure(args)
     m = result["median_s"]
-    print(f"{args.docs} GSM8K documents x up to {args.tokens} tokens, T={args.temperature} top_p={args.top_p} "
-          f"top_k={args.top_k}, {args.model}, {args.rounds} rounds (medians):")  # fmt: skip
+    print(
+        f"{args.docs} GSM8K documents x up to {args.tokens} tokens, T={args.temperature} top_p={args.top_p} "
+        f"top_k={args.top_k}, {args.model}, {args.rounds} rounds (medians):"
+    )
     for name, seconds in m.items():
         print(f"  {name:13s} {seconds:7.2f} s")
-    print(f"  scoring / plain run: {result['scoring_over_plain']:.2f}x; sampled verdict (spec-dec run + scoring + "
-          f"gate) / plain run: {result['verdict_over_plain']:.2f}x")  # fmt: skip
-    print(f"  tokens: plain {result['tokens']['plain']}, spec-dec {result['tokens']['spec']}; acceptance length "
-          f"{result['acceptance']['acceptance_length']:.2f}")  # fmt: skip
+    print(
+        f"  scoring / plain run: {result['scoring_over_plain']:.2f}x; sampled verdict (spec-dec run + scoring + "
+        f"gate) / plain run: {result['verdict_over_plain']:.2f}x"
+    )
+    print(
+        f"  tokens: plain {result['tokens']['plain']}, spec-dec {result['tokens']['spec']}; acceptance length "
+        f"{result['acceptance']['acceptance_length']:.2f}"
+    )
     print(f"  largest |reported - scored| logprob: {result['max_logprob_diff']:.2e} nats")
     print(f"  verdict: {result['verdict']}: {result['basis']}")
 

@@ -39,8 +39,9 @@ def hf_side(engine: Engine) -> Side:
     return run
 
 
-def build_sides(base: EngineConfig, spec: EngineConfig | None, skip_hf: bool, checkpoint=None,
-                tokenizer=None) -> tuple[dict[str, Side], Engine]:  # fmt: skip
+def build_sides(
+    base: EngineConfig, spec: EngineConfig | None, skip_hf: bool, checkpoint=None, tokenizer=None
+) -> tuple[dict[str, Side], Engine]:
     """The sides in measurement order (ours, spec, hf), and our plain engine; checkpoint and tokenizer: already
     loaded ones to share (else base.model's)."""
     engine = Engine(base, checkpoint=checkpoint, tokenizer=tokenizer)

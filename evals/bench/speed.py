@@ -133,16 +133,18 @@ def measure(side: Side, prompts: list[list[int]], batch: int, n: int, device) ->
     return m
 
 
-def plain_rates(roof: roofline.Roofline, m: Measurement, prompts: list[list[int]], batch: int,
-                n: int) -> roofline.PhaseRates:  # fmt: skip
+def plain_rates(
+    roof: roofline.Roofline, m: Measurement, prompts: list[list[int]], batch: int, n: int
+) -> roofline.PhaseRates:
     """A plain side's measurement against the limits: every request of a chunk makes one token per step."""
     steps = m.decode_tokens / min(batch, len(prompts))
     context = sum(map(len, prompts)) / len(prompts) + n / 2
     return roof.rates([len(p) for p in prompts], m.prefill_s, steps, m.decode_tokens, context, m.decode_s)
 
 
-def summarise_row(batch: int, prompts: list[list[int]], n: int, results: dict[str, list[Measurement]],
-                  roof: roofline.Roofline | None) -> dict[str, Any]:  # fmt: skip
+def summarise_row(
+    batch: int, prompts: list[list[int]], n: int, results: dict[str, list[Measurement]], roof: roofline.Roofline | None
+) -> dict[str, Any]:
     """One batch size's row: per side the median rates over rounds; per ratio the median of the per-round ratios
     with its spread; output identity across sides (first round) and across rounds; the plain sides' fractions of
     the hardware limits."""
@@ -209,15 +211,24 @@ def _peak_mib(device) -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
 
 
-def measure_rounds(sides: dict[str, Side], group: list[list[int]], batch: int, plan: BenchPlan, device,
-                   say: Callable[[str], None], expected: dict[str, float]) -> dict[str, list[Measurement]]:  # fmt: skip
+def measure_rounds(
+    sides: dict[str, Side],
+    group: list[list[int]],
+    batch: int,
+    plan: BenchPlan,
+    device,
+    say: Callable[[str], None],
+    expected: dict[str, float],
+) -> dict[str, list[Measurement]]:
     """Every side at one batch size, interleaved: round 1 (ours, spec, hf), round 2 (ours, spec, hf), ...
     expected: each side's estimated seconds per measurement, shown in its progress line."""
     n = plan.max_new_tokens
 
     def before(r: int, name: str) -> None:
-        say(f"bench: round {r + 1}/{plan.rounds}, {name}, batch {batch}, {len(group)} prompts x {n} tokens "
-            f"({describe_duration(expected[name])}) ...")  # fmt: skip
+        say(
+            f"bench: round {r + 1}/{plan.rounds}, {name}, batch {batch}, {len(group)} prompts x {n} tokens "
+            f"({describe_duration(expected[name])}) ..."
+        )
 
     def one(side: Side) -> Callable[[int], Measurement]:
         return lambda _round: measure(side, group, batch, n, device)
@@ -250,11 +261,16 @@ def run_bench(
     base, spec = (_with_budget(c, checkpoint.config, prompts, plan, say) for c in (base, spec))
     sides, engine = build_sides(base, spec, plan.skip_hf, checkpoint, tokenizer)
     result: dict[str, Any] = {
-        "model": base.model, "device": engine.device.type, "dtype": str(engine.dtype).removeprefix("torch."),
-        "kv_cache": base.kv_cache.version, "prompts": plan.prompts, "max_new_tokens": plan.max_new_tokens,
-        "prompt_tokens_mean": round(sum(map(len, prompts)) / len(prompts), 1), "rounds": plan.rounds,
+        "model": base.model,
+        "device": engine.device.type,
+        "dtype": str(engine.dtype).removeprefix("torch."),
+        "kv_cache": base.kv_cache.version,
+        "prompts": plan.prompts,
+        "max_new_tokens": plan.max_new_tokens,
+        "prompt_tokens_mean": round(sum(map(len, prompts)) / len(prompts), 1),
+        "rounds": plan.rounds,
         "device_memory_gib": round(engine.memory.total_bytes / 2**30, 2),
-    }  # fmt: skip
+    }
     if spec is not None and spec.spec is not None:
         s = spec.spec
         result["spec"] = f"{s.algorithm} K={s.max_draft_len} draft={s.draft_model}"
@@ -267,8 +283,10 @@ def run_bench(
     size = ModelBytes(engine.weights_bytes, engine.kv_layout.bytes_per_token)
     estimate = estimate_bench(sides, prompts, plan, size, draft_len, probe_s)
     result["estimate"] = estimate
-    say(f"bench: expected duration {describe_duration(estimate['expected_s'])} from here "
-        f"({estimate['measurements']} measurements; calibrated on one prompt per side)")  # fmt: skip
+    say(
+        f"bench: expected duration {describe_duration(estimate['expected_s'])} from here "
+        f"({estimate['measurements']} measurements; calibrated on one prompt per side)"
+    )
     if estimate_only:
         return result
     rows = []
@@ -288,8 +306,9 @@ def run_bench(
     return result
 
 
-def _with_budget(config: EngineConfig | None, model, prompts: list[list[int]], plan: BenchPlan,
-                 say: Callable[[str], None]) -> EngineConfig | None:  # fmt: skip
+def _with_budget(
+    config: EngineConfig | None, model, prompts: list[list[int]], plan: BenchPlan, say: Callable[[str], None]
+) -> EngineConfig | None:
     """The config with the plan's memory budget when it has none (bench_budget.py)."""
     if config is None or config.device_memory is not None:
         return config

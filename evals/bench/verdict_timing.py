@@ -91,8 +91,10 @@ class PhaseClock:
 
     def phases(self) -> dict[str, float]:
         """Summed over the calls: requests, prompt and output tokens, prefill/decode seconds, decode tokens/steps."""
-        out = dict.fromkeys(("requests", "prompt_tokens", "output_tokens", "prefill_s", "decode_s",
-                             "decode_tokens", "decode_steps"), 0.0)  # fmt: skip
+        out = dict.fromkeys(
+            ("requests", "prompt_tokens", "output_tokens", "prefill_s", "decode_s", "decode_tokens", "decode_steps"),
+            0.0,
+        )
         for call in self.calls:
             s = call["stats"]
             out["requests"] += s.num_requests
@@ -112,8 +114,13 @@ class SideRun:
     clocks: list[PhaseClock] = field(default_factory=list)  # one per evaluation the side ran
 
 
-def run_side(config: EngineConfig, options: EvalOptions, baseline: str, work_dir: str | None,
-             progress_for: Callable | None = None) -> SideRun:  # fmt: skip
+def run_side(
+    config: EngineConfig,
+    options: EvalOptions,
+    baseline: str,
+    work_dir: str | None,
+    progress_for: Callable | None = None,
+) -> SideRun:
     """One whole verdict into a fresh runs folder (removed after); baseline "paired" or "separate" (a plain run
     has none to make, either way)."""
     clocks: list[PhaseClock] = []
@@ -141,8 +148,14 @@ def plain_phase_rates(run: SideRun, roof: roofline.Roofline) -> roofline.PhaseRa
     p = run.clocks[-1].phases()
     n = max(int(p["requests"]), 1)
     mean_prompt, mean_output = p["prompt_tokens"] / n, p["output_tokens"] / n
-    return roof.rates([round(mean_prompt)] * n, p["prefill_s"], p["decode_steps"], int(p["decode_tokens"]),
-                      mean_prompt + mean_output / 2, p["decode_s"])  # fmt: skip
+    return roof.rates(
+        [round(mean_prompt)] * n,
+        p["prefill_s"],
+        p["decode_steps"],
+        int(p["decode_tokens"]),
+        mean_prompt + mean_output / 2,
+        p["decode_s"],
+    )
 
 
 def _model_shape(config: EngineConfig) -> tuple[Any, int, Any]:
@@ -198,8 +211,12 @@ def _lossless(summary: RunSummary) -> str:
     return ",".join(verdicts)
 
 
-def run_verdict_bench(spec_config: EngineConfig, plan: VerdictBenchPlan, log: Callable[[str], None] | None = None,
-                      progress_for: Callable | None = None) -> dict[str, Any]:  # fmt: skip
+def run_verdict_bench(
+    spec_config: EngineConfig,
+    plan: VerdictBenchPlan,
+    log: Callable[[str], None] | None = None,
+    progress_for: Callable | None = None,
+) -> dict[str, Any]:
     """The three sides, `plan.rounds` rounds, interleaved."""
     if spec_config.spec is None:
         raise UserError("the verdict benchmark compares spec-dec verdicts with a plain one: add --spec eagle3")
@@ -228,19 +245,28 @@ def run_verdict_bench(spec_config: EngineConfig, plan: VerdictBenchPlan, log: Ca
     return {"model": spec_config.model, "kv_cache": spec_config.kv_cache.version, **report}
 
 
-def verdict_report(runs: dict[str, list[SideRun]], roof: roofline.Roofline, subset: str,
-                   plan: VerdictBenchPlan) -> dict[str, Any]:  # fmt: skip
+def verdict_report(
+    runs: dict[str, list[SideRun]], roof: roofline.Roofline, subset: str, plan: VerdictBenchPlan
+) -> dict[str, Any]:
     """Median wall time per side, the ratios to the plain side with their spreads, the plain run's fractions of
     the hardware limits."""
     walls = {name: [r.wall_s for r in rs] for name, rs in runs.items()}
     report: dict[str, Any] = {
-        "task": plan.task, "docs": plan.docs, "subset": subset, "rounds": plan.rounds,
+        "task": plan.task,
+        "docs": plan.docs,
+        "subset": subset,
+        "rounds": plan.rounds,
         "max_output_len": plan.max_output_len,
-        "sides": {name: {"wall_s": spread_of(w).to_dict(1), "verdicts": [r.summary.verdict for r in runs[name]],
-                         "lossless": [_lossless(r.summary) for r in runs[name]],
-                         "failed": [failed_gates(r.summary) for r in runs[name]]}
-                  for name, w in walls.items()},
-    }  # fmt: skip
+        "sides": {
+            name: {
+                "wall_s": spread_of(w).to_dict(1),
+                "verdicts": [r.summary.verdict for r in runs[name]],
+                "lossless": [_lossless(r.summary) for r in runs[name]],
+                "failed": [failed_gates(r.summary) for r in runs[name]],
+            }
+            for name, w in walls.items()
+        },
+    }
     if PAIRED in runs:
         report["sides"][PAIRED]["audit_s"] = [_audit_s(r.summary) for r in runs[PAIRED]]
     report["ratios"], report["unstable"] = {}, []

@@ -62,8 +62,13 @@ class GenerationConditions:
         template = "no chat template"
         if self.apply_chat_template:
             template = "chat template" + (f" with {self.chat_template_kwargs}" if self.chat_template_kwargs else "")
-        parts = [self.decoding(), template, f"{self.num_fewshot}-shot", self.task_variant,
-                 f"up to {self.max_output_len} tokens"]  # fmt: skip
+        parts = [
+            self.decoding(),
+            template,
+            f"{self.num_fewshot}-shot",
+            self.task_variant,
+            f"up to {self.max_output_len} tokens",
+        ]
         if self.repeats > 1:
             parts.append(f"{self.repeats} samples per question")
         return "; ".join(parts)

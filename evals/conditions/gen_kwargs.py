@@ -96,11 +96,12 @@ class GenKwargs:
         merged.update(given)
         temperature = float(merged.get("temperature") or 0.0)
         if merged.get("do_sample") is False and temperature > 0 and "temperature" in given:
-            raise UserError(f"--gen-kwargs: do_sample=false decodes greedily, so temperature={temperature:g} would be "
-                            "ignored; drop one of them")  # fmt: skip
+            raise UserError(
+                f"--gen-kwargs: do_sample=false decodes greedily, so temperature={temperature:g} would be "
+                "ignored; drop one of them"
+            )
         if merged.get("do_sample") is True and temperature == 0:
-            raise UserError("--gen-kwargs: do_sample=true needs a temperature > 0 (the task's is 0); "
-                            f"{EXAMPLE}")  # fmt: skip
+            raise UserError(f"--gen-kwargs: do_sample=true needs a temperature > 0 (the task's is 0); {EXAMPLE}")
         return merged
 
     def __bool__(self) -> bool:
@@ -161,8 +162,11 @@ def _checked(key: str, value: Any, what: str) -> Any:
         if not value.is_integer():
             raise UserError(f"{shown}: expected a whole number")
         value = int(value)
-    low, high, hint = {"top_k": (0, MAX_TOKENS, " (0 turns top-k off)"), "seed": (0, MAX_SEED - 1, ""),
-                       "max_gen_toks": (1, MAX_TOKENS, "")}[key]  # fmt: skip
+    low, high, hint = {
+        "top_k": (0, MAX_TOKENS, " (0 turns top-k off)"),
+        "seed": (0, MAX_SEED - 1, ""),
+        "max_gen_toks": (1, MAX_TOKENS, ""),
+    }[key]
     if not low <= value <= high:
         raise UserError(f"{shown}: must be in [{low}, {high}]{hint}")
     return value

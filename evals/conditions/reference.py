@@ -26,8 +26,16 @@ from .conditions import GenerationConditions
 from .gen_kwargs import GenKwargs
 
 UNKNOWN = "unknown"
-CONDITION_KEYS = ("task_variant", "num_fewshot", "apply_chat_template", "chat_template_kwargs", "temperature",
-                  "top_p", "top_k", "max_output_len")  # fmt: skip
+CONDITION_KEYS = (
+    "task_variant",
+    "num_fewshot",
+    "apply_chat_template",
+    "chat_template_kwargs",
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_output_len",
+)
 ACCEPT_FLAG = "--accept-condition-mismatch"
 
 
@@ -89,12 +97,17 @@ def differences(run: GenerationConditions, ref: ReferenceConditions) -> list[str
         out.append(f"reference measured on the {ref.task_variant} prompt, this run on {run.task_variant}")
     out += _decoding_differences(run, ref)
     if ref.apply_chat_template is not None and ref.apply_chat_template != run.apply_chat_template:
-        out.append("reference rendered through the chat template, this run without it" if ref.apply_chat_template
-                   else "reference without the chat template, this run through it")  # fmt: skip
+        out.append(
+            "reference rendered through the chat template, this run without it"
+            if ref.apply_chat_template
+            else "reference without the chat template, this run through it"
+        )
     both_templated = run.apply_chat_template and ref.apply_chat_template is not False
     if both_templated and ref.chat_template_kwargs is not None and ref.chat_template_kwargs != run.chat_template_kwargs:
-        out.append(f"reference chat-template kwargs {ref.chat_template_kwargs or 'none'}, "
-                   f"this run {run.chat_template_kwargs or 'none'}")  # fmt: skip
+        out.append(
+            f"reference chat-template kwargs {ref.chat_template_kwargs or 'none'}, "
+            f"this run {run.chat_template_kwargs or 'none'}"
+        )
     if ref.num_fewshot is not None and ref.num_fewshot != run.num_fewshot:
         out.append(f"reference {ref.num_fewshot}-shot, this run {run.num_fewshot}-shot")
     if ref.max_output_len is not None and ref.max_output_len != run.max_output_len:
@@ -144,8 +157,11 @@ class ConditionCheck:
     def lines(self) -> list[str]:
         """What the run prints under its accuracy gate, and the report repeats."""
         if self.differences and not self.accepted:
-            head = ["NO-GATE: this run's conditions differ from the reference's: " + "; ".join(self.differences)
-                    + f" (pass {ACCEPT_FLAG} to judge it anyway)"]  # fmt: skip
+            head = [
+                "NO-GATE: this run's conditions differ from the reference's: "
+                + "; ".join(self.differences)
+                + f" (pass {ACCEPT_FLAG} to judge it anyway)"
+            ]
         elif self.differences:
             head = [f"judged although the conditions differ ({ACCEPT_FLAG}): " + "; ".join(self.differences)]
         else:
@@ -155,8 +171,12 @@ class ConditionCheck:
         return head
 
     def to_dict(self) -> dict[str, Any]:
-        return {"differences": list(self.differences), "unstated": list(self.unstated), "accepted": self.accepted,
-                "blocks": self.blocks}  # fmt: skip
+        return {
+            "differences": list(self.differences),
+            "unstated": list(self.unstated),
+            "accepted": self.accepted,
+            "blocks": self.blocks,
+        }
 
 
 def check_conditions(run: GenerationConditions, entry: Mapping[str, Any], accepted: bool = False) -> ConditionCheck:

@@ -42,5 +42,7 @@ def check_repeats(repeats: int, temperature: float) -> None:
     if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= MAX_REPEATS:
         raise UserError(f"--repeats must be a whole number in 1..{MAX_REPEATS}, got {repeats!r}")
     if repeats > 1 and temperature == 0:
-        raise UserError(f"--repeats {repeats} with greedy decoding gives {repeats} copies of one answer per question; "
-                        "sample (--gen-kwargs temperature=...) or drop --repeats")  # fmt: skip
+        raise UserError(
+            f"--repeats {repeats} with greedy decoding gives {repeats} copies of one answer per question; "
+            "sample (--gen-kwargs temperature=...) or drop --repeats"
+        )

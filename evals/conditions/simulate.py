@@ -61,8 +61,9 @@ def beta_parameters(mean: float, icc: float) -> tuple[float, float]:
     return mean * total, (1 - mean) * total
 
 
-def simulate(docs: int, repeats: int, mean: float, icc: float, sims: int = 20_000, seed: int = 0,
-             alpha: float = 0.05) -> SimulationResult:  # fmt: skip
+def simulate(
+    docs: int, repeats: int, mean: float, icc: float, sims: int = 20_000, seed: int = 0, alpha: float = 0.05
+) -> SimulationResult:
     """mean and icc as fractions (mean 0.3 = a score of 30)."""
     rng = np.random.default_rng(seed)
     m, score, se, se_naive = _runs(rng, docs, repeats, mean, icc, sims)
@@ -75,7 +76,12 @@ def simulate(docs: int, repeats: int, mean: float, icc: float, sims: int = 20_00
     threshold = ref_score + z_alpha * np.sqrt(2 * 50.0**2 / (n / deff))  # hypothesis.py at n = n_eff
     naive_threshold = ref_score + z_alpha * math.sqrt(2 * 50.0**2 / n)
     return SimulationResult(
-        docs, repeats, mean, icc, sims, true_sd,
+        docs,
+        repeats,
+        mean,
+        icc,
+        sims,
+        true_sd,
         simulated_sd=float(score.std(ddof=1)),
         stated_se_rms=float(np.sqrt(np.mean(se**2))),
         naive_se_rms=float(np.sqrt(np.mean(se_naive**2))),
@@ -85,7 +91,7 @@ def simulate(docs: int, repeats: int, mean: float, icc: float, sims: int = 20_00
         naive_gate_false_fail=float(np.mean(score < naive_threshold)),
         sequential_false_fail=_sequential_false_fail(m, ref_score, alpha),
         alpha=alpha,
-    )  # fmt: skip
+    )
 
 
 def _runs(rng: np.random.Generator, docs: int, repeats: int, mean: float, icc: float, sims: int):
@@ -119,23 +125,34 @@ def bootstrap(groups: dict, resamples: int = 20_000, seed: int = 0) -> dict[str,
     means = np.array([scale * r.mean() for r in rows])
     stated = clustered_score({i: list(scale * r) for i, r in enumerate(rows)})
     scores = means[rng.integers(0, len(means), size=(resamples, len(means)))].mean(axis=1)
-    return {"score": stated.score, "stated_se": stated.se or 0.0, "naive_se": stated.se_naive or 0.0,
-            "bootstrap_sd": float(scores.std(ddof=1)), "design_effect": stated.design_effect,
-            "n_effective": stated.n_effective, "docs": stated.n_docs, "samples": stated.n_samples}  # fmt: skip
+    return {
+        "score": stated.score,
+        "stated_se": stated.se or 0.0,
+        "naive_se": stated.se_naive or 0.0,
+        "bootstrap_sd": float(scores.std(ddof=1)),
+        "design_effect": stated.design_effect,
+        "n_effective": stated.n_effective,
+        "docs": stated.n_docs,
+        "samples": stated.n_samples,
+    }
 
 
 def render(r: SimulationResult) -> str:
-    return "\n".join([
-        f"{r.docs} documents x {r.repeats} samples, true mean {100 * r.mean:g}, intra-class correlation {r.icc:g}, "
-        f"{r.sims} simulated runs",
-        f"  standard deviation of the score: true {r.true_sd:.3f}, simulated {r.simulated_sd:.3f}",
-        f"  stated standard error (rms):     clustered {r.stated_se_rms:.3f}, as if independent {r.naive_se_rms:.3f}",
-        f"  95% interval covers the mean:    clustered {100 * r.coverage:.1f}%, as if independent "
-        f"{100 * r.naive_coverage:.1f}%",
-        f"  accuracy gate false FAIL, nothing changed (alpha {r.alpha:g}): n effective {100 * r.gate_false_fail:.1f}%, "
-        f"n = all samples {100 * r.naive_gate_false_fail:.1f}%, sequential on per-document means "
-        f"{100 * r.sequential_false_fail:.1f}%",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"{r.docs} documents x {r.repeats} samples, true mean {100 * r.mean:g}, intra-class correlation {r.icc:g}, "
+            f"{r.sims} simulated runs",
+            f"  standard deviation of the score: true {r.true_sd:.3f}, simulated {r.simulated_sd:.3f}",
+            f"  stated standard error (rms):     clustered {r.stated_se_rms:.3f}, "
+            f"as if independent {r.naive_se_rms:.3f}",
+            f"  95% interval covers the mean:    clustered {100 * r.coverage:.1f}%, as if independent "
+            f"{100 * r.naive_coverage:.1f}%",
+            f"  accuracy gate false FAIL, nothing changed (alpha {r.alpha:g}): "
+            f"n effective {100 * r.gate_false_fail:.1f}%, "
+            f"n = all samples {100 * r.naive_gate_false_fail:.1f}%, sequential on per-document means "
+            f"{100 * r.sequential_false_fail:.1f}%",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,8 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--mean", type=float, default=30.0, help="true score, 0-100 (default 30)")
-    parser.add_argument("--icc", type=float, nargs="+", default=[0.0001, 0.3, 0.7],
-                        help="intra-class correlations to simulate (default 0.0001 0.3 0.7)")  # fmt: skip
+    parser.add_argument(
+        "--icc",
+        type=float,
+        nargs="+",
+        default=[0.0001, 0.3, 0.7],
+        help="intra-class correlations to simulate (default 0.0001 0.3 0.7)",
+    )
     parser.add_argument("--sims", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--alpha", type=float, default=0.05)
@@ -156,9 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.from_groups is not None:
         b = bootstrap(json.loads(args.from_groups.read_text()), args.sims, args.seed)
-        print(f"{b['docs']} documents, {b['samples']} samples: score {b['score']:.2f}; standard error stated "
-              f"{b['stated_se']:.3f} (clustered), {b['naive_se']:.3f} as if independent; cluster bootstrap "
-              f"{b['bootstrap_sd']:.3f}; design effect {b['design_effect']:.2f}")  # fmt: skip
+        print(
+            f"{b['docs']} documents, {b['samples']} samples: score {b['score']:.2f}; standard error stated "
+            f"{b['stated_se']:.3f} (clustered), {b['naive_se']:.3f} as if independent; cluster bootstrap "
+            f"{b['bootstrap_sd']:.3f}; design effect {b['design_effect']:.2f}"
+        )
         return 0
     if args.docs < 2 or args.repeats < 1 or not 0 < args.mean < 100:
         parser.error("--docs >= 2, --repeats >= 1 and 0 < --mean < 100")

@@ -58,8 +58,10 @@ DEFAULT_RTOL = EvalOptions.acceptance_rtol  # vLLM's acceptance test's 0.05: `ru
 EARLY_MIN_CYCLES = 256
 EARLY_FRACTION = 0.5
 DEFAULT_METHOD = "eagle3"  # what an entry without a `method` key measured
-NO_POWER = ("not stated: the run gave no sampling error of its AL (fewer than two requests with draft cycles, or no "
-            "per-request counts), so what drop this band can see is unknown")  # fmt: skip
+NO_POWER = (
+    "not stated: the run gave no sampling error of its AL (fewer than two requests with draft cycles, or no "
+    "per-request counts), so what drop this band can see is unknown"
+)
 
 
 def load_acceptance_references(path: Path = ACCEPTANCE_PATH) -> dict[str, dict[str, Any]]:
@@ -114,16 +116,36 @@ def acceptance_gate(
         raise ValueError(f"rtol must lie in [0, 1), got {rtol}")
     impossible = counts_problem(acceptance)
     if impossible is not None:  # evidence no drafter can give: the gate cannot judge, and never passes
-        return {"verdict": "NO-GATE", "acceptance_length": None, "ref_al": None, "min_al": None, "rtol": rtol,
-                "slack": round(slack, 4), "band": None, "power": None, "per_position": [], "test_id": test_id,
-                "reason": f"impossible acceptance counts ({impossible}): no acceptance length"}  # fmt: skip
+        return {
+            "verdict": "NO-GATE",
+            "acceptance_length": None,
+            "ref_al": None,
+            "min_al": None,
+            "rtol": rtol,
+            "slack": round(slack, 4),
+            "band": None,
+            "power": None,
+            "per_position": [],
+            "test_id": test_id,
+            "reason": f"impossible acceptance counts ({impossible}): no acceptance length",
+        }
     al, rates = _measured(acceptance)
     entry = refs.get(test_id) or {}
     ref_al, min_al = _float_or_none(entry.get("ref_al")), _float_or_none(entry.get("min_al"))
     ref_rates = [float(r) for r in entry.get("ref_per_position") or []]
-    result = {"verdict": "NO-REFERENCE", "acceptance_length": al, "ref_al": ref_al, "min_al": min_al,
-              "rtol": rtol, "slack": round(slack, 4), "band": None, "power": None, "reason": "", "per_position": [],
-              "test_id": test_id}  # fmt: skip
+    result = {
+        "verdict": "NO-REFERENCE",
+        "acceptance_length": al,
+        "ref_al": ref_al,
+        "min_al": min_al,
+        "rtol": rtol,
+        "slack": round(slack, 4),
+        "band": None,
+        "power": None,
+        "reason": "",
+        "per_position": [],
+        "test_id": test_id,
+    }
     if ref_al is None:
         stub = f"the reference for {test_id} is a stub (ref_al: null): populate it from a run"
         result["reason"] = stub if entry else f"no acceptance-length reference for {test_id}"
@@ -172,18 +194,24 @@ def _failures(al, ref_al, min_al, rtol, positions, acceptance, slack=0.0) -> lis
         return ["no draft cycles: the run drafted nothing"]
     failures = []
     if al < min_al - slack:
-        failures.append(f"acceptance length {al:.3f} < min_al {min_al:.3f}{_slack(slack)} (ref_al {ref_al:.3f}): "
-                        "collapse tripwire")  # fmt: skip
+        failures.append(
+            f"acceptance length {al:.3f} < min_al {min_al:.3f}{_slack(slack)} (ref_al {ref_al:.3f}): collapse tripwire"
+        )
     move = (al - ref_al) / ref_al
     tolerance = max(rtol, slack / ref_al)
     if abs(move) > tolerance:
-        failures.append(f"acceptance length {al:.3f} moved {move:+.1%} from ref_al {ref_al:.3f} (tolerance "
-                        f"+-{tolerance:.0%}; a rise fails too: re-measure the reference if intended)")  # fmt: skip
+        failures.append(
+            f"acceptance length {al:.3f} moved {move:+.1%} from ref_al {ref_al:.3f} (tolerance "
+            f"+-{tolerance:.0%}; a rise fails too: re-measure the reference if intended)"
+        )
     for p in positions:
         if p["verdict"] == "FAIL":
             bound, slack_i = _position_bound(p["ref"], rtol, p.get("slack", 0.0))
-            why = f"ref {p['ref']:.4f} - {slack_i:.4f} of sampling error" if slack_i > p["ref"] * rtol else \
-                f"ref {p['ref']:.4f} x (1 - {rtol:g})"  # fmt: skip
+            why = (
+                f"ref {p['ref']:.4f} - {slack_i:.4f} of sampling error"
+                if slack_i > p["ref"] * rtol
+                else f"ref {p['ref']:.4f} x (1 - {rtol:g})"
+            )
             failures.append(f"position {p['position']} rate {p['rate']:.4f} < {bound:.4f} = {why}")
     return failures
 
@@ -192,8 +220,9 @@ def _slack(slack: float) -> str:
     return f" - {slack:.3f} of sampling error" if slack else ""
 
 
-def _positions(rates: list[float], refs: list[float], rtol: float, checked: bool, slacks: Sequence[float] = ()
-               ) -> list[dict[str, Any]]:  # fmt: skip
+def _positions(
+    rates: list[float], refs: list[float], rtol: float, checked: bool, slacks: Sequence[float] = ()
+) -> list[dict[str, Any]]:
     rows = []
     for i, rate in enumerate(rates):
         ref = refs[i] if i < len(refs) else None
@@ -230,8 +259,12 @@ def sampled_decoding(conditions: Mapping[str, Any] | None, spec_sampling: str | 
     temperature = float((conditions or {}).get("temperature") or 0.0)
     if temperature <= 0:
         return None
-    return {"temperature": temperature, "top_k": int(conditions.get("top_k") or 0),
-            "top_p": float(conditions.get("top_p") or 1.0), "spec_sampling": spec_sampling or "coupled"}  # fmt: skip
+    return {
+        "temperature": temperature,
+        "top_k": int(conditions.get("top_k") or 0),
+        "top_p": float(conditions.get("top_p") or 1.0),
+        "spec_sampling": spec_sampling or "coupled",
+    }
 
 
 def decoding_problem(entry: Mapping[str, Any], temperature: float) -> str | None:
@@ -280,9 +313,11 @@ def acceptance_early_fail(
     if al >= limit:
         return None
     result["verdict"] = "FAIL"
-    result["reason"] = (f"early FAIL after {cycles} draft cycles: acceptance length {al:.3f} < {limit:.3f}, "
-                        f"the point where the drafter keeps under {fraction:.0%} of the accepted drafts that "
-                        f"min_al {result['min_al']:.3f} requires (ref_al {ref_al:.3f})")  # fmt: skip
+    result["reason"] = (
+        f"early FAIL after {cycles} draft cycles: acceptance length {al:.3f} < {limit:.3f}, "
+        f"the point where the drafter keeps under {fraction:.0%} of the accepted drafts that "
+        f"min_al {result['min_al']:.3f} requires (ref_al {ref_al:.3f})"
+    )
     return result
 
 
@@ -361,8 +396,16 @@ def populate_from_run(
     if not measured:
         refusal = populate_refusal(summary)
         why = "no task measured an acceptance length" + (f" (not a clean, passing run: {refusal})" if refusal else "")
-        return {"test_id": test_id, "task": None, "ref_al": None, "path": str(path), "num_documents": 0,
-                "num_cycles": 0, "changed": False, "refused": why}  # fmt: skip
+        return {
+            "test_id": test_id,
+            "task": None,
+            "ref_al": None,
+            "path": str(path),
+            "num_documents": 0,
+            "num_cycles": 0,
+            "changed": False,
+            "refused": why,
+        }
     r = measured[0]
     conditions = getattr(r, "conditions", None) or {}
     test_id = reference_id(test_id, conditions, spec_sampling)
@@ -370,8 +413,15 @@ def populate_from_run(
     counts = r.acceptance
     cycles = counts["num_cycles"]
     al = 1.0 + counts["num_accepted_drafts"] / cycles if cycles else 1.0
-    record: dict[str, Any] = {"test_id": test_id, "task": r.task, "ref_al": al, "path": str(path),
-                              "num_documents": r.num_samples, "num_cycles": cycles, "changed": False}  # fmt: skip
+    record: dict[str, Any] = {
+        "test_id": test_id,
+        "task": r.task,
+        "ref_al": al,
+        "path": str(path),
+        "num_documents": r.num_samples,
+        "num_cycles": cycles,
+        "changed": False,
+    }
     refusal = populate_refusal(summary)
     if refusal is None and not cycles:
         refusal = "the run drafted nothing (no draft cycles)"
@@ -387,12 +437,19 @@ def populate_from_run(
 
 # --- populate: line edits ------------------------------------------------------------------------------------
 
-_VALUE_LINE = re.compile(r"^(?P<head>\s+(?P<key>[A-Za-z_][\w-]*):)(?P<sep>[ \t]*)(?P<value>[^#\r\n]*?)"
-                         r"(?P<tail>[ \t]*(#[^\r\n]*)?)(?P<end>\r?\n?)$")  # fmt: skip
+_VALUE_LINE = re.compile(
+    r"^(?P<head>\s+(?P<key>[A-Za-z_][\w-]*):)(?P<sep>[ \t]*)(?P<value>[^#\r\n]*?)"
+    r"(?P<tail>[ \t]*(#[^\r\n]*)?)(?P<end>\r?\n?)$"
+)
 
 
-def populate(path: Path, test_id: str, al: float, per_position: list[float] | None = None,
-             decoding: Mapping[str, Any] | None = None) -> bool:  # fmt: skip
+def populate(
+    path: Path,
+    test_id: str,
+    al: float,
+    per_position: list[float] | None = None,
+    decoding: Mapping[str, Any] | None = None,
+) -> bool:
     """Write ref_al = al and min_al = 0.95 al (and ref_per_position, when given; the sampled decoding it was
     measured under, when given) for test_id, as TensorRT-LLM's populate switch does, but by editing only that entry's
     lines. A missing entry is appended at the end.
@@ -432,8 +489,9 @@ def check_writable(path: Path) -> None:
         raise UserError(f"acceptance references {path}: not writable (a read-only file, folder or mount)")
 
 
-def _populate_locked(path: Path, test_id: str, al: float, per_position: list[float] | None,
-                     decoding: Mapping[str, Any] | None = None) -> bool:  # fmt: skip
+def _populate_locked(
+    path: Path, test_id: str, al: float, per_position: list[float] | None, decoding: Mapping[str, Any] | None = None
+) -> bool:
     try:
         text = read_limited(path, "acceptance references").decode("utf-8") if path.exists() else ""
     except UnicodeDecodeError as e:

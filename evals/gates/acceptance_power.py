@@ -110,8 +110,9 @@ def gate_power(
         n_min = _documents(num_documents, slack, lambda s, m: _p_fail(ref_al, min_al, rtol, s, m, min_al) >= 1 - beta)
     limit_floor = band_floor(ref_al, min_al, rtol, 0.0)
     limit = 1.0 if limit_floor > min_al + at else 0.5 if abs(limit_floor - min_al) <= at else 0.0
-    power = GatePower(num_documents, se, alpha, beta, mde, ref_al * (1 - mde), min_drop, p_min, wider, n_band, n_min,
-                      limit, "")  # fmt: skip
+    power = GatePower(
+        num_documents, se, alpha, beta, mde, ref_al * (1 - mde), min_drop, p_min, wider, n_band, n_min, limit, ""
+    )
     return GatePower(**{**asdict(power), "statement": power_statement(power)})
 
 
@@ -169,15 +170,19 @@ def _documents(n: int, slack: float, holds) -> int | None:
 def power_statement(p: GatePower) -> str:
     """One sentence a reader can act on: what drop this n sees, what a drop to min_al gets, and what would see it."""
     n = f"{p.num_documents} documents" if p.num_documents else "this run"
-    text = (f"at {n} it detects a drop of {p.mde:.1%} (AL {p.mde_al:.3f}) with probability {1 - p.beta:.0%} "
-            f"(false FAIL {p.alpha:.3f}); a drop to min_al ({p.min_al_drop:.1%}) with probability "
-            f"{p.p_detect_min_al:.2f}")  # fmt: skip
+    text = (
+        f"at {n} it detects a drop of {p.mde:.1%} (AL {p.mde_al:.3f}) with probability {1 - p.beta:.0%} "
+        f"(false FAIL {p.alpha:.3f}); a drop to min_al ({p.min_al_drop:.1%}) with probability "
+        f"{p.p_detect_min_al:.2f}"
+    )
     if p.documents_for_min_al_drop is not None:
         return text + f"; {1 - p.beta:.0%} needs {p.documents_for_min_al_drop} documents"
     ceiling = f"at most {p.limit_p_detect_min_al:.2f} at any n"
     if p.band_wider_than_min_al and p.documents_for_band_at_min_al is not None:
-        ceiling = (f"the band reaches min_al from {p.documents_for_band_at_min_al} documents on, and even then "
-                   f"catches it with probability at most {p.limit_p_detect_min_al:.2f}")  # fmt: skip
+        ceiling = (
+            f"the band reaches min_al from {p.documents_for_band_at_min_al} documents on, and even then "
+            f"catches it with probability at most {p.limit_p_detect_min_al:.2f}"
+        )
     return (
         text + f"; {1 - p.beta:.0%} at that drop is beyond this gate ({ceiling}): the paired A/B (compare, ab) sees it"
     )
@@ -185,5 +190,7 @@ def power_statement(p: GatePower) -> str:
 
 def underpowered_note(ref_al: float, min_al: float, low: float) -> str:
     """What a PASS within a band wider than min_al means, for the gate's reason."""
-    return (f"the band's floor {low:.3f} lies below min_al {min_al:.3f} (ref_al {ref_al:.3f}): an AL down to "
-            f"{low:.3f} passes, so this PASS does not rule out the regression this test id exists for")  # fmt: skip
+    return (
+        f"the band's floor {low:.3f} lies below min_al {min_al:.3f} (ref_al {ref_al:.3f}): an AL down to "
+        f"{low:.3f} passes, so this PASS does not rule out the regression this test id exists for"
+    )

@@ -22,6 +22,8 @@ def clustered_hypothesis_test(reference: Reference, score: ClusteredScore, floor
 
 def clustered_note(score: ClusteredScore) -> str:
     """What the gate's report adds under a clustered run: where its n came from."""
-    return (f"n = {score.n_effective:.1f} effective samples: {score.n_docs} documents x {score.repeats:g} samples, "
-            f"clustered by document (design effect {score.design_effect:.2f}; standard error "
-            f"{score.se if score.se is not None else float('nan'):.2f} from the per-document means)")  # fmt: skip
+    return (
+        f"n = {score.n_effective:.1f} effective samples: {score.n_docs} documents x {score.repeats:g} samples, "
+        f"clustered by document (design effect {score.design_effect:.2f}; standard error "
+        f"{score.se if score.se is not None else float('nan'):.2f} from the per-document means)"
+    )

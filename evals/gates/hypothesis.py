@@ -99,9 +99,18 @@ class HypothesisTest:
         return "\n".join(lines)
 
 
-def accuracy_gate(task: str, score: float, num_samples: int, reference, floor: float = 0.0, failed_requests: int = 0,
-                  sequential: dict | None = None, notes: tuple[str, ...] = (), clustered=None,
-                  conditions=None) -> GateResult:  # fmt: skip
+def accuracy_gate(
+    task: str,
+    score: float,
+    num_samples: int,
+    reference,
+    floor: float = 0.0,
+    failed_requests: int = 0,
+    sequential: dict | None = None,
+    notes: tuple[str, ...] = (),
+    clustered=None,
+    conditions=None,
+) -> GateResult:
     """A task's accuracy verdict, as every gate gives its own: the hypothesis test of `score` against the task's
     reference (gates/references.py; REPORT without one), FAIL when a request failed (never scored as a wrong answer,
     never passing silently), else the sequential design's decision where --early-stop made one (its error rates are

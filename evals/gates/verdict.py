@@ -21,14 +21,28 @@ def summarise(results: list[TaskResult], identity: EngineIdentity, events: list[
     """The run's summary before the lossless and acceptance gates: each task's accuracy test, the event counts, and
     why a server failed the run when its events say so (an endpoint run: a stall, a fatal log line, a leak)."""
     tasks = {r.task: _task_summary(r) for r in results}
-    return RunSummary(tasks=tasks, events=count_events(events), failing_events=len(failing_events(events)),
-                      elapsed_s=round(elapsed_s, 1), model=identity.model, kv_cache=identity.kv_cache,
-                      spec=identity.spec, world_size=identity.world_size,
-                      server_failure=server_failure_line(events))  # fmt: skip
+    return RunSummary(
+        tasks=tasks,
+        events=count_events(events),
+        failing_events=len(failing_events(events)),
+        elapsed_s=round(elapsed_s, 1),
+        model=identity.model,
+        kv_cache=identity.kv_cache,
+        spec=identity.spec,
+        world_size=identity.world_size,
+        server_failure=server_failure_line(events),
+    )
 
 
-def apply_gates(summary: RunSummary, results: list[TaskResult], samples: list[SampleRecord], identity: EngineIdentity,
-                plan: RunPlan, baseline: BaselineRef, test_id: str) -> RunSummary:  # fmt: skip
+def apply_gates(
+    summary: RunSummary,
+    results: list[TaskResult],
+    samples: list[SampleRecord],
+    identity: EngineIdentity,
+    plan: RunPlan,
+    baseline: BaselineRef,
+    test_id: str,
+) -> RunSummary:
     """The summary judged by every gate a run of this engine has beyond its tasks' accuracy tests: a spec-dec run's
     lossless gate against `baseline`, then its acceptance gate (its reference first written from this run when
     --populate-acceptance asks, from a clean, passing run only)."""
@@ -81,8 +95,9 @@ def _rounded(x: float | None) -> float | None:
     return round(x, 4) if x is not None else None
 
 
-def evaluate_acceptance(results: list[TaskResult], test_id: str, refs: dict, rtol: float,
-                        spec_sampling: str | None = None) -> dict[str, GateResult]:  # fmt: skip
+def evaluate_acceptance(
+    results: list[TaskResult], test_id: str, refs: dict, rtol: float, spec_sampling: str | None = None
+) -> dict[str, GateResult]:
     """Each spec-dec task's acceptance length against its reference (evals/gates/acceptance.py): the entry of the
     task's decoding (`reference_id`: a sampled task's is keyed by its temperature, filters and spec sampler), which
     applies to the tasks it names (`task:`), or to every task when it names none."""
@@ -94,12 +109,15 @@ def evaluate_acceptance(results: list[TaskResult], test_id: str, refs: dict, rto
         entry = refs.get(key) or {}
         if not r.acceptance or entry.get("task") not in (None, r.task):
             continue
-        positions = [acceptance_slack([(c, accepted[i]) for c, accepted in r.acceptance_positions])
-                     for i in range(len(r.acceptance.get("accepted_per_position") or []))]  # fmt: skip
+        positions = [
+            acceptance_slack([(c, accepted[i]) for c, accepted in r.acceptance_positions])
+            for i in range(len(r.acceptance.get("accepted_per_position") or []))
+        ]
         slack = acceptance_slack(r.acceptance_requests)
         temperature = float((getattr(r, "conditions", None) or {}).get("temperature") or 0.0)  # what it decoded at
-        gates[r.task] = GateResult.from_json(acceptance_gate(key, r.acceptance, refs, rtol, slack, positions,
-                                                             temperature))  # fmt: skip
+        gates[r.task] = GateResult.from_json(
+            acceptance_gate(key, r.acceptance, refs, rtol, slack, positions, temperature)
+        )
     return gates
 
 
@@ -134,8 +152,9 @@ def acceptance_slack(requests: list[tuple[int, int]], z: float = 2.576) -> float
     return z * (residual / (n * (n - 1))) ** 0.5 / (cycles / n)
 
 
-def populate_acceptance(summary: RunSummary, results: list[TaskResult], test_id: str, path,
-                        spec_sampling: str | None = None) -> RunSummary:  # fmt: skip
+def populate_acceptance(
+    summary: RunSummary, results: list[TaskResult], test_id: str, path, spec_sampling: str | None = None
+) -> RunSummary:
     """`--populate-acceptance`: the run's acceptance length as its test id's reference, only from a clean, passing
     run (evals/gates/acceptance.py, `populate_from_run`); called after the lossless gate, before the acceptance gate."""
     from .acceptance import populate_from_run

@@ -66,8 +66,9 @@ def record_bank(
     rows and drafts are kept) and return every verify step of theirs."""
     from ...workers.engine.engine import Engine
 
-    config = EngineConfig(model=model, spec=SpecConfig(max_draft_len=draft_len, sampling="rejection"),
-                          max_batch_size=len(prompts))  # fmt: skip
+    config = EngineConfig(
+        model=model, spec=SpecConfig(max_draft_len=draft_len, sampling="rejection"), max_batch_size=len(prompts)
+    )
     engine = Engine(config)
     recorder = BankRecorder(keep)
     with engine.executor.tap_verify(recorder):
@@ -86,8 +87,15 @@ def save_bank(steps: Sequence[BankStep], path: str | Path) -> None:
 def load_bank(path: str | Path) -> list[BankStep]:
     with np.load(path) as data:
         n = sum(1 for k in data.files if k.startswith("ids"))
-        return [BankStep(int(data[f"meta{i}"][0]), data[f"ids{i}"], data[f"logits{i}"],
-                         tuple(int(d) for d in data[f"meta{i}"][1:])) for i in range(n)]  # fmt: skip
+        return [
+            BankStep(
+                int(data[f"meta{i}"][0]),
+                data[f"ids{i}"],
+                data[f"logits{i}"],
+                tuple(int(d) for d in data[f"meta{i}"][1:]),
+            )
+            for i in range(n)
+        ]
 
 
 class _Views:
@@ -128,5 +136,7 @@ def replay(
         for row, token in enumerate(emitted):
             tokens.append(int(step.ids[token]))
             positions.append(views.position(i, row, token))
-    return [SampledSample(doc, tokens, params, ScoredOutput([0.0] * len(tokens), [[] for _ in tokens], positions))
-            for doc, (tokens, positions) in sorted(placed.items())]  # fmt: skip
+    return [
+        SampledSample(doc, tokens, params, ScoredOutput([0.0] * len(tokens), [[] for _ in tokens], positions))
+        for doc, (tokens, positions) in sorted(placed.items())
+    ]

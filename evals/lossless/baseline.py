@@ -53,8 +53,13 @@ class BaselineRef:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (a torchrun job's payload)."""
-        return {"run": self.run, "kind": self.kind, "audit": self.audit, "checked": self.checked,
-                "control": self.control}  # fmt: skip
+        return {
+            "run": self.run,
+            "kind": self.kind,
+            "audit": self.audit,
+            "checked": self.checked,
+            "control": self.control,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BaselineRef:
@@ -80,8 +85,7 @@ def check_named_baseline(run: str, identity: EngineIdentity, options: EvalOption
     return base
 
 
-def open_baseline(baseline: BaselineRef, identity: EngineIdentity, out: str, options: EvalOptions
-                  ) -> store.Run | None:  # fmt: skip
+def open_baseline(baseline: BaselineRef, identity: EngineIdentity, out: str, options: EvalOptions) -> store.Run | None:
     """The baseline run a gate compares with: the one named (checked again if it is `--baseline RUN`: the store may
     have changed since), else the newest finished plain run of this configuration (None: there is none)."""
     if baseline.run is None:
@@ -129,8 +133,7 @@ def baseline_problem(base: store.Run, identity: EngineIdentity, options: EvalOpt
     return _incomparable(name, manifest, identity, options)
 
 
-def _incomparable(name: str, manifest: dict[str, Any], identity: EngineIdentity,
-                  options: EvalOptions) -> str | None:  # fmt: skip
+def _incomparable(name: str, manifest: dict[str, Any], identity: EngineIdentity, options: EvalOptions) -> str | None:
     """Different tasks, prompts, generation limits or (for two local engines) model or dtype."""
     ours = run_config(identity, options)["eval"]
     theirs = (manifest.get("config") or {}).get("eval") or {}

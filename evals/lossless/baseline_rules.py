@@ -28,9 +28,11 @@ def endpoint_pair_problem(endpoint: str, baseline_endpoint: str) -> str | None:
     """Why --baseline-endpoint cannot be the baseline of --endpoint (both URLs as given), or None."""
     spec, base = EndpointURL.parse(endpoint), EndpointURL.parse(baseline_endpoint)
     if spec.same_server(base):
-        return (f"--endpoint and --baseline-endpoint reach the same server ({spec.public}): a server judged against "
-                "itself always agrees; give --baseline-endpoint a second server of the same model without "
-                "speculation")  # fmt: skip
+        return (
+            f"--endpoint and --baseline-endpoint reach the same server ({spec.public}): a server judged against "
+            "itself always agrees; give --baseline-endpoint a second server of the same model without "
+            "speculation"
+        )
     return None
 
 
@@ -39,15 +41,19 @@ def recorded_baseline_problem(name: str, manifest: Mapping[str, Any], identity: 
     checks baseline.baseline_problem makes with it (its own compare models and dtypes only between two local runs)."""
     engine_config = (manifest.get("config") or {}).get("engine") or {}
     if CONTROL_MARKER in engine_config:
-        return (f"{name} is a noise-floor control (the plain side at {engine_config[CONTROL_MARKER]}): the gate's "
-                "measure of the baseline's own noise, not a baseline")  # fmt: skip
+        return (
+            f"{name} is a noise-floor control (the plain side at {engine_config[CONTROL_MARKER]}): the gate's "
+            "measure of the baseline's own noise, not a baseline"
+        )
     record = manifest.get("engine") or {}
     kind = record.get("kind")
     ours = "our engine" if identity.kind in LOCAL_KINDS else "a server"
     if kind is not None and (kind in LOCAL_KINDS) != (identity.kind in LOCAL_KINDS):
         theirs = "our engine" if kind in LOCAL_KINDS else "a server"
-        return (f"{name} was decoded by {theirs} ({kind}), this run by {ours} ({identity.kind}): another engine's "
-                "numerics and tokenisation would be blamed on spec-dec")  # fmt: skip
+        return (
+            f"{name} was decoded by {theirs} ({kind}), this run by {ours} ({identity.kind}): another engine's "
+            "numerics and tokenisation would be blamed on spec-dec"
+        )
     if record.get("model") is not None and model_declared(identity) and record["model"] != identity.model:
         return f"{name} is of model {record['model']!r}, this run of {identity.model!r}"
     return None
@@ -63,16 +69,20 @@ def model_declared(identity: EngineIdentity) -> bool:
 def endpoint_baseline_mode_problem(baseline: str) -> str | None:
     """Why `--baseline MODE` cannot go with --endpoint, or None (MODE: paired, separate, or a run)."""
     if baseline == "paired":
-        return ("--baseline paired decodes a plain twin beside each spec-dec request from one shared prefill, which "
-                "only our engine can do; against a server give --baseline-endpoint URL (the same model without "
-                "speculation) or --baseline RUN (a recorded plain run of that server)")  # fmt: skip
+        return (
+            "--baseline paired decodes a plain twin beside each spec-dec request from one shared prefill, which "
+            "only our engine can do; against a server give --baseline-endpoint URL (the same model without "
+            "speculation) or --baseline RUN (a recorded plain run of that server)"
+        )
     return None
 
 
 def endpoint_job_problem(gpus: int, nnodes: int = 1) -> str | None:
     """Why torchrun options cannot go with --endpoint, or None: they start ranks of our engine, never a server's."""
     if gpus > 1 or nnodes > 1:
-        return (f"--gpus {gpus}" + (f" --nnodes {nnodes}" if nnodes > 1 else "") + " starts torchrun ranks of our "
-                "engine; an endpoint run drives a server, whose parallelism is the server's own setting: leave "
-                "them out")  # fmt: skip
+        return (
+            f"--gpus {gpus}" + (f" --nnodes {nnodes}" if nnodes > 1 else "") + " starts torchrun ranks of our "
+            "engine; an endpoint run drives a server, whose parallelism is the server's own setting: leave "
+            "them out"
+        )
     return None

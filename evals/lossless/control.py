@@ -60,8 +60,10 @@ def not_reusable(identity: EngineIdentity) -> str | None:
     not start is known only by its URL, model id, owner and version, which another server behind the same port
     shares: its noise is measured again."""
     if identity.kind == "endpoint" and not identity.config.get("server_command"):
-        return ("the baseline server was not started by this run (--baseline-serve-cmd), so what serves its URL may "
-                "have changed since a control was recorded")  # fmt: skip
+        return (
+            "the baseline server was not started by this run (--baseline-serve-cmd), so what serves its URL may "
+            "have changed since a control was recorded"
+        )
     return None
 
 

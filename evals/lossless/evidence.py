@@ -37,8 +37,9 @@ def request_failed(sample: SampleRecord) -> bool:
     return sample.failed or bool(sample.error)
 
 
-def comparable_pairs(pairs: Iterable[tuple[SampleRecord, SampleRecord]]
-                     ) -> tuple[list[tuple[SampleRecord, SampleRecord]], list[Any]]:  # fmt: skip
+def comparable_pairs(
+    pairs: Iterable[tuple[SampleRecord, SampleRecord]],
+) -> tuple[list[tuple[SampleRecord, SampleRecord]], list[Any]]:
     """(pairs whose both requests answered, doc ids of the others): the lossless gate counts divergences among the
     first and reports the second as failed requests ("k requests failed: not compared"), never as divergences."""
     kept, failed = [], []
@@ -83,8 +84,11 @@ def judge_divergence(rec: Mapping[str, Any], base_record: Any, other_record: Any
     if told_nothing:  # the baseline's bound is 0 by construction: the flip's size is only on the other side
         if reverse_exact:
             return Judged(round(abs(float(reverse)), 5), from_reverse=True)
-        return Judged(None, f"the baseline returned no alternatives at {where}, and the other side does not rank "
-                            "the baseline's token: no margin to judge")  # fmt: skip
+        return Judged(
+            None,
+            f"the baseline returned no alternatives at {where}, and the other side does not rank "
+            "the baseline's token: no margin to judge",
+        )
     judged = rec.get("judged", rec["margin"])
     return Judged(round(float(judged), 5))
 

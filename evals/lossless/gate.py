@@ -70,9 +70,15 @@ class LosslessCase:
 Judge = Callable[[LosslessCase], dict[str, Any]]  # one task's gate record (GateResult.from_json reads it)
 
 
-def apply_lossless_gate(summary: RunSummary, samples: list[SampleRecord], identity: EngineIdentity, out: str,
-                        options: EvalOptions, results: list[TaskResult],
-                        baseline: BaselineRef) -> RunSummary:  # fmt: skip
+def apply_lossless_gate(
+    summary: RunSummary,
+    samples: list[SampleRecord],
+    identity: EngineIdentity,
+    out: str,
+    options: EvalOptions,
+    results: list[TaskResult],
+    baseline: BaselineRef,
+) -> RunSummary:
     """The summary with each task's lossless gate and the baseline it rests on (a FAIL fails the run)."""
     gates, record = evaluate_lossless(summary.tasks, samples, identity, out, options, results, baseline)
     for task, gate in gates.items():
@@ -80,9 +86,15 @@ def apply_lossless_gate(summary: RunSummary, samples: list[SampleRecord], identi
     return summary if record is None else summary.replace(baseline=record)
 
 
-def evaluate_lossless(tasks: Iterable[str], samples: list[SampleRecord], identity: EngineIdentity, out: str,
-                      options: EvalOptions, results: list[TaskResult],
-                      baseline: BaselineRef) -> tuple[dict[str, GateResult], dict[str, Any] | None]:  # fmt: skip
+def evaluate_lossless(
+    tasks: Iterable[str],
+    samples: list[SampleRecord],
+    identity: EngineIdentity,
+    out: str,
+    options: EvalOptions,
+    results: list[TaskResult],
+    baseline: BaselineRef,
+) -> tuple[dict[str, GateResult], dict[str, Any] | None]:
     """Compare every spec-dec sample with the baseline: each task's GateResult, and the baseline's record (None
     when no baseline was found: every task is NO-BASELINE)."""
     dtype = identity.resolved_dtype or identity.dtype
@@ -93,8 +105,9 @@ def evaluate_lossless(tasks: Iterable[str], samples: list[SampleRecord], identit
         why = f"no finished baseline run under {out}"
         gates = {task: GateResult(Verdict.NO_BASELINE, why) for task in tasks if task not in scored}
         for task in sorted(scored):  # a sampled verdict needs no decoded baseline: the plain engine scores
-            case = LosslessCase(task, samples, [], None, baseline, "scored", dtype, None, None, None, True,
-                                baseline.scorer)  # fmt: skip
+            case = LosslessCase(
+                task, samples, [], None, baseline, "scored", dtype, None, None, None, True, baseline.scorer
+            )
             gates[task] = GateResult.from_json(JUDGES["sampled"](case))
         record = {"run": None, "kind": "scored", "label": baseline_label("scored", None)} if scored else None
         return gates, record
@@ -105,12 +118,27 @@ def evaluate_lossless(tasks: Iterable[str], samples: list[SampleRecord], identit
     control_samples = control.samples() if control is not None else None
     gates = {}
     for task in sorted({s.task for s in samples}):
-        case = LosslessCase(task, samples, base_samples, base.run_id, baseline, kind, dtype, tolerances.get(task),
-                            control_samples, control.run_id if control is not None else None, in_distribution,
-                            baseline.scorer)  # fmt: skip
+        case = LosslessCase(
+            task,
+            samples,
+            base_samples,
+            base.run_id,
+            baseline,
+            kind,
+            dtype,
+            tolerances.get(task),
+            control_samples,
+            control.run_id if control is not None else None,
+            in_distribution,
+            baseline.scorer,
+        )
         gates[task] = GateResult.from_json(JUDGES[verdict_kind(case)](case))
-    record = {"run": base.run_id, "kind": kind, "label": baseline_label(kind, baseline.audit),
-              **({"audit": baseline.audit} if baseline.audit is not None else {})}  # fmt: skip
+    record = {
+        "run": base.run_id,
+        "kind": kind,
+        "label": baseline_label(kind, baseline.audit),
+        **({"audit": baseline.audit} if baseline.audit is not None else {}),
+    }
     return gates, record
 
 
@@ -143,8 +171,9 @@ def judge_identity(case: LosslessCase) -> dict[str, Any]:
     check = lossless_check(mine, case.baseline_samples, dtype, case.tolerance)[task]
     floor = noise_floor(case.baseline_samples, case.control_samples, task) if case.control_samples is not None else None
     no_floor = floor_missing(case.baseline_samples, case.control_samples, task) if floor is None else None
-    judge_by_margins(check, task, case.samples, case.baseline_samples, floor, dtype, case.tolerance, case.control_run,
-                     no_floor)  # fmt: skip
+    judge_by_margins(
+        check, task, case.samples, case.baseline_samples, floor, dtype, case.tolerance, case.control_run, no_floor
+    )
     check["baseline_run"] = case.baseline_run
     check["baseline_kind"] = case.kind
     check["baseline_label"] = baseline_label(case.kind, case.baseline.audit)
@@ -181,12 +210,21 @@ JUDGES: dict[str, Judge] = {"identity": judge_identity, "sampled": judge_in_dist
 
 
 def _audit_brief(audit: dict[str, Any]) -> dict[str, Any]:
-    return {"num_audited": audit["num_audited"], "planned": audit["planned"],
-            "first_divergence": audit["first_divergence"]}  # fmt: skip
+    return {
+        "num_audited": audit["num_audited"],
+        "planned": audit["planned"],
+        "first_divergence": audit["first_divergence"],
+    }
 
 
-def _apply_audit(check: dict[str, Any], task: str, audit: dict[str, Any], dtype: str, tolerance: float | None,
-                 floor: dict[str, Any] | None = None) -> None:  # fmt: skip
+def _apply_audit(
+    check: dict[str, Any],
+    task: str,
+    audit: dict[str, Any],
+    dtype: str,
+    tolerance: float | None,
+    floor: dict[str, Any] | None = None,
+) -> None:
     """The twins' audit decides whether the comparison with them means anything. In an exact dtype one divergence
     anywhere (the audit stopped there) proves the spec-dec engine altered the target, for every task. Elsewhere a
     plain engine may differ from a twin by rounding: each audited divergence is judged by its margin against the
@@ -196,10 +234,12 @@ def _apply_audit(check: dict[str, Any], task: str, audit: dict[str, Any], dtype:
     if dtype in EXACT_DTYPES:
         if first is not None:
             check["verdict"] = Verdict.FAIL
-            check["reason"] = (f"{CHANGES_TARGET}: the paired twin of {first['task']} doc {first['doc_id']} "
-                               f"differs from a plain engine's output at token {first['position']} (audit of "
-                               f"{audit['num_audited']} of {audit['planned']} planned documents, stopped at the "
-                               "first divergence); the twins are no baseline")  # fmt: skip
+            check["reason"] = (
+                f"{CHANGES_TARGET}: the paired twin of {first['task']} doc {first['doc_id']} "
+                f"differs from a plain engine's output at token {first['position']} (audit of "
+                f"{audit['num_audited']} of {audit['planned']} planned documents, stopped at the "
+                "first divergence); the twins are no baseline"
+            )
         elif not audit["num_audited"] and check["verdict"] == Verdict.PASS:
             check["verdict"] = Verdict.NO_GATE
             check["reason"] = "the paired twins could not be audited (no greedy or seeded document); no baseline"
@@ -218,34 +258,46 @@ def _apply_audit(check: dict[str, Any], task: str, audit: dict[str, Any], dtype:
         counted = f"{len(diverged)} of {len(mine)} audited twins differ"
         if bound is None:  # the audit's own path has no measured noise: it cannot tell rounding from a bug
             check["verdict"] = Verdict.NO_GATE
-            check["reason"] = (f"{counted} from a plain engine (largest margin {format_nats(worst['judged'])} nats) "
-                               f"across kernel paths whose noise was not measured ({whose})")  # fmt: skip
+            check["reason"] = (
+                f"{counted} from a plain engine (largest margin {format_nats(worst['judged'])} nats) "
+                f"across kernel paths whose noise was not measured ({whose})"
+            )
         elif bound < worst["judged"] <= (step := dtype_step(dtype, worst)):
             # One step of the dtype at that logprob is the least any change of rounding moves it by: a twin decoded
             # beside verify rows takes a kernel path neither measurement covers, so such a flip cannot be judged.
             check["verdict"] = Verdict.NO_GATE
-            check["reason"] = (f"{counted} from a plain engine, the largest by {format_nats(worst['judged'])} nats: "
-                               f"one {dtype} step there ({format_nats(step)}), which rounding on the twins' kernel "
-                               f"path (beside verify rows) may move and no measured path bounds ({whose})")  # fmt: skip
+            check["reason"] = (
+                f"{counted} from a plain engine, the largest by {format_nats(worst['judged'])} nats: "
+                f"one {dtype} step there ({format_nats(step)}), which rounding on the twins' kernel "
+                f"path (beside verify rows) may move and no measured path bounds ({whose})"
+            )
         elif worst["judged"] > bound:
             check["verdict"] = Verdict.FAIL
-            check["reason"] = (f"{CHANGES_TARGET}: an audited twin differs from a plain engine with margin "
-                               f"{format_nats(worst['judged'])} nats, beyond the noise bound {format_nats(bound)} "
-                               f"({whose}) ({counted})")  # fmt: skip
+            check["reason"] = (
+                f"{CHANGES_TARGET}: an audited twin differs from a plain engine with margin "
+                f"{format_nats(worst['judged'])} nats, beyond the noise bound {format_nats(bound)} "
+                f"({whose}) ({counted})"
+            )
         else:
-            check["audit_margins"] = (f"{counted} from a plain engine, all at near-ties (largest margin "
-                                      f"{format_nats(worst['judged'])} within the noise bound {format_nats(bound)}: "
-                                      f"{whose})")  # fmt: skip
+            check["audit_margins"] = (
+                f"{counted} from a plain engine, all at near-ties (largest margin "
+                f"{format_nats(worst['judged'])} within the noise bound {format_nats(bound)}: "
+                f"{whose})"
+            )
         return
     if tolerance is None:
         check["verdict"] = Verdict.UNCALIBRATED
-        check["reason"] = (f"{len(diverged)} of {len(mine)} audited twins differ from a plain engine in {dtype}; "
-                           "no calibrated lossless_tolerance to judge whether the spec-dec engine altered the "
-                           "target")  # fmt: skip
+        check["reason"] = (
+            f"{len(diverged)} of {len(mine)} audited twins differ from a plain engine in {dtype}; "
+            "no calibrated lossless_tolerance to judge whether the spec-dec engine altered the "
+            "target"
+        )
     elif share > tolerance:
         check["verdict"] = Verdict.FAIL
-        check["reason"] = (f"{CHANGES_TARGET}: {len(diverged)} of {len(mine)} audited twins differ from a plain "
-                           f"engine ({share:.4f} > tolerance {tolerance:.4f} for {dtype})")  # fmt: skip
+        check["reason"] = (
+            f"{CHANGES_TARGET}: {len(diverged)} of {len(mine)} audited twins differ from a plain "
+            f"engine ({share:.4f} > tolerance {tolerance:.4f} for {dtype})"
+        )
 
 
 MANTISSA_BITS = {"bfloat16": 7, "float16": 10}
@@ -269,20 +321,32 @@ def audit_noise_bound(floor: dict[str, Any], path: dict[str, Any] | None) -> tup
         got = path.get("num_noise_samples", 0) if path else 0
         return None, f"the audit's prefill-against-decode path: {got} gap moves, fewer than {MIN_NOISE_SAMPLES}"
     own = round(FACTOR * path["max_gap_move"], 5)
-    whose = (f"the larger of the control's {format_nats(floor['bound'])} and the audit path's {format_nats(own)}, "
-             f"from {path['num_noise_samples']} gap moves of a plain engine's prefill against its decode")  # fmt: skip
+    whose = (
+        f"the larger of the control's {format_nats(floor['bound'])} and the audit path's {format_nats(own)}, "
+        f"from {path['num_noise_samples']} gap moves of a plain engine's prefill against its decode"
+    )
     return max(floor["bound"], own), whose
 
 
-def judge_by_margins(check: dict[str, Any], task: str, samples: list[SampleRecord], base_samples: list[SampleRecord],
-                     floor: dict[str, Any] | None, dtype: str, tolerance: float | None,
-                     control_run: str | None, no_floor: NoFloor | None = None) -> None:  # fmt: skip
+def judge_by_margins(
+    check: dict[str, Any],
+    task: str,
+    samples: list[SampleRecord],
+    base_samples: list[SampleRecord],
+    floor: dict[str, Any] | None,
+    dtype: str,
+    tolerance: float | None,
+    control_run: str | None,
+    no_floor: NoFloor | None = None,
+) -> None:
     """Every divergence gets its margins (numbers and token ids); outside an exact dtype they decide the verdict
     (margins.py: against the control's noise floor, with a calibrated tolerance as an upper limit)."""
     if floor is not None:
         check["noise"] = {k: v for k, v in floor.items() if k != "divergences"}
-        check["noise"]["margins"] = [{"doc_id": m["doc_id"], "position": m["position"], "margin": m["judged"],
-                                      "lower_bound": m["lower_bound"]} for m in floor["divergences"]]  # fmt: skip
+        check["noise"]["margins"] = [
+            {"doc_id": m["doc_id"], "position": m["position"], "margin": m["judged"], "lower_bound": m["lower_bound"]}
+            for m in floor["divergences"]
+        ]
         check["noise"]["control_run"] = control_run
     if not check["divergences"]:
         return
@@ -295,8 +359,10 @@ def judge_by_margins(check: dict[str, Any], task: str, samples: list[SampleRecor
             x["margins"] = weigh_evidence(m, base[key], spec[key])
     if dtype in EXACT_DTYPES or check["verdict"] == Verdict.FAIL and check["reason"].startswith("not comparable"):
         return
-    flat = [{"doc_id": x["doc_id"], **x["margins"]} if x.get("margins") else {"doc_id": x["doc_id"]}
-            for x in check["divergences"]]  # fmt: skip
+    flat = [
+        {"doc_id": x["doc_id"], **x["margins"]} if x.get("margins") else {"doc_id": x["doc_id"]}
+        for x in check["divergences"]
+    ]
     verdict, reason, record = margin_verdict(flat, check["num_pairs"], floor, tolerance, control_run, no_floor)
     if floor is None and no_floor is not None and not no_floor.control_helps:
         check["control_cannot_help"] = True  # no "record a control" advice: one was recorded

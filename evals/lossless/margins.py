@@ -108,14 +108,17 @@ def divergence_margin(base: SampleRecord, other: SampleRecord) -> dict[str, Any]
     margin, exact = _gap(base.logprobs[p], b, o)
     reverse, rexact = _gap(other.logprobs[p], o, b)
     rec.update(
-        baseline_token=b, other_token=o,
+        baseline_token=b,
+        other_token=o,
         baseline_logprob=round(float(base.logprobs[p][0]), 5),
         baseline_logprob_other=_round(_logprob_of(base.logprobs[p], o)),
         other_logprob=round(float(other.logprobs[p][0]), 5),
         other_logprob_baseline=_round(_logprob_of(other.logprobs[p], b)),
-        margin=round(margin, 5), lower_bound=not exact,
-        reverse_margin=round(reverse, 5), reverse_lower_bound=not rexact,
-    )  # fmt: skip
+        margin=round(margin, 5),
+        lower_bound=not exact,
+        reverse_margin=round(reverse, 5),
+        reverse_lower_bound=not rexact,
+    )
     rec["judged"] = judged_margin(rec)
     return rec
 
@@ -153,15 +156,17 @@ def gap_moves(base: SampleRecord, other: SampleRecord) -> list[float]:
     return moves
 
 
-def pair_by_doc(a: Iterable[SampleRecord], b: Iterable[SampleRecord], task: str
-                ) -> list[tuple[SampleRecord, SampleRecord]]:  # fmt: skip
+def pair_by_doc(
+    a: Iterable[SampleRecord], b: Iterable[SampleRecord], task: str
+) -> list[tuple[SampleRecord, SampleRecord]]:
     """The samples of `task` in both, paired by document and repeat."""
     other = {(s.doc_id, s.repeat): s for s in b if s.task == task}
     return [(s, other[(s.doc_id, s.repeat)]) for s in a if s.task == task and (s.doc_id, s.repeat) in other]
 
 
-def noise_floor(base_samples: list[SampleRecord], control_samples: list[SampleRecord], task: str
-                ) -> dict[str, Any] | None:  # fmt: skip
+def noise_floor(
+    base_samples: list[SampleRecord], control_samples: list[SampleRecord], task: str
+) -> dict[str, Any] | None:
     """What the control measured for one task: its divergences from the baseline (with margins), how many gap moves,
     their largest, and the noise bound y. None when the control holds no logprobs for this task."""
     pairs = pair_by_doc(base_samples, control_samples, task)
@@ -182,10 +187,15 @@ def noise_floor(base_samples: list[SampleRecord], control_samples: list[SampleRe
     # A control divergence's margin is a gap that moved at least that much: part of the measured noise too.
     largest = max(moves + [m["margin"] for m in margins if not m["lower_bound"]])
     return {
-        "num_pairs": len(pairs), "divergent": divergent, "divergences": margins,
-        "num_noise_samples": len(moves), "max_gap_move": round(max(moves), 5),
-        "largest_noise": round(largest, 5), "factor": FACTOR, "bound": round(FACTOR * largest, 5),
-    }  # fmt: skip
+        "num_pairs": len(pairs),
+        "divergent": divergent,
+        "divergences": margins,
+        "num_noise_samples": len(moves),
+        "max_gap_move": round(max(moves), 5),
+        "largest_noise": round(largest, 5),
+        "factor": FACTOR,
+        "bound": round(FACTOR * largest, 5),
+    }
 
 
 @dataclass(frozen=True)
@@ -202,14 +212,21 @@ def floor_missing(base_samples: list[SampleRecord], control_samples: list[Sample
     if control_samples is None:
         return NoFloor("no control run with logprobs")
     pairs = pair_by_doc(base_samples, control_samples, task)
-    dropped = [(side, s.doc_id, problem) for b, c in pairs for side, s in (("baseline", b), ("control", c))
-               if tokens_of(s) is not None and (problem := sample_logprobs_problem(s))]  # fmt: skip
+    dropped = [
+        (side, s.doc_id, problem)
+        for b, c in pairs
+        for side, s in (("baseline", b), ("control", c))
+        if tokens_of(s) is not None and (problem := sample_logprobs_problem(s))
+    ]
     if dropped:
         side, doc, problem = dropped[0]
         docs = len({d for _, d, _ in dropped})
-        return NoFloor(f"the control measured no noise floor: {docs} of {len(pairs)} document pairs dropped because "
-                       f"their logprobs are not usable numbers (first: {side} doc {doc}: {problem}); another control "
-                       "cannot measure noise from them", control_helps=False)  # fmt: skip
+        return NoFloor(
+            f"the control measured no noise floor: {docs} of {len(pairs)} document pairs dropped because "
+            f"their logprobs are not usable numbers (first: {side} doc {doc}: {problem}); another control "
+            "cannot measure noise from them",
+            control_helps=False,
+        )
     return NoFloor(f"the control measured fewer than {MIN_NOISE_SAMPLES} gap moves ({len(pairs)} document pairs)")
 
 
@@ -222,9 +239,14 @@ def fisher_greater(d: int, n: int, m: int, n_control: int) -> float:
     return min(1.0, sum(math.comb(hits, x) * math.comb(total - hits, n - x) for x in range(d, upper + 1)) / denom)
 
 
-def margin_verdict(divergences: list[dict[str, Any]], n: int, floor: dict[str, Any] | None, tolerance: float | None,
-                   control_run: str | None = None, no_floor: NoFloor | None = None
-                   ) -> tuple[str, str, dict[str, Any]]:  # fmt: skip
+def margin_verdict(
+    divergences: list[dict[str, Any]],
+    n: int,
+    floor: dict[str, Any] | None,
+    tolerance: float | None,
+    control_run: str | None = None,
+    no_floor: NoFloor | None = None,
+) -> tuple[str, str, dict[str, Any]]:
     """(verdict, reason, record) for a non-exact dtype. `divergences`: the spec run's first divergences, each with
     its margins (divergence_margin) or none. floor: noise_floor() of the control, None when there is none (then
     `no_floor` says why: `floor_missing`). tolerance: a calibrated lossless_tolerance (the largest divergent fraction
@@ -258,34 +280,55 @@ def margin_verdict(divergences: list[dict[str, Any]], n: int, floor: dict[str, A
         x["class"] = "beyond-noise" if x["judged"] > y else ("near-tie" if not x.get("lower_bound") else "near-tie?")
     p = fisher_greater(d, n, floor["divergent"], floor["num_pairs"])
     false_fail = min(1.0, ALPHA + d / (floor["num_noise_samples"] + 1))
-    record.update(noise_bound=y, control_run=control_run, control_divergent=floor["divergent"],
-                  control_pairs=floor["num_pairs"], rate_p=round(p, 6), false_fail_bound=round(false_fail, 6),
-                  num_noise_samples=floor["num_noise_samples"], largest_margin=max((x["judged"] for x in judged), default=None))  # fmt: skip  # noqa: E501
-    measured = (f"the noise bound {format_nats(y)} measured on the control ({floor['divergent']} of "
-                f"{floor['num_pairs']} diverge)")  # fmt: skip
+    record.update(
+        noise_bound=y,
+        control_run=control_run,
+        control_divergent=floor["divergent"],
+        control_pairs=floor["num_pairs"],
+        rate_p=round(p, 6),
+        false_fail_bound=round(false_fail, 6),
+        num_noise_samples=floor["num_noise_samples"],
+        largest_margin=max((x["judged"] for x in judged), default=None),
+    )
+    measured = (
+        f"the noise bound {format_nats(y)} measured on the control ({floor['divergent']} of "
+        f"{floor['num_pairs']} diverge)"
+    )
     if beyond:
         worst = max(beyond, key=lambda x: x["judged"])
         docs = ", ".join(f"doc {x['doc_id']} at token {x['position']} ({format_nats(x['judged'])})" for x in beyond[:5])
-        why = (f"{len(beyond)} of {d} divergences are beyond {measured}: largest margin {format_nats(worst['judged'])} "
-               "nats; "
-               f"{docs}{_no_noise_note(floor)}")  # fmt: skip
+        why = (
+            f"{len(beyond)} of {d} divergences are beyond {measured}: largest margin {format_nats(worst['judged'])} "
+            "nats; "
+            f"{docs}{_no_noise_note(floor)}"
+        )
         return Verdict.FAIL, why, record
     if p < ALPHA:
-        return Verdict.FAIL, (f"{d} of {n} diverge, significantly more than the control's {floor['divergent']} of "
-                        f"{floor['num_pairs']} (one-sided Fisher p = {p:.2g} < {ALPHA})"), record  # fmt: skip
+        return (
+            Verdict.FAIL,
+            (
+                f"{d} of {n} diverge, significantly more than the control's {floor['divergent']} of "
+                f"{floor['num_pairs']} (one-sided Fisher p = {p:.2g} < {ALPHA})"
+            ),
+            record,
+        )
     if inconsistent:
         docs = ", ".join(
             f"doc {x['doc_id']} at token {x['position']} ({format_nats(-x['margin'])} nats)" for x in inconsistent[:5]
         )
-        why = (f"{len(inconsistent)} of {d} divergences cannot be judged: the baseline emitted a token its own "
-               f"logprobs rank below the other side's ({docs}), so its logprobs do not describe its greedy choice "
-               f"(misaligned, or not greedy); the rest are within {measured}")  # fmt: skip
+        why = (
+            f"{len(inconsistent)} of {d} divergences cannot be judged: the baseline emitted a token its own "
+            f"logprobs rank below the other side's ({docs}), so its logprobs do not describe its greedy choice "
+            f"(misaligned, or not greedy); the rest are within {measured}"
+        )
         return Verdict.UNCALIBRATED, why, record
     unsure = sum(x["class"] == "near-tie?" for x in judged)
     largest = max(x["judged"] for x in judged)
     note = f", {unsure} of them only bounded below" if unsure else ""
-    why = (f"{d} of {n} diverge, all at near-ties (largest margin {format_nats(largest)} within {measured}{note}; "
-           f"divergence rate p = {p:.2g}; false-FAIL rate <= {false_fail:.3f})")  # fmt: skip
+    why = (
+        f"{d} of {n} diverge, all at near-ties (largest margin {format_nats(largest)} within {measured}{note}; "
+        f"divergence rate p = {p:.2g}; false-FAIL rate <= {false_fail:.3f})"
+    )
     return Verdict.PASS, why, record
 
 
@@ -312,7 +355,11 @@ def _no_noise_note(floor: dict[str, Any]) -> str:
     )
 
 
-RULE = (f"FAIL if a divergence's margin exceeds {FACTOR:g} x the largest noise the control measured, or its "
-        f"divergence rate is above the control's (one-sided Fisher exact, alpha {ALPHA:g})")  # fmt: skip
-WHAT_TO_DO = ("record a control with `specdec-eval run ... --control` (runs with logprobs: this version), or "
-              "store a calibrated lossless_tolerance in the reference entry")  # fmt: skip
+RULE = (
+    f"FAIL if a divergence's margin exceeds {FACTOR:g} x the largest noise the control measured, or its "
+    f"divergence rate is above the control's (one-sided Fisher exact, alpha {ALPHA:g})"
+)
+WHAT_TO_DO = (
+    "record a control with `specdec-eval run ... --control` (runs with logprobs: this version), or "
+    "store a calibrated lossless_tolerance in the reference entry"
+)

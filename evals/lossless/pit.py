@@ -74,8 +74,9 @@ class Placement:
         return self.kind in ("exact", "conditional")
 
 
-def exact_placement(prob: float, mass_above: float, support: str, sum_p2: float | None = None,
-                    sum_p3: float | None = None) -> Placement:  # fmt: skip
+def exact_placement(
+    prob: float, mass_above: float, support: str, sum_p2: float | None = None, sum_p3: float | None = None
+) -> Placement:
     """From our engine's exact view (workers/interface.py SampledPosition)."""
     if support == "out":
         return Placement("out")
@@ -305,8 +306,11 @@ def within_request_test(per_request: Sequence[np.ndarray]) -> WithinRequests:
     3 - 1.2 / n_j: short requests have lighter tails than chi-square 1), and where that says under 0.05 with
     fewer than MONTE_CARLO_MAX_POSITIONS positions, it is simulated exactly (it depends on the lengths alone)."""
     sizes = [len(u) for u in per_request if len(u)]
-    request_z = [exact_sum(math.sqrt(3) * (2 * np.asarray(u, dtype=np.float64) - 1)) / math.sqrt(len(u))
-                 for u in per_request if len(u)]  # fmt: skip
+    request_z = [
+        exact_sum(math.sqrt(3) * (2 * np.asarray(u, dtype=np.float64) - 1)) / math.sqrt(len(u))
+        for u in per_request
+        if len(u)
+    ]
     if not sizes:
         return WithinRequests(0.0, 1.0, 0.0, 0, ())
     statistic = math.fsum(z * z for z in request_z)

@@ -71,8 +71,10 @@ class SampledSample:
 
 def score_requests(outputs: Sequence[GenerationOutput], sampling: Sequence[SamplingParams]) -> list[ScoreRequest]:
     """What the baseline scores: each output after its own prompt, with the parameters it was sampled with."""
-    return [ScoreRequest(tuple(o.prompt_token_ids), tuple(o.token_ids), s, MAX_LOGPROBS)
-            for o, s in zip(outputs, sampling, strict=True)]  # fmt: skip
+    return [
+        ScoreRequest(tuple(o.prompt_token_ids), tuple(o.token_ids), s, MAX_LOGPROBS)
+        for o, s in zip(outputs, sampling, strict=True)
+    ]
 
 
 def judge_outputs(
@@ -90,10 +92,18 @@ def judge_outputs(
     them: one `score_outputs` call, then `judge_sampled`."""
     kept = [i for i, o in enumerate(outputs) if o.finish_reason != "error"]
     scored = baseline.score_outputs(score_requests([outputs[i] for i in kept], [sampling[i] for i in kept]))
-    samples = [SampledSample(doc_ids[i], outputs[i].token_ids, sampling[i], s, outputs[i].logprobs)
-               for i, s in zip(kept, scored, strict=True)]  # fmt: skip
-    return judge_sampled(samples, len(baseline.tokenizer), alpha=alpha, seed=seed, support_noise=support_noise,
-                         target_tolerance=target_tolerance)  # fmt: skip
+    samples = [
+        SampledSample(doc_ids[i], outputs[i].token_ids, sampling[i], s, outputs[i].logprobs)
+        for i, s in zip(kept, scored, strict=True)
+    ]
+    return judge_sampled(
+        samples,
+        len(baseline.tokenizer),
+        alpha=alpha,
+        seed=seed,
+        support_noise=support_noise,
+        target_tolerance=target_tolerance,
+    )
 
 
 def judge_sampled(
@@ -148,9 +158,12 @@ def place(sample: SampledSample, vocab_size: int, support_noise: float) -> list[
     keys = scored.token_keys if scored.token_keys is not None else list(sample.token_ids)
     unreadable = set(scored.unreadable)  # top logprobs that are not a top K: no placement rests on them
     rows = enumerate(zip(scored.logprobs, keys, scored.top_logprobs, strict=True))
-    return [Placement("unknown") if i in unreadable else
-            topk_placement(lp, key, top, params.temperature, params.top_k, params.top_p, vocab_size, support_noise)
-            for i, (lp, key, top) in rows]  # fmt: skip
+    return [
+        Placement("unknown")
+        if i in unreadable
+        else topk_placement(lp, key, top, params.temperature, params.top_k, params.top_p, vocab_size, support_noise)
+        for i, (lp, key, top) in rows
+    ]
 
 
 def _doc_rng(seed: int, doc_id: Any) -> np.random.Generator:
@@ -209,15 +222,18 @@ class _Target:
                 self.beyond.append({"doc_id": doc_id, "position": position, "diff": round(diff, 5)})
 
 
-def _verdict(fidelity: _Fidelity, target: _Target, errors: list, alpha: float,
-             reasons: dict[str, list] | None = None) -> GateResult:  # fmt: skip
+def _verdict(
+    fidelity: _Fidelity, target: _Target, errors: list, alpha: float, reasons: dict[str, list] | None = None
+) -> GateResult:
     u = fidelity.pit
     kinds = fidelity.kinds
     if not fidelity.documents or not len(u):
-        why = "no sampled output was scored" + (f" ({len(errors)} could not be{_first_reason(reasons)})"
-                                                  if errors else "")  # fmt: skip
-        return GateResult(NO_GATE, f"sampled: {why}", {"documents": fidelity.documents, "score_errors": errors,
-                                                       **_reasons(reasons)})  # fmt: skip
+        why = "no sampled output was scored" + (
+            f" ({len(errors)} could not be{_first_reason(reasons)})" if errors else ""
+        )
+        return GateResult(
+            NO_GATE, f"sampled: {why}", {"documents": fidelity.documents, "score_errors": errors, **_reasons(reasons)}
+        )
     uniformity = smooth_test(u)
     likelihood = likelihood_test(fidelity.placed)
     within = within_request_test(fidelity.u)
@@ -225,8 +241,11 @@ def _verdict(fidelity: _Fidelity, target: _Target, errors: list, alpha: float,
     tail = None
     if fidelity.tail_bounds:
         expected = math.fsum(fidelity.tail_bounds)
-        tail = {"observed": kinds["tail"], "expected_at_most": round(expected, 3),
-                "p": tail_test(fidelity.tail_bounds, kinds["tail"])}  # fmt: skip
+        tail = {
+            "observed": kinds["tail"],
+            "expected_at_most": round(expected, 3),
+            "p": tail_test(fidelity.tail_bounds, kinds["tail"]),
+        }
         tests["tail"] = tail["p"]
     level = alpha / len(tests)  # Bonferroni over the statistical tests
     exact = kinds["conditional"] == 0 and kinds["tail"] == 0
@@ -242,7 +261,7 @@ def _verdict(fidelity: _Fidelity, target: _Target, errors: list, alpha: float,
             "statistic": round(uniformity.statistic, 4),
             "p": uniformity.p_value,
             "components": [round(c, 3) for c in uniformity.components],
-        },  # fmt: skip
+        },
         "likelihood": {
             "test": "emitted tokens' sampling probabilities against their expectation (z > 0: likely tokens "
             "over-drawn)",
@@ -252,7 +271,7 @@ def _verdict(fidelity: _Fidelity, target: _Target, errors: list, alpha: float,
             "expected": round(likelihood.expected, 3),
             "sd": round(likelihood.sd, 3),
             "positions": likelihood.n,
-        },  # fmt: skip
+        },
         "within_requests": _within_numbers(within, fidelity),
         "pit_histogram": histogram(u, PIT_BINS),
         "num_violations": len(fidelity.violations),
@@ -261,30 +280,41 @@ def _verdict(fidelity: _Fidelity, target: _Target, errors: list, alpha: float,
     if tail is not None:
         numbers["tail_test"] = tail
     if target.tokens:
-        numbers["target"] = {"tokens": target.tokens, "max_abs_diff": round(target.max_diff, 6),
-                             "tolerance": target.tolerance, "num_beyond": len(target.beyond),
-                             "beyond": target.beyond[:SHOWN_VIOLATIONS]}  # fmt: skip
+        numbers["target"] = {
+            "tokens": target.tokens,
+            "max_abs_diff": round(target.max_diff, 6),
+            "tolerance": target.tolerance,
+            "num_beyond": len(target.beyond),
+            "beyond": target.beyond[:SHOWN_VIOLATIONS],
+        }
     if errors:
         numbers["score_errors"] = errors
         numbers.update(_reasons(reasons))
     failures = []
     if fidelity.violations:
         first = fidelity.violations[0]
-        failures.append(f"{len(fidelity.violations)} token(s) outside the sampling support (top-k / top-p), the first "
-                        f"at doc {first['doc_id']} position {first['position']}")  # fmt: skip
+        failures.append(
+            f"{len(fidelity.violations)} token(s) outside the sampling support (top-k / top-p), the first "
+            f"at doc {first['doc_id']} position {first['position']}"
+        )
     if min(p for test, p in tests.items() if test != "within_requests") < level:
-        failures.append("the emitted tokens are not draws from the target's sampling distribution"
-                        + _direction(likelihood, level))  # fmt: skip
+        failures.append(
+            "the emitted tokens are not draws from the target's sampling distribution" + _direction(likelihood, level)
+        )
     if within.p_value < level:
         off = numbers["within_requests"]["most_off"]
-        failures.append(f"the draws within a request are not independent: the requests' PIT means spread "
-                        f"{within.statistic / within.requests:.2f} x as far as independent draws' (most off: doc "
-                        f"{off['doc_id']}, mean u {off['mean_u']:.3f} over {off['positions']} positions)")  # fmt: skip
+        failures.append(
+            f"the draws within a request are not independent: the requests' PIT means spread "
+            f"{within.statistic / within.requests:.2f} x as far as independent draws' (most off: doc "
+            f"{off['doc_id']}, mean u {off['mean_u']:.3f} over {off['positions']} positions)"
+        )
     if target.beyond:
         first = target.beyond[0]
-        failures.append(f"{len(target.beyond)} reported logprob(s) off the baseline's scoring by more than "
-                        f"{target.tolerance:g} nats (first: doc {first['doc_id']} position {first['position']}, "
-                        f"{first['diff']:g})")  # fmt: skip
+        failures.append(
+            f"{len(target.beyond)} reported logprob(s) off the baseline's scoring by more than "
+            f"{target.tolerance:g} nats (first: doc {first['doc_id']} position {first['position']}, "
+            f"{first['diff']:g})"
+        )
     basis = _basis(u, kinds, uniformity.p_value, likelihood, within, tail, fidelity, target, level, len(tests))
     reason = f"{basis}: " + "; ".join(failures) if failures else basis
     return GateResult(FAIL if failures else PASS, reason, numbers)
@@ -329,8 +359,12 @@ def _within_numbers(within, fidelity: _Fidelity) -> dict[str, Any]:
     if placed:
         i = max(range(len(placed)), key=lambda j: (abs(within.request_z[j]), repr(placed[j][0])))
         doc_id, u = placed[i]
-        record["most_off"] = {"doc_id": doc_id, "z": round(within.request_z[i], 3), "positions": len(u),
-                              "mean_u": round(float(np.mean(u)), 4)}  # fmt: skip
+        record["most_off"] = {
+            "doc_id": doc_id,
+            "z": round(within.request_z[i], 3),
+            "positions": len(u),
+            "mean_u": round(float(np.mean(u)), 4),
+        }
     return record
 
 
@@ -338,25 +372,32 @@ def _basis(u, kinds, pit_p, likelihood, within, tail, fidelity, target, level, n
     """The verdict's basis in one line: how many positions, on what footing, which tests, what they said."""
     if kinds["conditional"] or kinds["tail"]:
         left_out = kinds["edge"] + kinds["tail"] + kinds["unknown"]
-        footing = (f"{kinds['exact']:,} exact, {kinds['conditional']:,} conditional on the baseline's top logprobs: "
-                   f"conservative; {left_out:,} left out")  # fmt: skip
+        footing = (
+            f"{kinds['exact']:,} exact, {kinds['conditional']:,} conditional on the baseline's top logprobs: "
+            f"conservative; {left_out:,} left out"
+        )
     else:
         footing = "exact" + (f"; {kinds['edge']:,} at the support's edge left out" if kinds["edge"] else "")
     if kinds["unknown"]:
         footing += f"; {kinds['unknown']:,} whose top logprobs merged tokens that print alike"
-    parts = [f"sampled: {len(u):,} positions ({footing}), PIT uniformity p = {_p(pit_p)}, likelihood "
-             f"z = {likelihood.z:+.2f} (p = {_p(likelihood.p_value)}), within requests "
-             f"p = {_p(within.p_value)}"]  # fmt: skip
+    parts = [
+        f"sampled: {len(u):,} positions ({footing}), PIT uniformity p = {_p(pit_p)}, likelihood "
+        f"z = {likelihood.z:+.2f} (p = {_p(likelihood.p_value)}), within requests "
+        f"p = {_p(within.p_value)}"
+    ]
     if tail is not None:
-        parts.append(f"tail draws {tail['observed']} of at most {tail['expected_at_most']:.1f} expected "
-                     f"(p = {_p(tail['p'])})")  # fmt: skip
+        parts.append(
+            f"tail draws {tail['observed']} of at most {tail['expected_at_most']:.1f} expected (p = {_p(tail['p'])})"
+        )
     if num_tests > 1:
         parts.append(f"each test at {level:g}")
     parts.append(f"{len(fidelity.violations)} support violation(s)" if fidelity.violations else "no support violation")
     text = ", ".join(parts)
     if target.tokens:
-        text += (f"; target logprobs at most {target.max_diff:.2g} nats off the baseline's scoring "
-                 f"(max over {target.tokens:,} tokens, tolerance {target.tolerance:g})")  # fmt: skip
+        text += (
+            f"; target logprobs at most {target.max_diff:.2g} nats off the baseline's scoring "
+            f"(max over {target.tokens:,} tokens, tolerance {target.tolerance:g})"
+        )
     else:
         text += "; target logprobs not checked (the spec-dec run reported none)"
     return text

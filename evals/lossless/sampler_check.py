@@ -46,11 +46,20 @@ CASES = (
     Case("one-hot, T=1", _ROWS, (0, 1), SamplingParams(temperature=1.0)),
     Case("one-hot, T=0.7 top-k 4 top-p 0.8", _ROWS, (0, 2), SamplingParams(temperature=0.7, top_k=4, top_p=0.8)),
     # top-k 2 then top-p 0.5 keeps token 0 only; top-p 0.5 of the whole then top-k 2 keeps tokens 0 and 1
-    Case("one-hot, top-k 2 top-p 0.5", (tuple(_logits(0.35, 0.30, 0.20, 0.15)),) * 3, (0, 1),
-         SamplingParams(temperature=1.0, top_k=2, top_p=0.5)),
-    Case("q drafts, T=1", _ROWS, (0, 0), SamplingParams(temperature=1.0),
-         ((0.5, 0.1, 0.1, 0.1, 0.1, 0.1), (0.2, 0.2, 0.2, 0.2, 0.1, 0.1))),
-)  # fmt: skip
+    Case(
+        "one-hot, top-k 2 top-p 0.5",
+        (tuple(_logits(0.35, 0.30, 0.20, 0.15)),) * 3,
+        (0, 1),
+        SamplingParams(temperature=1.0, top_k=2, top_p=0.5),
+    ),
+    Case(
+        "q drafts, T=1",
+        _ROWS,
+        (0, 0),
+        SamplingParams(temperature=1.0),
+        ((0.5, 0.1, 0.1, 0.1, 0.1, 0.1), (0.2, 0.2, 0.2, 0.2, 0.1, 0.1)),
+    ),
+)
 
 
 @dataclass(frozen=True)

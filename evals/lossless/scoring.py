@@ -40,8 +40,11 @@ class Scorer:
     def score(self, requests: Sequence[ScoreRequest]) -> tuple[list[ScoredOutput], int]:
         """Each request's scoring and the scorer's vocabulary size."""
         started = time.monotonic()
-        print(f"lossless: scoring {len(requests)} sampled output(s) on {self.what} (teacher forcing) ...",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"lossless: scoring {len(requests)} sampled output(s) on {self.what} (teacher forcing) ...",
+            file=sys.stderr,
+            flush=True,
+        )
         engine = self.make_engine()
         try:
             scored = engine.score_outputs(requests)
@@ -51,10 +54,13 @@ class Scorer:
             engine.close()
         failed = sum(s.error is not None for s in scored)
         empty = sum(not r.output_token_ids for r in requests)
-        print(f"lossless: scored {len(scored) - failed - empty} of {len(scored)} in {time.monotonic() - started:.0f} s"
-              + (f", {empty} empty" if empty else "")
-              + (f" ({failed} could not be: {next(s.error for s in scored if s.error)[:200]})" if failed else ""),
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"lossless: scored {len(scored) - failed - empty} of {len(scored)} in {time.monotonic() - started:.0f} s"
+            + (f", {empty} empty" if empty else "")
+            + (f" ({failed} could not be: {next(s.error for s in scored if s.error)[:200]})" if failed else ""),
+            file=sys.stderr,
+            flush=True,
+        )
         return scored, len(engine.tokenizer)
 
 
@@ -94,13 +100,15 @@ def sampling_of(record: SampleRecord) -> SamplingParams | None:
     s = record.sampling
     if not s:
         return None
-    params = SamplingParams(temperature=float(s["temperature"]), top_k=int(s.get("top_k") or 0),
-                            top_p=float(s.get("top_p") or 1.0))  # fmt: skip
+    params = SamplingParams(
+        temperature=float(s["temperature"]), top_k=int(s.get("top_k") or 0), top_p=float(s.get("top_p") or 1.0)
+    )
     return None if params.greedy else params
 
 
-def judge_scored(records: Sequence[SampleRecord], scorer: Scorer | None, dtype: str, *, alpha: float = ALPHA,
-                 seed: int = 0) -> dict[str, Any]:  # fmt: skip
+def judge_scored(
+    records: Sequence[SampleRecord], scorer: Scorer | None, dtype: str, *, alpha: float = ALPHA, seed: int = 0
+) -> dict[str, Any]:
     """One task's sampled verdict (a gate record: GateResult.from_json reads it). Its sampled records are scored by
     `scorer` and judged by sampled.py; without a scorer, or without a sampled record that can be scored, NO-GATE
     with what to do. Target fidelity is exact in float32/float64 (tolerance DEFAULT_TARGET_TOLERANCE); elsewhere
@@ -109,21 +117,28 @@ def judge_scored(records: Sequence[SampleRecord], scorer: Scorer | None, dtype: 
     sampled = [(r, sampling_of(r)) for r in records if not r.failed]
     sampled = [(r, p) for r, p in sampled if p is not None]
     if scorer is None:
-        why = ("sampled: no plain engine to score the outputs with (a server needs --baseline-endpoint); no lossless "
-               "verdict")  # fmt: skip
+        why = (
+            "sampled: no plain engine to score the outputs with (a server needs --baseline-endpoint); no lossless "
+            "verdict"
+        )
         return {**GateResult(Verdict.NO_GATE, why).to_json(), **base}
     usable = [(r, p) for r, p in sampled if r.prompt_token_ids]
     if not usable:
-        why = ("sampled: no sampled output recorded with its prompt (reused by a resumed run, or a run of an older "
-               "version); no lossless verdict")  # fmt: skip
+        why = (
+            "sampled: no sampled output recorded with its prompt (reused by a resumed run, or a run of an older "
+            "version); no lossless verdict"
+        )
         return {**GateResult(Verdict.NO_GATE, why).to_json(), **base}
-    requests = [ScoreRequest(tuple(r.prompt_token_ids), tuple(r.output_token_ids or ()), p, MAX_LOGPROBS)
-                for r, p in usable]  # fmt: skip
+    requests = [
+        ScoreRequest(tuple(r.prompt_token_ids), tuple(r.output_token_ids or ()), p, MAX_LOGPROBS) for r, p in usable
+    ]
     started = time.perf_counter()
     scored, vocab_size = scorer.score(requests)
     elapsed = time.perf_counter() - started
-    samples = [SampledSample(r.doc_id, list(r.output_token_ids or ()), p, s, _reported(r.logprobs))
-               for (r, p), s in zip(usable, scored, strict=True)]  # fmt: skip
+    samples = [
+        SampledSample(r.doc_id, list(r.output_token_ids or ()), p, s, _reported(r.logprobs))
+        for (r, p), s in zip(usable, scored, strict=True)
+    ]
     tolerance = DEFAULT_TARGET_TOLERANCE if dtype in EXACT_DTYPES else float("inf")
     gate = judge_sampled(samples, vocab_size, alpha=alpha, seed=seed, target_tolerance=tolerance)
     record = gate.to_json()
@@ -133,8 +148,10 @@ def judge_scored(records: Sequence[SampleRecord], scorer: Scorer | None, dtype: 
     if scorer.how:
         record["scoring"] = scorer.how
         if (scorer.how.get("scoring_audit") or {}).get("reading") == ONE_BACK:
-            record["reason"] += ("; the baseline server's echo read one position back (its echo pairs each token with "
-                                 "the next position's distribution: audited against its own generation)")  # fmt: skip
+            record["reason"] += (
+                "; the baseline server's echo read one position back (its echo pairs each token with "
+                "the next position's distribution: audited against its own generation)"
+            )
     if len(usable) < len(sampled):  # a resumed run's reused outputs keep no prompt (evals/pipeline/resume.py)
         record["no_prompt"] = len(sampled) - len(usable)
         record["reason"] += f"; {record['no_prompt']} sampled output(s) without a recorded prompt left out"

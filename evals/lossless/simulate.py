@@ -84,8 +84,9 @@ def synthetic_run(
     logp = torch.log_softmax(logits, -1)
     own = logp.gather(-1, torch.tensor(drawn).unsqueeze(-1)).squeeze(-1).tolist()
     values, ids = torch.topk(logp, TOP_LOGPROBS, dim=-1)
-    alts = [[[i, v] for i, v in zip(r_i, r_v, strict=True)]
-            for r_i, r_v in zip(ids.tolist(), values.tolist(), strict=True)]  # fmt: skip
+    alts = [
+        [[i, v] for i, v in zip(r_i, r_v, strict=True)] for r_i, r_v in zip(ids.tolist(), values.tolist(), strict=True)
+    ]
     for doc in range(docs):
         span = slice(doc * tokens, (doc + 1) * tokens)
         scored = ScoredOutput([0.0] * tokens, [[] for _ in range(tokens)], views[span])
@@ -95,9 +96,15 @@ def synthetic_run(
 
 
 def null_rates(
-    runs: int, docs: int, tokens: int, vocab: int, params: SamplingParams, seed: int = 0, alpha: float = ALPHA,
+    runs: int,
+    docs: int,
+    tokens: int,
+    vocab: int,
+    params: SamplingParams,
+    seed: int = 0,
+    alpha: float = ALPHA,
     progress: Callable[[int], None] = lambda i: None,
-) -> dict[str, Rate]:  # fmt: skip
+) -> dict[str, Rate]:
     """FAILs over `runs` seeded clean runs, judged exactly and from the top logprobs; each Rate also keeps the runs'
     PIT p-values (their whole distribution must be U(0, 1), not only its 1 % tail)."""
     fails = {"exact": 0, "top": 0}
@@ -122,9 +129,15 @@ def class_rule(name: str) -> RejectionRule:
 
 
 def power_rates(
-    steps, params: SamplingParams, classes: Sequence[str], replicates: int, vocab: int, seed: int = 0,
-    alpha: float = ALPHA, progress: Callable[[str, int], None] = lambda c, i: None,
-) -> dict[str, dict]:  # fmt: skip
+    steps,
+    params: SamplingParams,
+    classes: Sequence[str],
+    replicates: int,
+    vocab: int,
+    seed: int = 0,
+    alpha: float = ALPHA,
+    progress: Callable[[str, int], None] = lambda c, i: None,
+) -> dict[str, dict]:
     """Per class: FAILs over `replicates` replays of the bank, and what caught them (`within_only`: FAILs the
     within-request test alone would give, every other test passing)."""
     from .bank import _Views, replay
@@ -144,10 +157,15 @@ def power_rates(
             within_only += result.failed and not _fails_without_within(result.numbers)
             positions = result.numbers["positions"]
             progress(name, r + 1)
-        out[name] = {"rate": Rate(fails, replicates), "support_violations_in": by_support,
-                     "median_pit_p": float(np.median(p_values)), "median_likelihood_z": float(np.median(z_values)),
-                     "median_within_p": float(np.median(within_p)), "within_only": within_only,
-                     "positions": positions}  # fmt: skip
+        out[name] = {
+            "rate": Rate(fails, replicates),
+            "support_violations_in": by_support,
+            "median_pit_p": float(np.median(p_values)),
+            "median_likelihood_z": float(np.median(z_values)),
+            "median_within_p": float(np.median(within_p)),
+            "within_only": within_only,
+            "positions": positions,
+        }
     return out
 
 
@@ -156,8 +174,7 @@ def _fails_without_within(numbers: dict) -> bool:
     the scoring, or a distribution test below the level."""
     level = numbers["level"]
     tests = [numbers["pit"]["p"], numbers["likelihood"]["p"], (numbers.get("tail_test") or {}).get("p", 1.0)]
-    return numbers["num_violations"] > 0 or (numbers.get("target") or {}).get("num_beyond", 0) > 0 or \
-        min(tests) < level  # fmt: skip
+    return numbers["num_violations"] > 0 or (numbers.get("target") or {}).get("num_beyond", 0) > 0 or min(tests) < level
 
 
 # --- the command ----------------------------------------------------------------------------------------------------
@@ -175,21 +192,32 @@ def _progress(label: str, total: int) -> Callable[[int], None]:
 
 def _null(args) -> dict:
     figures = {}
-    print(f"null: {args.runs} clean runs x {args.docs} documents x {args.tokens} tokens, vocabulary {args.vocab}, "
-          f"alpha {args.alpha}")  # fmt: skip
+    print(
+        f"null: {args.runs} clean runs x {args.docs} documents x {args.tokens} tokens, vocabulary {args.vocab}, "
+        f"alpha {args.alpha}"
+    )
     for config, params in CONFIGS.items():
-        rates = null_rates(args.runs, args.docs, args.tokens, args.vocab, params, args.seed, args.alpha,
-                           _progress(config, args.runs))  # fmt: skip
+        rates = null_rates(
+            args.runs, args.docs, args.tokens, args.vocab, params, args.seed, args.alpha, _progress(config, args.runs)
+        )
         for basis, rate in rates.items():
             label = f"{config}, {'exact' if basis == 'exact' else f'top-{TOP_LOGPROBS} logprobs'}"
             calibration = float(kstest(rate.p_values, "uniform").pvalue)
             below = float(np.mean(np.array(rate.p_values) < 0.05))
-            print(f"  {label:45s} false FAIL {rate}, {rate.within_fails} of them by the within-request test; PIT "
-                  f"p < 0.05 in {below:.3f} of runs; the runs' PIT p-values against U(0, 1): KS p = "
-                  f"{calibration:.2f}")  # fmt: skip
-            figures[label] = {"fails": rate.fails, "runs": rate.runs, "rate": rate.value, "ci95": rate.interval(),
-                              "within_fails": rate.within_fails, "p_below_0.05": below,
-                              "p_values_ks": calibration}  # fmt: skip
+            print(
+                f"  {label:45s} false FAIL {rate}, {rate.within_fails} of them by the within-request test; PIT "
+                f"p < 0.05 in {below:.3f} of runs; the runs' PIT p-values against U(0, 1): KS p = "
+                f"{calibration:.2f}"
+            )
+            figures[label] = {
+                "fails": rate.fails,
+                "runs": rate.runs,
+                "rate": rate.value,
+                "ci95": rate.interval(),
+                "within_fails": rate.within_fails,
+                "p_below_0.05": below,
+                "p_values_ks": calibration,
+            }
     return figures
 
 
@@ -204,35 +232,54 @@ def _power(args) -> dict:
         started = time.perf_counter()
         steps = record_bank(prompts, sampling, model=args.model)
         save_bank(steps, args.bank)
-        print(f"recorded {len(steps)} verify steps of {args.docs} documents x {args.tokens} tokens ({args.model}, "
-              f"Eagle3 K=3) in {time.perf_counter() - started:.0f} s into {args.bank}")  # fmt: skip
+        print(
+            f"recorded {len(steps)} verify steps of {args.docs} documents x {args.tokens} tokens ({args.model}, "
+            f"Eagle3 K=3) in {time.perf_counter() - started:.0f} s into {args.bank}"
+        )
     steps = load_bank(args.bank)
     if args.use_docs:
         steps = [s for s in steps if s.doc < args.use_docs]
     classes = ["unmutated", *(args.classes or REJECTION_POINTS)]
     figures = {}
-    print(f"power: {args.replicates} replays of the bank ({len(steps)} verify steps, {len({s.doc for s in steps})} "
-          f"documents), alpha {args.alpha}")  # fmt: skip
+    print(
+        f"power: {args.replicates} replays of the bank ({len(steps)} verify steps, {len({s.doc for s in steps})} "
+        f"documents), alpha {args.alpha}"
+    )
     for config, params in CONFIGS.items():
         if args.config and config != args.config:
             continue
         shown = {c: _progress(f"{config}, {c}", args.replicates) for c in classes}
-        rates = power_rates(steps, params, classes, args.replicates, args.vocab_size, args.seed, args.alpha,
-                            lambda c, i, shown=shown: shown[c](i))  # fmt: skip
+        rates = power_rates(
+            steps,
+            params,
+            classes,
+            args.replicates,
+            args.vocab_size,
+            args.seed,
+            args.alpha,
+            lambda c, i, shown=shown: shown[c](i),
+        )
         for name, r in rates.items():
             what = "false FAIL" if name == "unmutated" else "FAIL"
             idle = name != "unmutated" and not can_change(name, params)
-            print(f"  {config:26s} {name:24s} {what} {r['rate']}; {r['positions']} positions, support violations in "
-                  f"{r['support_violations_in']} runs, median PIT p {r['median_pit_p']:.2g}, median likelihood z "
-                  f"{r['median_likelihood_z']:+.1f}, median within-request p {r['median_within_p']:.2g}, FAILs only "
-                  f"the within-request test saw {r['within_only']}"
-                  + ("  (changes nothing at this configuration: it does not fire)" if idle else ""))  # fmt: skip
-            figures[f"{config}, {name}"] = {"fails": r["rate"].fails, "runs": r["rate"].runs, "rate": r["rate"].value,
-                                            "support_violations_in": r["support_violations_in"],
-                                            "median_pit_p": r["median_pit_p"],
-                                            "median_likelihood_z": r["median_likelihood_z"],
-                                            "median_within_p": r["median_within_p"], "within_only": r["within_only"],
-                                            "positions": r["positions"]}  # fmt: skip
+            print(
+                f"  {config:26s} {name:24s} {what} {r['rate']}; {r['positions']} positions, support violations in "
+                f"{r['support_violations_in']} runs, median PIT p {r['median_pit_p']:.2g}, median likelihood z "
+                f"{r['median_likelihood_z']:+.1f}, median within-request p {r['median_within_p']:.2g}, FAILs only "
+                f"the within-request test saw {r['within_only']}"
+                + ("  (changes nothing at this configuration: it does not fire)" if idle else "")
+            )
+            figures[f"{config}, {name}"] = {
+                "fails": r["rate"].fails,
+                "runs": r["rate"].runs,
+                "rate": r["rate"].value,
+                "support_violations_in": r["support_violations_in"],
+                "median_pit_p": r["median_pit_p"],
+                "median_likelihood_z": r["median_likelihood_z"],
+                "median_within_p": r["median_within_p"],
+                "within_only": r["within_only"],
+                "positions": r["positions"],
+            }
     return figures
 
 
@@ -252,8 +299,10 @@ def _smooth(args) -> dict:
                 below[level] += p < level
         rates = {level: count / args.replicates for level, count in below.items()}
         se = {level: math.sqrt(level * (1 - level) / args.replicates) for level in levels}
-        print(f"  n {n:6d}: " + "  ".join(f"P(p < {level:.4g}) = {rate:.4f} (+- {se[level]:.4f})"
-                                          for level, rate in rates.items()))  # fmt: skip
+        print(
+            f"  n {n:6d}: "
+            + "  ".join(f"P(p < {level:.4g}) = {rate:.4f} (+- {se[level]:.4f})" for level, rate in rates.items())
+        )
         figures[str(n)] = {str(level): rate for level, rate in rates.items()}
     return figures
 
@@ -267,8 +316,9 @@ def _sampler(args) -> dict:
         for name in ("unmutated", *REJECTION_POINTS):
             results = chi_square_check(case, class_rule(name), args.trials, args.seed)
             worst = min(results, key=lambda c: c.p_value)
-            cells = "  ".join(f"pos {c.position}: chi2 {c.statistic:.1f} df {c.df} p {c.p_value:.3g} (n {c.n})"
-                              for c in results)  # fmt: skip
+            cells = "  ".join(
+                f"pos {c.position}: chi2 {c.statistic:.1f} df {c.df} p {c.p_value:.3g} (n {c.n})" for c in results
+            )
             print(f"  {case.name:34s} {name:24s} min p {worst.p_value:.3g} | {cells}")
             figures[f"{case.name}, {name}"] = [c.__dict__ for c in results]
     return figures

@@ -116,8 +116,15 @@ class AuditedTwins:
     when the audit first needs it; `tokens`: the KV positions its longest audited document takes, `audit_tokens`).
     `record` says what was audited and the first divergence, if any."""
 
-    def __init__(self, identity: EngineIdentity, tokenizer: Any, twins: Any,
-                 make_plain: Callable[[int], InferenceEngine], seed: int, dtype: str) -> None:  # fmt: skip
+    def __init__(
+        self,
+        identity: EngineIdentity,
+        tokenizer: Any,
+        twins: Any,
+        make_plain: Callable[[int], InferenceEngine],
+        seed: int,
+        dtype: str,
+    ) -> None:
         self._identity = identity
         self._tokenizer = tokenizer
         self.twins = twins  # evals.pipeline.resume.GenerationCache of the baseline run
@@ -128,8 +135,15 @@ class AuditedTwins:
         self.seed = seed
         self.sequential = dtype in EXACT_DTYPES
         self.last_stats = GenerateStats()
-        self.record: dict[str, Any] = {"share": AUDIT_SHARE, "seed": seed, "planned": 0, "audited": [],
-                                       "divergences": [], "sequential": self.sequential, "elapsed_s": 0.0}  # fmt: skip
+        self.record: dict[str, Any] = {
+            "share": AUDIT_SHARE,
+            "seed": seed,
+            "planned": 0,
+            "audited": [],
+            "divergences": [],
+            "sequential": self.sequential,
+            "elapsed_s": 0.0,
+        }
 
     @property
     def identity(self) -> EngineIdentity:
@@ -147,8 +161,10 @@ class AuditedTwins:
         outputs = [self.twins.get(p, s) for p, s in zip(prompts, params, strict=True)]
         missing = sum(o is None for o in outputs)
         if missing:
-            raise RuntimeError(f"{missing} baseline output(s) of the paired run are missing from its cache (a bug: "
-                               "the twins' outputs should all be there)")  # fmt: skip
+            raise RuntimeError(
+                f"{missing} baseline output(s) of the paired run are missing from its cache (a bug: "
+                "the twins' outputs should all be there)"
+            )
         self._audit(prompts, params, outputs)
         return outputs  # type: ignore[return-value]
 
@@ -165,14 +181,18 @@ class AuditedTwins:
             lens = [len(self.encode(prompts[i])) for i in order]
             self._tokens = max(self._tokens, audit_tokens(lens, [twins[i] for i in order], [params[i] for i in order]))
         started = time.perf_counter()
-        print(f"lossless gate: auditing the paired twins of {len(order)} of {len(prompts)} documents on an engine "
-              "with no spec worker", file=sys.stderr)  # fmt: skip
+        print(
+            f"lossless gate: auditing the paired twins of {len(order)} of {len(prompts)} documents on an engine "
+            "with no spec worker",
+            file=sys.stderr,
+        )
         for i in order:
             position, margins = self._divergence(prompts[i], params[i], twins[i])
             self.record["audited"].append(hashes[i])
             if position is not None:
-                self.record["divergences"].append({"prompt_hash": hashes[i], "position": position,
-                                                   **({"margins": margins} if margins else {})})  # fmt: skip
+                self.record["divergences"].append(
+                    {"prompt_hash": hashes[i], "position": position, **({"margins": margins} if margins else {})}
+                )
                 if self.sequential:
                     break
         self.record["elapsed_s"] = round(self.record["elapsed_s"] + time.perf_counter() - started, 2)
@@ -255,9 +275,15 @@ def audit_record(record: dict[str, Any], results: list) -> dict[str, Any]:
         for d in record["divergences"]
     ]
     return {
-        "share": record["share"], "seed": record["seed"], "planned": record["planned"], "audited": audited,
-        "num_audited": len(audited), "divergences": divergences,
-        "first_divergence": divergences[0] if divergences else None, "sequential": record["sequential"],
-        "not_auditable": record.get("not_auditable", 0), "elapsed_s": record["elapsed_s"],
+        "share": record["share"],
+        "seed": record["seed"],
+        "planned": record["planned"],
+        "audited": audited,
+        "num_audited": len(audited),
+        "divergences": divergences,
+        "first_divergence": divergences[0] if divergences else None,
+        "sequential": record["sequential"],
+        "not_auditable": record.get("not_auditable", 0),
+        "elapsed_s": record["elapsed_s"],
         **({"path_noise": record["path_noise"]} if record.get("path_noise") else {}),
-    }  # fmt: skip
+    }

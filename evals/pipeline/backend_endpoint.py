@@ -32,11 +32,14 @@ class EndpointBackend:
     def abilities(self) -> Abilities:
         base = self.baseline_server
         return Abilities(
-            speculative=self.server.spec is not None, dtype=self.server.dtype,
-            plain_side=base is not None, pairs=False,
+            speculative=self.server.spec is not None,
+            dtype=self.server.dtype,
+            plain_side=base is not None,
+            pairs=False,
             control_shape={"concurrency": other_shape(base.concurrency)} if base is not None else None,
-            reuses_baseline=False, scores=False,  # generation only (workers/remote/endpoint.py)
-        )  # fmt: skip
+            reuses_baseline=False,
+            scores=False,  # generation only (workers/remote/endpoint.py)
+        )
 
     def check_target(self) -> None:
         if self.target.engine.inject:
@@ -50,8 +53,10 @@ class EndpointBackend:
 
     def preflight(self, plan: RunPlan) -> None:
         if plan.baseline_run is not None and self.baseline_server is not None:
-            raise UserError(f"--baseline {plan.baseline_run} and --baseline-endpoint both name the lossless "
-                            "gate's baseline; give one")  # fmt: skip
+            raise UserError(
+                f"--baseline {plan.baseline_run} and --baseline-endpoint both name the lossless "
+                "gate's baseline; give one"
+            )
         if "baseline" in self.target.declared and (problem := endpoint_baseline_mode_problem(plan.baseline)):
             raise UserError(problem)
 
@@ -63,13 +68,21 @@ class EndpointBackend:
 
         s = self.server
         return EngineIdentity(
-            kind="endpoint", model=s.served_model or s.model or EndpointURL.parse(s.url).public, spec=s.spec,
-            max_draft_len=s.max_draft_len, kv_cache=s.kv_cache, dtype=s.dtype, resolved_dtype=None,
-            tp_size=s.tp_size, world_size=s.tp_size, config={"endpoint": EndpointURL.parse(s.url).public},
-        )  # fmt: skip
+            kind="endpoint",
+            model=s.served_model or s.model or EndpointURL.parse(s.url).public,
+            spec=s.spec,
+            max_draft_len=s.max_draft_len,
+            kv_cache=s.kv_cache,
+            dtype=s.dtype,
+            resolved_dtype=None,
+            tp_size=s.tp_size,
+            world_size=s.tp_size,
+            config={"endpoint": EndpointURL.parse(s.url).public},
+        )
 
-    def evaluate(self, side: Side, plan: RunPlan, baseline: BaselineRef, progress_for: ProgressFor | None
-                 ) -> RunSummary:  # fmt: skip
+    def evaluate(
+        self, side: Side, plan: RunPlan, baseline: BaselineRef, progress_for: ProgressFor | None
+    ) -> RunSummary:
         from ...workers.remote.endpoint import EndpointEngine
 
         if side.role == "run":
@@ -80,14 +93,18 @@ class EndpointBackend:
             config = self.baseline_server
         else:  # a server started again for the control writes a log of its own, not over the baseline's
             log = self.baseline_server.server_log
-            config = replace(self.baseline_server, concurrency=int(side.shape["concurrency"]),
-                             server_log=f"{log}.control" if log else None)  # fmt: skip
+            config = replace(
+                self.baseline_server,
+                concurrency=int(side.shape["concurrency"]),
+                server_log=f"{log}.control" if log else None,
+            )
         # Every side renders the same chat template variables (sent as chat_template_kwargs in chat requests).
         config = replace(config, chat_template_kwargs=plan.options.template_kwargs)
         return evaluate_side(EndpointEngine(config), side, plan, baseline, progress_for)
 
-    def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None,
-                        score_sampled: bool = False) -> RunSummary:  # fmt: skip
+    def evaluate_paired(
+        self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None, score_sampled: bool = False
+    ) -> RunSummary:
         raise RuntimeError("a server cannot pair: its twins could not be audited")
 
     def show(self, plan: RunPlan) -> None:

@@ -43,10 +43,12 @@ class LocalBackend:
         return Abilities(
             speculative=config.spec is not None,
             dtype=dtype_name(resolve_dtype(config.dtype, resolve_device(config.device))),
-            plain_side=True, pairs=not environmental,
+            plain_side=True,
+            pairs=not environmental,
             control_shape={"max_batch_size": other_shape(config.max_batch_size)},
-            reuses_baseline=True, scores=True,
-        )  # fmt: skip
+            reuses_baseline=True,
+            scores=True,
+        )
 
     def check_target(self) -> None:
         refuse_baseline_endpoint(self.target)
@@ -64,8 +66,9 @@ class LocalBackend:
     def declared_identity(self) -> EngineIdentity:
         return self.identity(Side("run"))
 
-    def evaluate(self, side: Side, plan: RunPlan, baseline: BaselineRef, progress_for: ProgressFor | None
-                 ) -> RunSummary:  # fmt: skip
+    def evaluate(
+        self, side: Side, plan: RunPlan, baseline: BaselineRef, progress_for: ProgressFor | None
+    ) -> RunSummary:
         from ...workers.engine.engine import Engine
 
         config = side_config(self.config, side)
@@ -77,8 +80,9 @@ class LocalBackend:
         scorer = Scorer(lambda: make_plain(0), LOCAL_SCORER)
         return evaluate_side(engine, side, plan, replace(baseline, scorer=scorer), progress_for)
 
-    def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None,
-                        score_sampled: bool = False) -> RunSummary:  # fmt: skip
+    def evaluate_paired(
+        self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None, score_sampled: bool = False
+    ) -> RunSummary:
         from .paired_run import run_paired
 
         engine, make_plain = _with_plain_sibling(self.config)
@@ -117,8 +121,12 @@ def _with_plain_sibling(config) -> tuple[Any, Callable[[int], Any]]:
     def make_plain(tokens: int) -> Engine:
         model = engine.model if seal.intact() else None  # changed by the spec engine: load its own
         plain = replace(baseline_config(config), max_batch_size=1)  # behaviour faults included: in the build
-        return Engine(sibling_config(plain, engine, tokens, shares_weights=model is not None),
-                      checkpoint=engine.checkpoint, tokenizer=engine.tokenizer, model=model)  # fmt: skip
+        return Engine(
+            sibling_config(plain, engine, tokens, shares_weights=model is not None),
+            checkpoint=engine.checkpoint,
+            tokenizer=engine.tokenizer,
+            model=model,
+        )
 
     return engine, make_plain
 

@@ -28,7 +28,10 @@ def plain_progress(every_s: float = 15.0) -> Callable:
             return
         last[0] = now
         eta = stats.elapsed_s * (total - done) / done if done else float("nan")
-        print(f"generating: {done}/{total} samples, {rate_text(stats)}, {stats.elapsed_s:.0f} s elapsed, "
-              f"eta {eta:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"generating: {done}/{total} samples, {rate_text(stats)}, {stats.elapsed_s:.0f} s elapsed, eta {eta:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
 
     return update

@@ -64,11 +64,15 @@ class TorchrunBackend:
 
         config, _, device = self._placement
         return Abilities(
-            speculative=config.spec is not None, dtype=dtype_name(resolve_dtype(config.dtype, resolve_device(device))),
-            plain_side=True, pairs=False, control_shape={"max_batch_size": other_shape(config.max_batch_size)},
-            reuses_baseline=True, scores=True,
+            speculative=config.spec is not None,
+            dtype=dtype_name(resolve_dtype(config.dtype, resolve_device(device))),
+            plain_side=True,
+            pairs=False,
+            control_shape={"max_batch_size": other_shape(config.max_batch_size)},
+            reuses_baseline=True,
+            scores=True,
             why_not_paired="a torchrun job cannot audit paired twins; its baseline is a separate job",
-        )  # fmt: skip
+        )
 
     def check_target(self) -> None:
         refuse_baseline_endpoint(self.target)
@@ -89,14 +93,16 @@ class TorchrunBackend:
     def declared_identity(self) -> EngineIdentity:
         return self.identity(RUN)
 
-    def evaluate(self, side: Side, plan: RunPlan, baseline: BaselineRef, progress_for: ProgressFor | None
-                 ) -> RunSummary:  # fmt: skip
+    def evaluate(
+        self, side: Side, plan: RunPlan, baseline: BaselineRef, progress_for: ProgressFor | None
+    ) -> RunSummary:
         """Rank 0's summary, sent back as JSON. Progress is rank 0's own (plain lines on the job's stderr)."""
         recorded = self._launch(side, plan, baseline, dry_run=False)
         return RunSummary.from_json(recorded)
 
-    def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None,
-                        score_sampled: bool = False) -> RunSummary:  # fmt: skip
+    def evaluate_paired(
+        self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None, score_sampled: bool = False
+    ) -> RunSummary:
         raise RuntimeError("a torchrun job cannot pair: its twins could not be audited")
 
     def show(self, plan: RunPlan) -> None:
@@ -115,8 +121,12 @@ class TorchrunBackend:
         from ...launch.job import Job, launch
 
         config, layout, device = self._placement
-        payload = {"plan": plan.to_dict(), "side": side.to_dict(), "baseline": baseline.to_dict(),
-                   "score_sampled": baseline.scorer is not None}  # fmt: skip
+        payload = {
+            "plan": plan.to_dict(),
+            "side": side.to_dict(),
+            "baseline": baseline.to_dict(),
+            "score_sampled": baseline.scorer is not None,
+        }
         job = Job(JOB_DRIVER, side_config(config, side), layout.tp, payload, self.job.rank_timeout_s)
         return launch(job, self.job.torchrun(), layout, device, dry_run)
 

@@ -88,13 +88,15 @@ class Backend(Protocol):
         """What the engine under test is declared to be before it starts: enough to check a named baseline."""
         ...
 
-    def evaluate(self, side: Side, plan: RunPlan, baseline: BaselineRef, progress_for: ProgressFor | None
-                 ) -> RunSummary:  # fmt: skip
+    def evaluate(
+        self, side: Side, plan: RunPlan, baseline: BaselineRef, progress_for: ProgressFor | None
+    ) -> RunSummary:
         """Build the side's engine, run `plan` on it (evaluate, record, gate: one_run.py), release it."""
         ...
 
-    def evaluate_paired(self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None,
-                        score_sampled: bool = False) -> RunSummary:  # fmt: skip
+    def evaluate_paired(
+        self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None, score_sampled: bool = False
+    ) -> RunSummary:
         """The run and its plain twins from one prefill, the twins audited (paired_run.py); only where it pairs.
         score_sampled: the gate also scores the sampled outputs of our coupled sampler on a plain engine beside the
         run (evals/lossless/gate.py "coupled")."""

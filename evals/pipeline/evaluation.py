@@ -93,11 +93,20 @@ def evaluate(
 
     def make_lm(tasks: dict[str, Any], plans: dict[str, Any]) -> RecordingLM:
         loaded.update(tasks)
-        session = LMSession(max_gen_toks, options.logprobs, record_failures=True, progress=progress, cache=cache,
-                            pair_cache=pair_cache, tasks=tasks, plans=plans,
-                            only=frozenset(only) if only is not None else None, sequential=sequential,
-                            sample_seed_base=options.seed if seed_base is None else int(seed_base),
-                            template_kwargs=options.template_kwargs)  # fmt: skip
+        session = LMSession(
+            max_gen_toks,
+            options.logprobs,
+            record_failures=True,
+            progress=progress,
+            cache=cache,
+            pair_cache=pair_cache,
+            tasks=tasks,
+            plans=plans,
+            only=frozenset(only) if only is not None else None,
+            sequential=sequential,
+            sample_seed_base=options.seed if seed_base is None else int(seed_base),
+            template_kwargs=options.template_kwargs,
+        )
         return RecordingLM(SpecDecLM(engine, session), outputs)
 
     raw, plans = _run_lm_eval(make_lm, options, sources)
@@ -106,9 +115,21 @@ def evaluate(
         name, plan = spec.lm_eval_name, plans[spec.name]
         records = task_records(spec, raw["samples"][name], outputs, loaded.get(name), options.repeats)
         check = _condition_check(conditions[spec.name], references[spec.name], options)
-        results.append(_task_result(spec, records, references[spec.name], raw["results"][name], plan,
-                                    sources[spec.name].origin, stopper, only is not None, engine,
-                                    conditions[spec.name].to_dict(), check))  # fmt: skip
+        results.append(
+            _task_result(
+                spec,
+                records,
+                references[spec.name],
+                raw["results"][name],
+                plan,
+                sources[spec.name].origin,
+                stopper,
+                only is not None,
+                engine,
+                conditions[spec.name].to_dict(),
+                check,
+            )
+        )
     return results
 
 
@@ -119,10 +140,19 @@ def _condition_check(conditions, reference: Reference | None, options: EvalOptio
     return check_conditions(conditions, reference.entry, options.accept_condition_mismatch)
 
 
-def _task_result(spec: TaskSpec, records: TaskRecords, reference: Reference | None, lm_eval_results: dict[str, Any],
-                 plan, origin: str, stopper, only: bool, engine: InferenceEngine,
-                 conditions: dict[str, Any] | None = None,
-                 check: ConditionCheck | None = None) -> TaskResult:  # fmt: skip
+def _task_result(
+    spec: TaskSpec,
+    records: TaskRecords,
+    reference: Reference | None,
+    lm_eval_results: dict[str, Any],
+    plan,
+    origin: str,
+    stopper,
+    only: bool,
+    engine: InferenceEngine,
+    conditions: dict[str, Any] | None = None,
+    check: ConditionCheck | None = None,
+) -> TaskResult:
     """A task's result, scored, cross-checked against lm-eval, its accuracy gate judged once. With several samples
     per document the score is the mean over documents of each document's mean (results/clustered.py), and the
     gate's n the effective sample count of that clustered score."""
@@ -142,32 +172,46 @@ def _task_result(spec: TaskSpec, records: TaskRecords, reference: Reference | No
         why = "the baseline of an early-stopped paired run: the documents its run evaluated"
         stopped = {"gate": "paired", "verdict": None, "n": n, "of": plan.n, "reason": why}
     first = [s for s in samples if s.repeat == 0]  # what lm-eval scored: its take_first keeps sample 0
-    first_scores = {f: 100.0 * sum(bool(s.correct.get(f)) for s in first) / len(first) if first else 0.0
-                    for f in filters}  # fmt: skip
+    first_scores = {
+        f: 100.0 * sum(bool(s.correct.get(f)) for s in first) / len(first) if first else 0.0 for f in filters
+    }
     _check_against_lm_eval(spec, first_scores, lm_eval_results, complete=stopped is None)
     clustered = None
     if len(first) < n:  # several samples per document: not independent (results/clustered.py)
-        per_sample = (lambda s: 100.0 * bool(s.correct.get(scored))) if scored in filter_scores else (
-            lambda s: 100.0 * s.score)  # fmt: skip
+        per_sample = (
+            (lambda s: 100.0 * bool(s.correct.get(scored))) if scored in filter_scores else (lambda s: 100.0 * s.score)
+        )
         groups: dict[Any, list[float]] = {}
         for s in samples:
             groups.setdefault(s.doc_id, []).append(per_sample(s))
         clustered = clustered_score(groups)
     documents = len({s.doc_id for s in samples})  # n counts samples: several per document with --repeats
     notes = _notes(documents, reference, plan, stopped) + ((design_note,) if design_note else ())
-    accuracy = accuracy_gate(spec.name, score, n, reference, spec.floor, failed, decision, notes, clustered,
-                             check)  # fmt: skip
+    accuracy = accuracy_gate(spec.name, score, n, reference, spec.floor, failed, decision, notes, clustered, check)
     per_request = records.acceptance
     return TaskResult(
-        spec.name, spec.family.name, n, filter_scores, score, reference, accuracy, samples,
+        spec.name,
+        spec.family.name,
+        n,
+        filter_scores,
+        score,
+        reference,
+        accuracy,
+        samples,
         acceptance=run_acceptance(per_request, engine.identity.max_draft_len) if per_request else None,
         acceptance_requests=[(d["num_cycles"], d["num_accepted_drafts"]) for d in per_request],
-        acceptance_positions=[(d["num_cycles"], list(d["accepted_per_position"]))
-                              for d in per_request if d.get("accepted_per_position")],
-        num_failed_requests=failed, data_origin=origin, filter_mismatches=filter_mismatches(spec, records),
-        n_total=plan.n_total, subset=plan.to_dict() if plan.n < plan.n_total or plan.how == "random" else None,
-        stopped=stopped, conditions=conditions, clustered=clustered.to_dict() if clustered is not None else None,
-    )  # fmt: skip
+        acceptance_positions=[
+            (d["num_cycles"], list(d["accepted_per_position"])) for d in per_request if d.get("accepted_per_position")
+        ],
+        num_failed_requests=failed,
+        data_origin=origin,
+        filter_mismatches=filter_mismatches(spec, records),
+        n_total=plan.n_total,
+        subset=plan.to_dict() if plan.n < plan.n_total or plan.how == "random" else None,
+        stopped=stopped,
+        conditions=conditions,
+        clustered=clustered.to_dict() if clustered is not None else None,
+    )
 
 
 def _stopper(engine: InferenceEngine, options: EvalOptions, references: dict, inputs: StopInputs):
@@ -184,18 +228,39 @@ def _stopper(engine: InferenceEngine, options: EvalOptions, references: dict, in
             return None  # no accuracy stop against a reference measured under other conditions (the gate: NO-GATE)
         t = ref.hypothesis_test(n_max, floor=spec.floor)
         # n_max documents of options.repeats samples each: the design judges per-document means (its docstring)
-        return AccuracySequentialDesign.for_batches(ref.accuracy, n_max, options.early_stop_batch, alpha=t.alpha,
-                                                    beta=t.beta, sigma=t.sigma, floor=spec.floor,
-                                                    repeats=options.repeats)  # fmt: skip
+        return AccuracySequentialDesign.for_batches(
+            ref.accuracy,
+            n_max,
+            options.early_stop_batch,
+            alpha=t.alpha,
+            beta=t.beta,
+            sigma=t.sigma,
+            floor=spec.floor,
+            repeats=options.repeats,
+        )
 
     if options.stop_file:  # a passive side of a sequential A/B: the controller decides, not this run's gates
         return EarlyStop(lambda task, n: None, options.early_stop_batch, exact=False, stop_file=options.stop_file)
     temperatures = {s.lm_eval_name: options.conditions_for(s).temperature for s in options.tasks}
     spec_sampling = spec_sampling_of(engine.identity)
-    reference_ids = {s.lm_eval_name: reference_id(inputs.test_id, options.conditions_for(s).to_dict(), spec_sampling)
-                     for s in options.tasks} if inputs.test_id else {}  # fmt: skip
-    return EarlyStop(design_for, options.early_stop_batch, inputs.test_id, inputs.acceptance_refs, inputs.exact,
-                     engine.identity.max_draft_len, temperatures=temperatures, reference_ids=reference_ids)  # fmt: skip
+    reference_ids = (
+        {
+            s.lm_eval_name: reference_id(inputs.test_id, options.conditions_for(s).to_dict(), spec_sampling)
+            for s in options.tasks
+        }
+        if inputs.test_id
+        else {}
+    )
+    return EarlyStop(
+        design_for,
+        options.early_stop_batch,
+        inputs.test_id,
+        inputs.acceptance_refs,
+        inputs.exact,
+        engine.identity.max_draft_len,
+        temperatures=temperatures,
+        reference_ids=reference_ids,
+    )
 
 
 def _notes(n: int, reference: Reference | None, plan, stopped: dict[str, Any] | None) -> tuple[str, ...]:
@@ -207,8 +272,10 @@ def _notes(n: int, reference: Reference | None, plan, stopped: dict[str, Any] | 
     note = subset_note(n, plan.n_total, how) if reference is not None else None
     notes = [note] if note else []
     if stopped is not None:
-        notes.append(f"stopped early at {stopped['n']} of {stopped['of']} documents by the {stopped['gate']} gate: "
-                     f"{stopped['reason']}")  # fmt: skip
+        notes.append(
+            f"stopped early at {stopped['n']} of {stopped['of']} documents by the {stopped['gate']} gate: "
+            f"{stopped['reason']}"
+        )
     return tuple(notes)
 
 
@@ -224,8 +291,13 @@ def _reference(engine: InferenceEngine, spec: TaskSpec, options: EvalOptions) ->
         return None  # the smoke suite is never scored against the real references, nor sampling against greedy ones
     family = spec.family
     elsewhere = {"reference_dir": family.reference_dir} if family.reference_dir is not None else {}  # not shipped
-    return lookup(family.name, model_key_for(engine, options.model_key), selection_for(engine, spec, options),
-                  conditions=options.conditions_for(spec), **elsewhere)  # fmt: skip
+    return lookup(
+        family.name,
+        model_key_for(engine, options.model_key),
+        selection_for(engine, spec, options),
+        conditions=options.conditions_for(spec),
+        **elsewhere,
+    )
 
 
 def _simple_evaluate(**kwargs):
@@ -248,15 +320,18 @@ def _run_lm_eval(make_lm: Callable, options: EvalOptions, sources) -> tuple[dict
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     datasets.disable_progress_bars()
     with tempfile.TemporaryDirectory(prefix="specdec-tasks-") as tmp:
-        folder = write_task_yamls(options.tasks, sources, Path(tmp), options.seed, options.generation_kwargs,
-                                  options.repeats)  # fmt: skip
+        folder = write_task_yamls(
+            options.tasks, sources, Path(tmp), options.seed, options.generation_kwargs, options.repeats
+        )
         manager = TaskManager(include_path=str(folder), include_defaults=False)
         try:
             tasks = manager.load([spec.lm_eval_name for spec in options.tasks])["tasks"]
             # A seeded random order for sequential verdicts and random subsets; lm-eval's order otherwise.
             sample = "random" if options.early_stop or options.stop_file else options.sample
-            plans = {name: plan_subset(name, len(task.eval_docs), options.limit, sample, options.seed)
-                     for name, task in tasks.items()}  # fmt: skip
+            plans = {
+                name: plan_subset(name, len(task.eval_docs), options.limit, sample, options.seed)
+                for name, task in tasks.items()
+            }
             lm = make_lm(tasks, plans)
             selection = {"limit": options.limit}
             if sample == "random":
@@ -286,8 +361,9 @@ def _run_lm_eval(make_lm: Callable, options: EvalOptions, sources) -> tuple[dict
     return raw, {spec.name: plans[spec.lm_eval_name] for spec in options.tasks}
 
 
-def _check_against_lm_eval(spec: TaskSpec, filter_scores: dict[str, float], lm_eval_results: dict[str, Any],
-                           complete: bool = True) -> None:  # fmt: skip
+def _check_against_lm_eval(
+    spec: TaskSpec, filter_scores: dict[str, float], lm_eval_results: dict[str, Any], complete: bool = True
+) -> None:
     """Our per-sample aggregation must reproduce lm-eval's own task scores (a mismatch is a harness bug and stops
     the run); lm-eval's aggregate covers every planned document, so this holds when all were evaluated (complete)."""
     for f, ours in filter_scores.items() if complete else ():

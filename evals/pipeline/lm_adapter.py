@@ -87,8 +87,9 @@ class LMSession:
 
 @register_model("specdec")
 class SpecDecLM(LM):
-    def __init__(self, engine: InferenceEngine | None = None, session: LMSession | None = None, **engine_args: Any
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self, engine: InferenceEngine | None = None, session: LMSession | None = None, **engine_args: Any
+    ) -> None:
         """engine: any InferenceEngine (else one built from `engine_args`, lm-eval's --model_args); session: what to
         generate and for which documents."""
         super().__init__()
@@ -129,13 +130,19 @@ class SpecDecLM(LM):
         if not requests:
             return []
         prompts = [req.args[0] for req in requests]
-        sampling = [replace(sampling_from_gen_kwargs(req.args[1], self._max_for(req.metadata[0])),
-                            logprobs=self.session.logprobs) for req in requests]  # fmt: skip
+        sampling = [
+            replace(
+                sampling_from_gen_kwargs(req.args[1], self._max_for(req.metadata[0])), logprobs=self.session.logprobs
+            )
+            for req in requests
+        ]
         base = self.session.sample_seed_base
         if base is not None:
             repeats = self.repeat_indices(requests)
-            sampling = [s if s.greedy else replace(s, seed=sample_seed(base, req.metadata[0], self.doc_id(req), r))
-                        for s, req, r in zip(sampling, requests, repeats, strict=True)]  # fmt: skip
+            sampling = [
+                s if s.greedy else replace(s, seed=sample_seed(base, req.metadata[0], self.doc_id(req), r))
+                for s, req, r in zip(sampling, requests, repeats, strict=True)
+            ]
         self.running = RunningScore([(req.metadata[0], getattr(req, "doc", None)) for req in requests])
         if self.session.only is not None:
             return self._generate_only(requests, prompts, sampling)
@@ -211,12 +218,18 @@ class SpecDecLM(LM):
             stopper.start(task, len(docs), per_doc.pop())
         outputs: list[GenerationOutput | None] = [None] * len(requests)
         while True:
-            chunk = [i for t in pending if stopper.is_open(t)
-                     for _ in range(min(stopper.batch, len(pending[t]))) for i in pending[t].popleft()]  # fmt: skip
+            chunk = [
+                i
+                for t in pending
+                if stopper.is_open(t)
+                for _ in range(min(stopper.batch, len(pending[t])))
+                for i in pending[t].popleft()
+            ]
             if not chunk:
                 break
-            for i, out in zip(chunk, self._generate([prompts[i] for i in chunk], [sampling[i] for i in chunk]),
-                              strict=True):  # fmt: skip
+            for i, out in zip(
+                chunk, self._generate([prompts[i] for i in chunk], [sampling[i] for i in chunk]), strict=True
+            ):
                 outputs[i] = out
                 self._observe(requests[i], prompts[i], sampling[i], out, repeats[i])
             for task in {requests[i].metadata[0] for i in chunk}:
@@ -248,8 +261,9 @@ class SpecDecLM(LM):
             baseline = sequential.baseline_tokens(task, doc_id, repeat)
         divergence = first_divergence(out.token_ids, baseline) if baseline is not None else None
         plan = session.plans[task]
-        sequential.stopper.observe(task, plan.position(doc_id), score, out.stats.get("acceptance"), divergence, doc_id,
-                                   repeat)  # fmt: skip
+        sequential.stopper.observe(
+            task, plan.position(doc_id), score, out.stats.get("acceptance"), divergence, doc_id, repeat
+        )
 
     def _max_for(self, task: str) -> int:
         limit = self.session.max_gen_toks
@@ -286,8 +300,11 @@ class SpecDecLM(LM):
         if not getattr(tokenizer, "chat_template", None):
             raise UserError("--apply-chat-template: this model's tokenizer has no chat template")
         extra = self.session.template_kwargs.as_dict()  # --chat-template-kwargs: the template's own variables
-        return str(tokenizer.apply_chat_template(chat_history, add_generation_prompt=add_generation_prompt,
-                                                 tokenize=False, **extra))  # fmt: skip
+        return str(
+            tokenizer.apply_chat_template(
+                chat_history, add_generation_prompt=add_generation_prompt, tokenize=False, **extra
+            )
+        )
 
     @property
     def tokenizer_name(self) -> str:

@@ -27,8 +27,9 @@ class OutputRecord:
         self._sampling: dict[tuple[str, int, int], SamplingParams] = {}
         self._skipped: set[tuple[str, int]] = set()
 
-    def add(self, task: str, doc_id: int, output: GenerationOutput, repeat: int = 0,
-            sampling: SamplingParams | None = None) -> None:  # fmt: skip
+    def add(
+        self, task: str, doc_id: int, output: GenerationOutput, repeat: int = 0, sampling: SamplingParams | None = None
+    ) -> None:
         if output.finish_reason == "skipped":  # an early stop, or a document the run does not evaluate
             self._skipped.add((task, doc_id))
         else:

@@ -30,8 +30,9 @@ ProgressFor = Callable[[], AbstractContextManager[Callable | None]]
 NO_BASELINE = BaselineRef(None, "none")  # a plain run: it has no lossless gate
 
 
-def run_evaluation(engine: InferenceEngine, plan: RunPlan, progress: Callable | None = None,
-                   baseline: BaselineRef = NO_BASELINE) -> RunSummary:  # fmt: skip
+def run_evaluation(
+    engine: InferenceEngine, plan: RunPlan, progress: Callable | None = None, baseline: BaselineRef = NO_BASELINE
+) -> RunSummary:
     """Evaluate on this engine, record the run, apply the gates; returns the summary (also in summary.json).
     baseline: what a spec-dec run's lossless gate compares with (run.py decides it)."""
     key = run_key(engine.identity, plan.options)
@@ -44,8 +45,13 @@ def run_evaluation(engine: InferenceEngine, plan: RunPlan, progress: Callable | 
         return record_run(engine, plan, opened, results, engine.collect_events(), baseline)
 
 
-def evaluate_side(engine: InferenceEngine, side: Side, plan: RunPlan, baseline: BaselineRef = NO_BASELINE,
-                  progress_for: ProgressFor | None = None) -> RunSummary:  # fmt: skip
+def evaluate_side(
+    engine: InferenceEngine,
+    side: Side,
+    plan: RunPlan,
+    baseline: BaselineRef = NO_BASELINE,
+    progress_for: ProgressFor | None = None,
+) -> RunSummary:
     """One side of a run on an engine built for it, closed afterwards. A control is recorded under its own
     identity (the plain configuration marked with its shape) and, once recorded, reused (a server's control is
     found here: only the started server knows the identity it is recorded under)."""
@@ -68,8 +74,9 @@ def evaluate_side(engine: InferenceEngine, side: Side, plan: RunPlan, baseline: 
         engine.close()
 
 
-def stop_inputs(identity: EngineIdentity, plan: RunPlan, opened: OpenRun, baseline_run: str | None,
-                paired: bool = False) -> StopInputs | None:  # fmt: skip
+def stop_inputs(
+    identity: EngineIdentity, plan: RunPlan, opened: OpenRun, baseline_run: str | None, paired: bool = False
+) -> StopInputs | None:
     """What the sequential controller needs besides the references (only with --early-stop)."""
     if not plan.options.early_stop:
         return None
@@ -84,8 +91,9 @@ def stop_inputs(identity: EngineIdentity, plan: RunPlan, opened: OpenRun, baseli
     return StopInputs(opened.test_id, exact, refs, tokens)
 
 
-def _baseline_tokens(identity: EngineIdentity, plan: RunPlan, baseline_run: str | None
-                     ) -> Callable[[str, int, int], Any] | None:  # fmt: skip
+def _baseline_tokens(
+    identity: EngineIdentity, plan: RunPlan, baseline_run: str | None
+) -> Callable[[str, int, int], Any] | None:
     """(task, doc_id, repeat) -> the recorded baseline's output tokens of that sample (sample r pairs with the
     baseline's sample r, drawn with the same seed), for the first-divergence stop (None: no baseline)."""
     if baseline_run is not None:
@@ -100,8 +108,9 @@ def _baseline_tokens(identity: EngineIdentity, plan: RunPlan, baseline_run: str 
     return tokens_by_sample([s for s in base.samples() if s.task not in scored], names)
 
 
-def tokens_by_sample(samples: Iterable[SampleRecord], names: Mapping[str, str] | None = None
-                     ) -> Callable[[str, int, int], list[int] | None]:  # fmt: skip
+def tokens_by_sample(
+    samples: Iterable[SampleRecord], names: Mapping[str, str] | None = None
+) -> Callable[[str, int, int], list[int] | None]:
     """(task, doc_id, repeat) -> the output tokens of that sample among `samples` (None: not there). `names`: the
     lm-eval task name -> the samples' task name (lookups by another name pass through)."""
     tokens = {(s.task, s.doc_id, s.repeat): s.output_token_ids for s in samples}

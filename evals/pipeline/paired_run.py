@@ -25,9 +25,14 @@ from .recording import claim_run, discarded_on_user_error, open_run, record_run
 SPEC_ONLY_EVENTS = ("spec_state_restored", "spec_state_leak", "fault_injected")
 
 
-def run_paired(engine: PairedEngine, plan: RunPlan, make_plain: Callable[[int], InferenceEngine],
-               progress: Callable | None = None, control: str | None = None,
-               scorer: Scorer | None = None) -> RunSummary:  # fmt: skip
+def run_paired(
+    engine: PairedEngine,
+    plan: RunPlan,
+    make_plain: Callable[[int], InferenceEngine],
+    progress: Callable | None = None,
+    control: str | None = None,
+    scorer: Scorer | None = None,
+) -> RunSummary:
     """The run's summary; the twin run is recorded beside it. make_plain(tokens): the audit's plain engine, built
     only when the audit needs it, its KV pool holding `tokens` positions. control: the noise-floor control's run
     folder when the caller made or found one. scorer: the plain engine that scores the sampled outputs of our
@@ -46,8 +51,9 @@ def run_paired(engine: PairedEngine, plan: RunPlan, make_plain: Callable[[int], 
             opened = open_run(engine, plan, run, key, resumed, paired_with=base_run.run_id)
             base.twins = opened_base.cache
             stop = stop_inputs(identity, plan, opened, None, paired=True)
-            results = evaluate(engine, plan.options, progress, cache=opened.cache, pair_cache=opened_base.cache,
-                               stop_inputs=stop)  # fmt: skip
+            results = evaluate(
+                engine, plan.options, progress, cache=opened.cache, pair_cache=opened_base.cache, stop_inputs=stop
+            )
             events = engine.collect_events()
             # The baseline is scored from the twins' outputs, all in its cache; every one passes through the audit
             # side (no cache here), which checks its seeded share on the plain engine.
@@ -57,8 +63,9 @@ def run_paired(engine: PairedEngine, plan: RunPlan, make_plain: Callable[[int], 
                 base.close()
             audit = audit_record(base.record, base_results)
             base_events = [e for e in events if e["type"] not in SPEC_ONLY_EVENTS]
-            record_run(base, plan, opened_base, base_results, base_events, NO_BASELINE,
-                       twin={"of": run.run_id, "audit": audit})  # fmt: skip
+            record_run(
+                base, plan, opened_base, base_results, base_events, NO_BASELINE, twin={"of": run.run_id, "audit": audit}
+            )
             twins = BaselineRef(str(base_run.path), "twin", audit, control=control, scorer=scorer)
             return record_run(engine, plan, opened, results, events, twins)
 

@@ -52,8 +52,9 @@ def check_acceptance_options(plan: RunPlan, speculative: bool, injects: bool) ->
     if not plan.populate_acceptance:
         return
     if not speculative:
-        raise UserError("--populate-acceptance needs --spec: a run without speculative decoding has no acceptance "
-                        "length")  # fmt: skip
+        raise UserError(
+            "--populate-acceptance needs --spec: a run without speculative decoding has no acceptance length"
+        )
     if injects:
         raise UserError("--populate-acceptance writes a reference only from a clean run; leave out --inject")
     check_writable(path)
@@ -75,5 +76,7 @@ def check_task_data(options: EvalOptions) -> None:
         source = source_for(spec, options.data_dir)
         most = max_fewshot(spec, source)
         if options.num_fewshot is not None and most is not None and options.num_fewshot > most:
-            raise UserError(f"--num-fewshot {options.num_fewshot}: {spec.name} has only {most} examples to draw "
-                            f"shots from ({source.origin})")  # fmt: skip
+            raise UserError(
+                f"--num-fewshot {options.num_fewshot}: {spec.name} has only {most} examples to draw "
+                f"shots from ({source.origin})"
+            )

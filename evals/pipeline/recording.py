@@ -55,12 +55,20 @@ def open_run(engine: InferenceEngine, plan: RunPlan, run: store.Run, key: str, r
     identity, options = engine.identity, plan.options
     started = time.time()
     manifest = {
-        "run_id": run.run_id, "config_key": key, "test_id": test_id(engine, options),
-        "config": run_config(identity, options), **git_state(), "engine": _engine_record(identity),
-        "versions": mf.versions(), "devices": mf.devices(), "world_size": identity.world_size,
+        "run_id": run.run_id,
+        "config_key": key,
+        "test_id": test_id(engine, options),
+        "config": run_config(identity, options),
+        **git_state(),
+        "engine": _engine_record(identity),
+        "versions": mf.versions(),
+        "devices": mf.devices(),
+        "world_size": identity.world_size,
         "command": mf.command_line(),
-        "started": started, "resumed": resumed, **extra,
-    }  # fmt: skip
+        "started": started,
+        "resumed": resumed,
+        **extra,
+    }
     run.write_manifest(manifest)
     cache = GenerationCache(run.partial_dir)
     if resumed:
@@ -68,16 +76,27 @@ def open_run(engine: InferenceEngine, plan: RunPlan, run: store.Run, key: str, r
     return OpenRun(run, key, manifest, cache, resumed, started, len(cache.entries) if resumed else 0)
 
 
-def record_run(engine: InferenceEngine, plan: RunPlan, opened: OpenRun, results: list[TaskResult], events: list[dict],
-               baseline: BaselineRef, twin: dict[str, Any] | None = None) -> RunSummary:  # fmt: skip
+def record_run(
+    engine: InferenceEngine,
+    plan: RunPlan,
+    opened: OpenRun,
+    results: list[TaskResult],
+    events: list[dict],
+    baseline: BaselineRef,
+    twin: dict[str, Any] | None = None,
+) -> RunSummary:
     """Summary and gates; then samples, events, summary and the finished manifest are written."""
     identity, run = engine.identity, opened.run
     if identity.server is not None and "log_lines_read" in identity.server:
         print(server_log_line(identity.server), file=sys.stderr)
     summary = summarise(results, identity, events, time.time() - opened.started)
-    summary = summary.replace(run_id=run.run_id, run_dir=str(run.path), test_id=opened.test_id,
-                              reused_generations=opened.reused,
-                              reported_acceptance=engine.reported_acceptance())  # fmt: skip
+    summary = summary.replace(
+        run_id=run.run_id,
+        run_dir=str(run.path),
+        test_id=opened.test_id,
+        reused_generations=opened.reused,
+        reported_acceptance=engine.reported_acceptance(),
+    )
     never = _faults_never_fired(identity, events)
     if never:  # e.g. target_forward@100000 in a run of fewer steps: the run tested nothing it was asked to
         summary = summary.replace(faults_never_fired=tuple(never))

@@ -58,8 +58,11 @@ class GenerationCache:
                     continue
                 self.entries[key] = output
         if self.corrupt:
-            print(f"warning: {len(self.corrupt)} unreadable line(s) in {self.folder} (first: {self.corrupt[0]}); "
-                  "their generations will be recomputed (--fresh starts the run over)", file=sys.stderr)  # fmt: skip
+            print(
+                f"warning: {len(self.corrupt)} unreadable line(s) in {self.folder} (first: {self.corrupt[0]}); "
+                "their generations will be recomputed (--fresh starts the run over)",
+                file=sys.stderr,
+            )
 
     def get(self, prompt: Any, sampling: SamplingParams) -> GenerationOutput | None:
         return self.entries.get(request_key(prompt, sampling))
@@ -74,12 +77,21 @@ class GenerationCache:
         if self.folder is None:
             return
         record = {
-            "key": key, "index": output.index, "finish_reason": output.finish_reason, "error": output.error,
-            "stats": output.stats, "num_prompt_tokens": len(output.prompt_token_ids),
+            "key": key,
+            "index": output.index,
+            "finish_reason": output.finish_reason,
+            "error": output.error,
+            "stats": output.stats,
+            "num_prompt_tokens": len(output.prompt_token_ids),
             "prompt_sha256": hashlib.sha256(json.dumps(output.prompt_token_ids).encode()).hexdigest()[:16],
-            "output": seal({"text": output.text, "token_ids": output.token_ids,
-                            **({"logprobs": output.logprobs} if output.logprobs is not None else {})}),
-        }  # fmt: skip
+            "output": seal(
+                {
+                    "text": output.text,
+                    "token_ids": output.token_ids,
+                    **({"logprobs": output.logprobs} if output.logprobs is not None else {}),
+                }
+            ),
+        }
         path = self.folder / f"generations.{self.writer}.jsonl"
         with path.open("a+b") as f:
             if f.tell() and _ends_torn(f):  # a killed writer left half a line: start a new one
@@ -109,9 +121,16 @@ def _parse(raw: bytes) -> tuple[str, GenerationOutput]:
         logprobs = None
     if not isinstance(text, str) or not isinstance(token_ids, list) or not all(isinstance(t, int) for t in token_ids):
         raise ValueError("wrong shape")
-    output = GenerationOutput(index=int(rec["index"]), prompt_token_ids=[], token_ids=token_ids, text=text,
-                              finish_reason=str(rec["finish_reason"]), stats=dict(rec.get("stats") or {}),
-                              error=rec.get("error"), logprobs=logprobs)  # fmt: skip
+    output = GenerationOutput(
+        index=int(rec["index"]),
+        prompt_token_ids=[],
+        token_ids=token_ids,
+        text=text,
+        finish_reason=str(rec["finish_reason"]),
+        stats=dict(rec.get("stats") or {}),
+        error=rec.get("error"),
+        logprobs=logprobs,
+    )
     return rec["key"], output
 
 

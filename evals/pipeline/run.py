@@ -46,8 +46,11 @@ def run(plan: RunPlan, backend: Backend, progress_for: ProgressFor | None = None
         return None
     scored = scored_tasks(plan, backend)
     if scored and len(scored) == len(plan.options.tasks):  # judged in distribution only: nothing to decode
-        print("lossless gate: sampled tasks judged in distribution; the plain engine scores the run's outputs "
-              "after it (teacher forcing)", file=sys.stderr)  # fmt: skip
+        print(
+            "lossless gate: sampled tasks judged in distribution; the plain engine scores the run's outputs "
+            "after it (teacher forcing)",
+            file=sys.stderr,
+        )
         return backend.evaluate(RUN, plan, BaselineRef(None, "scored", scorer=backend.scorer()), progress_for)
     control = decode_control(plan, backend, progress_for)
     if not backend.abilities.speculative:
@@ -92,8 +95,9 @@ def decode_control(plan: RunPlan, backend: Backend, progress_for: ProgressFor | 
     return backend.evaluate(side, plan, NO_BASELINE, progress_for).run_dir
 
 
-def choose_baseline(plan: RunPlan, backend: Backend, control: str | None, progress_for: ProgressFor | None,
-                    paired_ok: bool = True) -> BaselineRef:  # fmt: skip
+def choose_baseline(
+    plan: RunPlan, backend: Backend, control: str | None, progress_for: ProgressFor | None, paired_ok: bool = True
+) -> BaselineRef:
     """What a spec-dec run's lossless gate compares with (a separate plain run is decoded here; paired twins are
     decoded with the run: kind "twin"; not when some tasks are judged in distribution, `paired_ok` False: their
     tokens differ from any twin's, and the other tasks' baseline is then decoded apart)."""

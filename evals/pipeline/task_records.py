@@ -28,8 +28,9 @@ class TaskRecords:
     own_extraction: dict[tuple[Any, str], tuple[Any, bool]] = field(default_factory=dict)  # (doc, filter) -> ours
 
 
-def task_records(spec: TaskSpec, entries: list[dict[str, Any]], outputs: OutputRecord, task: Any = None,
-                 repeats: int = 1) -> TaskRecords:  # fmt: skip
+def task_records(
+    spec: TaskSpec, entries: list[dict[str, Any]], outputs: OutputRecord, task: Any = None, repeats: int = 1
+) -> TaskRecords:
     """One record per document, whatever lm-eval's per-(doc, filter) layout; documents an early stop skipped are
     left out. repeats > 1: one record per sample of each document (repeat 0 as lm-eval scored it, the others by the
     task's filters and metric on their own: evals/tasks/scoring.py; `task` is the loaded lm-eval Task)."""
@@ -70,8 +71,9 @@ def task_records(spec: TaskSpec, entries: list[dict[str, Any]], outputs: OutputR
     return TaskRecords(samples, counters, ours)
 
 
-def _other_repeats(spec: TaskSpec, entries: list[dict[str, Any]], outputs: OutputRecord, task: Any, repeats: int,
-                   docs: set[int]) -> list[tuple[SampleRecord, dict[str, Any] | None]]:  # fmt: skip
+def _other_repeats(
+    spec: TaskSpec, entries: list[dict[str, Any]], outputs: OutputRecord, task: Any, repeats: int, docs: set[int]
+) -> list[tuple[SampleRecord, dict[str, Any] | None]]:
     """Samples 1..repeats-1 of each document, each scored on its own (lm-eval's take_first kept only sample 0)."""
     from ..tasks.scoring import score_each
 
@@ -88,15 +90,22 @@ def _other_repeats(spec: TaskSpec, entries: list[dict[str, Any]], outputs: Outpu
         scored = score_each(task, entry["doc"], [o.text if o is not None else "" for _, o in got])
         for (r, o), per_filter in zip(got, scored, strict=True):
             sampling = outputs.sampling(spec.lm_eval_name, doc_id, r)
-            record = SampleRecord(**{**_fields(spec, entry, target, o, sampling), "repeat": r},
-                                  extracted={f: spec.family.extracted(x) for f, (x, _) in per_filter.items()},
-                                  correct={f: ok for f, (_, ok) in per_filter.items()})  # fmt: skip
+            record = SampleRecord(
+                **{**_fields(spec, entry, target, o, sampling), "repeat": r},
+                extracted={f: spec.family.extracted(x) for f, (x, _) in per_filter.items()},
+                correct={f: ok for f, (_, ok) in per_filter.items()},
+            )
             out.append((record, (o.stats.get("acceptance") or None) if o is not None else None))
     return out
 
 
-def _fields(spec: TaskSpec, entry: dict[str, Any], target: str, out: GenerationOutput | None,
-            sampling: SamplingParams | None = None) -> dict[str, Any]:  # fmt: skip
+def _fields(
+    spec: TaskSpec,
+    entry: dict[str, Any],
+    target: str,
+    out: GenerationOutput | None,
+    sampling: SamplingParams | None = None,
+) -> dict[str, Any]:
     family = spec.family
     counters = (out.stats.get("acceptance") or None) if out is not None else None
     sampled = out is not None and sampling is not None and not sampling.greedy

@@ -44,8 +44,11 @@ def run_canary(base: EngineConfig, prompts: list[str], max_new_tokens: int, mode
         faulty = replace(faulty, kv_cache=kv)
     runs = {"fault-free": _run(clean, reference, prompts, params, Verdict.PASS, generated=True)}
     for guard, expected in (("none", Verdict.FAIL), ("template", Verdict.PASS)):
-        engine = Engine(replace(faulty, spec=replace(base.spec, guard=guard)), checkpoint=clean.checkpoint,
-                        tokenizer=clean.tokenizer)  # fmt: skip
+        engine = Engine(
+            replace(faulty, spec=replace(base.spec, guard=guard)),
+            checkpoint=clean.checkpoint,
+            tokenizer=clean.tokenizer,
+        )
         runs[f"guard {guard}"] = _run(engine, reference, prompts, params, expected)
         if budget is not None and guard == "template":
             budget["headroom_bytes"] = engine.memory.total_bytes - engine.weights_bytes - engine.kv_layout.total_bytes

@@ -54,27 +54,60 @@ def _ours(model: str, dtype: str, sampled: bool, baseline: str) -> CleanRow:
 
 
 SERVE = "{exe} serve --model tiny --host 127.0.0.1"
-LLAMA = ("{py} -m llama_cpp.server --model {gguf} --model_alias smollm2-135m-q4_1 --n_ctx 2048 --n_threads 1 "
-         "--n_threads_batch 1 --seed 0 --logits_all true --verbose false --host 127.0.0.1")  # fmt: skip
+LLAMA = (
+    "{py} -m llama_cpp.server --model {gguf} --model_alias smollm2-135m-q4_1 --n_ctx 2048 --n_threads 1 "
+    "--n_threads_batch 1 --seed 0 --logits_all true --verbose false --host 127.0.0.1"
+)
 
 
-def _served(name: str, spec_cmd: str, plain_cmd: str, run_args: tuple[str, ...], sampled: bool,
-            needs: str | None = None) -> CleanRow:  # fmt: skip
-    args = ("--endpoint", "{spec}", "--serve-cmd", spec_cmd + " --port {spec_port}", "--baseline-endpoint", "{base}",
-            "--baseline-serve-cmd", plain_cmd + " --port {base_port}", *run_args)  # fmt: skip
+def _served(
+    name: str, spec_cmd: str, plain_cmd: str, run_args: tuple[str, ...], sampled: bool, needs: str | None = None
+) -> CleanRow:
+    args = (
+        "--endpoint",
+        "{spec}",
+        "--serve-cmd",
+        spec_cmd + " --port {spec_port}",
+        "--baseline-endpoint",
+        "{base}",
+        "--baseline-serve-cmd",
+        plain_cmd + " --port {base_port}",
+        *run_args,
+    )
     mode = "sampled" if sampled else "greedy"
     return CleanRow(f"{name}: {mode}", name.split()[0], args + (SAMPLED if sampled else ()), needs)
 
 
 ROWS: tuple[CleanRow, ...] = (
-    *(_ours(m, d, s, b) for m in ("tiny", "smollm2") for d in ("float32", "bfloat16") for s in (False, True)
-      for b in ("paired", "separate")),
-    *(_served("serve eagle3 (rejection) vs plain", f"{SERVE} --spec eagle3 --spec-sampling rejection", SERVE,
-              ("--model", "tiny", "--spec", "eagle3", "--draft-len", "3", "--control"), s) for s in (False, True)),
-    *(_served("llamacpp plain vs plain", LLAMA, LLAMA, ("--model", "smollm2", "--spec", "ngram", "--draft-len", "3",
-                                                        "--concurrency", "1", "--control"), s, "llama_cpp")
-      for s in (False, True)),
-)  # fmt: skip
+    *(
+        _ours(m, d, s, b)
+        for m in ("tiny", "smollm2")
+        for d in ("float32", "bfloat16")
+        for s in (False, True)
+        for b in ("paired", "separate")
+    ),
+    *(
+        _served(
+            "serve eagle3 (rejection) vs plain",
+            f"{SERVE} --spec eagle3 --spec-sampling rejection",
+            SERVE,
+            ("--model", "tiny", "--spec", "eagle3", "--draft-len", "3", "--control"),
+            s,
+        )
+        for s in (False, True)
+    ),
+    *(
+        _served(
+            "llamacpp plain vs plain",
+            LLAMA,
+            LLAMA,
+            ("--model", "smollm2", "--spec", "ngram", "--draft-len", "3", "--concurrency", "1", "--control"),
+            s,
+            "llama_cpp",
+        )
+        for s in (False, True)
+    ),
+)
 
 
 def select_rows(only: Sequence[str] | None) -> list[CleanRow]:
@@ -86,16 +119,22 @@ def select_rows(only: Sequence[str] | None) -> list[CleanRow]:
     return rows
 
 
-def run_clean(rows: Sequence[CleanRow], shared: Sequence[str], note: Callable[[str], None] = lambda line: None,
-              workdir: str | None = None) -> dict[str, Any]:  # fmt: skip
+def run_clean(
+    rows: Sequence[CleanRow],
+    shared: Sequence[str],
+    note: Callable[[str], None] = lambda line: None,
+    workdir: str | None = None,
+) -> dict[str, Any]:
     """Every row as its own `run` (shared: the options every row takes: data, documents, lengths); the table and the
     false-FAIL count (JSON-ready)."""
     out = []
     for i, row in enumerate(rows, 1):
         note(f"[{i}/{len(rows)}] {row.name} ...")
         result = _run_row(row, shared, workdir)
-        note(f"[{i}/{len(rows)}] {row.name}: {result['result']} (lossless {result['lossless']}, "
-             f"{result['elapsed_s']:.0f} s){' - ' + result['reason'] if result.get('reason') else ''}")  # fmt: skip
+        note(
+            f"[{i}/{len(rows)}] {row.name}: {result['result']} (lossless {result['lossless']}, "
+            f"{result['elapsed_s']:.0f} s){' - ' + result['reason'] if result.get('reason') else ''}"
+        )
         out.append(result)
     false_fails = sum(r["result"] == "FALSE FAIL" for r in out)
     errors = sum(r["result"] == "ERROR" for r in out)
@@ -105,8 +144,13 @@ def run_clean(rows: Sequence[CleanRow], shared: Sequence[str], note: Callable[[s
 def _run_row(row: CleanRow, shared: Sequence[str], workdir: str | None) -> dict[str, Any]:
     base = {"row": row.name, "backend": row.backend}
     if row.needs and importlib.util.find_spec(row.needs) is None:
-        return {**base, "result": "SKIPPED", "lossless": "-", "elapsed_s": 0.0,
-                "reason": f"{row.needs} is not installed (pip install -e '.[peer]')"}  # fmt: skip
+        return {
+            **base,
+            "result": "SKIPPED",
+            "lossless": "-",
+            "elapsed_s": 0.0,
+            "reason": f"{row.needs} is not installed (pip install -e '.[peer]')",
+        }
     with tempfile.TemporaryDirectory(prefix="clean-", dir=workdir) as out:
         ports = (_free_port(), _free_port())
         args = [_fill(a, ports) for a in row.args]
@@ -126,8 +170,9 @@ def judge_row(code: int, stdout: str, stderr: str) -> dict[str, Any]:
     except json.JSONDecodeError:
         summary = None
     tasks = (summary or {}).get("tasks") or {}
-    lossless = [((t.get("lossless") or {}).get("verdict"), (t.get("lossless") or {}).get("reason", ""))
-                for t in tasks.values()]  # fmt: skip
+    lossless = [
+        ((t.get("lossless") or {}).get("verdict"), (t.get("lossless") or {}).get("reason", "")) for t in tasks.values()
+    ]
     verdicts = {v for v, _ in lossless if v}
     failed = [(v, why) for v, why in lossless if v == "FAIL"]
     row: dict[str, Any] = {"lossless": ", ".join(sorted(verdicts)) or "-", "exit": code}
@@ -154,9 +199,15 @@ def _failing_line(summary: dict[str, Any], stderr: str) -> str:
 
 def _fill(arg: str, ports: tuple[int, int]) -> str:
     """A row's argument with its placeholders filled."""
-    return arg.format(exe=_console_script(), py=sys.executable, gguf=_gguf() if "{gguf}" in arg else "",
-                      spec=f"http://127.0.0.1:{ports[0]}", base=f"http://127.0.0.1:{ports[1]}", spec_port=ports[0],
-                      base_port=ports[1])  # fmt: skip
+    return arg.format(
+        exe=_console_script(),
+        py=sys.executable,
+        gguf=_gguf() if "{gguf}" in arg else "",
+        spec=f"http://127.0.0.1:{ports[0]}",
+        base=f"http://127.0.0.1:{ports[1]}",
+        spec_port=ports[0],
+        base_port=ports[1],
+    )
 
 
 def _free_port() -> int:

@@ -66,39 +66,98 @@ class BugClass:
 
 CLEAN = BugClass("unmutated", "the engine as it is: every gate must PASS", catcher=None)
 CLEAN_SAMPLED = BugClass("unmutated, sampled", "the same at temperature > 0", sampled=True, catcher=None)
-CLEAN_REJECTION = BugClass("unmutated, rejection-sampled", "the same on --spec-sampling rejection, judged in "
-                           "distribution", sampled=True, catcher=None, spec_sampling="rejection")  # fmt: skip
+CLEAN_REJECTION = BugClass(
+    "unmutated, rejection-sampled",
+    "the same on --spec-sampling rejection, judged in distribution",
+    sampled=True,
+    catcher=None,
+    spec_sampling="rejection",
+)
 BUG_CLASSES = (
     BugClass("emit_rejected_draft", "verification emits a rejected draft once", ("emit_rejected_draft",)),
-    BugClass("draft_kv_into_target", "the draft layer writes into the target's last KV layer (vLLM #25406)",
-             ("draft_kv_into_target",)),
-    BugClass("spec_alters_target", "the capture rounds the target's residual stream while a spec worker is attached",
-             ("spec_alters_target",)),
+    BugClass(
+        "draft_kv_into_target",
+        "the draft layer writes into the target's last KV layer (vLLM #25406)",
+        ("draft_kv_into_target",),
+    ),
+    BugClass(
+        "spec_alters_target",
+        "the capture rounds the target's residual stream while a spec worker is attached",
+        ("spec_alters_target",),
+    ),
     BugClass("rewind_keeps_rejected", "a rejected draft's KV is kept as committed", ("rewind_keeps_rejected",)),
     BugClass("accept_off_by_one", "one draft more is accepted than verified", ("accept_off_by_one",)),
-    BugClass("sample_key_shift", "at temperature > 0 position p is sampled with p+1's key", ("sample_key_shift",),
-             sampled=True),
+    BugClass(
+        "sample_key_shift",
+        "at temperature > 0 position p is sampled with p+1's key",
+        ("sample_key_shift",),
+        sampled=True,
+    ),
     BugClass("verify_width_numerics", "logits depend on the verify width (1 vs K+1)", ("verify_width_numerics",)),
-    BugClass("unrestored_metadata", "the seed: --spec-guard none, a tolerated warmup OOM leaves draft metadata saved",
-             ("warmup_oom",), guard="none", warmup="on", catcher="events"),
-    BugClass("rewind_leaks_blocks", "KV blocks of rejected drafts are never returned to the pool",
-             ("rewind_leaks_blocks",), catcher="events"),
+    BugClass(
+        "unrestored_metadata",
+        "the seed: --spec-guard none, a tolerated warmup OOM leaves draft metadata saved",
+        ("warmup_oom",),
+        guard="none",
+        warmup="on",
+        catcher="events",
+    ),
+    BugClass(
+        "rewind_leaks_blocks",
+        "KV blocks of rejected drafts are never returned to the pool",
+        ("rewind_leaks_blocks",),
+        catcher="events",
+    ),
     # The rejection sampler's sampled classes: caught by the sampled lossless gate, never by a greedy check.
-    BugClass("rejection_greedy", "verification silently greedy at temperature > 0 (SGLang on ROCm / NPU)",
-             ("rejection_greedy",), sampled=True, spec_sampling="rejection"),
-    BugClass("residual_keeps_draft", "after a rejection the token is drawn from p with the rejected draft left in",
-             ("residual_keeps_draft",), sampled=True, spec_sampling="rejection"),
-    BugClass("accept_unit_temperature", "the accept test reads p at temperature 1, the plain sampler at T (vLLM V0)",
-             ("accept_unit_temperature",), sampled=True, spec_sampling="rejection"),
-    BugClass("spec_filter_order", "top-p then top-k on the spec path, top-k then top-p on the plain one (SGLang)",
-             ("spec_filter_order",), sampled=True, spec_sampling="rejection"),
-    BugClass("accept_neighbour_row", "the accept test of draft i reads row i + 1's probability",
-             ("accept_neighbour_row",), sampled=True, spec_sampling="rejection"),
-    BugClass("restart_stream", "the request's random stream restarts from its seed at every verification step",
-             ("restart_stream",), sampled=True, spec_sampling="rejection"),
-    BugClass("aux_layers_off_by_one", "the draft's features are read one layer late: ~5 % lower AL, same outputs",
-             ("aux_layers_off_by_one",), catcher=PAIRED),
-)  # fmt: skip
+    BugClass(
+        "rejection_greedy",
+        "verification silently greedy at temperature > 0 (SGLang on ROCm / NPU)",
+        ("rejection_greedy",),
+        sampled=True,
+        spec_sampling="rejection",
+    ),
+    BugClass(
+        "residual_keeps_draft",
+        "after a rejection the token is drawn from p with the rejected draft left in",
+        ("residual_keeps_draft",),
+        sampled=True,
+        spec_sampling="rejection",
+    ),
+    BugClass(
+        "accept_unit_temperature",
+        "the accept test reads p at temperature 1, the plain sampler at T (vLLM V0)",
+        ("accept_unit_temperature",),
+        sampled=True,
+        spec_sampling="rejection",
+    ),
+    BugClass(
+        "spec_filter_order",
+        "top-p then top-k on the spec path, top-k then top-p on the plain one (SGLang)",
+        ("spec_filter_order",),
+        sampled=True,
+        spec_sampling="rejection",
+    ),
+    BugClass(
+        "accept_neighbour_row",
+        "the accept test of draft i reads row i + 1's probability",
+        ("accept_neighbour_row",),
+        sampled=True,
+        spec_sampling="rejection",
+    ),
+    BugClass(
+        "restart_stream",
+        "the request's random stream restarts from its seed at every verification step",
+        ("restart_stream",),
+        sampled=True,
+        spec_sampling="rejection",
+    ),
+    BugClass(
+        "aux_layers_off_by_one",
+        "the draft's features are read one layer late: ~5 % lower AL, same outputs",
+        ("aux_layers_off_by_one",),
+        catcher=PAIRED,
+    ),
+)
 CLASS_NAMES = tuple(b.name for b in BUG_CLASSES)
 
 
@@ -208,8 +267,13 @@ def evaluation_order(summary: RunSummary) -> list[Any]:
     return next(iter(orders.values()), {}).get("order") or []
 
 
-def judge(bug: BugClass, summary: RunSummary | Mapping[str, Any], elapsed: float, order: list[Any],
-          paired: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+def judge(
+    bug: BugClass,
+    summary: RunSummary | Mapping[str, Any],
+    elapsed: float,
+    order: list[Any],
+    paired: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """One row: each gate's cell (FAIL with the document and the time, PASS, or "-" where it could not decide) and
     the row's result: a class is "caught" only by its own gate, and the unmutated engine must PASS every gate.
     `paired`: the paired acceptance test's cell (`paired_cell`; "-" without one)."""
@@ -222,10 +286,18 @@ def judge(bug: BugClass, summary: RunSummary | Mapping[str, Any], elapsed: float
         result = "FALSE FAIL" if any(c["verdict"] == "FAIL" for c in cells.values()) else "PASS"
     else:
         result = "caught" if cells[bug.catcher]["verdict"] == Verdict.FAIL else "MISSED"
-    return {"class": bug.name, "what": bug.what, "catcher": bug.catcher, "result": result, "cells": cells,
-            "elapsed_s": round(elapsed, 1), "documents": task.num_samples, "of": len(order) or task.num_samples,
-            "fired_in_steps": summary.events.get("fault_injected", 0),
-            "never_fired": list(summary.faults_never_fired or [])}  # fmt: skip
+    return {
+        "class": bug.name,
+        "what": bug.what,
+        "catcher": bug.catcher,
+        "result": result,
+        "cells": cells,
+        "elapsed_s": round(elapsed, 1),
+        "documents": task.num_samples,
+        "of": len(order) or task.num_samples,
+        "fired_in_steps": summary.events.get("fault_injected", 0),
+        "never_fired": list(summary.faults_never_fired or []),
+    }
 
 
 def _cell(gate: str, summary: RunSummary, task: TaskSummary, elapsed: float, order: list[Any]) -> dict:

@@ -49,11 +49,17 @@ VLLM_CLASSES = (
     BugClass("bonus_wrong_row", "the bonus token sampled from the logits row before its own"),
     BugClass("drop_accepted", "the first accepted draft of a step dropped from its tokens"),
     BugClass("duplicate_accepted", "the first accepted draft of a step emitted twice"),
-    BugClass("draft_never_matches", "every draft one token id off: acceptance collapses, outputs unchanged",
-             catcher="acceptance"),
-    BugClass("oom_first_spec_step", "the seed's shape: an out-of-memory error in the first speculative step, after "
-             "the drafter advanced its state", catcher="events"),
-)  # fmt: skip
+    BugClass(
+        "draft_never_matches",
+        "every draft one token id off: acceptance collapses, outputs unchanged",
+        catcher="acceptance",
+    ),
+    BugClass(
+        "oom_first_spec_step",
+        "the seed's shape: an out-of-memory error in the first speculative step, after the drafter advanced its state",
+        catcher="events",
+    ),
+)
 VLLM_CLASS_NAMES = tuple(b.name for b in VLLM_CLASSES)
 
 
@@ -76,9 +82,17 @@ class VllmSetup:
     def serve_cmd(self, port: int, class_file: Path | None) -> str:
         """A `--serve-cmd` string: plain without `class_file`, else speculating with the plugin reading it (the
         server's flags from the one builder the setup and the tests use too)."""
-        cmd = VLLMServeCommand(self.python, self.model_dir, port, method=None if class_file is None else "eagle3",
-                               head=self.head, draft_len=self.draft_len, kv_gib=self.kv_cache_gib,
-                               max_model_len=self.max_model_len, served_model=SERVED_MODEL)  # fmt: skip
+        cmd = VLLMServeCommand(
+            self.python,
+            self.model_dir,
+            port,
+            method=None if class_file is None else "eagle3",
+            head=self.head,
+            draft_len=self.draft_len,
+            kv_gib=self.kv_cache_gib,
+            max_model_len=self.max_model_len,
+            served_model=SERVED_MODEL,
+        )
         env = cmd.env if class_file is None else {**cmd.env, PLUGIN_ENV: f"@{class_file}"}
         return shlex.join([f"{k}={v}" for k, v in env.items()] + cmd.argv)
 
@@ -90,8 +104,10 @@ class VllmSetup:
             raise UserError(f"no exported model in {self.model_dir} (specdec-eval export, or --vllm-model-dir)")
         probe = subprocess.run([self.python, "-c", f"import {PLUGIN}"], capture_output=True, text=True)
         if probe.returncode != 0:
-            raise UserError(f"the planted-bug plugin is not installed in {self.venv}: "
-                            f"{self.python} -m pip install --no-deps -e tests/vllm_plugin")  # fmt: skip
+            raise UserError(
+                f"the planted-bug plugin is not installed in {self.venv}: "
+                f"{self.python} -m pip install --no-deps -e tests/vllm_plugin"
+            )
 
 
 def select_vllm_classes(only: Sequence[str] | None) -> list[BugClass]:
@@ -104,9 +120,14 @@ def select_vllm_classes(only: Sequence[str] | None) -> list[BugClass]:
     return [VLLM_CLEAN] + [b for b in VLLM_CLASSES if not names or b.name in names]
 
 
-def run_vllm_matrix(setup: VllmSetup, config: EngineConfig, options: EvalOptions, classes: Sequence[BugClass],
-                    note: Callable[[str], None] = lambda line: None, workdir: str | None = None
-                    ) -> dict[str, Any]:  # fmt: skip
+def run_vllm_matrix(
+    setup: VllmSetup,
+    config: EngineConfig,
+    options: EvalOptions,
+    classes: Sequence[BugClass],
+    note: Callable[[str], None] = lambda line: None,
+    workdir: str | None = None,
+) -> dict[str, Any]:
     """Start both servers, decode the plain baseline once, then every class's run on the spec server; returns the
     matrix (JSON-ready, the local matrix's shape plus each server's start-up seconds)."""
     setup.check()
@@ -137,8 +158,14 @@ def run_vllm_matrix(setup: VllmSetup, config: EngineConfig, options: EvalOptions
         finally:
             spec.stop(), plain.stop()
     ok = all(r["result"] in ("caught", "PASS") for r in rows)
-    return {"ok": ok, "model": f"vLLM {SERVED_MODEL} (Eagle3, K={setup.draft_len})", "limit": options.limit,
-            "rows": rows, "gates": list(GATES), "startup_s": startup}  # fmt: skip
+    return {
+        "ok": ok,
+        "model": f"vLLM {SERVED_MODEL} (Eagle3, K={setup.draft_len})",
+        "limit": options.limit,
+        "rows": rows,
+        "gates": list(GATES),
+        "startup_s": startup,
+    }
 
 
 def _ready(server: ServerProcess, port: int) -> float:
@@ -161,8 +188,16 @@ def _plain_run(config: EngineConfig, options: EvalOptions, port: int, out: Path)
     return summary.run_dir
 
 
-def _class_row(bug: BugClass, config: EngineConfig, options: EvalOptions, port: int, tmp: Path, baseline: str,
-               unmutated: list | None, refs: Path) -> tuple[dict[str, Any], list]:  # fmt: skip
+def _class_row(
+    bug: BugClass,
+    config: EngineConfig,
+    options: EvalOptions,
+    port: int,
+    tmp: Path,
+    baseline: str,
+    unmutated: list | None,
+    refs: Path,
+) -> tuple[dict[str, Any], list]:
     """One class's row and its run's samples. A class that changes no output but the drafts is judged as `compare`
     and `ab` judge two commits: its per-document acceptance against the unmutated run's (a single run has no
     acceptance reference for a served head: there is none for vLLM's)."""
@@ -210,5 +245,9 @@ def default_setup(venv: str | None, model_dir: str | None, head: str, draft_len:
     """The vLLM venv and model folder `make setup-vllm` makes (VLLM_VENV and VLLM_MODEL_DIR override them)."""
     venv = venv or os.environ.get("VLLM_VENV") or ".venv-vllm"
     model_dir = model_dir or os.environ.get("VLLM_MODEL_DIR") or str(Path(venv) / "smollm2-hf")
-    return VllmSetup(venv=str(Path(venv).resolve()), model_dir=str(Path(model_dir).resolve()),
-                     head=str(Path(head).resolve()), draft_len=draft_len)  # fmt: skip
+    return VllmSetup(
+        venv=str(Path(venv).resolve()),
+        model_dir=str(Path(model_dir).resolve()),
+        head=str(Path(head).resolve()),
+        draft_len=draft_len,
+    )

@@ -61,7 +61,10 @@ class SideWait:
         while acknowledged(self.stop_file) < records and not self.stop_file.exists():
             if time.monotonic() > deadline:
                 self.watcher_gone = True
-                print(f"ab side: the watcher has not read this side's progress in {self.timeout_s:.0f} s; running on "
-                      "without waiting for it", file=sys.stderr)  # fmt: skip
+                print(
+                    f"ab side: the watcher has not read this side's progress in {self.timeout_s:.0f} s; running on "
+                    "without waiting for it",
+                    file=sys.stderr,
+                )
                 return
             time.sleep(self.poll_s)

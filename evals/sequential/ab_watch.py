@@ -74,8 +74,12 @@ class SideProgress:
         for line in self.progress_file.read_text(encoding="utf-8").splitlines():
             try:
                 rec = json.loads(line)
-                rec = {**rec, "score": float(rec["score"]), "repeat": int(rec.get("repeat", 0)),
-                       "repeats": int(rec.get("repeats", 1))}  # fmt: skip
+                rec = {
+                    **rec,
+                    "score": float(rec["score"]),
+                    "repeat": int(rec.get("repeat", 0)),
+                    "repeats": int(rec.get("repeats", 1)),
+                }
                 out[(rec["task"], int(rec["position"]), rec["repeat"])] = rec
             except (ValueError, KeyError, TypeError):
                 continue
@@ -127,14 +131,16 @@ def discordant_in_order(a: dict[DocumentKey, DocumentProgress], b: dict[Document
     task along the common prefix of the order."""
     out: list[bool] = []
     for pairs in common_prefix(a, b).values():
-        signs = document_signs({i: x.scores for i, (x, _) in enumerate(pairs)},
-                               {i: y.scores for i, (_, y) in enumerate(pairs)})  # fmt: skip
+        signs = document_signs(
+            {i: x.scores for i, (x, _) in enumerate(pairs)}, {i: y.scores for i, (_, y) in enumerate(pairs)}
+        )
         out += [sign > 0 for sign in signs if sign]
     return out
 
 
-def acceptance_in_order(a: dict[DocumentKey, DocumentProgress], b: dict[DocumentKey, DocumentProgress]
-                        ) -> dict[str, list[tuple[tuple[int, int], tuple[int, int]]]]:  # fmt: skip
+def acceptance_in_order(
+    a: dict[DocumentKey, DocumentProgress], b: dict[DocumentKey, DocumentProgress]
+) -> dict[str, list[tuple[tuple[int, int], tuple[int, int]]]]:
     """Per task, ((cycles, accepted) of A, of B) per document, summed over its samples, along the common prefix of
     the order, for the documents where both sides drafted; tasks where neither side reported counts are left out."""
     out: dict[str, list] = {}
@@ -243,8 +249,10 @@ def watch(
 
 def render(record: dict[str, Any]) -> str:
     how = "stopped both sides" if record["stopped_sides"] else "both sides ran to the end"
-    lines = [f"sequential A/B: {record['verdict']} after {record['discordant_pairs']} discordant pairs ({how}): "
-             f"{record['reason']}"]  # fmt: skip
+    lines = [
+        f"sequential A/B: {record['verdict']} after {record['discordant_pairs']} discordant pairs ({how}): "
+        f"{record['reason']}"
+    ]
     accepted = record.get("acceptance")
     if accepted:
         lines.append(f"sequential acceptance: {accepted['verdict']}: {accepted['reason']}")

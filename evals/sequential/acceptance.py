@@ -84,8 +84,15 @@ class AcceptanceDecision:
         return self.verdict != CONTINUE
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "n": self.n, "n_max": self.n_max, "look": self.look,
-                "relative": self.relative, "std_error": self.std_error, "reason": self.reason}  # fmt: skip
+        return {
+            "verdict": self.verdict,
+            "n": self.n,
+            "n_max": self.n_max,
+            "look": self.look,
+            "relative": self.relative,
+            "std_error": self.std_error,
+            "reason": self.reason,
+        }
 
 
 @dataclass(frozen=True)
@@ -146,8 +153,9 @@ class AcceptanceSequentialDesign:
         df = self.looks[k] - 1
         return _on_t(self.z_drop[k], df), _on_t(self.z_ruled_out[k], df)
 
-    def decide_at(self, k: int, relative: float, std_error: float, final: bool = False,
-                  p_swap: float | None = None) -> AcceptanceDecision:  # fmt: skip
+    def decide_at(
+        self, k: int, relative: float, std_error: float, final: bool = False, p_swap: float | None = None
+    ) -> AcceptanceDecision:
         """The verdict at look k (0-based) from the estimate over its n_k documents; `final`: no look comes after
         this one (the last look, or the documents ran out). `p_swap`: the swap test's p-value for a drop at this
         look (a look of fewer than SMALL_LOOK documents: see the module docstring)."""
@@ -168,8 +176,10 @@ class AcceptanceSequentialDesign:
             verdict, why = NO_DROP, f"T' {_shown(stat_ruled)} > {high:.2f}: a {self.drop:.0%} drop is ruled out"
         elif final or k == len(self.looks) - 1:
             verdict = INCONCLUSIVE
-            why = (f"neither a drop shown (T {_shown(stat)} >= {low:.2f}) nor a {self.drop:.0%} drop ruled out "
-                   f"(T' {_shown(stat_ruled)} <= {high:.2f}); {self.documents_note(std_error, n)}")  # fmt: skip
+            why = (
+                f"neither a drop shown (T {_shown(stat)} >= {low:.2f}) nor a {self.drop:.0%} drop ruled out "
+                f"(T' {_shown(stat_ruled)} <= {high:.2f}); {self.documents_note(std_error, n)}"
+            )
         else:
             verdict, why = CONTINUE, f"T {_shown(stat)} >= {low:.2f} and T' {_shown(stat_ruled)} <= {high:.2f}"
         return AcceptanceDecision(verdict, n, self.n_max, k + 1, relative, std_error, f"{verdict} at {at}: {why}")
@@ -178,8 +188,10 @@ class AcceptanceSequentialDesign:
         """What a fixed test at this spread would need for the drop, from the per-document sd SE sqrt(n)."""
         detectable = detectable_drop(n, std_error, self.alpha, self.beta)
         needed = documents_for_drop(std_error * math.sqrt(n), self.drop, self.alpha, self.beta)
-        return (f"a fixed test at {n} documents detects {detectable:.1%}; a {self.drop:.0%} drop needs about "
-                f"{needed} documents at this spread")  # fmt: skip
+        return (
+            f"a fixed test at {n} documents detects {detectable:.1%}; a {self.drop:.0%} drop needs about "
+            f"{needed} documents at this spread"
+        )
 
     def scan(self, pairs: Sequence[tuple[Counts, Counts]], final: bool = False) -> AcceptanceDecision:
         """Every look the documents so far reach (pairs in evaluation order), stopping at the first decision. With
@@ -204,11 +216,20 @@ class AcceptanceSequentialDesign:
         """The sides ended before n_max: judged at the last look they reached (its boundaries), else inconclusive."""
         e = paired_acceptance(pairs)
         if e is None:
-            return AcceptanceDecision(INCONCLUSIVE, len(pairs), self.n_max, last.look, None, None,
-                                      f"{INCONCLUSIVE}: no document drafted on both sides")  # fmt: skip
-        reason = (f"{INCONCLUSIVE}: the documents ran out at {len(pairs)} of {self.n_max} (AL {e.relative:+.2%}, "
-                  f"SE {e.std_error:.2%}) before a drop was shown or a {self.drop:.0%} drop ruled out; "
-                  f"{self.documents_note(e.std_error, e.n)}")  # fmt: skip
+            return AcceptanceDecision(
+                INCONCLUSIVE,
+                len(pairs),
+                self.n_max,
+                last.look,
+                None,
+                None,
+                f"{INCONCLUSIVE}: no document drafted on both sides",
+            )
+        reason = (
+            f"{INCONCLUSIVE}: the documents ran out at {len(pairs)} of {self.n_max} (AL {e.relative:+.2%}, "
+            f"SE {e.std_error:.2%}) before a drop was shown or a {self.drop:.0%} drop ruled out; "
+            f"{self.documents_note(e.std_error, e.n)}"
+        )
         return AcceptanceDecision(INCONCLUSIVE, len(pairs), self.n_max, last.look, e.relative, e.std_error, reason)
 
     def to_dict(self) -> dict[str, Any]:
@@ -216,9 +237,16 @@ class AcceptanceSequentialDesign:
         for k, n in enumerate(self.looks):
             low, high = self.bounds(k)
             rows.append({"look": k + 1, "n": n, "t_drop": low, "t_ruled_out": high})
-        return {"kind": "two one-sided group-sequential tests on the paired AL ratio", "n_max": self.n_max,
-                "drop": self.drop, "alpha": self.alpha, "beta": self.beta, "spending": self.spending,
-                "looks": list(self.looks), "boundaries": rows}  # fmt: skip
+        return {
+            "kind": "two one-sided group-sequential tests on the paired AL ratio",
+            "n_max": self.n_max,
+            "drop": self.drop,
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "spending": self.spending,
+            "looks": list(self.looks),
+            "boundaries": rows,
+        }
 
 
 def simulate(

@@ -147,18 +147,32 @@ def paired_study(pairs: np.ndarray, ns: list[int], batch: int, sims: int, seed: 
     measured = paired_acceptance([((r[0], r[1]), (r[2], r[3])) for r in pairs])
     scale = 0.95 / (1 + measured.relative)  # B's documents rescaled to exactly a 5 % drop
     five = np.concatenate([pairs[:, :2], _scaled_side(pairs[:, 2:], scale)], axis=1)
-    cases = {"no change (sides swapped at random)": (pairs, True), f"B as measured ({measured.relative:+.2%})":
-             (pairs, False), "exactly 5 % (B rescaled)": (five, False)}  # fmt: skip
+    cases = {
+        "no change (sides swapped at random)": (pairs, True),
+        f"B as measured ({measured.relative:+.2%})": (pairs, False),
+        "exactly 5 % (B rescaled)": (five, False),
+    }
     rows = []
     for n in ns:
         design = AcceptanceSequentialDesign.for_batches(n, batch) if n >= 2 else None
         for name, (source, swap) in cases.items():
             fixed = _fixed(source, n, swap, sims, seed)
             seq = simulate(design, _drawer(source, swap), sims=sims, seed=seed) if design else None
-            rows.append({"n": n, "case": name, "fixed": fixed,
-                         "sequential": None if seq is None else {"drop": seq.p_drop, "no_drop": seq.p_no_drop,
-                                                                "inconclusive": seq.p_inconclusive,
-                                                                "expected_documents": seq.expected_n}})  # fmt: skip
+            rows.append(
+                {
+                    "n": n,
+                    "case": name,
+                    "fixed": fixed,
+                    "sequential": None
+                    if seq is None
+                    else {
+                        "drop": seq.p_drop,
+                        "no_drop": seq.p_no_drop,
+                        "inconclusive": seq.p_inconclusive,
+                        "expected_documents": seq.expected_n,
+                    },
+                }
+            )
     return {"documents": len(pairs), "measured": test.to_json(), "batch": batch, "rows": rows}
 
 
@@ -203,9 +217,11 @@ def render(report: dict[str, Any]) -> str:
     ]
     for r in g["rows"]:
         s, f = r["stated"], r["simulated_fail"]
-        lines.append(f"  {r['n']:>5}  {s['mde']:>10.1%}  {s['alpha']:>12.4f}  {s['p_detect_min_al']:>12.3f}  "
-                     f"{'yes' if s['band_wider_than_min_al'] else 'no':>13}  {f['unchanged']:>16.4f}  "
-                     f"{f['stated_mde']:>7.3f}  {f['five_percent']:>6.3f}  {r['simulated_mde']:>13.1%}")  # fmt: skip
+        lines.append(
+            f"  {r['n']:>5}  {s['mde']:>10.1%}  {s['alpha']:>12.4f}  {s['p_detect_min_al']:>12.3f}  "
+            f"{'yes' if s['band_wider_than_min_al'] else 'no':>13}  {f['unchanged']:>16.4f}  "
+            f"{f['stated_mde']:>7.3f}  {f['five_percent']:>6.3f}  {r['simulated_mde']:>13.1%}"
+        )
     if g["rows"]:
         lines.append(f"  statement at n = {g['rows'][0]['n']}: {g['rows'][0]['stated']['statement']}")
     p = report.get("paired")
@@ -223,9 +239,11 @@ def render(report: dict[str, Any]) -> str:
         for r in p["rows"]:
             seq = r["sequential"] or {}
             fixed = r["fixed"]
-            lines.append(f"  {r['n']:>5}  {r['case']:<40}  {fixed['drop']:>17.4f}  {fixed['no_drop']:>12.4f}  "
-                         f"{seq.get('drop', math.nan):>9.4f}  {seq.get('no_drop', math.nan):>9.4f}  "
-                         f"{seq.get('expected_documents', math.nan):>7.1f}")  # fmt: skip
+            lines.append(
+                f"  {r['n']:>5}  {r['case']:<40}  {fixed['drop']:>17.4f}  {fixed['no_drop']:>12.4f}  "
+                f"{seq.get('drop', math.nan):>9.4f}  {seq.get('no_drop', math.nan):>9.4f}  "
+                f"{seq.get('expected_documents', math.nan):>7.1f}"
+            )
     return "\n".join(lines)
 
 
@@ -252,8 +270,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("need --n of counts >= 2, positive --sims and --batch")
         _, counts, rates = run_counts(args.run_a, args.task)
         pool = np.asarray(list(counts.values()), dtype=float)
-        report: dict[str, Any] = {"sims": args.sims, "seed": args.seed, "run_a": args.run_a, "run_b": args.run_b,
-                                  "gate": gate_study(pool, rates, ns, args.sims, args.seed)}  # fmt: skip
+        report: dict[str, Any] = {
+            "sims": args.sims,
+            "seed": args.seed,
+            "run_a": args.run_a,
+            "run_b": args.run_b,
+            "gate": gate_study(pool, rates, ns, args.sims, args.seed),
+        }
         if args.run_b:
             pairs = paired_pool(args.run_a, args.run_b, args.task)
             report["paired"] = paired_study(pairs, ns, args.batch, args.sims, args.seed)

@@ -94,9 +94,16 @@ class Decision:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "verdict": self.verdict, "n": self.n, "n_max": self.n_max, "score": self.score, "reason": self.reason,
-            "boundary_fail": self.boundary_fail, "boundary_pass": self.boundary_pass, "z": self.z, "look": self.look,
-        }  # fmt: skip
+            "verdict": self.verdict,
+            "n": self.n,
+            "n_max": self.n_max,
+            "score": self.score,
+            "reason": self.reason,
+            "boundary_fail": self.boundary_fail,
+            "boundary_pass": self.boundary_pass,
+            "z": self.z,
+            "look": self.look,
+        }
 
 
 @dataclass(frozen=True)
@@ -170,11 +177,13 @@ class AccuracySequentialDesign:
         """How the design treats several samples per document, in one line (what the run prints)."""
         if self.repeats == 1:
             return f"one sample per document, standard deviation {self.sigma:g} per sample"
-        return (f"per-document means of {self.repeats} samples (avg@{self.repeats}), clustered by document: looks "
-                f"count documents with all {self.repeats} samples scored; standard deviation {self.sigma:g} per "
-                "document mean, the bound for one sample that no mean of a document's samples exceeds, so their "
-                "correlation cannot raise the false-FAIL rate (repeats narrow the score; the boundaries take no "
-                "credit for it)")  # fmt: skip
+        return (
+            f"per-document means of {self.repeats} samples (avg@{self.repeats}), clustered by document: looks "
+            f"count documents with all {self.repeats} samples scored; standard deviation {self.sigma:g} per "
+            "document mean, the bound for one sample that no mean of a document's samples exceeds, so their "
+            "correlation cannot raise the false-FAIL rate (repeats narrow the score; the boundaries take no "
+            "credit for it)"
+        )
 
     def _info(self, n: np.ndarray) -> np.ndarray:
         n_ref = self.n_ref if self.n_ref is not None else self.n_max
@@ -187,10 +196,16 @@ class AccuracySequentialDesign:
         rows = []
         for k, n in enumerate(self.looks):
             fail, passing = (self.ref + z * sd[k] for z in (self.z_fail[k], self.z_pass[k]))
-            rows.append({
-                "look": k + 1, "n": n, "z_fail": float(self.z_fail[k]), "z_pass": float(self.z_pass[k]),
-                "fail_below": _finite(fail), "pass_at": _finite(passing),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "look": k + 1,
+                    "n": n,
+                    "z_fail": float(self.z_fail[k]),
+                    "z_pass": float(self.z_pass[k]),
+                    "fail_below": _finite(fail),
+                    "pass_at": _finite(passing),
+                }
+            )
         return rows
 
     def decide(self, n: int, score: float) -> Decision:
@@ -245,8 +260,9 @@ class AccuracySequentialDesign:
         p_fail = float(failed.mean())
         reference = "noisy" if reference_noise else "exact"
         method = f"Bernoulli simulation, {sims} runs, seed {seed}, reference {reference}"
-        return OperatingPoint(mean, p_fail, 1.0 - p_fail, float(stopped_at.mean()), method,
-                              math.sqrt(p_fail * (1.0 - p_fail) / sims))  # fmt: skip
+        return OperatingPoint(
+            mean, p_fail, 1.0 - p_fail, float(stopped_at.mean()), method, math.sqrt(p_fail * (1.0 - p_fail) / sims)
+        )
 
     def outcomes(self, scores: np.ndarray, ref: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
         """Simulated runs through every look, vectorised: `scores` (runs x looks) is each run's mean score (0-100) at
@@ -264,13 +280,25 @@ class AccuracySequentialDesign:
     def to_dict(self) -> dict[str, Any]:
         """The design as the manifest records it."""
         return {
-            "kind": "group-sequential accuracy gate", "ref": self.ref, "n_max": self.n_max, "looks": list(self.looks),
-            "alpha": self.alpha, "beta": self.beta, "sigma": self.sigma, "floor": self.floor,
-            "n_ref": self.n_ref if self.n_ref is not None else self.n_max, "theta": self.theta,
-            "fail_spending": self.fail_spending, "pass_spending": self.pass_spending, "unit": self.unit,
-            "repeats": self.repeats, "variance_model": self.variance_model(),
-            "fixed_threshold": self.fixed.threshold, "can_fail": self.can_fail, "boundaries": self.boundaries(),
-        }  # fmt: skip
+            "kind": "group-sequential accuracy gate",
+            "ref": self.ref,
+            "n_max": self.n_max,
+            "looks": list(self.looks),
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "sigma": self.sigma,
+            "floor": self.floor,
+            "n_ref": self.n_ref if self.n_ref is not None else self.n_max,
+            "theta": self.theta,
+            "fail_spending": self.fail_spending,
+            "pass_spending": self.pass_spending,
+            "unit": self.unit,
+            "repeats": self.repeats,
+            "variance_model": self.variance_model(),
+            "fixed_threshold": self.fixed.threshold,
+            "can_fail": self.can_fail,
+            "boundaries": self.boundaries(),
+        }
 
 
 def _finite(x: float) -> float | None:

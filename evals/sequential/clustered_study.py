@@ -51,8 +51,7 @@ class ClusteredOperatingPoint:
     ab_sims: int
 
 
-def document_means(rng: np.random.Generator, sims: int, docs: int, repeats: int, mean: float, icc: float
-                   ) -> np.ndarray:  # fmt: skip
+def document_means(rng: np.random.Generator, sims: int, docs: int, repeats: int, mean: float, icc: float) -> np.ndarray:
     """sims x docs per-document mean scores (0-100) of R samples each; mean as a fraction."""
     mean = min(max(mean, 1e-6), 1 - 1e-6)  # a Beta needs a mean strictly inside (0, 1)
     a, b = beta_parameters(mean, icc)
@@ -70,8 +69,18 @@ def at_looks(design: AccuracySequentialDesign, means: np.ndarray) -> np.ndarray:
     return np.cumsum(means, axis=1)[:, looks - 1] / looks
 
 
-def study(docs: int, repeats: int, batch: int, ref: float, icc: float, alpha: float = 0.05, beta: float = 0.2,
-          sims: int = 20_000, ab_sims: int = 2_000, seed: int = 0) -> ClusteredOperatingPoint:  # fmt: skip
+def study(
+    docs: int,
+    repeats: int,
+    batch: int,
+    ref: float,
+    icc: float,
+    alpha: float = 0.05,
+    beta: float = 0.2,
+    sims: int = 20_000,
+    ab_sims: int = 2_000,
+    seed: int = 0,
+) -> ClusteredOperatingPoint:
     """One row of the table (see the module docstring); ref on the 0-100 scale."""
     rng = np.random.default_rng(seed)
     design = AccuracySequentialDesign.for_batches(ref, docs, batch, alpha=alpha, beta=beta, repeats=repeats)
@@ -86,13 +95,22 @@ def study(docs: int, repeats: int, batch: int, ref: float, icc: float, alpha: fl
     power, stopped_alt = design.outcomes(at_looks(design, alternative), ref)
     ab = ab_false_alarm(rng, docs, repeats, ref, icc, alpha, ab_sims)
     return ClusteredOperatingPoint(
-        icc, float(failed.mean()), float(failed_noisy.mean()), float(failed_independent.mean()), float(power.mean()),
-        float(stopped_at.mean()), float(stopped_alt.mean()), ab, sims, ab_sims,
-    )  # fmt: skip
+        icc,
+        float(failed.mean()),
+        float(failed_noisy.mean()),
+        float(failed_independent.mean()),
+        float(power.mean()),
+        float(stopped_at.mean()),
+        float(stopped_alt.mean()),
+        ab,
+        sims,
+        ab_sims,
+    )
 
 
-def ab_false_alarm(rng: np.random.Generator, docs: int, repeats: int, ref: float, icc: float, alpha: float,
-                   sims: int) -> float:  # fmt: skip
+def ab_false_alarm(
+    rng: np.random.Generator, docs: int, repeats: int, ref: float, icc: float, alpha: float, sims: int
+) -> float:
     """P(B-WORSE) of the sequential A/B when both sides are the same model: per document one chance p_d, each side
     its own R samples; a document's sign by its means, the discordant ones to the SPRT in order."""
     design = PairedSequentialDesign(alpha=alpha)
@@ -104,8 +122,16 @@ def ab_false_alarm(rng: np.random.Generator, docs: int, repeats: int, ref: float
     return worse / sims if sims else float("nan")
 
 
-def render(rows: list[ClusteredOperatingPoint], docs: int, repeats: int, batch: int, ref: float, alpha: float,
-           beta: float, seed: int) -> str:  # fmt: skip
+def render(
+    rows: list[ClusteredOperatingPoint],
+    docs: int,
+    repeats: int,
+    batch: int,
+    ref: float,
+    alpha: float,
+    beta: float,
+    seed: int,
+) -> str:
     design = AccuracySequentialDesign.for_batches(ref, docs, batch, alpha=alpha, beta=beta, repeats=repeats)
     sims, ab_sims = rows[0].sims, rows[0].ab_sims
     se = math.sqrt(alpha * (1 - alpha) / sims)
@@ -119,9 +145,11 @@ def render(rows: list[ClusteredOperatingPoint], docs: int, repeats: int, batch: 
         f"{'E[docs] ref-theta':>19}{'A/B false B-WORSE':>19}",
     ]
     for r in rows:
-        lines.append(f"  {r.icc:>7.4g}{r.false_fail:>12.4f}{r.false_fail_noisy_ref:>11.4f}"
-                     f"{r.false_fail_as_independent:>14.4f}{r.power:>8.4f}{r.documents_at_ref:>13.1f}"
-                     f"{r.documents_at_alternative:>19.1f}{r.ab_false_b_worse:>19.4f}")  # fmt: skip
+        lines.append(
+            f"  {r.icc:>7.4g}{r.false_fail:>12.4f}{r.false_fail_noisy_ref:>11.4f}"
+            f"{r.false_fail_as_independent:>14.4f}{r.power:>8.4f}{r.documents_at_ref:>13.1f}"
+            f"{r.documents_at_alternative:>19.1f}{r.ab_false_b_worse:>19.4f}"
+        )
     lines += [
         "",
         f"  false FAIL: true mean = ref, reference exact; noisy ref: the reference a mean of {docs} single samples; "
@@ -143,8 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=4, help="samples per document R (default 4)")
     parser.add_argument("--batch", type=int, default=32, help="documents per look (default 32)")
     parser.add_argument("--ref", type=float, default=65.0, help="reference score, 0-100 (default 65)")
-    parser.add_argument("--icc", type=float, nargs="+", default=[0.0001, 0.3, 0.7, 0.95],
-                        help="intra-class correlations (default 0.0001 0.3 0.7 0.95)")  # fmt: skip
+    parser.add_argument(
+        "--icc",
+        type=float,
+        nargs="+",
+        default=[0.0001, 0.3, 0.7, 0.95],
+        help="intra-class correlations (default 0.0001 0.3 0.7 0.95)",
+    )
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--beta", type=float, default=0.2)
     parser.add_argument("--sims", type=int, default=20_000, help="simulated runs per cell (default 20000)")
@@ -155,8 +188,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("need --docs >= 2, --repeats >= 1, --batch >= 1, 0 < --ref < 100, --sims >= 1")
     if not all(0 < icc < 1 for icc in args.icc):
         parser.error("each --icc must lie strictly between 0 and 1")
-    rows = [study(args.docs, args.repeats, args.batch, args.ref, icc, args.alpha, args.beta, args.sims, args.ab_sims,
-                  args.seed + i) for i, icc in enumerate(args.icc)]  # fmt: skip
+    rows = [
+        study(
+            args.docs,
+            args.repeats,
+            args.batch,
+            args.ref,
+            icc,
+            args.alpha,
+            args.beta,
+            args.sims,
+            args.ab_sims,
+            args.seed + i,
+        )
+        for i, icc in enumerate(args.icc)
+    ]
     print(render(rows, args.docs, args.repeats, args.batch, args.ref, args.alpha, args.beta, args.seed))
     return 0
 

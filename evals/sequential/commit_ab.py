@@ -78,8 +78,13 @@ def _sequential(sides: list[Side], plan: ABPlan, say: Callable[[str], None]) -> 
         progress = {s.name: SideProgress(Path(tmp) / f"side-{s.name}.stop") for s in sides}
         procs = {}
         for side in sides:
-            args = [*plan.run_args, "--ab-stop-file", str(progress[side.name].stop_file), "--early-stop-batch",
-                    str(plan.early_stop_batch)]  # fmt: skip
+            args = [
+                *plan.run_args,
+                "--ab-stop-file",
+                str(progress[side.name].stop_file),
+                "--early-stop-batch",
+                str(plan.early_stop_batch),
+            ]
             say(f"side {side.name}: {side.ref} = {side.commit[:12]}: running (sequential)")
             procs[side.name] = start_side(side, args, out)
         outputs: dict[str, tuple[str, str]] = {}
@@ -93,8 +98,13 @@ def _sequential(sides: list[Side], plan: ABPlan, say: Callable[[str], None]) -> 
         design = PairedSequentialDesign(alpha=plan.alpha, p1=plan.p1)
         acceptance = AcceptanceMonitor(plan.early_stop_batch, plan.acceptance_drop, plan.alpha, plan.beta)
         try:
-            record = watch(progress, design, lambda: any(t.is_alive() for t in threads), acceptance=acceptance,
-                           decide_on=plan.decide_on)  # fmt: skip
+            record = watch(
+                progress,
+                design,
+                lambda: any(t.is_alive() for t in threads),
+                acceptance=acceptance,
+                decide_on=plan.decide_on,
+            )
             for t in threads:
                 t.join()
         except BaseException as e:  # Terminated, KeyboardInterrupt: both sides stop with ab

@@ -65,9 +65,14 @@ class PairedDecision:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "verdict": self.verdict, "n_pairs": self.n_pairs, "n_b_worse": self.n_b_worse,
-            "n_b_better": self.n_b_better, "llr": self.llr, "reason": self.reason, "pairs_needed": self.pairs_needed,
-        }  # fmt: skip
+            "verdict": self.verdict,
+            "n_pairs": self.n_pairs,
+            "n_b_worse": self.n_b_worse,
+            "n_b_better": self.n_b_better,
+            "llr": self.llr,
+            "reason": self.reason,
+            "pairs_needed": self.pairs_needed,
+        }
 
 
 @dataclass(frozen=True)
@@ -100,8 +105,13 @@ class PairedSequentialDesign:
         if self.max_pairs is not None and self.max_pairs < 1:
             raise ValueError(f"max_pairs must be at least 1, got {self.max_pairs}")
         steps, upper, lower, needed = _calibrate(self.alpha, self.beta, self.p1)
-        derived = {"step_worse": steps[0], "step_better": steps[1], "upper": upper, "lower": lower,
-                   "pairs_needed": needed}  # fmt: skip
+        derived = {
+            "step_worse": steps[0],
+            "step_better": steps[1],
+            "upper": upper,
+            "lower": lower,
+            "pairs_needed": needed,
+        }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
 
@@ -143,8 +153,10 @@ class PairedSequentialDesign:
             verdict, why = NO_DIFFERENCE, f"reached the design's {self.truncation} pairs without crossing"
         elif final:
             verdict = NO_DIFFERENCE
-            why = (f"inconclusive: the documents ran out after {m} of the {self.pairs_needed} discordant pairs the "
-                   f"design needs for power {1 - self.beta:.2f} at p1 = {self.p1:.3f}")  # fmt: skip
+            why = (
+                f"inconclusive: the documents ran out after {m} of the {self.pairs_needed} discordant pairs the "
+                f"design needs for power {1 - self.beta:.2f} at p1 = {self.p1:.3f}"
+            )
         else:
             verdict, why = CONTINUE, f"log-LR {llr:.2f} in ({self.lower:.2f}, {self.upper:.2f})"
         return PairedDecision(verdict, m, n_b_worse, n_b_better, llr, f"{verdict}: {counts}; {why}", self.pairs_needed)
@@ -162,8 +174,7 @@ class PairedSequentialDesign:
     def operating_characteristics(self, p: float) -> PairedOperatingPoint:
         """Exact P("B worse"), P("no difference") and E[pairs] when P(B right | discordant) = p, looking after
         every pair, truncated at `truncation` pairs."""
-        power, _, _, _, expected = _run(p, self.step_worse, self.step_better, self.upper, self.lower,
-                                              self.truncation)  # fmt: skip
+        power, _, _, _, expected = _run(p, self.step_worse, self.step_better, self.upper, self.lower, self.truncation)
         return PairedOperatingPoint(p, power, 1 - power, expected, "exact (binomial lattice)")
 
     def simulate(self, p: float, sims: int = 10_000, seed: int = 0, look_every: int = 1) -> PairedOperatingPoint:
@@ -189,16 +200,26 @@ class PairedSequentialDesign:
             worse_runs += int(worse[np.arange(size), first].sum())
             pairs += int(first.sum()) + size
         p_worse = worse_runs / sims
-        return PairedOperatingPoint(p, p_worse, 1 - p_worse, pairs / sims,
-                                    f"simulation, {sims} runs, seed {seed}, look every {look_every}",
-                                    math.sqrt(p_worse * (1 - p_worse) / sims))  # fmt: skip
+        return PairedOperatingPoint(
+            p,
+            p_worse,
+            1 - p_worse,
+            pairs / sims,
+            f"simulation, {sims} runs, seed {seed}, look every {look_every}",
+            math.sqrt(p_worse * (1 - p_worse) / sims),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": "truncated SPRT on discordant pairs", "alpha": self.alpha, "beta": self.beta, "p1": self.p1,
-            "upper": self.upper, "lower": self.lower, "pairs_needed": self.pairs_needed,
+            "kind": "truncated SPRT on discordant pairs",
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "p1": self.p1,
+            "upper": self.upper,
+            "lower": self.lower,
+            "pairs_needed": self.pairs_needed,
             "truncation": self.truncation,
-        }  # fmt: skip
+        }
 
 
 @functools.lru_cache(maxsize=64)

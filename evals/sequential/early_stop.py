@@ -137,16 +137,26 @@ class EarlyStop:
         acceptance = AcceptanceStats(self.max_draft_len) if self.max_draft_len else None
         design = self.design_for(task, n_max)
         if design is not None and (design.repeats, design.n_max) != (repeats, n_max):
-            raise ValueError(f"{task}: the accuracy design is for {design.n_max} units of {design.repeats} samples, "
-                             f"the task has {n_max} documents of {repeats}")  # fmt: skip
+            raise ValueError(
+                f"{task}: the accuracy design is for {design.n_max} units of {design.repeats} samples, "
+                f"the task has {n_max} documents of {repeats}"
+            )
         self.tasks[task] = TaskProgress(task, n_max, design, repeats, acceptance=acceptance)
         return self.tasks[task]
 
     def is_open(self, task: str) -> bool:
         return self.tasks[task].stopped is None
 
-    def observe(self, task: str, position: int, score: float, acceptance: dict | None, divergence: int | None,
-                doc_id: Any, repeat: int = 0) -> None:  # fmt: skip
+    def observe(
+        self,
+        task: str,
+        position: int,
+        score: float,
+        acceptance: dict | None,
+        divergence: int | None,
+        doc_id: Any,
+        repeat: int = 0,
+    ) -> None:
         """One finished sample: sample `repeat` of the document at `position`. divergence: the first token where it
         differs from the baseline's sample of the same document and repeat (None: identical or no baseline)."""
         t = self.tasks[task]
@@ -159,10 +169,16 @@ class EarlyStop:
             t.acceptance.merge(AcceptanceStats.from_dict(acceptance))
         if divergence is not None and self.exact and t.stopped is None:
             sample = f"doc {doc_id}" + (f" sample {repeat}" if t.repeats > 1 else "")
-            t.stopped = {"gate": "lossless", "verdict": Verdict.FAIL, "n": None, "of": t.n_max, "doc_id": doc_id,
-                         **({"repeat": repeat} if t.repeats > 1 else {}),
-                         "reason": f"{sample} differs from the baseline at token {divergence} (any divergence "
-                         "fails in float32): stopped at the first divergent sample"}  # fmt: skip
+            t.stopped = {
+                "gate": "lossless",
+                "verdict": Verdict.FAIL,
+                "n": None,
+                "of": t.n_max,
+                "doc_id": doc_id,
+                **({"repeat": repeat} if t.repeats > 1 else {}),
+                "reason": f"{sample} differs from the baseline at token {divergence} (any divergence "
+                "fails in float32): stopped at the first divergent sample",
+            }
 
     def after_batch(self, task: str) -> None:
         """A look, once the prefix of the order is complete up to the last batch boundary."""
@@ -180,9 +196,12 @@ class EarlyStop:
         if n == 0:
             return
         if t.acceptance is not None and self.test_id is not None:
-            early = acceptance_early_fail(self.reference_ids.get(task, self.test_id), t.acceptance.to_dict(),
-                                          self.acceptance_refs,
-                                          temperature=self.temperatures.get(task, 0.0))  # fmt: skip
+            early = acceptance_early_fail(
+                self.reference_ids.get(task, self.test_id),
+                t.acceptance.to_dict(),
+                self.acceptance_refs,
+                temperature=self.temperatures.get(task, 0.0),
+            )
             if early is not None:
                 t.stopped = {
                     "gate": "acceptance",
@@ -198,8 +217,13 @@ class EarlyStop:
         t.decision = decision.to_dict()
         t.looks.append(t.decision)
         if decision.verdict in (Verdict.PASS, Verdict.FAIL) and n < t.n_max:
-            t.stopped = {"gate": "accuracy", "verdict": decision.verdict, "n": n, "of": t.n_max,
-                         "reason": decision.reason}  # fmt: skip
+            t.stopped = {
+                "gate": "accuracy",
+                "verdict": decision.verdict,
+                "n": n,
+                "of": t.n_max,
+                "reason": decision.reason,
+            }
 
     def _report(self, t: TaskProgress) -> None:
         """Each finished sample once: its document's position, its repeat and the samples per document, its score,
@@ -209,8 +233,14 @@ class EarlyStop:
         for position, repeat in sorted(t.scores):
             if (t.name, position, repeat) not in self._reported:
                 self._reported.add((t.name, position, repeat))
-                record = {"task": t.name, "position": position, "repeat": repeat, "repeats": t.repeats,
-                          "score": t.scores[(position, repeat)], "of": t.n_max}  # fmt: skip
+                record = {
+                    "task": t.name,
+                    "position": position,
+                    "repeat": repeat,
+                    "repeats": t.repeats,
+                    "score": t.scores[(position, repeat)],
+                    "of": t.n_max,
+                }
                 if (position, repeat) in t.counts:
                     record["acceptance"] = list(t.counts[(position, repeat)])
                 lines.append(json.dumps(record))

@@ -19,9 +19,17 @@ EXAMPLE = """example:
 
 
 def design_report(
-    n: int, batch: int, ref: float, alpha: float = 0.05, beta: float = 0.2, sigma: float = 50.0,
-    floor: float = 0.0, p1: float = 1 / 3, sims: int = 10_000, seed: int = 0,
-) -> dict[str, Any]:  # fmt: skip
+    n: int,
+    batch: int,
+    ref: float,
+    alpha: float = 0.05,
+    beta: float = 0.2,
+    sigma: float = 50.0,
+    floor: float = 0.0,
+    p1: float = 1 / 3,
+    sims: int = 10_000,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Operating characteristics of the accuracy design (and of the fixed-n gate, the one-look design) at ref and
     at ref - theta, numerically under the two-sample model and by Bernoulli simulation with the reference exact;
     and of the paired SPRT (exact and simulated) against the fixed-sample exact binomial test."""
@@ -35,23 +43,42 @@ def design_report(
             # a Bernoulli mean cannot fall below 0: there, the power is that of a run scoring 0
             means = (ref, alternative if model != "simulated" else max(0.0, alternative))
             at = [_point(design, mean, model, sims, seed) for mean in means]
-            rows.append({"design": name, "model": model, "n_fixed": n, "expected_n_at_ref": at[0].expected_n,
-                         "expected_n_at_alternative": at[1].expected_n, "false_fail": at[0].p_fail,
-                         "power": at[1].p_fail})  # fmt: skip
+            rows.append(
+                {
+                    "design": name,
+                    "model": model,
+                    "n_fixed": n,
+                    "expected_n_at_ref": at[0].expected_n,
+                    "expected_n_at_alternative": at[1].expected_n,
+                    "false_fail": at[0].p_fail,
+                    "power": at[1].p_fail,
+                }
+            )
     paired = PairedSequentialDesign(alpha=alpha, beta=beta, p1=p1)
     m_fixed = fixed_pairs_needed(alpha, beta, p1)
     paired_rows = []
     for model in ("exact", "simulated"):
-        h0, h1 = (paired.operating_characteristics(p) if model == "exact" else paired.simulate(p, sims, seed)
-                  for p in (0.5, p1))  # fmt: skip
-        paired_rows.append({"model": model, "m_fixed": m_fixed, "m_max": paired.truncation,
-                            "expected_pairs_h0": h0.expected_pairs, "expected_pairs_h1": h1.expected_pairs,
-                            "false_b_worse": h0.p_worse, "power": h1.p_worse})  # fmt: skip
+        h0, h1 = (
+            paired.operating_characteristics(p) if model == "exact" else paired.simulate(p, sims, seed)
+            for p in (0.5, p1)
+        )
+        paired_rows.append(
+            {
+                "model": model,
+                "m_fixed": m_fixed,
+                "m_max": paired.truncation,
+                "expected_pairs_h0": h0.expected_pairs,
+                "expected_pairs_h1": h1.expected_pairs,
+                "false_b_worse": h0.p_worse,
+                "power": h1.p_worse,
+            }
+        )
     return {
         "accuracy": {"design": sequential.to_dict(), "alternative": alternative, "rows": rows},
         "paired": {"design": paired.to_dict(), "rows": paired_rows},
-        "sims": sims, "seed": seed,
-    }  # fmt: skip
+        "sims": sims,
+        "seed": seed,
+    }
 
 
 def _point(design: AccuracySequentialDesign, mean: float, model: str, sims: int, seed: int):
@@ -79,8 +106,10 @@ def render(report: dict[str, Any]) -> str:
         f"{'false FAIL':>12}{'power':>8}",
     ]
     for r in acc["rows"]:
-        lines.append(f"  {r['design']:<11}{r['model']:<18}{r['n_fixed']:>8}{r['expected_n_at_ref']:>13.1f}"
-                     f"{r['expected_n_at_alternative']:>19.1f}{r['false_fail']:>12.4f}{r['power']:>8.4f}")  # fmt: skip
+        lines.append(
+            f"  {r['design']:<11}{r['model']:<18}{r['n_fixed']:>8}{r['expected_n_at_ref']:>13.1f}"
+            f"{r['expected_n_at_alternative']:>19.1f}{r['false_fail']:>12.4f}{r['power']:>8.4f}"
+        )
     lines += [
         "",
         f"Paired A/B (SPRT on discordant pairs): H0 p = 0.5, H1 p = p1 = {p['p1']:.3f} (p: B right on a discordant "
@@ -92,8 +121,10 @@ def render(report: dict[str, Any]) -> str:
         f"{'power':>8}",
     ]
     for r in pair["rows"]:
-        lines.append(f"  {r['model']:<11}{r['m_fixed']:>8}{r['m_max']:>7}{r['expected_pairs_h0']:>13.1f}"
-                     f"{r['expected_pairs_h1']:>12.1f}{r['false_b_worse']:>15.4f}{r['power']:>8.4f}")  # fmt: skip
+        lines.append(
+            f"  {r['model']:<11}{r['m_fixed']:>8}{r['m_max']:>7}{r['expected_pairs_h0']:>13.1f}"
+            f"{r['expected_pairs_h1']:>12.1f}{r['false_b_worse']:>15.4f}{r['power']:>8.4f}"
+        )
     return "\n".join(lines)
 
 
@@ -125,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 0.0 <= args.ref <= 100.0 or args.n < 1 or args.batch < 1 or args.sims < 1:
         parser.error("need 0 <= --ref <= 100 and positive --n, --batch, --sims")
     try:
-        report = design_report(args.n, args.batch, args.ref, args.alpha, args.beta, args.sigma, args.floor,
-                               args.p1, args.sims, args.seed)  # fmt: skip
+        report = design_report(
+            args.n, args.batch, args.ref, args.alpha, args.beta, args.sigma, args.floor, args.p1, args.sims, args.seed
+        )
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

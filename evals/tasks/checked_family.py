@@ -19,15 +19,30 @@ from .data import DataSource
 from .family import TaskFamily, TaskSpec
 
 # The TaskFamily interface: class-level settings copied onto the wrapper, and methods called through it.
-SETTINGS = ("name", "variant", "reference_name", "filters", "max_output_len", "floor", "num_fewshot", "sealed",
-            "acceptance_first", "reference_dir")  # fmt: skip
-METHODS = ("source", "task_yaml", "hook_files", "max_fewshot", "target", "extracted", "own_extraction",
-           "live_correct")  # fmt: skip
+SETTINGS = (
+    "name",
+    "variant",
+    "reference_name",
+    "filters",
+    "max_output_len",
+    "floor",
+    "num_fewshot",
+    "sealed",
+    "acceptance_first",
+    "reference_dir",
+)
+METHODS = ("source", "task_yaml", "hook_files", "max_fewshot", "target", "extracted", "own_extraction", "live_correct")
 # What each method must return (None: anything, its caller checks); a wrong type is the module's error too.
 RETURNS: dict[str, tuple[type, ...] | None] = {
-    "source": (DataSource,), "task_yaml": (str,), "hook_files": (dict,), "max_fewshot": (int, type(None)),
-    "target": (str,), "extracted": (str,), "own_extraction": (tuple, type(None)), "live_correct": (bool, type(None)),
-}  # fmt: skip
+    "source": (DataSource,),
+    "task_yaml": (str,),
+    "hook_files": (dict,),
+    "max_fewshot": (int, type(None)),
+    "target": (str,),
+    "extracted": (str,),
+    "own_extraction": (tuple, type(None)),
+    "live_correct": (bool, type(None)),
+}
 
 
 class CheckedFamily(TaskFamily):
@@ -45,8 +60,7 @@ class CheckedFamily(TaskFamily):
             raise UserError(f"task module {module}: FAMILY.name must be a non-empty string, got {self.name!r}")
         if not isinstance(self.filters, tuple | list) or not all(isinstance(f, str) for f in self.filters):
             raise UserError(f"task module {module}: FAMILY.filters must be a tuple of filter names")
-        if isinstance(self.max_output_len, bool) or not isinstance(self.max_output_len, int) or \
-                self.max_output_len < 1:  # fmt: skip
+        if isinstance(self.max_output_len, bool) or not isinstance(self.max_output_len, int) or self.max_output_len < 1:
             raise UserError(f"task module {module}: FAMILY.max_output_len must be a positive integer")
         for setting in ("variant", "reference_name"):  # both default to the name (TaskFamily.__init_subclass__)
             if not isinstance(getattr(self, setting), str) or not getattr(self, setting):
@@ -62,11 +76,13 @@ class CheckedFamily(TaskFamily):
         except Exception as exc:
             raise UserError(f"task module {self._module}: FAMILY.{method}() raised {_said(exc)}") from None
         expected = RETURNS[method]
-        if expected is not None and (not isinstance(value, expected) or isinstance(value, bool) and bool not in
-                                     expected):  # fmt: skip
+        if expected is not None and (
+            not isinstance(value, expected) or isinstance(value, bool) and bool not in expected
+        ):
             names = " or ".join("None" if t is type(None) else t.__name__ for t in expected)
-            raise UserError(f"task module {self._module}: FAMILY.{method}() returned a {type(value).__name__}, "
-                            f"not {names}")  # fmt: skip
+            raise UserError(
+                f"task module {self._module}: FAMILY.{method}() returned a {type(value).__name__}, not {names}"
+            )
         return value
 
     def source(self, spec: TaskSpec, data_dir: str | None) -> DataSource:

@@ -65,13 +65,21 @@ TEXT_STYLES = {"lm-eval": (clean, clean), "aa": (strip_only, lambda text: "" if 
 
 def make_doc(row: dict[str, Any], index: int, seed: int, style: str = "lm-eval") -> dict[str, Any]:
     tidy, tidy_question = TEXT_STYLES[style]
-    answers = [tidy(row["Incorrect Answer 1"]), tidy(row["Incorrect Answer 2"]), tidy(row["Incorrect Answer 3"]),
-               tidy(row["Correct Answer"])]  # fmt: skip
+    answers = [
+        tidy(row["Incorrect Answer 1"]),
+        tidy(row["Incorrect Answer 2"]),
+        tidy(row["Incorrect Answer 3"]),
+        tidy(row["Correct Answer"]),
+    ]
     record_id = str(row.get("Record ID") or f"row-{index}")
     order = choice_order(record_id, seed)
     choices = [answers[i] for i in order]
-    doc = {"Question": tidy_question(row["Question"]), "Record ID": record_id, "choices": choices,
-           "answer": f"({LETTERS[order.index(3)]})"}  # fmt: skip
+    doc = {
+        "Question": tidy_question(row["Question"]),
+        "Record ID": record_id,
+        "choices": choices,
+        "answer": f"({LETTERS[order.index(3)]})",
+    }
     doc.update({f"choice{i + 1}": c for i, c in enumerate(choices)})
     return doc
 

@@ -74,7 +74,7 @@ class GpqaDiamondAA(GpqaDiamond):
                         {"function": "take_first"},
                     ],
                 },
-            ],  # fmt: skip
+            ],
             "num_fewshot": 0,
             "metric_list": [
                 {
@@ -84,7 +84,7 @@ class GpqaDiamondAA(GpqaDiamond):
                     "ignore_case": True,
                     "ignore_punctuation": True,
                 }
-            ],  # fmt: skip
+            ],
             "metadata": {"version": 1.0},
         }
         return in_memory_docs_yaml(config, source, seed, "aa")

@@ -60,15 +60,16 @@ def register(module: ModuleType, checked: bool = True) -> list[str]:
     name = module.__name__
     family, specs = getattr(module, "FAMILY", None), getattr(module, "TASKS", ())
     if not isinstance(specs, list | tuple) or not all(isinstance(s, TaskSpec) for s in specs):
-        raise UserError(f"task module {name}: TASKS must be a list or tuple of TaskSpecs, got "
-                        f"{_shape(specs)}")  # fmt: skip
+        raise UserError(f"task module {name}: TASKS must be a list or tuple of TaskSpecs, got {_shape(specs)}")
     if not isinstance(family, TaskFamily) or not specs:
         raise UserError(f"task module {name}: needs FAMILY (a TaskFamily) and TASKS (TaskSpecs)")
     if checked and not isinstance(family, CheckedFamily):
         wrapped = CheckedFamily(family, name)
         if any(s.family is not family for s in specs):
-            raise UserError(f"task module {name}: task {', '.join(s.name for s in specs if s.family is not family)}"
-                            " not of its FAMILY")  # fmt: skip
+            raise UserError(
+                f"task module {name}: task {', '.join(s.name for s in specs if s.family is not family)}"
+                " not of its FAMILY"
+            )
         specs = tuple(replace(s, family=wrapped) for s in specs)
         family = wrapped
     if _unwrapped(FAMILIES.get(family.name, family)) is not _unwrapped(family):

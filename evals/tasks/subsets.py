@@ -98,8 +98,15 @@ class SubsetPlan:
     def to_dict(self) -> dict[str, Any]:
         """What the manifest records: enough to rebuild the plan, and the order itself with its digest."""
         digest = hashlib.sha256(",".join(map(str, self.order)).encode()).hexdigest()
-        return {"task": self.task, "n_total": self.n_total, "n": self.n, "how": self.how, "seed": self.seed,
-                "order_sha256": digest, "order": list(self.order)}  # fmt: skip
+        return {
+            "task": self.task,
+            "n_total": self.n_total,
+            "n": self.n,
+            "how": self.how,
+            "seed": self.seed,
+            "order_sha256": digest,
+            "order": list(self.order),
+        }
 
 
 def plan_subset(task: str, n_total: int, limit: int | None = None, sample: str = "first", seed: int = 0) -> SubsetPlan:
@@ -126,8 +133,12 @@ def subset_note(n: int, n_total: int, how: str) -> str | None:
         return None
     share = f"{n} of {n_total} documents ({n / n_total:.0%})"
     if how == "first":
-        return (f"subset: the first {share} against a full-set reference. The first documents are not a random "
-                "sample (first-N subsets are reported easier, e.g. GSM8K's first 200): this verdict may not hold "
-                "for the full set; use --sample random for a subset the reference describes")  # fmt: skip
-    return (f"subset: a seeded random {share} against a full-set reference. It is an unbiased sample, so the "
-            f"gate applies at n = {n} (a wider threshold than the full set's)")  # fmt: skip
+        return (
+            f"subset: the first {share} against a full-set reference. The first documents are not a random "
+            "sample (first-N subsets are reported easier, e.g. GSM8K's first 200): this verdict may not hold "
+            "for the full set; use --sample random for a subset the reference describes"
+        )
+    return (
+        f"subset: a seeded random {share} against a full-set reference. It is an unbiased sample, so the "
+        f"gate applies at n = {n} (a wider threshold than the full set's)"
+    )

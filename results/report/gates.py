@@ -62,8 +62,11 @@ def accuracy_gate(task: TaskSummary | Mapping[str, Any]) -> GateText:
     if verdict == Verdict.NO_GATE:
         n = info.num_samples
         at = f" n = {n}" if n else " this n"
-        return GateText(verdict, f"NO-GATE: threshold {num(threshold)} is at or below the floor, so accuracy cannot "
-                                 f"fail at{at} (score {num(score)}){ref}")  # fmt: skip
+        return GateText(
+            verdict,
+            f"NO-GATE: threshold {num(threshold)} is at or below the floor, so accuracy cannot "
+            f"fail at{at} (score {num(score)}){ref}",
+        )
     if verdict == Verdict.REPORT:
         return GateText(verdict, f"REPORT: no reference, score {num(score)} only")
     return GateText(verdict, f"{verdict}: score {num(score)}, threshold {num(threshold)}{ref}")
@@ -130,8 +133,9 @@ def acceptance_gate(task: TaskSummary | Mapping[str, Any]) -> GateText | None:
         parts = [f"ref {num(ref, 3)} ± {_percent(tolerance)}"]
         if _is_number(slack) and slack > 0:
             widened = _is_number(rtol) and _is_number(tolerance) and tolerance > rtol
-            parts.append(f"{'rtol ' + _percent(rtol) + ' widened by ' if widened else ''}sampling slack "
-                         f"{num(slack, 3)}")  # fmt: skip
+            parts.append(
+                f"{'rtol ' + _percent(rtol) + ' widened by ' if widened else ''}sampling slack {num(slack, 3)}"
+            )
         if _is_number(min_al):
             parts.append(f"min {num(min_al, 3)}" + (" - slack" if _is_number(slack) and slack > 0 else ""))
         where = "within" if verdict == PASS else "outside" if verdict == FAIL else "vs"
@@ -143,8 +147,9 @@ def acceptance_gate(task: TaskSummary | Mapping[str, Any]) -> GateText | None:
     positions = [p for p in g.get("per_position") or [] if isinstance(p, dict)]
     failing = [p for p in positions if p.get("verdict") == FAIL]
     if failing:
-        text += "; " + ", ".join(f"position {p.get('position')} rate {num(p.get('rate'), 3)} < ref "
-                                 f"{num(p.get('ref'), 3)}" for p in failing)  # fmt: skip
+        text += "; " + ", ".join(
+            f"position {p.get('position')} rate {num(p.get('rate'), 3)} < ref {num(p.get('ref'), 3)}" for p in failing
+        )
     if g.get("reason") and verdict != PASS:
         text += f" — {g['reason']}"
     if _typed(task).acceptance_underpowered:
@@ -207,8 +212,11 @@ def decide_run(run: RunData) -> RunDecision:
     failed: list[str] = []
     no_gate, no_ref, stopped = [], [], []
     for t in run.tasks:
-        gates = {"accuracy": accuracy_gate(t.summary), "lossless": lossless_gate(t.summary),
-                 "acceptance": acceptance_gate(t.summary)}  # fmt: skip
+        gates = {
+            "accuracy": accuracy_gate(t.summary),
+            "lossless": lossless_gate(t.summary),
+            "acceptance": acceptance_gate(t.summary),
+        }
         for name, gate in gates.items():
             if gate is None:
                 continue

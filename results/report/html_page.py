@@ -85,13 +85,21 @@ def _table(head: list[str], rows: list[list[str]], numeric: set[int] | None = No
 def _runs_table(runs: list[RunData]) -> str:
     rows = []
     for r in runs:
-        rows.append([
-            _e(r.label), f"<code>{_e(r.run_id)}</code>", _badge(r.verdict), _e(commit_text(r.manifest)),
-            _e(r.engine.get("model", _or(r.summary.model, "—"))),
-            _e(kv_text(r.engine.get("kv_cache", r.summary.kv_cache))), _e(spec_text(r.engine)),
-            _e(r.manifest.get("world_size", _or(r.summary.world_size, "—"))), _e(device_text(r.manifest, r.engine)),
-            _e(utc(r.manifest.get("started"))), _e(num(_or(r.summary.elapsed_s, r.manifest.get("elapsed_s")), 1)),
-        ])  # fmt: skip
+        rows.append(
+            [
+                _e(r.label),
+                f"<code>{_e(r.run_id)}</code>",
+                _badge(r.verdict),
+                _e(commit_text(r.manifest)),
+                _e(r.engine.get("model", _or(r.summary.model, "—"))),
+                _e(kv_text(r.engine.get("kv_cache", r.summary.kv_cache))),
+                _e(spec_text(r.engine)),
+                _e(r.manifest.get("world_size", _or(r.summary.world_size, "—"))),
+                _e(device_text(r.manifest, r.engine)),
+                _e(utc(r.manifest.get("started"))),
+                _e(num(_or(r.summary.elapsed_s, r.manifest.get("elapsed_s")), 1)),
+            ]
+        )
     head = ["#", "run id", "verdict", "commit", "model", "KV cache", "spec", "world size", "device", "started"]
     return _table([*head, "elapsed (s)"], rows, numeric={7, 10})
 
@@ -106,12 +114,22 @@ def _scores_table(runs: list[RunData]) -> str:
             filters = info.filter_scores or {}
             ftext = "<br>".join(f"{_e(k)}: {_e(num(v))}" for k, v in filters.items()) if filters else "—"
             ci = f"{t.ci[0]:.1f} – {t.ci[1]:.1f}" if t.ci else "—"
-            rows.append([
-                _e(r.label), _e(t.task), _e(num(_or(info.num_samples, t.n))), _e(num(info.score)), _e(ci),
-                ftext, _e(num(info.reference)), _e(num(info.threshold)), _e(num(info.theta, 3)),
-                _badge(info.verdict or "?"), _e(num(info.num_failed_requests)),
-                _e(num(acceptance_length(info))),
-            ])  # fmt: skip
+            rows.append(
+                [
+                    _e(r.label),
+                    _e(t.task),
+                    _e(num(_or(info.num_samples, t.n))),
+                    _e(num(info.score)),
+                    _e(ci),
+                    ftext,
+                    _e(num(info.reference)),
+                    _e(num(info.threshold)),
+                    _e(num(info.theta, 3)),
+                    _badge(info.verdict or "?"),
+                    _e(num(info.num_failed_requests)),
+                    _e(num(acceptance_length(info))),
+                ]
+            )
     return _table(head, rows, numeric={2, 3, 6, 7, 8, 10, 11})
 
 
@@ -120,8 +138,12 @@ def _gates_table(runs: list[RunData]) -> str:
     rows: list[tuple[RunData, TaskRow, dict[str, Any]]] = []
     for r in runs:
         for t in r.tasks:
-            cells = {"accuracy": _gate_cell(accuracy_gate(t.summary)), "lossless": lossless_gate(t.summary),
-                     "acceptance": acceptance_gate(t.summary), "stopped": stopped_text(t.summary)}  # fmt: skip
+            cells = {
+                "accuracy": _gate_cell(accuracy_gate(t.summary)),
+                "lossless": lossless_gate(t.summary),
+                "acceptance": acceptance_gate(t.summary),
+                "stopped": stopped_text(t.summary),
+            }
             rows.append((r, t, cells))
     columns = ["accuracy"] + [c for c in ("lossless", "acceptance", "stopped") if any(x[2][c] for x in rows)]
     out = []
@@ -135,8 +157,18 @@ def _gates_table(runs: list[RunData]) -> str:
 
 
 def _acceptance_table(runs: list[RunData]) -> str:
-    head = ["#", "task", "AL", "acceptance rate", "cycles", "draft tokens", "accepted drafts", "K", "per position",
-            "basis"]  # fmt: skip
+    head = [
+        "#",
+        "task",
+        "AL",
+        "acceptance rate",
+        "cycles",
+        "draft tokens",
+        "accepted drafts",
+        "K",
+        "per position",
+        "basis",
+    ]
     rows = []
     for r in runs:
         for t in r.tasks:
@@ -144,24 +176,38 @@ def _acceptance_table(runs: list[RunData]) -> str:
             if not isinstance(acc, Mapping):
                 continue
             per_pos = acc.get("per_position_rate") or []
-            rows.append([
-                _e(r.label), _e(t.task), _e(num(acc.get("acceptance_length"))),
-                _e(num(acc.get("acceptance_rate"), 3)), _e(num(acc.get("num_cycles"))),
-                _e(num(acc.get("num_draft_tokens"))), _e(num(acc.get("num_accepted_drafts"))),
-                _e(num(acc.get("max_draft_len"))),
-                _e(", ".join(num(v, 3) for v in per_pos) if isinstance(per_pos, list) else per_pos),
-                _e(basis_text(acc)),
-            ])  # fmt: skip
+            rows.append(
+                [
+                    _e(r.label),
+                    _e(t.task),
+                    _e(num(acc.get("acceptance_length"))),
+                    _e(num(acc.get("acceptance_rate"), 3)),
+                    _e(num(acc.get("num_cycles"))),
+                    _e(num(acc.get("num_draft_tokens"))),
+                    _e(num(acc.get("num_accepted_drafts"))),
+                    _e(num(acc.get("max_draft_len"))),
+                    _e(", ".join(num(v, 3) for v in per_pos) if isinstance(per_pos, list) else per_pos),
+                    _e(basis_text(acc)),
+                ]
+            )
         reported = r.summary.reported_acceptance
         if isinstance(reported, Mapping) and str(reported.get("basis")).startswith(
             "server-wide"
         ):  # no task figure: the fallback's
-            rows.append([
-                _e(r.label), "(server)", _e(num(reported.get("acceptance_length"))),
-                _e(num(reported.get("acceptance_rate"), 3)), _e(num(reported.get("num_cycles"))),
-                _e(num(reported.get("num_draft_tokens"))), _e(num(reported.get("num_accepted_drafts"))),
-                _e(num(reported.get("max_draft_len"))), "—", _e(basis_text(reported)),
-            ])  # fmt: skip
+            rows.append(
+                [
+                    _e(r.label),
+                    "(server)",
+                    _e(num(reported.get("acceptance_length"))),
+                    _e(num(reported.get("acceptance_rate"), 3)),
+                    _e(num(reported.get("num_cycles"))),
+                    _e(num(reported.get("num_draft_tokens"))),
+                    _e(num(reported.get("num_accepted_drafts"))),
+                    _e(num(reported.get("max_draft_len"))),
+                    "—",
+                    _e(basis_text(reported)),
+                ]
+            )
     if not rows:
         return '<p class="note">No run used speculative decoding.</p>'
     return _table(head, rows, numeric={2, 3, 4, 5, 6, 7})

@@ -20,8 +20,15 @@ def margin_rows(row: TaskRow) -> list[dict[str, Any]]:
     for d in ls.get("divergences") or []:
         m = d.get("margins") or {}
         if m.get("judged") is not None:
-            out.append({"doc_id": d["doc_id"], "position": d["position"], "margin": m["judged"],
-                        "lower_bound": bool(m.get("lower_bound")), "class": m.get("class", "")})  # fmt: skip
+            out.append(
+                {
+                    "doc_id": d["doc_id"],
+                    "position": d["position"],
+                    "margin": m["judged"],
+                    "lower_bound": bool(m.get("lower_bound")),
+                    "class": m.get("class", ""),
+                }
+            )
     return sorted(out, key=lambda x: -x["margin"])
 
 
@@ -37,14 +44,21 @@ def margin_plot(row: TaskRow, label: str) -> str | None:
     floor = 1e-4  # an exact tie (margin 0) still gets a marker
     fig = _figure(6.0, 2.6)
     ax = fig.add_subplot(1, 1, 1)
-    for y, values, colour, name in ((1, spec, SPEC_COLOUR, "spec-dec vs baseline"),
-                                    (0, control, CONTROL_COLOUR, "control vs baseline")):  # fmt: skip
+    for y, values, colour, name in (
+        (1, spec, SPEC_COLOUR, "spec-dec vs baseline"),
+        (0, control, CONTROL_COLOUR, "control vs baseline"),
+    ):
         jitter = [y + 0.25 * ((i * 0.618) % 1 - 0.5) for i in range(len(values))]
         shown = [max(v, floor) for v in values]
         ax.scatter(shown, jitter, s=22, color=colour, alpha=0.8, label=f"{name} ({len(values)})")
     if noise.get("bound") is not None:
-        ax.axvline(max(noise["bound"], floor), color=BOUND_COLOUR, linestyle="--", linewidth=1.2,
-                   label=f"noise bound {noise['bound']:.4f}")  # fmt: skip
+        ax.axvline(
+            max(noise["bound"], floor),
+            color=BOUND_COLOUR,
+            linestyle="--",
+            linewidth=1.2,
+            label=f"noise bound {noise['bound']:.4f}",
+        )
     ax.set_xscale("log")
     ax.set_yticks([0, 1], ["control", "spec-dec"])
     ax.set_ylim(-0.6, 1.6)
@@ -68,8 +82,14 @@ def margins_section(runs: list[RunData], escape, table, plots) -> str:
             parts.append(f'<p class="note">{escape(ls.get("reason"))}</p>')
             parts.append(plots([(image, f"{r.label} {t.task} margins")]))
             if rows:
-                body = [[escape(x["doc_id"]), escape(x["position"]),
-                         escape(f"{'>= ' if x['lower_bound'] else ''}{x['margin']:.4f}"), escape(x["class"])]
-                        for x in rows]  # fmt: skip
+                body = [
+                    [
+                        escape(x["doc_id"]),
+                        escape(x["position"]),
+                        escape(f"{'>= ' if x['lower_bound'] else ''}{x['margin']:.4f}"),
+                        escape(x["class"]),
+                    ]
+                    for x in rows
+                ]
                 parts.append(table(["doc", "first divergent token", "margin (nats)", "class"], body, {0, 1, 2}))
     return "\n".join(parts)

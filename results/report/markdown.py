@@ -31,8 +31,15 @@ def _scores(runs: list[RunData]) -> list[str]:
     for r in runs:
         for t in r.tasks:
             info = t.summary
-            cells = [r.label, t.task, num(info.score), num(info.reference), num(info.threshold),
-                     info.verdict or "?", num(acceptance_length(info))]  # fmt: skip
+            cells = [
+                r.label,
+                t.task,
+                num(info.score),
+                num(info.reference),
+                num(info.threshold),
+                info.verdict or "?",
+                num(acceptance_length(info)),
+            ]
             if has_lossless:
                 gate = lossless_gate(info)
                 cells.append(gate.text if gate else "—")

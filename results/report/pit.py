@@ -27,8 +27,15 @@ def pit_histogram(record: Mapping[str, Any] | None, label: str) -> str | None:
     fig = _figure(6.0, 2.6)
     ax = fig.add_subplot(1, 1, 1)
     lefts = [i / bins for i in range(bins)]
-    ax.bar(lefts, counts, width=1 / bins, align="edge", color=VERDICT_COLOURS.get(verdict, "#0969da"), alpha=0.8,
-           edgecolor="white")  # fmt: skip
+    ax.bar(
+        lefts,
+        counts,
+        width=1 / bins,
+        align="edge",
+        color=VERDICT_COLOURS.get(verdict, "#0969da"),
+        alpha=0.8,
+        edgecolor="white",
+    )
     ax.axhspan(max(expected - spread, 0), expected + spread, color=EXPECTED_COLOUR, alpha=0.12)
     ax.axhline(expected, color=EXPECTED_COLOUR, linestyle="--", linewidth=1.2, label=f"expected {expected:.0f}")
     pit = record.get("pit") or {}

@@ -162,11 +162,24 @@ def acceptance_by_length(run: RunData) -> str | None:
         width = 0.8 / len(bins)
         for j, b in enumerate(bins):
             cycles = sum(c["num_cycles"] for _, c in b)
-            rates = [sum((c.get("accepted_per_position") or [0] * k)[i] if i < len(c.get("accepted_per_position") or [])
-                         else 0 for _, c in b) / cycles for i in range(k)]  # fmt: skip
+            rates = [
+                sum(
+                    (c.get("accepted_per_position") or [0] * k)[i]
+                    if i < len(c.get("accepted_per_position") or [])
+                    else 0
+                    for _, c in b
+                )
+                / cycles
+                for i in range(k)
+            ]
             xs = [i + 1 + (j - (len(bins) - 1) / 2) * width for i in range(k)]
-            right.bar(xs, rates, width=width, color=RANK_COLOURS[j + 2],
-                      label=f"outputs {b[0][0]}-{b[-1][0]} tokens ({len(b)} requests)")  # fmt: skip
+            right.bar(
+                xs,
+                rates,
+                width=width,
+                color=RANK_COLOURS[j + 2],
+                label=f"outputs {b[0][0]}-{b[-1][0]} tokens ({len(b)} requests)",
+            )
         right.set_xticks(list(range(1, k + 1)))
         right.set_xlabel("draft position")
         right.set_ylabel("acceptance rate")

@@ -11,8 +11,19 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-RUN_ARGS = ["--model", "tiny", "--tasks", "gsm8k_smoke", "--limit", "4", "--max-output-len", "12", "--no-reference",
-            "--device-memory", "256MiB"]  # fmt: skip
+RUN_ARGS = [
+    "--model",
+    "tiny",
+    "--tasks",
+    "gsm8k_smoke",
+    "--limit",
+    "4",
+    "--max-output-len",
+    "12",
+    "--no-reference",
+    "--device-memory",
+    "256MiB",
+]
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +41,21 @@ def clone(tmp_path_factory) -> Path:
 
 
 def _ab(clone: Path, out: Path, a: str, b: str) -> tuple[int, dict]:
-    cmd = [sys.executable, "-m", "specdec_eval.cli.main", "ab", a, b, "--repo", str(clone), "--out", str(out),
-           "--json", "--", *RUN_ARGS]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "specdec_eval.cli.main",
+        "ab",
+        a,
+        b,
+        "--repo",
+        str(clone),
+        "--out",
+        str(out),
+        "--json",
+        "--",
+        *RUN_ARGS,
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert p.returncode in (0, 1), p.stderr[-2000:]
     return p.returncode, json.loads(p.stdout)
@@ -47,16 +71,30 @@ def test_ab_identical_commits_no_change_and_changed_output_differs(clone, tmp_pa
     (task,) = diff["tasks"].values()
     assert task["outputs"]["divergent"] > 0  # the changed engine output shows, whatever the accuracy says
     commits = [diff["run_a"]["commit"], diff["run_b"]["commit"]]
-    heads = [subprocess.run(["git", "-C", str(clone), "rev-parse", r], capture_output=True, text=True).stdout.strip()
-             for r in ("HEAD~1", "HEAD")]  # fmt: skip
+    heads = [
+        subprocess.run(["git", "-C", str(clone), "rev-parse", r], capture_output=True, text=True).stdout.strip()
+        for r in ("HEAD~1", "HEAD")
+    ]
     assert commits == heads  # each side's manifest records its own commit
     worktrees = subprocess.run(["git", "-C", str(clone), "worktree", "list"], capture_output=True, text=True).stdout
     assert len(worktrees.strip().splitlines()) == 1  # worktrees removed afterwards
 
 
 def test_ab_unknown_ref_is_one_clear_error(tmp_path):
-    cmd = [sys.executable, "-m", "specdec_eval.cli.main", "ab", "no-such-ref", "HEAD", "--repo", str(REPO), "--out",
-           str(tmp_path), "--", *RUN_ARGS]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "specdec_eval.cli.main",
+        "ab",
+        "no-such-ref",
+        "HEAD",
+        "--repo",
+        str(REPO),
+        "--out",
+        str(tmp_path),
+        "--",
+        *RUN_ARGS,
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()

@@ -15,13 +15,29 @@ from .test_one_line_errors import SMOKE, _one_error_line
 
 @pytest.mark.parametrize(
     ("flag", "value", "words"),
-    [("--decide-on", "bogus", "--decide-on must be one of both, accuracy, acceptance, got 'bogus'"),
-     ("--beta", "2", "--beta must be between 0 and 1 (exclusive), got 2"),
-     ("--acceptance-drop", "0", "--acceptance-drop must be between 0 and 1 (exclusive), got 0")],
-)  # fmt: skip
+    [
+        ("--decide-on", "bogus", "--decide-on must be one of both, accuracy, acceptance, got 'bogus'"),
+        ("--beta", "2", "--beta must be between 0 and 1 (exclusive), got 2"),
+        ("--acceptance-drop", "0", "--acceptance-drop must be between 0 and 1 (exclusive), got 0"),
+    ],
+)
 def test_bad_acceptance_options_are_one_line_before_anything_runs(flag, value, words, tmp_path, capsys):
-    line = _one_error_line(*run_cli(capsys, "ab", "HEAD", "HEAD", "--repo", str(tmp_path), flag, value, "--out",
-                                    str(tmp_path / "runs"), "--", *SMOKE)[::2])  # fmt: skip
+    line = _one_error_line(
+        *run_cli(
+            capsys,
+            "ab",
+            "HEAD",
+            "HEAD",
+            "--repo",
+            str(tmp_path),
+            flag,
+            value,
+            "--out",
+            str(tmp_path / "runs"),
+            "--",
+            *SMOKE,
+        )[::2]
+    )
     assert line == f"specdec-eval: error: {words}"
     assert list(tmp_path.iterdir()) == []
 

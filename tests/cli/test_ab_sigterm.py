@@ -22,8 +22,19 @@ version = "0"
 [tool.setuptools]
 py-modules = ["ab_sigterm_probe"]
 """
-RUN_ARGS = ["--model", "tiny", "--tasks", "gsm8k_smoke", "--no-reference", "--limit", "4", "--max-output-len", "64",
-            "--device-memory", "256MiB"]  # fmt: skip
+RUN_ARGS = [
+    "--model",
+    "tiny",
+    "--tasks",
+    "gsm8k_smoke",
+    "--no-reference",
+    "--limit",
+    "4",
+    "--max-output-len",
+    "64",
+    "--device-memory",
+    "256MiB",
+]
 
 
 def _repo(path: Path) -> Path:
@@ -54,8 +65,20 @@ def test_sigterm_stops_the_side_and_cleans_up(tmp_path):
     repo, tmp, out = _repo(tmp_path / "repo"), tmp_path / "tmp", tmp_path / "runs"
     tmp.mkdir()
     err_path = tmp_path / "ab.err"
-    cmd = [sys.executable, "-m", "specdec_eval.cli.main", "ab", "HEAD", "HEAD", "--repo", str(repo), "--out", str(out),
-           "--", *RUN_ARGS]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "specdec_eval.cli.main",
+        "ab",
+        "HEAD",
+        "HEAD",
+        "--repo",
+        str(repo),
+        "--out",
+        str(out),
+        "--",
+        *RUN_ARGS,
+    ]
     with open(err_path, "wb") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "TMPDIR": str(tmp)})
     try:

@@ -14,8 +14,25 @@ from specdec_eval.evals.bench.hardware import HardwareLimits
 
 from ..cli_helpers import run_cli
 
-TINY = ["bench", "--model", "tiny", "--device-memory", "256MiB", "--num-prompts", "4", "--batch1-prompts", "2",
-        "-n", "8", "--spec", "eagle3", "-k", "2", "--rounds", "2"]  # fmt: skip
+TINY = [
+    "bench",
+    "--model",
+    "tiny",
+    "--device-memory",
+    "256MiB",
+    "--num-prompts",
+    "4",
+    "--batch1-prompts",
+    "2",
+    "-n",
+    "8",
+    "--spec",
+    "eagle3",
+    "-k",
+    "2",
+    "--rounds",
+    "2",
+]
 # The probes themselves are tested in tests/evals/test_bench_hardware.py; here their figures only feed the fractions.
 LIMITS = HardwareLimits("cpu", 2, 100.0, 2048, 10.0, 8.0, 256, 5)
 
@@ -78,8 +95,10 @@ def test_skip_hf_builds_no_hf_side(tiny):
 
 
 def test_bad_rounds_and_batch_sizes_are_user_errors(capsys):
-    for argv, message in ((["--rounds", "1"], "--rounds must be at least 2"), (["--batch-sizes", "1,x"],
-                                                                                "--batch-sizes")):  # fmt: skip
+    for argv, message in (
+        (["--rounds", "1"], "--rounds must be at least 2"),
+        (["--batch-sizes", "1,x"], "--batch-sizes"),
+    ):
         code, _, err = run_cli(capsys, "bench", "--model", "tiny", *argv)
         assert code == 2 and message in err and err.count("\n") == 1, err
 

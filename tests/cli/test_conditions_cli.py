@@ -9,8 +9,17 @@ import pytest
 
 from ..cli_helpers import run_cli
 
-SEED = ("--tasks", "gpqa_diamond_aa", "--model-key", "GPT-OSS/120B-MXFP4", "--spec", "eagle3", "--apply-chat-template",
-        "--chat-template-kwargs", '{"reasoning_effort": "medium"}')  # fmt: skip
+SEED = (
+    "--tasks",
+    "gpqa_diamond_aa",
+    "--model-key",
+    "GPT-OSS/120B-MXFP4",
+    "--spec",
+    "eagle3",
+    "--apply-chat-template",
+    "--chat-template-kwargs",
+    '{"reasoning_effort": "medium"}',
+)
 
 
 @pytest.fixture(autouse=True)
@@ -35,10 +44,15 @@ def test_the_seeds_configuration_reads_no_gate_against_the_greedy_reference(caps
 def test_matching_conditions_and_accepting_a_mismatch(capsys):
     code, out, _ = run_cli(capsys, "conditions", *SEED, "--json")
     [task] = json.loads(out)
-    assert code == 0 and task["reference"]["check"] == {"differences": [], "unstated": ["max_output_len"],
-                                                        "accepted": False, "blocks": False}  # fmt: skip
-    code, out, _ = run_cli(capsys, "conditions", *SEED, "--gen-kwargs", "temperature=1.0", "--repeats", "2",
-                           "--accept-condition-mismatch")  # fmt: skip
+    assert code == 0 and task["reference"]["check"] == {
+        "differences": [],
+        "unstated": ["max_output_len"],
+        "accepted": False,
+        "blocks": False,
+    }
+    code, out, _ = run_cli(
+        capsys, "conditions", *SEED, "--gen-kwargs", "temperature=1.0", "--repeats", "2", "--accept-condition-mismatch"
+    )
     assert code == 0 and "judged although the conditions differ (--accept-condition-mismatch)" in out
 
 

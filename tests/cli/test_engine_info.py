@@ -18,8 +18,13 @@ def test_report_has_the_numbers_engine_info_printed_before_the_move():
     printed before the arithmetic moved out of the command (captured from that commit's output)."""
     report = capacity_report(from_options(**TINY), draft_layers=1, draft_len=3)
     assert report["parameters"] == 262_976 and report["valid_tp_sizes"] == [1, 2]
-    assert report["memory"] == {"total_gib": 0.25, "weights_gib": 0.001, "activation_gib": 0.012, "free_gib": 0.237,
-                                "measured": False}  # fmt: skip
+    assert report["memory"] == {
+        "total_gib": 0.25,
+        "weights_gib": 0.001,
+        "activation_gib": 0.012,
+        "free_gib": 0.237,
+        "measured": False,
+    }
     v1, v2 = report["kv_cache"]["v1"], report["kv_cache"]["v2"]
     for kv in (v1, v2):
         assert (kv["num_blocks"], kv["max_tokens"], kv["bytes_per_token"], kv["num_layers"]) == (7997, 127_952, 1792, 7)
@@ -41,8 +46,20 @@ def test_v1_and_v2_policies_differ_as_their_arithmetic_says():
 
 
 def test_engine_info_prints_the_library_report(capsys):
-    argv = ["engine", "info", "--model", "tiny", "--device-memory", "256MiB", "--draft-layers", "1", "-k", "3",
-            "--max-batch-size", "8"]  # fmt: skip
+    argv = [
+        "engine",
+        "info",
+        "--model",
+        "tiny",
+        "--device-memory",
+        "256MiB",
+        "--draft-layers",
+        "1",
+        "-k",
+        "3",
+        "--max-batch-size",
+        "8",
+    ]
     code, out, err = run_cli(capsys, *argv, "--json")
     assert code == 0, err
     assert json.loads(out) == capacity_report(from_options(**TINY), draft_layers=1, draft_len=3)

@@ -18,9 +18,19 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_generate_plain_and_jsonl(capsys, monkeypatch):
     prompts = 'hello there\n\n{"prompt": "one two three"}\n{"messages": [{"role": "user", "content": "hi"}]}\n'
     code, out, err = run_cli(
-        capsys, "generate", "-", "--model", "tiny", "-n", "6", "--ignore-eos", "--device-memory", "512MiB",
-        stdin=prompts, monkeypatch=monkeypatch,
-    )  # fmt: skip
+        capsys,
+        "generate",
+        "-",
+        "--model",
+        "tiny",
+        "-n",
+        "6",
+        "--ignore-eos",
+        "--device-memory",
+        "512MiB",
+        stdin=prompts,
+        monkeypatch=monkeypatch,
+    )
     assert code == 0, err
     records = [json.loads(line) for line in out.splitlines()]
     assert [r["index"] for r in records] == [0, 1, 2]
@@ -75,8 +85,22 @@ def test_generate_with_eagle3_prints_acceptance(capsys, monkeypatch):
 
 def test_generate_writes_events_and_exits_1_on_failed_requests(capsys, monkeypatch, tmp_path):
     events = tmp_path / "events.jsonl"
-    argv = ["generate", "-", "--model", "tiny", "-n", "6", "--spec", "eagle3", "--spec-guard", "none",
-            "--inject", "draft_step:1@2", "--events", str(events)]  # fmt: skip
+    argv = [
+        "generate",
+        "-",
+        "--model",
+        "tiny",
+        "-n",
+        "6",
+        "--spec",
+        "eagle3",
+        "--spec-guard",
+        "none",
+        "--inject",
+        "draft_step:1@2",
+        "--events",
+        str(events),
+    ]
     code, out, err = run_cli(capsys, *argv, stdin="hello\nworld\n", monkeypatch=monkeypatch)
     assert code == 1
     records = [json.loads(line) for line in out.splitlines()]
@@ -121,8 +145,24 @@ def test_engine_info_matches_a_real_engine(tiny, capsys):
 
 
 def test_bench_measures_each_batch_size_for_every_side(capsys):
-    argv = ["bench", "--model", "tiny", "--num-prompts", "4", "--batch1-prompts", "2", "--batch-sizes", "1,4",
-            "-n", "8", "--json", "--spec", "eagle3", "-k", "2"]  # fmt: skip
+    argv = [
+        "bench",
+        "--model",
+        "tiny",
+        "--num-prompts",
+        "4",
+        "--batch1-prompts",
+        "2",
+        "--batch-sizes",
+        "1,4",
+        "-n",
+        "8",
+        "--json",
+        "--spec",
+        "eagle3",
+        "-k",
+        "2",
+    ]
     code, out, err = run_cli(capsys, *argv)
     assert code == 0, err
     result = json.loads(out)

@@ -38,8 +38,22 @@ def test_memory_sizes_beyond_any_machine(size, tmp_path, capsys):
 
 def test_ab_alpha_is_checked_before_anything_runs(tmp_path, capsys):
     """tmp_path is no repository: the alpha error comes first, so nothing was checked out or run."""
-    line = _one_error_line(*run_cli(capsys, "ab", "HEAD", "HEAD", "--repo", str(tmp_path), "--alpha", "5", "--out",
-                                    str(tmp_path / "runs"), "--", *SMOKE)[::2])  # fmt: skip
+    line = _one_error_line(
+        *run_cli(
+            capsys,
+            "ab",
+            "HEAD",
+            "HEAD",
+            "--repo",
+            str(tmp_path),
+            "--alpha",
+            "5",
+            "--out",
+            str(tmp_path / "runs"),
+            "--",
+            *SMOKE,
+        )[::2]
+    )
     assert line == "specdec-eval: error: --alpha must be between 0 and 1 (exclusive), got 5"
     assert list(tmp_path.iterdir()) == []
 
@@ -48,12 +62,15 @@ def test_generate_lone_surrogate_folder_and_missing_file(tmp_path, capsys):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "ok"}\n{"prompt": "half \\ud800 a character"}\n')
     line = _one_error_line(*run_cli(capsys, "generate", str(prompts), *FAST)[::2])
-    assert line == (f"specdec-eval: error: {prompts}:2: the prompt holds a lone surrogate \\ud800 at character 6, "
-                    "which is not text (JSON spells a character outside the BMP as a surrogate pair)")  # fmt: skip
+    assert line == (
+        f"specdec-eval: error: {prompts}:2: the prompt holds a lone surrogate \\ud800 at character 6, "
+        "which is not text (JSON spells a character outside the BMP as a surrogate pair)"
+    )
     chat = tmp_path / "c.jsonl"
     chat.write_text(json.dumps({"messages": [{"role": "user", "content": "\udfff"}]}) + "\n")
-    assert "a message's content holds a lone surrogate" in _one_error_line(*run_cli(capsys, "generate", str(chat),
-                                                                                     *FAST)[::2])  # fmt: skip
+    assert "a message's content holds a lone surrogate" in _one_error_line(
+        *run_cli(capsys, "generate", str(chat), *FAST)[::2]
+    )
     folder, missing = tmp_path / "prompts-folder", tmp_path / "nonexistent"
     folder.mkdir()
     line = _one_error_line(*run_cli(capsys, "generate", str(folder), *FAST)[::2])
@@ -68,8 +85,11 @@ def test_yaml_errors_are_one_line(tmp_path, capsys):
     with pytest.raises(UserError) as e:
         read_yaml(bad)
     assert str(e.value) == f"{bad}: not valid YAML (expected ',' or ']', but got ':' at line 3, column 4)"
-    line = _one_error_line(*run_cli(capsys, "run", *SMOKE, "--spec", "eagle3", "--acceptance-refs", str(bad), "--out",
-                                    str(tmp_path / "runs"))[::2])  # fmt: skip
+    line = _one_error_line(
+        *run_cli(
+            capsys, "run", *SMOKE, "--spec", "eagle3", "--acceptance-refs", str(bad), "--out", str(tmp_path / "runs")
+        )[::2]
+    )
     assert "not valid YAML" in line and not (tmp_path / "runs").exists()
 
 
@@ -82,8 +102,21 @@ def test_user_errors_found_late_leave_no_run_folder(tmp_path, capsys):
     row = json.dumps({"question": "1+1?", "answer": "2\n#### 2"}) + "\n"
     (data / "train.jsonl").write_text(row * 3)
     (data / "test.jsonl").write_text(row)
-    line = _one_error_line(*run_cli(capsys, "run", *FAST, "--tasks", "gsm8k", "--data-dir", str(tmp_path / "data"),
-                                    "--limit", "1", "--out", str(runs))[::2])  # fmt: skip
+    line = _one_error_line(
+        *run_cli(
+            capsys,
+            "run",
+            *FAST,
+            "--tasks",
+            "gsm8k",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--limit",
+            "1",
+            "--out",
+            str(runs),
+        )[::2]
+    )
     assert "no gsm8k reference for model 'tiny'" in line and not runs.exists()
 
 

@@ -38,8 +38,10 @@ def test_run_takes_every_listed_option_with_its_values_default_and_nothing_else(
 @dataclasses.dataclass(frozen=True)
 class Extra:
     width: int = dataclasses.field(default=3, metadata=flag("--width", min=1, help="How wide."))
-    names: tuple[str, ...] = dataclasses.field(default=(), metadata=flag(
-        "--names", type=str, convert=lambda text: tuple(text.split(",")), help="Comma-separated."))  # fmt: skip
+    names: tuple[str, ...] = dataclasses.field(
+        default=(),
+        metadata=flag("--names", type=str, convert=lambda text: tuple(text.split(",")), help="Comma-separated."),
+    )
     internal: int = 7  # no flag: not an option
 
 
@@ -56,9 +58,17 @@ def test_a_new_option_is_one_field():
     assert command(width=4, names=None) == Extra(4, None, 7)  # None: the flag not given, nothing to convert
 
 
-@pytest.mark.parametrize("command, name", [("ab", "early_stop_batch"), ("ab", "out"), ("selftest", "data_dir"),
-                                           ("selftest", "max_output_len"), ("bench", "max_output_len"),
-                                           ("bench", "data_dir")])  # fmt: skip
+@pytest.mark.parametrize(
+    "command, name",
+    [
+        ("ab", "early_stop_batch"),
+        ("ab", "out"),
+        ("selftest", "data_dir"),
+        ("selftest", "max_output_len"),
+        ("bench", "max_output_len"),
+        ("bench", "data_dir"),
+    ],
+)
 def test_other_commands_share_runs_defaults(command, name):
     assert _params(command)[name].default == _params("run")[name].default
 

@@ -29,9 +29,18 @@ needs_shared_data = pytest.mark.skipif(
 
 def test_smoke_run_without_references(capsys, tmp_path):
     code, out, err = run_cli(
-        capsys, "run", "--tasks", "gsm8k_smoke,gpqa_diamond_smoke", "--limit", "2", "--max-output-len", "8", *FAST,
-        "--out", str(tmp_path / "runs"),
-    )  # fmt: skip
+        capsys,
+        "run",
+        "--tasks",
+        "gsm8k_smoke,gpqa_diamond_smoke",
+        "--limit",
+        "2",
+        "--max-output-len",
+        "8",
+        *FAST,
+        "--out",
+        str(tmp_path / "runs"),
+    )
     assert code == 0, err
     assert "gsm8k_smoke: 2 samples from smoke:" in out
     assert "gpqa_diamond_smoke: 2 samples from smoke:" in out
@@ -47,9 +56,19 @@ def test_smoke_run_without_references(capsys, tmp_path):
 
 def test_smoke_run_json(capsys, tmp_path):
     code, out, err = run_cli(
-        capsys, "run", "--tasks", "gsm8k_smoke,gpqa_diamond_smoke", "--limit", "2", "--max-output-len", "8", "--json",
-        *FAST, "--out", str(tmp_path / "runs"),
-    )  # fmt: skip
+        capsys,
+        "run",
+        "--tasks",
+        "gsm8k_smoke,gpqa_diamond_smoke",
+        "--limit",
+        "2",
+        "--max-output-len",
+        "8",
+        "--json",
+        *FAST,
+        "--out",
+        str(tmp_path / "runs"),
+    )
     assert code == 0, err
     summary = json.loads(out)  # stdout holds the JSON and nothing else (progress goes to stderr)
     assert summary["verdict"] == "PASS"
@@ -76,8 +95,18 @@ def test_unknown_task_is_one_line_and_exit_2(capsys, tmp_path):
 
 def test_missing_data_dir_is_exit_2(capsys, tmp_path):
     missing = tmp_path / "nonexistent"  # not /nonexistent: that existed on one machine and the test failed there
-    code, out, err = run_cli(capsys, "run", "--tasks", "gsm8k", "--data-dir", str(missing), "--no-reference", *FAST,
-                             "--out", str(tmp_path / "runs"))  # fmt: skip
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        "--tasks",
+        "gsm8k",
+        "--data-dir",
+        str(missing),
+        "--no-reference",
+        *FAST,
+        "--out",
+        str(tmp_path / "runs"),
+    )
     assert code == 2
     assert err.strip().splitlines()[-1] == f"specdec-eval: error: --data-dir {missing} is not a folder"
 
@@ -85,8 +114,9 @@ def test_missing_data_dir_is_exit_2(capsys, tmp_path):
 def test_missing_data_dir_with_reference_lookup_is_exit_2(capsys, tmp_path):
     """Also without --no-reference (whichever check runs first), a one-line exit 2."""
     missing = tmp_path / "nonexistent"
-    code, out, err = run_cli(capsys, "run", "--tasks", "gsm8k", "--data-dir", str(missing), *FAST,
-                             "--out", str(tmp_path / "runs"))  # fmt: skip
+    code, out, err = run_cli(
+        capsys, "run", "--tasks", "gsm8k", "--data-dir", str(missing), *FAST, "--out", str(tmp_path / "runs")
+    )
     assert code == 2
     last = err.strip().splitlines()[-1]
     assert last.startswith("specdec-eval: error: ")
@@ -125,9 +155,24 @@ def test_run_with_references_prints_the_hypothesis_report(capsys, reference_dir,
     )
     (reference_dir / "gpqa_diamond.yaml").write_text("X:\n  - accuracy: 30.0\n    source: test fixture\n")
     code, out, err = run_cli(
-        capsys, "run", "--tasks", "gsm8k,gpqa_diamond", "--limit", "3", "--max-output-len", "8", "--num-fewshot", "1",
-        "--data-dir", str(SHARED_DATA), "--model-key", "X", *FAST, "--out", str(tmp_path / "runs"),
-    )  # fmt: skip
+        capsys,
+        "run",
+        "--tasks",
+        "gsm8k,gpqa_diamond",
+        "--limit",
+        "3",
+        "--max-output-len",
+        "8",
+        "--num-fewshot",
+        "1",
+        "--data-dir",
+        str(SHARED_DATA),
+        "--model-key",
+        "X",
+        *FAST,
+        "--out",
+        str(tmp_path / "runs"),
+    )
     assert code == 1, err  # a FAIL verdict is exit status 1
     assert out.count("= ACCURACY HYPOTHESIS TESTING") == 2
     assert "Threshold: 46.797" in out  # 50 - 1.644854 * sqrt(2 * 50^2 / 1319)
@@ -151,9 +196,20 @@ def test_run_with_references_prints_the_hypothesis_report(capsys, reference_dir,
 def test_run_with_unknown_model_key_is_exit_2(capsys, reference_dir, tmp_path):
     (reference_dir / "gsm8k.yaml").write_text("X:\n  - accuracy: 50.0\n    command: test fixture\n")
     code, out, err = run_cli(
-        capsys, "run", "--tasks", "gsm8k", "--limit", "1", "--model-key", "Y", "--data-dir", str(SHARED_DATA), *FAST,
-        "--out", str(tmp_path / "runs"),
-    )  # fmt: skip
+        capsys,
+        "run",
+        "--tasks",
+        "gsm8k",
+        "--limit",
+        "1",
+        "--model-key",
+        "Y",
+        "--data-dir",
+        str(SHARED_DATA),
+        *FAST,
+        "--out",
+        str(tmp_path / "runs"),
+    )
     assert code == 2
     last = err.strip().splitlines()[-1]
     assert "'Y'" in last and "--no-reference" in last
@@ -199,8 +255,12 @@ def test_create_from_arg_string_options_without_building(monkeypatch):
     )
     (config,) = built
     assert (config.dtype, config.device, config.max_batch_size, config.max_seq_len, config.seed) == (
-        "float32", "cpu", 4, 512, 7,
-    )  # fmt: skip
+        "float32",
+        "cpu",
+        4,
+        512,
+        7,
+    )
     assert config.spec is None and config.kv_cache.version == "v1"
     assert lm.max_gen_toks == 32
     lm_adapter.SpecDecLM.create_from_arg_string("model=tiny,spec=none")
@@ -219,8 +279,9 @@ def test_sampling_from_gen_kwargs():
     from specdec_eval.evals.pipeline.lm_adapter import sampling_from_gen_kwargs
 
     # the exact kwargs lm-eval sends for gsm8k
-    s = sampling_from_gen_kwargs({"until": ["Question:", "</s>", "<|im_end|>"], "do_sample": False,
-                                  "temperature": 0.0}, 256)  # fmt: skip
+    s = sampling_from_gen_kwargs(
+        {"until": ["Question:", "</s>", "<|im_end|>"], "do_sample": False, "temperature": 0.0}, 256
+    )
     assert s.stop == ("Question:", "</s>", "<|im_end|>") and s.max_new_tokens == 256 and s.temperature == 0.0
     # a single string `until`, empty strings dropped
     assert sampling_from_gen_kwargs({"until": "Q:"}, 10).stop == ("Q:",)

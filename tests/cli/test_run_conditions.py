@@ -38,9 +38,22 @@ def test_bad_conditions_are_one_line_before_anything_runs(capsys, tmp_path, args
 def test_repeats_sample_each_document_with_its_own_seed_and_record_them(capsys, tmp_path):
     runs = tmp_path / "runs"
     code, out, err = run_cli(
-        capsys, "run", "--tasks", "gsm8k_smoke", "--limit", "3", "--max-output-len", "8", *SAMPLED, "--repeats", "2",
-        "--json", *FAST, "--out", str(runs),
-    )  # fmt: skip
+        capsys,
+        "run",
+        "--tasks",
+        "gsm8k_smoke",
+        "--limit",
+        "3",
+        "--max-output-len",
+        "8",
+        *SAMPLED,
+        "--repeats",
+        "2",
+        "--json",
+        *FAST,
+        "--out",
+        str(runs),
+    )
     assert code == 0, err
     task = json.loads(out)["tasks"]["gsm8k_smoke"]
     assert task["num_samples"] == 6 and task["clustered"]["n_docs"] == 3 and task["clustered"]["n_samples"] == 6
@@ -59,9 +72,23 @@ def test_repeats_sample_each_document_with_its_own_seed_and_record_them(capsys, 
 
     # The same options again: the same seeds, the same samples (resume would reuse them; a fresh run redraws them).
     code, out, err = run_cli(
-        capsys, "run", "--tasks", "gsm8k_smoke", "--limit", "3", "--max-output-len", "8", *SAMPLED, "--repeats", "2",
-        "--json", "--fresh", *FAST, "--out", str(runs),
-    )  # fmt: skip
+        capsys,
+        "run",
+        "--tasks",
+        "gsm8k_smoke",
+        "--limit",
+        "3",
+        "--max-output-len",
+        "8",
+        *SAMPLED,
+        "--repeats",
+        "2",
+        "--json",
+        "--fresh",
+        *FAST,
+        "--out",
+        str(runs),
+    )
     assert code == 0, err
     again = [r for r in store.list_runs(runs) if r.path != run.path]
     assert len(again) == 1 and again[0].key == run.key
@@ -73,8 +100,20 @@ def test_repeats_sample_each_document_with_its_own_seed_and_record_them(capsys, 
 def test_a_greedy_run_never_shares_a_sampled_runs_key(capsys, tmp_path):
     runs = tmp_path / "runs"
     for extra in ((), SAMPLED):
-        code, _, err = run_cli(capsys, "run", "--tasks", "gsm8k_smoke", "--limit", "1", "--max-output-len", "4",
-                               *extra, *FAST, "--out", str(runs))  # fmt: skip
+        code, _, err = run_cli(
+            capsys,
+            "run",
+            "--tasks",
+            "gsm8k_smoke",
+            "--limit",
+            "1",
+            "--max-output-len",
+            "4",
+            *extra,
+            *FAST,
+            "--out",
+            str(runs),
+        )
         assert code == 0, err
     greedy, sampled = store.list_runs(runs)
     assert greedy.key != sampled.key
@@ -95,16 +134,30 @@ def test_the_accuracy_gate_reads_no_gate_under_other_conditions(capsys, referenc
             """),
         encoding="utf-8",
     )
-    common = ("--tasks", "gsm8k", "--limit", "2", "--max-output-len", "8", "--num-fewshot", "1", "--data-dir",
-              str(SHARED_DATA), "--model-key", "X", *FAST)  # fmt: skip
+    common = (
+        "--tasks",
+        "gsm8k",
+        "--limit",
+        "2",
+        "--max-output-len",
+        "8",
+        "--num-fewshot",
+        "1",
+        "--data-dir",
+        str(SHARED_DATA),
+        "--model-key",
+        "X",
+        *FAST,
+    )
     code, out, err = run_cli(capsys, "run", *common, *SAMPLED, "--repeats", "2", "--out", str(tmp_path / "a"))
     assert code == 0, err
     assert "Verdict: NO-GATE" in out
     assert "conditions differ from the reference's: reference greedy, this run sampled at T=0.7, top_p 0.9" in out
     assert "--accept-condition-mismatch" in out
 
-    code, out, err = run_cli(capsys, "run", *common, *SAMPLED, "--repeats", "2", "--accept-condition-mismatch",
-                             "--out", str(tmp_path / "b"))  # fmt: skip
+    code, out, err = run_cli(
+        capsys, "run", *common, *SAMPLED, "--repeats", "2", "--accept-condition-mismatch", "--out", str(tmp_path / "b")
+    )
     assert code == 1, err
     assert "Verdict: FAIL" in out and "judged although the conditions differ" in out
     assert "effective samples: 2 documents x 2 samples, clustered by document" in out

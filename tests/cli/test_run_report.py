@@ -9,11 +9,19 @@ def _summary(**run) -> dict:
     acceptance = {"acceptance_length": 1.02, "acceptance_rate": 0.007, "per_position_rate": [0.02, 0.0, 0.0]}
     gate = {"verdict": "FAIL", "reason": "acceptance length 1.020 below min_al 1.900"}
     task = {
-        "num_samples": 8, "data": "smoke:x", "report": "Evaluated accuracy: 0.000", "filter_scores":
-        {"strict-match": 0.0, "flexible-extract": 0.0}, "score": 0.0, "reference": None, "threshold": None,
-        "theta": None, "verdict": "REPORT", "acceptance": acceptance, "acceptance_gate": gate,
+        "num_samples": 8,
+        "data": "smoke:x",
+        "report": "Evaluated accuracy: 0.000",
+        "filter_scores": {"strict-match": 0.0, "flexible-extract": 0.0},
+        "score": 0.0,
+        "reference": None,
+        "threshold": None,
+        "theta": None,
+        "verdict": "REPORT",
+        "acceptance": acceptance,
+        "acceptance_gate": gate,
         "num_failed_requests": 0,
-    }  # fmt: skip
+    }
     return {"tasks": {"gsm8k": task}, "events": {}, "verdict": "FAIL", "elapsed_s": 1.0, "world_size": 1, **run}
 
 
@@ -26,12 +34,21 @@ def test_the_acceptance_gate_is_named_in_the_task_and_its_row(capsys):
 
 
 def test_run_notes_server_acceptance_populated_reference_and_unfired_faults(capsys):
-    print_report(_summary(
-        reported_acceptance={"acceptance_length": 2.5, "source": "vllm at /metrics"},
-        acceptance_populated={"test_id": "t", "ref_al": 2.13661, "path": "refs.yaml", "changed": True,
-                              "task": "gsm8k", "num_documents": 100, "num_cycles": 4321},
-        faults_never_fired=["target_forward@100000"],
-    ))  # fmt: skip
+    print_report(
+        _summary(
+            reported_acceptance={"acceptance_length": 2.5, "source": "vllm at /metrics"},
+            acceptance_populated={
+                "test_id": "t",
+                "ref_al": 2.13661,
+                "path": "refs.yaml",
+                "changed": True,
+                "task": "gsm8k",
+                "num_documents": 100,
+                "num_cycles": 4321,
+            },
+            faults_never_fired=["target_forward@100000"],
+        )
+    )
     out = capsys.readouterr().out
     assert "reported by the engine: acceptance length 2.500 (source: vllm at /metrics)" in out
     assert (
@@ -51,9 +68,10 @@ def test_nothing_extra_when_the_run_has_no_notes(capsys):
 def test_a_pass_within_a_band_wider_than_min_al_says_so_in_every_line(capsys):
     summary = _summary(verdict="PASS")
     summary["tasks"]["gsm8k"]["acceptance_gate"] = {
-        "verdict": "PASS", "reason": "acceptance length 2.010 within [1.717, 2.281]; power: at 10 documents ...",
+        "verdict": "PASS",
+        "reason": "acceptance length 2.010 within [1.717, 2.281]; power: at 10 documents ...",
         "power": {"mde": 0.16, "band_wider_than_min_al": True, "statement": "at 10 documents ..."},
-    }  # fmt: skip
+    }
     summary["tasks"]["gsm8k"]["lossless"] = {"verdict": "PASS", "reason": "identical"}
     print_report(summary)
     out = capsys.readouterr().out

@@ -11,9 +11,30 @@ import pytest
 from ..cli_helpers import run_cli
 from .test_run_cli import SHARED_DATA, needs_shared_data
 
-RUN = ("run", "--model", "tiny", "--device", "cpu", "--device-memory", "256MiB", "--spec", "eagle3",
-       "--spec-sampling", "rejection", "--tasks", "gsm8k_sampled", "--data-dir", str(SHARED_DATA), "--limit", "2",
-       "--max-output-len", "32", "--num-fewshot", "0", "--no-reference")  # fmt: skip
+RUN = (
+    "run",
+    "--model",
+    "tiny",
+    "--device",
+    "cpu",
+    "--device-memory",
+    "256MiB",
+    "--spec",
+    "eagle3",
+    "--spec-sampling",
+    "rejection",
+    "--tasks",
+    "gsm8k_sampled",
+    "--data-dir",
+    str(SHARED_DATA),
+    "--limit",
+    "2",
+    "--max-output-len",
+    "32",
+    "--num-fewshot",
+    "0",
+    "--no-reference",
+)
 
 
 def _lossless(out_dir) -> tuple[list, dict]:
@@ -72,8 +93,9 @@ def test_a_coupled_sampled_run_is_judged_token_for_token_and_in_distribution(cap
 
 
 def _coupled_gate(out_dir) -> dict:
-    summaries = [json.loads((p / "summary.json").read_text()) for p in out_dir.iterdir()
-                 if (p / "summary.json").is_file()]  # fmt: skip
+    summaries = [
+        json.loads((p / "summary.json").read_text()) for p in out_dir.iterdir() if (p / "summary.json").is_file()
+    ]
     (gate,) = [s["tasks"]["gsm8k_sampled"]["lossless"] for s in summaries if "lossless" in s["tasks"]["gsm8k_sampled"]]
     return gate
 

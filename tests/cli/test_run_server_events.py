@@ -36,17 +36,45 @@ def test_a_hanging_server_fails_the_run_quickly_and_run_report_and_compare_say_w
     log.write_text(SEED_LOG)
     clean_log = tmp_path / "clean.log"
     clean_log.write_text("")
-    server_flags = ("--server-log-format", "trtllm", "--stall-floor", "1", "--kv-drain-timeout", "0",
-                    "--request-timeout", "60", "--request-retries", "3")  # fmt: skip
+    server_flags = (
+        "--server-log-format",
+        "trtllm",
+        "--stall-floor",
+        "1",
+        "--kv-drain-timeout",
+        "0",
+        "--request-timeout",
+        "60",
+        "--request-retries",
+        "3",
+    )
     with HangingServer(answer_first=1000) as server:  # run A: a server that answers
-        code, out, err = run_cli(capsys, *ARGS, "--out", str(tmp_path / "a"), "--endpoint", server.url,
-                                 "--server-log", str(clean_log), *server_flags)  # fmt: skip
+        code, out, err = run_cli(
+            capsys,
+            *ARGS,
+            "--out",
+            str(tmp_path / "a"),
+            "--endpoint",
+            server.url,
+            "--server-log",
+            str(clean_log),
+            *server_flags,
+        )
     assert code == 0, err
     assert "server:" not in out
     with HangingServer(answer_first=2) as server:  # run B: its third request never comes back
         started = time.perf_counter()
-        code, out, err = run_cli(capsys, *ARGS, "--out", str(tmp_path / "b"), "--endpoint", server.url,
-                                 "--server-log", str(log), *server_flags)  # fmt: skip
+        code, out, err = run_cli(
+            capsys,
+            *ARGS,
+            "--out",
+            str(tmp_path / "b"),
+            "--endpoint",
+            server.url,
+            "--server-log",
+            str(log),
+            *server_flags,
+        )
         took = time.perf_counter() - started
     assert code == 1, err
     assert took < 30.0  # without the watch: 60 s x 4 attempts for each unanswered document
@@ -79,11 +107,13 @@ def test_a_hanging_server_fails_the_run_quickly_and_run_report_and_compare_say_w
     [
         (("--serve-cmd", "serve-it"), "--serve-cmd needs --endpoint (where the server answers)"),
         (("--server-log", "x.log", "--serve-cmd", "serve-it"), "--serve-cmd and --server-log need --endpoint"),
-        (("--endpoint", "http://127.0.0.1:9", "--baseline-serve-cmd", "serve-it"),
-         "--baseline-serve-cmd and --baseline-server-log need --baseline-endpoint"),
+        (
+            ("--endpoint", "http://127.0.0.1:9", "--baseline-serve-cmd", "serve-it"),
+            "--baseline-serve-cmd and --baseline-server-log need --baseline-endpoint",
+        ),
         (("--endpoint", "http://127.0.0.1:9", "--serve-cmd", "'unclosed"), "cannot read the server command"),
     ],
-)  # fmt: skip
+)
 def test_server_flags_without_their_server_are_one_line_errors(capsys, tmp_path, flags, said):
     code, out, err = run_cli(capsys, *ARGS, "--out", str(tmp_path / "runs"), *flags)
     assert code == 2
@@ -98,11 +128,24 @@ def test_a_server_log_that_is_not_a_regular_file_is_refused_in_one_line(capsys, 
     path = {"missing": tmp_path / "none.log", "folder": tmp_path, "fifo": tmp_path / "fifo"}.get(given, given)
     if given == "fifo":
         os.mkfifo(path)
-    said = {"missing": "not found (a log to follow must exist; --serve-cmd creates one)",
-            "folder": "is a folder, not a regular file", "fifo": "is a named pipe, not a regular file",
-            "/dev/zero": "is a character device, not a regular file"}[given]  # fmt: skip
-    code, out, err = run_cli(capsys, *ARGS, "--out", str(tmp_path / "runs"), "--endpoint", "http://127.0.0.1:9",
-                             "--served-model", "m", "--server-log", str(path))  # fmt: skip
+    said = {
+        "missing": "not found (a log to follow must exist; --serve-cmd creates one)",
+        "folder": "is a folder, not a regular file",
+        "fifo": "is a named pipe, not a regular file",
+        "/dev/zero": "is a character device, not a regular file",
+    }[given]
+    code, out, err = run_cli(
+        capsys,
+        *ARGS,
+        "--out",
+        str(tmp_path / "runs"),
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--served-model",
+        "m",
+        "--server-log",
+        str(path),
+    )
     assert code == 2, err
     assert err.strip() == f"specdec-eval: error: server log {path}: {said}"
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
@@ -116,12 +159,31 @@ def _free_port() -> int:
 
 def _served_run(capsys, tmp_path: Path, name: str, serve_flags: str) -> tuple[int, str, store.Run, float]:
     port = _free_port()
-    command = (f"{shlex.quote(sys.executable)} -m specdec_eval.cli.main serve --model tiny --device-memory 256MiB "
-               f"--spec eagle3 {serve_flags} --port {port}")  # fmt: skip
+    command = (
+        f"{shlex.quote(sys.executable)} -m specdec_eval.cli.main serve --model tiny --device-memory 256MiB "
+        f"--spec eagle3 {serve_flags} --port {port}"
+    )
     started = time.perf_counter()
-    code, out, err = run_cli(capsys, *ARGS, "--out", str(tmp_path / name), "--endpoint", f"http://127.0.0.1:{port}",
-                             "--serve-cmd", command, "--spec", "eagle3", "--draft-len", "3", "--max-output-len", "16",
-                             "--startup-timeout", "600", "--stall-floor", "30")  # fmt: skip
+    code, out, err = run_cli(
+        capsys,
+        *ARGS,
+        "--out",
+        str(tmp_path / name),
+        "--endpoint",
+        f"http://127.0.0.1:{port}",
+        "--serve-cmd",
+        command,
+        "--spec",
+        "eagle3",
+        "--draft-len",
+        "3",
+        "--max-output-len",
+        "16",
+        "--startup-timeout",
+        "600",
+        "--stall-floor",
+        "30",
+    )
     return code, out + err, _only_run(tmp_path / name), time.perf_counter() - started
 
 
@@ -129,8 +191,9 @@ def _served_run(capsys, tmp_path: Path, name: str, serve_flags: str) -> tuple[in
 def test_the_seed_through_http_unguarded_server_fails_guarded_passes(capsys, tmp_path):
     """The seed as a TensorRT-LLM user meets it: a warmup OOM leaves the spec-dec state behind unless the guard
     restores it. Both servers are started by `run --serve-cmd`; their events come from their logs."""
-    code, out, run, took = _served_run(capsys, tmp_path, "unguarded",
-                                       "--inject warmup_oom --spec-guard none --warmup on")  # fmt: skip
+    code, out, run, took = _served_run(
+        capsys, tmp_path, "unguarded", "--inject warmup_oom --spec-guard none --warmup on"
+    )
     assert code == 1, out
     types = {e["type"] for e in run.events() if e.get("source") == "server_log"}
     assert {"warmup_oom", "spec_state_leak"} <= types

@@ -221,11 +221,18 @@ def test_a_bad_draft_model_is_reported_before_the_baseline_runs(capsys, tmp_path
 
 def _summary(num_failed: int) -> dict:
     task = {
-        "num_samples": 8, "data": "smoke:x", "report": "Evaluated accuracy: 0.000", "filter_scores":
-        {"strict-match": 0.0, "flexible-extract": 0.0}, "score": 0.0, "reference": None, "threshold": None,
-        "theta": None, "verdict": "FAIL" if num_failed else "REPORT", "acceptance": None,
+        "num_samples": 8,
+        "data": "smoke:x",
+        "report": "Evaluated accuracy: 0.000",
+        "filter_scores": {"strict-match": 0.0, "flexible-extract": 0.0},
+        "score": 0.0,
+        "reference": None,
+        "threshold": None,
+        "theta": None,
+        "verdict": "FAIL" if num_failed else "REPORT",
+        "acceptance": None,
         "num_failed_requests": num_failed,
-    }  # fmt: skip
+    }
     return {"tasks": {"gsm8k_smoke": task}, "events": {}, "verdict": "FAIL", "elapsed_s": 1.0, "world_size": 1}
 
 

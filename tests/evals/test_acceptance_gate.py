@@ -145,14 +145,18 @@ def test_a_run_that_drafted_nothing_fails():
 @pytest.mark.parametrize(
     "counts, words",
     [
-        ({"num_cycles": 1, "num_draft_tokens": 3, "num_accepted_drafts": 50, "max_draft_len": 3},
-         "50 accepted drafts of 3 drafted"),
-        ({"num_cycles": 10, "num_draft_tokens": 300, "num_accepted_drafts": 31, "max_draft_len": 3},
-         "31 accepted drafts in 10 cycles of at most K = 3"),
+        (
+            {"num_cycles": 1, "num_draft_tokens": 3, "num_accepted_drafts": 50, "max_draft_len": 3},
+            "50 accepted drafts of 3 drafted",
+        ),
+        (
+            {"num_cycles": 10, "num_draft_tokens": 300, "num_accepted_drafts": 31, "max_draft_len": 3},
+            "31 accepted drafts in 10 cycles of at most K = 3",
+        ),
         ({"acceptance_length": float("nan")}, "acceptance length nan is not a number >= 1"),
         ({"acceptance_length": 0.5}, "is not a number >= 1"),
     ],
-)  # fmt: skip
+)
 def test_impossible_counts_are_no_gate_never_a_verdict(counts, words):
     """Counts no drafter gives (a server claiming 50 accepted of 3 drafted read as AL 51 and PASSed)."""
     result = acceptance_gate("t::ref", counts, REFS)
@@ -227,8 +231,12 @@ def test_an_endpoint_run_finds_the_published_figure():
 
 def test_bad_files_are_user_errors(tmp_path):
     path = tmp_path / "acceptance_length.yaml"
-    for text, fragment in [("a: [1\n", "not valid YAML"), ("- 1\n", "top level"), ("a: 3\n", "mapping"),
-                           ("a:\n  ref_al: fast\n", "ref_al must be a number")]:  # fmt: skip
+    for text, fragment in [
+        ("a: [1\n", "not valid YAML"),
+        ("- 1\n", "top level"),
+        ("a: 3\n", "mapping"),
+        ("a:\n  ref_al: fast\n", "ref_al must be a number"),
+    ]:
         path.write_text(text)
         with pytest.raises(UserError, match=fragment):
             load_acceptance_references(path)
@@ -259,8 +267,11 @@ def test_populate_a_new_value_changes_only_that_entry(tmp_path):
     assert populate(path, "TestQwen3_4B::test_eagle3", 2.1) is True
     after = path.read_text()
     assert changed_lines(TRTLLM_TEXT, after) == [
-        "-  ref_al: 2.02809899228679", "-  min_al: 1.9266940426724504", "+  ref_al: 2.1", "+  min_al: 1.995",
-    ]  # fmt: skip
+        "-  ref_al: 2.02809899228679",
+        "-  min_al: 1.9266940426724504",
+        "+  ref_al: 2.1",
+        "+  min_al: 1.995",
+    ]
     assert "# The usual 95% tolerance is below 1.0 here.\n" in after
     assert yaml.safe_load(after)["TestQwen3_4B::test_eagle3"] == {"ref_al": 2.1, "min_al": 1.995}
     assert populate(path, "TestQwen3_4B::test_eagle3", 2.1) is False  # and again: nothing to do
@@ -273,8 +284,10 @@ def test_populate_keeps_comments_on_value_lines_and_crlf(tmp_path):
     path.write_bytes(text.encode())
     populate(path, "a::b[x-y]", 2.5, per_position=[0.7, 0.5, 0.3])
     after = path.read_bytes().decode()
-    assert after == ("a::b[x-y]:\r\n  ref_al: 2.5   # measured 2026-12-03\r\n  min_al: 2.375\r\n  source: ours\r\n"
-                     "  ref_per_position: [0.7, 0.5, 0.3]\r\nz: {ref_al: 3.0}\r\n")  # fmt: skip
+    assert after == (
+        "a::b[x-y]:\r\n  ref_al: 2.5   # measured 2026-12-03\r\n  min_al: 2.375\r\n  source: ours\r\n"
+        "  ref_per_position: [0.7, 0.5, 0.3]\r\nz: {ref_al: 3.0}\r\n"
+    )
 
 
 def test_populate_fills_a_stub_and_appends_a_missing_entry(tmp_path):
@@ -291,8 +304,13 @@ def test_populate_fills_a_stub_and_appends_a_missing_entry(tmp_path):
     populate(path, OURS_V2, 1.42, per_position=[0.31234, 0.09, 0.02])
     after = path.read_text()
     lines = changed_lines(before, after)
-    assert lines == ["-  ref_al: null", "-  min_al: null", "+  ref_al: 1.42", "+  min_al: 1.349",
-                     "+  ref_per_position: [0.3123, 0.09, 0.02]"]  # fmt: skip
+    assert lines == [
+        "-  ref_al: null",
+        "-  min_al: null",
+        "+  ref_al: 1.42",
+        "+  min_al: 1.349",
+        "+  ref_per_position: [0.3123, 0.09, 0.02]",
+    ]
     refs = load_acceptance_references(path)
     run = stats(3, [3] * 200 + [2] * 700 + [1] * 2223 + [0] * 6877)  # rates 0.3123, 0.09, 0.02; AL 1.4223
     assert acceptance_gate(OURS_V2, run, refs)["verdict"] == "PASS"
@@ -325,8 +343,13 @@ def test_a_small_run_is_judged_within_its_own_sampling_error():
     from specdec_eval.evals.gates.verdict import acceptance_slack
 
     refs = {"t": {"ref_al": 2.0, "min_al": 1.9, "max_draft_len": 3}}
-    stats = {"acceptance_length": 2.14, "num_cycles": 500, "num_accepted_drafts": 570, "accepted_per_position": [],
-             "max_draft_len": 3}  # fmt: skip
+    stats = {
+        "acceptance_length": 2.14,
+        "num_cycles": 500,
+        "num_accepted_drafts": 570,
+        "accepted_per_position": [],
+        "max_draft_len": 3,
+    }
     per_request = (1.6, 2.5, 2.1, 2.6, 1.9, 2.4, 2.0, 2.3, 1.8, 2.2)  # ALs of ten requests of 50 cycles each
     small = acceptance_slack([(50, round((al - 1) * 50)) for al in per_request])
     assert 0.2 < small < 0.5
@@ -359,13 +382,25 @@ def test_a_per_position_rate_is_judged_within_its_own_sampling_error():
 
     refs = {"t": {"ref_al": 2.0, "min_al": 1.9, "max_draft_len": 3, "ref_per_position": [0.53, 0.30, 0.1643]}}
     # (cycles, accepted at positions 0, 1, 2) of eight requests: 81 / 50 / 20 accepted of 146 cycles
-    requests = [(20, [12, 8, 5]), (18, [10, 6, 1]), (16, [9, 5, 0]), (22, [12, 7, 4]), (15, [8, 5, 3]),
-                (19, [11, 7, 2]), (17, [9, 6, 3]), (19, [10, 6, 2])]  # fmt: skip
+    requests = [
+        (20, [12, 8, 5]),
+        (18, [10, 6, 1]),
+        (16, [9, 5, 0]),
+        (22, [12, 7, 4]),
+        (15, [8, 5, 3]),
+        (19, [11, 7, 2]),
+        (17, [9, 6, 3]),
+        (19, [10, 6, 2]),
+    ]
     counts = [sum(a[i] for _, a in requests) for i in range(3)]
     cycles = sum(c for c, _ in requests)
     assert (cycles, counts) == (146, [81, 50, 20])
-    stats = {"num_cycles": cycles, "num_accepted_drafts": sum(counts), "accepted_per_position": counts,
-             "max_draft_len": 3}  # fmt: skip
+    stats = {
+        "num_cycles": cycles,
+        "num_accepted_drafts": sum(counts),
+        "accepted_per_position": counts,
+        "max_draft_len": 3,
+    }
     slacks = [acceptance_slack([(c, a[i]) for c, a in requests]) for i in range(3)]
     assert all(0.02 < s < 0.1 for s in slacks)
     al_slack = acceptance_slack([(c, sum(a)) for c, a in requests])

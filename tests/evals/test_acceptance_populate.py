@@ -26,14 +26,34 @@ from ..cli_helpers import run_cli
 
 TEST = "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3[v2_kv_cache-one_model-tp1]"
 SHIPPED = f"{TEST}:\n  ref_al: 1.999\n  min_al: 1.89905\n"
-SMOKE = ["--model", "tiny", "--device", "cpu", "--device-memory", "256MiB", "--tasks", "gsm8k_smoke", "--no-reference",
-         "--limit", "1", "--max-output-len", "4", "--spec", "eagle3"]  # fmt: skip
+SMOKE = [
+    "--model",
+    "tiny",
+    "--device",
+    "cpu",
+    "--device-memory",
+    "256MiB",
+    "--tasks",
+    "gsm8k_smoke",
+    "--no-reference",
+    "--limit",
+    "1",
+    "--max-output-len",
+    "4",
+    "--spec",
+    "eagle3",
+]
 
 
 def _clean_summary(**changes) -> dict:
     task = {"verdict": "REPORT", "num_failed_requests": 0, "lossless": {"verdict": "PASS"}}
-    return {"verdict": "PASS", "tasks": {"gsm8k": {**task, **changes.pop("task", {})}}, "events": {},
-            "failing_events": 0, **changes}  # fmt: skip
+    return {
+        "verdict": "PASS",
+        "tasks": {"gsm8k": {**task, **changes.pop("task", {})}},
+        "events": {},
+        "failing_events": 0,
+        **changes,
+    }
 
 
 def _result(documents: int = 100, cycles: int = 1000, accepted: int = 1130) -> SimpleNamespace:
@@ -81,8 +101,9 @@ def test_impossible_counts_never_become_a_reference(tmp_path):
     result = _result(cycles=1, accepted=50)
     result.acceptance.update(num_draft_tokens=3, accepted_per_position=[], max_draft_len=3)
     record = populate_from_run(_clean_summary(), [result], TEST, path)
-    assert record["refused"] == ("not a clean, passing run: impossible acceptance counts (50 accepted drafts of 3 "
-                                 "drafted)")  # fmt: skip
+    assert record["refused"] == (
+        "not a clean, passing run: impossible acceptance counts (50 accepted drafts of 3 drafted)"
+    )
     assert path.read_text() == SHIPPED and record["changed"] is False
 
 
@@ -93,8 +114,9 @@ def test_a_run_that_measured_no_acceptance_says_so(tmp_path):
     path.write_text(SHIPPED)
     failed = _clean_summary(task={"num_failed_requests": 4})
     record = populate_from_run(failed, [SimpleNamespace(**{**vars(_result()), "acceptance": None})], TEST, path)
-    assert record["refused"] == ("no task measured an acceptance length (not a clean, passing run: 4 failed "
-                                 "request(s))")  # fmt: skip
+    assert record["refused"] == (
+        "no task measured an acceptance length (not a clean, passing run: 4 failed request(s))"
+    )
     assert path.read_text() == SHIPPED and record["changed"] is False
     assert populated_line(record) == f"acceptance reference NOT written ({TEST}): {record['refused']}"
 
@@ -130,12 +152,30 @@ def test_a_sampled_run_writes_its_own_decodings_entry_and_leaves_the_greedy_one(
 def test_run_refuses_populate_with_inject_before_anything_runs(tmp_path, capsys):
     refs = tmp_path / "refs.yaml"
     refs.write_text(SHIPPED)
-    code, _, err = run_cli(capsys, "run", *SMOKE, "--inject", "emit_rejected_draft", "--populate-acceptance",
-                           "--acceptance-refs", str(refs), "--out", str(tmp_path / "runs"))  # fmt: skip
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        *SMOKE,
+        "--inject",
+        "emit_rejected_draft",
+        "--populate-acceptance",
+        "--acceptance-refs",
+        str(refs),
+        "--out",
+        str(tmp_path / "runs"),
+    )
     assert code == 2 and "leave out --inject" in err and len(err.strip().splitlines()) == 1
     assert refs.read_text() == SHIPPED and not (tmp_path / "runs").exists()
-    code, _, err = run_cli(capsys, "run", *SMOKE[:-2], "--populate-acceptance", "--acceptance-refs", str(refs),
-                           "--out", str(tmp_path / "runs"))  # fmt: skip
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        *SMOKE[:-2],
+        "--populate-acceptance",
+        "--acceptance-refs",
+        str(refs),
+        "--out",
+        str(tmp_path / "runs"),
+    )
     assert code == 2 and "needs --spec" in err and not (tmp_path / "runs").exists()
 
 
@@ -148,7 +188,7 @@ def test_acceptance_refs_a_folder_or_unwritable_is_one_line(tmp_path, capsys, mo
     real_access = os.access
     monkeypatch.setattr(
         acceptance.os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real_access(p, mode)
-    )  # fmt: skip  (a read-only mount, as root sees one too)
+    )  # a read-only mount, as root sees one too
     with pytest.raises(UserError, match="not writable"):
         check_writable(target)
     monkeypatch.undo()

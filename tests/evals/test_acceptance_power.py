@@ -24,8 +24,13 @@ REF = {"t": {"ref_al": 1.999, "min_al": 1.89909, "max_draft_len": 3}}
 
 def _stats(al: float, n: int) -> dict:
     cycles = 20 * n
-    return {"num_cycles": cycles, "num_accepted_drafts": round((al - 1) * cycles), "accepted_per_position": [],
-            "max_draft_len": 3, "num_requests": n}  # fmt: skip
+    return {
+        "num_cycles": cycles,
+        "num_accepted_drafts": round((al - 1) * cycles),
+        "accepted_per_position": [],
+        "max_draft_len": 3,
+        "num_requests": n,
+    }
 
 
 def test_the_issues_ten_documents_pass_within_a_band_wider_than_min_al():
@@ -76,10 +81,16 @@ def test_a_min_al_below_the_rtol_band_can_be_reached():
     min_al with power 0.8, and the count is where the power crosses it."""
     p = gate_power(2.0, 1.8, 0.05, slack=0.3, num_documents=10)
     assert p.documents_for_min_al_drop is not None
-    more = gate_power(2.0, 1.8, 0.05, slack=0.3 * (10 / p.documents_for_min_al_drop) ** 0.5,
-                      num_documents=p.documents_for_min_al_drop)  # fmt: skip
-    fewer = gate_power(2.0, 1.8, 0.05, slack=0.3 * (10 / (p.documents_for_min_al_drop - 1)) ** 0.5,
-                       num_documents=p.documents_for_min_al_drop - 1)  # fmt: skip
+    more = gate_power(
+        2.0, 1.8, 0.05, slack=0.3 * (10 / p.documents_for_min_al_drop) ** 0.5, num_documents=p.documents_for_min_al_drop
+    )
+    fewer = gate_power(
+        2.0,
+        1.8,
+        0.05,
+        slack=0.3 * (10 / (p.documents_for_min_al_drop - 1)) ** 0.5,
+        num_documents=p.documents_for_min_al_drop - 1,
+    )
     assert more.p_detect_min_al >= 0.8 > fewer.p_detect_min_al
 
 
@@ -120,8 +131,12 @@ def test_the_stated_power_holds_on_simulated_runs(n):
 
 
 def _counts(docs: list[tuple[float, float]]) -> dict:
-    return {"num_cycles": sum(c for c, _ in docs), "num_accepted_drafts": sum(a for _, a in docs),
-            "accepted_per_position": [], "max_draft_len": 3}  # fmt: skip
+    return {
+        "num_cycles": sum(c for c, _ in docs),
+        "num_accepted_drafts": sum(a for _, a in docs),
+        "accepted_per_position": [],
+        "max_draft_len": 3,
+    }
 
 
 def _lowered(docs: list[tuple[int, int]], drop: float) -> list[tuple[float, float]]:

@@ -20,9 +20,18 @@ def _collect_engines():
 
 
 def _samples(docs: list[tuple[int, int, list[int]]]) -> list[dict]:
-    return [{"task": "gsm8k", "doc_id": d, "prompt_hash": f"p{d}", "output_token_ids": [1], "acceptance_length":
-             1 + a / c, "acceptance": {"num_cycles": c, "num_accepted_drafts": a, "accepted_per_position": p},
-             "correct[flexible-extract]": False} for d, (c, a, p) in enumerate(docs)]  # fmt: skip
+    return [
+        {
+            "task": "gsm8k",
+            "doc_id": d,
+            "prompt_hash": f"p{d}",
+            "output_token_ids": [1],
+            "acceptance_length": 1 + a / c,
+            "acceptance": {"num_cycles": c, "num_accepted_drafts": a, "accepted_per_position": p},
+            "correct[flexible-extract]": False,
+        }
+        for d, (c, a, p) in enumerate(docs)
+    ]
 
 
 def _docs(seed: int, n: int, factor: float = 1.0) -> list[tuple[int, int, list[int]]]:

@@ -124,8 +124,12 @@ def test_cli_defaults_are_the_plans():
     params = inspect.signature(bench_cli.bench).parameters
     plan = BenchPlan()
     assert params["batch_sizes"].default == ",".join(map(str, plan.batch_sizes))
-    for cli_name, field in (("num_prompts", "num_prompts"), ("batch1_prompts", "batch1_prompts"),
-                            ("max_new_tokens", "max_new_tokens"), ("rounds", "rounds")):  # fmt: skip
+    for cli_name, field in (
+        ("num_prompts", "num_prompts"),
+        ("batch1_prompts", "batch1_prompts"),
+        ("max_new_tokens", "max_new_tokens"),
+        ("rounds", "rounds"),
+    ):
         assert params[cli_name].default == getattr(plan, field), cli_name
 
 

@@ -25,8 +25,7 @@ def test_limits_record_the_thread_count_and_take_the_best_of_two():
     assert a.bandwidth_gbs == max(a.read_gbs, a.copy_gbs)
     b = HardwareLimits("cpu", a.threads, a.gemm_gflops * 2, 64, a.read_gbs / 2, a.copy_gbs * 3, 4, 2)
     best = a.best(b)
-    assert (best.gemm_gflops, best.read_gbs, best.copy_gbs, best.repeats) == (b.gemm_gflops, a.read_gbs,
-                                                                             b.copy_gbs, 4)  # fmt: skip
+    assert (best.gemm_gflops, best.read_gbs, best.copy_gbs, best.repeats) == (b.gemm_gflops, a.read_gbs, b.copy_gbs, 4)
     assert set(best.to_dict()) >= {"gemm_gflops", "bandwidth_gbs", "threads"} and "GFLOP/s" in best.describe()
 
 

@@ -37,7 +37,11 @@ def test_roofline_fractions():
     assert r.decode_gbs == pytest.approx(roofline.decode_bytes(SMOLLM2, 4, 10, 20, 150.0) / 0.5 / 1e9)
     assert r.decode_of_bandwidth == pytest.approx(r.decode_gbs / 10.0)  # the faster probe, read here
     assert roof.rates([10], 0.0, 0, 0, 10.0, 0.0).to_dict() == {
-        "prefill_gflops": 0.0, "prefill_of_peak": 0.0, "decode_gbs": 0.0, "decode_of_bandwidth": 0.0}  # fmt: skip
+        "prefill_gflops": 0.0,
+        "prefill_of_peak": 0.0,
+        "decode_gbs": 0.0,
+        "decode_of_bandwidth": 0.0,
+    }
 
 
 def fake(outputs, elapsed, decode_s, accepted=0, cycles=0) -> Measurement:
@@ -60,7 +64,9 @@ def test_row_reports_medians_spreads_identity_and_instability():
     assert row["ours_vs_hf"] == 2.0 and row["spreads"]["ours_vs_hf"]["low"] == 1.0
     assert row["spec_vs_plain"] == 2.0 and row["spreads"]["spec_vs_plain"]["stable"]
     assert [line.split(" ranged")[0] for line in row["unstable"]] == [
-        "UNSTABLE: batch 2 ours_vs_hf", "UNSTABLE: batch 2 ours_vs_hf_decode"]  # fmt: skip
+        "UNSTABLE: batch 2 ours_vs_hf",
+        "UNSTABLE: batch 2 ours_vs_hf_decode",
+    ]
     assert row["acceptance_length"] == 1.75  # 1 + 9 accepted / 12 cycles over the rounds
     assert row["ours_identical_to_hf"] == "1/2" and row["spec_identical_to_plain"] == "2/2"
     assert row["rounds_identical"] and row["outputs_sha256"]["ours"] == row["outputs_sha256"]["spec"]

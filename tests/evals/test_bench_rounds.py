@@ -34,8 +34,11 @@ class FakeMachine:
 def test_sides_run_interleaved_round_after_round():
     m = FakeMachine([1.0] * 9)
     seen = []
-    results = interleave({"a": m.side("a", 1), "b": m.side("b", 2), "c": m.side("c", 3)}, 3,
-                         before=lambda r, name: seen.append((r, name)))  # fmt: skip
+    results = interleave(
+        {"a": m.side("a", 1), "b": m.side("b", 2), "c": m.side("c", 3)},
+        3,
+        before=lambda r, name: seen.append((r, name)),
+    )
     expected = [(r, n) for r in range(3) for n in "abc"]
     assert m.order == expected and seen == expected
     assert results == {"a": [1.0] * 3, "b": [2.0] * 3, "c": [3.0] * 3}

@@ -58,8 +58,11 @@ def test_sides_interleave_each_into_a_fresh_folder(monkeypatch, tmp_path):
     fake.install(monkeypatch)
     plan = vb.VerdictBenchPlan(task="gsm8k_smoke", docs=3, rounds=2, work_dir=str(tmp_path))
     report = vb.run_verdict_bench(SPEC, plan)
-    per_round = [{"spec": False, "baseline": "separate"}, {"spec": True, "baseline": "separate"},
-                 {"spec": True, "baseline": "paired"}]  # fmt: skip
+    per_round = [
+        {"spec": False, "baseline": "separate"},
+        {"spec": True, "baseline": "separate"},
+        {"spec": True, "baseline": "paired"},
+    ]
     assert [{k: v for k, v in c.items() if k != "out"} for c in fake.calls] == per_round * 2
     assert len({c["out"] for c in fake.calls}) == len(fake.calls) and list(tmp_path.iterdir()) == []  # removed
     names = ["plain", "spec+separate", "spec+paired"]
@@ -88,8 +91,10 @@ def test_the_report_says_which_gate_failed_and_why(capsys):
 
     passing_run, failing_run = RunSummary.from_json(passing), RunSummary.from_json(failing)
     assert vb.failed_gates(failing_run) == vb.failed_gates(failing)
-    runs = {vb.PLAIN: [vb.SideRun(1.0, passing_run)] * 2,
-            vb.PAIRED: [vb.SideRun(1.2, failing_run), vb.SideRun(1.3, failing_run)]}  # fmt: skip
+    runs = {
+        vb.PLAIN: [vb.SideRun(1.0, passing_run)] * 2,
+        vb.PAIRED: [vb.SideRun(1.2, failing_run), vb.SideRun(1.3, failing_run)],
+    }
     runs[vb.PLAIN][0].clocks.append(vb.PhaseClock())
     fake_stats(runs[vb.PLAIN][0].clocks[0])
     from specdec_eval.evals.bench import roofline
@@ -123,8 +128,9 @@ def test_bad_plans_are_user_errors():
 
 @pytest.mark.slow
 def test_verdict_bench_on_the_tiny_model(tmp_path):
-    plan = vb.VerdictBenchPlan(task="gsm8k_smoke", docs=2, max_output_len=8, rounds=2, work_dir=str(tmp_path),
-                               gemm_size=64, bandwidth_mib=4)  # fmt: skip
+    plan = vb.VerdictBenchPlan(
+        task="gsm8k_smoke", docs=2, max_output_len=8, rounds=2, work_dir=str(tmp_path), gemm_size=64, bandwidth_mib=4
+    )
     report = vb.run_verdict_bench(from_options(model="tiny", spec="eagle3", draft_len=2, device_memory="256MiB"), plan)
     assert all(len(s["wall_s"]["per_round"]) == 2 and s["wall_s"]["low"] > 0 for s in report["sides"].values())
     assert report["sides"]["spec+separate"]["lossless"] == ["PASS", "PASS"]  # its baseline ran, in its own folder

@@ -38,9 +38,11 @@ def _no_env_and_no_hub(monkeypatch):
 
 ROWS = {
     "train": [{"question": "Tom has 2 pens and buys 3. How many?", "answer": "2+3=<<2+3=5>>5\n#### 5"}],
-    "test": [{"question": "A box has 4 cups; 2 boxes?", "answer": "4*2=<<4*2=8>>8\n#### 8"},
-             {"question": "Ann has 10 and gives 7. Left?", "answer": "10-7=<<10-7=3>>3\n#### 3"}],
-}  # fmt: skip
+    "test": [
+        {"question": "A box has 4 cups; 2 boxes?", "answer": "4*2=<<4*2=8>>8\n#### 8"},
+        {"question": "Ann has 10 and gives 7. Left?", "answer": "10-7=<<10-7=3>>3\n#### 3"},
+    ],
+}
 
 
 def write_gsm8k(folder: Path, fmt: str, name: str = "{split}") -> dict[str, str]:

@@ -21,8 +21,11 @@ TEST_ID = "accuracy/test_specdec.py::Testtiny::test_eagle3[v1_kv_cache-one_model
 
 
 def _runs(out: Path) -> list[tuple[dict, dict]]:
-    return [(json.loads((d / "manifest.json").read_text()), json.loads((d / "summary.json").read_text()))
-            for d in sorted(out.iterdir()) if (d / "summary.json").exists()]  # fmt: skip
+    return [
+        (json.loads((d / "manifest.json").read_text()), json.loads((d / "summary.json").read_text()))
+        for d in sorted(out.iterdir())
+        if (d / "summary.json").exists()
+    ]
 
 
 def _spec_run(out: Path) -> tuple[dict, dict]:
@@ -35,10 +38,28 @@ def test_a_collapsed_drafter_fails_the_acceptance_gate_in_the_first_batch(capsys
     refs = tmp_path / "al.yaml"
     refs.write_text(f"{TEST_ID}:\n  ref_al: 2.0\n  min_al: 1.9\n  max_draft_len: 3\n")
     code, out, err = run_cli(
-        capsys, "run", "--tasks", "gsm8k", "--limit", "24", "--early-stop", "--early-stop-batch", "8",
-        "--max-output-len", "40", "--spec", "eagle3", "--draft-model", "random", "--no-reference",
-        "--acceptance-refs", str(refs), "--out", str(tmp_path / "runs"), *TINY,
-    )  # fmt: skip
+        capsys,
+        "run",
+        "--tasks",
+        "gsm8k",
+        "--limit",
+        "24",
+        "--early-stop",
+        "--early-stop-batch",
+        "8",
+        "--max-output-len",
+        "40",
+        "--spec",
+        "eagle3",
+        "--draft-model",
+        "random",
+        "--no-reference",
+        "--acceptance-refs",
+        str(refs),
+        "--out",
+        str(tmp_path / "runs"),
+        *TINY,
+    )
     assert code == 1, err
     _, summary = _spec_run(tmp_path / "runs")
     task = summary["tasks"]["gsm8k"]
@@ -52,10 +73,26 @@ def test_a_collapsed_drafter_fails_the_acceptance_gate_in_the_first_batch(capsys
 @needs_shared_data
 def test_a_lossy_spec_step_fails_the_lossless_gate_at_its_first_divergence(capsys, tmp_path):
     code, out, err = run_cli(
-        capsys, "run", "--tasks", "gsm8k", "--limit", "24", "--early-stop", "--early-stop-batch", "4",
-        "--max-output-len", "24", "--spec", "eagle3", "--inject", "emit_rejected_draft", "--no-reference",
-        "--out", str(tmp_path / "runs"), *TINY,
-    )  # fmt: skip
+        capsys,
+        "run",
+        "--tasks",
+        "gsm8k",
+        "--limit",
+        "24",
+        "--early-stop",
+        "--early-stop-batch",
+        "4",
+        "--max-output-len",
+        "24",
+        "--spec",
+        "eagle3",
+        "--inject",
+        "emit_rejected_draft",
+        "--no-reference",
+        "--out",
+        str(tmp_path / "runs"),
+        *TINY,
+    )
     assert code == 1, err
     manifest, summary = _spec_run(tmp_path / "runs")
     task = summary["tasks"]["gsm8k"]
@@ -76,16 +113,32 @@ def test_a_hopeless_score_fails_the_accuracy_gate_at_an_early_look(capsys, tmp_p
 
     folder = tmp_path / "refs"
     folder.mkdir()
-    (folder / "gsm8k.yaml").write_text(textwrap.dedent("""\
+    (folder / "gsm8k.yaml").write_text(
+        textwrap.dedent("""\
         X:
           - accuracy: 60.0
             command: test fixture
-        """))  # fmt: skip
+        """)
+    )
     monkeypatch.setattr(runner, "lookup", functools.partial(references.lookup, reference_dir=folder))
     code, out, err = run_cli(
-        capsys, "run", "--tasks", "gsm8k", "--limit", "40", "--early-stop", "--early-stop-batch", "8",
-        "--max-output-len", "8", "--model-key", "X", "--out", str(tmp_path / "runs"), *TINY,
-    )  # fmt: skip
+        capsys,
+        "run",
+        "--tasks",
+        "gsm8k",
+        "--limit",
+        "40",
+        "--early-stop",
+        "--early-stop-batch",
+        "8",
+        "--max-output-len",
+        "8",
+        "--model-key",
+        "X",
+        "--out",
+        str(tmp_path / "runs"),
+        *TINY,
+    )
     assert code == 1, err
     ((_, summary),) = _runs(tmp_path / "runs")
     task = summary["tasks"]["gsm8k"]
@@ -96,8 +149,19 @@ def test_a_hopeless_score_fails_the_accuracy_gate_at_an_early_look(capsys, tmp_p
 
 @needs_shared_data
 def test_random_subset_is_seeded_and_noted(capsys, tmp_path):
-    args = ("run", "--tasks", "gsm8k", "--limit", "4", "--sample", "random", "--max-output-len", "4",
-            "--no-reference", *TINY)  # fmt: skip
+    args = (
+        "run",
+        "--tasks",
+        "gsm8k",
+        "--limit",
+        "4",
+        "--sample",
+        "random",
+        "--max-output-len",
+        "4",
+        "--no-reference",
+        *TINY,
+    )
     code, _, err = run_cli(capsys, *args, "--out", str(tmp_path / "a"))
     assert code == 0, err
     code, _, err = run_cli(capsys, *args, "--out", str(tmp_path / "b"), "--eval-seed", "1")
@@ -136,12 +200,24 @@ def test_a_sampled_tasks_tripwire_reads_the_reference_of_its_own_decoding():
     (which does not apply to it: no early verdict from it at all)."""
     sampled = f"{TEST_ID}::sampled[temperature=0.7,top_k=20,top_p=0.9,rejection]"
     refs = {TEST_ID: {"ref_al": 2.0, "min_al": 1.9}, sampled: {"ref_al": 2.0, "min_al": 1.9, "temperature": 0.7}}
-    collapsed = {"num_cycles": 40, "num_draft_tokens": 120, "num_accepted_drafts": 0, "accepted_per_position": [0] * 3,
-                 "max_draft_len": 3}  # fmt: skip
+    collapsed = {
+        "num_cycles": 40,
+        "num_draft_tokens": 120,
+        "num_accepted_drafts": 0,
+        "accepted_per_position": [0] * 3,
+        "max_draft_len": 3,
+    }
 
     def stopped(reference_ids):
-        stop = EarlyStop(lambda task, n: None, 8, TEST_ID, refs, max_draft_len=3, temperatures={"gsm8k": 0.7},
-                         reference_ids=reference_ids)  # fmt: skip
+        stop = EarlyStop(
+            lambda task, n: None,
+            8,
+            TEST_ID,
+            refs,
+            max_draft_len=3,
+            temperatures={"gsm8k": 0.7},
+            reference_ids=reference_ids,
+        )
         stop.start("gsm8k", 24)
         for position in range(8):
             stop.observe("gsm8k", position, 0.0, collapsed, None, position)

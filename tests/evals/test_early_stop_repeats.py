@@ -106,15 +106,26 @@ def test_progress_records_carry_the_repeat(tmp_path):
     stop.observe("gsm8k", 0, 0.0, None, None, "d0", 0)
     stop.after_batch("gsm8k")
     lines = [json.loads(line) for line in (tmp_path / "side.stop.progress.jsonl").read_text().splitlines()]
-    assert lines == [{"task": "gsm8k", "position": 0, "repeat": 0, "repeats": 2, "score": 0.0, "of": 5},
-                     {"task": "gsm8k", "position": 0, "repeat": 1, "repeats": 2, "score": 100.0, "of": 5,
-                      "acceptance": [12, 7]}]  # fmt: skip
+    assert lines == [
+        {"task": "gsm8k", "position": 0, "repeat": 0, "repeats": 2, "score": 0.0, "of": 5},
+        {"task": "gsm8k", "position": 0, "repeat": 1, "repeats": 2, "score": 100.0, "of": 5, "acceptance": [12, 7]},
+    ]
 
 
 def test_recorded_baseline_tokens_are_looked_up_by_document_and_repeat():
-    base = SampleRecord(task="gsm8k", doc_id=3, doc_hash=None, prompt_hash=None, target="", output="",
-                        output_hash=None, num_output_tokens=2, output_token_ids=[1, 2], extracted={},
-                        correct={})  # fmt: skip
+    base = SampleRecord(
+        task="gsm8k",
+        doc_id=3,
+        doc_hash=None,
+        prompt_hash=None,
+        target="",
+        output="",
+        output_hash=None,
+        num_output_tokens=2,
+        output_token_ids=[1, 2],
+        extracted={},
+        correct={},
+    )
     lookup = tokens_by_sample([base, replace(base, repeat=1, output_token_ids=[1, 9])], {"gsm8k_lm": "gsm8k"})
     assert lookup("gsm8k_lm", 3, 0) == [1, 2] and lookup("gsm8k_lm", 3, 1) == [1, 9]
     assert lookup("gsm8k_lm", 3, 2) is None and lookup("gsm8k_lm", 4, 0) is None
@@ -158,8 +169,12 @@ def test_the_adapter_schedules_whole_documents_and_pairs_samples_by_repeat(monke
         return run_tokens[doc_id] + ([0] if (doc_id, repeat) == (third, 1) else [])
 
     stopper = EarlyStop(lambda task, n: None, batch=2, exact=True)
-    session = LMSession(tasks={"t": None}, plans={"t": plan}, sample_seed_base=0,
-                        sequential=SequentialStop(stopper, {"t": None}, baseline))  # fmt: skip
+    session = LMSession(
+        tasks={"t": None},
+        plans={"t": plan},
+        sample_seed_base=0,
+        sequential=SequentialStop(stopper, {"t": None}, baseline),
+    )
     outputs = SpecDecLM(engine, session).outputs_for(requests)
     first_two = [f"q{d}" for d in plan.order[:2] for _ in range(2)]
     assert engine.batches[0] == first_two and len(engine.batches) == 2 and len(engine.batches[1]) == 4
@@ -184,7 +199,8 @@ def test_early_stop_with_repeats_end_to_end(capsys, tmp_path, monkeypatch):
 
     folder = tmp_path / "refs"
     folder.mkdir()
-    (folder / "gsm8k.yaml").write_text(textwrap.dedent("""\
+    (folder / "gsm8k.yaml").write_text(
+        textwrap.dedent("""\
         X:
           - accuracy: 60.0
             temperature: 1.0
@@ -193,14 +209,36 @@ def test_early_stop_with_repeats_end_to_end(capsys, tmp_path, monkeypatch):
             spec_dec_algo: Eagle3
             temperature: 1.0
             command: test fixture
-        """))  # fmt: skip
+        """)
+    )
     monkeypatch.setattr(runner, "lookup", functools.partial(references.lookup, reference_dir=folder))
     out = tmp_path / "runs"
     code, printed, err = run_cli(
-        capsys, "run", "--tasks", "gsm8k", "--limit", "12", "--early-stop", "--early-stop-batch", "2",
-        "--gen-kwargs", "temperature=1.0", "--repeats", "2", "--max-output-len", "8", "--spec", "eagle3",
-        "--baseline", "separate", "--model-key", "X", "--out", str(out), *TINY,
-    )  # fmt: skip
+        capsys,
+        "run",
+        "--tasks",
+        "gsm8k",
+        "--limit",
+        "12",
+        "--early-stop",
+        "--early-stop-batch",
+        "2",
+        "--gen-kwargs",
+        "temperature=1.0",
+        "--repeats",
+        "2",
+        "--max-output-len",
+        "8",
+        "--spec",
+        "eagle3",
+        "--baseline",
+        "separate",
+        "--model-key",
+        "X",
+        "--out",
+        str(out),
+        *TINY,
+    )
     assert code == 1, err
     (run,) = [r for r in store.list_runs(out) if r.manifest()["config"]["engine"]["spec"] is not None]
     task = json.loads((run.path / "summary.json").read_text())["tasks"]["gsm8k"]

@@ -21,8 +21,14 @@ def _collect_engines():
 
 def test_parse_types_each_key_and_keeps_the_order():
     kw = GenKwargs.parse("temperature=1.0, top_p=0.95,top_k=40,seed=7,max_gen_toks=512,do_sample=true,")
-    assert kw.items == (("temperature", 1.0), ("top_p", 0.95), ("top_k", 40), ("seed", 7), ("max_gen_toks", 512),
-                        ("do_sample", True))  # fmt: skip
+    assert kw.items == (
+        ("temperature", 1.0),
+        ("top_p", 0.95),
+        ("top_k", 40),
+        ("seed", 7),
+        ("max_gen_toks", 512),
+        ("do_sample", True),
+    )
     assert str(kw) == "temperature=1.0,top_p=0.95,top_k=40,seed=7,max_gen_toks=512,do_sample=true"
     assert GenKwargs.parse(str(kw)) == kw  # round trip
     assert not GenKwargs.parse("") and not GenKwargs.parse(None) and not GenKwargs.parse(" , ")
@@ -30,8 +36,13 @@ def test_parse_types_each_key_and_keeps_the_order():
 
 def test_parse_reads_what_lm_eval_reads():
     """Same keys and values as lm-eval's own parser for every well-formed string (ours only types more strictly)."""
-    for text in ("temperature=1.0,top_p=1.0", "temperature=0.6,top_p=0.95,top_k=20", "max_gen_toks=32768",
-                 "do_sample=True,temperature=0.7", "seed=3,temperature=2"):  # fmt: skip
+    for text in (
+        "temperature=1.0,top_p=1.0",
+        "temperature=0.6,top_p=0.95,top_k=20",
+        "max_gen_toks=32768",
+        "do_sample=True,temperature=0.7",
+        "seed=3,temperature=2",
+    ):
         ours, theirs = GenKwargs.parse(text).as_dict(), simple_parse_args_string(text)
         assert ours == {k: v for k, v in theirs.items()}, text
 
@@ -113,9 +124,11 @@ def test_do_sample_false_alone_decodes_greedily():
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("do_sample=false,temperature=0.8", "do_sample=false decodes greedily"),
-     ("do_sample=true", "do_sample=true needs a temperature > 0")],
-)  # fmt: skip
+    [
+        ("do_sample=false,temperature=0.8", "do_sample=false decodes greedily"),
+        ("do_sample=true", "do_sample=true needs a temperature > 0"),
+    ],
+)
 def test_contradictions_are_refused(text, expected):
     with pytest.raises(UserError, match=expected):
         GenKwargs.parse(text).apply(GSM8K_YAML)

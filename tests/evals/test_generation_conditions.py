@@ -26,19 +26,36 @@ def _collect_engines():
 def test_task_defaults():
     c = task_conditions(TASKS["gpqa_diamond_aa"])
     assert (c.task_variant, c.num_fewshot, c.greedy, c.max_output_len, c.repeats) == (
-        "gpqa_diamond_cot_zeroshot_aa", 0, True, 512, 1)  # fmt: skip
+        "gpqa_diamond_cot_zeroshot_aa",
+        0,
+        True,
+        512,
+        1,
+    )
     assert c.identity() == {}  # the task's defaults add nothing to a run key
     assert task_conditions(TASKS["gsm8k"]).describe() == "greedy; no chat template; 5-shot; gsm8k; up to 256 tokens"
 
 
 def test_the_seeds_configuration():
-    c = task_conditions(TASKS["gpqa_diamond_aa"], gen_kwargs=GenKwargs.parse("temperature=1.0,top_p=1.0"),
-                        apply_chat_template=True, chat_template_kwargs=MEDIUM, repeats=2)  # fmt: skip
+    c = task_conditions(
+        TASKS["gpqa_diamond_aa"],
+        gen_kwargs=GenKwargs.parse("temperature=1.0,top_p=1.0"),
+        apply_chat_template=True,
+        chat_template_kwargs=MEDIUM,
+        repeats=2,
+    )
     assert (c.temperature, c.top_p, c.repeats, c.chat_template_kwargs) == (1.0, 1.0, 2, MEDIUM)
-    assert c.describe() == ('sampled at T=1; chat template with {"reasoning_effort":"medium"}; 0-shot; '
-                            "gpqa_diamond_cot_zeroshot_aa; up to 512 tokens; 2 samples per question")  # fmt: skip
-    assert c.identity() == {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "repeats": 2,
-                            "chat_template_kwargs": {"reasoning_effort": "medium"}}  # fmt: skip
+    assert c.describe() == (
+        'sampled at T=1; chat template with {"reasoning_effort":"medium"}; 0-shot; '
+        "gpqa_diamond_cot_zeroshot_aa; up to 512 tokens; 2 samples per question"
+    )
+    assert c.identity() == {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "repeats": 2,
+        "chat_template_kwargs": {"reasoning_effort": "medium"},
+    }
     assert dict(c.generation_kwargs) == {"until": ["</s>"], "do_sample": True, "temperature": 1.0, "top_p": 1.0}
     assert GenerationConditions.from_dict(c.to_dict()) == c
 
@@ -76,8 +93,13 @@ def test_bad_combinations_are_one_line_errors():
 def test_sample_seeds_depend_on_exactly_seed_task_document_and_repeat():
     base = sample_seed(0, "gsm8k", 17, 0)
     assert base == sample_seed(0, "gsm8k", 17, 0) and 0 <= base < 2**63
-    others = [sample_seed(1, "gsm8k", 17, 0), sample_seed(0, "gpqa_diamond", 17, 0), sample_seed(0, "gsm8k", 18, 0),
-              sample_seed(0, "gsm8k", 17, 1), sample_seed(0, "gsm8k", 1, 70)]  # fmt: skip
+    others = [
+        sample_seed(1, "gsm8k", 17, 0),
+        sample_seed(0, "gpqa_diamond", 17, 0),
+        sample_seed(0, "gsm8k", 18, 0),
+        sample_seed(0, "gsm8k", 17, 1),
+        sample_seed(0, "gsm8k", 1, 70),
+    ]
     assert base not in others and len(set(others)) == len(others)
     seeds = {sample_seed(0, "gsm8k", d, r) for d in range(200) for r in range(8)}
     assert len(seeds) == 1600
@@ -96,8 +118,12 @@ def _yaml_kwargs(tmp_path, name: str, **kwargs) -> dict:
 
 def test_task_yamls_state_the_applied_kwargs(tmp_path):
     written = _yaml_kwargs(tmp_path / "a", "gsm8k_smoke", gen_kwargs=GenKwargs.parse("temperature=0.6,top_p=0.95"))
-    assert written["generation_kwargs"] == {"until": ["Question:", "</s>", "<|im_end|>"], "do_sample": True,
-                                            "temperature": 0.6, "top_p": 0.95}  # fmt: skip
+    assert written["generation_kwargs"] == {
+        "until": ["Question:", "</s>", "<|im_end|>"],
+        "do_sample": True,
+        "temperature": 0.6,
+        "top_p": 0.95,
+    }
     assert "repeats" not in written
     again = _yaml_kwargs(tmp_path / "b", "gpqa_diamond_aa_smoke", repeats=3)
     assert again["generation_kwargs"] == {"until": ["</s>"], "do_sample": False, "temperature": 0.0}

@@ -148,9 +148,19 @@ def test_clean(text, expected):
 
 @pytest.mark.parametrize(
     "text",
-    [None, "", "  padded  ", "Intro [title] Rest", "a    b", "x [NeV] y", "ends [title]", "A [title]  B  [title] C",
-     " \u00a0nbsp\u00a0 ", "line1\n\nline2 "],
-)  # fmt: skip
+    [
+        None,
+        "",
+        "  padded  ",
+        "Intro [title] Rest",
+        "a    b",
+        "x [NeV] y",
+        "ends [title]",
+        "A [title]  B  [title] C",
+        " \u00a0nbsp\u00a0 ",
+        "line1\n\nline2 ",
+    ],
+)
 def test_clean_equals_lm_eval_preprocess(text):
     from lm_eval.tasks.gpqa.cot_zeroshot.utils import preprocess
 
@@ -411,4 +421,9 @@ def test_gpqa_records_keep_only_the_letter_of_an_extraction():
     from specdec_eval.evals.tasks.gpqa import gpqa_letter
 
     assert [gpqa_letter(x) for x in ["(D) some quoted choice", "(C", "B.", "[invalid]", "because of text"]] == [
-        "(D)", "(C)", "(B)", "[invalid]", "[other]"]  # fmt: skip
+        "(D)",
+        "(C)",
+        "(B)",
+        "[invalid]",
+        "[other]",
+    ]

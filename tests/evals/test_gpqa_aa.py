@@ -55,9 +55,20 @@ def test_prompt_regex_and_generation_are_tensorrt_llms():
 
 
 OUTPUTS = [
-    "Reasoning...\nAnswer: B", "answer:c", "Answer :\tD and more", "ANSWER: a", "Answer: E", "The answer is (B)",
-    "Answer: B\nAnswer: C", "Final Answer: D", "Answer:  B", "Answer - B", "", "Answer: (B)", "Answer: b)",
-]  # fmt: skip
+    "Reasoning...\nAnswer: B",
+    "answer:c",
+    "Answer :\tD and more",
+    "ANSWER: a",
+    "Answer: E",
+    "The answer is (B)",
+    "Answer: B\nAnswer: C",
+    "Final Answer: D",
+    "Answer:  B",
+    "Answer - B",
+    "",
+    "Answer: (B)",
+    "Answer: b)",
+]
 
 
 @pytest.mark.parametrize("target", ["A", "B", "C", "D"])
@@ -128,8 +139,10 @@ def test_on_the_real_zip_every_target_indexes_the_correct_answer(tmp_path):
     rows = gpqa.read_rows("gpqa-zip", str(REAL_ZIP), None)
     by_id = {r["Record ID"]: r for r in rows}
     num_docs = len(docs)
-    shown = sum(f"\n{task.doc_to_target(d)}) {by_id[d['Record ID']]['Correct Answer'].strip()}" in task.doc_to_text(d)
-                for d in docs)  # fmt: skip
+    shown = sum(
+        f"\n{task.doc_to_target(d)}) {by_id[d['Record ID']]['Correct Answer'].strip()}" in task.doc_to_text(d)
+        for d in docs
+    )
     starts = sum(task.doc_to_text(d).startswith(THEIR_PROMPT.split("{{")[0]) for d in docs)
     raw_question = sum(by_id[d["Record ID"]]["Question"] in task.doc_to_text(d) for d in docs)
     lm_eval_variant = docs_of(build(tmp_path, source, 0, "gpqa_diamond"))

@@ -214,8 +214,11 @@ def test_per_sample_cross_check_uses_each_documents_own_target():
     answers = {0: ("She pays 12 dollars.\n#### 12\n", "12"), 1: ("So 7 + 3 = 10.\n#### 10\n", "10")}
     outputs = OutputRecord()
     for d, (text, _) in answers.items():
-        outputs.add(spec.lm_eval_name, d, SimpleNamespace(text=text, token_ids=[1, 2], finish_reason="stop",
-                                                          error=None, stats={}, logprobs=None))  # fmt: skip
+        outputs.add(
+            spec.lm_eval_name,
+            d,
+            SimpleNamespace(text=text, token_ids=[1, 2], finish_reason="stop", error=None, stats={}, logprobs=None),
+        )
     entries = [
         {"doc_id": d, "filter": f, "target": gold, "filtered_resps": [gold], "exact_match": 1.0}
         for f in gsm8k.FILTERS

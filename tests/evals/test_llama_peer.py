@@ -17,11 +17,34 @@ from ..llama_server import PEER_DRAFT_LEN, llama_pair  # noqa: F401 - the sessio
 def test_llama_cpp_prompt_lookup_is_judged_against_its_plain_twin(llama_pair, tmp_path, capsys):  # noqa: F811
     spec, plain = llama_pair
     code, stdout, err = run_cli(
-        capsys, "run", "--endpoint", spec.url, "--baseline-endpoint", plain.url, "--spec", "ngram",
-        "--draft-len", str(PEER_DRAFT_LEN), "--model", "smollm2", "--tasks", "gsm8k_smoke", "--limit", "2",
-        "--num-fewshot", "0", "--max-output-len", "12", "--no-reference", "--concurrency", "1",
-        "--out", str(tmp_path / "runs"), "--fresh", "--json",
-    )  # fmt: skip
+        capsys,
+        "run",
+        "--endpoint",
+        spec.url,
+        "--baseline-endpoint",
+        plain.url,
+        "--spec",
+        "ngram",
+        "--draft-len",
+        str(PEER_DRAFT_LEN),
+        "--model",
+        "smollm2",
+        "--tasks",
+        "gsm8k_smoke",
+        "--limit",
+        "2",
+        "--num-fewshot",
+        "0",
+        "--max-output-len",
+        "12",
+        "--no-reference",
+        "--concurrency",
+        "1",
+        "--out",
+        str(tmp_path / "runs"),
+        "--fresh",
+        "--json",
+    )
     assert code in (0, 1), err  # 1: the lossless gate failed on a divergence, which is a finding, not an error
     summary = json.loads(stdout)
     assert summary["spec"] == "ngram"  # the method declared truthfully: prompt lookup, as llama.cpp drafts

@@ -26,12 +26,26 @@ def _recorded(root, engine=None, options=OPTIONS, finished=True, **summary) -> s
     identity = identity_of(engine or EngineConfig(model="tiny"), "float32")
     run = store.new_run(root, "abc123")
     with run:
-        run.write_manifest({"run_id": run.run_id, "config": run_config(identity, options), "finished": time.time(),
-                            "engine": {"kind": "local", "model": "tiny", "resolved_dtype": "float32"}})  # fmt: skip
+        run.write_manifest(
+            {
+                "run_id": run.run_id,
+                "config": run_config(identity, options),
+                "finished": time.time(),
+                "engine": {"kind": "local", "model": "tiny", "resolved_dtype": "float32"},
+            }
+        )
         if finished:
             task = {"num_samples": 4, "verdict": "REPORT", "num_failed_requests": 0}
-            run.write_summary({"verdict": "PASS", "tasks": {"gsm8k_smoke": task}, "events": {}, "spec": None,
-                               "failing_events": 0, **summary})  # fmt: skip
+            run.write_summary(
+                {
+                    "verdict": "PASS",
+                    "tasks": {"gsm8k_smoke": task},
+                    "events": {},
+                    "spec": None,
+                    "failing_events": 0,
+                    **summary,
+                }
+            )
     return run
 
 
@@ -66,10 +80,30 @@ def test_a_clean_plain_run_of_the_same_evaluation_is_accepted(tmp_path):
 
 def test_run_refuses_a_speculative_faulted_failed_baseline_in_one_line_before_running(capsys, tmp_path):
     """The issue's case: a speculative, fault-injected, FAILed run was accepted ("lossless PASS 3/3")."""
-    bad = _recorded(tmp_path, EngineConfig(model="tiny", spec=SpecConfig(), inject=("emit_rejected_draft",)),
-                    spec="eagle3", verdict="FAIL")  # fmt: skip
-    code, out, err = run_cli(capsys, "run", "--model", "tiny", "--tasks", "gsm8k_smoke", "--limit", "4",
-                             "--max-output-len", "24", "--no-reference", "--spec", "eagle3", "--out", str(tmp_path),
-                             "--baseline", bad.run_id)  # fmt: skip
+    bad = _recorded(
+        tmp_path,
+        EngineConfig(model="tiny", spec=SpecConfig(), inject=("emit_rejected_draft",)),
+        spec="eagle3",
+        verdict="FAIL",
+    )
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        "--model",
+        "tiny",
+        "--tasks",
+        "gsm8k_smoke",
+        "--limit",
+        "4",
+        "--max-output-len",
+        "24",
+        "--no-reference",
+        "--spec",
+        "eagle3",
+        "--out",
+        str(tmp_path),
+        "--baseline",
+        bad.run_id,
+    )
     assert code == 2 and out == "" and "is speculative" in err and len(err.strip().splitlines()) == 1
     assert len(store.list_runs(tmp_path)) == 1  # nothing ran

@@ -49,8 +49,18 @@ def test_made_outside_float32_unless_asked():
 
 def _served(**config) -> EngineIdentity:
     base = {"endpoint": "http://127.0.0.1:8000", "served_model": "m", "server_version": "0.1", "spec": None}
-    return EngineIdentity(kind="endpoint", model="m", spec=None, max_draft_len=0, kv_cache=None, dtype="bfloat16",
-                          resolved_dtype=None, tp_size=1, world_size=1, config={**base, **config})  # fmt: skip
+    return EngineIdentity(
+        kind="endpoint",
+        model="m",
+        spec=None,
+        max_draft_len=0,
+        kv_cache=None,
+        dtype="bfloat16",
+        resolved_dtype=None,
+        tp_size=1,
+        world_size=1,
+        config={**base, **config},
+    )
 
 
 def test_a_server_s_control_is_keyed_by_its_command_or_measured_again():

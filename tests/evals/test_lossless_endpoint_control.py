@@ -15,10 +15,34 @@ from ..serve_helpers import serving, tiny_engine
 
 def _run(capsys, spec_url: str, plain_url: str, out: str):
     return run_cli(
-        capsys, "run", "--endpoint", spec_url, "--baseline-endpoint", plain_url, "--spec", "eagle3", "--draft-len",
-        "3", "--model", "tiny", "--tasks", "gsm8k_smoke", "--limit", "4", "--num-fewshot", "0", "--max-output-len",
-        "16", "--no-reference", "--concurrency", "4", "--control", "--out", out, "--json",
-    )  # fmt: skip
+        capsys,
+        "run",
+        "--endpoint",
+        spec_url,
+        "--baseline-endpoint",
+        plain_url,
+        "--spec",
+        "eagle3",
+        "--draft-len",
+        "3",
+        "--model",
+        "tiny",
+        "--tasks",
+        "gsm8k_smoke",
+        "--limit",
+        "4",
+        "--num-fewshot",
+        "0",
+        "--max-output-len",
+        "16",
+        "--no-reference",
+        "--concurrency",
+        "4",
+        "--control",
+        "--out",
+        out,
+        "--json",
+    )
 
 
 def test_an_endpoint_run_is_judged_against_its_control(tiny, tmp_path, capsys):

@@ -38,20 +38,54 @@ def _answers(tokenizer, mode: str):
                 if mode == "no-alternatives":
                     top = {token: -0.05}
             tops.append(top)
-        logprobs = {"tokens": [f"token_id:{t}" for t in ids], "token_logprobs": [-0.05] * len(ids),
-                    "top_logprobs": [{f"token_id:{t}": v for t, v in top.items()} for top in tops]}  # fmt: skip
-        choice = {"index": 0, "text": tokenizer.decode(ids), "finish_reason": "stop", "token_ids": ids,
-                  "logprobs": logprobs}  # fmt: skip
-        return 200, {"id": "c", "object": "text_completion", "model": "fake", "choices": [choice],
-                     "usage": {"prompt_tokens": 3, "completion_tokens": len(ids)}}  # fmt: skip
+        logprobs = {
+            "tokens": [f"token_id:{t}" for t in ids],
+            "token_logprobs": [-0.05] * len(ids),
+            "top_logprobs": [{f"token_id:{t}": v for t, v in top.items()} for top in tops],
+        }
+        choice = {
+            "index": 0,
+            "text": tokenizer.decode(ids),
+            "finish_reason": "stop",
+            "token_ids": ids,
+            "logprobs": logprobs,
+        }
+        return 200, {
+            "id": "c",
+            "object": "text_completion",
+            "model": "fake",
+            "choices": [choice],
+            "usage": {"prompt_tokens": 3, "completion_tokens": len(ids)},
+        }
 
     return answer
 
 
 def _run(capsys, spec_url: str, base_url: str | None, out: Path, *extra: str) -> tuple[int, dict | None, str]:
-    args = ["run", "--endpoint", spec_url, "--spec", "eagle3", "--draft-len", "3", "--model", "tiny", "--tasks",
-            "gsm8k_smoke", "--limit", "4", "--no-reference", "--max-output-len", "16", "--request-retries", "0",
-            "--out", str(out), "--json", *extra]  # fmt: skip
+    args = [
+        "run",
+        "--endpoint",
+        spec_url,
+        "--spec",
+        "eagle3",
+        "--draft-len",
+        "3",
+        "--model",
+        "tiny",
+        "--tasks",
+        "gsm8k_smoke",
+        "--limit",
+        "4",
+        "--no-reference",
+        "--max-output-len",
+        "16",
+        "--request-retries",
+        "0",
+        "--out",
+        str(out),
+        "--json",
+        *extra,
+    ]
     if base_url is not None:
         args += ["--baseline-endpoint", base_url]
     code, stdout, err = run_cli(capsys, *args)
@@ -122,9 +156,24 @@ def test_a_server_is_never_its_own_baseline(servers, tmp_path, capsys):
 
 def test_a_run_of_our_engine_is_no_baseline_of_a_server(servers, tmp_path, capsys):
     out = tmp_path / "runs"
-    code, stdout, _ = run_cli(capsys, "run", "--model", "tiny", "--device-memory", "256MiB", "--tasks",
-                              "gsm8k_smoke", "--limit", "2", "--no-reference", "--max-output-len", "16", "--out",
-                              str(out), "--json")  # fmt: skip
+    code, stdout, _ = run_cli(
+        capsys,
+        "run",
+        "--model",
+        "tiny",
+        "--device-memory",
+        "256MiB",
+        "--tasks",
+        "gsm8k_smoke",
+        "--limit",
+        "2",
+        "--no-reference",
+        "--max-output-len",
+        "16",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert code == 0
     local = json.loads(stdout[stdout.index("{") :])["run_id"]
     code, _, err = _run(capsys, servers["spec-far"], None, out, "--baseline", local)

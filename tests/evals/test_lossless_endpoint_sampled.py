@@ -16,10 +16,35 @@ from ..serve_helpers import serving, tiny_engine
 
 def _run(capsys, spec_url: str, plain_url: str, out: str):
     return run_cli(
-        capsys, "run", "--endpoint", spec_url, "--baseline-endpoint", plain_url, "--spec", "eagle3", "--draft-len",
-        "3", "--model", "tiny", "--tasks", "gsm8k_sampled", "--data-dir", str(SHARED_DATA), "--limit", "2",
-        "--num-fewshot", "0", "--max-output-len", "32", "--no-reference", "--concurrency", "2", "--out", out, "--json",
-    )  # fmt: skip
+        capsys,
+        "run",
+        "--endpoint",
+        spec_url,
+        "--baseline-endpoint",
+        plain_url,
+        "--spec",
+        "eagle3",
+        "--draft-len",
+        "3",
+        "--model",
+        "tiny",
+        "--tasks",
+        "gsm8k_sampled",
+        "--data-dir",
+        str(SHARED_DATA),
+        "--limit",
+        "2",
+        "--num-fewshot",
+        "0",
+        "--max-output-len",
+        "32",
+        "--no-reference",
+        "--concurrency",
+        "2",
+        "--out",
+        out,
+        "--json",
+    )
 
 
 @needs_shared_data

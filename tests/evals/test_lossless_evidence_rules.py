@@ -89,9 +89,9 @@ def test_failed_requests_are_set_apart_from_divergences():
 
 
 @pytest.mark.parametrize(
-    "x, shown", [(2e-05, "2e-05"), (0.0, "0"), (5.9521, "5.952"), (math.inf, "unknown"), (math.nan, "unknown"),
-                 (None, "unknown")],
-)  # fmt: skip
+    "x, shown",
+    [(2e-05, "2e-05"), (0.0, "0"), (5.9521, "5.952"), (math.inf, "unknown"), (math.nan, "unknown"), (None, "unknown")],
+)
 def test_nats_keep_their_significant_digits(x, shown):
     assert format_nats(x) == shown
 
@@ -103,7 +103,7 @@ def test_a_server_is_never_its_own_baseline():
     assert "reach the same server (http://127.0.0.1:8000)" in endpoint_pair_problem(
         "http://127.0.0.1:8000", "http://localhost:8000/v1/"
     )
-    assert endpoint_pair_problem("http://127.0.0.1:8000", "http://127.0.0.1:8001") is None  # fmt: skip
+    assert endpoint_pair_problem("http://127.0.0.1:8000", "http://127.0.0.1:8001") is None
 
 
 def _identity(kind: str, model: str) -> EngineIdentity:
@@ -117,16 +117,25 @@ def _manifest(kind: str, model: str, **engine_config) -> dict:
 @pytest.mark.parametrize(
     "manifest, identity, words",
     [
-        (_manifest("endpoint", "smollm2-q4"), _identity("local", "tiny"), "was decoded by a server (endpoint), this "
-                                                                           "run by our engine (local)"),
-        (_manifest("local", "tiny"), _identity("endpoint", "tiny"), "was decoded by our engine (local), this run by "
-                                                                     "a server (endpoint)"),
+        (
+            _manifest("endpoint", "smollm2-q4"),
+            _identity("local", "tiny"),
+            "was decoded by a server (endpoint), this run by our engine (local)",
+        ),
+        (
+            _manifest("local", "tiny"),
+            _identity("endpoint", "tiny"),
+            "was decoded by our engine (local), this run by a server (endpoint)",
+        ),
         (_manifest("endpoint", "m1"), _identity("endpoint", "m2"), "is of model 'm1', this run of 'm2'"),
-        (_manifest("local", "tiny", noise_control={"max_batch_size": 1}), _identity("local", "tiny"),
-         "is a noise-floor control (the plain side at {'max_batch_size': 1})"),
+        (
+            _manifest("local", "tiny", noise_control={"max_batch_size": 1}),
+            _identity("local", "tiny"),
+            "is a noise-floor control (the plain side at {'max_batch_size': 1})",
+        ),
     ],
     ids=["server-for-ours", "ours-for-a-server", "another-served-model", "the-control"],
-)  # fmt: skip
+)
 def test_a_recorded_baseline_of_another_engine_model_or_the_control_is_refused(manifest, identity, words):
     problem = recorded_baseline_problem("run R", manifest, identity)
     assert problem.startswith("run R ") and words in problem

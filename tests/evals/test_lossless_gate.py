@@ -34,8 +34,10 @@ def test_identical_outputs_pass_and_any_fp32_divergence_fails_naming_the_sample(
     spec = [_sample(0, [1, 2, 3]), _sample(1, [4, 9], False), _sample(2, [6, 7])]
     out = lossless_check(spec, base, "float32")["gsm8k"]
     assert out["verdict"] == "FAIL" and out["divergent"] == 2
-    assert out["divergences"] == [{"doc_id": 1, "position": 1, "spec": 0.0, "baseline": 1.0},
-                                  {"doc_id": 2, "position": 1, "spec": 0.0, "baseline": 0.0}]  # fmt: skip
+    assert out["divergences"] == [
+        {"doc_id": 1, "position": 1, "spec": 0.0, "baseline": 1.0},
+        {"doc_id": 2, "position": 1, "spec": 0.0, "baseline": 0.0},
+    ]
     assert out["divergent_accuracy_spec"] == 0.0 and out["divergent_accuracy_baseline"] == 50.0
     assert out["mcnemar_p"] == 1.0  # one discordant pair cannot be significant
 
@@ -71,14 +73,26 @@ def test_different_prompts_are_not_comparable():
 
 
 def _run(out: Path, *args: str) -> tuple[int, dict]:
-    p = subprocess.run(CLI + ["run", "--out", str(out), "--json", *args], capture_output=True, text=True,
-                       timeout=900)  # fmt: skip
+    p = subprocess.run(CLI + ["run", "--out", str(out), "--json", *args], capture_output=True, text=True, timeout=900)
     assert p.returncode in (0, 1), p.stderr[-2000:]
     return p.returncode, json.loads(p.stdout)
 
 
-TINY = ["--model", "tiny", "--tasks", "gsm8k_smoke", "--limit", "4", "--max-output-len", "24", "--no-reference",
-        "--device-memory", "256MiB", "--spec", "eagle3"]  # fmt: skip
+TINY = [
+    "--model",
+    "tiny",
+    "--tasks",
+    "gsm8k_smoke",
+    "--limit",
+    "4",
+    "--max-output-len",
+    "24",
+    "--no-reference",
+    "--device-memory",
+    "256MiB",
+    "--spec",
+    "eagle3",
+]
 
 
 def test_spec_run_gets_a_baseline_and_the_deliberate_bug_fails_only_the_lossless_gate(tmp_path):
@@ -100,8 +114,9 @@ def test_spec_run_gets_a_baseline_and_the_deliberate_bug_fails_only_the_lossless
 
 
 def test_floor_warning_for_the_embedded_model_and_not_for_llama():
-    smol = lookup("gsm8k", "HuggingFaceTB/SmolLM2-135M-Instruct", {"dtype": "auto", "num_fewshot": 5,
-                                                                    "max_output_len": 256})  # fmt: skip
+    smol = lookup(
+        "gsm8k", "HuggingFaceTB/SmolLM2-135M-Instruct", {"dtype": "auto", "num_fewshot": 5, "max_output_len": 256}
+    )
     test = smol.hypothesis_test(1319)
     assert not test.can_fail and "this gate cannot fail" in test.report(smol.accuracy)
     llama = lookup("gsm8k", "meta-llama/Llama-3.1-8B-Instruct", {"dtype": "auto"}).hypothesis_test(1319)
@@ -111,8 +126,22 @@ def test_floor_warning_for_the_embedded_model_and_not_for_llama():
 @pytest.mark.slow
 def test_embedded_default_gsm8k_subset_is_lossless_and_the_broken_variant_is_caught(tmp_path):
     # the reference's own settings (5 shots, 256 output tokens), so the accuracy gate is looked up for real
-    args = ["--model", "smollm2", "--tasks", "gsm8k", "--limit", "2", "--data-dir", DATA, "--spec", "eagle3",
-            "--max-batch-size", "8", "--device-memory", "1GiB"]  # fmt: skip
+    args = [
+        "--model",
+        "smollm2",
+        "--tasks",
+        "gsm8k",
+        "--limit",
+        "2",
+        "--data-dir",
+        DATA,
+        "--spec",
+        "eagle3",
+        "--max-batch-size",
+        "8",
+        "--device-memory",
+        "1GiB",
+    ]
     code, ok = _run(tmp_path, *args)
     task = ok["tasks"]["gsm8k"]
     assert task["lossless"]["verdict"] == "PASS" and task["lossless"]["identical_rate"] == 1.0

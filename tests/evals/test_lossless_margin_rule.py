@@ -32,9 +32,14 @@ def _record(logits: np.ndarray, token: int) -> list:
 
 
 def _sample(doc: int, rows: list[np.ndarray], tokens: list[int]) -> SampleRecord:
-    return SampleRecord("t", doc, prompt_hash=str(doc), output_token_ids=tokens,
-                        logprobs=[_record(r, t) for r, t in zip(rows, tokens, strict=True)],
-                        correct={"strict-match": False, "flexible-extract": False})  # fmt: skip
+    return SampleRecord(
+        "t",
+        doc,
+        prompt_hash=str(doc),
+        output_token_ids=tokens,
+        logprobs=[_record(r, t) for r, t in zip(rows, tokens, strict=True)],
+        correct={"strict-match": False, "flexible-extract": False},
+    )
 
 
 def _runs(rng: np.random.Generator, docs: int, length: int, vocab: int, sigma: float, bug_doc: int | None = None):
@@ -77,8 +82,7 @@ def test_false_fail_rate_on_numerics_only_divergences_is_within_its_bound():
 
 def test_a_planted_confident_divergence_fails_nearly_always():
     rng = np.random.default_rng(7)
-    fails = sum(_verdict(*_runs(rng, docs=32, length=16, vocab=12, sigma=0.02, bug_doc=5)) == "FAIL"
-                for _ in range(40))  # fmt: skip
+    fails = sum(_verdict(*_runs(rng, docs=32, length=16, vocab=12, sigma=0.02, bug_doc=5)) == "FAIL" for _ in range(40))
     assert fails >= 36
 
 
@@ -161,9 +165,14 @@ def test_an_audited_twin_that_differs_by_rounding_is_judged_by_the_noise_of_the_
     def audit(judged: float, path: dict | None, logprob: float = -0.5) -> dict:
         margins = {"judged": judged, "margin": judged, "baseline_logprob": logprob, "other_logprob": logprob}
         d = {"task": "t", "doc_id": 7, "position": 3, "margins": margins}
-        return {"first_divergence": d, "divergences": [d], "num_audited": 4, "planned": 4,
-                "audited": [{"task": "t", "doc_id": i} for i in (1, 7, 9, 12)],
-                **({"path_noise": path} if path else {})}  # fmt: skip
+        return {
+            "first_divergence": d,
+            "divergences": [d],
+            "num_audited": 4,
+            "planned": 4,
+            "audited": [{"task": "t", "doc_id": i} for i in (1, 7, 9, 12)],
+            **({"path_noise": path} if path else {}),
+        }
 
     floor = {"bound": 0.0}
     path = {"num_noise_samples": 64, "max_gap_move": 0.01}

@@ -21,8 +21,10 @@ PROMPTS = ["The quick brown fox", "Once upon a time there was", "1 + 1 =", "Pari
 def _samples(engine, logprobs=3) -> list[SampleRecord]:
     outs = engine.generate(PROMPTS, SamplingParams(max_new_tokens=12, logprobs=logprobs))
     flags = {"strict-match": False, "flexible-extract": False}
-    return [SampleRecord("t", i, prompt_hash=str(i), output_token_ids=o.token_ids, logprobs=o.logprobs, correct=flags)
-            for i, o in enumerate(outs)]  # fmt: skip
+    return [
+        SampleRecord("t", i, prompt_hash=str(i), output_token_ids=o.token_ids, logprobs=o.logprobs, correct=flags)
+        for i, o in enumerate(outs)
+    ]
 
 
 @pytest.fixture(scope="module")

@@ -143,8 +143,9 @@ def test_a_greedy_sampler_fails_and_a_token_outside_the_support_fails_outright()
     views = sampling_view(logits, drawn, T07)
     run = [SampledSample("d", drawn, T07, ScoredOutput([0.0] * 1024, [[] for _ in drawn], views))]
     result = judge_sampled(run, 300)
-    assert result.verdict == "FAIL" and result.numbers["violations"] == [{"doc_id": "d", "position": 7,
-                                                                         "token": outside}]  # fmt: skip
+    assert result.verdict == "FAIL" and result.numbers["violations"] == [
+        {"doc_id": "d", "position": 7, "token": outside}
+    ]
     assert "1 token(s) outside the sampling support (top-k / top-p), the first at doc d position 7" in result.reason
 
 

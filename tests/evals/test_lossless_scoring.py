@@ -31,9 +31,14 @@ class _FakeEngine:
 
     def score_outputs(self, requests):
         self.log.append(requests)
-        return [ScoredOutput([0.0] * len(r.output_token_ids), [[] for _ in r.output_token_ids],
-                             view_of_probs(self.truth[r.prompt_token_ids], list(r.output_token_ids)))
-                for r in requests]  # fmt: skip
+        return [
+            ScoredOutput(
+                [0.0] * len(r.output_token_ids),
+                [[] for _ in r.output_token_ids],
+                view_of_probs(self.truth[r.prompt_token_ids], list(r.output_token_ids)),
+            )
+            for r in requests
+        ]
 
     def close(self) -> None:
         self.log.append("closed")
@@ -49,8 +54,15 @@ def _run(greedy: bool, seed: int = 0) -> tuple[list[SampleRecord], Scorer, list]
         probs = target_probs(logits, PARAMS)
         drawn = probs.argmax(-1) if greedy else torch.multinomial(probs, 1, generator=rng).squeeze(-1)
         truth[(doc + 1,)] = probs
-        records.append(SampleRecord("gsm8k_sampled", doc, output_token_ids=drawn.tolist(), prompt_token_ids=[doc + 1],
-                                    sampling={"temperature": 0.7, "top_k": 50, "top_p": 0.95}))  # fmt: skip
+        records.append(
+            SampleRecord(
+                "gsm8k_sampled",
+                doc,
+                output_token_ids=drawn.tolist(),
+                prompt_token_ids=[doc + 1],
+                sampling={"temperature": 0.7, "top_k": 50, "top_p": 0.95},
+            )
+        )
     return records, Scorer(lambda: _FakeEngine(truth, log), "a fake engine"), log
 
 
@@ -95,8 +107,20 @@ def test_the_gate_picks_the_sampled_judge_for_a_sampled_task_only_and_needs_no_d
 
     records, scorer, _ = _run(greedy=False)
     greedy_record = SampleRecord("gsm8k", 0, output_token_ids=[1, 2])
-    case = LosslessCase("gsm8k_sampled", records, [], None, BaselineRef(None, "scored"), "scored", "float32", None,
-                        None, None, True, scorer)  # fmt: skip
+    case = LosslessCase(
+        "gsm8k_sampled",
+        records,
+        [],
+        None,
+        BaselineRef(None, "scored"),
+        "scored",
+        "float32",
+        None,
+        None,
+        None,
+        True,
+        scorer,
+    )
     assert verdict_kind(case) == "sampled"
     # our coupled sampler: judged both ways when a scorer is there, by identity alone without one
     assert verdict_kind(replace(case, in_distribution=False)) == "coupled"
@@ -104,10 +128,18 @@ def test_the_gate_picks_the_sampled_judge_for_a_sampled_task_only_and_needs_no_d
     assert verdict_kind(replace(case, task="gsm8k", samples=[greedy_record])) == "identity"
     identity = identity_of(replace(ENGINE, spec=SpecConfig(sampling="rejection")))
     options = EvalOptions(tasks=parse_tasks("gsm8k_sampled"))
-    gates, record = evaluate_lossless(["gsm8k_sampled"], records, identity, str(tmp_path), options, [],
-                                      BaselineRef(None, "scored", scorer=scorer))  # fmt: skip
+    gates, record = evaluate_lossless(
+        ["gsm8k_sampled"], records, identity, str(tmp_path), options, [], BaselineRef(None, "scored", scorer=scorer)
+    )
     assert gates["gsm8k_sampled"].verdict == Verdict.PASS and record["kind"] == "scored"
     # the same run with nothing to score with: NO-GATE, and a greedy task beside it still looks for its baseline
-    gates, _ = evaluate_lossless(["gsm8k", "gsm8k_sampled"], [greedy_record, *records], identity, str(tmp_path),
-                                 options, [], BaselineRef(None, "scored"))  # fmt: skip
+    gates, _ = evaluate_lossless(
+        ["gsm8k", "gsm8k_sampled"],
+        [greedy_record, *records],
+        identity,
+        str(tmp_path),
+        options,
+        [],
+        BaselineRef(None, "scored"),
+    )
     assert gates["gsm8k_sampled"].verdict == Verdict.NO_GATE and gates["gsm8k"].verdict == Verdict.NO_BASELINE

@@ -66,8 +66,20 @@ def test_the_command_prints_its_figures(bank, tmp_path, capsys):
     assert "false FAIL 0/2" in capsys.readouterr().out and (tmp_path / "null.json").exists()
     save_bank(bank, tmp_path / "bank.npz")
     only = ["--config", "T=0.7 top-k 20 top-p 0.9", "--classes", "rejection_greedy", "restart_stream"]
-    main(["power", "--bank", str(tmp_path / "bank.npz"), "--replicates", "1", "--vocab-size", "64", *only,
-          "--use-docs", "5"])  # fmt: skip
+    main(
+        [
+            "power",
+            "--bank",
+            str(tmp_path / "bank.npz"),
+            "--replicates",
+            "1",
+            "--vocab-size",
+            "64",
+            *only,
+            "--use-docs",
+            "5",
+        ]
+    )
     out = capsys.readouterr().out
     assert "rejection_greedy" in out and "restart_stream" in out and "FAIL 1/1" in out
     assert "T=1.0" not in out and "residual_keeps_draft" not in out and "median within-request p" in out

@@ -15,8 +15,19 @@ from specdec_eval.results.store import list_runs, open_run
 from ..cli_helpers import run_cli
 
 # Settings where both planted bugs below change the twins of the documents the seeded audit takes first.
-ARGS = ("run", "--model", "tiny", "--tasks", "gsm8k_smoke", "--no-reference", "--device-memory", "256MiB",
-        "--spec", "eagle3", "--json")  # fmt: skip
+ARGS = (
+    "run",
+    "--model",
+    "tiny",
+    "--tasks",
+    "gsm8k_smoke",
+    "--no-reference",
+    "--device-memory",
+    "256MiB",
+    "--spec",
+    "eagle3",
+    "--json",
+)
 SMALL = ("--limit", "4", "--max-output-len", "24")
 CAUGHT = ("--limit", "8", "--max-output-len", "32")
 

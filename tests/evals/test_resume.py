@@ -15,8 +15,20 @@ import pytest
 from specdec_eval.results.store import list_runs
 
 CLI = [sys.executable, "-m", "specdec_eval.cli.main", "run"]
-ARGS = ["--model", "tiny", "--tasks", "gsm8k_smoke", "--max-output-len", "64", "--no-reference", "--device-memory",
-        "256MiB", "--max-batch-size", "1", "--json"]  # fmt: skip
+ARGS = [
+    "--model",
+    "tiny",
+    "--tasks",
+    "gsm8k_smoke",
+    "--max-output-len",
+    "64",
+    "--no-reference",
+    "--device-memory",
+    "256MiB",
+    "--max-batch-size",
+    "1",
+    "--json",
+]
 
 
 def _finished_samples(root: Path) -> list[tuple]:

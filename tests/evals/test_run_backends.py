@@ -40,9 +40,19 @@ def picked(monkeypatch):
         seen.append((plan, backend))
         from specdec_eval.results.run_summary import RunSummary
 
-        return RunSummary.from_json({"verdict": "PASS", "tasks": {}, "events": {}, "failing_events": 0,
-                                     "elapsed_s": 0.0, "model": "tiny", "kv_cache": "v1", "spec": None,
-                                     "world_size": 1})  # fmt: skip
+        return RunSummary.from_json(
+            {
+                "verdict": "PASS",
+                "tasks": {},
+                "events": {},
+                "failing_events": 0,
+                "elapsed_s": 0.0,
+                "model": "tiny",
+                "kv_cache": "v1",
+                "spec": None,
+                "world_size": 1,
+            }
+        )
 
     monkeypatch.setattr(pipeline_run, "run", fake_run)
     return seen

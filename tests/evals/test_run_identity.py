@@ -42,8 +42,10 @@ def test_git_state_hashes_what_is_uncommitted(tmp_path):
 
 def test_a_dirty_tree_gets_another_run_key(monkeypatch):
     identity, options = identity_of(EngineConfig(model="tiny")), EvalOptions(parse_tasks("gsm8k_smoke"))
-    states = {"clean": {"commit": "c" * 40, "dirty": False, "diff_sha256": None},
-              "dirty": {"commit": "c" * 40, "dirty": True, "diff_sha256": "abc"}}  # fmt: skip
+    states = {
+        "clean": {"commit": "c" * 40, "dirty": False, "diff_sha256": None},
+        "dirty": {"commit": "c" * 40, "dirty": True, "diff_sha256": "abc"},
+    }
     keys = {}
     for name, state in states.items():
         monkeypatch.setattr(run_identity, "git_state", lambda state=state: state)
@@ -63,8 +65,10 @@ def test_planted_bugs_stay_in_the_baseline_key_and_environmental_faults_do_not(t
     clean = EngineConfig(model="tiny", spec=SpecConfig())
     mutated = EngineConfig(model="tiny", spec=SpecConfig(), inject=("spec_alters_target", "draft_step:1@2"))
     assert run_identity.baseline_config(mutated).inject == ("spec_alters_target",)
-    keys = {name: run_identity.run_key(identity_of(run_identity.baseline_config(c)), options)
-            for name, c in (("clean", clean), ("mutated", mutated))}  # fmt: skip
+    keys = {
+        name: run_identity.run_key(identity_of(run_identity.baseline_config(c)), options)
+        for name, c in (("clean", clean), ("mutated", mutated))
+    }
     assert keys["clean"] != keys["mutated"]
     assert keys["mutated"] == run_identity.run_key(run_identity.baseline_identity(identity_of(mutated)), options)
     planted = EngineConfig(model="tiny", spec=SpecConfig(), inject=("draft_kv_into_target",))

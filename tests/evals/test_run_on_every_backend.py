@@ -37,8 +37,9 @@ def test_a_torchrun_run_decodes_the_control_a_local_run_decodes(capsys, monkeypa
         return {"verdict": "PASS", "tasks": {}, "events": {}, "failing_events": 0, "run_dir": str(folder)}
 
     monkeypatch.setattr(job_module, "launch", fake_launch)
-    code, out, err = run_cli(capsys, *ARGS, "--out", str(tmp_path / "runs"), "--gpus", "2", "--dtype", "bfloat16",
-                             "--spec", "eagle3")  # fmt: skip
+    code, out, err = run_cli(
+        capsys, *ARGS, "--out", str(tmp_path / "runs"), "--gpus", "2", "--dtype", "bfloat16", "--spec", "eagle3"
+    )
     assert code == 0, err
     shapes = [(j.engine.spec is not None, j.engine.max_batch_size) for j in jobs]
     assert shapes == [(False, 1), (False, 64), (True, 64)]  # the control, the baseline, the run
@@ -52,10 +53,23 @@ def _speculative_run(root: Path) -> store.Run:
     run = store.new_run(root, "abc123")
     with run:
         config = {"engine": {"model": "tiny", "spec": {"algorithm": "eagle3"}}, "eval": {"tasks": ["gsm8k_smoke"]}}
-        run.write_manifest({"run_id": run.run_id, "config": config, "finished": time.time(),
-                            "engine": {"kind": "local", "model": "tiny", "resolved_dtype": "float32"}})  # fmt: skip
-        run.write_summary({"verdict": "PASS", "tasks": {"gsm8k_smoke": {"num_samples": 4, "verdict": "REPORT"}},
-                           "events": {}, "spec": "eagle3", "failing_events": 0})  # fmt: skip
+        run.write_manifest(
+            {
+                "run_id": run.run_id,
+                "config": config,
+                "finished": time.time(),
+                "engine": {"kind": "local", "model": "tiny", "resolved_dtype": "float32"},
+            }
+        )
+        run.write_summary(
+            {
+                "verdict": "PASS",
+                "tasks": {"gsm8k_smoke": {"num_samples": 4, "verdict": "REPORT"}},
+                "events": {},
+                "spec": "eagle3",
+                "failing_events": 0,
+            }
+        )
     return run
 
 
@@ -65,8 +79,20 @@ def test_an_endpoint_runs_named_baseline_is_checked_before_anything_is_asked_of_
     runs = tmp_path / "runs"
     named = _speculative_run(runs)
     before = sorted(p.name for p in runs.iterdir())
-    code, out, err = run_cli(capsys, *ARGS, "--out", str(runs), "--endpoint", "http://127.0.0.1:9", "--spec",
-                             "eagle3", "--draft-len", "3", "--baseline", named.run_id)  # fmt: skip
+    code, out, err = run_cli(
+        capsys,
+        *ARGS,
+        "--out",
+        str(runs),
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--spec",
+        "eagle3",
+        "--draft-len",
+        "3",
+        "--baseline",
+        named.run_id,
+    )
     assert code == 2
     assert f"--baseline: run {named.run_id} is speculative" in err and len(err.strip().splitlines()) == 1
     assert sorted(p.name for p in runs.iterdir()) == before  # no run folder made
@@ -76,9 +102,22 @@ def test_an_endpoint_run_refuses_two_baselines(capsys, tmp_path):
     """`--baseline RUN` with `--baseline-endpoint`: the endpoint path evaluated the server and silently dropped the
     named run; a local run never decodes a baseline when one is named."""
     named = _speculative_run(tmp_path / "runs")
-    code, out, err = run_cli(capsys, *ARGS, "--out", str(tmp_path / "runs"), "--endpoint", "http://127.0.0.1:9",
-                             "--baseline-endpoint", "http://127.0.0.1:8", "--spec", "eagle3", "--draft-len", "3",
-                             "--baseline", named.run_id)  # fmt: skip
+    code, out, err = run_cli(
+        capsys,
+        *ARGS,
+        "--out",
+        str(tmp_path / "runs"),
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--baseline-endpoint",
+        "http://127.0.0.1:8",
+        "--spec",
+        "eagle3",
+        "--draft-len",
+        "3",
+        "--baseline",
+        named.run_id,
+    )
     assert code == 2 and "both name the lossless gate's baseline" in err
 
 
@@ -86,8 +125,24 @@ def test_an_endpoint_run_refuses_two_baselines(capsys, tmp_path):
 def test_a_torchrun_run_in_bf16_is_judged_against_its_control_and_names_its_separate_baseline(capsys, tmp_path):
     """The same on real ranks (tiny, two CPU ranks over gloo): the lossless gate measured its noise floor on the
     control job, and names the baseline job this command ran as the separate plain run it is."""
-    code, out, err = run_cli(capsys, *ARGS, "--out", str(tmp_path), "--gpus", "2", "--dtype", "bfloat16", "--spec",
-                             "eagle3", "--limit", "2", "--num-fewshot", "0", "--max-output-len", "8")  # fmt: skip
+    code, out, err = run_cli(
+        capsys,
+        *ARGS,
+        "--out",
+        str(tmp_path),
+        "--gpus",
+        "2",
+        "--dtype",
+        "bfloat16",
+        "--spec",
+        "eagle3",
+        "--limit",
+        "2",
+        "--num-fewshot",
+        "0",
+        "--max-output-len",
+        "8",
+    )
     assert code == 0, err
     summary = json.loads(out)
     lossless = summary["tasks"]["gsm8k_smoke"]["lossless"]

@@ -74,8 +74,15 @@ def lookups(monkeypatch):
 
 
 def _abilities(**changes) -> Abilities:
-    base = dict(speculative=True, dtype="bfloat16", plain_side=True, pairs=True,
-                control_shape={"max_batch_size": 1}, reuses_baseline=True, scores=True)  # fmt: skip
+    base = dict(
+        speculative=True,
+        dtype="bfloat16",
+        plain_side=True,
+        pairs=True,
+        control_shape={"max_batch_size": 1},
+        reuses_baseline=True,
+        scores=True,
+    )
     return Abilities(**{**base, **changes})
 
 
@@ -127,15 +134,17 @@ def test_a_named_baseline_is_used_as_it_is_and_nothing_else_is_decoded_for_it(ru
 
 
 def test_without_a_plain_side_the_gate_looks_one_up_and_no_control_is_made(run_on):
-    calls = run_on(FakeBackend(_abilities(plain_side=False, pairs=False, control_shape=None,
-                                                 reuses_baseline=False)))  # fmt: skip
+    calls = run_on(FakeBackend(_abilities(plain_side=False, pairs=False, control_shape=None, reuses_baseline=False)))
     ((role, baseline),) = calls
     assert role == "run" and (baseline.kind, baseline.run, baseline.control) == ("recorded", None, None)
 
 
 def test_a_server_baseline_is_decoded_each_time_and_its_control_found_by_the_started_engine(run_on):
-    backend = FakeBackend(_abilities(pairs=False, reuses_baseline=False, control_shape={"concurrency": 1}),
-                          recorded={"control", "baseline"}, knows_identity=False)  # fmt: skip
+    backend = FakeBackend(
+        _abilities(pairs=False, reuses_baseline=False, control_shape={"concurrency": 1}),
+        recorded={"control", "baseline"},
+        knows_identity=False,
+    )
     calls = run_on(backend)
     # nothing is looked up before a server starts: the control side is asked for (evaluate_side finds a recorded
     # one on the started engine), and a server's baseline is evaluated again

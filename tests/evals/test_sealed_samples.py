@@ -84,8 +84,10 @@ def _leaks(values, tokenizer, snippets) -> int:
 def test_no_stored_field_of_a_gpqa_run_gives_question_text_back(tiny, tmp_path):
     _, tokenizer = tiny
     engine = FakeEngine(tokenizer)  # its every output is its own prompt: it quotes the GPQA question in full
-    plan = RunPlan(EvalOptions(parse_tasks("gpqa_diamond"), data_dir=str(ZIP.parents[1]), limit=3, no_reference=True),
-                   str(tmp_path / "runs"))  # fmt: skip
+    plan = RunPlan(
+        EvalOptions(parse_tasks("gpqa_diamond"), data_dir=str(ZIP.parents[1]), limit=3, no_reference=True),
+        str(tmp_path / "runs"),
+    )
     summary = run_evaluation(engine, plan)
     snippets = _question_snippets()
     run_dir = Path(summary.run_dir)
@@ -105,10 +107,15 @@ def test_sealed_values_round_trip_and_refuse_corruption():
 
 @pytest.mark.parametrize(
     "damage",
-    [b"\xff\xfe not utf-8\n", b'{"key": "k", "index": "x"}\n', b'{"key": "k", "text_z": "***", "token_ids": []}\n',
-     b'{"key": "k", "output": "sealed:v1:AAAA"}\n', b"[1, 2]\n"],
+    [
+        b"\xff\xfe not utf-8\n",
+        b'{"key": "k", "index": "x"}\n',
+        b'{"key": "k", "text_z": "***", "token_ids": []}\n',
+        b'{"key": "k", "output": "sealed:v1:AAAA"}\n',
+        b"[1, 2]\n",
+    ],
     ids=["utf8", "shape", "base64", "seal", "not-object"],
-)  # fmt: skip
+)
 def test_a_corrupt_partial_line_is_skipped_with_a_warning_and_recomputed(tmp_path, capsys, damage):
     params = SamplingParams(max_new_tokens=4)
     good = GenerationOutput(0, [1], [5, 6], "ok", "length")

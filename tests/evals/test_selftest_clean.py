@@ -42,10 +42,12 @@ def test_an_unknown_row_is_one_line_and_exit_2(capsys):
 
 
 CI_ROWS = (
-    "ours tiny: bfloat16, greedy, paired", "ours tiny: bfloat16, sampled, separate",
-    "ours smollm2: bfloat16, greedy, paired", "serve eagle3 (rejection) vs plain: sampled",
+    "ours tiny: bfloat16, greedy, paired",
+    "ours tiny: bfloat16, sampled, separate",
+    "ours smollm2: bfloat16, greedy, paired",
+    "serve eagle3 (rejection) vs plain: sampled",
     "llamacpp plain vs plain: sampled",
-)  # fmt: skip
+)
 
 
 @pytest.mark.slow
@@ -56,8 +58,21 @@ def test_no_unmutated_run_fails(tmp_path):
     reference), our server sampled, and llama.cpp's legacy shapes (when installed; CI has it)."""
     rows = [r for r in ROWS if r.name in CI_ROWS]
     assert len(rows) == len(CI_ROWS)
-    shared = ["--tasks", "gsm8k", "--limit", "2", "--sample", "random", "--no-reference", "--data-dir",
-              str(SHARED_DATA), "--max-output-len", "8", "--num-fewshot", "0"]  # fmt: skip
+    shared = [
+        "--tasks",
+        "gsm8k",
+        "--limit",
+        "2",
+        "--sample",
+        "random",
+        "--no-reference",
+        "--data-dir",
+        str(SHARED_DATA),
+        "--max-output-len",
+        "8",
+        "--num-fewshot",
+        "0",
+    ]
     report = run_clean(rows, shared, workdir=str(tmp_path))
     table = "\n".join(f"{r['row']}: {r['result']} {r.get('reason', '')}" for r in report["rows"])
     assert report["false_fails"] == 0 and report["errors"] == 0, table

@@ -31,8 +31,9 @@ from ..cli_helpers import run_cli
 
 # The default run, made small: 2 documents of a seeded random subset, 0 shots, 16 tokens (every class shows there).
 TINY = from_options(model="tiny", device="cpu", device_memory="256MiB", spec="eagle3", kv_cache="v2")
-OPTIONS = EvalOptions(tasks=[TASKS["gsm8k"]], data_dir=str(SHARED_DATA), limit=2, max_output_len=16, num_fewshot=0,
-                      no_reference=True)  # fmt: skip
+OPTIONS = EvalOptions(
+    tasks=[TASKS["gsm8k"]], data_dir=str(SHARED_DATA), limit=2, max_output_len=16, num_fewshot=0, no_reference=True
+)
 
 
 # The rejection sampler's classes are judged in distribution: their power is the simulation's (evals/lossless/
@@ -84,9 +85,14 @@ def test_a_class_that_is_not_really_planted_is_missed(tmp_path, monkeypatch):
 
 
 def _summary(lossless="PASS", acceptance=None, failing=0, stopped=None) -> dict:
-    task = {"verdict": "NO-GATE", "num_samples": 4, "lossless": {"verdict": lossless, "divergences": []},
-            "report": "", **({"acceptance_gate": {"verdict": acceptance, "reason": "AL 1.16"}} if acceptance else {}),
-            **({"stopped": stopped} if stopped else {})}  # fmt: skip
+    task = {
+        "verdict": "NO-GATE",
+        "num_samples": 4,
+        "lossless": {"verdict": lossless, "divergences": []},
+        "report": "",
+        **({"acceptance_gate": {"verdict": acceptance, "reason": "AL 1.16"}} if acceptance else {}),
+        **({"stopped": stopped} if stopped else {}),
+    }
     return {"tasks": {"gsm8k": task}, "events": {}, "failing_events": failing}
 
 
@@ -113,15 +119,22 @@ def test_the_quiet_class_is_caught_only_by_pairing_with_the_unmutated_run():
     assert cell["verdict"] == "FAIL" and cell["doc"] == 10 and cell["reason"].startswith("DROP")
     row = judge(bug, _summary(acceptance="PASS"), 30.0, [], cell)
     assert row["result"] == "caught" and row["cells"]["acceptance"]["verdict"] == "PASS"
-    assert judge(bug, _summary(acceptance="PASS"), 30.0, [], mutants.paired_cell(unmutated, unmutated, 1.0))[
-        "result"] == "MISSED"  # fmt: skip
+    assert (
+        judge(bug, _summary(acceptance="PASS"), 30.0, [], mutants.paired_cell(unmutated, unmutated, 1.0))["result"]
+        == "MISSED"
+    )
     assert mutants.paired_cell(None, dropped, 1.0) == {"verdict": "-"}
     assert judge(CLEAN, _summary(), 5.0, [])["cells"][mutants.PAIRED] == {"verdict": "-"}
 
 
 def _sample(doc: int, cycles: int, accepted: int) -> SampleRecord:
-    return SampleRecord("gsm8k", doc, prompt_hash=f"p{doc}", acceptance_length=1 + accepted / cycles,
-                        acceptance={"num_cycles": cycles, "num_accepted_drafts": accepted})  # fmt: skip
+    return SampleRecord(
+        "gsm8k",
+        doc,
+        prompt_hash=f"p{doc}",
+        acceptance_length=1 + accepted / cycles,
+        acceptance={"num_cycles": cycles, "num_accepted_drafts": accepted},
+    )
 
 
 def test_judge_names_the_first_divergent_document_in_the_evaluation_order():
@@ -135,7 +148,11 @@ def test_select_classes():
     assert [b.name for b in select_classes(None)][:2] == ["unmutated", "unmutated, sampled"]
     assert [b.name for b in select_classes(["accept_off_by_one"])] == ["unmutated", "accept_off_by_one"]
     assert [b.name for b in select_classes(["sample_key_shift,rewind_keeps_rejected"])] == [
-        "unmutated", "unmutated, sampled", "rewind_keeps_rejected", "sample_key_shift"]  # fmt: skip
+        "unmutated",
+        "unmutated, sampled",
+        "rewind_keeps_rejected",
+        "sample_key_shift",
+    ]
     with pytest.raises(UserError, match="unknown bug class nope"):
         select_classes(["nope"])
 
@@ -164,25 +181,86 @@ def test_a_greedy_rejection_sampler_is_caught_in_distribution_and_the_unmutated_
     assert "not draws from the target's sampling distribution" in caught["cells"]["lossless"]["reason"]
 
 
-REPORT = {"ok": False, "model": "tiny", "limit": 2, "gates": list(mutants.GATES), "rows": [
-    {"class": "unmutated", "what": "", "catcher": None, "result": "PASS", "elapsed_s": 4.0, "documents": 2, "of": 2,
-     "cells": {"accuracy": {"verdict": "-"}, "lossless": {"verdict": "PASS"}, "acceptance": {"verdict": "-"},
-               "paired_acceptance": {"verdict": "-"}, "events": {"verdict": "PASS"}}, "fired_in_steps": 0,
-     "never_fired": []},
-    {"class": "accept_off_by_one", "what": "", "catcher": "lossless", "result": "caught", "elapsed_s": 3.0,
-     "documents": 2, "of": 2, "cells": {"accuracy": {"verdict": "-"}, "lossless": {"verdict": "FAIL", "doc": 1,
-     "seconds": 3.0}, "acceptance": {"verdict": "-"}, "paired_acceptance": {"verdict": "-"},
-     "events": {"verdict": "PASS"}}, "fired_in_steps": 9, "never_fired": []},
-    {"class": "spec_alters_target", "what": "", "catcher": "lossless", "result": "MISSED", "elapsed_s": 3.0,
-     "documents": 2, "of": 2, "cells": {"accuracy": {"verdict": "-"}, "lossless": {"verdict": "PASS"},
-     "acceptance": {"verdict": "FAIL", "doc": 2, "seconds": 3.0}, "paired_acceptance": {"verdict": "-"},
-     "events": {"verdict": "PASS"}}, "fired_in_steps": 9, "never_fired": []},
-    {"class": "aux_layers_off_by_one", "what": "", "catcher": "paired_acceptance", "result": "caught",
-     "elapsed_s": 50.0, "documents": 10, "of": 10, "cells": {"accuracy": {"verdict": "-"},
-     "lossless": {"verdict": "PASS"}, "acceptance": {"verdict": "PASS", "power": "at 10 documents it detects 16%"},
-     "paired_acceptance": {"verdict": "FAIL", "doc": 10, "seconds": 50.0, "reason": "DROP: AL -4.9 %"},
-     "events": {"verdict": "PASS"}}, "fired_in_steps": 99, "never_fired": []},
-]}  # fmt: skip
+REPORT = {
+    "ok": False,
+    "model": "tiny",
+    "limit": 2,
+    "gates": list(mutants.GATES),
+    "rows": [
+        {
+            "class": "unmutated",
+            "what": "",
+            "catcher": None,
+            "result": "PASS",
+            "elapsed_s": 4.0,
+            "documents": 2,
+            "of": 2,
+            "cells": {
+                "accuracy": {"verdict": "-"},
+                "lossless": {"verdict": "PASS"},
+                "acceptance": {"verdict": "-"},
+                "paired_acceptance": {"verdict": "-"},
+                "events": {"verdict": "PASS"},
+            },
+            "fired_in_steps": 0,
+            "never_fired": [],
+        },
+        {
+            "class": "accept_off_by_one",
+            "what": "",
+            "catcher": "lossless",
+            "result": "caught",
+            "elapsed_s": 3.0,
+            "documents": 2,
+            "of": 2,
+            "cells": {
+                "accuracy": {"verdict": "-"},
+                "lossless": {"verdict": "FAIL", "doc": 1, "seconds": 3.0},
+                "acceptance": {"verdict": "-"},
+                "paired_acceptance": {"verdict": "-"},
+                "events": {"verdict": "PASS"},
+            },
+            "fired_in_steps": 9,
+            "never_fired": [],
+        },
+        {
+            "class": "spec_alters_target",
+            "what": "",
+            "catcher": "lossless",
+            "result": "MISSED",
+            "elapsed_s": 3.0,
+            "documents": 2,
+            "of": 2,
+            "cells": {
+                "accuracy": {"verdict": "-"},
+                "lossless": {"verdict": "PASS"},
+                "acceptance": {"verdict": "FAIL", "doc": 2, "seconds": 3.0},
+                "paired_acceptance": {"verdict": "-"},
+                "events": {"verdict": "PASS"},
+            },
+            "fired_in_steps": 9,
+            "never_fired": [],
+        },
+        {
+            "class": "aux_layers_off_by_one",
+            "what": "",
+            "catcher": "paired_acceptance",
+            "result": "caught",
+            "elapsed_s": 50.0,
+            "documents": 10,
+            "of": 10,
+            "cells": {
+                "accuracy": {"verdict": "-"},
+                "lossless": {"verdict": "PASS"},
+                "acceptance": {"verdict": "PASS", "power": "at 10 documents it detects 16%"},
+                "paired_acceptance": {"verdict": "FAIL", "doc": 10, "seconds": 50.0, "reason": "DROP: AL -4.9 %"},
+                "events": {"verdict": "PASS"},
+            },
+            "fired_in_steps": 99,
+            "never_fired": [],
+        },
+    ],
+}
 
 
 def test_cli_prints_the_matrix_and_exits_1_on_a_missed_class(capsys, monkeypatch):
@@ -193,13 +271,35 @@ def test_cli_prints_the_matrix_and_exits_1_on_a_missed_class(capsys, monkeypatch
         return REPORT
 
     monkeypatch.setattr(mutants, "run_matrix", fake)
-    code, out, _ = run_cli(capsys, "selftest", "--mutants", "--model", "tiny", "--limit", "2", "--data-dir",
-                           str(SHARED_DATA), "--only", "accept_off_by_one,spec_alters_target")  # fmt: skip
-    assert code == 1 and seen == {"model": "tiny", "limit": 2,
-                                  "classes": ["unmutated", "spec_alters_target", "accept_off_by_one"]}  # fmt: skip
+    code, out, _ = run_cli(
+        capsys,
+        "selftest",
+        "--mutants",
+        "--model",
+        "tiny",
+        "--limit",
+        "2",
+        "--data-dir",
+        str(SHARED_DATA),
+        "--only",
+        "accept_off_by_one,spec_alters_target",
+    )
+    assert code == 1 and seen == {
+        "model": "tiny",
+        "limit": 2,
+        "classes": ["unmutated", "spec_alters_target", "accept_off_by_one"],
+    }
     lines = out.splitlines()
-    assert lines[0].split() == ["bug", "class", "accuracy", "lossless", "acceptance", "paired_acceptance", "events",
-                                "result"]  # fmt: skip
+    assert lines[0].split() == [
+        "bug",
+        "class",
+        "accuracy",
+        "lossless",
+        "acceptance",
+        "paired_acceptance",
+        "events",
+        "result",
+    ]
     assert "caught at doc 1 after 3 s*" in lines[2] and "MISSED*" in lines[3] and "caught at doc 2" in lines[3]
     quiet = lines[4]  # missed by the single-run gate (stated), caught by pairing with the unmutated run
     assert (
@@ -209,14 +309,14 @@ def test_cli_prints_the_matrix_and_exits_1_on_a_missed_class(capsys, monkeypatch
     assert "aux_layers_off_by_one: the single-run acceptance gate at this n: at 10 documents it detects 16%" in out
     assert "paired with the unmutated run: DROP: AL -4.9 %" in out
     assert "selftest --mutants FAILED" in out and "not as expected: spec_alters_target" in out
-    code, out, _ = run_cli(capsys, "selftest", "--mutants", "--model", "tiny", "--data-dir", str(SHARED_DATA),
-                           "--json")  # fmt: skip
+    code, out, _ = run_cli(capsys, "selftest", "--mutants", "--model", "tiny", "--data-dir", str(SHARED_DATA), "--json")
     assert code == 1 and json.loads(out) == REPORT
 
 
 def test_cli_refuses_an_unknown_class_in_one_line(capsys):
-    code, _, err = run_cli(capsys, "selftest", "--mutants", "--model", "tiny", "--data-dir", str(SHARED_DATA),
-                           "--only", "nope")  # fmt: skip
+    code, _, err = run_cli(
+        capsys, "selftest", "--mutants", "--model", "tiny", "--data-dir", str(SHARED_DATA), "--only", "nope"
+    )
     assert code == 2 and "unknown bug class nope" in err and "Traceback" not in err
 
 

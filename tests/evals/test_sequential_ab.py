@@ -23,8 +23,19 @@ def _write_samples(side: SideProgress, documents: list[list[float]], task: str =
     with side.progress_file.open("a") as f:
         for position, scores in enumerate(documents):
             for repeat, score in enumerate(scores):
-                f.write(json.dumps({"task": task, "position": position, "repeat": repeat, "repeats": len(scores),
-                                    "score": score, "of": len(documents)}) + "\n")  # fmt: skip
+                f.write(
+                    json.dumps(
+                        {
+                            "task": task,
+                            "position": position,
+                            "repeat": repeat,
+                            "repeats": len(scores),
+                            "score": score,
+                            "of": len(documents),
+                        }
+                    )
+                    + "\n"
+                )
 
 
 def _docs(scores: dict[tuple[str, int], float]) -> dict[tuple[str, int], DocumentProgress]:
@@ -40,10 +51,18 @@ def test_discordant_pairs_follow_the_common_prefix_of_the_order():
 def test_documents_with_several_samples_are_compared_by_their_means():
     """--repeats 2: a document whose samples swap between the sides is no pair at all (sample by sample it would be
     two discordant pairs, one each way); a document counts once, by its mean."""
-    a = {("t", 0): DocumentProgress((100.0, 0.0)), ("t", 1): DocumentProgress((100.0, 100.0)),
-         ("t", 2): DocumentProgress((0.0, 0.0)), ("t", 3): DocumentProgress((100.0, 0.0))}  # fmt: skip
-    b = {("t", 0): DocumentProgress((0.0, 100.0)), ("t", 1): DocumentProgress((0.0, 100.0)),
-         ("t", 2): DocumentProgress((100.0, 100.0)), ("t", 3): DocumentProgress((100.0, 0.0))}  # fmt: skip
+    a = {
+        ("t", 0): DocumentProgress((100.0, 0.0)),
+        ("t", 1): DocumentProgress((100.0, 100.0)),
+        ("t", 2): DocumentProgress((0.0, 0.0)),
+        ("t", 3): DocumentProgress((100.0, 0.0)),
+    }
+    b = {
+        ("t", 0): DocumentProgress((0.0, 100.0)),
+        ("t", 1): DocumentProgress((0.0, 100.0)),
+        ("t", 2): DocumentProgress((100.0, 100.0)),
+        ("t", 3): DocumentProgress((100.0, 0.0)),
+    }
     assert discordant_in_order(a, b) == [False, True]
 
 
@@ -94,8 +113,9 @@ def test_sides_that_end_undecided_get_the_final_verdict(tmp_path):
 def test_ab_early_stop_end_to_end_on_one_commit(tmp_path):
     """Two sides of the same commit never disagree: the controller lets them finish and reports no difference."""
     repo = tmp_path / "repo"
-    subprocess.run(["git", "clone", "-q", str(__import__("pathlib").Path(__file__).resolve().parents[2]), str(repo)],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        ["git", "clone", "-q", str(__import__("pathlib").Path(__file__).resolve().parents[2]), str(repo)], check=True
+    )
     cmd = [
         sys.executable,
         "-m",
@@ -165,12 +185,42 @@ def _ab_on_one_commit_deciding_on_acceptance(tmp_path, *run_args: str) -> dict:
     """`ab HEAD HEAD --early-stop --decide-on acceptance --json` on a clone of this checkout (tiny, 8 smoke
     documents, batches of 2), `run_args` added to each side's run; its JSON result (the command must exit 0)."""
     repo = tmp_path / "repo"
-    subprocess.run(["git", "clone", "-q", str(__import__("pathlib").Path(__file__).resolve().parents[2]), str(repo)],
-                   check=True)  # fmt: skip
-    cmd = [sys.executable, "-m", "specdec_eval.cli.main", "ab", "HEAD", "HEAD", "--repo", str(repo), "--early-stop",
-           "--decide-on", "acceptance", "--early-stop-batch", "2", "--out", str(tmp_path / "runs"), "--json", "--",
-           "--model", "tiny", "--spec", "eagle3", "--tasks", "gsm8k_smoke", "--limit", "8", "--max-output-len", "8",
-           *run_args, "--no-reference", "--device-memory", "256MiB"]  # fmt: skip
+    subprocess.run(
+        ["git", "clone", "-q", str(__import__("pathlib").Path(__file__).resolve().parents[2]), str(repo)], check=True
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "specdec_eval.cli.main",
+        "ab",
+        "HEAD",
+        "HEAD",
+        "--repo",
+        str(repo),
+        "--early-stop",
+        "--decide-on",
+        "acceptance",
+        "--early-stop-batch",
+        "2",
+        "--out",
+        str(tmp_path / "runs"),
+        "--json",
+        "--",
+        "--model",
+        "tiny",
+        "--spec",
+        "eagle3",
+        "--tasks",
+        "gsm8k_smoke",
+        "--limit",
+        "8",
+        "--max-output-len",
+        "8",
+        *run_args,
+        "--no-reference",
+        "--device-memory",
+        "256MiB",
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-2000:]
     return json.loads(p.stdout)

@@ -154,8 +154,14 @@ def test_identical_sides_rule_out_a_drop_but_both_tests_must_decide_by_default(t
     sides["A"].stop_file.parent.mkdir()
     _write(sides["A"], rows)
     _write(sides["B"], rows)
-    record = watch(sides, PairedSequentialDesign(), lambda: True, poll_s=0, acceptance=AcceptanceMonitor(32),
-                   decide_on="acceptance")  # fmt: skip
+    record = watch(
+        sides,
+        PairedSequentialDesign(),
+        lambda: True,
+        poll_s=0,
+        acceptance=AcceptanceMonitor(32),
+        decide_on="acceptance",
+    )
     assert record["stopped_sides"] and record["acceptance"]["verdict"] == NO_DROP
 
 
@@ -202,5 +208,7 @@ def test_a_side_reports_each_samples_acceptance_counts_and_its_planned_documents
     stop.after_batch("gsm8k")
     lines = [json.loads(line) for line in (tmp_path / "side.stop.progress.jsonl").read_text().splitlines()]
     one = {"repeat": 0, "repeats": 1}
-    assert lines == [{"task": "gsm8k", "position": 0, **one, "score": 100.0, "of": 5, "acceptance": [12, 7]},
-                     {"task": "gsm8k", "position": 1, **one, "score": 0.0, "of": 5}]  # fmt: skip
+    assert lines == [
+        {"task": "gsm8k", "position": 0, **one, "score": 100.0, "of": 5, "acceptance": [12, 7]},
+        {"task": "gsm8k", "position": 1, **one, "score": 0.0, "of": 5},
+    ]

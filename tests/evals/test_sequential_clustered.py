@@ -43,8 +43,10 @@ def test_the_ab_on_document_means_keeps_alpha():
 
 
 def test_the_command_prints_its_table(capsys):
-    assert main(["--docs", "20", "--repeats", "2", "--batch", "5", "--sims", "200", "--ab-sims", "20", "--icc",
-                 "0.3"]) == 0  # fmt: skip
+    assert (
+        main(["--docs", "20", "--repeats", "2", "--batch", "5", "--sims", "200", "--ab-sims", "20", "--icc", "0.3"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "20 documents x 2 samples" in out and "as if indep." in out and len(out.splitlines()) == 7
     with pytest.raises(SystemExit):

@@ -40,31 +40,40 @@ def _run(capsys, tmp_path, *extra: str) -> tuple[int, str, str]:
     [
         ("raise RuntimeError('no data here')\n", "raised RuntimeError on import: no data here"),
         ("def broken(:\n", "has a syntax error at arith.py:1 (invalid syntax)"),
-        (ARITH_MODULE.replace("TASKS = (TaskSpec(\"arith\", FAMILY),)", "TASKS = 5"),
-         "TASKS must be a list or tuple of TaskSpecs, got a int"),
-        (ARITH_MODULE.replace("TASKS = (TaskSpec(\"arith\", FAMILY),)", "TASKS = ['arith']"),
-         "TASKS must be a list or tuple of TaskSpecs, got a list holding a str"),
-        (ARITH_MODULE.replace("    max_output_len = 6\n", "    max_output_len = 'six'\n"),
-         "FAMILY.max_output_len must be a positive integer"),
+        (
+            ARITH_MODULE.replace('TASKS = (TaskSpec("arith", FAMILY),)', "TASKS = 5"),
+            "TASKS must be a list or tuple of TaskSpecs, got a int",
+        ),
+        (
+            ARITH_MODULE.replace('TASKS = (TaskSpec("arith", FAMILY),)', "TASKS = ['arith']"),
+            "TASKS must be a list or tuple of TaskSpecs, got a list holding a str",
+        ),
+        (
+            ARITH_MODULE.replace("    max_output_len = 6\n", "    max_output_len = 'six'\n"),
+            "FAMILY.max_output_len must be a positive integer",
+        ),
     ],
     ids=["raises-at-import", "syntax-error", "tasks-an-int", "tasks-of-strings", "bad-setting"],
-)  # fmt: skip
+)
 def test_a_module_that_cannot_be_registered_is_one_line_for_every_command(capsys, tmp_path, monkeypatch, text, words):
     monkeypatch.setenv(ENV, str(_module(tmp_path, text)))
     line = _one_line(*_run(capsys, tmp_path)[::2])
     assert words in line and "task module" in line
     assert not (tmp_path / "runs").exists()
     registry._LOADED.clear()
-    code, _, err = run_cli(capsys, "run", "--tasks", "gsm8k_smoke", "--no-reference", *FAST, "--out",
-                           str(tmp_path / "runs"))  # fmt: skip
+    code, _, err = run_cli(
+        capsys, "run", "--tasks", "gsm8k_smoke", "--no-reference", *FAST, "--out", str(tmp_path / "runs")
+    )
     assert words in _one_line(code, err)  # any run: the registry loads every named module
 
 
 def _failing(method: str, statement: str) -> str:
     """ARITH_MODULE whose `method` runs `statement` first."""
-    signature = {"source": "def source(self, spec, data_dir):\n",
-                 "task_yaml": "def task_yaml(self, spec, source, stock, seed):\n",
-                 "live_correct": "def live_correct(self, output, doc):\n"}[method]  # fmt: skip
+    signature = {
+        "source": "def source(self, spec, data_dir):\n",
+        "task_yaml": "def task_yaml(self, spec, source, stock, seed):\n",
+        "live_correct": "def live_correct(self, output, doc):\n",
+    }[method]
     assert signature in ARITH_MODULE
     return ARITH_MODULE.replace(signature, f"{signature}        {statement}\n")
 

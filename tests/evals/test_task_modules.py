@@ -157,18 +157,32 @@ def test_a_new_task_is_one_module_plus_its_references(capsys, tmp_path, monkeypa
     task_dir.mkdir()
     (task_dir / "arith.py").write_text(ARITH_MODULE)
     (task_dir / "arith.jsonl").write_text("".join(json.dumps({"question": q, "answer": a}) + "\n" for q, a in PROBLEMS))
-    (task_dir / "arith.yaml").write_text(textwrap.dedent("""\
+    (task_dir / "arith.yaml").write_text(
+        textwrap.dedent("""\
         tiny-arith:
           - accuracy: 50.0
             source: written by the test (the plain baseline's entry)
           - accuracy: 50.0
             spec_dec_algo: Eagle3
             source: written by the test
-    """))  # fmt: skip
+    """)
+    )
     monkeypatch.setenv(registry.TASK_MODULES_ENV, str(task_dir / "arith.py"))
 
-    code, out, err = run_cli(capsys, "run", "--tasks", "arith", "--spec", "eagle3", "--model-key", "tiny-arith",
-                             "--json", *FAST, "--out", str(tmp_path / "runs"))  # fmt: skip
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        "--tasks",
+        "arith",
+        "--spec",
+        "eagle3",
+        "--model-key",
+        "tiny-arith",
+        "--json",
+        *FAST,
+        "--out",
+        str(tmp_path / "runs"),
+    )
     assert code == 0, err
     task = json.loads(out)["tasks"]["arith"]
     assert task["num_samples"] == 3 and task["num_failed_requests"] == 0

@@ -79,7 +79,10 @@ def test_the_matrix_table_is_the_plugins(plugin):
     assert set(vm.VLLM_CLASS_NAMES) == set(mutants.CLASSES) and vm.PLUGIN_ENV == mutants.ENV
     assert vm.VLLM_CLASSES[-1].name == "oom_first_spec_step"  # it kills the engine core: last
     assert [b.name for b in vm.select_vllm_classes(["drop_accepted,bonus_wrong_row"])] == [
-        "unmutated", "bonus_wrong_row", "drop_accepted"]  # fmt: skip
+        "unmutated",
+        "bonus_wrong_row",
+        "drop_accepted",
+    ]
     with pytest.raises(UserError, match="unknown vLLM bug class nope"):
         vm.select_vllm_classes(["nope"])
 
@@ -116,8 +119,13 @@ def test_every_class_planted_in_vllm_is_caught_and_vllm_untouched_passes(tmp_pat
 
     setup = _vllm_setup()
     config = from_options(model="smollm2", spec="eagle3", draft_len=3, dtype="float32")
-    options = EvalOptions(tasks=[TASKS["gsm8k"]], data_dir=str(SHARED_DATA), limit=MATRIX_DOCS,
-                          max_output_len=MATRIX_TOKENS, no_reference=True)  # fmt: skip
+    options = EvalOptions(
+        tasks=[TASKS["gsm8k"]],
+        data_dir=str(SHARED_DATA),
+        limit=MATRIX_DOCS,
+        max_output_len=MATRIX_TOKENS,
+        no_reference=True,
+    )
     report = vm.run_vllm_matrix(setup, config, options, vm.select_vllm_classes(None), workdir=str(tmp_path))
     with capsys.disabled():
         print()
@@ -141,8 +149,9 @@ def test_the_plugin_changes_vllms_own_rejection_sampler_only_when_a_class_is_liv
     then the target's token or the bonus), with each class what the class says."""
     setup = _vllm_setup()
     names = ["", "emit_rejected_draft", "bonus_wrong_row", "drop_accepted", "duplicate_accepted"]
-    probe = subprocess.run([setup.python, str(PLUGIN_DIR / "sampler_probe.py"), *names], capture_output=True,
-                           text=True, timeout=600)  # fmt: skip
+    probe = subprocess.run(
+        [setup.python, str(PLUGIN_DIR / "sampler_probe.py"), *names], capture_output=True, text=True, timeout=600
+    )
     assert probe.returncode == 0, probe.stderr[-3000:]
     found = json.loads(probe.stdout.strip().splitlines()[-1])
     assert found["planted"]

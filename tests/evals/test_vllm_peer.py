@@ -15,12 +15,29 @@ from specdec_eval.workers.remote.response_acceptance import VLLM_SOURCE
 from ..cli_helpers import run_cli
 from ..vllm_server import DRAFT_LEN, serve_command, vllm_servers  # noqa: F401 - the session's servers, a fixture
 
-RUN_ARGS = ("--model", "smollm2", "--tasks", "gsm8k_smoke", "--limit", "2", "--no-reference", "--concurrency", "1",
-            "--dtype", "float32", "--startup-timeout", "420", "--fresh", "--json")  # fmt: skip
+RUN_ARGS = (
+    "--model",
+    "smollm2",
+    "--tasks",
+    "gsm8k_smoke",
+    "--limit",
+    "2",
+    "--no-reference",
+    "--concurrency",
+    "1",
+    "--dtype",
+    "float32",
+    "--startup-timeout",
+    "420",
+    "--fresh",
+    "--json",
+)
 # n-gram drafts only where the text repeats itself: zero-shot answers of 16 tokens gave it nothing to propose (0 drafts
 # measured), solved examples in the prompt do.
-METHOD_ARGS = {"eagle3": ("--num-fewshot", "0", "--max-output-len", "16"),
-               "ngram": ("--num-fewshot", "3", "--max-output-len", "32")}  # fmt: skip
+METHOD_ARGS = {
+    "eagle3": ("--num-fewshot", "0", "--max-output-len", "16"),
+    "ngram": ("--num-fewshot", "3", "--max-output-len", "32"),
+}
 
 
 def judge(capsys, tmp_path, servers, method: str) -> tuple[int, dict, dict, str]:
@@ -28,10 +45,23 @@ def judge(capsys, tmp_path, servers, method: str) -> tuple[int, dict, dict, str]
     plain = servers.get("plain")
     spec = serve_command(method)
     code, stdout, err = run_cli(
-        capsys, "run", "--endpoint", spec.url, "--serve-cmd", str(spec), "--baseline-endpoint", plain.url,
-        "--spec", method, "--draft-len", str(DRAFT_LEN), "--out", str(tmp_path / "runs"), *RUN_ARGS,
+        capsys,
+        "run",
+        "--endpoint",
+        spec.url,
+        "--serve-cmd",
+        str(spec),
+        "--baseline-endpoint",
+        plain.url,
+        "--spec",
+        method,
+        "--draft-len",
+        str(DRAFT_LEN),
+        "--out",
+        str(tmp_path / "runs"),
+        *RUN_ARGS,
         *METHOD_ARGS[method],
-    )  # fmt: skip
+    )
     assert code in (0, 1), err
     summary = json.loads(stdout)
     manifest = json.loads((tmp_path / "runs" / summary["run_id"] / "manifest.json").read_text())

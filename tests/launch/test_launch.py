@@ -32,9 +32,28 @@ def test_default_tp_is_the_largest_divisor_of_world_and_heads():
 
 
 def test_dry_run_prints_the_torchrun_command_for_two_nodes_of_four():
-    args = ["run", "--gpus", "4", "--nnodes", "2", "--node-rank", "1", "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", "node0:29500", "--model", "tiny", "--tasks", "gsm8k", "--limit", "50", "--dry-run",
-            "--device", "cpu"]  # fmt: skip
+    args = [
+        "run",
+        "--gpus",
+        "4",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "node0:29500",
+        "--model",
+        "tiny",
+        "--tasks",
+        "gsm8k",
+        "--limit",
+        "50",
+        "--dry-run",
+        "--device",
+        "cpu",
+    ]
     p = subprocess.run(CLI + args, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
@@ -58,8 +77,12 @@ def test_explicit_cuda_without_cuda_is_one_clear_error():
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    p = subprocess.run(CLI + ["run", "--gpus", "2", "--device", "cuda", "--model", "tiny", "--dry-run"],
-                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    p = subprocess.run(
+        CLI + ["run", "--gpus", "2", "--device", "cuda", "--model", "tiny", "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [
         "specdec-eval: error: --device cuda, but this machine has no CUDA device (use --device cpu or auto)"
@@ -93,8 +116,9 @@ def _samples(out: Path) -> list[dict]:
 
 
 def _run(out: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    p = subprocess.run(CLI + ["run", "--out", str(out), "--fresh", *args], capture_output=True, text=True,
-                       timeout=timeout)  # fmt: skip
+    p = subprocess.run(
+        CLI + ["run", "--out", str(out), "--fresh", *args], capture_output=True, text=True, timeout=timeout
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     return p
 
@@ -102,12 +126,14 @@ def _run(out: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProce
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "extra, layout",
-    [(["--tasks", "gsm8k_smoke,gpqa_diamond_smoke"], "TP 2 x DP 2"),
-     # SmolLM2's layout at 4 ranks (TP 1 x DP 4, its 3 KV heads) is default_tp's unit test above; pure data
-     # parallelism over the real GSM8K files is shown here on the tiny model (4 SmolLM2 ranks cost ~2 min of CI)
-     # (one shot: five-shot prompts pass the tiny model's 2,048 byte-level tokens)
-     (["--tasks", "gsm8k", "--limit", "4", "--num-fewshot", "1", "--data-dir", DATA, "--tp", "1"], "TP 1 x DP 4")],
-)  # fmt: skip
+    [
+        (["--tasks", "gsm8k_smoke,gpqa_diamond_smoke"], "TP 2 x DP 2"),
+        # SmolLM2's layout at 4 ranks (TP 1 x DP 4, its 3 KV heads) is default_tp's unit test above; pure data
+        # parallelism over the real GSM8K files is shown here on the tiny model (4 SmolLM2 ranks cost ~2 min of CI)
+        # (one shot: five-shot prompts pass the tiny model's 2,048 byte-level tokens)
+        (["--tasks", "gsm8k", "--limit", "4", "--num-fewshot", "1", "--data-dir", DATA, "--tp", "1"], "TP 1 x DP 4"),
+    ],
+)
 def test_four_cpu_ranks_give_the_same_samples_as_one(tmp_path, extra, layout):
     common = ["--model", "tiny", "--no-reference", "--max-output-len", "24", "--device-memory", "256MiB", *extra]
     _run(tmp_path / "one", *common)
@@ -149,8 +175,22 @@ def _rank_of(pid: int) -> int | None:
 @pytest.mark.slow
 def test_a_rank_killed_mid_run_ends_the_job_naming_it(tmp_path):
     out = tmp_path / "runs"
-    args = ["run", "--gpus", "2", "--model", "tiny", "--tasks", "gsm8k_smoke", "--max-output-len", "4000",
-            "--no-reference", "--out", str(out), "--max-batch-size", "2"]  # fmt: skip
+    args = [
+        "run",
+        "--gpus",
+        "2",
+        "--model",
+        "tiny",
+        "--tasks",
+        "gsm8k_smoke",
+        "--max-output-len",
+        "4000",
+        "--no-reference",
+        "--out",
+        str(out),
+        "--max-batch-size",
+        "2",
+    ]
     proc = subprocess.Popen(CLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     victim = None
     deadline = time.time() + 240

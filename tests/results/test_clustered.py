@@ -92,8 +92,11 @@ def test_document_signs_and_groups():
     a = {0: [100.0, 0.0], 1: [0.0], 2: [100.0], 3: [50.0]}
     b = {0: [0.0, 0.0], 1: [100.0], 2: [100.0]}
     assert document_signs(a, b) == [-1, 1, 0]
-    samples = [SampleRecord("t", 3, 0, correct={"x": True}), SampleRecord("t", 3, 1, correct={"x": False}),
-               SampleRecord("t", 5, 0, correct={"x": False})]  # fmt: skip
+    samples = [
+        SampleRecord("t", 3, 0, correct={"x": True}),
+        SampleRecord("t", 3, 1, correct={"x": False}),
+        SampleRecord("t", 5, 0, correct={"x": False}),
+    ]
     assert groups_of(samples, "x") == {3: [100.0, 0.0], 5: [0.0]}
 
 

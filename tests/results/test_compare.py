@@ -16,13 +16,26 @@ N = 40
 def samples(correct: list[bool], tokens: list[list[int]], task: str = "gsm8k", prompt: str = "p") -> list[dict]:
     out = []
     for doc, (ok, ids) in enumerate(zip(correct, tokens, strict=True)):
-        out.append({
-            "task": task, "doc_id": doc, "doc_hash": f"d{doc}", "prompt_hash": f"{prompt}{doc}", "target": "18",
-            "output": "text", "output_hash": ",".join(map(str, ids)), "num_output_tokens": len(ids),
-            "output_token_ids": ids, "finish_reason": "stop", "error": None, "acceptance_length": 2.0,
-            "extracted[strict-match]": "18" if ok else "[invalid]", "correct[strict-match]": ok,
-            "extracted[flexible-extract]": "18" if ok else "7", "correct[flexible-extract]": ok,
-        })  # fmt: skip
+        out.append(
+            {
+                "task": task,
+                "doc_id": doc,
+                "doc_hash": f"d{doc}",
+                "prompt_hash": f"{prompt}{doc}",
+                "target": "18",
+                "output": "text",
+                "output_hash": ",".join(map(str, ids)),
+                "num_output_tokens": len(ids),
+                "output_token_ids": ids,
+                "finish_reason": "stop",
+                "error": None,
+                "acceptance_length": 2.0,
+                "extracted[strict-match]": "18" if ok else "[invalid]",
+                "correct[strict-match]": ok,
+                "extracted[flexible-extract]": "18" if ok else "7",
+                "correct[flexible-extract]": ok,
+            }
+        )
     return out
 
 
@@ -43,8 +56,9 @@ BASE_TOKENS = [[100 + d, 7, 8, 9, 10 + d] for d in range(N)]
 
 
 def pair(tmp_path, correct_b=BASE_CORRECT, tokens_b=BASE_TOKENS, **b_kwargs):
-    a = make_run(tmp_path, 1, samples=samples(BASE_CORRECT, BASE_TOKENS),
-                 tasks={"gsm8k": task_summary(BASE_CORRECT, 2.5)})  # fmt: skip
+    a = make_run(
+        tmp_path, 1, samples=samples(BASE_CORRECT, BASE_TOKENS), tasks={"gsm8k": task_summary(BASE_CORRECT, 2.5)}
+    )
     b_kwargs.setdefault("tasks", {"gsm8k": task_summary(correct_b, 2.5)})
     b = make_run(tmp_path, 2, samples=samples(correct_b, tokens_b), **b_kwargs)
     return a, b
@@ -98,14 +112,28 @@ def test_b_wrong_on_twelve_docs_is_a_regression(tmp_path):
 
 def test_config_and_environment_diff_list_changed_keys(tmp_path):
     config = {
-        "engine": {"model": "smollm2", "device": "cuda", "dtype": "auto", "tp_size": 1, "seed": 0,
-                   "kv_cache": {"version": "v1", "block_size": 16}, "spec": None},
+        "engine": {
+            "model": "smollm2",
+            "device": "cuda",
+            "dtype": "auto",
+            "tp_size": 1,
+            "seed": 0,
+            "kv_cache": {"version": "v1", "block_size": 16},
+            "spec": None,
+        },
         "eval": {"tasks": ["gsm8k"], "limit": 40, "num_fewshot": 5, "max_output_len": 256, "seed": 0},
-    }  # fmt: skip
+    }
     leak = {"ts": 1.0, "rank": 0, "type": "spec_state_leak", "fields": ["x"]}
     retry = {"ts": 2.0, "rank": 0, "type": "request_retried"}
-    a, b = pair(tmp_path, commit="b" * 40, dirty=True, gpus=["NVIDIA H100 80GB HBM3"], config=config,
-                versions={"python": "3.11.7", "torch": "2.7.0"}, events=[leak, retry, retry])  # fmt: skip
+    a, b = pair(
+        tmp_path,
+        commit="b" * 40,
+        dirty=True,
+        gpus=["NVIDIA H100 80GB HBM3"],
+        config=config,
+        versions={"python": "3.11.7", "torch": "2.7.0"},
+        events=[leak, retry, retry],
+    )
     result = compare_runs(a, b)
     config_keys = [r["key"] for r in result["config_diff"]]
     assert "engine.kv_cache.version" in config_keys and "eval.limit" in config_keys
@@ -131,8 +159,11 @@ def test_config_and_environment_diff_list_changed_keys(tmp_path):
 
 def test_flatten_and_diff():
     assert flatten({"a": {"b": 1, "c": {"d": [1, 2]}, "e": {}}, "f": None}) == {
-        "a.b": 1, "a.c.d": [1, 2], "a.e": {}, "f": None
-    }  # fmt: skip
+        "a.b": 1,
+        "a.c.d": [1, 2],
+        "a.e": {},
+        "f": None,
+    }
     assert diff_dicts({"x": 1, "y": 2}, {"x": 1, "z": 3}) == [
         {"key": "y", "a": 2, "b": None, "missing": "b"},
         {"key": "z", "a": None, "b": 3, "missing": "a"},

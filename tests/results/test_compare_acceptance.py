@@ -30,18 +30,33 @@ def _samples(counts: list[tuple[int, int] | None], lengths_only: bool = False) -
     out = []
     for d, c in enumerate(counts):
         acceptance = None if c is None or lengths_only else {"num_cycles": c[0], "num_accepted_drafts": c[1]}
-        out.append({"task": "gsm8k", "doc_id": d, "prompt_hash": f"p{d}", "output_token_ids": [1, 2, 3],
-                    "output_hash": "h", "acceptance_length": None if c is None else 1 + c[1] / c[0],
-                    "acceptance": acceptance, "correct[strict-match]": d % 2 == 0,
-                    "correct[flexible-extract]": d % 2 == 0})  # fmt: skip
+        out.append(
+            {
+                "task": "gsm8k",
+                "doc_id": d,
+                "prompt_hash": f"p{d}",
+                "output_token_ids": [1, 2, 3],
+                "output_hash": "h",
+                "acceptance_length": None if c is None else 1 + c[1] / c[0],
+                "acceptance": acceptance,
+                "correct[strict-match]": d % 2 == 0,
+                "correct[flexible-extract]": d % 2 == 0,
+            }
+        )
     return out
 
 
 def _summary(counts: list[tuple[int, int] | None]) -> dict:
     known = [c for c in counts if c is not None]
     acceptance = {"acceptance_length": 1 + sum(a for _, a in known) / sum(c for c, _ in known)} if known else None
-    return {"gsm8k": {"score": 50.0, "filter_scores": {"strict-match": 50.0, "flexible-extract": 50.0},
-                      "verdict": "PASS", "acceptance": acceptance}}  # fmt: skip
+    return {
+        "gsm8k": {
+            "score": 50.0,
+            "filter_scores": {"strict-match": 50.0, "flexible-extract": 50.0},
+            "verdict": "PASS",
+            "acceptance": acceptance,
+        }
+    }
 
 
 def _pair(tmp_path, a, b, lengths_only: bool = False):

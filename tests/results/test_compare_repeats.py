@@ -24,10 +24,21 @@ def samples(correct: dict[int, list[bool]]) -> list[dict]:
     out = []
     for doc, flags in correct.items():
         for r, ok in enumerate(flags):
-            out.append({"task": "gpqa_diamond_aa", "doc_id": doc, "repeat": r, "prompt_hash": f"p{doc}",
-                        "output_hash": f"{doc}-{r}-{ok}", "output_token_ids": [doc, r, int(ok)],
-                        "finish_reason": "stop", "error": None, "acceptance_length": None,
-                        "extracted[strict-match]": "B" if ok else "C", "correct[strict-match]": ok})  # fmt: skip
+            out.append(
+                {
+                    "task": "gpqa_diamond_aa",
+                    "doc_id": doc,
+                    "repeat": r,
+                    "prompt_hash": f"p{doc}",
+                    "output_hash": f"{doc}-{r}-{ok}",
+                    "output_token_ids": [doc, r, int(ok)],
+                    "finish_reason": "stop",
+                    "error": None,
+                    "acceptance_length": None,
+                    "extracted[strict-match]": "B" if ok else "C",
+                    "correct[strict-match]": ok,
+                }
+            )
     return out
 
 

@@ -48,8 +48,14 @@ def test_three_passing_runs_unwaive_and_apply_removes_only_that_line(root, waive
     assert d.action == "unwaive" and d.currently_waived
     assert d.reason == "the 3 most recent runs on H200 pass"
     assert [e["run_id"][-4:] for e in d.evidence] == ["cfg3", "cfg2", "cfg1"]  # newest first
-    assert d.evidence[0]["tasks"]["gsm8k"] == {"score": 52.0, "threshold": 40.0, "verdict": "PASS", "lossless": None,
-                                               "acceptance_gate": None, "acceptance_underpowered": False}  # fmt: skip
+    assert d.evidence[0]["tasks"]["gsm8k"] == {
+        "score": 52.0,
+        "threshold": 40.0,
+        "verdict": "PASS",
+        "lossless": None,
+        "acceptance_gate": None,
+        "acceptance_underpowered": False,
+    }
     assert d.waive_lines == [f"line 3: {H200_LINE.strip()}"]
     assert apply_decision(d, waives) == [f"-{H200_LINE.strip()}"]
     assert waives.read_bytes() == WAIVES.replace(H200_LINE, "").encode()

@@ -31,8 +31,14 @@ def test_load_samples_one_row_per_sample_with_its_score(tmp_path):
 
 
 def test_load_runs_one_row_per_run_and_task(tmp_path):
-    make_run(tmp_path, 1, tasks={"gsm8k": {"score": 41.0, "threshold": 40.0, "verdict": "PASS"},
-                                 "gpqa_diamond": {"score": 20.0, "threshold": 30.0, "verdict": "FAIL"}})  # fmt: skip
+    make_run(
+        tmp_path,
+        1,
+        tasks={
+            "gsm8k": {"score": 41.0, "threshold": 40.0, "verdict": "PASS"},
+            "gpqa_diamond": {"score": 20.0, "threshold": 30.0, "verdict": "FAIL"},
+        },
+    )
     make_run(tmp_path, 2, tasks={"gsm8k": {"score": 10.0, "reference": None, "threshold": None, "verdict": "REPORT"}})
     make_run(tmp_path, 3, finished=False)
     runs = load_runs(tmp_path)
@@ -72,8 +78,13 @@ def test_paired_frame_joins_on_task_and_doc():
     b = samples_frame([s for s in samples([False] * 4, TOKENS) if s["doc_id"] != 0] + samples([True], [[9]], "gpqa"))
     joined = paired_frame(a, b)
     keys = joined[["task", "doc_id", "side"]].values.tolist()
-    assert keys == [["gsm8k", 0, "a"], ["gsm8k", 1, "both"], ["gsm8k", 2, "both"], ["gsm8k", 3, "both"],
-                    ["gpqa", 0, "b"]]  # fmt: skip
+    assert keys == [
+        ["gsm8k", 0, "a"],
+        ["gsm8k", 1, "both"],
+        ["gsm8k", 2, "both"],
+        ["gsm8k", 3, "both"],
+        ["gpqa", 0, "b"],
+    ]
     both = joined[joined["side"] == "both"]
     assert both["correct[flexible-extract]_a"].tolist() == [False, True, True]
     assert not both["correct[flexible-extract]_b"].any()
@@ -83,8 +94,10 @@ def test_pair_samples_keeps_its_contract():
     """What compare and the lossless gate rely on: pairs ordered by doc id (numbers before names), the unpaired docs
     per task, a doc id 3 apart from a doc id "3", refusals of a duplicate or a changed prompt."""
     rows_a = [{"task": "gsm8k", "doc_id": "x", "prompt_hash": "h"}, *reversed(samples([True] * 3, [[1], [2], [3]]))]
-    rows_b = [*list(reversed(samples([True] * 3, [[1], [2], [3]])))[:2], {"task": "gsm8k", "doc_id": "0",
-                                                                          "prompt_hash": "q"}]  # fmt: skip
+    rows_b = [
+        *list(reversed(samples([True] * 3, [[1], [2], [3]])))[:2],
+        {"task": "gsm8k", "doc_id": "0", "prompt_hash": "q"},
+    ]
     a, b = [SampleRecord.from_row(r) for r in rows_a], [SampleRecord.from_row(r) for r in rows_b]
     pairs = pair_samples(a, b)
     assert [(x.doc_id, y.doc_id) for x, y in pairs["gsm8k"]] == [(1, 1), (2, 2)]

@@ -28,9 +28,11 @@ def test_the_report_states_the_band_the_gate_used():
     assert low < 2.137 < high and f"within [{low:.3f}, {high:.3f}] (ref_al 1.999 +- 14%" in gate["reason"]
     text = gate_text({"acceptance_gate": gate}).text
     # a band wider than min_al is said (it cannot rule out a drop to min_al), and so is the gate's power
-    assert text.startswith(f"PASS (band wider than min_al: does not rule out a drop to min_al): AL 2.137 within "
-                           f"[{low:.3f}, {high:.3f}] (ref 1.999 ± 14%, rtol 5% widened by sampling slack 0.280, min "
-                           "1.899 - slack); power: at this run it detects a drop of ")  # fmt: skip
+    assert text.startswith(
+        f"PASS (band wider than min_al: does not rule out a drop to min_al): AL 2.137 within "
+        f"[{low:.3f}, {high:.3f}] (ref 1.999 ± 14%, rtol 5% widened by sampling slack 0.280, min "
+        "1.899 - slack); power: at this run it detects a drop of "
+    )
     # a summary whose gate recorded no band nor power (written before it did): neither is invented for it
     old = {k: v for k, v in gate.items() if k not in ("band", "power")}
     assert gate_text({"acceptance_gate": old}).text == (
@@ -44,8 +46,12 @@ def test_the_report_states_the_band_the_gate_used():
 
 def _plain_run(root, n):
     """A non-speculative run without an accuracy reference: no gate could fail it, its summary says PASS."""
-    return make_run(root, n, test_id=PLAIN, tasks={"gsm8k": {"score": 41.0, "reference": None, "threshold": None,
-                                                             "verdict": "REPORT"}})  # fmt: skip
+    return make_run(
+        root,
+        n,
+        test_id=PLAIN,
+        tasks={"gsm8k": {"score": 41.0, "reference": None, "threshold": None, "verdict": "REPORT"}},
+    )
 
 
 def test_a_run_no_gate_could_fail_is_no_gate_everywhere(tmp_path, capsys):
@@ -57,8 +63,9 @@ def test_a_run_no_gate_could_fail_is_no_gate_everywhere(tmp_path, capsys):
     row = next(line for line in out.splitlines() if line.startswith(run.run_id))
     assert code == 0 and row.split()[-2:] == ["NO-GATE", "0"]
     code, out, _ = run_cli(capsys, "decide", PLAIN, "--out", str(root), "--waives", str(tmp_path / "w.txt"))
-    assert code == 0 and out.splitlines()[1] == (f"reason: the newest run {run.run_id} is NO-GATE (no gate could "
-                                                 "fail it) and the test is not waived")  # fmt: skip
+    assert code == 0 and out.splitlines()[1] == (
+        f"reason: the newest run {run.run_id} is NO-GATE (no gate could fail it) and the test is not waived"
+    )
     assert "NO-GATE" in out.splitlines()[-1] and " PASS " not in out
     gated = make_run(root, 2)  # a run whose accuracy gate could fail, and passed
     assert run_verdict(gated.summary()) == "PASS"
@@ -72,8 +79,9 @@ def test_decide_lifts_no_waive_on_runs_no_gate_could_fail(tmp_path):
     for n in (1, 2, 3):
         _plain_run(tmp_path / "runs", n)
     d = decide(PLAIN, None, tmp_path / "runs", waives)
-    assert d.action == "keep" and d.reason == ("only 0 of 3 required passing runs on any GPU (3 NO-GATE run(s) left "
-                                               "out: no gate could fail them)")  # fmt: skip
+    assert d.action == "keep" and d.reason == (
+        "only 0 of 3 required passing runs on any GPU (3 NO-GATE run(s) left out: no gate could fail them)"
+    )
     for n in (4, 5, 6):
         make_run(tmp_path / "runs", n, test_id=PLAIN)
     d = decide(PLAIN, None, tmp_path / "runs", waives)
@@ -83,8 +91,20 @@ def test_decide_lifts_no_waive_on_runs_no_gate_could_fail(tmp_path):
 def test_the_run_itself_says_no_gate(capsys):
     from specdec_eval.cli.run_report import print_report
 
-    task = {"num_samples": 2, "data": "smoke", "report": "r", "filter_scores": {"strict-match": 0.0}, "score": 0.0,
-            "reference": None, "threshold": None, "theta": None, "verdict": "REPORT", "acceptance": None}  # fmt: skip
+    task = {
+        "num_samples": 2,
+        "data": "smoke",
+        "report": "r",
+        "filter_scores": {"strict-match": 0.0},
+        "score": 0.0,
+        "reference": None,
+        "threshold": None,
+        "theta": None,
+        "verdict": "REPORT",
+        "acceptance": None,
+    }
     print_report({"tasks": {"gsm8k_smoke": task}, "verdict": "PASS", "events": {}, "elapsed_s": 3, "world_size": 1})
-    assert capsys.readouterr().out.rstrip().splitlines()[-1] == "run NO-GATE (no gate could fail this run) in 3 s " \
-                                                               "(1 rank(s))"  # fmt: skip
+    assert (
+        capsys.readouterr().out.rstrip().splitlines()[-1] == "run NO-GATE (no gate could fail this run) in 3 s "
+        "(1 rank(s))"
+    )

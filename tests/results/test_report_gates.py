@@ -20,20 +20,34 @@ BASE = "20300101-000000-aaaaaaaaaaaa"
 def _lossless(identical: int, n: int, divergences: list[tuple[int, int]] | None = None) -> dict:
     verdict = "PASS" if identical == n else "FAIL"
     reason = "every output identical to the baseline" if verdict == "PASS" else f"{n - identical} differ"
-    return {"verdict": verdict, "identical": identical, "divergent": n - identical, "num_pairs": n,
-            "divergences": [{"doc_id": d, "position": p} for d, p in divergences or []], "baseline_run": BASE,
-            "reason": reason}  # fmt: skip
+    return {
+        "verdict": verdict,
+        "identical": identical,
+        "divergent": n - identical,
+        "num_pairs": n,
+        "divergences": [{"doc_id": d, "position": p} for d, p in divergences or []],
+        "baseline_run": BASE,
+        "reason": reason,
+    }
 
 
 def _acceptance_gate(verdict: str, al: float, ref: float | None = 2.14, slack: float = 0.0, **extra) -> dict:
     """A gate result as evals/gates/acceptance.py writes it, its band from the gate's own function."""
     min_al = None if ref is None else 0.95 * ref
     band = None if ref is None else acceptance_band(ref, min_al, 0.05, slack)
-    return {"verdict": verdict, "acceptance_length": al, "ref_al": ref, "min_al": min_al, "rtol": 0.05,
-            "slack": slack, "band": band, "reason": extra.pop("reason", ""),
-            "per_position": extra.pop("per_position", []),
-            "test_id": "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3[v2_kv_cache-one_model-tp1]",
-            **extra}  # fmt: skip
+    return {
+        "verdict": verdict,
+        "acceptance_length": al,
+        "ref_al": ref,
+        "min_al": min_al,
+        "rtol": 0.05,
+        "slack": slack,
+        "band": band,
+        "reason": extra.pop("reason", ""),
+        "per_position": extra.pop("per_position", []),
+        "test_id": "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3[v2_kv_cache-one_model-tp1]",
+        **extra,
+    }
 
 
 def _run(tmp_path, name: str, tasks: dict, events: list | None = None, spec: bool = True):
@@ -46,8 +60,10 @@ def test_accuracy_in_words():
     assert accuracy_gate(_task(75.0, 76.0, 72.5, "PASS", 40)).text == "PASS: 75.00 ≥ threshold 72.50 (reference 76.00)"
     assert accuracy_gate(_task(60.0, 76.0, 72.5, "FAIL", 40)).text == "FAIL: 60.00 < threshold 72.50 (reference 76.00)"
     no_gate = accuracy_gate(_task(30.0, 33.0, 20.0, "NO-GATE", 40)).text
-    assert no_gate == ("NO-GATE: threshold 20.00 is at or below the floor, so accuracy cannot fail at n = 40 "
-                       "(score 30.00) (reference 33.00)")  # fmt: skip
+    assert no_gate == (
+        "NO-GATE: threshold 20.00 is at or below the floor, so accuracy cannot fail at n = 40 "
+        "(score 30.00) (reference 33.00)"
+    )
     assert accuracy_gate(_task(41.2, None, None, "REPORT", 8)).text == "REPORT: no reference, score 41.20 only"
     failed = accuracy_gate(_task(0.0, 76.0, 72.5, "FAIL", 8, num_failed_requests=8))
     assert failed.text == "FAIL: 8 of 8 requests failed (a failed request is never scored as an answer)"
@@ -57,8 +73,10 @@ def test_lossless_in_words():
     assert lossless_gate({}) is None
     assert lossless_gate({"lossless": _lossless(10, 10)}).text == f"PASS, 10/10 identical to baseline {BASE}"
     text = lossless_gate({"lossless": _lossless(3, 10, [(d, d + 1) for d in range(7)])}).text
-    assert text == (f"FAIL, 3/10 identical to baseline {BASE}; first divergent: doc 0 @ token 1, doc 1 @ token 2, "
-                    "doc 2 @ token 3, doc 3 @ token 4, doc 4 @ token 5 (+2 more)")  # fmt: skip
+    assert text == (
+        f"FAIL, 3/10 identical to baseline {BASE}; first divergent: doc 0 @ token 1, doc 1 @ token 2, "
+        "doc 2 @ token 3, doc 3 @ token 4, doc 4 @ token 5 (+2 more)"
+    )
     none = {"lossless": {"verdict": "NO-BASELINE", "reason": "no finished baseline run under runs"}}
     assert lossless_gate(none).text == "NO-BASELINE: no finished baseline run under runs"
 
@@ -67,13 +85,22 @@ def test_acceptance_in_words():
     assert acceptance_gate({}) is None
     ok = acceptance_gate({"acceptance_gate": _acceptance_gate("PASS", 2.14)})
     assert ok.text == "PASS: AL 2.140 within [2.033, 2.247] (ref 2.140 ± 5%, min 2.033)"
-    positions = [{"position": 1, "rate": 0.8, "ref": 0.78, "verdict": "PASS"},
-                 {"position": 2, "rate": 0.031, "ref": 0.52, "verdict": "FAIL"}]  # fmt: skip
-    bad = acceptance_gate({"acceptance_gate": _acceptance_gate("FAIL", 1.02, reason="below min_al 2.03 (collapse)",
-                                                                 per_position=positions)})  # fmt: skip
+    positions = [
+        {"position": 1, "rate": 0.8, "ref": 0.78, "verdict": "PASS"},
+        {"position": 2, "rate": 0.031, "ref": 0.52, "verdict": "FAIL"},
+    ]
+    bad = acceptance_gate(
+        {
+            "acceptance_gate": _acceptance_gate(
+                "FAIL", 1.02, reason="below min_al 2.03 (collapse)", per_position=positions
+            )
+        }
+    )
     assert bad.verdict == "FAIL"
-    assert bad.text == ("FAIL: AL 1.020 outside [2.033, 2.247] (ref 2.140 ± 5%, min 2.033); position 2 rate 0.031 "
-                        "< ref 0.520 — below min_al 2.03 (collapse)")  # fmt: skip
+    assert bad.text == (
+        "FAIL: AL 1.020 outside [2.033, 2.247] (ref 2.140 ± 5%, min 2.033); position 2 rate 0.031 "
+        "< ref 0.520 — below min_al 2.03 (collapse)"
+    )
     unref = acceptance_gate({"acceptance_gate": _acceptance_gate("NO-REFERENCE", 2.3, ref=None, reason="no entry")})
     assert unref.text == "NO-REFERENCE: AL 2.300, no reference band — no entry"
 
@@ -90,30 +117,49 @@ def test_a_pass_within_a_band_wider_than_min_al_is_never_bare(tmp_path):
     assert "power: at 10 documents it detects a drop of" in text.text
     tasks = {"gsm8k": _task(30.0, 33.0, 20.0, "NO-GATE", 10, lossless=_lossless(10, 10), acceptance_gate=wide)}
     run = load_run(1, _run(tmp_path, "20300101-010000-ffffffffffff", tasks))
-    assert decide_run(run).sentence == ("PASS (decided by the lossless gate and the acceptance gate; acceptance "
-                                        f"{UNDERPOWERED}; accuracy cannot fail at this n)")  # fmt: skip
+    assert decide_run(run).sentence == (
+        "PASS (decided by the lossless gate and the acceptance gate; acceptance "
+        f"{UNDERPOWERED}; accuracy cannot fail at this n)"
+    )
     narrow = gate("t", {**stats, "num_requests": 1319}, {"t": {"ref_al": 1.999, "min_al": 1.899}}, slack=0.03)
     assert UNDERPOWERED not in acceptance_gate({"acceptance_gate": narrow}).text
 
 
 def test_banner_names_the_deciding_gate(tmp_path):
-    no_gate = {"gsm8k": _task(30.0, 33.0, 20.0, "NO-GATE", 10, lossless=_lossless(10, 10)),
-               "gpqa_diamond": _task(25.0, 30.0, 24.0, "NO-GATE", 10, lossless=_lossless(10, 10))}  # fmt: skip
+    no_gate = {
+        "gsm8k": _task(30.0, 33.0, 20.0, "NO-GATE", 10, lossless=_lossless(10, 10)),
+        "gpqa_diamond": _task(25.0, 30.0, 24.0, "NO-GATE", 10, lossless=_lossless(10, 10)),
+    }
     run = load_run(1, _run(tmp_path, "20300101-010000-bbbbbbbbbbbb", no_gate))
     assert decide_run(run).sentence == "PASS (decided by the lossless gate; accuracy cannot fail at this n)"
-    mixed = {"gsm8k": _task(75.0, 76.0, 72.5, "PASS", 10, lossless=_lossless(10, 10)),
-             "gpqa_diamond": _task(25.0, 30.0, 24.0, "NO-GATE", 10, lossless=_lossless(10, 10),
-                                   acceptance_gate=_acceptance_gate("PASS", 2.14))}  # fmt: skip
+    mixed = {
+        "gsm8k": _task(75.0, 76.0, 72.5, "PASS", 10, lossless=_lossless(10, 10)),
+        "gpqa_diamond": _task(
+            25.0, 30.0, 24.0, "NO-GATE", 10, lossless=_lossless(10, 10), acceptance_gate=_acceptance_gate("PASS", 2.14)
+        ),
+    }
     run = load_run(2, _run(tmp_path, "20300101-020000-cccccccccccc", mixed))
-    assert decide_run(run).sentence == ("PASS (decided by the accuracy gate on gsm8k, the lossless gate and the "
-                                        "acceptance gate on gpqa_diamond; accuracy cannot fail at this n on "
-                                        "gpqa_diamond)")  # fmt: skip
+    assert decide_run(run).sentence == (
+        "PASS (decided by the accuracy gate on gsm8k, the lossless gate and the "
+        "acceptance gate on gpqa_diamond; accuracy cannot fail at this n on "
+        "gpqa_diamond)"
+    )
     # the task's verdict carries the acceptance gate's FAIL; the accuracy gate itself passed
-    collapsed = {"gsm8k": _task(75.0, 76.0, 72.5, "FAIL", 10, lossless=_lossless(10, 10),
-                                acceptance_gate=_acceptance_gate("FAIL", 1.02, reason="below min_al"))}  # fmt: skip
+    collapsed = {
+        "gsm8k": _task(
+            75.0,
+            76.0,
+            72.5,
+            "FAIL",
+            10,
+            lossless=_lossless(10, 10),
+            acceptance_gate=_acceptance_gate("FAIL", 1.02, reason="below min_al"),
+        )
+    }
     run = load_run(3, _run(tmp_path, "20300101-030000-dddddddddddd", collapsed))
-    assert decide_run(run).decided_by == ["the acceptance gate on gsm8k: AL 1.020 outside [2.033, 2.247] "
-                                          "(ref 2.140 ± 5%, min 2.033) — below min_al"]  # fmt: skip
+    assert decide_run(run).decided_by == [
+        "the acceptance gate on gsm8k: AL 1.020 outside [2.033, 2.247] (ref 2.140 ± 5%, min 2.033) — below min_al"
+    ]
     report_only = load_run(
         4, _run(tmp_path, "20300101-040000-eeeeeeeeeeee", {"gsm8k": _task(41.0, None, None, "REPORT", 10)}, spec=False)
     )
@@ -126,8 +172,19 @@ def test_banner_names_the_deciding_gate(tmp_path):
 def test_report_renders_acceptance_gates_early_stops_and_leaves_empty_plots_out(tmp_path):
     stopped = {"n": 120, "of": 1319, "reason": f"accuracy boundary crossed {HOSTILE}"}
     acceptance = {"acceptance_length": 2.14, "per_position_rate": [0.7, 0.4, 0.2], "max_draft_len": 3}
-    tasks = {"gsm8k": _task(30.0, 33.0, 20.0, "NO-GATE", 10, acceptance, stopped=stopped, lossless=_lossless(10, 10),
-                            acceptance_gate=_acceptance_gate("PASS", 2.14, reason=HOSTILE))}  # fmt: skip
+    tasks = {
+        "gsm8k": _task(
+            30.0,
+            33.0,
+            20.0,
+            "NO-GATE",
+            10,
+            acceptance,
+            stopped=stopped,
+            lossless=_lossless(10, 10),
+            acceptance_gate=_acceptance_gate("PASS", 2.14, reason=HOSTILE),
+        )
+    }
     spec = _run(tmp_path, "20300101-010000-bbbbbbbbbbbb", tasks)
     plain = _run(tmp_path, BASE, {"gsm8k": _task(None, None, None, "REPORT", 10)}, spec=False)
     html, md = build_report([plain, spec])

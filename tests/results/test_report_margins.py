@@ -10,14 +10,15 @@ from specdec_eval.results.report.margins import margin_plot, margin_rows, margin
 from specdec_eval.results.run_summary import RunSummary, TaskSummary
 
 LOSSLESS = {
-    "verdict": "FAIL", "reason": "1 of 2 divergences are beyond the noise bound",
+    "verdict": "FAIL",
+    "reason": "1 of 2 divergences are beyond the noise bound",
     "divergences": [
         {"doc_id": 4, "position": 7, "margins": {"judged": 0.0156, "lower_bound": False, "class": "near-tie"}},
         {"doc_id": 9, "position": 2, "margins": {"judged": 3.25, "lower_bound": True, "class": "beyond-noise"}},
         {"doc_id": 11, "position": 0},  # no logprobs: left out of the margins
     ],
     "noise": {"bound": 0.0625, "margins": [{"doc_id": 1, "position": 3, "margin": 0.0078, "lower_bound": False}]},
-}  # fmt: skip
+}
 
 
 def _row(info):
@@ -35,6 +36,10 @@ def test_section_lists_divergences_with_lower_bounds_marked():
     run = RunData(
         1, None, {}, RunSummary.from_json({"verdict": "FAIL", "tasks": {}}), [], [_row({"lossless": LOSSLESS})]
     )
-    page = margins_section([run], lambda v: html.escape(str(v)), lambda head, rows, numeric: repr(rows),
-                           lambda images: "".join(alt for _, alt in images))  # fmt: skip
+    page = margins_section(
+        [run],
+        lambda v: html.escape(str(v)),
+        lambda head, rows, numeric: repr(rows),
+        lambda images: "".join(alt for _, alt in images),
+    )
     assert "&gt;= 3.2500" in page and "0.0156" in page and "gsm8k margins" in page

@@ -6,8 +6,13 @@ import base64
 
 from specdec_eval.results.report.pit import pit_histogram
 
-RECORD = {"verdict": "PASS", "basis": "exact", "positions": 200, "pit": {"p": 0.43},
-          "pit_histogram": [10, 12, 9, 11, 8, 10, 10, 9, 11, 10, 10, 9, 12, 10, 9, 11, 10, 9, 10, 10]}  # fmt: skip
+RECORD = {
+    "verdict": "PASS",
+    "basis": "exact",
+    "positions": 200,
+    "pit": {"p": 0.43},
+    "pit_histogram": [10, 12, 9, 11, 8, 10, 10, 9, 11, 10, 10, 9, 12, 10, 9, 11, 10, 9, 10, 10],
+}
 
 
 def test_the_histogram_is_drawn_from_the_record():

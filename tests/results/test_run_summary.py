@@ -62,15 +62,35 @@ MAIN_TWIN = json.loads(
 )
 # A summary as the first pipeline wrote it: no n_total, no subset, a lossless record without the
 # baseline's kind; a failing event; and a key no version of this module knows.
-OLD = {"verdict": "FAIL", "elapsed_s": 3.0, "events": {"spec_state_leak": 1}, "failing_events": 1, "kv_cache": "v2",
-       "model": "tiny", "spec": "eagle3", "world_size": 1, "future_field": {"x": 1},
-       "tasks": {"gsm8k_smoke": {"num_samples": 2, "score": 50.0, "filter_scores": {"strict-match": 50.0},
-                                 "reference": None, "threshold": None, "theta": None, "verdict": "REPORT",
-                                 "num_failed_requests": 0, "acceptance": None, "data": "smoke", "report": "r",
-                                 "filter_mismatches": [],
-                                 "lossless": {"num_pairs": 2, "identical": 2, "verdict": "PASS",
-                                              "reason": "same"},
-                                 "acceptance_gate": {"verdict": "PASS", "acceptance_length": 2.1}}}}  # fmt: skip
+OLD = {
+    "verdict": "FAIL",
+    "elapsed_s": 3.0,
+    "events": {"spec_state_leak": 1},
+    "failing_events": 1,
+    "kv_cache": "v2",
+    "model": "tiny",
+    "spec": "eagle3",
+    "world_size": 1,
+    "future_field": {"x": 1},
+    "tasks": {
+        "gsm8k_smoke": {
+            "num_samples": 2,
+            "score": 50.0,
+            "filter_scores": {"strict-match": 50.0},
+            "reference": None,
+            "threshold": None,
+            "theta": None,
+            "verdict": "REPORT",
+            "num_failed_requests": 0,
+            "acceptance": None,
+            "data": "smoke",
+            "report": "r",
+            "filter_mismatches": [],
+            "lossless": {"num_pairs": 2, "identical": 2, "verdict": "PASS", "reason": "same"},
+            "acceptance_gate": {"verdict": "PASS", "acceptance_length": 2.1},
+        }
+    },
+}
 
 
 def _written(summary: dict, path) -> bytes:

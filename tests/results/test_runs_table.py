@@ -48,16 +48,30 @@ def make_run(
     gpus = ["NVIDIA H200"] if gpus is None else gpus
     devices = {"host": "node1", "cpu": "x86_64", **({"gpus": gpus} if gpus else {})}
     config = config or {
-        "engine": {"model": "smollm2", "device": device, "dtype": "auto", "tp_size": 1, "seed": 0,
-                   "kv_cache": {"version": "v2", "block_size": 16},
-                   "spec": {"algorithm": "eagle3", "max_draft_len": 3}},
+        "engine": {
+            "model": "smollm2",
+            "device": device,
+            "dtype": "auto",
+            "tp_size": 1,
+            "seed": 0,
+            "kv_cache": {"version": "v2", "block_size": 16},
+            "spec": {"algorithm": "eagle3", "max_draft_len": 3},
+        },
         "eval": {"tasks": ["gsm8k"], "limit": None, "num_fewshot": 5, "max_output_len": 256, "seed": 0},
-    }  # fmt: skip
+    }
     manifest = {
-        "run_id": run.run_id, "config_key": "cfg", "test_id": test_id, "config": config, "commit": commit,
-        "dirty": dirty, "versions": versions or {"python": "3.11.7", "torch": "2.6.0"}, "devices": devices,
-        "world_size": 1, "command": ["specdec-eval", "run"], "started": started,
-    }  # fmt: skip
+        "run_id": run.run_id,
+        "config_key": "cfg",
+        "test_id": test_id,
+        "config": config,
+        "commit": commit,
+        "dirty": dirty,
+        "versions": versions or {"python": "3.11.7", "torch": "2.6.0"},
+        "devices": devices,
+        "world_size": 1,
+        "command": ["specdec-eval", "run"],
+        "started": started,
+    }
     run.write_manifest(manifest)
     events = events or []
     if events:
@@ -72,17 +86,39 @@ def make_run(
         counts[e["type"]] = counts.get(e["type"], 0) + 1
     failing = sum(v for k, v in counts.items() if k in ("spec_state_leak", "request_failed"))
     task_summaries = {
-        name: {"num_samples": 10, "score": 0.0, "filter_scores": {}, "reference": 55.0, "threshold": None,
-               "theta": 5.0, "verdict": "PASS", "num_failed_requests": 0, "acceptance": None, "data": "x",
-               "report": "", **t}
+        name: {
+            "num_samples": 10,
+            "score": 0.0,
+            "filter_scores": {},
+            "reference": 55.0,
+            "threshold": None,
+            "theta": 5.0,
+            "verdict": "PASS",
+            "num_failed_requests": 0,
+            "acceptance": None,
+            "data": "x",
+            "report": "",
+            **t,
+        }
         for name, t in tasks.items()
-    }  # fmt: skip
+    }
     verdicts = [t["verdict"] for t in task_summaries.values()]
-    run.write_summary({
-        "verdict": "FAIL" if "FAIL" in verdicts or failing else "PASS", "tasks": task_summaries, "events": counts,
-        "failing_events": failing, "elapsed_s": 12.0, "model": "smollm2", "kv_cache": "v2", "spec": "eagle3",
-        "world_size": 1, "run_id": run.run_id, "run_dir": str(run.path), "test_id": test_id,
-    })  # fmt: skip
+    run.write_summary(
+        {
+            "verdict": "FAIL" if "FAIL" in verdicts or failing else "PASS",
+            "tasks": task_summaries,
+            "events": counts,
+            "failing_events": failing,
+            "elapsed_s": 12.0,
+            "model": "smollm2",
+            "kv_cache": "v2",
+            "spec": "eagle3",
+            "world_size": 1,
+            "run_id": run.run_id,
+            "run_dir": str(run.path),
+            "test_id": test_id,
+        }
+    )
     run.write_manifest({**manifest, "finished": started + 12.0, "elapsed_s": 12.0})
     return run
 
@@ -97,8 +133,9 @@ def cli_runner():
 
     def invoke(*argv: str) -> SimpleNamespace:
         result = runner.invoke(app, list(argv))
-        out = SimpleNamespace(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr,
-                              exception=result.exception)  # fmt: skip
+        out = SimpleNamespace(
+            exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr, exception=result.exception
+        )
         if isinstance(result.exception, UserError):
             out.exit_code, out.stderr = 2, out.stderr + f"specdec-eval: error: {result.exception}\n"
         return out
@@ -147,10 +184,19 @@ def test_rows_newest_last_with_filters(tmp_path):
     row = rows[2]
     assert row["commit"] == "feedface00*" and row["gpu"] == "H100" and row["started"] == "2026-09-21T14:16:20Z"
     assert row["tasks"] == {
-        "gsm8k": {"score": 50.0, "reference": 55.0, "threshold": 40.0, "verdict": "PASS", "num_samples": 10,
-                  "lossless": None, "lossless_reason": None, "acceptance_gate": None, "acceptance_reason": None,
-                  "acceptance_underpowered": False}
-    }  # fmt: skip
+        "gsm8k": {
+            "score": 50.0,
+            "reference": 55.0,
+            "threshold": 40.0,
+            "verdict": "PASS",
+            "num_samples": 10,
+            "lossless": None,
+            "lossless_reason": None,
+            "acceptance_gate": None,
+            "acceptance_reason": None,
+            "acceptance_underpowered": False,
+        }
+    }
     assert row["verdict"] == "PASS" and row["finished"] and row["num_failing_events"] == 0
     assert [r["gpu"] for r in run_rows(tmp_path, gpu="H200")] == ["H200", "H200"]
     assert [r["gpu"] for r in run_rows(tmp_path, gpu="CPU")] == ["CPU"]
@@ -176,8 +222,14 @@ def test_unfinished_and_failing_runs(tmp_path):
 
 
 def test_cli_runs_table_and_json(cli, tmp_path):
-    make_run(tmp_path, 1, tasks={"gsm8k": {"score": 41.2, "threshold": 40.0, "verdict": "PASS"},
-                                 "gpqa_diamond": {"score": 30.3, "threshold": 20.0, "verdict": "NO-GATE"}})  # fmt: skip
+    make_run(
+        tmp_path,
+        1,
+        tasks={
+            "gsm8k": {"score": 41.2, "threshold": 40.0, "verdict": "PASS"},
+            "gpqa_diamond": {"score": 30.3, "threshold": 20.0, "verdict": "NO-GATE"},
+        },
+    )
     make_run(tmp_path, 2, finished=False)
     result = cli("runs", "--root", str(tmp_path))
     assert result.exit_code == 0, result.output
@@ -192,7 +244,8 @@ def test_cli_runs_table_and_json(cli, tmp_path):
     assert [r["verdict"] for r in rows] == ["PASS", "unfinished"] and listing["unreadable"] == []
     assert rows[0]["tasks"]["gpqa_diamond"]["score"] == 30.3
     assert json.loads(cli("runs", "--root", str(tmp_path), "--gpu", "B200", "--json").stdout) == {
-        "runs": [], "unreadable": []
-    }  # fmt: skip
+        "runs": [],
+        "unreadable": [],
+    }
     result = cli("runs", "--root", str(tmp_path / "missing"))
     assert result.exit_code == 2 and "no run store" in result.stderr

@@ -19,12 +19,27 @@ OLD_RUNS = Path(__file__).resolve().parent / "old_runs"
 
 
 def test_a_row_and_its_record_are_the_same_sample():
-    row = {"task": "gsm8k", "doc_id": 3, "doc_hash": "d", "prompt_hash": "p", "target": "12", "output": "x",
-           "output_hash": "h", "num_output_tokens": 2, "output_token_ids": [5, 6], "logprobs": None,
-           "finish_reason": "stop", "error": None, "acceptance_length": 1.5, "acceptance": {"num_cycles": 2},
-           "extracted[strict-match]": "12", "correct[strict-match]": True,
-           "extracted[flexible-extract]": "[invalid]", "correct[flexible-extract]": False,
-           "written_by_a_newer_version": 7}  # fmt: skip
+    row = {
+        "task": "gsm8k",
+        "doc_id": 3,
+        "doc_hash": "d",
+        "prompt_hash": "p",
+        "target": "12",
+        "output": "x",
+        "output_hash": "h",
+        "num_output_tokens": 2,
+        "output_token_ids": [5, 6],
+        "logprobs": None,
+        "finish_reason": "stop",
+        "error": None,
+        "acceptance_length": 1.5,
+        "acceptance": {"num_cycles": 2},
+        "extracted[strict-match]": "12",
+        "correct[strict-match]": True,
+        "extracted[flexible-extract]": "[invalid]",
+        "correct[flexible-extract]": False,
+        "written_by_a_newer_version": 7,
+    }
     record = SampleRecord.from_row(row)
     assert record.correct == {"strict-match": True, "flexible-extract": False} and record.score == 0.5
     assert record.extracted["strict-match"] == "12" and record.extra == {"written_by_a_newer_version": 7}
@@ -59,8 +74,13 @@ def test_a_sampled_outputs_prompt_and_parameters_travel_through_the_store(tmp_pa
     """What the sampled lossless verdict's scorer reads (evals/lossless/scoring.py); a greedy row has neither."""
     from specdec_eval.results import store
 
-    sampled = SampleRecord("gsm8k_sampled", 1, output_token_ids=[5, 6], prompt_token_ids=[1, 2, 3],
-                           sampling={"temperature": 0.7, "top_k": 0, "top_p": 1.0})  # fmt: skip
+    sampled = SampleRecord(
+        "gsm8k_sampled",
+        1,
+        output_token_ids=[5, 6],
+        prompt_token_ids=[1, 2, 3],
+        sampling={"temperature": 0.7, "top_k": 0, "top_p": 1.0},
+    )
     greedy = SampleRecord("gsm8k", 2, output_token_ids=[7])
     assert "prompt_token_ids" not in greedy.to_row() and "sampling" not in greedy.to_row()
     run = store.Run(tmp_path)

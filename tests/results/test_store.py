@@ -38,8 +38,12 @@ def _umask() -> int:
 
 
 def test_run_files_get_the_permissions_of_partial_files(tmp_path):
-    run = make_run(tmp_path, 1, samples=[{"task": "gsm8k", "doc_id": 0, "correct[flexible-extract]": True}],
-                   events=[{"ts": 1.0, "rank": 0, "type": "request_retried"}])  # fmt: skip
+    run = make_run(
+        tmp_path,
+        1,
+        samples=[{"task": "gsm8k", "doc_id": 0, "correct[flexible-extract]": True}],
+        events=[{"ts": 1.0, "rank": 0, "type": "request_retried"}],
+    )
     run.partial_dir.mkdir()
     partial = run.partial_dir / "generations.rank0.jsonl"
     with partial.open("a") as f:  # how evals/pipeline/resume.py appends finished generations
@@ -338,8 +342,9 @@ def _holder(root: Path, go: Path | None = None) -> subprocess.Popen:
         if go is None
         else f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.005)\n" + _HOLDER
     )
-    return subprocess.Popen([sys.executable, "-c", script, str(root), KEY], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", script, str(root), KEY], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
 
 
 @pytest.mark.slow

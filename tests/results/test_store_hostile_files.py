@@ -11,8 +11,17 @@ from ..cli_helpers import run_cli
 from .test_runs_table import make_run
 
 BOM = "\ufeff"
-SAMPLES = [{"task": "gsm8k", "doc_id": i, "prompt_hash": f"h{i}", "correct[flexible-extract]": i % 2 == 0,
-            "correct[strict-match]": i % 2 == 0, "output_token_ids": [1, i]} for i in range(4)]  # fmt: skip
+SAMPLES = [
+    {
+        "task": "gsm8k",
+        "doc_id": i,
+        "prompt_hash": f"h{i}",
+        "correct[flexible-extract]": i % 2 == 0,
+        "correct[strict-match]": i % 2 == 0,
+        "output_token_ids": [1, i],
+    }
+    for i in range(4)
+]
 
 
 def _bom_file(tmp_path):
@@ -27,8 +36,11 @@ def test_waive_keeps_the_bom_on_top_and_unwaive_matches_under_it(tmp_path, capsy
     assert code == 0 and out.strip().endswith(":1: a/test.py::test_a SKIP (b)")  # no U+FEFF printed either
     text = path.read_bytes().decode()
     assert text == f"{BOM}a/test.py::test_a SKIP (b)\nz/test.py::test_z SKIP (b1)\nz/test.py::test_zz SKIP (b2)\n"
-    assert [e.test_ids for e in WaivesFile.read(path).entries] == [["a/test.py::test_a"], ["z/test.py::test_z"],
-                                                                   ["z/test.py::test_zz"]]  # fmt: skip
+    assert [e.test_ids for e in WaivesFile.read(path).entries] == [
+        ["a/test.py::test_a"],
+        ["z/test.py::test_z"],
+        ["z/test.py::test_zz"],
+    ]
     code, _, err = run_cli(capsys, "unwaive", "z/test.py::test_z", "-f", str(path))
     assert code == 0, err
     code, _, _ = run_cli(capsys, "unwaive", "a/test.py::test_a", "-f", str(path))  # the first line, with the mark
@@ -39,9 +51,11 @@ def test_waives_reports_a_bom(tmp_path, capsys):
     path = _bom_file(tmp_path)
     code, out, err = run_cli(capsys, "waives", "-f", str(path))
     assert code == 1 and "z/test.py::test_z  b1" in out and BOM not in out
-    assert err.strip() == f"{path}: line 1: starts with a UTF-8 byte-order mark (U+FEFF): specdec-eval skips it, " \
-                          "but a reader that does not would take it as part of the first test id; save the file " \
-                          "as UTF-8 without BOM"  # fmt: skip
+    assert (
+        err.strip() == f"{path}: line 1: starts with a UTF-8 byte-order mark (U+FEFF): specdec-eval skips it, "
+        "but a reader that does not would take it as part of the first test id; save the file "
+        "as UTF-8 without BOM"
+    )
     inside = WaivesFile.parse(f"a/t.py::t SKIP\n{BOM}b/t.py::t SKIP\n")
     assert inside.entries[1].test_ids == ["b/t.py::t"] and "line 2: starts with U+FEFF" in inside.validate()[0]
 
@@ -89,13 +103,18 @@ def test_compare_refuses_a_run_without_samples_or_with_a_string_score(tmp_path, 
 def test_report_never_writes_into_a_run_folder(tmp_path, capsys):
     run = make_run(tmp_path / "runs", 1, samples=SAMPLES)
     before = {p.name: p.read_bytes() for p in run.path.iterdir() if p.is_file()}
-    for option, target in (("--out", run.path / "manifest.json"), ("--markdown", run.path / "samples.parquet"),
-                           ("--out", run.path / "partial" / "x.html")):  # fmt: skip
+    for option, target in (
+        ("--out", run.path / "manifest.json"),
+        ("--markdown", run.path / "samples.parquet"),
+        ("--out", run.path / "partial" / "x.html"),
+    ):
         other = "--markdown" if option == "--out" else "--out"  # the other file: refused before it is written
-        code, out, err = run_cli(capsys, "report", str(run.path), option, str(target), other,
-                                 str(tmp_path / "elsewhere.x"))  # fmt: skip
-        assert code == 2 and err.strip() == (f"specdec-eval: error: {option} {target}: that is inside run folder "
-                                             f"{run.path}; write the report elsewhere")  # fmt: skip
+        code, out, err = run_cli(
+            capsys, "report", str(run.path), option, str(target), other, str(tmp_path / "elsewhere.x")
+        )
+        assert code == 2 and err.strip() == (
+            f"specdec-eval: error: {option} {target}: that is inside run folder {run.path}; write the report elsewhere"
+        )
     assert {p.name: p.read_bytes() for p in run.path.iterdir() if p.is_file()} == before
     assert not (tmp_path / "elsewhere.x").exists()
     site = tmp_path / "web"  # a folder with a manifest.json that is no run: a report may go there

@@ -94,8 +94,9 @@ def test_an_empty_bug_is_refused_not_written_as_a_waive_without_one(tmp_path, ca
     with pytest.raises(SystemExit) as exit_info:
         main(["waive", TEST, "--bug", bug, "-f", str(path)])
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err == ("specdec-eval: error: --bug is empty: name the bug (a URL or a reason), e.g. "
-                                       "--bug https://nvbugs/123\n")  # fmt: skip
+    assert capsys.readouterr().err == (
+        "specdec-eval: error: --bug is empty: name the bug (a URL or a reason), e.g. --bug https://nvbugs/123\n"
+    )
     assert not path.exists()
 
 
@@ -205,8 +206,17 @@ def test_concurrent_cli_processes_lose_nothing(tmp_path):
 
     def shell(side: str) -> None:
         for i in range(PER_SHELL):
-            argv = [sys.executable, "-m", "specdec_eval.cli.main", "waive", f"zz/test_{side}.py::test_{i:02d}",
-                    "--bug", f"https://nvbugs/{side}{i}", "-f", str(path)]  # fmt: skip
+            argv = [
+                sys.executable,
+                "-m",
+                "specdec_eval.cli.main",
+                "waive",
+                f"zz/test_{side}.py::test_{i:02d}",
+                "--bug",
+                f"https://nvbugs/{side}{i}",
+                "-f",
+                str(path),
+            ]
             p = subprocess.run(argv, capture_output=True, text=True)
             if p.returncode != 0:
                 failures.append(p.stderr)

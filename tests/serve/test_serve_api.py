@@ -42,8 +42,11 @@ def test_completions_equal_offline_streamed_and_not(client, offline, sampled):
         assert answer["object"] == "text_completion" and answer["model"] == MODEL and answer["id"].startswith("cmpl-")
         _same(answer["choices"][0], out)
         assert answer["choices"][0]["prompt_token_ids"] == out.prompt_token_ids
-        assert answer["usage"] == {"prompt_tokens": len(out.prompt_token_ids), "completion_tokens": len(out.token_ids),
-                                   "total_tokens": len(out.prompt_token_ids) + len(out.token_ids)}  # fmt: skip
+        assert answer["usage"] == {
+            "prompt_tokens": len(out.prompt_token_ids),
+            "completion_tokens": len(out.token_ids),
+            "total_tokens": len(out.prompt_token_ids) + len(out.token_ids),
+        }
         streamed = joined(stream(client, "/v1/completions", body))
         assert (streamed["text"], streamed["token_ids"]) == (out.text, out.token_ids)
         assert streamed["finish_reason"] == OPENAI_FINISH[out.finish_reason]
@@ -54,8 +57,9 @@ def test_token_prompts_and_a_batch_of_prompts(client, offline):
     want = offline.generate([ids, PROMPTS[1]], SamplingParams(max_new_tokens=8))
     single = client.post("/v1/completions", json={"prompt": ids, "max_tokens": 8, "temperature": 0}).json()
     _same(single["choices"][0], want[0])
-    both = client.post("/v1/completions", json={"prompt": [PROMPTS[0], PROMPTS[1]], "max_tokens": 8,
-                                                "temperature": 0}).json()  # fmt: skip
+    both = client.post(
+        "/v1/completions", json={"prompt": [PROMPTS[0], PROMPTS[1]], "max_tokens": 8, "temperature": 0}
+    ).json()
     assert [c["index"] for c in both["choices"]] == [0, 1]
     for choice, out in zip(both["choices"], want, strict=True):
         _same(choice, out)

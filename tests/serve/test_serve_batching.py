@@ -39,8 +39,9 @@ def test_64_clients_some_going_away_mid_request(tiny):
     async def client(i: int, http: httpx.AsyncClient) -> None:
         body = {"model": MODEL, "prompt": prompts[i], "temperature": 0}
         if i % 4 == 0:  # streams a long answer and hangs up after its second chunk
-            async with http.stream("POST", "/v1/completions", json={**body, "max_tokens": 1500, "ignore_eos": True,
-                                                                     "stream": True}) as r:  # fmt: skip
+            async with http.stream(
+                "POST", "/v1/completions", json={**body, "max_tokens": 1500, "ignore_eos": True, "stream": True}
+            ) as r:
                 seen = 0
                 async for line in r.aiter_lines():
                     seen += bool(line)
@@ -68,8 +69,9 @@ def test_64_clients_some_going_away_mid_request(tiny):
         asyncio.run(everyone(server.url))
         wait_until(lambda: kv_returned(server.url), what="every KV block back")
         assert httpx.get(server.url + "/health").json() == {"status": "ok"}
-        again = httpx.post(server.url + "/v1/completions", json={"prompt": prompts[3], "max_tokens": 12,
-                                                                  "temperature": 0}, timeout=60)  # fmt: skip
+        again = httpx.post(
+            server.url + "/v1/completions", json={"prompt": prompts[3], "max_tokens": 12, "temperature": 0}, timeout=60
+        )
         assert again.json()["choices"][0]["token_ids"] == want[3].token_ids
         assert metric_values(server.url)["vllm:request_success_total"] == 64 + 1
     for i, got in results.items():
@@ -83,8 +85,11 @@ def test_64_clients_some_going_away_mid_request(tiny):
 
 def test_a_full_queue_answers_503_with_retry_after(tiny):
     with serving(tiny_engine(tiny), max_queue=1) as server, httpx.Client(base_url=server.url, timeout=60) as c:
-        with c.stream("POST", "/v1/completions", json={"prompt": "hi", "max_tokens": 1500, "ignore_eos": True,
-                                                       "stream": True, "temperature": 0}) as long:  # fmt: skip
+        with c.stream(
+            "POST",
+            "/v1/completions",
+            json={"prompt": "hi", "max_tokens": 1500, "ignore_eos": True, "stream": True, "temperature": 0},
+        ) as long:
             lines = long.iter_lines()  # kept open (a closed iterator closes the connection, which aborts)
             assert next(lines).startswith("data: ")
             refused = httpx.post(server.url + "/v1/completions", json={"prompt": "hi"}, timeout=60)
@@ -113,8 +118,10 @@ def test_more_prompts_than_the_queue_holds_is_a_400_our_client_never_retries(tin
         answer = call_with_retries(send, max_retries=3, on_retry=lambda *a: None)
         two = httpx.post(server.url + "/v1/completions", json={"prompt": ["a", "b"], "max_tokens": 1}, timeout=60)
     assert len(sent) == 1 and answer.attempts == 1 and answer.response is None
-    assert answer.error == ("HTTP 400 Bad Request: this request has 3 prompts, more than the server holds at once "
-                            "(--max-queue 2); send at most 2 per request")  # fmt: skip
+    assert answer.error == (
+        "HTTP 400 Bad Request: this request has 3 prompts, more than the server holds at once "
+        "(--max-queue 2); send at most 2 per request"
+    )
     assert two.status_code == 200 and len(two.json()["choices"]) == 2
 
 

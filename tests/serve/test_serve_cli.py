@@ -27,8 +27,18 @@ TINY = ["--model", "tiny", "--device", "cpu", "--device-memory", "256MiB", "--po
 def test_help_has_examples_and_binds_localhost_by_default():
     result = CliRunner().invoke(app, ["serve", "--help"], terminal_width=200)
     assert result.exit_code == 0
-    for words in ("Examples:", "specdec-eval serve --gpus 2", "--api-key", "SPECDEC_EVAL_API_KEY", "--max-queue",
-                  "--max-request-bytes", "--served-model-name", "--kv-cache", "--spec", "127.0.0.1"):  # fmt: skip
+    for words in (
+        "Examples:",
+        "specdec-eval serve --gpus 2",
+        "--api-key",
+        "SPECDEC_EVAL_API_KEY",
+        "--max-queue",
+        "--max-request-bytes",
+        "--served-model-name",
+        "--kv-cache",
+        "--spec",
+        "127.0.0.1",
+    ):
         assert words in result.output, words
     assert inspect.signature(serve_cmd.serve).parameters["host"].default == "127.0.0.1"
 
@@ -63,8 +73,10 @@ def _serve_on_a_busy_port(capsys, *args: str) -> tuple[int, str, int]:
 
 def test_a_port_in_use_is_one_line_and_status_2(capsys):
     code, err, port = _serve_on_a_busy_port(capsys)
-    assert code == 2 and err == (f"specdec-eval: error: cannot listen on 127.0.0.1:{port}: the port is in use "
-                                 "(another server?); pick another --port, or --port 0 for any free one")  # fmt: skip
+    assert code == 2 and err == (
+        f"specdec-eval: error: cannot listen on 127.0.0.1:{port}: the port is in use "
+        "(another server?); pick another --port, or --port 0 for any free one"
+    )
 
 
 @pytest.mark.parametrize("key, what", [("cl\u00e9", "U+00E9"), ("two words", "U+0020"), ("tab\t", "U+0009")])
@@ -101,8 +113,9 @@ def test_an_empty_key_variable_is_refused_not_taken_for_no_key(capsys, monkeypat
     """click reads SPECDEC_EVAL_API_KEY= as unset: the server started without authentication and said nothing."""
     monkeypatch.setenv("SPECDEC_EVAL_API_KEY", "")
     code, err, _ = _serve_on_a_busy_port(capsys)
-    assert code == 2 and err.startswith("specdec-eval: error: --api-key is empty (also when it comes from "
-                                        "$SPECDEC_EVAL_API_KEY)")  # fmt: skip
+    assert code == 2 and err.startswith(
+        "specdec-eval: error: --api-key is empty (also when it comes from $SPECDEC_EVAL_API_KEY)"
+    )
 
 
 def test_an_upper_case_log_level_is_uvicorns_lower_case_one(capsys):

@@ -29,8 +29,9 @@ def test_lm_eval_client_gets_offline_tokens_and_the_engine_counters(tiny, spec_p
         scraper = ServerAcceptance(server.url, model=MODEL)
         scraper.start()
         # lm-eval's own local-completions backend as the client (what `run --endpoint` uses)
-        client = EndpointEngine(EndpointConfig(url=server.url + "/v1", spec="eagle3", max_draft_len=3, concurrency=3),
-                                tokenizer=tiny[1])  # fmt: skip
+        client = EndpointEngine(
+            EndpointConfig(url=server.url + "/v1", spec="eagle3", max_draft_len=3, concurrency=3), tokenizer=tiny[1]
+        )
         got = client.generate(prompts, SamplingParams(max_new_tokens=20))
         delta, through_client = scraper.delta(), client.reported_acceptance()
     assert [o.token_ids for o in got] == [o.token_ids for o in want]

@@ -57,8 +57,10 @@ def test_a_leaking_server_shows_it_in_its_metrics_and_the_client_names_it(tiny):
     for inject, leaks in ((("rewind_leaks_blocks",), True), ((), False)):
         engine = tiny_engine(tiny, kv="v2", spec=SpecConfig(max_draft_len=3), inject=inject)
         with serving(engine) as server:
-            client = EndpointEngine(EndpointConfig(url=server.url, spec="eagle3", max_draft_len=3, concurrency=2,
-                                                   kv_drain_timeout_s=2.0), tokenizer=tiny[1])  # fmt: skip
+            client = EndpointEngine(
+                EndpointConfig(url=server.url, spec="eagle3", max_draft_len=3, concurrency=2, kv_drain_timeout_s=2.0),
+                tokenizer=tiny[1],
+            )
             assert client.identity.server["kv_usage_source"] == "vllm:kv_cache_usage_perc at /metrics"
             client.generate(RAW_PROMPTS[:4], params)
             values = metric_values(server.url)

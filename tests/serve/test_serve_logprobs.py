@@ -41,8 +41,14 @@ def test_completions_logprobs_shape_and_values(server, offline, tiny):
 
 
 def test_chat_logprobs_shape(server):
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0,
-            "logprobs": True, "top_logprobs": 2}  # fmt: skip
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 6,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 2,
+    }
     choice = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60).json()["choices"][0]
     content = choice["logprobs"]["content"]
     assert len(content) == len(choice["token_ids"])
@@ -50,12 +56,19 @@ def test_chat_logprobs_shape(server):
     assert all(e["top_logprobs"][0]["logprob"] >= e["logprob"] for e in content)  # greedy: the best is the token
 
 
-@pytest.mark.parametrize("body,path", [
-    ({"prompt": "hi", "logprobs": 1, "stream": True}, "/v1/completions"),
-    ({"prompt": "hi", "logprobs": 6}, "/v1/completions"),
-    ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, "/v1/chat/completions"),
-    ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 21}, "/v1/chat/completions"),
-], ids=["stream", "above 5", "top without logprobs", "above 20"])  # fmt: skip
+@pytest.mark.parametrize(
+    "body,path",
+    [
+        ({"prompt": "hi", "logprobs": 1, "stream": True}, "/v1/completions"),
+        ({"prompt": "hi", "logprobs": 6}, "/v1/completions"),
+        ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, "/v1/chat/completions"),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 21},
+            "/v1/chat/completions",
+        ),
+    ],
+    ids=["stream", "above 5", "top without logprobs", "above 20"],
+)
 def test_bad_logprobs_requests_are_400(server, body, path):
     answer = httpx.post(server.url + path, json=body, timeout=60)
     assert answer.status_code == 400 and "logprobs" in answer.json()["error"]["message"]
@@ -92,8 +105,14 @@ def test_tokens_named_by_id_when_asked(server, tiny):
     choice = httpx.post(server.url + "/v1/completions", json=body, timeout=60).json()["choices"][0]
     assert choice["logprobs"]["tokens"] == [f"token_id:{t}" for t in choice["token_ids"]]
     assert all(name.startswith("token_id:") for top in choice["logprobs"]["top_logprobs"] for name in top)
-    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0, "logprobs": True,
-            "top_logprobs": 2, "return_tokens_as_token_ids": True}  # fmt: skip
+    chat = {
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 4,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 2,
+        "return_tokens_as_token_ids": True,
+    }
     content = httpx.post(server.url + "/v1/chat/completions", json=chat, timeout=60).json()["choices"][0]
     assert [e["token"] for e in content["logprobs"]["content"]] == [f"token_id:{t}" for t in content["token_ids"]]
     key = token_key(tiny[1])
@@ -104,7 +123,9 @@ def test_gen_kwargs_ask_in_each_api_shape():
     params = SamplingParams(logprobs=5)
     assert gen_kwargs(params, None)["logprobs"] == 5
     assert {k: gen_kwargs(params, None, chat=True)[k] for k in ("logprobs", "top_logprobs")} == {
-        "logprobs": True, "top_logprobs": 5}  # fmt: skip
+        "logprobs": True,
+        "top_logprobs": 5,
+    }
     assert "logprobs" not in gen_kwargs(SamplingParams(), None)
     assert "return_tokens_as_token_ids" not in gen_kwargs(params, None)  # a strict server would refuse it
     assert gen_kwargs(params, None, token_ids=True)["return_tokens_as_token_ids"] is True
@@ -115,13 +136,32 @@ def test_llama_cpp_shapes_parse(tiny):
     also holds the chosen token; chat entries carry `bytes: None`. No logprobs read as None; a missing entry is
     refused (never a margin)."""
     key = token_key(tiny[1])
-    completions = {"logprobs": {"tokens": [" a", " b"], "text_offset": [10, 12], "token_logprobs": [-0.5, -0.1],
-                                "top_logprobs": [{" c": -0.4, " a": -0.5}, {" b": -0.1}]}}  # fmt: skip
+    completions = {
+        "logprobs": {
+            "tokens": [" a", " b"],
+            "text_offset": [10, 12],
+            "token_logprobs": [-0.5, -0.1],
+            "top_logprobs": [{" c": -0.4, " a": -0.5}, {" b": -0.1}],
+        }
+    }
     recs = parse_logprobs(completions, key)
     assert recs == [[-0.5, [[key(" c"), -0.4], [key(" a"), -0.5]], key(" a")], [-0.1, [[key(" b"), -0.1]], key(" b")]]
-    chat = {"logprobs": {"content": [{"token": " a", "bytes": None, "logprob": -0.5, "top_logprobs": [
-        {"token": " a", "logprob": -0.5, "bytes": None}, {"token": " c", "logprob": -0.4, "bytes": None}]}],
-        "refusal": None}}  # fmt: skip
+    chat = {
+        "logprobs": {
+            "content": [
+                {
+                    "token": " a",
+                    "bytes": None,
+                    "logprob": -0.5,
+                    "top_logprobs": [
+                        {"token": " a", "logprob": -0.5, "bytes": None},
+                        {"token": " c", "logprob": -0.4, "bytes": None},
+                    ],
+                }
+            ],
+            "refusal": None,
+        }
+    }
     assert parse_logprobs(chat, key) == [recs[0]]
     assert parse_logprobs({"logprobs": None}, key) is None
     with pytest.raises(UnusableLogprobs, match="token 0: the emitted token's logprob is missing"):

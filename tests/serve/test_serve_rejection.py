@@ -13,9 +13,16 @@ from specdec_eval.workers.remote.endpoint_config import EndpointConfig
 
 from ..serve_helpers import serving, tiny_engine
 
-PROMPTS = ["Once upon a time", "The capital of France is", "def fibonacci(n):", "Dear hiring manager,",
-           "In 1969, astronauts", "Here is a haiku about autumn:", "Rain, rain, go away,",
-           "The quick brown fox"]  # fmt: skip
+PROMPTS = [
+    "Once upon a time",
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Dear hiring manager,",
+    "In 1969, astronauts",
+    "Here is a haiku about autumn:",
+    "Rain, rain, go away,",
+    "The quick brown fox",
+]
 SEED_CONFIG = SamplingParams(max_new_tokens=48, temperature=1.0, top_p=1.0, ignore_eos=True, logprobs=0)
 
 

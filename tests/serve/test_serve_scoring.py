@@ -40,18 +40,26 @@ def _post(server, body):
 
 def test_echo_with_logprobs_scores_the_prompt_then_the_completion(server, offline, tiny):
     ids, scored = offline
-    body = {"prompt": PROMPT, "echo": True, "logprobs": 3, "max_tokens": 4, "temperature": 0,
-            "return_tokens_as_token_ids": True}  # byte tokens that print alike stay apart  # fmt: skip
+    body = {
+        "prompt": PROMPT,
+        "echo": True,
+        "logprobs": 3,
+        "max_tokens": 4,
+        "temperature": 0,
+        "return_tokens_as_token_ids": True,
+    }  # byte tokens that print alike stay apart
     choice = _post(server, body).json()["choices"][0]
     lp = choice["logprobs"]
     assert choice["text"].startswith(PROMPT) and len(lp["tokens"]) == len(ids) + 4
     assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
     assert lp["token_logprobs"][1 : len(ids)] == pytest.approx(scored.logprobs, abs=1e-5)
     assert [list(top) for top in lp["top_logprobs"][1 : len(ids)]] == [
-        [f"token_id:{t}" for t, _ in alts[:3]] for alts in scored.top_logprobs]  # fmt: skip
+        [f"token_id:{t}" for t, _ in alts[:3]] for alts in scored.top_logprobs
+    ]
     assert lp["tokens"][: len(ids)] == [f"token_id:{t}" for t in ids]
     assert lp["text_offset"] == sorted(lp["text_offset"]) and lp["text_offset"][len(ids)] == len(
-        "".join(tiny[1].decode([t]) for t in ids))  # fmt: skip
+        "".join(tiny[1].decode([t]) for t in ids)
+    )
 
 
 def test_echo_with_max_tokens_0_only_scores_and_prompt_logprobs_take_vllm_s_shape(server, offline, tiny):
@@ -62,8 +70,9 @@ def test_echo_with_max_tokens_0_only_scores_and_prompt_logprobs_take_vllm_s_shap
     assert len(choice["logprobs"]["tokens"]) == len(ids)
     entries = choice["prompt_logprobs"]
     assert entries[0] is None and len(entries) == len(ids)
-    for token, entry, lp, rank, alts in zip(ids[1:], entries[1:], scored.logprobs, scored.ranks,
-                                            scored.top_logprobs, strict=True):  # fmt: skip
+    for token, entry, lp, rank, alts in zip(
+        ids[1:], entries[1:], scored.logprobs, scored.ranks, scored.top_logprobs, strict=True
+    ):
         assert entry[str(token)]["logprob"] == pytest.approx(lp, abs=1e-6) and entry[str(token)]["rank"] == rank
         ranked = sorted((v["rank"], int(t)) for t, v in entry.items() if v["rank"] <= 5)
         assert [t for _, t in ranked] == [t for t, _ in alts]
@@ -71,8 +80,9 @@ def test_echo_with_max_tokens_0_only_scores_and_prompt_logprobs_take_vllm_s_shap
 
 def test_the_endpoint_engine_scores_through_the_server_as_the_engine_does_in_process(server, tiny):
     engine = tiny_engine(tiny)
-    outputs = engine.generate([PROMPT, "Once upon a time"],
-                              [SamplingParams(max_new_tokens=16, temperature=0.7, seed=s) for s in (1, 2)])  # fmt: skip
+    outputs = engine.generate(
+        [PROMPT, "Once upon a time"], [SamplingParams(max_new_tokens=16, temperature=0.7, seed=s) for s in (1, 2)]
+    )
     requests = [ScoreRequest(tuple(o.prompt_token_ids), tuple(o.token_ids), T07, 20) for o in outputs]
     local = engine.score_outputs(requests)
     client = EndpointEngine(EndpointConfig(url=server.url, concurrency=2), tokenizer=tiny[1])
@@ -105,9 +115,15 @@ def test_lm_eval_loglikelihood_runs_against_the_server(server, tiny, offline, tm
 
     ids, scored = offline
     tiny[1].save_pretrained(tmp_path)
-    lm = LocalCompletionsAPI(base_url=server.url + "/v1/completions", model=MODEL, tokenizer_backend="huggingface",
-                             tokenizer=str(tmp_path), tokenized_requests=True, num_concurrent=1,
-                             max_retries=1)  # fmt: skip
+    lm = LocalCompletionsAPI(
+        base_url=server.url + "/v1/completions",
+        model=MODEL,
+        tokenizer_backend="huggingface",
+        tokenizer=str(tmp_path),
+        tokenized_requests=True,
+        num_concurrent=1,
+        max_retries=1,
+    )
     context, continuation = tiny[1].decode(ids[:5]), tiny[1].decode(ids[5:])
     ((logprob, _greedy),) = lm.loglikelihood([Instance("loglikelihood", {}, (context, continuation), 0)])
     # the tokens lm-eval scored: it splits the pair its own way (a context's trailing space moves to the continuation)
@@ -153,8 +169,9 @@ def _echo_one_back(server):
         if body.get("echo"):
             lp = answer["choices"][0]["logprobs"]
             tops, tokens = lp["top_logprobs"], lp["tokens"]
-            lp["top_logprobs"] = [{tokens[i]: -20.0, **(tops[i + 1] if i + 1 < len(tops) else {})}
-                                  for i in range(len(tokens))]  # fmt: skip
+            lp["top_logprobs"] = [
+                {tokens[i]: -20.0, **(tops[i + 1] if i + 1 < len(tops) else {})} for i in range(len(tokens))
+            ]
             lp["token_logprobs"] = [-20.0] * len(tokens)
         return Answer(answer)
 

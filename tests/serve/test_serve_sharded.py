@@ -77,7 +77,10 @@ def test_the_server_over_the_sharded_engine(tiny, world):
     local = sharded.local_engine
     settings = ServerSettings(MODEL, local.max_seq_len, local.model_config.vocab_size)
     with BackgroundServer(sharded, settings) as server:
-        answer = httpx.post(server.url + "/v1/completions", json={"prompt": ["hello", "world"], "max_tokens": 8,
-                                                                   "temperature": 0}, timeout=60).json()  # fmt: skip
+        answer = httpx.post(
+            server.url + "/v1/completions",
+            json={"prompt": ["hello", "world"], "max_tokens": 8, "temperature": 0},
+            timeout=60,
+        ).json()
     assert [c["token_ids"] for c in answer["choices"]] == [o.token_ids for o in want]
     sharded.close()

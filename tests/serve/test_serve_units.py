@@ -61,8 +61,9 @@ def test_chat_fields_and_default_length():
     )
     engine_input = chat_input(parse_body(body, ChatRequest))
     assert engine_input.prompts == [[{"role": "user", "content": "ab"}]] and engine_input.default_max_tokens
-    limited = chat_input(parse_body(b'{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 7}',
-                                    ChatRequest))  # fmt: skip
+    limited = chat_input(
+        parse_body(b'{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 7}', ChatRequest)
+    )
     assert limited.sampling.max_new_tokens == 7 and not limited.default_max_tokens
 
 
@@ -114,8 +115,11 @@ def test_numbers_keep_their_json_types():
     """An integer is still a number where a float is asked for (temperature 0, not 0.0, is what clients send)."""
     sampling = completion_input(parse_body(b'{"prompt": "a", "temperature": 0, "top_p": 1}', CompletionRequest), 320)
     assert sampling.sampling.greedy
-    chat = parse_body(b'{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}], '
-                      b'"logprobs": true, "top_logprobs": 2}', ChatRequest)  # fmt: skip
+    chat = parse_body(
+        b'{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}], '
+        b'"logprobs": true, "top_logprobs": 2}',
+        ChatRequest,
+    )
     assert chat_input(chat).sampling.logprobs == 2
 
 

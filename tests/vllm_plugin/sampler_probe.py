@@ -31,22 +31,44 @@ def main(names: list[str]) -> None:
     def i32(values):
         return torch.tensor(values, dtype=torch.int32)
 
-    metadata = SpecDecodeMetadata(draft_token_ids=i32([5, 6, 7]), num_draft_tokens=[3], cu_num_draft_tokens=i32([3]),
-                                  cu_num_sampled_tokens=i32([4]), target_logits_indices=i32([0, 1, 2]),
-                                  bonus_logits_indices=i32([3]), logits_indices=i32([0, 1, 2, 3]))  # fmt: skip
-    greedy = SamplingMetadata(temperature=None, all_greedy=True, all_random=False, top_p=None, top_k=None,
-                              generators={}, max_num_logprobs=None, logprob_token_ids=None, no_penalties=True,
-                              prompt_token_ids=None, frequency_penalties=torch.zeros(1),
-                              presence_penalties=torch.zeros(1), repetition_penalties=torch.ones(1),
-                              output_token_ids=[[]], spec_token_ids=[[]], allowed_token_ids_mask=None,
-                              bad_words_token_ids={}, logitsprocs=LogitsProcessors())  # fmt: skip
+    metadata = SpecDecodeMetadata(
+        draft_token_ids=i32([5, 6, 7]),
+        num_draft_tokens=[3],
+        cu_num_draft_tokens=i32([3]),
+        cu_num_sampled_tokens=i32([4]),
+        target_logits_indices=i32([0, 1, 2]),
+        bonus_logits_indices=i32([3]),
+        logits_indices=i32([0, 1, 2, 3]),
+    )
+    greedy = SamplingMetadata(
+        temperature=None,
+        all_greedy=True,
+        all_random=False,
+        top_p=None,
+        top_k=None,
+        generators={},
+        max_num_logprobs=None,
+        logprob_token_ids=None,
+        no_penalties=True,
+        prompt_token_ids=None,
+        frequency_penalties=torch.zeros(1),
+        presence_penalties=torch.zeros(1),
+        repetition_penalties=torch.ones(1),
+        output_token_ids=[[]],
+        spec_token_ids=[[]],
+        allowed_token_ids_mask=None,
+        bad_words_token_ids={},
+        logitsprocs=LogitsProcessors(),
+    )
     sampler = rs.RejectionSampler(Sampler())
     found = {}
     for name in names:
         with open(live.name, "w") as f:
             f.write(name)
-        found[name] = {case: sampler(metadata, None, _logits(argmax), greedy).sampled_token_ids[0].tolist()
-                       for case, argmax in (("rejected", [5, 6, 9, 8]), ("accepted", [5, 6, 7, 8]))}  # fmt: skip
+        found[name] = {
+            case: sampler(metadata, None, _logits(argmax), greedy).sampled_token_ids[0].tolist()
+            for case, argmax in (("rejected", [5, 6, 9, 8]), ("accepted", [5, 6, 7, 8]))
+        }
     os.unlink(live.name)
     print(json.dumps({"planted": bool(getattr(rs, "_specdec_planted", False)), "steps": found}))
 

@@ -28,7 +28,7 @@ VARIANTS = {
             high_freq_factor=4.0,
             original_max_position_embeddings=64,
         ),
-    ),  # fmt: skip
+    ),
     "tied-embeddings": replace(BASE, tie_word_embeddings=True),
     "qwen2-bias": replace(BASE, model_type="qwen2", attention_bias=True, rope=RopeConfig(theta=1000000.0)),
     "qwen3-qk-norm": replace(BASE, model_type="qwen3", qk_norm=True, head_dim=32),

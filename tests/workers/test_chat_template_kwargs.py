@@ -107,7 +107,9 @@ def test_a_kwarg_the_template_never_reads_is_named(tok):
     assert unread_kwargs(tok, MEDIUM) == []
     stock = tiny_tokenizer()  # a ChatML template with no variables of its own
     assert unread_kwargs(stock, ChatTemplateKwargs.parse('{"reasoning_effort": "medium", "x": 1}')) == [
-        "reasoning_effort", "x"]  # fmt: skip
+        "reasoning_effort",
+        "x",
+    ]
     assert unread_kwargs(stock, ChatTemplateKwargs()) == []
 
 
@@ -121,8 +123,9 @@ def test_endpoint_chat_requests_carry_them_and_completions_do_not():
     assert "chat_template_kwargs" not in completions and "reasoning_effort" not in completions
     assert "chat_template_kwargs" not in gen_kwargs(params, 3, chat=True)
     # lm-eval's own chat payload passes them through unchanged
-    payload = LocalChatCompletion._create_payload(SimpleNamespace(model="m", _max_gen_toks=256), MESSAGES,
-                                                  generate=True, gen_kwargs=dict(chat))  # fmt: skip
+    payload = LocalChatCompletion._create_payload(
+        SimpleNamespace(model="m", _max_gen_toks=256), MESSAGES, generate=True, gen_kwargs=dict(chat)
+    )
     assert payload["chat_template_kwargs"] == {"reasoning_effort": "medium"} and payload["reasoning_effort"] == "medium"
     assert payload["temperature"] == 1.0 and payload["messages"] == MESSAGES
     assert LocalCompletionsAPI  # the completions backend sends rendered text: nothing to add there
@@ -134,16 +137,21 @@ def test_endpoint_config_records_them():
 
 
 def test_server_renders_them(tok):
-    body = (b'{"messages": [{"role": "user", "content": "What is 2 + 2?"}], '
-            b'"chat_template_kwargs": {"reasoning_effort": "medium"}}')  # fmt: skip
+    body = (
+        b'{"messages": [{"role": "user", "content": "What is 2 + 2?"}], '
+        b'"chat_template_kwargs": {"reasoning_effort": "medium"}}'
+    )
     engine_input = chat_input(parse_body(body, ChatRequest), tok)
     assert engine_input.prompts == [encode_chat(tok, MESSAGES, MEDIUM)]
     effort = b'{"messages": [{"role": "user", "content": "What is 2 + 2?"}], "reasoning_effort": "medium"}'
     assert chat_input(parse_body(effort, ChatRequest), tok).prompts == engine_input.prompts  # OpenAI's own field
     plain = b'{"messages": [{"role": "user", "content": "What is 2 + 2?"}]}'
     assert chat_input(parse_body(plain, ChatRequest), tok).prompts == [MESSAGES]  # rendered by the engine, as before
-    for bad in (b'"chat_template_kwargs": {"messages": []}', b'"chat_template_kwargs": {"a-b": 1}',
-                b'"chat_template_kwargs": [1]'):  # fmt: skip
+    for bad in (
+        b'"chat_template_kwargs": {"messages": []}',
+        b'"chat_template_kwargs": {"a-b": 1}',
+        b'"chat_template_kwargs": [1]',
+    ):
         raw = b'{"messages": [{"role": "user", "content": "x"}], ' + bad + b"}"
         with pytest.raises(ApiError) as info:
             chat_input(parse_body(raw, ChatRequest), tok)

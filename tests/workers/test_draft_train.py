@@ -62,8 +62,10 @@ def test_collect_refuses_block_reuse(tiny, tmp_path):
 
 def test_recorder_keeps_the_last_recording_of_a_position():
     rec = FeatureRecorder((0,))
-    rec.chunks[7] = {0: (torch.zeros(3, 2, dtype=torch.float16), torch.tensor([1, 2, 3], dtype=torch.int32)),
-                     2: (torch.ones(2, 2, dtype=torch.float16), torch.tensor([9, 4], dtype=torch.int32))}  # fmt: skip
+    rec.chunks[7] = {
+        0: (torch.zeros(3, 2, dtype=torch.float16), torch.tensor([1, 2, 3], dtype=torch.int32)),
+        2: (torch.ones(2, 2, dtype=torch.float16), torch.tensor([9, 4], dtype=torch.int32)),
+    }
     features, labels = rec.take(7, 4)
     assert labels.tolist() == [1, 2, 9, 4] and features[2:].eq(1).all()
 
@@ -104,8 +106,19 @@ def test_ttt_logits_equal_the_draft_loop_over_a_paged_cache(tiny):
 
 
 def _tiny_cfg(**kw) -> trainer.DraftTrainConfig:
-    base = dict(model="tiny", num_prompts=4, num_shots=1, max_new_tokens=8, collect_batch=4, draft_vocab_size=64,
-                epochs=2, seqs_per_step=1, warmup_steps=2, checkpoint_every=1, seed=5)  # fmt: skip
+    base = dict(
+        model="tiny",
+        num_prompts=4,
+        num_shots=1,
+        max_new_tokens=8,
+        collect_batch=4,
+        draft_vocab_size=64,
+        epochs=2,
+        seqs_per_step=1,
+        warmup_steps=2,
+        checkpoint_every=1,
+        seed=5,
+    )
     return trainer.DraftTrainConfig(**{**base, **kw})
 
 

@@ -58,11 +58,18 @@ def test_saved_head_loads_and_drafts_identically(tiny, tmp_path, layout):
 def test_published_config_conventions():
     target = tiny_config()
     cfg = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 320,
-        "draft_vocab_size": 100, "rms_norm_eps": 1e-5,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "vocab_size": 320,
+        "draft_vocab_size": 100,
+        "rms_norm_eps": 1e-5,
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]},
-    }  # fmt: skip
+    }
     hc = Eagle3HeadConfig.from_json(cfg, target, None)
     assert hc.layer.rope.theta == 10000.0  # no rope_theta: the head's own default, never the target's
     assert hc.capture_layers == (1, 3, 4) and hc.draft_vocab_size == 100

@@ -30,14 +30,23 @@ from ..serve_helpers import MODEL, StubServer, serving, tiny_engine
 def vllm_answer(steps: int, accepted: int, histogram: list[int], k: int = 3, tokens: int = 50) -> dict:
     """A /v1/completions answer of vLLM with `--per-request-spec-decode-metrics summary` (vLLM PR #48915)."""
     return {
-        "id": "cmpl-9", "object": "text_completion", "model": "m",
+        "id": "cmpl-9",
+        "object": "text_completion",
+        "model": "m",
         "choices": [{"index": 0, "text": " 42", "finish_reason": "stop", "stop_reason": None}],
         "usage": {"prompt_tokens": 11, "completion_tokens": tokens, "total_tokens": 11 + tokens},
-        "metrics": {"speculative_decoding": {
-            "mean_acceptance_length": 1 + accepted / steps, "draft_acceptance_rate": accepted / (steps * k),
-            "acceptance_histogram": histogram, "num_spec_steps": steps, "num_accepted_draft_tokens": accepted,
-            "num_draft_tokens": steps * k, "num_spec_tokens": k}},
-    }  # fmt: skip
+        "metrics": {
+            "speculative_decoding": {
+                "mean_acceptance_length": 1 + accepted / steps,
+                "draft_acceptance_rate": accepted / (steps * k),
+                "acceptance_histogram": histogram,
+                "num_spec_steps": steps,
+                "num_accepted_draft_tokens": accepted,
+                "num_draft_tokens": steps * k,
+                "num_spec_tokens": k,
+            }
+        },
+    }
 
 
 def test_vllm_per_request_fields():
@@ -144,8 +153,10 @@ class _StubWithMetrics(StubServer):
             if self.path != "/metrics":
                 return get(self)
             n = metrics["n"]
-            raw = (f"vllm:spec_decode_num_drafts_total {n}\nvllm:spec_decode_num_draft_tokens_total {3 * n}\n"
-                   f"vllm:spec_decode_num_accepted_tokens_total {n}\n").encode()  # fmt: skip
+            raw = (
+                f"vllm:spec_decode_num_drafts_total {n}\nvllm:spec_decode_num_draft_tokens_total {3 * n}\n"
+                f"vllm:spec_decode_num_accepted_tokens_total {n}\n"
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(raw)))
             self.end_headers()
@@ -241,8 +252,12 @@ def ngram_pair(tiny):
     return tiny_engine(tiny, **spec), tiny_engine(tiny, **spec)
 
 
-REPEATING = ["one two three one two three one two", "a b a b a b a", "the cat sat on the mat. the cat sat on",
-             "1, 2, 3, 1, 2, 3, 1,"]  # fmt: skip
+REPEATING = [
+    "one two three one two three one two",
+    "a b a b a b a",
+    "the cat sat on the mat. the cat sat on",
+    "1, 2, 3, 1, 2, 3, 1,",
+]
 
 
 def test_serve_per_request_counts_equal_the_engines(tiny, ngram_pair):
@@ -252,8 +267,9 @@ def test_serve_per_request_counts_equal_the_engines(tiny, ngram_pair):
     with serving(engine) as server:
         scraper = ServerAcceptance(server.url, model=MODEL)
         scraper.start()
-        client = EndpointEngine(EndpointConfig(url=server.url + "/v1", spec="ngram", max_draft_len=3, concurrency=2),
-                                tokenizer=tiny[1])  # fmt: skip
+        client = EndpointEngine(
+            EndpointConfig(url=server.url + "/v1", spec="ngram", max_draft_len=3, concurrency=2), tokenizer=tiny[1]
+        )
         got = client.generate(REPEATING, params)
         delta, run = scraper.delta(), client.last_stats.acceptance
     assert [o.token_ids for o in got] == [o.token_ids for o in want]
@@ -278,11 +294,29 @@ def test_endpoint_run_stores_counts_per_sample_and_reports_them(tiny, ngram_pair
     engine, _ = ngram_pair
     plain = tiny_engine(tiny)
     out = tmp_path / "runs"
-    args = ("--spec", "ngram", "--draft-len", "3", "--model", "tiny", "--tasks", "gsm8k_smoke", "--limit", "4",
-            "--max-output-len", "24", "--no-reference", "--out", str(out), "--fresh", "--json")  # fmt: skip
+    args = (
+        "--spec",
+        "ngram",
+        "--draft-len",
+        "3",
+        "--model",
+        "tiny",
+        "--tasks",
+        "gsm8k_smoke",
+        "--limit",
+        "4",
+        "--max-output-len",
+        "24",
+        "--no-reference",
+        "--out",
+        str(out),
+        "--fresh",
+        "--json",
+    )
     with serving(engine) as spec_server, serving(plain) as plain_server:
-        code, stdout, err = run_cli(capsys, "run", "--endpoint", spec_server.url, "--baseline-endpoint",
-                                    plain_server.url, *args)  # fmt: skip
+        code, stdout, err = run_cli(
+            capsys, "run", "--endpoint", spec_server.url, "--baseline-endpoint", plain_server.url, *args
+        )
     assert code == 0, err
     summary = json.loads(stdout)
     task = summary["tasks"]["gsm8k_smoke"]["acceptance"]
@@ -293,8 +327,10 @@ def test_endpoint_run_stores_counts_per_sample_and_reports_them(tiny, ngram_pair
     run = store.Run(Path(summary["run_dir"]))
     samples = list(run.samples())
     assert sum(s.acceptance["num_cycles"] for s in samples) == task["num_cycles"]
-    assert all(s.acceptance_length == round(1 + s.acceptance["num_accepted_drafts"] / s.acceptance["num_cycles"], 4)
-               for s in samples)  # fmt: skip
+    assert all(
+        s.acceptance_length == round(1 + s.acceptance["num_accepted_drafts"] / s.acceptance["num_cycles"], 4)
+        for s in samples
+    )
     html, _ = build_report([run])
     assert 'alt="#1 acceptance by output length"' in html and "per-request counts (vllm" in html
     paired = compare_runs(run, run)["tasks"]["gsm8k_smoke"]["acceptance"]["per_document"]

@@ -38,9 +38,11 @@ def _generate(tiny, answer, logprobs: int | None = None, stop: tuple[str, ...] =
 def _with_logprobs(token_logprobs: list, tops: list | None = None) -> dict:
     body = completion(TEXT)
     tokens = [f"t{i}" for i in range(len(token_logprobs))]
-    body["choices"][0]["logprobs"] = {"tokens": tokens, "token_logprobs": token_logprobs,
-                                      "top_logprobs": tops or [{t: v} for t, v in zip(tokens, token_logprobs,
-                                                                                       strict=True)]}  # fmt: skip
+    body["choices"][0]["logprobs"] = {
+        "tokens": tokens,
+        "token_logprobs": token_logprobs,
+        "top_logprobs": tops or [{t: v} for t, v in zip(tokens, token_logprobs, strict=True)],
+    }
     return body
 
 
@@ -74,8 +76,10 @@ def test_finite_logprobs_are_kept(tiny):
 
 def test_logprobs_naming_other_ids_than_the_answer_are_no_evidence():
     key = token_key(None)  # ids named as token_id:N need no tokenizer
-    choice = {"token_ids": [5, 6], "logprobs": {"tokens": ["token_id:5", "token_id:9"], "token_logprobs": [-0.1, -0.2],
-                                                "top_logprobs": [{}, {}]}}  # fmt: skip
+    choice = {
+        "token_ids": [5, 6],
+        "logprobs": {"tokens": ["token_id:5", "token_id:9"], "token_logprobs": [-0.1, -0.2], "top_logprobs": [{}, {}]},
+    }
     with pytest.raises(UnusableLogprobs, match="token 1: the logprobs name token 9, the answer's token_ids 6"):
         parse_logprobs(choice, key, [5, 6])
     with pytest.raises(UnusableLogprobs, match="2 logprob records for 1 output tokens"):
@@ -132,15 +136,20 @@ def test_honest_ids_are_kept_with_their_special_tokens(tiny):
 
 @pytest.mark.parametrize(
     "indexes, words",
-    [((0, 1), "2 choices (indexes [0, 1])"), ((1, 0), "2 choices (indexes [1, 0])"),
-     ((0, 0), "2 choices (indexes [0, 0])"), ((1,), "one choice has index 1, not 0")],
+    [
+        ((0, 1), "2 choices (indexes [0, 1])"),
+        ((1, 0), "2 choices (indexes [1, 0])"),
+        ((0, 0), "2 choices (indexes [0, 0])"),
+        ((1,), "one choice has index 1, not 0"),
+    ],
     ids=["extra", "out-of-order", "duplicate", "wrong-index"],
-)  # fmt: skip
+)
 def test_an_answer_with_other_than_one_choice_is_refused_never_mixed(tiny, indexes, words):
     def answer(ids_of):
         body = completion()
-        body["choices"] = [{"index": i, "text": f"answer {i}", "finish_reason": "stop", "token_ids": ids_of(f"x{i}")}
-                           for i in indexes]  # fmt: skip
+        body["choices"] = [
+            {"index": i, "text": f"answer {i}", "finish_reason": "stop", "token_ids": ids_of(f"x{i}")} for i in indexes
+        ]
         return body
 
     out, _ = _generate(tiny, answer)
@@ -151,8 +160,13 @@ def test_an_answer_with_other_than_one_choice_is_refused_never_mixed(tiny, index
 
 
 def _spec(steps: int, drafted: int, accepted: int, k: int = 3, histogram: list | None = None) -> dict:
-    spec = {"num_spec_steps": steps, "num_draft_tokens": drafted, "num_accepted_draft_tokens": accepted,
-            "num_spec_tokens": k, **({"acceptance_histogram": histogram} if histogram else {})}  # fmt: skip
+    spec = {
+        "num_spec_steps": steps,
+        "num_draft_tokens": drafted,
+        "num_accepted_draft_tokens": accepted,
+        "num_spec_tokens": k,
+        **({"acceptance_histogram": histogram} if histogram else {}),
+    }
     return {"metrics": {"speculative_decoding": spec}}
 
 
@@ -178,8 +192,9 @@ def test_a_histogram_that_contradicts_the_totals_gives_no_per_position_counts():
 
 
 def test_an_answer_claiming_impossible_acceptance_never_becomes_an_acceptance_length(tiny):
-    out, engine = _generate(tiny, lambda ids_of: {**completion(TEXT), **_spec(1, 3, 50)}, spec="eagle3",
-                            max_draft_len=3)  # fmt: skip
+    out, engine = _generate(
+        tiny, lambda ids_of: {**completion(TEXT), **_spec(1, 3, 50)}, spec="eagle3", max_draft_len=3
+    )
     assert out.finish_reason == "error" and "impossible acceptance counts" in out.error
     assert "50 accepted drafts of 3 drafted" in out.error
     assert "acceptance" not in out.stats and engine.reported_acceptance() is None

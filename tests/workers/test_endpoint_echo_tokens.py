@@ -19,8 +19,17 @@ def _key(text: str) -> int:
 def _answer(echoed: list[int]) -> dict:
     tokens = [f"{TOKEN_ID_PREFIX}{t}" for t in echoed]
     tops = [None] + [{token: -0.5, f"{TOKEN_ID_PREFIX}1": -1.5} for token in tokens[1:]]
-    return {"choices": [{"logprobs": {"tokens": tokens, "token_logprobs": [None] + [-0.5] * (len(tokens) - 1),
-                                      "top_logprobs": tops}}]}  # fmt: skip
+    return {
+        "choices": [
+            {
+                "logprobs": {
+                    "tokens": tokens,
+                    "token_logprobs": [None] + [-0.5] * (len(tokens) - 1),
+                    "top_logprobs": tops,
+                }
+            }
+        ]
+    }
 
 
 def test_the_output_s_own_echo_is_read_and_keeps_the_output_s_keys():

@@ -32,10 +32,13 @@ from ..serve_helpers import StubServer, completion
         ("http://127.0.0.1:8000", "http://127.0.0.1:8000", "http://127.0.0.1:8000"),
         ("http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000", "http://127.0.0.1:8000"),
         ("http://h:1/v1/chat/completions", "http://h:1", "http://h:1"),
-        ("https://u:secret@gw.example/team/v1/completions", "https://u:secret@gw.example/team",
-         "https://gw.example/team"),
+        (
+            "https://u:secret@gw.example/team/v1/completions",
+            "https://u:secret@gw.example/team",
+            "https://gw.example/team",
+        ),
     ],
-)  # fmt: skip
+)
 def test_urls_keep_credentials_out_of_the_public_form(url, root, public):
     parsed = EndpointURL.parse(url)
     assert (parsed.root, parsed.public) == (root, public)
@@ -103,19 +106,33 @@ def test_lm_eval_builds_the_payload_from_those_kwargs():
     """The payload is lm-eval's own: until -> stop, max_gen_toks -> max_tokens, the rest passed through."""
     from lm_eval.models.openai_completions import LocalCompletionsAPI
 
-    backend = LocalCompletionsAPI(base_url="http://127.0.0.1:1/v1/completions", model="m", tokenizer_backend=None,
-                                  tokenized_requests=False, seed=3)  # fmt: skip
+    backend = LocalCompletionsAPI(
+        base_url="http://127.0.0.1:1/v1/completions",
+        model="m",
+        tokenizer_backend=None,
+        tokenized_requests=False,
+        seed=3,
+    )
     kwargs = gen_kwargs(SamplingParams(temperature=0.5, top_k=4, max_new_tokens=9, stop=("\n",)), seed=11)
     payload = backend._create_payload("hi", generate=True, gen_kwargs=dict(kwargs), seed=3)
-    assert payload == {"prompt": "hi", "model": "m", "max_tokens": 9, "temperature": 0.5, "stop": ["\n"],
-                       "seed": 11, "top_k": 4}  # fmt: skip
+    assert payload == {
+        "prompt": "hi",
+        "model": "m",
+        "max_tokens": 9,
+        "temperature": 0.5,
+        "stop": ["\n"],
+        "seed": 11,
+        "top_k": 4,
+    }
 
 
 def test_answers_of_different_servers_are_normalised():
     params = SamplingParams(max_new_tokens=8, stop=("###",))
-    vllm_like = {"choices": [{"index": 0, "text": "4", "finish_reason": "stop", "stop_reason": None,
-                              "token_ids": [19, 2]}],
-                 "prompt_token_ids": [5, 6], "usage": {"prompt_tokens": 2, "completion_tokens": 2}}  # fmt: skip
+    vllm_like = {
+        "choices": [{"index": 0, "text": "4", "finish_reason": "stop", "stop_reason": None, "token_ids": [19, 2]}],
+        "prompt_token_ids": [5, 6],
+        "usage": {"prompt_tokens": 2, "completion_tokens": 2},
+    }
     c = read_choice(vllm_like, "4", params)
     assert (c.finish_reason, c.token_ids, c.prompt_token_ids, c.completion_tokens) == ("eos", [19, 2], [5, 6], 2)
     stopped = {"choices": [{"text": "a", "finish_reason": "stop", "stop_reason": "###"}]}
@@ -144,8 +161,9 @@ def test_a_dead_port_is_a_recorded_failure_not_an_empty_answer(tiny, credentials
         def for_replica(self, rank):
             return self
 
-    outs = engine.generate(["a", "b"], SamplingParams(max_new_tokens=4), progress=lambda d, n, s: seen.append(d),
-                           sink=Sink())  # fmt: skip
+    outs = engine.generate(
+        ["a", "b"], SamplingParams(max_new_tokens=4), progress=lambda d, n, s: seen.append(d), sink=Sink()
+    )
     assert [o.finish_reason for o in outs] == ["error", "error"] and [o.index for o in outs] == [0, 1]
     assert all(o.text == "" and o.token_ids == [] and "connection failed" in o.error for o in outs)
     assert sorted(seen) == [1, 2] and put == []  # progress for each; failures are not persisted
@@ -277,19 +295,39 @@ def test_a_gpqa_run_records_no_echoed_question_and_fails_on_every_broken_answer(
     """The whole path: `run --endpoint` on (invented) GPQA questions against a server that echoes the prompt in
     its errors, aborts, errs or sends a number for text: every request is a recorded failure, the run FAILs, and no
     question reaches samples.parquet, events.jsonl, the manifest or what was printed."""
-    questions = [f"Among Quillish glyph pairs, which one marks tone number {i} in the northern dialect?"
-                 for i in range(5)]  # fmt: skip
-    behaviours = [_echo(400), _echo(500), lambda b: (200, completion("(A)", "aborted")),
-                  lambda b: (200, completion("(A)", "error")), lambda b: (200, completion(5))]  # fmt: skip
+    questions = [
+        f"Among Quillish glyph pairs, which one marks tone number {i} in the northern dialect?" for i in range(5)
+    ]
+    behaviours = [
+        _echo(400),
+        _echo(500),
+        lambda b: (200, completion("(A)", "aborted")),
+        lambda b: (200, completion("(A)", "error")),
+        lambda b: (200, completion(5)),
+    ]
 
     def answer(body):
         number = next(i for i in range(5) if f"tone number {i} " in body["prompt"])
         return behaviours[number](body)
 
     with StubServer(answer) as stub:
-        code, out, err = run_cli(capsys, "run", "--endpoint", stub.url, "--model", "tiny", "--tasks", "gpqa_diamond",
-                                 "--data-dir", str(_gpqa_data(tmp_path / "data", questions)), "--no-reference",
-                                 "--request-retries", "0", "--out", str(tmp_path / "runs"))  # fmt: skip
+        code, out, err = run_cli(
+            capsys,
+            "run",
+            "--endpoint",
+            stub.url,
+            "--model",
+            "tiny",
+            "--tasks",
+            "gpqa_diamond",
+            "--data-dir",
+            str(_gpqa_data(tmp_path / "data", questions)),
+            "--no-reference",
+            "--request-retries",
+            "0",
+            "--out",
+            str(tmp_path / "runs"),
+        )
     assert code == 1 and "5 of 5 requests FAILED" in out, out + err
     (run,) = (tmp_path / "runs").glob("2*")
     errors = pq.read_table(run / "samples.parquet").column("error").to_pylist()
@@ -415,8 +453,13 @@ def test_sampled_requests_carry_a_seed_only_when_asked(mode, sends):
 def test_a_server_that_dies_on_seeded_sampling_is_told_to_run_without_seeds():
     from specdec_eval.workers.remote.server_failure import server_failure_line
 
-    dead = {"type": "engine_dead", "source": "server_log", "fatal": True, "line": 9,
-            "message": "engine core hit a fatal error: RuntimeError: CPU Generator does not use offset"}  # fmt: skip
+    dead = {
+        "type": "engine_dead",
+        "source": "server_log",
+        "fatal": True,
+        "line": 9,
+        "message": "engine core hit a fatal error: RuntimeError: CPU Generator does not use offset",
+    }
     line = server_failure_line([dead])
     assert line.startswith("server: engine core hit a fatal error: RuntimeError: CPU Generator does not use offset")
     assert line.endswith("rerun with --request-seeds none (sampled requests then carry no seed)")

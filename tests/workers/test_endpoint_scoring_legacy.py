@@ -22,8 +22,17 @@ def key(text: str) -> int:
 
 def _echo(tops: list[dict[str, float]], tokens: list[str]) -> dict:
     """An echo of prompt token "a" then `tokens`, each with its own logprob -1 and the given top alternatives."""
-    return {"choices": [{"logprobs": {"tokens": ["a", *tokens], "token_logprobs": [None] + [-1.0] * len(tokens),
-                                      "top_logprobs": [None, *tops]}}]}  # fmt: skip
+    return {
+        "choices": [
+            {
+                "logprobs": {
+                    "tokens": ["a", *tokens],
+                    "token_logprobs": [None] + [-1.0] * len(tokens),
+                    "top_logprobs": [None, *tops],
+                }
+            }
+        ]
+    }
 
 
 def test_an_entry_where_texts_that_print_alike_merged_is_no_top_k():
@@ -66,13 +75,29 @@ def _server(greedy_for: dict[int, list[str]]):
             tokens = greedy_for.get(len(text), ["b"] * 8)
             generated.append(text)
             top = [{t: -1.0, **{o: -2.0 - i for i, o in enumerate("acde") if o != t}} for t in tokens]
-            return Answer({"choices": [{"logprobs": {"tokens": tokens, "token_logprobs": [-1.0] * len(tokens),
-                                                     "top_logprobs": top}}]})  # fmt: skip
+            return Answer(
+                {
+                    "choices": [
+                        {"logprobs": {"tokens": tokens, "token_logprobs": [-1.0] * len(tokens), "top_logprobs": top}}
+                    ]
+                }
+            )
         tokens = list(text) + ["a"]
         top = [{t: -1.0, **{o: -2.0 - i for i, o in enumerate("acde") if o != t}} for t in tokens]
-        return Answer({"choices": [{"logprobs": {"tokens": tokens, "token_logprobs": [None] + [-1.0] * len(tokens[1:]),
-                                                 "top_logprobs": [None, *top[1:]]}}],
-                       "usage": {"completion_tokens": 1}})  # fmt: skip
+        return Answer(
+            {
+                "choices": [
+                    {
+                        "logprobs": {
+                            "tokens": tokens,
+                            "token_logprobs": [None] + [-1.0] * len(tokens[1:]),
+                            "top_logprobs": [None, *top[1:]],
+                        }
+                    }
+                ],
+                "usage": {"completion_tokens": 1},
+            }
+        )
 
     return call, generated
 

@@ -89,12 +89,26 @@ def test_trtllm_prometheus_without_positions_uses_declared_k_or_says_unknown():
 
 def test_trtllm_json_iteration_stats_are_summed():
     iterations = [
-        {"iter": 7, "specDecodingStats": {"numDraftTokens": 9, "numAcceptedTokens": 5, "numRequestsWithDraftTokens": 3,
-                                          "acceptanceLength": 8 / 3}},
+        {
+            "iter": 7,
+            "specDecodingStats": {
+                "numDraftTokens": 9,
+                "numAcceptedTokens": 5,
+                "numRequestsWithDraftTokens": 3,
+                "acceptanceLength": 8 / 3,
+            },
+        },
         {"iter": 8, "numActiveRequests": 1},  # a context-only iteration
-        {"iter": 9, "specDecodingStats": {"numDraftTokens": 3, "numAcceptedTokens": 3, "numRequestsWithDraftTokens": 1,
-                                          "acceptanceLength": 4.0}},
-    ]  # fmt: skip
+        {
+            "iter": 9,
+            "specDecodingStats": {
+                "numDraftTokens": 3,
+                "numAcceptedTokens": 3,
+                "numRequestsWithDraftTokens": 1,
+                "acceptanceLength": 4.0,
+            },
+        },
+    ]
     c = parse_metrics_response(json.dumps(iterations))
     assert c.drains and (c.cycles, c.draft_tokens, c.accepted) == (4, 12, 8)
     got = acceptance_delta(parse_metrics_response("[]"), c)
@@ -112,14 +126,19 @@ def test_sglang_average_is_lifetime_unless_the_server_was_fresh():
 
 
 def test_llamacpp_native_names():
-    text = "\n".join([
-        "# TYPE llamacpp:spec_decode_num_drafts_total counter",
-        "llamacpp:spec_decode_num_drafts_total 20",
-        "# TYPE llamacpp:spec_decode_num_draft_tokens_total counter",
-        "llamacpp:spec_decode_num_draft_tokens_total 160",
-        "# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter",
-        "llamacpp:spec_decode_num_accepted_tokens_total 30",
-    ]) + "\n"  # fmt: skip
+    text = (
+        "\n".join(
+            [
+                "# TYPE llamacpp:spec_decode_num_drafts_total counter",
+                "llamacpp:spec_decode_num_drafts_total 20",
+                "# TYPE llamacpp:spec_decode_num_draft_tokens_total counter",
+                "llamacpp:spec_decode_num_draft_tokens_total 160",
+                "# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter",
+                "llamacpp:spec_decode_num_accepted_tokens_total 30",
+            ]
+        )
+        + "\n"
+    )
     got = acceptance_delta(None, parse_prometheus(text))
     assert got["acceptance_length"] == 2.5 and got["max_draft_len"] == 8 and got["accepted_per_position"] == []
 

@@ -85,8 +85,9 @@ QUOTING = (
 
 
 def _run(server: HangingServer, tiny, n: int, **config) -> tuple[EndpointEngine, list, float]:
-    config = EndpointConfig(url=server.url, concurrency=2, max_retries=3, timeout_s=30, stall_floor_s=1.0,
-                            kv_drain_timeout_s=0, **config)  # fmt: skip
+    config = EndpointConfig(
+        url=server.url, concurrency=2, max_retries=3, timeout_s=30, stall_floor_s=1.0, kv_drain_timeout_s=0, **config
+    )
     engine = EndpointEngine(config, tokenizer=tiny[1])
     start = time.perf_counter()
     outputs = engine.generate([f"Question {i}: {STORY}" for i in range(n)], SamplingParams(max_new_tokens=4))
@@ -128,8 +129,13 @@ def test_the_cause_is_named_from_the_servers_log(tiny, tmp_path):
     assert line.startswith("server: the server stopped answering: ") and line.endswith("(4 documents unanswered)")
     assert took < 10.0 and [o.finish_reason for o in outputs].count("error") == 4
     from_log = [e for e in events if e.get("source") == "server_log"]
-    assert [e["type"] for e in from_log] == ["warmup_oom", "spec_state_leak", "forward_error", "engine_dead",
-                                             "forward_error"]  # fmt: skip
+    assert [e["type"] for e in from_log] == [
+        "warmup_oom",
+        "spec_state_leak",
+        "forward_error",
+        "engine_dead",
+        "forward_error",
+    ]
     quoting = from_log[-1]  # it quotes the run's prompts: its text is withheld
     assert quoting["line"] == 16 and quoting["raw"].startswith("(line withheld: it quotes a prompt; ")
     assert "forty" not in str(quoting)
@@ -143,8 +149,9 @@ def test_a_healthy_server_answering_one_request_slowly_is_not_failed(tiny):
     scale = 1 / 50
     delays = tuple([0.2 * scale] * 7 + [75 * scale])
     with HangingServer(answer_first=8, delays_s=delays) as server:
-        config = EndpointConfig(url=server.url, concurrency=1, max_retries=0, timeout_s=30, stall_floor_s=60 * scale,
-                                kv_drain_timeout_s=0)  # fmt: skip
+        config = EndpointConfig(
+            url=server.url, concurrency=1, max_retries=0, timeout_s=30, stall_floor_s=60 * scale, kv_drain_timeout_s=0
+        )
         engine = EndpointEngine(config, tokenizer=tiny[1])
         outputs = engine.generate([f"Question {i}: {STORY}" for i in range(8)], SamplingParams(max_new_tokens=256))
         engine.close()

@@ -101,15 +101,43 @@ def test_run_builds_its_config_from_the_new_flags(capsys, monkeypatch, tmp_path)
         seen["config"] = backend.target.engine
         from specdec_eval.results.run_summary import RunSummary
 
-        return RunSummary.from_json({"verdict": "PASS", "tasks": {}, "events": {}, "failing_events": 0,
-                                     "elapsed_s": 0.0, "model": "tiny", "kv_cache": "v1", "spec": None,
-                                     "world_size": 1})  # fmt: skip
+        return RunSummary.from_json(
+            {
+                "verdict": "PASS",
+                "tasks": {},
+                "events": {},
+                "failing_events": 0,
+                "elapsed_s": 0.0,
+                "model": "tiny",
+                "kv_cache": "v1",
+                "spec": None,
+                "world_size": 1,
+            }
+        )
 
     monkeypatch.setattr(pipeline_run, "run", fake_run)
     events = tmp_path / "ev.jsonl"
-    code, out, err = run_cli(capsys, "run", "--model", "tiny", "--tasks", "gsm8k_smoke", "--no-reference", "--json",
-                             "--out", str(tmp_path / "runs"), "--block-size", "32", "--no-decode-copy", "--spec",
-                             "eagle3", "--capture-layers", "1,2,3", "--events", str(events))  # fmt: skip
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        "--model",
+        "tiny",
+        "--tasks",
+        "gsm8k_smoke",
+        "--no-reference",
+        "--json",
+        "--out",
+        str(tmp_path / "runs"),
+        "--block-size",
+        "32",
+        "--no-decode-copy",
+        "--spec",
+        "eagle3",
+        "--capture-layers",
+        "1,2,3",
+        "--events",
+        str(events),
+    )
     assert code == 0, err
     config = seen["config"]
     assert (config.kv_cache.block_size, config.kv_cache.decode_copy) == (32, False)

@@ -55,8 +55,9 @@ def smollm2_case(smollm2, smollm2_engine):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kv, batched", [("v1", False), ("v1", True), ("v2", True)], ids=["v1-batch1", "v1-batched",
-                                                                                            "v2-batched"])  # fmt: skip
+@pytest.mark.parametrize(
+    "kv, batched", [("v1", False), ("v1", True), ("v2", True)], ids=["v1-batch1", "v1-batched", "v2-batched"]
+)
 def test_smollm2_matches_hf(smollm2, smollm2_engine, smollm2_case, kv, batched):
     """The real model against HF: batched under both KV managers, batch 1 on 4 prompts under v1 (one prompt at a
     time is ~13 tok/s here). The tiny model runs all 16 prompts in all four combinations."""

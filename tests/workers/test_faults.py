@@ -189,8 +189,13 @@ def test_aux_layers_off_by_one_lowers_smollm2_acceptance_with_identical_outputs(
         runs.append(engine.generate(prompts, params))
     clean, bug = runs
     assert [o.token_ids for o in clean] == [o.token_ids for o in bug]
-    pairs = [((x.stats["acceptance"]["num_cycles"], x.stats["acceptance"]["num_accepted_drafts"]),
-              (y.stats["acceptance"]["num_cycles"], y.stats["acceptance"]["num_accepted_drafts"]))
-             for x, y in zip(clean, bug, strict=True) if x.stats.get("acceptance")]  # fmt: skip
+    pairs = [
+        (
+            (x.stats["acceptance"]["num_cycles"], x.stats["acceptance"]["num_accepted_drafts"]),
+            (y.stats["acceptance"]["num_cycles"], y.stats["acceptance"]["num_accepted_drafts"]),
+        )
+        for x, y in zip(clean, bug, strict=True)
+        if x.stats.get("acceptance")
+    ]
     estimate = paired_acceptance(pairs)
     assert estimate.n >= 8 and estimate.relative < -0.01, estimate

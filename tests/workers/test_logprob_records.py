@@ -22,9 +22,16 @@ def test_a_well_formed_record_is_evidence():
 
 @pytest.mark.parametrize(
     "value, words",
-    [(math.nan, "NaN"), (math.inf, "+inf"), (-math.inf, "-inf"), (0.5, "above 1"), ("-1", "not a number"),
-     (None, "not a number"), (True, "not a number")],
-)  # fmt: skip
+    [
+        (math.nan, "NaN"),
+        (math.inf, "+inf"),
+        (-math.inf, "-inf"),
+        (0.5, "above 1"),
+        ("-1", "not a number"),
+        (None, "not a number"),
+        (True, "not a number"),
+    ],
+)
 def test_what_is_not_a_log_probability(value, words):
     assert words in logprob_problem(value)
     assert words in record_problem([value, [], 5])  # as the emitted token's

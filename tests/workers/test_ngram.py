@@ -35,9 +35,14 @@ def _outputs(engine, params):
     return [o.token_ids for o in engine.generate(PROMPTS, params)]
 
 
-@pytest.mark.parametrize("params", [SamplingParams(max_new_tokens=24, ignore_eos=True),
-                                    SamplingParams(max_new_tokens=24, ignore_eos=True, temperature=0.8, top_p=0.9)],
-                         ids=["greedy", "sampled"])  # fmt: skip
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(max_new_tokens=24, ignore_eos=True),
+        SamplingParams(max_new_tokens=24, ignore_eos=True, temperature=0.8, top_p=0.9),
+    ],
+    ids=["greedy", "sampled"],
+)
 def test_ngram_is_token_identical_to_plain_and_accepts(tiny, params):
     plain = _outputs(make_engine(tiny), params)
     engine = make_engine(tiny, spec=SpecConfig(algorithm="ngram", max_draft_len=3, ngram_size=2))
@@ -55,6 +60,17 @@ def test_generate_spec_ngram_on_the_command_line(capsys, monkeypatch):
     assert code == 0, err
     record = json.loads(out.splitlines()[0])
     assert len(record["token_ids"]) == 12 and record["stats"]["acceptance"]["max_draft_len"] == 2
-    code, _, err = run_cli(capsys, "generate", "-", "--model", "tiny", "--spec", "ngram", "--capture-layers", "1,2,3",
-                           stdin="hi\n", monkeypatch=monkeypatch)  # fmt: skip
+    code, _, err = run_cli(
+        capsys,
+        "generate",
+        "-",
+        "--model",
+        "tiny",
+        "--spec",
+        "ngram",
+        "--capture-layers",
+        "1,2,3",
+        stdin="hi\n",
+        monkeypatch=monkeypatch,
+    )
     assert code == 2 and "applies to eagle3, not ngram" in err and err.count("\n") == 1, err

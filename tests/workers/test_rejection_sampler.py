@@ -132,9 +132,11 @@ def test_rejection_and_coupled_sample_differently_from_one_seed(tiny, rejection_
     plain = make_engine(tiny)
     seeds = [_sampled(s) for s in range(6)]
     assert [o.token_ids for o in coupled.generate([PROMPT] * 6, seeds)] == [
-        o.token_ids for o in plain.generate([PROMPT] * 6, seeds)]  # fmt: skip
+        o.token_ids for o in plain.generate([PROMPT] * 6, seeds)
+    ]
     assert [o.token_ids for o in rejection_engine.generate([PROMPT] * 6, seeds)] != [
-        o.token_ids for o in plain.generate([PROMPT] * 6, seeds)]  # fmt: skip
+        o.token_ids for o in plain.generate([PROMPT] * 6, seeds)
+    ]
 
 
 def test_greedy_requests_are_unchanged_by_the_rejection_sampler(tiny, rejection_engine):

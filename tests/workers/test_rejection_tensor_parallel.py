@@ -19,8 +19,10 @@ SAMPLINGS = ("rejection", "rejection-q")
 
 
 def _params() -> list[SamplingParams]:
-    return [SamplingParams(max_new_tokens=24, temperature=1.0, ignore_eos=True, seed=100 + i)
-            for i in range(len(RAW_PROMPTS))]  # fmt: skip
+    return [
+        SamplingParams(max_new_tokens=24, temperature=1.0, ignore_eos=True, seed=100 + i)
+        for i in range(len(RAW_PROMPTS))
+    ]
 
 
 def _generate(shared, sampling: str, tp=None) -> list[list[int]]:

@@ -13,8 +13,12 @@ vllm:kv_cache_usage_perc{engine="0",model_name="other"} 0.75
 """
 SGLANG = 'sglang:token_usage{model_name="m",tp_rank="0"} 0.5\n'
 TRTLLM = "trtllm_kv_cache_utilization 0.125\n"
-TRTLLM_JSON = json.dumps([{"iter": 1, "kvCacheStats": {"maxNumBlocks": 100, "usedNumBlocks": 40}},
-                          {"iter": 2, "kvCacheStats": {"maxNumBlocks": 100, "usedNumBlocks": 10}}])  # fmt: skip
+TRTLLM_JSON = json.dumps(
+    [
+        {"iter": 1, "kvCacheStats": {"maxNumBlocks": 100, "usedNumBlocks": 40}},
+        {"iter": 2, "kvCacheStats": {"maxNumBlocks": 100, "usedNumBlocks": 10}},
+    ]
+)
 
 
 def test_each_engines_gauge():
@@ -38,8 +42,9 @@ def test_back_to_idle_or_a_leak():
 
     assert check_drained(read, idle, timeout_s=10, clock=lambda: next(clock), sleep=lambda s: None) is None
     clock = iter(range(100))
-    leak = check_drained(lambda: KVUsage("g at /metrics", 0.05), idle, timeout_s=3, clock=lambda: next(clock),
-                         sleep=lambda s: None)  # fmt: skip
+    leak = check_drained(
+        lambda: KVUsage("g at /metrics", 0.05), idle, timeout_s=3, clock=lambda: next(clock), sleep=lambda s: None
+    )
     assert leak["idle_used"] == 0.0 and leak["used"] == 0.05 and leak["gauge"] == "g at /metrics"
     assert leak["message"].startswith("KV usage stayed at 5.00% after the run drained (idle: 0.00%")
     assert check_drained(lambda: None, idle, timeout_s=0, clock=lambda: 0.0) is None  # no gauge: nothing to judge

@@ -72,8 +72,10 @@ def test_which_table_applies(tmp_path):
 
 def test_secrets_never_reach_the_events(tmp_path):
     path = tmp_path / "server.log"
-    path.write_text("args: --api-key sk-123 --endpoint http://bob:pw@h/v1\n"
-                    "[x] [TRT-LLM] [E] Error in event loop: token sk-123 refused\n")  # fmt: skip
+    path.write_text(
+        "args: --api-key sk-123 --endpoint http://bob:pw@h/v1\n"
+        "[x] [TRT-LLM] [E] Error in event loop: token sk-123 refused\n"
+    )
     with ServerLog(path, redact=lambda line: redact_text(line, ("sk-123",)), poll_s=0.02) as log:
         log.catch_up()
         (event,) = log.events()

@@ -89,8 +89,15 @@ class RepeatLastWorker(SpecWorkerBase):
 
 @pytest.fixture
 def repeat_method():
-    method = register(SpecMethod(name="repeat", summary="the last token, K times", worker=RepeatLastWorker,
-                                 test_params=("no_draft",), reference_name="Repeat"))  # fmt: skip
+    method = register(
+        SpecMethod(
+            name="repeat",
+            summary="the last token, K times",
+            worker=RepeatLastWorker,
+            test_params=("no_draft",),
+            reference_name="Repeat",
+        )
+    )
     yield method
     unregister("repeat")
 

@@ -52,8 +52,9 @@ def chi_square_homogeneity(a: Counter, b: Counter, min_expected: float = 5.0) ->
 
 
 def _samples(engine, seed0: int) -> Counter:
-    params = [SamplingParams(max_new_tokens=NEW, temperature=1.0, top_k=4, ignore_eos=True, seed=seed0 + i)
-              for i in range(N)]  # fmt: skip
+    params = [
+        SamplingParams(max_new_tokens=NEW, temperature=1.0, top_k=4, ignore_eos=True, seed=seed0 + i) for i in range(N)
+    ]
     return Counter(tuple(o.token_ids) for o in engine.generate([PROMPT] * N, params))
 
 

@@ -68,8 +68,9 @@ def test_the_exact_view_is_the_plain_sampler_s_distribution():
 def test_greedy_outputs_get_no_sampling_view_and_bad_requests_an_error(tiny):
     engine = make_engine(tiny)
     out = engine.generate(PROMPTS[:1], SamplingParams(max_new_tokens=8, ignore_eos=True))[0]
-    (scored,) = engine.score_outputs([ScoreRequest(tuple(out.prompt_token_ids), tuple(out.token_ids),
-                                                   SamplingParams(), 2)])  # fmt: skip
+    (scored,) = engine.score_outputs(
+        [ScoreRequest(tuple(out.prompt_token_ids), tuple(out.token_ids), SamplingParams(), 2)]
+    )
     assert scored.sampled is None and len(scored.logprobs) == 8
     empty, too_long = engine.score_outputs([ScoreRequest((1, 2), (), SAMPLED), ScoreRequest((), (1,), SAMPLED)])
     assert empty.logprobs == [] and empty.error is None

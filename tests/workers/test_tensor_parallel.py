@@ -85,8 +85,22 @@ def test_generate_under_torchrun_tp2_merges_events(tmp_path):
     prompts.write_text("hello\nworld\n")
     events = tmp_path / "events.jsonl"
     common = ["generate", str(prompts), "--model", "tiny", "-n", "6", "--spec", "eagle3", "--inject", "draft_step:1@2"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
-           "-m", "specdec_eval.cli.main", *common, "--tp", "2", "--events", str(events)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(_free_port()),
+        "-m",
+        "specdec_eval.cli.main",
+        *common,
+        "--tp",
+        "2",
+        "--events",
+        str(events),
+    ]
     tp2 = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert tp2.returncode == 0, tp2.stderr[-2000:]
     one = subprocess.run([sys.executable, "-m", "specdec_eval.cli.main", *common], capture_output=True, text=True)

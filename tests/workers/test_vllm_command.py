@@ -10,8 +10,9 @@ from specdec_eval.workers.remote.vllm_command import VLLMServeCommand
 
 @pytest.mark.parametrize("method", [None, "eagle3", "ngram"])
 def test_the_command_round_trips_through_serve_cmd(method, tmp_path):
-    cmd = VLLMServeCommand(python="/v/bin/python", model_dir="/m/smollm2 hf", port=8123, method=method,
-                           head=str(tmp_path / "head"))  # fmt: skip
+    cmd = VLLMServeCommand(
+        python="/v/bin/python", model_dir="/m/smollm2 hf", port=8123, method=method, head=str(tmp_path / "head")
+    )
     parsed = ServerCommand.parse(str(cmd))
     assert dict(parsed.env) == {"VLLM_CPU_KVCACHE_SPACE": "1"}
     assert list(parsed.argv) == cmd.argv

@@ -21,9 +21,14 @@ def fault_free(tiny):
 
 def _engine(tiny, kv, guard="template", **kw):
     return make_engine(
-        tiny, kv, spec=SpecConfig(max_draft_len=3, guard=guard), warmup="on", max_num_tokens=256,
-        device_memory=BUDGET, **kw,
-    )  # fmt: skip
+        tiny,
+        kv,
+        spec=SpecConfig(max_draft_len=3, guard=guard),
+        warmup="on",
+        max_num_tokens=256,
+        device_memory=BUDGET,
+        **kw,
+    )
 
 
 def test_clean_warmup_runs_both_max_shapes(tiny, fault_free):

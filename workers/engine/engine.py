@@ -98,9 +98,17 @@ class Engine:
         self.memory_budget = MemoryBudget(self.device, self.memory.total_bytes, held, self.events, self.faults)
         self.spec_worker = None
         if self.spec_method is not None:
-            context = SpecContext(target=self.model, draft=self.draft_model, kv=self.kv, kv_manager=self.kv_manager,
-                                  spec=config.spec, events=self.events, tp=self.tp, memory=self.memory_budget,
-                                  faults=self.faults)  # fmt: skip
+            context = SpecContext(
+                target=self.model,
+                draft=self.draft_model,
+                kv=self.kv,
+                kv_manager=self.kv_manager,
+                spec=config.spec,
+                events=self.events,
+                tp=self.tp,
+                memory=self.memory_budget,
+                faults=self.faults,
+            )
             self.spec_worker = self.spec_method.worker_class()(context)
         # One scheduler and one executor for the engine's life: requests of any caller share the running batch.
         k = self.max_draft_len
@@ -113,18 +121,31 @@ class Engine:
         )
         self.stop_rules = StopRules(self._tokenizer, self.eos_ids)
         self.executor = Executor(
-            self.model, self.kv, self.scheduler, AttentionMetadata(self.kv_layout.block_size, self.device),
-            self.stop_rules, self.memory_budget, self.events, self.faults, self.spec_worker, config.max_retries,
+            self.model,
+            self.kv,
+            self.scheduler,
+            AttentionMetadata(self.kv_layout.block_size, self.device),
+            self.stop_rules,
+            self.memory_budget,
+            self.events,
+            self.faults,
+            self.spec_worker,
+            config.max_retries,
             AcceptanceStats(k) if k else None,
-        )  # fmt: skip
+        )
         self.last_stats = GenerateStats()
         self.closed = False
         self._next_request_id = 0
         self._served: dict[int, Request] = {}  # requests added one at a time, by id
         self._leaked_reported = 0  # KV blocks already named by a kv_block_leak event
         if config.warmup == "on" or (config.warmup == "auto" and self.device.type == "cuda"):
-            general_warmup(self.executor, self.warmup_shapes(), self.memory_budget, self._warmup_request,
-                           stop_on_oom=self.tp.size > 1)  # fmt: skip
+            general_warmup(
+                self.executor,
+                self.warmup_shapes(),
+                self.memory_budget,
+                self._warmup_request,
+                stop_on_oom=self.tp.size > 1,
+            )
 
     # --- construction ---------------------------------------------------------------------------------
 
@@ -133,8 +154,14 @@ class Engine:
 
     def _build_draft_model(self) -> torch.nn.Module | None:
         """The spec method's draft model (its registry entry builds it), or None for a method without one."""
-        build = DraftBuild(target=self.model_config, model_name=preset_of(self.checkpoint) or self.config.model,
-                           spec=self.config.spec, tp=self.tp, dtype=self.dtype, device=self.device)  # fmt: skip
+        build = DraftBuild(
+            target=self.model_config,
+            model_name=preset_of(self.checkpoint) or self.config.model,
+            spec=self.config.spec,
+            tp=self.tp,
+            dtype=self.dtype,
+            device=self.device,
+        )
         return self.spec_method.build_draft(build)
 
     def _wants_decode_copy(self) -> bool:
@@ -162,8 +189,12 @@ class Engine:
 
     def warmup_shapes(self) -> list[tuple[int, int]]:
         """(num_tokens, num_generation_requests) of the general warmup: pure context, then pure generation."""
-        return max_shapes(self.config, self.kv_manager.num_free_blocks * self.kv_layout.block_size,
-                          self.max_seq_len, self.max_draft_len)  # fmt: skip
+        return max_shapes(
+            self.config,
+            self.kv_manager.num_free_blocks * self.kv_layout.block_size,
+            self.max_seq_len,
+            self.max_draft_len,
+        )
 
     def _warmup_request(self, index: int, token_ids: list[int], params: SamplingParams) -> Request:
         return self.make_request(index, token_ids, params, request_id=-1 - index)  # never meets a real request
@@ -240,18 +271,27 @@ class Engine:
             return None
         self._leaked_reported = len(leaked)
         holders = sorted({int(h) for h in leaked.values() if isinstance(h, int) and h >= 0})  # warmup ids are < 0
-        return self.events.emit("kv_block_leak", num_blocks=len(leaked), blocks=sorted(leaked)[:32],
-                                requests=holders[:32], num_requests=len(holders), detected_at=where,
-                                free_blocks=self.kv_manager.num_free_blocks,
-                                total_blocks=self.kv_manager.num_blocks)  # fmt: skip
+        return self.events.emit(
+            "kv_block_leak",
+            num_blocks=len(leaked),
+            blocks=sorted(leaked)[:32],
+            requests=holders[:32],
+            num_requests=len(holders),
+            detected_at=where,
+            free_blocks=self.kv_manager.num_free_blocks,
+            total_blocks=self.kv_manager.num_blocks,
+        )
 
     @property
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_work
 
     def kv_usage(self) -> dict[str, int]:
-        return {"num_blocks": self.kv_manager.num_blocks, "free_blocks": self.kv_manager.num_free_blocks,
-                "live_requests": len(self.scheduler.running) + len(self.scheduler.waiting)}  # fmt: skip
+        return {
+            "num_blocks": self.kv_manager.num_blocks,
+            "free_blocks": self.kv_manager.num_free_blocks,
+            "live_requests": len(self.scheduler.running) + len(self.scheduler.waiting),
+        }
 
     def _step(self) -> StepOutput:
         self._check_open()
@@ -395,8 +435,14 @@ class Engine:
             why = "an empty prompt" if not request.prompt_token_ids else f"{len(tokens)} tokens"
             return ScoredOutput([], [], None, error=f"cannot score {why} (max_seq_len {self.max_seq_len})")
         try:
-            return teacher_force(self.executor, tokens, len(request.prompt_token_ids), request.top_logprobs,
-                                 self.config.max_num_tokens, request.sampling)  # fmt: skip
+            return teacher_force(
+                self.executor,
+                tokens,
+                len(request.prompt_token_ids),
+                request.top_logprobs,
+                self.config.max_num_tokens,
+                request.sampling,
+            )
         except UserError as e:
             return ScoredOutput([], [], None, error=str(e))
 
@@ -444,10 +490,17 @@ def identity_of(config: EngineConfig, resolved_dtype: str | None = None) -> Engi
     record.pop("events_path", None)  # where events go does not shape outputs
     spec = config.spec
     return EngineIdentity(
-        kind="local", model=config.model, spec=spec.algorithm if spec else None,
-        max_draft_len=spec.max_draft_len if spec else 0, kv_cache=config.kv_cache.version, dtype=config.dtype,
-        resolved_dtype=resolved_dtype, tp_size=config.tp_size, world_size=config.tp_size, config=record,
-    )  # fmt: skip
+        kind="local",
+        model=config.model,
+        spec=spec.algorithm if spec else None,
+        max_draft_len=spec.max_draft_len if spec else 0,
+        kv_cache=config.kv_cache.version,
+        dtype=config.dtype,
+        resolved_dtype=resolved_dtype,
+        tp_size=config.tp_size,
+        world_size=config.tp_size,
+        config=record,
+    )
 
 
 def per_prompt(sampling: SamplingParams | Sequence[SamplingParams] | None, n: int) -> list[SamplingParams]:

@@ -128,25 +128,36 @@ class Executor:
         log-probabilities where a request asked for them (else None)."""
         meta = self.meta.prepare([_entry(i, self.scheduler) for i in batch.items])
         self.kv.begin_step(meta)
-        input_ids = torch.tensor([t for i in batch.items for t in _step_tokens(i)], dtype=torch.int64,
-                                 device=meta.device)  # fmt: skip
+        input_ids = torch.tensor(
+            [t for i in batch.items for t in _step_tokens(i)], dtype=torch.int64, device=meta.device
+        )
         input_ids = self.bugs.step_inputs(batch.items, input_ids, step)
         rows = _verify_rows(batch, meta)
         cfg, tp = self.model.config, self.model.tp.size
         need = forward_activation_bytes(cfg, meta.num_tokens, len(rows), self.kv.element_size, tp)
         self.memory.check(need, "target forward", step, last_of_forward=self.spec is None)
         layers = self.bugs.capture_layers(self._capture_layers(), self.model.config.num_hidden_layers, step)
-        hidden, captured = self.model(input_ids, meta, self.kv, layers,
-                                      halfway=lambda: self._fault("target_forward", step),
-                                      on_capture=self.bugs.capture_hook(step))  # fmt: skip
+        hidden, captured = self.model(
+            input_ids,
+            meta,
+            self.kv,
+            layers,
+            halfway=lambda: self._fault("target_forward", step),
+            on_capture=self.bugs.capture_hook(step),
+        )
         if self.feature_tap is not None:
             self.feature_tap.record(batch.items, meta, input_ids, hidden, captured, self.model)
         logits = self.bugs.verify_logits(batch.items, self.model.compute_logits(hidden[rows]), step)
         if self.verify_tap is not None:
             self.verify_tap.record(batch.items, logits)
         # rank 0 decides, every rank receives
-        emitted = verify_batch(batch.items, logits, self.model.tp, self.bugs.sample_key_shift(batch.items, step),
-                               self.bugs.rejection_rules(batch.items, step))  # fmt: skip
+        emitted = verify_batch(
+            batch.items,
+            logits,
+            self.model.tp,
+            self.bugs.sample_key_shift(batch.items, step),
+            self.bugs.rejection_rules(batch.items, step),
+        )
         emitted = self.bugs.after_verify(batch.items, logits, emitted, step)
         wanted = any(i.request.sampling.logprobs is not None for i in batch.items)
         logprobs = step_logprobs(batch.items, logits, emitted) if wanted and self.model.tp.is_leader else None
@@ -194,8 +205,9 @@ class Executor:
         error = f"{type(exc).__name__}: {exc}"
         step = self.num_steps
         self.num_steps += 1  # the failed step counts, so a fault due "@STEP" does not fire forever
-        self.events.emit("forward_error", error=error, request_ids=[i.request.request_id for i in batch.items],
-                         step=step)  # fmt: skip
+        self.events.emit(
+            "forward_error", error=error, request_ids=[i.request.request_id for i in batch.items], step=step
+        )
         for item in batch.items:
             req = item.request
             if req.is_finished:

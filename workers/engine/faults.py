@@ -79,11 +79,25 @@ from ..spec.rejection import RejectionRule
 
 ENVIRONMENT_POINTS = ("warmup_oom", "prepare_for_spec_dec", "draft_step", "target_forward", "restore")
 # The planted bugs of the rejection sampler (the sampled classes): each the RejectionRule field it sets.
-REJECTION_POINTS = ("rejection_greedy", "residual_keeps_draft", "accept_unit_temperature", "spec_filter_order",
-                    "accept_neighbour_row", "restart_stream")  # fmt: skip
-RECURRING_POINTS = ("draft_kv_into_target", "spec_alters_target", "rewind_keeps_rejected", "accept_off_by_one",
-                    "sample_key_shift", "verify_width_numerics", "rewind_leaks_blocks", "aux_layers_off_by_one",
-                    *REJECTION_POINTS)  # fmt: skip
+REJECTION_POINTS = (
+    "rejection_greedy",
+    "residual_keeps_draft",
+    "accept_unit_temperature",
+    "spec_filter_order",
+    "accept_neighbour_row",
+    "restart_stream",
+)
+RECURRING_POINTS = (
+    "draft_kv_into_target",
+    "spec_alters_target",
+    "rewind_keeps_rejected",
+    "accept_off_by_one",
+    "sample_key_shift",
+    "verify_width_numerics",
+    "rewind_leaks_blocks",
+    "aux_layers_off_by_one",
+    *REJECTION_POINTS,
+)
 BEHAVIOUR_POINTS = ("emit_rejected_draft", *RECURRING_POINTS)  # change results instead of raising
 FAULT_POINTS = ENVIRONMENT_POINTS + BEHAVIOUR_POINTS
 # Reached only under spec-dec. Behaviour points are all spec-dec paths, but a plain engine may carry them (a planted
@@ -258,8 +272,9 @@ class PlantedBugs:
         asked = [p for p in REJECTION_POINTS if self._asked(p)]
         if not asked:
             return None
-        wanted = [[p for p in asked if _on_rejection_path(item) and can_change(p, item.request.sampling)]
-                  for item in items]  # fmt: skip
+        wanted = [
+            [p for p in asked if _on_rejection_path(item) and can_change(p, item.request.sampling)] for item in items
+        ]
         firing = {p for points in wanted for p in points}
         firing = {p for p in firing if self.faults.due(p, step)}  # recorded once per step each
         if not firing:
@@ -291,8 +306,9 @@ class PlantedBugs:
                 continue
             req = item.request
             row = first + a + 1  # the target's distribution after the wrongly accepted draft
-            after = verify(logits[row : row + 1], [], req.sampling, req.seed, len(req.output_token_ids) + a + 1,
-                           req.stream)  # fmt: skip
+            after = verify(
+                logits[row : row + 1], [], req.sampling, req.seed, len(req.output_token_ids) + a + 1, req.stream
+            )
             out[r] = drafts[: a + 1] + after
         return out
 

@@ -65,8 +65,10 @@ def token_logprobs(rows: torch.Tensor, tokens: list[int], k: int) -> list[TokenL
     own = logp.gather(-1, torch.tensor(tokens, device=logp.device).unsqueeze(-1)).squeeze(-1).tolist()
     if k:
         values, ids = torch.topk(logp, k, dim=-1)
-        tops = [[[i, round(v, 5)] for i, v in zip(r_ids, r_vals, strict=True)]
-                for r_ids, r_vals in zip(ids.tolist(), values.tolist(), strict=True)]  # fmt: skip
+        tops = [
+            [[i, round(v, 5)] for i, v in zip(r_ids, r_vals, strict=True)]
+            for r_ids, r_vals in zip(ids.tolist(), values.tolist(), strict=True)
+        ]
     else:
         tops = [[] for _ in tokens]
     return [[round(lp, 5), top] for lp, top in zip(own, tops, strict=True)]

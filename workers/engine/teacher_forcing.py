@@ -87,8 +87,10 @@ class _Rows:
         self.ranks.extend((1 + (logp > own).sum(dim=-1)).tolist())
         if self.k:
             values, ids = torch.topk(logp, self.k, dim=-1)
-            self.top.extend([[i, v] for i, v in zip(r_ids, r_vals, strict=True)]
-                            for r_ids, r_vals in zip(ids.tolist(), values.tolist(), strict=True))  # fmt: skip
+            self.top.extend(
+                [[i, v] for i, v in zip(r_ids, r_vals, strict=True)]
+                for r_ids, r_vals in zip(ids.tolist(), values.tolist(), strict=True)
+            )
         else:
             self.top.extend([] for _ in targets)
         if self.sampled is not None:
@@ -105,8 +107,12 @@ def sampling_view(
     softmax): its probability, and the mass of the tokens ranked above it (probability descending, ties by id)."""
     probs = torch.softmax(filter_logits(logits, params), dim=-1)
     out = view_of_probs(probs, tokens)
-    return [v if v.support == "in" or not _outside_beyond_noise(logits[r], tokens[r], params, support_noise)
-            else replace(v, support="out") for r, v in enumerate(out)]  # fmt: skip
+    return [
+        v
+        if v.support == "in" or not _outside_beyond_noise(logits[r], tokens[r], params, support_noise)
+        else replace(v, support="out")
+        for r, v in enumerate(out)
+    ]
 
 
 def view_of_probs(probs: torch.Tensor, tokens: list[int]) -> list[SampledPosition]:
@@ -120,9 +126,12 @@ def view_of_probs(probs: torch.Tensor, tokens: list[int]) -> list[SampledPositio
     above = (cumulative.gather(-1, rank).squeeze(-1) - sorted_probs.gather(-1, rank).squeeze(-1).double()).clamp(0, 1)
     wide = probs.double()
     p2, p3 = (wide**2).sum(dim=-1).tolist(), (wide**3).sum(dim=-1).tolist()
-    return [SampledPosition(prob=p, mass_above=mass if p > 0 else 1.0, support="in" if p > 0 else "edge",
-                            sum_p2=s2, sum_p3=s3)
-            for p, mass, s2, s3 in zip(own.tolist(), above.tolist(), p2, p3, strict=True)]  # fmt: skip
+    return [
+        SampledPosition(
+            prob=p, mass_above=mass if p > 0 else 1.0, support="in" if p > 0 else "edge", sum_p2=s2, sum_p3=s3
+        )
+        for p, mass, s2, s3 in zip(own.tolist(), above.tolist(), p2, p3, strict=True)
+    ]
 
 
 def _outside_beyond_noise(row: torch.Tensor, token: int, params: SamplingParams, noise: float) -> bool:

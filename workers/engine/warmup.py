@@ -60,15 +60,21 @@ def general_warmup(
                     requested_bytes=requested,
                     free_bytes=free,
                     error=str(exc),
-                )  # fmt: skip
+                )
             )
             if memory.device.type == "cuda":
                 torch.cuda.empty_cache()
         except Exception as exc:
             # Not an OOM, e.g. the stale-state assertion left by an earlier unguarded OOM. Recorded, not hidden:
             # the same failure will meet the first real request, where it fails the run.
-            events.emit("forward_error", phase="warmup", error=f"{type(exc).__name__}: {exc}",
-                        request_ids=[], num_tokens=num_tokens, num_gen_tokens=num_gen)  # fmt: skip
+            events.emit(
+                "forward_error",
+                phase="warmup",
+                error=f"{type(exc).__name__}: {exc}",
+                request_ids=[],
+                num_tokens=num_tokens,
+                num_gen_tokens=num_gen,
+            )
             log.error("warmup with %d tokens failed: %s", num_tokens, exc)
     return oom_events
 

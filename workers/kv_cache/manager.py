@@ -173,17 +173,27 @@ class KVCacheManager(ABC):
         shared = src.blocks[:full]
         first_extent = min(num_tokens + self._window, src.limit)
         plan = AdmissionPlan(
-            prompt_len=num_tokens, limit=src.limit, reused=list(shared), hashes=list(src.hashes[:full]),
-            first_extent=first_extent, num_new=self.blocks_for(first_extent) - full, num_revived=0,
-        )  # fmt: skip
+            prompt_len=num_tokens,
+            limit=src.limit,
+            reused=list(shared),
+            hashes=list(src.hashes[:full]),
+            first_extent=first_extent,
+            num_new=self.blocks_for(first_extent) - full,
+            num_revived=0,
+        )
         if not self._admissible(plan):
             self._num_refused += 1
             return None
         for block_id in shared:
             self._pool.incref(block_id)
         new = [self._allocate(request_id) for _ in range(plan.num_new)]
-        self._seqs[request_id] = SequenceBlocks(limit=src.limit, blocks=list(shared) + new, hashes=list(plan.hashes),
-                                                num_committed=num_tokens, num_ensured=first_extent)  # fmt: skip
+        self._seqs[request_id] = SequenceBlocks(
+            limit=src.limit,
+            blocks=list(shared) + new,
+            hashes=list(plan.hashes),
+            num_committed=num_tokens,
+            num_ensured=first_extent,
+        )
         self._num_admitted += 1
         self._note_usage()
         return [(src.blocks[full], new[0])] if num_tokens % self.block_size else []

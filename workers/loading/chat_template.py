@@ -26,11 +26,27 @@ MAX_JSON_CHARS = 16_384  # far more than any template switch needs; a pasted fil
 # conversation, the generation prompt or a special token, or collide with a parameter (TypeError).
 RESERVED = frozenset(
     {
-        "messages", "conversation", "tools", "documents", "chat_template", "add_generation_prompt",
-        "continue_final_message", "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict",
-        "return_assistant_tokens_mask", "tokenizer_kwargs", "bos_token", "eos_token", "unk_token", "pad_token",
+        "messages",
+        "conversation",
+        "tools",
+        "documents",
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+        "bos_token",
+        "eos_token",
+        "unk_token",
+        "pad_token",
     }
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)

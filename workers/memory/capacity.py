@@ -78,9 +78,13 @@ def plan_capacity(
     memory = measure_memory(device, engine, weights_bytes, activations)
     extra = engine.num_extra_kv_layers if num_extra_layers is None else num_extra_layers
     layout = size_kv_cache(
-        engine.kv_cache, cfg, tp_size=engine.tp_size, dtype_bytes=dtype_bytes, free_bytes=memory.free_bytes,
+        engine.kv_cache,
+        cfg,
+        tp_size=engine.tp_size,
+        dtype_bytes=dtype_bytes,
+        free_bytes=memory.free_bytes,
         num_extra_layers=extra,
-    )  # fmt: skip
+    )
     return CapacityPlan(device.type, dtype_name(dtype), memory, layout)
 
 
@@ -94,11 +98,19 @@ def capacity_report(
     cfg = ckpt.config
     cfg.check_tp_size(base.tp_size)
     report: dict = {
-        "model": base.model, "source": ckpt.source, "model_type": cfg.model_type, "layers": cfg.num_hidden_layers,
-        "hidden_size": cfg.hidden_size, "attention_heads": cfg.num_attention_heads,
-        "kv_heads": cfg.num_key_value_heads, "head_dim": cfg.head_dim, "vocab_size": cfg.vocab_size,
-        "parameters": cfg.num_parameters(), "valid_tp_sizes": cfg.valid_tp_sizes(), "kv_cache": {},
-    }  # fmt: skip
+        "model": base.model,
+        "source": ckpt.source,
+        "model_type": cfg.model_type,
+        "layers": cfg.num_hidden_layers,
+        "hidden_size": cfg.hidden_size,
+        "attention_heads": cfg.num_attention_heads,
+        "kv_heads": cfg.num_key_value_heads,
+        "head_dim": cfg.head_dim,
+        "vocab_size": cfg.vocab_size,
+        "parameters": cfg.num_parameters(),
+        "valid_tp_sizes": cfg.valid_tp_sizes(),
+        "kv_cache": {},
+    }
     for version in ("v1", "v2"):
         engine = replace(base, kv_cache=replace(base.kv_cache, version=version))
         plan = plan_capacity(cfg, engine, num_extra_layers=draft_layers)
@@ -121,8 +133,11 @@ def reservation_policy(cfg: ModelConfig, engine: EngineConfig, num_blocks: int, 
     block_size = engine.kv_cache.block_size
     if engine.kv_cache.version == "v1":
         seq_len = min(engine.max_seq_len or 4096, cfg.max_position_embeddings)
-        return {"policy": "whole sequence reserved at admission", "request_tokens": seq_len,
-                "full_length_requests_at_once": num_blocks // -(-seq_len // block_size)}  # fmt: skip
+        return {
+            "policy": "whole sequence reserved at admission",
+            "request_tokens": seq_len,
+            "full_length_requests_at_once": num_blocks // -(-seq_len // block_size),
+        }
     return {
         "policy": "blocks on demand; one window reserved per live request, preempt when out",
         "headroom_blocks_at_max_batch": engine.max_batch_size * -(-(1 + draft_len) // block_size),

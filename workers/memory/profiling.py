@@ -20,9 +20,14 @@ def profile_forward(
     blocks = -(-n // block)
     cfg = model.config
     pool = torch.zeros(
-        cfg.num_hidden_layers, 2, blocks * block, cfg.num_key_value_heads // tp_size, cfg.head_dim,
-        dtype=dtype, device=device,
-    )  # fmt: skip
+        cfg.num_hidden_layers,
+        2,
+        blocks * block,
+        cfg.num_key_value_heads // tp_size,
+        cfg.head_dim,
+        dtype=dtype,
+        device=device,
+    )
     torch.cuda.reset_peak_memory_stats(device)
     meta = AttentionMetadata(block, device).prepare([BatchEntry(-1, 0, n, list(range(blocks)), True)])
     hidden, _ = model(torch.zeros(n, dtype=torch.int64, device=device), meta, PagedKV(pool))

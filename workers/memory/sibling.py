@@ -15,8 +15,9 @@ from .device import activation_estimate
 WINDOW_BLOCKS = 4  # the verify window and a partial block or two past the longest document
 
 
-def sibling_config(plain: EngineConfig, running: Any, tokens: int | None = None, shares_weights: bool = False
-                   ) -> EngineConfig:  # fmt: skip
+def sibling_config(
+    plain: EngineConfig, running: Any, tokens: int | None = None, shares_weights: bool = False
+) -> EngineConfig:
     """`plain` (its batch size as the caller wants it, the twin audit's: 1) for an engine beside `running` (an
     Engine): its KV pool capped at `tokens` positions (None: one longest sequence), with a memory budget of its
     weights, activations and that pool (twice over: the pool takes a fraction of what is free). shares_weights: the

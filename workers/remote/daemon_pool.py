@@ -19,8 +19,9 @@ class DaemonPool:
         if max_workers < 1:
             raise ValueError(f"max_workers must be >= 1, got {max_workers}")
         self._work: queue.SimpleQueue = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._worker, name=f"{name}_{i}", daemon=True)
-                         for i in range(max_workers)]  # fmt: skip
+        self._threads = [
+            threading.Thread(target=self._worker, name=f"{name}_{i}", daemon=True) for i in range(max_workers)
+        ]
         for thread in self._threads:
             thread.start()
 

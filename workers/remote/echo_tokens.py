@@ -21,8 +21,9 @@ def locate(answer: dict[str, Any], expected: Sequence[int], key: Callable[[str],
     n = len(expected)
     found = [s for s in (len(keys) - n - 1, len(keys) - n) if s >= 0 and keys[s : s + n] == list(expected)]
     if not found:
-        raise ValueError(f"the server tokenized the text otherwise ({len(tokens)} echoed tokens do not end with the "
-                         f"given {n})")  # fmt: skip
+        raise ValueError(
+            f"the server tokenized the text otherwise ({len(tokens)} echoed tokens do not end with the given {n})"
+        )
     usage = answer.get("usage")
     generated = usage.get("completion_tokens") if isinstance(usage, dict) else None
     if len(found) > 1 and generated == 0:

@@ -97,15 +97,24 @@ class EndpointEngine:
         self._token_key = token_key(tokenizer)  # a server's token texts as numbers (endpoint_logprobs.py)
         self._headers = config.headers()
         self._secrets = (*self.url.secrets, *([config.resolved_api_key()] if config.resolved_api_key() else []))
-        self.watch = ServerWatch(self.url.root, config.serve_cmd, config.server_log, config.server_log_format,
-                                 self._secrets, self._headers, config.startup_timeout_s, config.stop_grace_s,
-                                 config.verify_tls)  # fmt: skip
+        self.watch = ServerWatch(
+            self.url.root,
+            config.serve_cmd,
+            config.server_log,
+            config.server_log_format,
+            self._secrets,
+            self._headers,
+            config.startup_timeout_s,
+            config.stop_grace_s,
+            config.verify_tls,
+        )
         try:  # a server this engine started is stopped again when anything below fails
             served, server = probe_server(self.url, config, self._headers, self._scrub)
             self.watch.identify(server.get("owned_by"), server.get("server_header"))
             self._backend = self._make_backend(served)
-            self.metrics = ServerAcceptance(self.url.root, self._headers, served, config.max_draft_len or None,
-                                            verify=config.verify_tls)  # fmt: skip
+            self.metrics = ServerAcceptance(
+                self.url.root, self._headers, served, config.max_draft_len or None, verify=config.verify_tls
+            )
             self.metrics.start()
             server["acceptance_source"] = self.metrics.source
             if config.kv_drain_timeout_s > 0:  # after the acceptance scrape: TensorRT-LLM's JSON stats drain on reading
@@ -148,7 +157,7 @@ class EndpointEngine:
                     {"chat_template_kwargs": config.chat_template_kwargs.as_dict()}
                     if config.chat_template_kwargs
                     else {}
-                ),  # fmt: skip
+                ),
             },
             server=server,
         )
@@ -284,8 +293,9 @@ class EndpointEngine:
         stats = {"num_prompt_tokens": len(prompt_ids), "num_retries": 0, "num_output_tokens": 0, "latency_s": 0.0}
         return GenerationOutput(index, prompt_ids, [], "", "error", stats, error=error)
 
-    def _request(self, index: int, prompt: Prompt, params: SamplingParams, started: dict[int, float] | None = None
-                 ) -> tuple[Answer, Choice | None]:  # fmt: skip
+    def _request(
+        self, index: int, prompt: Prompt, params: SamplingParams, started: dict[int, float] | None = None
+    ) -> tuple[Answer, Choice | None]:
         """Runs in a pool thread: send one request (with retries) and read it (lm-eval's parser, then ours). Whatever
         a server sends back, this returns: an answer that cannot be read is this request's recorded failure.
         `started`: where the request's start time is written (the stall watch reads it)."""
@@ -296,9 +306,14 @@ class EndpointEngine:
         self._sent.add(sent)
         owner = self.identity.server.get("owned_by")
         sends_seed = not params.greedy and self.config.request_seeds == "per-sample"
-        kwargs = gen_kwargs(params, seed if sends_seed else None, self.config.chat,
-                            token_ids=owner in NAMES_TOKENS_BY_ID, template_kwargs=self.config.chat_template_kwargs,
-                            owned_by=owner)  # fmt: skip
+        kwargs = gen_kwargs(
+            params,
+            seed if sends_seed else None,
+            self.config.chat,
+            token_ids=owner in NAMES_TOKENS_BY_ID,
+            template_kwargs=self.config.chat_template_kwargs,
+            owned_by=owner,
+        )
         if self.config.request_seeds == "none":
             kwargs["seed"] = None  # sent as null: replaces the seed lm-eval's backend puts in every payload
 
@@ -392,8 +407,9 @@ class EndpointEngine:
         request the server cannot score has its `error`. How the server took them joins its record."""
         if self._scoring is None:
             vllm_extensions = self.identity.server.get("owned_by") in NAMES_TOKENS_BY_ID
-            self._scoring = ScoringChannel(self.identity.model, self._tokenizer, self._token_key, vllm_extensions,
-                                           self._post_scoring)  # fmt: skip
+            self._scoring = ScoringChannel(
+                self.identity.model, self._tokenizer, self._token_key, vllm_extensions, self._post_scoring
+            )
         pool = DaemonPool(self.config.concurrency, "scoring")  # daemons: a stuck request never holds the exit
         try:
             futures = [pool.submit(self._scoring.score, r) for r in requests]
@@ -406,8 +422,13 @@ class EndpointEngine:
         import requests as http  # lm-eval's client library: the retry policy reads its exceptions
 
         def send() -> dict[str, Any]:
-            response = http.post(self.url.completions, json=body, headers=self._headers, timeout=self.config.timeout_s,
-                                 verify=self.config.verify_tls)  # fmt: skip
+            response = http.post(
+                self.url.completions,
+                json=body,
+                headers=self._headers,
+                timeout=self.config.timeout_s,
+                verify=self.config.verify_tls,
+            )
             response.raise_for_status()
             return response.json()
 
@@ -425,8 +446,12 @@ class EndpointEngine:
         return sorted([*self.events.events, *from_log], key=lambda e: e["ts"])
 
     def _withheld(self, event: dict[str, Any]) -> dict[str, Any]:
-        return {k: self._sent.withhold(v) if k in ("raw", "message", "error", "cause", "exception") and
-                isinstance(v, str) else v for k, v in event.items()}  # fmt: skip
+        return {
+            k: self._sent.withhold(v)
+            if k in ("raw", "message", "error", "cause", "exception") and isinstance(v, str)
+            else v
+            for k, v in event.items()
+        }
 
     def reported_acceptance(self) -> dict[str, Any] | None:
         """The server's spec-decode acceptance since this engine connected: the sum of the responses' per-request

@@ -95,8 +95,9 @@ class EndpointConfig:
         if self.max_retries < 0:
             raise UserError(f"endpoint retries must be >= 0, got {self.max_retries}")
         if not (math.isfinite(self.timeout_s) and 0 < self.timeout_s <= MAX_TIMEOUT_S):  # inf: int(inf) raised later
-            raise UserError(f"endpoint request timeout must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got "
-                            f"{self.timeout_s}")  # fmt: skip
+            raise UserError(
+                f"endpoint request timeout must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {self.timeout_s}"
+            )
         if self.spec is not None and self.spec not in SPEC_ALGORITHMS:
             raise UserError(f"unknown spec-dec algorithm {self.spec!r} (known: {', '.join(SPEC_ALGORITHMS)})")
         if self.spec is None and self.max_draft_len:

@@ -48,8 +48,9 @@ class UnusableLogprobs(ValueError):
     """A server's logprobs that no gate may read; the message says why (numbers and positions only)."""
 
 
-def parse_logprobs(choice: dict[str, Any], key: Callable[[str], int],
-                   token_ids: list[int] | None = None) -> list[list] | None:  # fmt: skip
+def parse_logprobs(
+    choice: dict[str, Any], key: Callable[[str], int], token_ids: list[int] | None = None
+) -> list[list] | None:
     """The records of one choice, or None when the server sent none. `token_ids`: the answer's tokens as the server
     gave them, when it did (records beyond them, or naming other ids, describe another output). Raises
     UnusableLogprobs when they are there but cannot be evidence."""
@@ -60,12 +61,16 @@ def parse_logprobs(choice: dict[str, Any], key: Callable[[str], int],
         raise UnusableLogprobs(f"logprobs are a {type(lp).__name__}, not an object")
     try:
         if isinstance(lp.get("content"), list):  # chat
-            entries = [(e["token"], e["logprob"], [(t["token"], t["logprob"]) for t in e.get("top_logprobs") or []])
-                       for e in lp["content"]]  # fmt: skip
+            entries = [
+                (e["token"], e["logprob"], [(t["token"], t["logprob"]) for t in e.get("top_logprobs") or []])
+                for e in lp["content"]
+            ]
         elif isinstance(lp.get("tokens"), list) and isinstance(lp.get("token_logprobs"), list):  # completions
             tops = lp.get("top_logprobs") or [None] * len(lp["tokens"])
-            entries = [(t, v, list((top or {}).items()))
-                       for t, v, top in zip(lp["tokens"], lp["token_logprobs"], tops, strict=True)]  # fmt: skip
+            entries = [
+                (t, v, list((top or {}).items()))
+                for t, v, top in zip(lp["tokens"], lp["token_logprobs"], tops, strict=True)
+            ]
         else:
             raise UnusableLogprobs("logprobs in a shape neither OpenAI API has")
     except (KeyError, TypeError, AttributeError) as exc:
@@ -83,10 +88,15 @@ def parse_logprobs(choice: dict[str, Any], key: Callable[[str], int],
         record = [logprob, [[key(t), v] for t, v in top], key(token)]
         if (why := record_problem(record)) is not None:
             raise UnusableLogprobs(f"token {i}: {why}")
-        if token_ids is not None and token.startswith(TOKEN_ID_PREFIX) and i < len(token_ids) and \
-                record[2] != token_ids[i]:  # fmt: skip
-            raise UnusableLogprobs(f"token {i}: the logprobs name token {record[2]}, the answer's token_ids "
-                                   f"{token_ids[i]}")  # fmt: skip
+        if (
+            token_ids is not None
+            and token.startswith(TOKEN_ID_PREFIX)
+            and i < len(token_ids)
+            and record[2] != token_ids[i]
+        ):
+            raise UnusableLogprobs(
+                f"token {i}: the logprobs name token {record[2]}, the answer's token_ids {token_ids[i]}"
+            )
         records.append(_rounded(record))
     if (why := records_problem(records, None if token_ids is None else len(token_ids))) is not None:
         raise UnusableLogprobs(why)

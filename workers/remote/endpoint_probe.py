@@ -23,12 +23,14 @@ def one_line(exc: BaseException) -> str:
     return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
-def probe_server(url: EndpointURL, config: EndpointConfig, headers: dict[str, str],
-                 scrub: Callable[[str], str]) -> tuple[str, dict[str, Any]]:  # fmt: skip
+def probe_server(
+    url: EndpointURL, config: EndpointConfig, headers: dict[str, str], scrub: Callable[[str], str]
+) -> tuple[str, dict[str, Any]]:
     """(served model id, what the server says of itself). Raises UserError when the server cannot be listed and no id
     was given, lists other than one model, does not serve the given id, or refuses the key."""
-    with httpx.Client(headers=headers, timeout=PROBE_TIMEOUT_S, verify=config.verify_tls,
-                      follow_redirects=True) as client:  # fmt: skip
+    with httpx.Client(
+        headers=headers, timeout=PROBE_TIMEOUT_S, verify=config.verify_tls, follow_redirects=True
+    ) as client:
         server: dict[str, Any] = {"base_url": url.public, "server_header": None, "version": None}
         served = config.served_model
         try:
@@ -64,10 +66,14 @@ def _refused(url: EndpointURL, config: EndpointConfig, response: httpx.Response)
     """The one line for a server that refuses our key: an API key is what it wants, whatever else was given."""
     status = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
     if config.resolved_api_key() is None:
-        return (f"{url.public} wants an API key ({status}): pass it with --api-key KEY (sent as "
-                f"'Authorization: Bearer KEY') or set OPENAI_API_KEY")  # fmt: skip
-    return (f"{url.public} refused the API key ({status}): pass the server's key with --api-key KEY "
-            f"(sent as 'Authorization: Bearer KEY'; --api-key wins over OPENAI_API_KEY)")  # fmt: skip
+        return (
+            f"{url.public} wants an API key ({status}): pass it with --api-key KEY (sent as "
+            f"'Authorization: Bearer KEY') or set OPENAI_API_KEY"
+        )
+    return (
+        f"{url.public} refused the API key ({status}): pass the server's key with --api-key KEY "
+        f"(sent as 'Authorization: Bearer KEY'; --api-key wins over OPENAI_API_KEY)"
+    )
 
 
 def _version(client: httpx.Client, url: EndpointURL) -> str | None:

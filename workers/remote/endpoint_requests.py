@@ -161,8 +161,11 @@ def server_message(body: bytes | Any, prompt: str = "") -> str:
 def _message_of(data: Any) -> str:
     if isinstance(data, dict):
         error = data.get("error")
-        for value in (error.get("message") if isinstance(error, dict) else error, data.get("detail"),
-                      data.get("message")):  # fmt: skip
+        for value in (
+            error.get("message") if isinstance(error, dict) else error,
+            data.get("detail"),
+            data.get("message"),
+        ):
             if isinstance(value, str) and value.strip():
                 return value
         return ""

@@ -52,13 +52,24 @@ def scoring_payload(model: str, request: ScoreRequest, vllm_extensions: bool) ->
 
 def scoring_text_payload(model: str, text: str, request: ScoreRequest) -> dict[str, Any]:
     """The body that scores the output as text: `text` is the prompt + output decoded (see the module docstring)."""
-    return {"model": model, "prompt": text, "max_tokens": 1, "temperature": 0, "echo": True,
-            "logprobs": min(request.top_logprobs, LEGACY_MAX_LOGPROBS)}  # fmt: skip
+    return {
+        "model": model,
+        "prompt": text,
+        "max_tokens": 1,
+        "temperature": 0,
+        "echo": True,
+        "logprobs": min(request.top_logprobs, LEGACY_MAX_LOGPROBS),
+    }
 
 
-def read_scoring(response: dict[str, Any], request: ScoreRequest, key: Callable[[str], int],
-                 expected: Sequence[int] | None = None, one_back: bool = False, text: bool = False
-                 ) -> ScoredOutput:  # fmt: skip
+def read_scoring(
+    response: dict[str, Any],
+    request: ScoreRequest,
+    key: Callable[[str], int],
+    expected: Sequence[int] | None = None,
+    one_back: bool = False,
+    text: bool = False,
+) -> ScoredOutput:
     """The output's scoring from a server's answer to `scoring_payload` (or, with `text`, to `scoring_text_payload`;
     one_back: the echo's reading, see _from_echo). `expected`: the keys the output's tokens must echo as (default:
     from the request's ids, which a server naming ids echoes); in text mode they also find the output among the
@@ -96,8 +107,7 @@ def _from_prompt_logprobs(entries: list, request: ScoreRequest, first: int, n: i
         rank = entry[str(token)].get("rank") if isinstance(entry[str(token)], dict) else None
         ranks.append(int(rank) if isinstance(rank, int) else 0)
         alternatives = [(int(t), float(_logprob(v)), _rank(v)) for t, v in entry.items()]
-        top = sorted((a for a in alternatives if a[2] is not None and a[2] <= request.top_logprobs),
-                     key=lambda a: a[2])  # fmt: skip
+        top = sorted((a for a in alternatives if a[2] is not None and a[2] <= request.top_logprobs), key=lambda a: a[2])
         tops.append([[t, lp] for t, lp, _ in top])
     return ScoredOutput(logprobs, tops, ranks=ranks if all(ranks) else None)
 
@@ -111,8 +121,14 @@ def _rank(value: Any) -> int | None:
     return rank if isinstance(rank, int) else None
 
 
-def _from_echo(logprobs: dict[str, Any], first: int, output: OutputKeys, key: Callable[[str], int],
-               one_back: bool = False, keep: int = LEGACY_MAX_LOGPROBS) -> ScoredOutput:  # fmt: skip
+def _from_echo(
+    logprobs: dict[str, Any],
+    first: int,
+    output: OutputKeys,
+    key: Callable[[str], int],
+    one_back: bool = False,
+    keep: int = LEGACY_MAX_LOGPROBS,
+) -> ScoredOutput:
     """OpenAI's legacy shape: tokens named by text (or "token_id:N"), the scored output after the prompt, which must
     echo as the output's own tokens (a server or proxy that echoes others scored another output). one_back: a
     token's distribution is the top logprobs of the entry before it (llama-cpp-python's echo, workers/remote/
@@ -168,8 +184,14 @@ class ScoringChannel:
     time. `mode` ("token ids" / "text", None before the first answer) and `refused` (the server's error to the ids)
     are what the run records."""
 
-    def __init__(self, model: str, tokenizer: Any, key: Callable[[str], int], vllm_extensions: bool,
-                 call: Callable[[dict[str, Any], str], Any]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: str,
+        tokenizer: Any,
+        key: Callable[[str], int],
+        vllm_extensions: bool,
+        call: Callable[[dict[str, Any], str], Any],
+    ) -> None:
         self.model, self.tokenizer, self.key = model, tokenizer, key
         self.vllm_extensions = vllm_extensions
         self.call = call
@@ -185,8 +207,12 @@ class ScoringChannel:
         if audit.get("agrees") is False:
             return ScoredOutput([], [], error=audit["reason"])
         if not self.vllm_extensions and audit.get("agrees") is None:  # an echo nobody could check scores nothing
-            return ScoredOutput([], [], error=f"the server's echo could not be audited ({audit['reason']}): its "
-                                              "logprobs are not trusted to score a run")  # fmt: skip
+            return ScoredOutput(
+                [],
+                [],
+                error=f"the server's echo could not be audited ({audit['reason']}): its "
+                "logprobs are not trusted to score a run",
+            )
         ids_error = None
         expected = [self.key(self.tokenizer.decode([t])) for t in request.output_token_ids]
         if self.mode != "text":
@@ -227,8 +253,9 @@ class ScoringChannel:
             if self.mode is None and scored.error is None:
                 self.mode, self.refused = mode, refused
 
-    def _ask(self, body: dict[str, Any], request: ScoreRequest, expected: Sequence[int], text: bool = False
-             ) -> ScoredOutput:  # fmt: skip
+    def _ask(
+        self, body: dict[str, Any], request: ScoreRequest, expected: Sequence[int], text: bool = False
+    ) -> ScoredOutput:
         sent = body["prompt"] if isinstance(body["prompt"], str) else self.tokenizer.decode(body["prompt"])
         answer = self.call(body, sent)
         if answer.error is not None:

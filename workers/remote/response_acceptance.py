@@ -60,8 +60,9 @@ def _int(value: Any) -> int | None:
 
 
 def _from_vllm(spec: Mapping[str, Any], declared_k: int | None) -> dict[str, Any] | None:
-    steps, drafted, accepted = (_int(spec.get(k)) for k in ("num_spec_steps", "num_draft_tokens",
-                                                             "num_accepted_draft_tokens"))  # fmt: skip
+    steps, drafted, accepted = (
+        _int(spec.get(k)) for k in ("num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens")
+    )
     if steps is None or drafted is None or accepted is None:
         return None
     histogram = spec.get("acceptance_histogram")
@@ -124,6 +125,9 @@ def acceptance_fields(response: Any) -> dict[str, Any]:
     if not isinstance(response, Mapping):
         return {}
     choices = response.get("choices")
-    metas = [{"meta_info": c.get("meta_info")} for c in choices if isinstance(c, Mapping)] if isinstance(
-        choices, list) else []  # fmt: skip
+    metas = (
+        [{"meta_info": c.get("meta_info")} for c in choices if isinstance(c, Mapping)]
+        if isinstance(choices, list)
+        else []
+    )
     return {"metrics": response.get("metrics"), "meta_info": response.get("meta_info"), "choices": metas}

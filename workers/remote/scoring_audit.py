@@ -26,13 +26,19 @@ MISSING = 10.0  # nats counted for an alternative one side lists and the other d
 BYTE_PIECES = "byte pieces that print alike"
 
 
-def audit_echo(call: Callable[[dict[str, Any], str], Any], model: str, prompt: str,
-               key: Callable[[str], int]) -> dict[str, Any]:  # fmt: skip
+def audit_echo(
+    call: Callable[[dict[str, Any], str], Any], model: str, prompt: str, key: Callable[[str], int]
+) -> dict[str, Any]:
     """{"agrees": bool | None, "reading": ..., "tokens": m, "median_abs_diff": ...} (and "reason" when it does not
     agree); agrees None when the check could not be made (the server gave no generation logprobs, or refused, or its
     output cannot be sent back as text): then the echo is not trusted either (endpoint_scoring.py)."""
-    body = {"model": model, "prompt": prompt, "max_tokens": AUDIT_TOKENS, "temperature": 0,
-            "logprobs": LEGACY_MAX_LOGPROBS}  # fmt: skip
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": AUDIT_TOKENS,
+        "temperature": 0,
+        "logprobs": LEGACY_MAX_LOGPROBS,
+    }
     generated = call(body, prompt)
     own = _legacy(generated.response) if generated.error is None else None
     if not own or not own[0]:
@@ -69,10 +75,12 @@ def audit_echo(call: Callable[[dict[str, Any], str], Any], model: str, prompt: s
         out["one_back_median_abs_diff"] = round(one_back, 4)
         if one_back <= MEDIAN_DIFF_LIMIT:
             return {"agrees": True, "reading": ONE_BACK, **out}
-    reason = (f"the server's echo gives its own greedy output's {m} tokens and their top alternatives logprobs "
-              f"{in_place:.2f} nats off (median) those its generation gave them, and read one position back "
-              f"{out.get('one_back_median_abs_diff', math.inf):.2f}: its echoed logprobs describe another "
-              "distribution, so it cannot score a run")  # fmt: skip
+    reason = (
+        f"the server's echo gives its own greedy output's {m} tokens and their top alternatives logprobs "
+        f"{in_place:.2f} nats off (median) those its generation gave them, and read one position back "
+        f"{out.get('one_back_median_abs_diff', math.inf):.2f}: its echoed logprobs describe another "
+        "distribution, so it cannot score a run"
+    )
     return {"agrees": False, **out, "reason": reason}
 
 
@@ -80,14 +88,19 @@ def _keyed(top: Any, key: Callable[[str], int]) -> dict[int, float]:
     return {key(t): float(v) for t, v in top.items() if v is not None} if isinstance(top, dict) else {}
 
 
-def _disagreement(own_gen: list[float], alts_gen: list[dict[int, float]], own_echo: list[float | None],
-                  alts_echo: list[dict[int, float]]) -> float:  # fmt: skip
+def _disagreement(
+    own_gen: list[float],
+    alts_gen: list[dict[int, float]],
+    own_echo: list[float | None],
+    alts_echo: list[dict[int, float]],
+) -> float:
     """The larger of two medians of |generation - echo|: over the tokens' own logprobs, and over every alternative
     the generation lists (MISSING where the echo lacks one), so that neither a right row with wrong own values nor
     right own values in a wrong row passes."""
     own = [abs(g - e) if e is not None else MISSING for g, e in zip(own_gen, own_echo, strict=True)]
-    alts = [abs(v - e[k]) if k in e else MISSING for g, e in zip(alts_gen, alts_echo, strict=True)
-            for k, v in g.items()]  # fmt: skip
+    alts = [
+        abs(v - e[k]) if k in e else MISSING for g, e in zip(alts_gen, alts_echo, strict=True) for k, v in g.items()
+    ]
     return max(_median(own), _median(alts) if alts else 0.0)
 
 

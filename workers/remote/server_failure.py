@@ -10,8 +10,9 @@ from ...event_types import FAILING_EVENTS
 # What a server says when it cannot sample with a per-request seed (vLLM's CPU build, 0.32: its engine core dies),
 # and what to do about it.
 SEEDED_SAMPLING_ERRORS = ("Generator does not use offset",)
-SEEDED_SAMPLING_HINT = ("the server failed on seeded sampling: rerun with --request-seeds none (sampled requests then "
-                        "carry no seed)")  # fmt: skip
+SEEDED_SAMPLING_HINT = (
+    "the server failed on seeded sampling: rerun with --request-seeds none (sampled requests then carry no seed)"
+)
 
 
 def server_failure_line(events: list[dict[str, Any]]) -> str | None:
@@ -39,8 +40,14 @@ def _failure(events: list[dict[str, Any]]) -> str | None:
     fatal = next((e for e in from_log if e.get("fatal")), None)
     if fatal is not None:
         return f"server: {fatal['message']}, log line {fatal['line']}"
-    failing = next((e for e in events if e["type"] == "kv_leak" or (e.get("source") == "server_log" and e["type"] in
-                    FAILING_EVENTS)), None)  # fmt: skip
+    failing = next(
+        (
+            e
+            for e in events
+            if e["type"] == "kv_leak" or (e.get("source") == "server_log" and e["type"] in FAILING_EVENTS)
+        ),
+        None,
+    )
     if failing is not None:
         where = f", log line {failing['line']}" if failing.get("source") == "server_log" else ""
         said = failing.get("message") or failing["type"]

@@ -80,8 +80,15 @@ class ServerKVUsage:
 
     PATHS = ("/metrics", "/prometheus/metrics")
 
-    def __init__(self, base_url: str, headers: Mapping[str, str] | None = None, model: str | None = None,
-                 verify: bool = True, read_json: bool = True, timeout_s: float = 10.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        base_url: str,
+        headers: Mapping[str, str] | None = None,
+        model: str | None = None,
+        verify: bool = True,
+        read_json: bool = True,
+        timeout_s: float = 10.0,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.headers = dict(headers or {})
         self.model = model
@@ -91,24 +98,31 @@ class ServerKVUsage:
         self._path: str | None = None
 
     def read(self) -> KVUsage | None:
-        with httpx.Client(headers=self.headers, timeout=self.timeout_s, verify=self.verify,
-                          follow_redirects=True) as client:  # fmt: skip
+        with httpx.Client(
+            headers=self.headers, timeout=self.timeout_s, verify=self.verify, follow_redirects=True
+        ) as client:
             for path in (self._path,) if self._path else self.PATHS:
                 try:
                     response = client.get(self.base_url + path)
                 except httpx.HTTPError:
                     continue
-                found = parse_kv_usage(response.text, self.model, self.read_json) if response.status_code == 200 \
-                    else None  # fmt: skip
+                found = (
+                    parse_kv_usage(response.text, self.model, self.read_json) if response.status_code == 200 else None
+                )
                 if found is not None:
                     self._path = path
                     return KVUsage(f"{found[0]} at {path}", found[1])
         return None
 
 
-def check_drained(read: Callable[[], KVUsage | None], idle: KVUsage, timeout_s: float = DRAIN_TIMEOUT_S,
-                  poll_s: float = 0.25, clock: Callable[[], float] = time.monotonic,
-                  sleep: Callable[[float], None] = time.sleep) -> dict[str, Any] | None:  # fmt: skip
+def check_drained(
+    read: Callable[[], KVUsage | None],
+    idle: KVUsage,
+    timeout_s: float = DRAIN_TIMEOUT_S,
+    poll_s: float = 0.25,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any] | None:
     """After a run drained: None once the usage is back at `idle` (within `timeout_s`), else the fields of a
     `kv_leak` event (idle and final usage, the gauge read, how long it was given)."""
     start = clock()
@@ -124,7 +138,11 @@ def check_drained(read: Callable[[], KVUsage | None], idle: KVUsage, timeout_s: 
         sleep(poll_s)
     if last is None:
         return None  # the gauge went away: nothing to judge
-    return {"idle_used": round(idle.used, 6), "used": round(last.used, 6), "gauge": last.source,
-            "waited_s": round(clock() - start, 2),
-            "message": f"KV usage stayed at {last.used:.2%} after the run drained (idle: {idle.used:.2%}; "
-                       f"{last.source}, waited {clock() - start:.1f} s)"}  # fmt: skip
+    return {
+        "idle_used": round(idle.used, 6),
+        "used": round(last.used, 6),
+        "gauge": last.source,
+        "waited_s": round(clock() - start, 2),
+        "message": f"KV usage stayed at {last.used:.2%} after the run drained (idle: {idle.used:.2%}; "
+        f"{last.source}, waited {clock() - start:.1f} s)",
+    }

@@ -245,8 +245,9 @@ class ServerAcceptance:
 
     def _read(self, path: str) -> Counters | None:
         if self._client is None:
-            self._client = httpx.Client(headers=self.headers, timeout=self.timeout_s, verify=self.verify,
-                                        follow_redirects=True)  # fmt: skip
+            self._client = httpx.Client(
+                headers=self.headers, timeout=self.timeout_s, verify=self.verify, follow_redirects=True
+            )
         try:
             response = self._client.get(self.base_url + path)
         except httpx.HTTPError:

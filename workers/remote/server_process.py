@@ -89,12 +89,19 @@ class ServerProcess:
         env = {**os.environ, **dict(self.command.env), "PYTHONUNBUFFERED": "1"}  # its lines reach the log at once
         with self.log_path.open("wb") as log:  # this server's log only: an old server's lines must not count
             try:
-                self._process = subprocess.Popen(self.command.argv, stdout=log, stderr=subprocess.STDOUT,
-                                                 stdin=subprocess.DEVNULL, env=env, cwd=self.cwd,
-                                                 start_new_session=True)  # fmt: skip
+                self._process = subprocess.Popen(
+                    self.command.argv,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    cwd=self.cwd,
+                    start_new_session=True,
+                )
             except OSError as exc:
-                raise UserError(f"cannot start the server command ({exc.strerror or exc}): "
-                                f"{self.command.recorded}") from None  # fmt: skip
+                raise UserError(
+                    f"cannot start the server command ({exc.strerror or exc}): {self.command.recorded}"
+                ) from None
         self.started_at = time.monotonic()
         return self
 
@@ -102,8 +109,14 @@ class ServerProcess:
         """None while it runs."""
         return None if self._process is None else self._process.poll()
 
-    def wait_ready(self, url: str, timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S, headers: dict | None = None,
-                   poll_s: float = 0.5, verify: bool = True) -> float:  # fmt: skip
+    def wait_ready(
+        self,
+        url: str,
+        timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+        headers: dict | None = None,
+        poll_s: float = 0.5,
+        verify: bool = True,
+    ) -> float:
         """Wait until the server answers 200 on /health or /v1/models; returns the seconds it took. Raises
         ServerStartFailed (and stops it) when it exits first or does not answer within `timeout_s`."""
         start = time.monotonic()
@@ -116,8 +129,9 @@ class ServerProcess:
                     return time.monotonic() - start
                 if time.monotonic() - start > timeout_s:
                     self.stop()
-                    raise ServerStartFailed(self._failure(f"the server did not answer within {timeout_s:.0f} s "
-                                                          "(stopped)"))  # fmt: skip
+                    raise ServerStartFailed(
+                        self._failure(f"the server did not answer within {timeout_s:.0f} s (stopped)")
+                    )
                 time.sleep(poll_s)
 
     def stop(self, grace_s: float = DEFAULT_STOP_GRACE_S) -> int | None:

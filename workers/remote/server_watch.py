@@ -33,10 +33,18 @@ class ServerWatch:
     lines, never the raw output). `log_path`: follow this log. `log_format`: a table name or "auto". `secrets`:
     hidden wherever a log line shows them."""
 
-    def __init__(self, url: str, serve_cmd: str | None = None, log_path: str | None = None, log_format: str = "auto",
-                 secrets: tuple[str, ...] = (), headers: dict[str, str] | None = None,
-                 startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S, stop_grace_s: float = DEFAULT_STOP_GRACE_S,
-                 verify: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str,
+        serve_cmd: str | None = None,
+        log_path: str | None = None,
+        log_format: str = "auto",
+        secrets: tuple[str, ...] = (),
+        headers: dict[str, str] | None = None,
+        startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+        stop_grace_s: float = DEFAULT_STOP_GRACE_S,
+        verify: bool = True,
+    ) -> None:
         self.url, self.headers, self.verify = url, dict(headers or {}), verify
         self.process: ServerProcess | None = None
         self.log: ServerLog | None = None
@@ -103,8 +111,13 @@ class ServerWatch:
             reason += f"; cause from its log: {cause}"
         else:
             reason += "; its log names no known cause" if self.log is not None else "; no server log to read"
-        return {"reason": scrub(reason), "cause": cause, "unanswered": unanswered, "waited_s": round(stall.waited_s, 2),
-                "health": health}  # fmt: skip
+        return {
+            "reason": scrub(reason),
+            "cause": cause,
+            "unanswered": unanswered,
+            "waited_s": round(stall.waited_s, 2),
+            "health": health,
+        }
 
     def _health(self, scrub: Callable[[str], str]) -> str:
         """What /health answers now (a dead TensorRT-LLM executor still answers 200 there)."""

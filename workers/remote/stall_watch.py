@@ -68,11 +68,13 @@ class StallWatch:
     def limit_s(self, index: int) -> float:
         """How long request `index` may go unanswered before it counts as stalled: scaled by its own output limit."""
         budget = self.budgets.get(index, 0)
-        return max(self.policy.floor_s, self.policy.factor * self.slowest,
-                   self.policy.factor * self.slowest_per_token * budget)  # fmt: skip
+        return max(
+            self.policy.floor_s, self.policy.factor * self.slowest, self.policy.factor * self.slowest_per_token * budget
+        )
 
-    def check(self, now: float, in_flight: Mapping[int, float], fatal_seen_at: float | None = None,
-              exited: int | None = None) -> Stall | None:  # fmt: skip
+    def check(
+        self, now: float, in_flight: Mapping[int, float], fatal_seen_at: float | None = None, exited: int | None = None
+    ) -> Stall | None:
         """in_flight: request index -> when it started; fatal_seen_at: when a fatal log line was first seen;
         exited: the exit status of the server process the run started, once it has exited."""
         since = now - (self.last_answer if self.last_answer is not None else self.began)
@@ -83,8 +85,9 @@ class StallWatch:
         if fatal_seen_at is not None:
             quiet = now - max(fatal_seen_at, self.last_answer or fatal_seen_at)
             if quiet >= self.policy.fatal_grace_s:
-                return Stall(f"its log says the engine died, and nothing was answered in the {quiet:.1f} s since",
-                             since)  # fmt: skip
+                return Stall(
+                    f"its log says the engine died, and nothing was answered in the {quiet:.1f} s since", since
+                )
         if self.answers == 0:
             return None
         # Each request in flight is owed its own limit, counted from when it started or from the last answer,
@@ -93,14 +96,18 @@ class StallWatch:
         if any(wait <= self.limit_s(i) for i, wait in waits.items()):
             return None
         longest = max(in_flight, key=self.limit_s)
-        return Stall(f"no request was answered for {since:.1f} s while {len(in_flight)} were in flight, each past its "
-                     f"own limit (the longest {self.limit_s(longest):.1f} s: {self.policy.factor:g}x the slowest "
-                     f"answer so far, {self.slowest:.2f} s, or per output token, {self.slowest_per_token:.3g} s, "
-                     f"times its budget; at least {self.policy.floor_s:g} s)", since)  # fmt: skip
+        return Stall(
+            f"no request was answered for {since:.1f} s while {len(in_flight)} were in flight, each past its "
+            f"own limit (the longest {self.limit_s(longest):.1f} s: {self.policy.factor:g}x the slowest "
+            f"answer so far, {self.slowest:.2f} s, or per output token, {self.slowest_per_token:.3g} s, "
+            f"times its budget; at least {self.policy.floor_s:g} s)",
+            since,
+        )
 
 
-def time_without_watch(timeout_s: float, retries: int, unanswered: int, concurrency: int,
-                       max_backoff_s: float = 10.0) -> float:  # fmt: skip
+def time_without_watch(
+    timeout_s: float, retries: int, unanswered: int, concurrency: int, max_backoff_s: float = 10.0
+) -> float:
     """What the same unanswered documents cost without the watch: each waits `timeout_s` per attempt, `1 + retries`
     attempts (a timeout is retried) with the backoff between them (workers/remote/endpoint_requests.py: 0.5 x 2^(n-1)
     s, within 1..10), `concurrency` documents at a time."""

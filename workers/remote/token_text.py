@@ -39,8 +39,10 @@ def ids_text_problem(tokenizer: Any, token_ids: Sequence[int], text: str, stop: 
     decoded = _trimmed(decoded)
     at = next((i for i, (a, b) in enumerate(zip(decoded, _trimmed(text), strict=False)) if a != b), None)
     where = f"character {at}" if at is not None else f"length ({len(decoded)} vs {len(_trimmed(text))} characters)"
-    return (f"the server's token_ids decode to other text than it returned (they first differ at {where}; "
-            f"{len(ids)} token ids)")  # fmt: skip
+    return (
+        f"the server's token_ids decode to other text than it returned (they first differ at {where}; "
+        f"{len(ids)} token ids)"
+    )
 
 
 def _trimmed(text: str) -> str:

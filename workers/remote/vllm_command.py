@@ -47,12 +47,33 @@ class VLLMServeCommand:
 
     @property
     def argv(self) -> list[str]:
-        argv = [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model_dir,
-                "--served-model-name", self.served_model, "--host", "127.0.0.1", "--port", str(self.port),
-                "--dtype", "float32", "--max-model-len", str(self.max_model_len), "--enforce-eager"]  # fmt: skip
+        argv = [
+            self.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            self.model_dir,
+            "--served-model-name",
+            self.served_model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dtype",
+            "float32",
+            "--max-model-len",
+            str(self.max_model_len),
+            "--enforce-eager",
+        ]
         if self.method is not None:
-            argv += ["--spec-method", self.method, "--spec-tokens", str(self.draft_len),
-                     "--per-request-spec-decode-metrics", "summary"]  # fmt: skip
+            argv += [
+                "--spec-method",
+                self.method,
+                "--spec-tokens",
+                str(self.draft_len),
+                "--per-request-spec-decode-metrics",
+                "summary",
+            ]
             if self.method == "eagle3":
                 argv += ["--spec-model", str(Path(self.head).resolve())]
         return argv + list(self.extra)

@@ -109,8 +109,12 @@ class SpecWorkerBase:
         self.step = step.step
         leaked = step.meta.saved_fields
         if leaked:
-            self.events.emit("spec_state_leak", fields=list(leaked), detected_at=f"step {step.step} start",
-                             worker=type(self).__name__)  # fmt: skip
+            self.events.emit(
+                "spec_state_leak",
+                fields=list(leaked),
+                detected_at=f"step {step.step} start",
+                worker=type(self).__name__,
+            )
         cause: BaseException | None = None
         try:
             return self._forward_impl(step)

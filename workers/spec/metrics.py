@@ -41,8 +41,13 @@ class AcceptanceStats:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AcceptanceStats:
         """Inverse of to_dict (exact: the counts travel, not the rounded rates)."""
-        return cls(d["max_draft_len"], d["num_cycles"], d["num_draft_tokens"], d["num_accepted_drafts"],
-                   list(d["accepted_per_position"]))  # fmt: skip
+        return cls(
+            d["max_draft_len"],
+            d["num_cycles"],
+            d["num_draft_tokens"],
+            d["num_accepted_drafts"],
+            list(d["accepted_per_position"]),
+        )
 
     def problem(self) -> str | None:
         """Why these counts are impossible, in one phrase; None when a drafter could have produced them

@@ -90,8 +90,16 @@ def verify_batch(
             drafts = [] if item.is_context else req.draft_tokens[: n_rows - 1]
             position = len(req.output_token_ids) + (key_shift[r] if key_shift else 0)
             q = req.draft_probs[: len(drafts)] if req.draft_probs is not None and drafts else None
-            out = verify(logits[row : row + n_rows], drafts, req.sampling, req.seed, position, req.stream, q,
-                         rules[r] if rules else CORRECT)  # fmt: skip
+            out = verify(
+                logits[row : row + n_rows],
+                drafts,
+                req.sampling,
+                req.seed,
+                position,
+                req.stream,
+                q,
+                rules[r] if rules else CORRECT,
+            )
             packed[r, 0] = len(out)
             packed[r, 1 : 1 + len(out)] = torch.tensor(out)
             row += n_rows

@@ -82,9 +82,12 @@ def paged_attention(q: torch.Tensor, kv: LayerKV, meta: AttentionMetadata) -> to
         q_pad = q.new_zeros(keys.shape[0], meta.gen_max_q, heads, d)
         q_pad[meta.gen_batch_index, meta.gen_offset_in_seq] = q[g0:]
         o = F.scaled_dot_product_attention(
-            q_pad.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
-            attn_mask=meta.gen_attn_mask.to(q.dtype), enable_gqa=gqa,
-        )  # fmt: skip
+            q_pad.transpose(1, 2),
+            keys.transpose(1, 2),
+            values.transpose(1, 2),
+            attn_mask=meta.gen_attn_mask.to(q.dtype),
+            enable_gqa=gqa,
+        )
         out[g0:] = o.transpose(1, 2)[meta.gen_batch_index, meta.gen_offset_in_seq]
     return out
 

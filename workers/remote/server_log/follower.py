@@ -54,8 +54,13 @@ class ServerLog:
     log's content). `redact`: applied to every kept line (secrets). Use `start()` / `stop()`, or as a context
     manager."""
 
-    def __init__(self, path: str | Path, log_format: str = AUTO, redact: Callable[[str], str] | None = None,
-                 poll_s: float = POLL_S) -> None:  # fmt: skip
+    def __init__(
+        self,
+        path: str | Path,
+        log_format: str = AUTO,
+        redact: Callable[[str], str] | None = None,
+        poll_s: float = POLL_S,
+    ) -> None:
         self.path = Path(path)
         self.named = check_log_format(log_format)
         self._chosen: tuple[str, str] | None = (self.named, "named") if self.named != AUTO else None

@@ -133,9 +133,18 @@ class LogMatcher:
             ranked = self.format.rank_regex.search(raw)
             if ranked is not None:
                 fields["server_rank"] = int(ranked["server_rank"])
-        event = {"ts": None, "rank": 0, "type": event_type, **dict(sig.fields), **fields, "source": "server_log",
-                 "log_format": self.format.name, "signature": sig.name, "line": number,
-                 "raw": raw.rstrip("\r\n")[:MAX_RAW_CHARS]}  # fmt: skip
+        event = {
+            "ts": None,
+            "rank": 0,
+            "type": event_type,
+            **dict(sig.fields),
+            **fields,
+            "source": "server_log",
+            "log_format": self.format.name,
+            "signature": sig.name,
+            "line": number,
+            "raw": raw.rstrip("\r\n")[:MAX_RAW_CHARS],
+        }
         event["message"] = _message(sig, event)
         event["fatal"] = sig.fatal
         return event

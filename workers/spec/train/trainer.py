@@ -112,15 +112,19 @@ def _collect(cfg: DraftTrainConfig, docs: list[dict], data_dir: Path, log: Log) 
 
     engine = Engine(
         EngineConfig(
-            model=cfg.model, max_batch_size=cfg.collect_batch, seed=cfg.seed,
+            model=cfg.model,
+            max_batch_size=cfg.collect_batch,
+            seed=cfg.seed,
             kv_cache=KVCacheConfig(enable_block_reuse=False),
         )
-    )  # fmt: skip
+    )
     target = engine.model_config
     layers = default_capture_layers(target.num_hidden_layers)
     prompts = fewshot_prompts(docs, cfg.num_prompts, cfg.num_shots, cfg.seed)
-    log(f"collect: {len(prompts)} GSM8K train prompts ({cfg.num_shots}-shot), target answers greedily, "
-        f"capture layers {list(layers)}")  # fmt: skip
+    log(
+        f"collect: {len(prompts)} GSM8K train prompts ({cfg.num_shots}-shot), target answers greedily, "
+        f"capture layers {list(layers)}"
+    )
     t0 = time.perf_counter()
 
     def on_collect(done: int, total: int, tokens: int) -> None:
@@ -142,8 +146,7 @@ def _collect(cfg: DraftTrainConfig, docs: list[dict], data_dir: Path, log: Log) 
     init_from_target(draft, engine.model, used, cfg.seed)
     embed = engine.model.model.embed_tokens.weight.detach()
     # The engine and its KV pool are freed when this returns, before training starts (only the embedding stays).
-    return _Collected(sequences, layers, used, cover, target_to_draft(used, target.vocab_size), draft, embed,
-                      collect_s)  # fmt: skip
+    return _Collected(sequences, layers, used, cover, target_to_draft(used, target.vocab_size), draft, embed, collect_s)
 
 
 def _train(cfg: DraftTrainConfig, data: _Collected, checkpoint: Path, log: Log) -> tuple[list[dict], float]:
@@ -154,8 +157,10 @@ def _train(cfg: DraftTrainConfig, data: _Collected, checkpoint: Path, log: Log) 
     opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.warmup_steps, total_steps))
     step = _resume(checkpoint, draft, opt, sched, log)
-    log(f"train: {len(sequences)} sequences ({data.num_tokens} tokens, {data.answer_tokens} answer tokens), "
-        f"{cfg.epochs} epochs x {steps_per_epoch} steps, TTT steps {cfg.ttt_steps}")  # fmt: skip
+    log(
+        f"train: {len(sequences)} sequences ({data.num_tokens} tokens, {data.answer_tokens} answer tokens), "
+        f"{cfg.epochs} epochs x {steps_per_epoch} steps, TTT steps {cfg.ttt_steps}"
+    )
     t1 = time.perf_counter()
     history: list[dict] = []
     window = _Window(cfg.ttt_steps)
@@ -167,8 +172,9 @@ def _train(cfg: DraftTrainConfig, data: _Collected, checkpoint: Path, log: Log) 
         for idx in batch:
             s = sequences[idx]
             anchors = _loss_anchors(s, cfg.prompt_anchor_fraction, cfg.seed, epoch, idx)
-            loss, stats = ttt_loss(draft, data.embed, s["tokens"], s["features"], s["labels"], data.t2d, anchors,
-                                   cfg.ttt_steps)  # fmt: skip
+            loss, stats = ttt_loss(
+                draft, data.embed, s["tokens"], s["features"], s["labels"], data.t2d, anchors, cfg.ttt_steps
+            )
             (loss / len(batch)).backward()
             window.add(float(loss.detach()), stats)
         torch.nn.utils.clip_grad_norm_(draft.parameters(), cfg.grad_clip)
@@ -180,8 +186,10 @@ def _train(cfg: DraftTrainConfig, data: _Collected, checkpoint: Path, log: Log) 
         if step % 10 == 0 or step == total_steps:
             row = {"step": step, **window.summary()}
             history.append(row)
-            log(f"train: step {step}/{total_steps} epoch {epoch + 1} loss {row['loss']:.3f} top-1 per step "
-                f"{' '.join(f'{a:.2f}' for a in row['top1'])}, {time.perf_counter() - t1:.0f} s")  # fmt: skip
+            log(
+                f"train: step {step}/{total_steps} epoch {epoch + 1} loss {row['loss']:.3f} top-1 per step "
+                f"{' '.join(f'{a:.2f}' for a in row['top1'])}, {time.perf_counter() - t1:.0f} s"
+            )
             window = _Window(cfg.ttt_steps)
     return history, time.perf_counter() - t1
 
