@@ -122,6 +122,9 @@ def judge_scored(
             "verdict"
         )
         return {**GateResult(Verdict.NO_GATE, why).to_json(), **base}
+    if not sampled and any(r.failed for r in records):
+        why = f"sampled: every sampled request failed ({sum(r.failed for r in records)}); no lossless verdict"
+        return {**GateResult(Verdict.NO_GATE, why).to_json(), **base}
     usable = [(r, p) for r, p in sampled if r.prompt_token_ids]
     if not usable:
         why = (

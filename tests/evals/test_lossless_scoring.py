@@ -87,6 +87,9 @@ def test_without_a_scorer_or_a_recorded_prompt_the_verdict_is_no_gate():
     assert judge_scored(old, scorer, "float32")["verdict"] == Verdict.NO_GATE and log == []
     resumed = judge_scored([old[0], *records[1:]], scorer, "float32")  # a resumed run's reused output has none
     assert resumed["no_prompt"] == 1 and "1 sampled output(s) without a recorded prompt left out" in resumed["reason"]
+    lost = [r.replace(output_token_ids=[], error="HTTP 500", finish_reason="error") for r in records]
+    dead = judge_scored(lost, scorer, "float32")  # a server whose engine died on every sampled request
+    assert dead["verdict"] == Verdict.NO_GATE and f"every sampled request failed ({DOCS})" in dead["reason"]
 
 
 ENGINE = EngineConfig(model="tiny", spec=SpecConfig())

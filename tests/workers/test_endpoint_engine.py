@@ -12,7 +12,7 @@ import logging
 import pyarrow.parquet as pq
 import pytest
 from specdec_eval.workers.config import SamplingParams
-from specdec_eval.workers.remote.endpoint import EndpointEngine
+from specdec_eval.workers.remote.endpoint import EndpointEngine, _logprobs_name_other_tokens
 from specdec_eval.workers.remote.endpoint_config import EndpointConfig, EndpointURL
 from specdec_eval.workers.remote.endpoint_requests import gen_kwargs, read_choice
 from specdec_eval.workers.remote.server_metrics import NOT_REPORTED
@@ -100,6 +100,26 @@ def test_a_llama_cpp_server_is_told_to_leave_its_own_filters_off_when_sampling()
     assert gen_kwargs(SamplingParams(temperature=1.0), seed=1, owned_by="llamacpp")["top_k"] == 0
     assert "min_p" not in gen_kwargs(t07, seed=1, owned_by="vllm") and "top_p" not in gen_kwargs(t07, seed=1)
     assert "min_p" not in gen_kwargs(SamplingParams(), seed=None, owned_by="me")
+
+
+def test_a_vllm_server_is_asked_for_the_answers_own_token_ids():
+    """A sampled answer's pieces can re-encode as other tokens (" c" + "up" as " cup": seen on vLLM at T = 1.0),
+    so vLLM (owned_by "vllm") is asked for its tokens (`return_token_ids`); a server not known to take the field is
+    not sent it (a strict one refuses fields it does not know)."""
+    assert gen_kwargs(SamplingParams(), seed=None, owned_by="vllm")["return_token_ids"] is True
+    assert "return_token_ids" not in gen_kwargs(SamplingParams(), seed=None, owned_by="me")
+    assert "return_token_ids" not in gen_kwargs(SamplingParams(), seed=None)
+
+
+def test_logprobs_that_name_other_tokens_than_the_texts_encoding_are_no_evidence():
+    """Without the server's token ids, records naming ids (" c", "up") that the text re-encodes as one token
+    (" cup") would shift every later position: the records are set apart, not judged."""
+    records = [[-0.1, [], 216], [-3.57, [], 83], [-2.41, [], 1110], [-0.5, [], 28]]
+    why = _logprobs_name_other_tokens(records, [216, 28627, 28])
+    assert why is not None and "first differing at token 1" in why and "4 token(s)" in why
+    assert _logprobs_name_other_tokens(records, [216, 83, 1110, 28]) is None
+    assert _logprobs_name_other_tokens([[-0.1, [], -12345]], [7]) is None  # tokens named by text: nothing to compare
+    assert _logprobs_name_other_tokens(None, [7]) is None
 
 
 def test_lm_eval_builds_the_payload_from_those_kwargs():

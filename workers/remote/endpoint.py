@@ -376,6 +376,8 @@ class EndpointEngine:
         stats["token_ids_source"] = "server" if token_ids is not None else "local_tokenizer"
         if token_ids is None:
             token_ids = list(self._tokenizer.encode(choice.text, add_special_tokens=False))
+            if (why := _logprobs_name_other_tokens(choice.logprobs, token_ids)) is not None:
+                choice.logprobs_problem = why  # a gate reading them would judge tokens the server never sent
         stats["num_output_tokens"] = (
             choice.completion_tokens if choice.completion_tokens is not None else len(token_ids)
         )
@@ -472,3 +474,22 @@ class EndpointEngine:
         nothing else is held between calls (lm-eval's backend opens a connection per request)."""
         self.metrics.close()
         self.watch.close()
+
+
+def _logprobs_name_other_tokens(records: list[list] | None, encoded: list[int]) -> str | None:
+    """Why logprob records that name token ids (vLLM's return_tokens_as_token_ids) cannot describe the answer's
+    text as our tokenizer encodes it, or None. A server without `token_ids` in its answer leaves us the text, and a
+    sampled text can re-encode into other pieces than were sampled: the records are then the truth, the encoding
+    not, and positions after the first difference would compare other tokens' logprobs."""
+    if not records or any(r[2] < 0 for r in records):  # keys < 0: tokens named by text, nothing to compare
+        return None
+    named = [r[2] for r in records]
+    if named == encoded:
+        return None
+    first = next(
+        (i for i, (a, b) in enumerate(zip(named, encoded, strict=False)) if a != b), min(len(named), len(encoded))
+    )
+    return (
+        f"the logprobs name {len(named)} token(s), the answer's text encodes as {len(encoded)}, first differing at "
+        f"token {first}: the server's own tokens are unknown (it sent no token_ids)"
+    )

@@ -56,7 +56,8 @@ def gen_kwargs(
     a server (`owned_by`) whose own defaults filter a sampled request (NEUTRAL_SAMPLING).
     Log-probabilities (params.logprobs) in the API's own shape: `logprobs: k` for completions, `logprobs: true`
     with `top_logprobs: k` for chat; `token_ids`: also vLLM's `return_tokens_as_token_ids` (only for a server known
-    to take it: a strict one refuses fields it does not know).
+    to take it: a strict one refuses fields it does not know). vLLM is also asked for the answer's token ids
+    (`return_token_ids`): a sampled answer's pieces (" c" + "up") re-encode as other tokens (" cup").
 
     template_kwargs (chat requests only: a completions request carries text already rendered): the server renders
     its chat template with them; vLLM, SGLang and trtllm-serve take the field `chat_template_kwargs`. A
@@ -78,6 +79,8 @@ def gen_kwargs(
             kwargs["seed"] = seed  # overrides the backend's one seed for all requests
     if params.ignore_eos:
         kwargs["ignore_eos"] = True  # vLLM / SGLang / TensorRT-LLM extension
+    if owned_by == "vllm":
+        kwargs["return_token_ids"] = True  # the answer's own token ids: re-encoding its text can merge pieces
     if params.logprobs is not None:
         kwargs.update({"logprobs": True, "top_logprobs": params.logprobs} if chat else {"logprobs": params.logprobs})
         if token_ids:
