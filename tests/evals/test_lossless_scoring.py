@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from specdec_eval.evals.lossless.baseline import BaselineRef
-from specdec_eval.evals.lossless.gate import LosslessCase, evaluate_lossless, verdict_kind
+from specdec_eval.evals.lossless.gate import JudgeKind, LosslessCase, evaluate_lossless, judge_kind
 from specdec_eval.evals.lossless.scoring import Scorer, judge_scored, judged_in_distribution, spec_sampling
 from specdec_eval.evals.run_types import EvalOptions
 from specdec_eval.evals.tasks.registry import parse_tasks
@@ -121,11 +121,11 @@ def test_the_gate_picks_the_sampled_judge_for_a_sampled_task_only_and_needs_no_d
         True,
         scorer,
     )
-    assert verdict_kind(case) == "sampled"
+    assert judge_kind(case) == JudgeKind.IN_DISTRIBUTION
     # our coupled sampler: judged both ways when a scorer is there, by identity alone without one
-    assert verdict_kind(replace(case, in_distribution=False)) == "coupled"
-    assert verdict_kind(replace(case, in_distribution=False, scorer=None)) == "identity"
-    assert verdict_kind(replace(case, task="gsm8k", samples=[greedy_record])) == "identity"
+    assert judge_kind(replace(case, in_distribution=False)) == JudgeKind.IDENTITY_AND_DISTRIBUTION
+    assert judge_kind(replace(case, in_distribution=False, scorer=None)) == JudgeKind.TOKEN_IDENTITY
+    assert judge_kind(replace(case, task="gsm8k", samples=[greedy_record])) == JudgeKind.TOKEN_IDENTITY
     identity = identity_of(replace(ENGINE, spec=SpecConfig(sampling="rejection")))
     options = EvalOptions(tasks=parse_tasks("gsm8k_sampled"))
     gates, record = evaluate_lossless(
