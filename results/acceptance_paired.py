@@ -22,7 +22,7 @@ zero, and SE(R) = sqrt(sum(psi_i^2) / (n (n - 1))). T = R / SE is referred to St
 freedom. Reasons for this over a bootstrap: the statistic is the run-level AL, weighted by cycles as AL is (the
 mean of per-document ALs that the bootstrap resampled over-weights short answers); and it gives a standard error at
 every look, which is what the sequential A/B (evals/sequential/acceptance.py) needs to stop as soon as it may. Its
-error rates are checked by simulation from real runs (`python -m specdec_eval.evals.sequential.acceptance_study`).
+error rates are checked by simulation from real runs (`python -m specdec_eval.studies.sequential_acceptance`).
 
 **The swap test.** On the embedded default's real documents the t alone showed a drop in 8.8 % of A/Bs of ten
 documents that had none (sides exchanged at random; the per-document changes are skewed and heavy-tailed, and ten

@@ -15,7 +15,7 @@ error sd(all y) / sqrt(N D) is too small by the square root of the design effect
 
 and the effective sample count is n_eff = N D / deff, between D and N D (clamped there: the estimate of deff can
 stray outside [1, N] by chance). With N = 1 every formula reduces to the usual one: se = sd / sqrt(D), deff = 1,
-n_eff = D. `python -m specdec_eval.evals.conditions` checks se against the spread of simulated clustered scores.
+n_eff = D. `python -m specdec_eval.studies.clustered_scores` checks se against the spread of simulated clustered scores.
 
 Paired runs (`compare`, `ab`) pair documents, not samples: d_d = m_d(B) - m_d(A), mean difference mean(d), standard
 error sd(d) / sqrt(D), a two-sided normal test (Obuchowski's clustered McNemar test in this form; with one sample per

@@ -25,7 +25,7 @@ what that n could detect and how many documents a drop of `drop` needs at the sp
 1 - beta only where n_max documents hold that much information; the design states the documents it needs.
 
 **Error rates** are checked by simulation (`simulate`; tests/evals/test_sequential_acceptance.py on documents like
-the embedded default's, and `python -m specdec_eval.evals.sequential.acceptance_study` from real runs). With looks of
+the embedded default's, and `python -m specdec_eval.studies.sequential_acceptance` from real runs). With looks of
 32 documents (ab's default batch) both are kept. Below that the t is not to be trusted for showing a drop: on the
 embedded default's real documents a single look at ten showed one in 8.8 % of A/Bs with none (the per-document
 changes are skewed and heavy-tailed). So a look of fewer than SMALL_LOOK documents shows a drop by the swap test

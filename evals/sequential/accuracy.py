@@ -38,7 +38,7 @@ is the worst case, a 0/50/100 two-filter mean has less variance), both are kept 
 n_ref samples and the per-sample sd is exactly sigma), the false-FAIL rate is still <= alpha, but the power at
 ref - theta falls a few points below 1 - beta (0.77 for GSM8K in batches of 64): there the fixed gate already
 sits exactly at 1 - beta, and by the Neyman-Pearson lemma no rule that may stop early on the same N samples can
-match it. `python -m specdec_eval.evals.sequential --help` prints both.
+match it. `python -m specdec_eval.studies.sequential_table --help` prints both.
 
 **Floor.** When the fixed gate's threshold at N is at or below the floor (a broken model still scores it), the
 gate cannot fail a model at the floor: the boundaries apply unchanged, and a PASS is reported as NO-GATE, as
@@ -56,7 +56,7 @@ intra-class correlation. The price: the boundaries take no credit for the varian
 (between 1 and R times less per document) because it is known only once measured; the fixed-n gate does
 (evals/gates/clustered.py, n = effective samples), this design does not, so its last look (which decides a run
 not stopped before) has the power of N documents, and the report shows the fixed-n clustered test beside it. `python -m
-specdec_eval.evals.sequential.clustered_study` checks both error rates by simulating clustered samples.
+specdec_eval.studies.sequential_clustered` checks both error rates by simulating clustered samples.
 """
 
 from __future__ import annotations
@@ -318,9 +318,3 @@ def _check_looks(looks: tuple[int, ...], n_max: int) -> None:
         raise ValueError("looks must be strictly increasing positive sample counts")
     if len(looks) > MAX_LOOKS:
         raise ValueError(f"{len(looks)} looks is more than {MAX_LOOKS}; look after larger batches")
-
-
-if __name__ == "__main__":
-    from .table import main
-
-    raise SystemExit(main())

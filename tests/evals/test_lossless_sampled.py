@@ -21,7 +21,7 @@ from specdec_eval.evals.lossless.pit import (
     within_request_test,
 )
 from specdec_eval.evals.lossless.sampled import SampledSample, judge_sampled
-from specdec_eval.evals.lossless.simulate import synthetic_run
+from specdec_eval.studies.lossless_sampled import synthetic_run
 from specdec_eval.workers.config import SamplingParams
 from specdec_eval.workers.engine.sampling import target_probs
 from specdec_eval.workers.engine.teacher_forcing import sampling_view, view_of_probs

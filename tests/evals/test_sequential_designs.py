@@ -21,7 +21,7 @@ from specdec_eval.evals.gates.hypothesis import HypothesisTest
 from specdec_eval.evals.sequential.accuracy import AccuracySequentialDesign
 from specdec_eval.evals.sequential.boundaries import Spending
 from specdec_eval.evals.sequential.discordant_pairs import PairedSequentialDesign, fixed_pairs_needed
-from specdec_eval.evals.sequential.table import main as table_main
+from specdec_eval.studies.sequential_table import main as table_main
 
 
 @pytest.fixture(autouse=True)

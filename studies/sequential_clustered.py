@@ -1,4 +1,4 @@
-"""`python -m specdec_eval.evals.sequential.clustered_study`: do the sequential designs keep their error rates when a
+"""`python -m specdec_eval.studies.sequential_clustered`: do the sequential designs keep their error rates when a
 document has several correlated samples (`--repeats`)?
 
 Model (as evals/conditions/simulate.py): D documents, each with its own chance p_d of a right answer drawn from a Beta
@@ -17,7 +17,7 @@ A/B (`ab --early-stop`, ab_watch.py): two sides with the same p_d per document a
 difference), each document counted "B worse" or "B better" by its mean (results/clustered.py `document_signs`),
 the discordant documents fed to the SPRT (discordant_pairs.py) in order: its false B-WORSE rate.
 
-    python -m specdec_eval.evals.sequential.clustered_study --docs 198 --repeats 4 --batch 32 --ref 65
+    python -m specdec_eval.studies.sequential_clustered --docs 198 --repeats 4 --batch 32 --ref 65
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..conditions.simulate import beta_parameters
-from .accuracy import AccuracySequentialDesign
-from .discordant_pairs import B_WORSE, PairedSequentialDesign
+from ..evals.sequential.accuracy import AccuracySequentialDesign
+from ..evals.sequential.discordant_pairs import B_WORSE, PairedSequentialDesign
+from .clustered_scores import beta_parameters
 
-EXAMPLE = "example: python -m specdec_eval.evals.sequential.clustered_study --docs 198 --repeats 4 --batch 32 --ref 65"
+EXAMPLE = "example: python -m specdec_eval.studies.sequential_clustered --docs 198 --repeats 4 --batch 32 --ref 65"
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ def render(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m specdec_eval.evals.sequential.clustered_study",
+        prog="python -m specdec_eval.studies.sequential_clustered",
         description="False-stop rate and power of the sequential designs when each document has several correlated "
         "samples (--repeats), by simulation.",
         epilog=EXAMPLE,

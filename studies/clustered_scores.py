@@ -15,7 +15,7 @@ design fed per-document means (evals/sequential/accuracy.py, sigma 50 per docume
 with all its samples (a cluster bootstrap: resampling the samples within a document too would count their spread a
 second time), and prints the run's stated error beside the bootstrap spread of its score.
 
-    python -m specdec_eval.evals.conditions --docs 20 --repeats 4 --mean 30 --icc 0.3
+    python -m specdec_eval.studies.clustered_scores --docs 20 --repeats 4 --mean 30 --icc 0.3
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from scipy.special import ndtri
 
-from ...results.clustered import clustered_score
+from ..results.clustered import clustered_score
 
 Z95 = 1.959964
 
@@ -108,7 +108,7 @@ def _runs(rng: np.random.Generator, docs: int, repeats: int, mean: float, icc: f
 def _sequential_false_fail(m: np.ndarray, ref: np.ndarray, alpha: float) -> float:
     """The group-sequential design (four looks, sigma 50 per document) on per-document means; its boundaries do not
     depend on the reference's value, only the statistic does."""
-    from ..sequential.accuracy import AccuracySequentialDesign
+    from ..evals.sequential.accuracy import AccuracySequentialDesign
 
     docs = m.shape[1]
     design = AccuracySequentialDesign.for_batches(50.0, docs, max(1, docs // 4), alpha=alpha)
@@ -157,9 +157,9 @@ def render(r: SimulationResult) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m specdec_eval.evals.conditions",
+        prog="python -m specdec_eval.studies.clustered_scores",
         description="Check the clustered standard error of a score over several samples per document by simulation.",
-        epilog="example: python -m specdec_eval.evals.conditions --docs 20 --repeats 4 --mean 30 --icc 0.3",
+        epilog="example: python -m specdec_eval.studies.clustered_scores --docs 20 --repeats 4 --mean 30 --icc 0.3",
     )
     parser.add_argument("--docs", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=4)
