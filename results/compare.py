@@ -1,7 +1,7 @@
 """Compare two finished runs sample by sample (DESIGN.md, "Results and decisions").
 
 Per task: accuracy of each run and the delta, an exact McNemar test on per-sample correctness (with several samples
-per document, the clustered paired test on per-document means instead: results/clustered.py), how many outputs
+per document, the clustered paired test on per-document means instead: stats.clustered), how many outputs
 are token-for-token identical and where the others first diverge, and the acceptance length: each run's overall
 figure (accepted tokens per step, from its summary) and the paired per-document test of its relative change
 (results/acceptance_paired.py: a paired t on the cycle-weighted AL ratio, documents as clusters): a drop shown at
@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from ..stats.clustered import paired_clustered
+from ..stats.mcnemar import mcnemar_exact
 from .acceptance_paired import DEFAULT_BETA, DEFAULT_DROP, by_document, judge_pairs, paired_counts
-from .clustered import groups_of, paired_clustered
-from .paired import first_divergence, mcnemar_exact, pair_samples
+from .paired import first_divergence, groups_of, pair_samples
 from .run_summary import RunSummary, TaskSummary
 from .sample_record import SampleRecord
 from .store import Run
@@ -151,7 +152,7 @@ def _compare_task(
     p = mcnemar_exact(b, c)
     verdict = NO_CHANGE
     clustered = _clustered(pairs, filter)
-    if clustered is not None:  # several samples per document: they are not independent pairs (results/clustered.py)
+    if clustered is not None:  # several samples per document: they are not independent pairs (stats.clustered)
         if clustered["p"] < alpha:
             verdict = REGRESSION if clustered["delta"] < 0 else IMPROVEMENT
     elif p < alpha:

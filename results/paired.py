@@ -18,22 +18,6 @@ if TYPE_CHECKING:
     from .sample_record import SampleRecord
 
 
-def mcnemar_exact(b: int, c: int) -> float:
-    """Two-sided exact McNemar p-value: min(1, 2 * P[X <= min(b, c)]) with X ~ Bin(b + c, 1/2); 1.0 if b + c == 0.
-
-    b: pairs that A got right and B wrong; c: pairs that A got wrong and B right. This is scipy's exact binomial
-    test of min(b, c) successes in b + c trials at p = 1/2 (for a symmetric distribution its two-sided p-value,
-    the outcomes no likelier than the one observed, is twice the smaller tail).
-    """
-    if b < 0 or c < 0:
-        raise ValueError(f"discordant counts cannot be negative: b={b}, c={c}")
-    if b + c == 0:
-        return 1.0
-    from scipy.stats import binomtest
-
-    return float(binomtest(min(b, c), b + c, 0.5, alternative="two-sided").pvalue)
-
-
 def first_divergence(a_ids: Sequence[int] | None, b_ids: Sequence[int] | None) -> int | None:
     """Index of the first token where two outputs differ; the shorter length if one is a prefix of the other;
     None if they are identical."""
@@ -119,3 +103,11 @@ def pair_samples(samples_a: Iterable[SampleRecord], samples_b: Iterable[SampleRe
 
 def _doc_order(doc_id: Any) -> tuple[int, Any]:
     return (0, doc_id) if isinstance(doc_id, int) else (1, str(doc_id))
+
+
+def groups_of(samples: Sequence[SampleRecord], filter: str, scale: float = 100.0) -> dict[Any, list[float]]:
+    """One task's sample records grouped by document: doc_id -> their correctness under `filter` (scale for True)."""
+    out: dict[Any, list[float]] = {}
+    for s in samples:
+        out.setdefault(s.doc_id, []).append(scale if s.correct.get(filter) else 0.0)
+    return out

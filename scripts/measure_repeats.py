@@ -27,7 +27,7 @@ from specdec_eval.evals.conditions.gen_kwargs import GenKwargs
 from specdec_eval.evals.conditions.repeats import sample_seed
 from specdec_eval.evals.tasks.registry import parse_tasks, source_for, task_conditions, write_task_yamls
 from specdec_eval.evals.tasks.scoring import score_each
-from specdec_eval.results.clustered import clustered_score
+from specdec_eval.stats.clustered import clustered_score
 from specdec_eval.studies.clustered_scores import bootstrap
 from specdec_eval.workers.config import EngineConfig, KVCacheConfig, SamplingParams, parse_bytes
 from specdec_eval.workers.engine.engine import Engine

@@ -1,4 +1,4 @@
-"""The clustered standard error checked by simulation: does the error a run states (results/clustered.py) match the
+"""The clustered standard error checked by simulation: does the error a run states (stats.clustered) match the
 spread of its score over repeated runs, when the samples of a question are correlated?
 
 Model: D documents, each with its own probability of a right answer p_d ~ Beta with mean `mean` and intra-class
@@ -8,7 +8,7 @@ standard error and the naive one (all samples as independent). Printed side by s
 of the score (from the model), the simulated one, the root-mean-square of each stated error, the coverage of
 score +- 1.96 se, and the false-FAIL rate of the accuracy gate when nothing changed: the reference is another run of
 the same design and model (the two-sample model TensorRT-LLM's formula assumes), the gate's n the effective sample
-count (evals/gates/clustered.py), against the same gate fed all N x D samples as independent, and the sequential
+count (the accuracy gate), against the same gate fed all N x D samples as independent, and the sequential
 design fed per-document means (evals/sequential/accuracy.py, sigma 50 per document).
 
 `--from-groups FILE` instead resamples a recorded run (JSON {doc: [0 or 1, ...]}): its documents with replacement, each
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from scipy.special import ndtri
 
-from ..results.clustered import clustered_score
+from ..stats.clustered import clustered_score
 
 Z95 = 1.959964
 
@@ -73,7 +73,7 @@ def simulate(
     n = docs * repeats
     z_alpha = float(ndtri(alpha))
     deff = np.where(se_naive > 0, np.clip((se / np.where(se_naive > 0, se_naive, 1.0)) ** 2, 1.0, repeats), repeats)
-    threshold = ref_score + z_alpha * np.sqrt(2 * 50.0**2 / (n / deff))  # hypothesis.py at n = n_eff
+    threshold = ref_score + z_alpha * np.sqrt(2 * 50.0**2 / (n / deff))  # stats.hypothesis at n = n_eff
     naive_threshold = ref_score + z_alpha * math.sqrt(2 * 50.0**2 / n)
     return SimulationResult(
         docs,

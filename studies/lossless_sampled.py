@@ -6,11 +6,11 @@
            from the plain sampler's distribution, judged exactly (the whole distribution known) and conservatively
            (only the top 20 raw logprobs known, as from an endpoint), under two sampling configurations.
   power    the FAIL rate of each sampled bug class at the default run's size, on real distributions: a bank of the
-           verify steps of a SmolLM2 + Eagle3 run over 10 five-shot GSM8K prompts x 256 tokens (bank.py, which says
+           verify steps of a SmolLM2 + Eagle3 run over 10 five-shot GSM8K prompts x 256 tokens (verify_bank, which says
            how it models a run), replayed through the real rejection sampler with each planted rule.
   smooth   the smooth test's chi-square p-value on exact null draws (u i.i.d. U(0, 1)) at given run sizes: how
            often it falls below each level (the gate's false-FAIL rate rests on it).
-  sampler  the chi-square goodness of fit of the rejection sampler on hand-made distributions (sampler_check.py),
+  sampler  the chi-square goodness of fit of the rejection sampler on hand-made distributions (rejection_sampler_fit),
            correct and with each planted rule.
 
 Every figure is printed with the command's own parameters; `--json` writes them too."""
@@ -286,7 +286,7 @@ def _power(args) -> dict:
 def _smooth(args) -> dict:
     """The smooth test's chi-square p-value against its exact null: u i.i.d. U(0, 1) (what the randomized PIT gives
     a clean run), so the rate of p below each level must be that level at the run's size."""
-    from ..evals.lossless.pit import smooth_test
+    from ..stats.pit import smooth_test
 
     rng = np.random.default_rng(args.seed)
     levels = (0.05, 0.01, 0.005, 0.01 / 3)

@@ -1,7 +1,7 @@
 """`python -m specdec_eval.studies.sequential_clustered`: do the sequential designs keep their error rates when a
 document has several correlated samples (`--repeats`)?
 
-Model (as evals/conditions/simulate.py): D documents, each with its own chance p_d of a right answer drawn from a Beta
+Model (as the clustered_scores study): D documents, each with its own chance p_d of a right answer drawn from a Beta
 with mean `ref` and intra-class correlation `icc` (the correlation of two samples of one question: 0 independent,
 1 always alike); R samples per document, each right with chance p_d. A run's documents come in a seeded random order,
 so a simulated run is D such documents in a row.
@@ -14,7 +14,7 @@ ignores the clustering: what this study exists to catch); the power at ref - the
 detectable effect over D documents); and the documents a run evaluates on average, at ref and at ref - theta.
 
 A/B (`ab --early-stop`, ab_watch.py): two sides with the same p_d per document and independent samples (no
-difference), each document counted "B worse" or "B better" by its mean (results/clustered.py `document_signs`),
+difference), each document counted "B worse" or "B better" by its mean (stats.clustered `document_signs`),
 the discordant documents fed to the SPRT (discordant_pairs.py) in order: its false B-WORSE rate.
 
     python -m specdec_eval.studies.sequential_clustered --docs 198 --repeats 4 --batch 32 --ref 65

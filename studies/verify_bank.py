@@ -1,6 +1,6 @@
-"""A bank of real verify steps, for the sampled gate's power simulation (simulate.py): what verification read in a
-spec-dec run of the real engine (the target's logits rows and the draft head's drafts), recorded once, then replayed
-through the real rejection sampler (workers/spec/rejection.py) with fresh random streams and any planted rule.
+"""A bank of real verify steps, for the sampled gate's power simulation (lossless_sampled): what verification read
+in a spec-dec run of the real engine (the target's logits rows and the draft head's drafts), recorded once, then
+replayed through the real rejection sampler with fresh random streams and any planted rule.
 
 The model, stated: each recorded step keeps its rows' contexts from the recorded run (a replay that rejects earlier
 than the recording did still reads the recorded rows: each emitted token is judged against the distribution of its

@@ -6,5 +6,5 @@ repeats.py      several samples per document: each sample's seed; when repeats m
 reference.py    the conditions a reference entry states, the differences in words, the gate's rule
 
 Chat-template kwargs (a prompt-rendering value the engine and endpoints use too) live in
-workers/loading/chat_template.py; the clustered statistics in results/clustered.py. Imports nothing from
+workers/loading/chat_template.py; the clustered statistics in stats.clustered. Imports nothing from
 evals/pipeline/."""

@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...results.paired import first_divergence, mcnemar_exact
+from ...results.paired import first_divergence
 from ...results.run_summary import Verdict
 from ...results.sample_record import SampleRecord
+from ...stats.mcnemar import mcnemar_exact
 from .evidence import comparable_pairs
 
 EXACT_DTYPES = ("float32", "float64")

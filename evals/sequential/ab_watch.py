@@ -20,7 +20,7 @@ pairs the two runs.
 
 **Several samples per document** (`--repeats R`): a side reports each sample with its repeat and R; the watcher pairs
 documents, never samples, and a document only once both sides have all R of its samples. A document counts "B worse"
-when its mean score under B is below A's, "B better" when above (results/clustered.py `document_signs`): documents
+when its mean score under B is below A's, "B better" when above (stats.clustered `document_signs`): documents
 are independent and, under no difference, each such sign is a fair coin, so the SPRT's guarantee holds as with one
 sample each. Its acceptance pairs per document too: draft cycles and accepted drafts summed over the document's
 samples (the acceptance test's unit is the document: acceptance.py)."""
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ...results.acceptance_paired import DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_DROP, DROP, INCONCLUSIVE, NO_DROP
-from ...results.clustered import document_signs
+from ...stats.clustered import document_signs
 from .ab_channel import acknowledge, progress_path
 from .acceptance import CONTINUE, AcceptanceSequentialDesign
 from .discordant_pairs import B_WORSE, PairedDecision, PairedSequentialDesign

@@ -13,7 +13,7 @@ one document are not independent, the documents are, so the document stays the u
 **Two one-sided group-sequential tests.** DROP when T_k < a_k, NO-DROP when T'_k > c_k, otherwise continue.
 a_k spends alpha under R = 0, c_k = -(the same boundaries for beta) spends beta under R = -drop, both over the
 information fraction t_k = n_k / n_max (documents are the units, so information grows with them) with a
-Hwang-Shih-DeCani function (evals/sequential/boundaries.py; gamma -4: close to O'Brien-Fleming, so early looks ask
+Hwang-Shih-DeCani function (stats.group_sequential; gamma -4: close to O'Brien-Fleming, so early looks ask
 for strong evidence and the last look is near the fixed test). Each boundary is computed under its own null with
 no regard for the other, so each stands alone: P(DROP | no change) <= alpha and P(NO-DROP | a drop of `drop`) <=
 beta whether or not the other boundary is acted on. The boundaries are on the normal scale; SE_k is estimated, so
@@ -61,7 +61,7 @@ from ...results.acceptance_paired import (
     ratio_change,
     swap_p_values,
 )
-from .boundaries import Spending, fail_boundaries
+from ...stats.group_sequential import Spending, fail_boundaries
 
 CONTINUE = "CONTINUE"
 MAX_LOOKS = 200

@@ -1,7 +1,7 @@
 """Sequential verdicts for the accuracy gate: look after each batch of finished samples, stop at PASS or FAIL
 as soon as the data allow, with the fixed-n gate's error rates kept.
 
-The fixed-n gate (hypothesis.py, TensorRT-LLM's formulas) fails a run of N samples when
+The fixed-n gate (stats.hypothesis, TensorRT-LLM's formulas) fails a run of N samples when
 
     Z = (x - ref) / sqrt(2 sigma^2 / N) < z(alpha),
 
@@ -46,7 +46,7 @@ HypothesisTest.verdict does.
 
 **Several samples per document** (`--repeats R` at T > 0, `repeats`): the samples of one question are not
 independent, so the unit is the document. Looks count finished documents (all R samples scored), x_k is the mean of
-their per-document means m_d = mean_r y_dr (avg@R, results/clustered.py), and the design is the one above with
+their per-document means m_d = mean_r y_dr (avg@R, stats.clustered), and the design is the one above with
 N = the planned documents, n_ref = N, and sigma unchanged as the standard deviation of one document's mean. That
 sigma is a bound, not an estimate: by the law of total variance Var(m_d) = Var(p_d) + E[p_d (1 - p_d)] / R, never
 more than Var(y) = Var(p_d) + E[p_d (1 - p_d)] of one sample (p_d the document's chance of a right answer, on the
@@ -54,7 +54,7 @@ more than Var(y) = Var(p_d) + E[p_d (1 - p_d)] of one sample (p_d the document's
 however strongly its samples agree. The error rates above hold as stated, now for N documents, whatever the
 intra-class correlation. The price: the boundaries take no credit for the variance repeats remove
 (between 1 and R times less per document) because it is known only once measured; the fixed-n gate does
-(evals/gates/clustered.py, n = effective samples), this design does not, so its last look (which decides a run
+(the accuracy gate, n = effective samples), this design does not, so its last look (which decides a run
 not stopped before) has the power of N documents, and the report shows the fixed-n clustered test beside it. `python -m
 specdec_eval.studies.sequential_clustered` checks both error rates by simulating clustered samples.
 """
@@ -69,8 +69,8 @@ import numpy as np
 from scipy.special import ndtri
 
 from ...results.run_summary import Verdict
-from ..gates.hypothesis import HypothesisTest
-from .boundaries import Spending, crossing_probabilities, fail_boundaries, pass_boundaries
+from ...stats.group_sequential import Spending, crossing_probabilities, fail_boundaries, pass_boundaries
+from ...stats.hypothesis import HypothesisTest
 
 MAX_LOOKS = 200
 PASS, FAIL, CONTINUE, NO_GATE = Verdict.PASS, Verdict.FAIL, Verdict.CONTINUE, Verdict.NO_GATE
