@@ -28,17 +28,15 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from ...results import store
 from ...results.run_summary import GateResult, RunSummary, Verdict
 from ...results.sample_record import SampleRecord
 from ...workers.interface import EngineIdentity
-from ..run_types import EvalOptions, TaskResult
-from .baseline import BASELINE_KINDS, BaselineRef, baseline_label, open_baseline
+from ..run_types import TaskResult
+from .baseline import BaselineKind, ResolvedBaseline, baseline_label
 from .check import lossless_check, set_apart_failed
-from .control import find_control
 from .identity_judge import apply_audit, audit_brief, judge_by_margins, uncalibrated_is_no_gate
 from .margins import floor_missing, noise_floor
-from .scoring import Scorer, judge_scored, judged_in_distribution, sampling_of
+from .scoring import judge_scored, judged_in_distribution, sampling_of
 
 
 class JudgeKind(Enum):
@@ -55,16 +53,10 @@ class LosslessCase:
 
     task: str
     samples: list[SampleRecord]  # the spec-dec run's samples (every task's)
-    baseline_samples: list[SampleRecord]
-    baseline_run: str | None  # its run id (None: no decoded baseline; a sampled verdict needs none)
-    baseline: BaselineRef
-    kind: str  # the baseline's kind: "twin" | "separate" | "recorded"
+    baseline: ResolvedBaseline
     dtype: str  # what ran: float32 and float64 are exact
-    tolerance: float | None  # the task's calibrated lossless_tolerance, if its reference entry has one
-    control_samples: list[SampleRecord] | None  # the noise-floor control's samples (None: no control found)
-    control_run: str | None
-    in_distribution: bool = False  # the run's sampler does not reproduce a plain run's tokens (scoring.py)
-    scorer: Scorer | None = None  # the plain engine that scores sampled outputs (a sampled verdict's baseline)
+    tolerance: float | None = None  # the task's calibrated lossless_tolerance, if its reference entry has one
+    in_distribution: bool = False  # the run's sampler does not reproduce a plain run's tokens
 
 
 Judge = Callable[[LosslessCase], GateResult]
@@ -74,13 +66,11 @@ def apply_lossless_gate(
     summary: RunSummary,
     samples: list[SampleRecord],
     identity: EngineIdentity,
-    out: str,
-    options: EvalOptions,
     results: list[TaskResult],
-    baseline: BaselineRef,
+    baseline: ResolvedBaseline,
 ) -> RunSummary:
     """The summary with each task's lossless gate and the baseline it rests on (a FAIL fails the run)."""
-    gates, record = evaluate_lossless(summary.tasks, samples, identity, out, options, results, baseline)
+    gates, record = evaluate_lossless(summary.tasks, samples, identity, results, baseline)
     for task, gate in gates.items():
         summary = summary.with_task_gate(task, "lossless", gate)
     return summary if record is None else summary.replace(baseline=record)
@@ -90,53 +80,30 @@ def evaluate_lossless(
     tasks: Iterable[str],
     samples: list[SampleRecord],
     identity: EngineIdentity,
-    out: str,
-    options: EvalOptions,
     results: list[TaskResult],
-    baseline: BaselineRef,
+    baseline: ResolvedBaseline,
 ) -> tuple[dict[str, GateResult], dict[str, Any] | None]:
     """Compare every spec-dec sample with the baseline: each task's GateResult, and the baseline's record (None
     when no baseline was found: every task is NO-BASELINE)."""
     dtype = identity.resolved_dtype or identity.dtype
     in_distribution = judged_in_distribution(identity)
-    scored = {t for t in tasks if in_distribution and _sampled_task(t, samples)}
-    base = open_baseline(baseline, identity, out, options) if baseline.kind != "scored" else None
-    if base is None:
-        why = f"no finished baseline run under {out}"
-        gates = {task: GateResult(Verdict.NO_BASELINE, why) for task in tasks if task not in scored}
+    if baseline.run_id is None:
+        scored = {t for t in tasks if in_distribution and _sampled_task(t, samples)}
+        gates = {task: GateResult(Verdict.NO_BASELINE, baseline.missing) for task in tasks if task not in scored}
         for task in sorted(scored):  # a sampled verdict needs no decoded baseline: the plain engine scores
-            case = LosslessCase(
-                task, samples, [], None, baseline, "scored", dtype, None, None, None, True, baseline.scorer
-            )
-            gates[task] = JUDGES[JudgeKind.IN_DISTRIBUTION](case)
-        record = {"run": None, "kind": "scored", "label": baseline_label("scored", None)} if scored else None
+            gates[task] = judge_in_distribution(LosslessCase(task, samples, baseline, dtype, None, True))
+        scored_label = baseline_label(BaselineKind.SCORED, None)
+        record = {"run": None, "kind": BaselineKind.SCORED.value, "label": scored_label} if scored else None
         return gates, record
     tolerances = {r.task: (r.reference.entry.get("lossless_tolerance") if r.reference else None) for r in results}
-    base_samples = base.samples()
-    kind = baseline.kind if baseline.kind in BASELINE_KINDS else "recorded"
-    control = store.open_run(baseline.control) if baseline.control else find_control(out, identity, options)
-    control_samples = control.samples() if control is not None else None
     gates = {}
     for task in sorted({s.task for s in samples}):
-        case = LosslessCase(
-            task,
-            samples,
-            base_samples,
-            base.run_id,
-            baseline,
-            kind,
-            dtype,
-            tolerances.get(task),
-            control_samples,
-            control.run_id if control is not None else None,
-            in_distribution,
-            baseline.scorer,
-        )
+        case = LosslessCase(task, samples, baseline, dtype, tolerances.get(task), in_distribution)
         gates[task] = JUDGES[judge_kind(case)](case)
     record = {
-        "run": base.run_id,
-        "kind": kind,
-        "label": baseline_label(kind, baseline.audit),
+        "run": baseline.run_id,
+        "kind": baseline.kind.value,
+        "label": baseline.label,
         **({"audit": baseline.audit} if baseline.audit is not None else {}),
     }
     return gates, record
@@ -155,7 +122,7 @@ def judge_kind(case: LosslessCase) -> JudgeKind:
         return JudgeKind.TOKEN_IDENTITY
     if case.in_distribution:
         return JudgeKind.IN_DISTRIBUTION
-    return JudgeKind.IDENTITY_AND_DISTRIBUTION if case.scorer is not None else JudgeKind.TOKEN_IDENTITY
+    return JudgeKind.IDENTITY_AND_DISTRIBUTION if case.baseline.scorer is not None else JudgeKind.TOKEN_IDENTITY
 
 
 def judge_in_distribution(case: LosslessCase) -> GateResult:
@@ -164,7 +131,7 @@ def judge_in_distribution(case: LosslessCase) -> GateResult:
 
 
 def _in_distribution(case: LosslessCase) -> dict[str, Any]:
-    return judge_scored([s for s in case.samples if s.task == case.task], case.scorer, case.dtype)
+    return judge_scored([s for s in case.samples if s.task == case.task], case.baseline.scorer, case.dtype)
 
 
 def judge_identity(case: LosslessCase) -> GateResult:
@@ -174,23 +141,21 @@ def judge_identity(case: LosslessCase) -> GateResult:
 
 
 def _identity(case: LosslessCase) -> dict[str, Any]:
-    task, dtype, audit = case.task, case.dtype, case.baseline.audit
+    task, dtype, base = case.task, case.dtype, case.baseline
+    base_samples = list(base.samples)
+    control_samples = list(base.control_samples) if base.control_samples is not None else None
     mine = [s for s in case.samples if s.task == task]
-    check = lossless_check(mine, case.baseline_samples, dtype, case.tolerance)[task]
-    floor = noise_floor(case.baseline_samples, case.control_samples, task) if case.control_samples is not None else None
-    no_floor = floor_missing(case.baseline_samples, case.control_samples, task) if floor is None else None
+    check = lossless_check(mine, base_samples, dtype, case.tolerance)[task]
+    floor = noise_floor(base_samples, control_samples, task) if control_samples is not None else None
+    no_floor = floor_missing(base_samples, control_samples, task) if floor is None else None
     check = judge_by_margins(
-        check, task, case.samples, case.baseline_samples, floor, dtype, case.tolerance, case.control_run, no_floor
+        check, task, case.samples, base_samples, floor, dtype, case.tolerance, base.control_run, no_floor
     )
-    rests_on = {
-        "baseline_run": case.baseline_run,
-        "baseline_kind": case.kind,
-        "baseline_label": baseline_label(case.kind, audit),
-    }
+    rests_on = {"baseline_run": base.run_id, "baseline_kind": base.kind.value, "baseline_label": base.label}
     check = check.judged(check.verdict, check.reason, baseline=rests_on)
-    if audit is not None:
-        check = check.judged(check.verdict, check.reason, audit=audit_brief(audit))
-        check = apply_audit(check, task, audit, dtype, case.tolerance, floor)
+    if base.audit is not None:
+        check = check.judged(check.verdict, check.reason, audit=audit_brief(base.audit))
+        check = apply_audit(check, task, base.audit, dtype, case.tolerance, floor)
     return set_apart_failed(uncalibrated_is_no_gate(check)).record()
 
 
