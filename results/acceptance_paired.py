@@ -21,7 +21,7 @@ and on R it is psi_i = phi'_i / AL_A - AL_B phi_i / AL_A^2. The psi_i of differe
 zero, and SE(R) = sqrt(sum(psi_i^2) / (n (n - 1))). T = R / SE is referred to Student's t with n - 1 degrees of
 freedom. Reasons for this over a bootstrap: the statistic is the run-level AL, weighted by cycles as AL is (the
 mean of per-document ALs that the bootstrap resampled over-weights short answers); and it gives a standard error at
-every look, which is what the sequential A/B (evals/sequential/acceptance.py) needs to stop as soon as it may. Its
+every look, which is what the sequential A/B (sequential.acceptance_ab) needs to stop as soon as it may. Its
 error rates are checked by simulation from real runs (`python -m specdec_eval.studies.sequential_acceptance`).
 
 **The swap test.** On the embedded default's real documents the t alone showed a drop in 8.8 % of A/Bs of ten

@@ -189,3 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     for icc in args.icc:
         print(render(simulate(args.docs, args.repeats, args.mean / 100.0, icc, args.sims, args.seed, args.alpha)))
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

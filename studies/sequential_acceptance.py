@@ -32,7 +32,7 @@ import numpy as np
 from ..evals.gates.acceptance import acceptance_gate
 from ..evals.gates.acceptance_power import SLACK_Z, gate_power
 from ..evals.gates.verdict import acceptance_slack
-from ..evals.sequential.acceptance import AcceptanceSequentialDesign, simulate
+from ..evals.sequential.acceptance_ab import AcceptanceSequentialDesign, simulate
 from ..results.acceptance_paired import doc_counts, judge_pairs, paired_acceptance
 from ..results.paired import pair_samples
 from ..results.store import Run

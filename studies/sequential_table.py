@@ -164,3 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(json.dumps(report, indent=2) if args.json else render(report))
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

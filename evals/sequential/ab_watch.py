@@ -6,7 +6,7 @@ under spec-dec, its draft cycles and accepted drafts) to a progress file (evals/
 - accuracy: the discordant pairs to the paired SPRT (discordant_pairs.py: B worse, no difference shown, or
   continue);
 - acceptance: each task's paired per-document acceptance to the two one-sided group-sequential tests of
-  evals/sequential/acceptance.py (a drop of B's AL shown, a drop of `drop` ruled out, or continue), when both sides
+  sequential.acceptance_ab (a drop of B's AL shown, a drop of `drop` ruled out, or continue), when both sides
   report acceptance counts (spec-dec on both).
 
 Which decisions stop the sides (`decide_on`): "both" (the default) stops at once when either test shows B worse,
@@ -36,7 +36,7 @@ from typing import Any
 from ...results.acceptance_paired import DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_DROP, DROP, INCONCLUSIVE, NO_DROP
 from ...stats.clustered import document_signs
 from .ab_channel import acknowledge, progress_path
-from .acceptance import CONTINUE, AcceptanceSequentialDesign
+from .acceptance_ab import CONTINUE, AcceptanceSequentialDesign
 from .discordant_pairs import B_WORSE, PairedDecision, PairedSequentialDesign
 
 DECIDE_ON = ("both", "accuracy", "acceptance")
