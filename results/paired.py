@@ -4,7 +4,7 @@ Two runs of the same evaluation see the same documents, so their per-sample corr
 discordant pairs carry information about a difference: b (A right, B wrong) and c (A wrong, B right). Under
 "no difference" each discordant pair is a fair coin, so min(b, c) is compared with Bin(b + c, 1/2).
 
-Per-document acceptance is paired the same way, by its own test (results/acceptance_paired.py).
+Per-document acceptance is paired the same way, by its own test (stats.acceptance_ratio).
 """
 
 from __future__ import annotations

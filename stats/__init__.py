@@ -6,5 +6,6 @@ hypothesis        the accuracy test against a reference (threshold, minimum dete
 clustered         scores over several samples per document: clustered standard error, paired differences
 mcnemar           the exact McNemar test of discordant pairs
 group_sequential  alpha-spending boundaries and crossing probabilities of group-sequential designs
+acceptance_ratio  the paired test of acceptance length between two runs (swap test, t on the ratio)
 pit               randomized probability integral transforms and their uniformity tests
 """

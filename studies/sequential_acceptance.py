@@ -10,7 +10,7 @@ B (the same documents with a change, e.g. `--inject aux_layers_off_by_one`):
    band), one whose every document lost the stated drop, and one that lost 5 % (outputs kept: cycles grow as
    acceptance falls); and the drop 80 % of simulated runs catch (the simulated MDE). Also the design effect: how
    much wider the error of AL is with documents as clusters than if every draft cycle were an independent trial.
-2. **The paired test** (results/acceptance_paired.py, fixed n) and **the sequential A/B** (evals/sequential/
+2. **The paired test** (stats.acceptance_ratio, fixed n) and **the sequential A/B** (evals/sequential/
    acceptance.py, looks every `--batch` documents), over A/Bs of n documents drawn from the measured pairs: under
    no change (each document's two sides swapped by a coin: a change that moves acceptance as much as B's does,
    in no direction), at B's measured drop, and at a drop of exactly 5 % (B's documents rescaled: its per-document
@@ -33,9 +33,10 @@ from ..evals.gates.acceptance import acceptance_gate
 from ..evals.gates.acceptance_power import SLACK_Z, gate_power
 from ..evals.gates.verdict import acceptance_slack
 from ..evals.sequential.acceptance_ab import AcceptanceSequentialDesign, simulate
-from ..results.acceptance_paired import doc_counts, judge_pairs, paired_acceptance
+from ..results.acceptance_paired import doc_counts
 from ..results.paired import pair_samples
 from ..results.store import Run
+from ..stats.acceptance_ratio import judge_pairs, paired_acceptance
 
 EXAMPLE = """example:
   specdec-eval run --tasks gsm8k --limit 200 --sample random --spec eagle3 --data-dir ../shared/data --out runs-a

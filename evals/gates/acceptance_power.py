@@ -33,7 +33,7 @@ ref_al - min_al: an AL below min_al then passes. The gate says so in its record 
 every reader shows it beside the PASS. Even a band at min_al catches a drop to exactly min_al with probability
 at most 1/2 (it sits on the band's edge): power 1 - beta at a 5 % drop is beyond this gate at any n, and the
 statement says so rather than print a document count; the paired A/B (`compare`, `ab`) is the test that
-reaches it (results/acceptance_paired.py).
+reaches it (stats.acceptance_ratio).
 
 Documents scale the error as 1 / sqrt(n) (requests are the units): at n' documents SE' = SE sqrt(n / n').
 """

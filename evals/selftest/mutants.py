@@ -32,11 +32,12 @@ from typing import Any
 
 from ...errors import UserError
 from ...event_types import FAILING_EVENTS
-from ...results.acceptance_paired import DROP, NO_DROP, judge_pairs, paired_counts
+from ...results.acceptance_paired import paired_counts
 from ...results.paired import pair_samples
 from ...results.run_summary import GateResult, RunSummary, TaskSummary, Verdict, as_run_summary
 from ...results.sample_record import SampleRecord
 from ...results.store import Run
+from ...stats.acceptance_ratio import DROP, NO_DROP, judge_pairs
 from ...workers.config import EngineConfig
 from ..pipeline.backends import RunTarget, make_backend
 from ..pipeline.evaluation import EvalOptions

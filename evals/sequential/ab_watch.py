@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...results.acceptance_paired import DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_DROP, DROP, INCONCLUSIVE, NO_DROP
+from ...stats.acceptance_ratio import DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_DROP, DROP, INCONCLUSIVE, NO_DROP
 from ...stats.clustered import document_signs
 from .ab_channel import acknowledge, progress_path
 from .acceptance_ab import CONTINUE, AcceptanceSequentialDesign

@@ -3,7 +3,7 @@ drop of `drop` (5 %) is ruled out, with both error rates kept.
 
 **Statistic.** At look k, over the first n_k documents of the seeded order that both sides finished, the relative
 change R_k = AL_B / AL_A - 1 of the cycle-weighted ALs and its standard error SE_k with documents as clusters
-(results/acceptance_paired.py: the same estimate `compare` tests at a fixed n). With several samples per document
+(stats.acceptance_ratio: the same estimate `compare` tests at a fixed n). With several samples per document
 (`--repeats`), a document's cycles and accepted drafts are the sums over its samples (ab_watch.py): the samples of
 one document are not independent, the documents are, so the document stays the unit. Two statistics:
 
@@ -29,7 +29,7 @@ the embedded default's, and `python -m specdec_eval.studies.sequential_acceptanc
 32 documents (ab's default batch) both are kept. Below that the t is not to be trusted for showing a drop: on the
 embedded default's real documents a single look at ten showed one in 8.8 % of A/Bs with none (the per-document
 changes are skewed and heavy-tailed). So a look of fewer than SMALL_LOOK documents shows a drop by the swap test
-(results/acceptance_paired.py: each document's two sides exchanged, exact under no change) at the boundary's own
+(stats.acceptance_ratio: each document's two sides exchanged, exact under no change) at the boundary's own
 tail probability, Phi(a_k): 3.5 % there. Ruling a drop out stays with the t at every look.
 
 **Identical engines** (the same commit, greedy, float32) give identical counts on every document: R = 0 with
@@ -47,7 +47,7 @@ import numpy as np
 from scipy.special import ndtr
 from scipy.stats import t as student
 
-from ...results.acceptance_paired import (
+from ...stats.acceptance_ratio import (
     DEFAULT_ALPHA,
     DEFAULT_BETA,
     DEFAULT_DROP,

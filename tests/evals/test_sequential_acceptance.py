@@ -20,7 +20,7 @@ from specdec_eval.evals.sequential.ab_watch import (
 from specdec_eval.evals.sequential.acceptance_ab import CONTINUE, AcceptanceSequentialDesign, simulate
 from specdec_eval.evals.sequential.discordant_pairs import PairedSequentialDesign
 from specdec_eval.evals.sequential.early_stop import EarlyStop
-from specdec_eval.results.acceptance_paired import DROP, INCONCLUSIVE, NO_DROP
+from specdec_eval.stats.acceptance_ratio import DROP, INCONCLUSIVE, NO_DROP
 
 
 @pytest.fixture(autouse=True)
