@@ -10,8 +10,8 @@ B (the same documents with a change, e.g. `--inject aux_layers_off_by_one`):
    band), one whose every document lost the stated drop, and one that lost 5 % (outputs kept: cycles grow as
    acceptance falls); and the drop 80 % of simulated runs catch (the simulated MDE). Also the design effect: how
    much wider the error of AL is with documents as clusters than if every draft cycle were an independent trial.
-2. **The paired test** (stats.acceptance_ratio, fixed n) and **the sequential A/B** (evals/sequential/
-   acceptance.py, looks every `--batch` documents), over A/Bs of n documents drawn from the measured pairs: under
+2. **The paired test** (stats.acceptance_ratio, fixed n) and **the sequential A/B** (sequential.
+   acceptance_ab, looks every `--batch` documents), over A/Bs of n documents drawn from the measured pairs: under
    no change (each document's two sides swapped by a coin: a change that moves acceptance as much as B's does,
    in no direction), at B's measured drop, and at a drop of exactly 5 % (B's documents rescaled: its per-document
    noise kept). Reported: how often a drop is shown (false detection under no change; power otherwise), how often

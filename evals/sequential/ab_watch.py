@@ -23,7 +23,7 @@ documents, never samples, and a document only once both sides have all R of its 
 when its mean score under B is below A's, "B better" when above (stats.clustered `document_signs`): documents
 are independent and, under no difference, each such sign is a fair coin, so the SPRT's guarantee holds as with one
 sample each. Its acceptance pairs per document too: draft cycles and accepted drafts summed over the document's
-samples (the acceptance test's unit is the document: acceptance.py)."""
+samples (the acceptance test's unit is the document: the acceptance A/B)."""
 
 from __future__ import annotations
 

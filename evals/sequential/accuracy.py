@@ -16,7 +16,7 @@ The run's share of the variance shrinks with n_k; the reference's share does not
 measured once on n_ref samples (default n_ref = N, the planned count). At the last look (n_K = N = n_ref),
 v_K = 2 sigma^2 / N: Z_K is exactly the fixed gate's statistic. The reference's error R is common to all looks,
 so Cov(D_j, D_k) = sigma^2 / n_k + Var(R) = v_k for j < k: (Z_k) has the canonical joint distribution of group
-sequential tests with information I_k = 1 / v_k (group_sequential.py), and Z_k ~ N(delta sqrt(I_k), 1) for a
+sequential tests with information I_k = 1 / v_k (stats.group_sequential), and Z_k ~ N(delta sqrt(I_k), 1) for a
 true difference delta = mean - ref.
 
 **Boundaries.** FAIL when Z_k < a_k, PASS when Z_k >= b_k, otherwise continue; a_K = b_K, so the last look always
