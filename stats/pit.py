@@ -1,4 +1,4 @@
-"""The statistics of the sampled lossless gate : where each emitted token falls in the target's sampling
+"""The statistics of the sampled lossless gate: where each emitted token falls in the target's sampling
 distribution at its position, the randomized probability integral transform (PIT) of it, and the tests on all of
 them at once. Pure numpy; no engine, no run.
 
