@@ -75,7 +75,7 @@ def scored_tasks(plan: RunPlan, backend: Backend) -> list[str]:
 
 def coupled_sampled_tasks(plan: RunPlan, backend: Backend) -> list[str]:
     """The sampled tasks (temperature > 0) of a spec-dec run on our coupled sampler: judged token for token and in
-    distribution (evals/lossless/gate.py "coupled"), so their outputs are scored too where the backend scores."""
+    distribution (the gate's IDENTITY_AND_DISTRIBUTION judge): their outputs are scored too where it can."""
     if not backend.abilities.speculative or not backend.abilities.scores:
         return []
     if spec_sampling(backend.declared_identity()) != "coupled":
