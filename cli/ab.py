@@ -11,7 +11,7 @@ import typer
 from ..errors import UserError
 from ..evals.run_types import EvalOptions, RunPlan
 from ..evals.sequential.ab_watch import DECIDE_ON
-from ..results.acceptance_paired import DEFAULT_BETA, DEFAULT_DROP
+from ..stats.acceptance_ratio import DEFAULT_BETA, DEFAULT_DROP
 from . import options as o
 
 # Shared with `run` (evals/run_types.py), default included: both sides of an A/B are `run`s.

@@ -174,7 +174,7 @@ class EvalOptions:
     )
     repeats: int = field(
         default=1,
-        metadata=flag(  # evals/conditions/repeats.py, results/clustered.py
+        metadata=flag(  # evals/conditions/repeats.py, stats.clustered
             "--repeats",
             min=1,
             max=MAX_REPEATS,
@@ -318,7 +318,7 @@ class RunPlan:
 
 @dataclass(frozen=True)
 class TaskResult:
-    """One task of one evaluation, scored and judged by its accuracy gate (gates/hypothesis.py `accuracy_gate`)."""
+    """One task of one evaluation, scored and judged by its accuracy gate (gates.accuracy_gate `accuracy_gate`)."""
 
     task: str
     family: str
@@ -338,4 +338,4 @@ class TaskResult:
     subset: dict[str, Any] | None = None  # the SubsetPlan (order) of the run, when it is not every document
     stopped: dict[str, Any] | None = None  # where and why an early-stopped task stopped
     conditions: dict[str, Any] | None = None  # the task's GenerationConditions (evals/conditions/), for the record
-    clustered: dict[str, Any] | None = None  # several samples per document: the ClusteredScore (results/clustered.py)
+    clustered: dict[str, Any] | None = None  # several samples per document: the ClusteredScore (stats.clustered)

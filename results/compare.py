@@ -1,10 +1,10 @@
 """Compare two finished runs sample by sample (DESIGN.md, "Results and decisions").
 
 Per task: accuracy of each run and the delta, an exact McNemar test on per-sample correctness (with several samples
-per document, the clustered paired test on per-document means instead: results/clustered.py), how many outputs
+per document, the clustered paired test on per-document means instead: stats.clustered), how many outputs
 are token-for-token identical and where the others first diverge, and the acceptance length: each run's overall
 figure (accepted tokens per step, from its summary) and the paired per-document test of its relative change
-(results/acceptance_paired.py: a paired t on the cycle-weighted AL ratio, documents as clusters): a drop shown at
+(stats.acceptance_ratio: a paired t on the cycle-weighted AL ratio, documents as clusters): a drop shown at
 alpha is flagged (a drafter that got worse, or collapsed, while greedy outputs and so accuracy stay the same), a
 drop of `acceptance_drop` (5 %) ruled out at beta is said, and otherwise what this n could have seen. Per run pair:
 event-count deltas, and which configuration and environment keys differ. The result is a JSON-able dict;
@@ -17,9 +17,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .acceptance_paired import DEFAULT_BETA, DEFAULT_DROP, by_document, judge_pairs, paired_counts
-from .clustered import groups_of, paired_clustered
-from .paired import first_divergence, mcnemar_exact, pair_samples
+from ..stats.acceptance_ratio import DEFAULT_BETA, DEFAULT_DROP, judge_pairs
+from ..stats.clustered import paired_clustered
+from ..stats.mcnemar import mcnemar_exact
+from .acceptance_paired import by_document, paired_counts
+from .paired import first_divergence, groups_of, pair_samples
 from .run_summary import RunSummary, TaskSummary
 from .sample_record import SampleRecord
 from .store import Run
@@ -151,7 +153,7 @@ def _compare_task(
     p = mcnemar_exact(b, c)
     verdict = NO_CHANGE
     clustered = _clustered(pairs, filter)
-    if clustered is not None:  # several samples per document: they are not independent pairs (results/clustered.py)
+    if clustered is not None:  # several samples per document: they are not independent pairs (stats.clustered)
         if clustered["p"] < alpha:
             verdict = REGRESSION if clustered["delta"] < 0 else IMPROVEMENT
     elif p < alpha:

@@ -4,7 +4,7 @@ Two runs of the same evaluation see the same documents, so their per-sample corr
 discordant pairs carry information about a difference: b (A right, B wrong) and c (A wrong, B right). Under
 "no difference" each discordant pair is a fair coin, so min(b, c) is compared with Bin(b + c, 1/2).
 
-Per-document acceptance is paired the same way, by its own test (results/acceptance_paired.py).
+Per-document acceptance is paired the same way, by its own test (stats.acceptance_ratio).
 """
 
 from __future__ import annotations
@@ -16,22 +16,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from .sample_record import SampleRecord
-
-
-def mcnemar_exact(b: int, c: int) -> float:
-    """Two-sided exact McNemar p-value: min(1, 2 * P[X <= min(b, c)]) with X ~ Bin(b + c, 1/2); 1.0 if b + c == 0.
-
-    b: pairs that A got right and B wrong; c: pairs that A got wrong and B right. This is scipy's exact binomial
-    test of min(b, c) successes in b + c trials at p = 1/2 (for a symmetric distribution its two-sided p-value,
-    the outcomes no likelier than the one observed, is twice the smaller tail).
-    """
-    if b < 0 or c < 0:
-        raise ValueError(f"discordant counts cannot be negative: b={b}, c={c}")
-    if b + c == 0:
-        return 1.0
-    from scipy.stats import binomtest
-
-    return float(binomtest(min(b, c), b + c, 0.5, alternative="two-sided").pvalue)
 
 
 def first_divergence(a_ids: Sequence[int] | None, b_ids: Sequence[int] | None) -> int | None:
@@ -119,3 +103,11 @@ def pair_samples(samples_a: Iterable[SampleRecord], samples_b: Iterable[SampleRe
 
 def _doc_order(doc_id: Any) -> tuple[int, Any]:
     return (0, doc_id) if isinstance(doc_id, int) else (1, str(doc_id))
+
+
+def groups_of(samples: Sequence[SampleRecord], filter: str, scale: float = 100.0) -> dict[Any, list[float]]:
+    """One task's sample records grouped by document: doc_id -> their correctness under `filter` (scale for True)."""
+    out: dict[Any, list[float]] = {}
+    for s in samples:
+        out.setdefault(s.doc_id, []).append(scale if s.correct.get(filter) else 0.0)
+    return out

@@ -6,7 +6,7 @@ sample r of document d is decoded by our engine with seed sample_seed(seed, task
 its own by the task's lm-eval filters and metric (evals/tasks/scoring.py). Printed: the score (mean of per-document
 means), its clustered standard error, the error as if the samples were independent, and the spread of the score in a
 two-stage bootstrap of the run (documents, then each document's samples) beside the stated error. With --out, the
-per-document correctness (doc ids and 0/1 only: no text) is written for `python -m specdec_eval.evals.conditions
+per-document correctness (doc ids and 0/1 only: no text) is written for `python -m specdec_eval.studies.clustered_scores
 --from-groups`.
 
   python scripts/measure_repeats.py --task gpqa_diamond_aa --docs 20 --repeats 4 --gen-kwargs temperature=1.0 \\
@@ -25,10 +25,10 @@ from pathlib import Path
 
 from specdec_eval.evals.conditions.gen_kwargs import GenKwargs
 from specdec_eval.evals.conditions.repeats import sample_seed
-from specdec_eval.evals.conditions.simulate import bootstrap
 from specdec_eval.evals.tasks.registry import parse_tasks, source_for, task_conditions, write_task_yamls
 from specdec_eval.evals.tasks.scoring import score_each
-from specdec_eval.results.clustered import clustered_score
+from specdec_eval.stats.clustered import clustered_score
+from specdec_eval.studies.clustered_scores import bootstrap
 from specdec_eval.workers.config import EngineConfig, KVCacheConfig, SamplingParams, parse_bytes
 from specdec_eval.workers.engine.engine import Engine
 from specdec_eval.workers.loading.chat_template import ChatTemplateKwargs, render_chat, unread_kwargs

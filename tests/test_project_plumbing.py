@@ -122,7 +122,7 @@ def test_every_package_folder_is_installed():
     imports from a checkout and is missing from a `pip install .` (evals/conditions/ was)."""
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     listed = set(setuptools["packages"])
-    folders = {"cli", "launch", "workers", "evals", "results", "serve", "specdec_eval"}
+    folders = {"cli", "launch", "workers", "evals", "results", "serve", "specdec_eval", "stats", "studies"}
     found = set()
     for init in ROOT.glob("*/**/__init__.py"):
         parts = init.parent.relative_to(ROOT).parts

@@ -15,7 +15,7 @@ is what a reference measured with one sample per question estimates.
 **Our score with N samples per document** is the mean over documents of each document's mean correctness over its
 samples (every sample scored by the task's filters on its own): avg@N, an unbiased estimate of the same single-sample
 accuracy the reference estimates, with less variance. Its standard error comes from the spread of the per-document
-means, not from the N x D samples as if independent: results/clustered.py.
+means, not from the N x D samples as if independent: stats.clustered.
 
 **Greedy runs** refuse N > 1: N greedy samples of a question are N copies of one answer.
 """

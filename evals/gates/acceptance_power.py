@@ -4,7 +4,7 @@
 (a_i drafts accepted, c_i draft cycles of request i). The draft cycles of one request are not independent: they
 share its text, and a drafter that reads one document well reads all of its cycles well, so treating cycles as
 independent trials understates the error (on the embedded default by the design effect that
-`python -m specdec_eval.evals.sequential.acceptance_study` prints). Requests are the independent units (each a
+`python -m specdec_eval.studies.sequential_acceptance` prints). Requests are the independent units (each a
 document drawn from the task), so the error of AL is the ratio estimator's, clustered by request (delta method):
 SE = sqrt(sum((a_i - r c_i)^2) / (n (n - 1))) / mean(c), r = sum(a) / sum(c). The run computes exactly this for the
 gate as its sampling slack, SLACK_Z standard errors (evals/gates/verdict.py `acceptance_slack`), so the gate
@@ -25,7 +25,7 @@ sets it (low = c - SLACK_Z SE-hat, c = ref_al or min_al), the rule is a t test w
 n documents: power(d) is noncentral Student's t with n - 1 degrees of freedom (at ten documents the slack's 2.576
 standard errors leave 1.5 % of an unchanged drafter below the band, not the normal's 0.5 %). A simulation checks
 these figures (tests/evals/test_acceptance_power.py; on real runs, `python -m
-specdec_eval.evals.sequential.acceptance_study`).
+specdec_eval.studies.sequential_acceptance`).
 
 **What the test id is meant to catch** is a drop to min_al (TensorRT-LLM's tripwire, 0.95 ref_al: a 5 % drop).
 The band is *wider* than that regression when its floor lies below min_al, i.e. when the slack exceeds
@@ -33,7 +33,7 @@ ref_al - min_al: an AL below min_al then passes. The gate says so in its record 
 every reader shows it beside the PASS. Even a band at min_al catches a drop to exactly min_al with probability
 at most 1/2 (it sits on the band's edge): power 1 - beta at a 5 % drop is beyond this gate at any n, and the
 statement says so rather than print a document count; the paired A/B (`compare`, `ab`) is the test that
-reaches it (results/acceptance_paired.py).
+reaches it (stats.acceptance_ratio).
 
 Documents scale the error as 1 / sqrt(n) (requests are the units): at n' documents SE' = SE sqrt(n / n').
 """

@@ -28,10 +28,10 @@ from typing import Any
 import yaml
 
 from ...errors import UserError
+from ...stats.hypothesis import HypothesisTest
 from ...user_files import read_limited
 from ..conditions.conditions import GenerationConditions
 from ..conditions.reference import UNKNOWN, ReferenceConditions, differences
-from .hypothesis import HypothesisTest
 
 REFERENCE_DIR = Path(__file__).parents[1] / "references"
 # key -> value an entry stands for when it does not name the key

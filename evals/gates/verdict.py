@@ -11,7 +11,7 @@ from ...results.sample_record import SampleRecord
 from ...workers.events import count_events, failing_events
 from ...workers.interface import EngineIdentity
 from ...workers.remote.server_failure import server_failure_line
-from ..lossless.baseline import BaselineRef
+from ..lossless.baseline import ResolvedBaseline
 from ..lossless.gate import apply_lossless_gate
 from ..lossless.scoring import spec_sampling as spec_sampling_of
 from ..run_types import EvalOptions, RunPlan, TaskResult
@@ -40,7 +40,7 @@ def apply_gates(
     samples: list[SampleRecord],
     identity: EngineIdentity,
     plan: RunPlan,
-    baseline: BaselineRef,
+    baseline: ResolvedBaseline,
     test_id: str,
 ) -> RunSummary:
     """The summary judged by every gate a run of this engine has beyond its tasks' accuracy tests: a spec-dec run's
@@ -48,7 +48,7 @@ def apply_gates(
     --populate-acceptance asks, from a clean, passing run only)."""
     if identity.spec is None:
         return summary
-    summary = apply_lossless_gate(summary, samples, identity, plan.out, plan.options, results, baseline)
+    summary = apply_lossless_gate(summary, samples, identity, results, baseline)
     path = acceptance_path(plan.options)
     spec_sampling = spec_sampling_of(identity)
     if plan.populate_acceptance:

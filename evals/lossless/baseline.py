@@ -1,47 +1,65 @@
-"""What a lossless verdict rests on: its baseline run, of one of three kinds, and what a run named by `--baseline RUN`
+"""What a lossless verdict rests on: its baseline, of one `BaselineKind`, and what a run named by `--baseline RUN`
 must be.
 
-- "twin": the plain twins of a paired run, decoded in the spec-dec engine from the same prefill, trusted only as far
-  as their audit on a plain engine shows (twin_audit.py); a divergence there FAILs the gate;
-- "separate": a plain run this command just made, on an engine with no spec worker;
-- "recorded": a finished plain run found in the runs folder, or the one `--baseline RUN` names;
-- "scored": no decoded run: the plain engine scores a sampled run's outputs by teacher forcing (scoring.py), for a
-  run whose sampler does not reproduce the plain run's tokens (`--spec-sampling rejection`, a server).
+- TWIN: the plain twins of a paired run, decoded in the spec-dec engine from the same prefill, trusted only as far
+  as their audit on a plain engine shows; a divergence there FAILs the gate;
+- SEPARATE: a plain run this command just made, on an engine with no spec worker;
+- RECORDED: a finished plain run found in the runs folder, or the one `--baseline RUN` names;
+- SCORED: no decoded run: the plain engine scores a sampled run's outputs by teacher forcing, for a run whose
+  sampler does not reproduce the plain run's tokens (`--spec-sampling rejection`, a server).
 
-A named run must be a finished, clean, non-speculative run of a comparable configuration (`baseline_problem`).
-Anything else would let the gate compare a spec-dec run with another spec-dec run, with a run whose outputs a fault
-changed, or with a run that itself failed, and say PASS. It is checked before anything is decoded."""
+The run policy decides a `BaselineRef` (which kind, which run if it made one); `resolve_baseline` turns it, once,
+before the run is evaluated, into a `ResolvedBaseline` holding the baseline's and the control's records, which the
+early stop and the gate read and never look up again. A named run must be a finished, clean, non-speculative run of
+a comparable configuration (`baseline_problem`): anything else would let the gate compare a spec-dec run with
+another spec-dec run, with a run whose outputs a fault changed, or with a run that itself failed, and say PASS."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from ...errors import UserError
 from ...results import store
 from ...results.run_summary import Verdict
+from ...results.sample_record import SampleRecord
 from ...workers.interface import EngineIdentity
 from ..run_identity import baseline_identity, find_baseline, is_paired_twin, run_config
 from ..run_types import EvalOptions
 from .baseline_rules import recorded_baseline_problem
+from .control import find_control
 
 if TYPE_CHECKING:
     from .scoring import Scorer
 
+
+class BaselineKind(str, Enum):
+    """What a lossless verdict's baseline is (its value is the word summary.json records)."""
+
+    TWIN = "twin"
+    SEPARATE = "separate"
+    RECORDED = "recorded"
+    SCORED = "scored"  # nothing decoded: the plain engine scores the run's outputs
+    NONE = "none"  # a plain run: no lossless gate
+
+
 BASELINE_KINDS = {
-    "twin": "paired twin, audited",
-    "separate": "separate plain run",
-    "recorded": "recorded plain run",
-    "scored": "teacher-forced scoring by the plain engine",  # a sampled verdict (scoring.py): nothing decoded
+    BaselineKind.TWIN: "paired twin, audited",
+    BaselineKind.SEPARATE: "separate plain run",
+    BaselineKind.RECORDED: "recorded plain run",
+    BaselineKind.SCORED: "teacher-forced scoring by the plain engine",
 }
 
 
 @dataclass(frozen=True)
 class BaselineRef:
-    """Which run a lossless gate compares with (None: look one up) and what kind of baseline it is."""
+    """What the run policy decided a lossless gate compares with: its kind and, where known, its run (None: the
+    newest finished plain run of the configuration, looked up once by `resolve_baseline`)."""
 
     run: str | None
-    kind: str  # "twin" | "separate" | "recorded" | "scored" (no decoded baseline) | "none" (no lossless gate)
+    kind: BaselineKind
     audit: dict[str, Any] | None = None  # the twins' audit (kind "twin")
     checked: bool = False  # `--baseline RUN`: must pass baseline_problem first
     # The noise-floor control's run folder when the caller made or found it (an endpoint's: keyed by the baseline
@@ -55,7 +73,7 @@ class BaselineRef:
         """JSON-ready (a torchrun job's payload)."""
         return {
             "run": self.run,
-            "kind": self.kind,
+            "kind": self.kind.value,
             "audit": self.audit,
             "checked": self.checked,
             "control": self.control,
@@ -63,12 +81,58 @@ class BaselineRef:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BaselineRef:
-        return cls(d["run"], d["kind"], d.get("audit"), d.get("checked", False), d.get("control"))
+        return cls(d["run"], BaselineKind(d["kind"]), d.get("audit"), d.get("checked", False), d.get("control"))
 
 
-def baseline_label(kind: str, audit: dict[str, Any] | None) -> str:
+@dataclass(frozen=True)
+class ResolvedBaseline:
+    """A spec-dec run's baseline and noise-floor control, found and loaded once: what the gate and the early stop
+    read. `run_id` None: no decoded baseline (SCORED, or none found: `missing` says where it was looked for)."""
+
+    kind: BaselineKind
+    run_id: str | None = None
+    samples: tuple[SampleRecord, ...] = ()
+    audit: Mapping[str, Any] | None = None  # the twins' audit (TWIN)
+    control_run: str | None = None
+    control_samples: tuple[SampleRecord, ...] | None = None  # None: no control found
+    scorer: Scorer | None = field(default=None, compare=False)
+    missing: str = ""  # why there is no decoded baseline, in words
+
+    @property
+    def label(self) -> str:
+        return baseline_label(self.kind, self.audit)
+
+
+NO_LOSSLESS_GATE = ResolvedBaseline(BaselineKind.NONE)
+
+
+def resolve_baseline(ref: BaselineRef, identity: EngineIdentity, out: str, options: EvalOptions) -> ResolvedBaseline:
+    """The baseline `ref` names (checked again if it is `--baseline RUN`: the store may have changed since preflight),
+    else the newest finished plain run of this configuration; with it, the control the caller made or found, else the
+    one recorded for this configuration. Records are loaded here, once."""
+    if identity.spec is None:
+        return NO_LOSSLESS_GATE
+    if ref.kind == BaselineKind.SCORED:
+        return ResolvedBaseline(BaselineKind.SCORED, scorer=ref.scorer, missing=f"no finished baseline run under {out}")
+    base = open_baseline(ref, identity, out, options)
+    if base is None:
+        return ResolvedBaseline(ref.kind, scorer=ref.scorer, missing=f"no finished baseline run under {out}")
+    kind = ref.kind if ref.kind in BASELINE_KINDS else BaselineKind.RECORDED
+    control = store.open_run(ref.control) if ref.control else find_control(out, identity, options)
+    return ResolvedBaseline(
+        kind,
+        base.run_id,
+        tuple(base.samples()),
+        ref.audit,
+        control.run_id if control is not None else None,
+        tuple(control.samples()) if control is not None else None,
+        ref.scorer,
+    )
+
+
+def baseline_label(kind: BaselineKind, audit: Mapping[str, Any] | None) -> str:
     """In words, e.g. "paired twin, audited on 3 of 3 planned documents" or "separate plain run"."""
-    if kind == "twin" and audit is not None:
+    if kind == BaselineKind.TWIN and audit is not None:
         return f"paired twin, audited on {audit['num_audited']} of {audit['planned']} planned documents"
     return BASELINE_KINDS[kind]
 

@@ -2,25 +2,70 @@
 
 Greedy speculative decoding must reproduce the baseline's tokens exactly, so a spec-dec bug (a wrong KV rewind, a
 stale position, a rejected draft leaking out) shows up as a divergent sample long before it moves accuracy. This
-module counts: identical outputs, each divergent sample's first divergent token, accuracy of both sides on the
-divergent subset, the exact McNemar p-value, and the verdict of identity alone. In float32 (and float64) any
-divergence fails. Elsewhere two plain runs already differ where the batch shape changes the reduction order, so
-identity alone cannot judge: the verdict is UNCALIBRATED, and the gate (gate.py) judges each divergence by its
-logit margin against the noise measured on a control (margins.py); a `lossless_tolerance` stored in a reference
-entry, where there is one, still caps the divergent fraction.
+module counts identical outputs, first divergences, accuracy on the divergent subset and the exact McNemar p-value,
+and gives identity's own verdict as a frozen `IdentityVerdict`: any divergence fails in float32 and float64;
+elsewhere identity alone cannot judge (UNCALIBRATED) and the gate's later steps weigh each divergence's margin.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ...results.paired import first_divergence, mcnemar_exact
+from ...results.paired import first_divergence
 from ...results.run_summary import Verdict
 from ...results.sample_record import SampleRecord
+from ...stats.mcnemar import mcnemar_exact
 from .evidence import comparable_pairs
 
 EXACT_DTYPES = ("float32", "float64")
 MCNEMAR_FILTER = "flexible-extract"  # the filter McNemar's test counts, where the task has it (else its first)
+
+
+@dataclass(frozen=True)
+class IdentityVerdict:
+    """One task's token-identity verdict as each step of the gate leaves it (a step returns a new one). `counts` are
+    identity's numbers (pairs, divergences, McNemar); the other fields are what later steps add, written in
+    the record in this order after the verdict and reason."""
+
+    counts: Mapping[str, Any]
+    verdict: str
+    reason: str
+    comparable: bool = True  # False: samples unpaired or prompts differ, so no divergence can be judged
+    noise: Mapping[str, Any] | None = None  # the control's noise floor the margins were judged against
+    control_cannot_help: bool = False  # a control was recorded but gave no floor: no "record a control" advice
+    margin_rule: Mapping[str, Any] | None = None
+    baseline: Mapping[str, Any] | None = None  # baseline_run, baseline_kind, baseline_label
+    audit: Mapping[str, Any] | None = None  # the twins' audit, in brief
+    audit_margins: str | None = None  # audited twins that differ only at near-ties, in words
+    uncalibrated: bool = False  # NO-GATE because nothing calibrated could judge
+
+    @property
+    def divergences(self) -> list[dict[str, Any]]:
+        return self.counts["divergences"]
+
+    def judged(self, verdict: str, reason: str, **changes: Any) -> IdentityVerdict:
+        """A new verdict and reason (and any other fields)."""
+        return replace(self, verdict=verdict, reason=reason, **changes)
+
+    def record(self) -> dict[str, Any]:
+        """The gate's JSON record of the task, keys in the order summary.json has always had them."""
+        out = {**self.counts, "verdict": self.verdict, "reason": self.reason}
+        if self.noise is not None:
+            out["noise"] = dict(self.noise)
+        if self.control_cannot_help:
+            out["control_cannot_help"] = True
+        if self.margin_rule is not None:
+            out["margin_rule"] = self.margin_rule
+        out.update(self.baseline or {})
+        if self.audit is not None:
+            out["audit"] = dict(self.audit)
+        if self.audit_margins is not None:
+            out["audit_margins"] = self.audit_margins
+        if self.uncalibrated:
+            out["uncalibrated"] = True
+        return out
 
 
 def lossless_check(
@@ -28,12 +73,12 @@ def lossless_check(
     base_samples: list[SampleRecord],
     dtype: str,
     tolerance: float | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, IdentityVerdict]:
     """Per task: identical-output rate, first divergence of each divergent sample, accuracy of both sides on the
-    divergent subset, the exact McNemar p-value (flexible-extract) and the lossless verdict."""
+    divergent subset, the exact McNemar p-value (flexible-extract) and identity's verdict."""
     # a sample is (task, document, repeat): with several samples per document, sample r pairs with the baseline's r
     base = {(s.task, s.doc_id, s.repeat): s for s in base_samples}
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, IdentityVerdict] = {}
     for task in sorted({s.task for s in spec_samples}):
         pairs = [(s, base.get((task, s.doc_id, s.repeat))) for s in spec_samples if s.task == task]
         missing = [s.doc_id for s, b in pairs if b is None]
@@ -67,7 +112,7 @@ def lossless_check(
             ok = d / n <= tolerance
             verdict = Verdict.PASS if ok else Verdict.FAIL
             why = f"{d} of {n} differ ({d / n:.4f} {'<=' if ok else '>'} tolerance {tolerance:.4f} for {dtype})"
-        out[task] = {
+        counts = {
             "num_pairs": n,
             "identical": n - d,
             "divergent": d,
@@ -77,9 +122,8 @@ def lossless_check(
             "divergent_accuracy_baseline": round(100 * sum(x["baseline"] for x in divergent) / d, 4) if d else None,
             "mcnemar_p": mcnemar_exact(b_only, s_only),
             "failed_requests": failed,
-            "verdict": verdict,
-            "reason": why,
         }
+        out[task] = IdentityVerdict(counts, verdict, why, comparable=bool(pairs) and not (mismatched or missing))
     return out
 
 
@@ -89,12 +133,11 @@ def failed_requests(doc_ids: list[Any]) -> str:
     return f"{len(doc_ids)} request(s) failed on a side (doc {shown}): not compared"
 
 
-def set_apart_failed(check: dict[str, Any]) -> None:
+def set_apart_failed(check: IdentityVerdict) -> IdentityVerdict:
     """A task in which some requests failed cannot PASS on the rest: the gate's evidence is missing there. Its verdict
     reads NO-GATE unless the compared pairs FAIL it already, and its reason says how many failed."""
-    failed = check.get("failed_requests") or []
-    if not failed or failed_requests(failed) in check["reason"]:
-        return
-    if check["verdict"] == Verdict.PASS:
-        check["verdict"] = Verdict.NO_GATE
-    check["reason"] = f"{check['reason']}; {failed_requests(failed)}"
+    failed = check.counts.get("failed_requests") or []
+    if not failed or failed_requests(failed) in check.reason:
+        return check
+    verdict = Verdict.NO_GATE if check.verdict == Verdict.PASS else check.verdict
+    return check.judged(verdict, f"{check.reason}; {failed_requests(failed)}")

@@ -6,7 +6,7 @@ the distribution is preserved. So the baseline engine decodes nothing: it scores
 teacher forcing (`InferenceEngine.score_outputs`, one prefill-shaped pass per output), and two checks judge them:
 
 1. Sampler fidelity: the emitted tokens are draws from the target's sampling distribution (temperature, top-k,
-   top-p) at each position. Every sampled position of the run is tested at once by the randomized PIT (pit.py),
+   top-p) at each position. Every sampled position of the run is tested at once by the randomized PIT (stats.pit),
    i.i.d. U(0, 1) under the null, with Neyman's smooth test, and by the likelihood test (the emitted tokens'
    probabilities against their expectation: the sharper one where a sampler over- or under-draws the likely tokens),
    and within each request (draws each right alone but dependent inside a request: a stream restarted per step),
@@ -34,10 +34,7 @@ from typing import Any
 import numpy as np
 
 from ...results.run_summary import FAIL, NO_GATE, PASS, GateResult
-from ...workers.config import MAX_LOGPROBS, SamplingParams
-from ...workers.engine.teacher_forcing import DEFAULT_SUPPORT_NOISE
-from ...workers.interface import GenerationOutput, InferenceEngine, ScoredOutput, ScoreRequest
-from .pit import (
+from ...stats.pit import (
     Placement,
     exact_placement,
     histogram,
@@ -48,10 +45,14 @@ from .pit import (
     topk_placement,
     within_request_test,
 )
+from ...workers.config import MAX_LOGPROBS, SamplingParams
+from ...workers.engine.teacher_forcing import DEFAULT_SUPPORT_NOISE
+from ...workers.interface import GenerationOutput, InferenceEngine, ScoredOutput, ScoreRequest
 
 ALPHA = 0.01
 # Float32: the spec-dec engine's decode-shaped logits and the baseline's prefill-shaped ones differ by ~1e-5 nats
-# (measured: simulate.py --scoring-cost prints the largest difference); in bf16 pass the noise the control measured.
+# (measured: the lossless_sampled study's --scoring-cost prints the largest difference); in bf16 pass the noise the
+# control measured.
 DEFAULT_TARGET_TOLERANCE = 1e-3
 PIT_BINS = 20
 SHOWN_VIOLATIONS = 10

@@ -15,13 +15,13 @@ from typing import Any
 from unittest import mock
 
 from ...errors import UserError
-from ...results.clustered import clustered_score
+from ...stats.clustered import clustered_score
 from ...workers.interface import InferenceEngine
 from ...workers.spec.metrics import run_acceptance
 from ...workers.spec.registry import spec_method
 from ..conditions.reference import ConditionCheck, check_conditions
 from ..gates.acceptance import reference_id
-from ..gates.hypothesis import accuracy_gate
+from ..gates.accuracy_gate import accuracy_gate
 from ..gates.references import Reference, lookup
 from ..lossless.scoring import spec_sampling as spec_sampling_of
 from ..run_identity import model_key_for
@@ -154,7 +154,7 @@ def _task_result(
     check: ConditionCheck | None = None,
 ) -> TaskResult:
     """A task's result, scored, cross-checked against lm-eval, its accuracy gate judged once. With several samples
-    per document the score is the mean over documents of each document's mean (results/clustered.py), and the
+    per document the score is the mean over documents of each document's mean (stats.clustered), and the
     gate's n the effective sample count of that clustered score."""
     samples = records.samples
     n = len(samples)
@@ -177,7 +177,7 @@ def _task_result(
     }
     _check_against_lm_eval(spec, first_scores, lm_eval_results, complete=stopped is None)
     clustered = None
-    if len(first) < n:  # several samples per document: not independent (results/clustered.py)
+    if len(first) < n:  # several samples per document: not independent (stats.clustered)
         per_sample = (
             (lambda s: 100.0 * bool(s.correct.get(scored))) if scored in filter_scores else (lambda s: 100.0 * s.score)
         )

@@ -29,27 +29,7 @@ from ...workers.engine.engine import Engine
 from ...workers.interface import GenerationOutput, InferenceEngine
 from ...workers.loading.chat_template import ChatTemplateKwargs
 from ..conditions.repeats import sample_seed
-from .lm_recording import RecordingSink, RunningScore
-
-DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's own backends default to this when a task names no max_gen_toks
-# lm-eval spells the same limit four ways (lm_eval.models.utils.normalize_gen_kwargs); first one present wins.
-_MAX_TOKEN_KEYS = ("max_gen_toks", "max_new_tokens", "max_tokens", "max_completion_tokens")
-
-
-def sampling_from_gen_kwargs(gen_kwargs: dict[str, Any], default_max: int) -> SamplingParams:
-    kwargs = dict(gen_kwargs)
-    until = kwargs.pop("until", None) or []
-    until = [until] if isinstance(until, str) else list(until)
-    max_new = next((int(kwargs[k]) for k in _MAX_TOKEN_KEYS if kwargs.get(k) is not None), default_max)
-    do_sample = bool(kwargs.get("do_sample", False))
-    temperature = float(kwargs.get("temperature", 0.0) or 0.0) if do_sample else 0.0
-    return SamplingParams(
-        max_new_tokens=max_new,
-        temperature=temperature,
-        top_p=float(kwargs.get("top_p", 1.0) or 1.0),
-        top_k=int(kwargs.get("top_k", 0) or 0),
-        stop=tuple(s for s in until if s),
-    )
+from .lm_recording import DEFAULT_MAX_GEN_TOKS, RecordingSink, RunningScore, sampling_from_gen_kwargs
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,27 @@ from ..tasks.registry import task_for_lm_eval_name
 if TYPE_CHECKING:
     from .lm_adapter import SpecDecLM
 
+DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's own backends default to this when a task names no max_gen_toks
+# lm-eval spells the same limit four ways (lm_eval.models.utils.normalize_gen_kwargs); first one present wins.
+_MAX_TOKEN_KEYS = ("max_gen_toks", "max_new_tokens", "max_tokens", "max_completion_tokens")
+
+
+def sampling_from_gen_kwargs(gen_kwargs: dict[str, Any], default_max: int) -> SamplingParams:
+    """An lm-eval request's generation kwargs as our SamplingParams (greedy unless do_sample)."""
+    kwargs = dict(gen_kwargs)
+    until = kwargs.pop("until", None) or []
+    until = [until] if isinstance(until, str) else list(until)
+    max_new = next((int(kwargs[k]) for k in _MAX_TOKEN_KEYS if kwargs.get(k) is not None), default_max)
+    do_sample = bool(kwargs.get("do_sample", False))
+    temperature = float(kwargs.get("temperature", 0.0) or 0.0) if do_sample else 0.0
+    return SamplingParams(
+        max_new_tokens=max_new,
+        temperature=temperature,
+        top_p=float(kwargs.get("top_p", 1.0) or 1.0),
+        top_k=int(kwargs.get("top_k", 0) or 0),
+        stop=tuple(s for s in until if s),
+    )
+
 
 class OutputRecord:
     """Each request's engine output by (lm-eval task, document, repeat: which of the document's samples), and the
@@ -57,8 +78,6 @@ class RecordingLM(LM):
         self.inner, self.record = inner, record
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        from .lm_adapter import DEFAULT_MAX_GEN_TOKS, sampling_from_gen_kwargs
-
         outputs = self.inner.outputs_for(requests)
         for req, out, r in zip(requests, outputs, self.inner.repeat_indices(requests), strict=True):
             # the adapter's own reading of the request (its length limit aside: a record keeps the distribution's)

@@ -10,16 +10,15 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
-from ...results import store
 from ...results.run_summary import RunSummary
 from ...results.sample_record import SampleRecord
 from ...workers.interface import EngineIdentity, InferenceEngine
 from ..gates.verdict import acceptance_path
-from ..lossless.baseline import BaselineRef
+from ..lossless.baseline import NO_LOSSLESS_GATE, BaselineKind, BaselineRef, ResolvedBaseline, resolve_baseline
 from ..lossless.check import EXACT_DTYPES
 from ..lossless.control import ControlEngine, not_reusable
 from ..lossless.scoring import scored_task_names
-from ..run_identity import baseline_identity, find_baseline, run_key
+from ..run_identity import find_baseline, run_key
 from ..run_types import RunPlan
 from .evaluation import StopInputs, check_references, evaluate
 from .recording import OpenRun, claim_run, discarded_on_user_error, open_run, record_run
@@ -27,22 +26,23 @@ from .run_sides import Side
 
 # progress_for(): a context manager giving a progress callback (done, total, stats), one per evaluation
 ProgressFor = Callable[[], AbstractContextManager[Callable | None]]
-NO_BASELINE = BaselineRef(None, "none")  # a plain run: it has no lossless gate
+NO_BASELINE = BaselineRef(None, BaselineKind.NONE)  # a plain run: it has no lossless gate
 
 
 def run_evaluation(
     engine: InferenceEngine, plan: RunPlan, progress: Callable | None = None, baseline: BaselineRef = NO_BASELINE
 ) -> RunSummary:
     """Evaluate on this engine, record the run, apply the gates; returns the summary (also in summary.json).
-    baseline: what a spec-dec run's lossless gate compares with (run.py decides it)."""
+    baseline: what a spec-dec run's lossless gate compares with (the run policy decides it), resolved here once."""
     key = run_key(engine.identity, plan.options)
     check_references(engine, plan.options)  # before the run folder is made
     run, resumed = claim_run(plan, key)
     with run, discarded_on_user_error((run, resumed)):
         opened = open_run(engine, plan, run, key, resumed)
-        stop = stop_inputs(engine.identity, plan, opened, baseline.run)
+        resolved = resolve_baseline(baseline, engine.identity, plan.out, plan.options)
+        stop = stop_inputs(engine.identity, plan, opened, resolved)
         results = evaluate(engine, plan.options, progress, cache=opened.cache, stop_inputs=stop)
-        return record_run(engine, plan, opened, results, engine.collect_events(), baseline)
+        return record_run(engine, plan, opened, results, engine.collect_events(), resolved)
 
 
 def evaluate_side(
@@ -75,7 +75,7 @@ def evaluate_side(
 
 
 def stop_inputs(
-    identity: EngineIdentity, plan: RunPlan, opened: OpenRun, baseline_run: str | None, paired: bool = False
+    identity: EngineIdentity, plan: RunPlan, opened: OpenRun, baseline: ResolvedBaseline = NO_LOSSLESS_GATE
 ) -> StopInputs | None:
     """What the sequential controller needs besides the references (only with --early-stop)."""
     if not plan.options.early_stop:
@@ -86,26 +86,21 @@ def stop_inputs(
     from ..gates.acceptance import load_acceptance_references
 
     refs = load_acceptance_references(acceptance_path(plan.options))
-    # paired runs compare each output with its twin as it comes
-    tokens = None if paired else _baseline_tokens(identity, plan, baseline_run)
-    return StopInputs(opened.test_id, exact, refs, tokens)
+    return StopInputs(opened.test_id, exact, refs, _baseline_tokens(identity, plan, baseline))
 
 
 def _baseline_tokens(
-    identity: EngineIdentity, plan: RunPlan, baseline_run: str | None
+    identity: EngineIdentity, plan: RunPlan, baseline: ResolvedBaseline
 ) -> Callable[[str, int, int], Any] | None:
-    """(task, doc_id, repeat) -> the recorded baseline's output tokens of that sample (sample r pairs with the
-    baseline's sample r, drawn with the same seed), for the first-divergence stop (None: no baseline)."""
-    if baseline_run is not None:
-        base = store.open_run(baseline_run, plan.out)
-    else:
-        base = find_baseline(plan.out, baseline_identity(identity), plan.options)
-    if base is None:
+    """(task, doc_id, repeat) -> the baseline's output tokens of that sample (sample r pairs with the baseline's
+    sample r, drawn with the same seed), for the first-divergence stop (None: no decoded baseline; a paired run
+    compares each output with its twin as it comes)."""
+    if baseline.run_id is None:
         return None
     # a sampled task judged in distribution has no first divergence: its tokens may differ from a plain run's
     scored = set(scored_task_names(plan.options, identity))
     names = {t.lm_eval_name: t.name for t in plan.options.tasks}
-    return tokens_by_sample([s for s in base.samples() if s.task not in scored], names)
+    return tokens_by_sample([s for s in baseline.samples if s.task not in scored], names)
 
 
 def tokens_by_sample(

@@ -12,13 +12,13 @@ from collections.abc import Callable
 
 from ...results.run_summary import RunSummary
 from ...workers.interface import InferenceEngine, PairedEngine
-from ..lossless.baseline import BaselineRef
+from ..lossless.baseline import NO_LOSSLESS_GATE, BaselineKind, BaselineRef, resolve_baseline
 from ..lossless.scoring import Scorer
 from ..lossless.twin_audit import AuditedTwins, audit_record
 from ..run_identity import run_key, twin_identity
 from ..run_types import EvalOptions, RunPlan, TaskResult
 from .evaluation import check_references, evaluate
-from .one_run import NO_BASELINE, stop_inputs
+from .one_run import stop_inputs
 from .recording import claim_run, discarded_on_user_error, open_run, record_run
 
 # Spec-only events: a baseline decoded beside a spec-dec run (paired) does not carry them.
@@ -50,7 +50,7 @@ def run_paired(
             opened_base = open_run(base, plan, base_run, base_key, base_resumed, paired_with=run.run_id)
             opened = open_run(engine, plan, run, key, resumed, paired_with=base_run.run_id)
             base.twins = opened_base.cache
-            stop = stop_inputs(identity, plan, opened, None, paired=True)
+            stop = stop_inputs(identity, plan, opened)  # each output meets its twin as it comes
             results = evaluate(
                 engine, plan.options, progress, cache=opened.cache, pair_cache=opened_base.cache, stop_inputs=stop
             )
@@ -64,10 +64,17 @@ def run_paired(
             audit = audit_record(base.record, base_results)
             base_events = [e for e in events if e["type"] not in SPEC_ONLY_EVENTS]
             record_run(
-                base, plan, opened_base, base_results, base_events, NO_BASELINE, twin={"of": run.run_id, "audit": audit}
+                base,
+                plan,
+                opened_base,
+                base_results,
+                base_events,
+                NO_LOSSLESS_GATE,
+                twin={"of": run.run_id, "audit": audit},
             )
-            twins = BaselineRef(str(base_run.path), "twin", audit, control=control, scorer=scorer)
-            return record_run(engine, plan, opened, results, events, twins)
+            twins = BaselineRef(str(base_run.path), BaselineKind.TWIN, audit, control=control, scorer=scorer)
+            resolved = resolve_baseline(twins, identity, plan.out, plan.options)
+            return record_run(engine, plan, opened, results, events, resolved)
 
 
 def _evaluated(results: list[TaskResult], options: EvalOptions) -> set[tuple[str, int]] | None:

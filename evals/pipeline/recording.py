@@ -19,7 +19,7 @@ from ...results.run_summary import RunSummary
 from ...workers.engine.faults import behaviour_faults
 from ...workers.interface import EngineIdentity, InferenceEngine
 from ..gates.verdict import apply_gates, summarise
-from ..lossless.baseline import BaselineRef
+from ..lossless.baseline import ResolvedBaseline
 from ..run_identity import git_state, run_config, test_id
 from ..run_types import RunPlan, TaskResult
 from .resume import GenerationCache
@@ -82,7 +82,7 @@ def record_run(
     opened: OpenRun,
     results: list[TaskResult],
     events: list[dict],
-    baseline: BaselineRef,
+    baseline: ResolvedBaseline,
     twin: dict[str, Any] | None = None,
 ) -> RunSummary:
     """Summary and gates; then samples, events, summary and the finished manifest are written."""

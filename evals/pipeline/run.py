@@ -25,7 +25,7 @@ import sys
 from dataclasses import replace
 
 from ...results.run_summary import RunSummary
-from ..lossless.baseline import BaselineRef
+from ..lossless.baseline import BaselineKind, BaselineRef
 from ..lossless.control import wants_control
 from ..lossless.scoring import sampled_task_names, scored_task_names, spec_sampling
 from ..run_identity import find_baseline
@@ -51,13 +51,15 @@ def run(plan: RunPlan, backend: Backend, progress_for: ProgressFor | None = None
             "after it (teacher forcing)",
             file=sys.stderr,
         )
-        return backend.evaluate(RUN, plan, BaselineRef(None, "scored", scorer=backend.scorer()), progress_for)
+        return backend.evaluate(
+            RUN, plan, BaselineRef(None, BaselineKind.SCORED, scorer=backend.scorer()), progress_for
+        )
     control = decode_control(plan, backend, progress_for)
     if not backend.abilities.speculative:
         return backend.evaluate(RUN, plan, NO_BASELINE, progress_for)
     baseline = choose_baseline(plan, backend, control, progress_for, paired_ok=not scored)
     coupled = coupled_sampled_tasks(plan, backend)
-    if baseline.kind == "twin":
+    if baseline.kind == BaselineKind.TWIN:
         return backend.evaluate_paired(plan, control, progress_for, score_sampled=bool(coupled))
     scorer = backend.scorer() if scored or coupled else None
     return backend.evaluate(RUN, plan, replace(baseline, scorer=scorer), progress_for)
@@ -73,7 +75,7 @@ def scored_tasks(plan: RunPlan, backend: Backend) -> list[str]:
 
 def coupled_sampled_tasks(plan: RunPlan, backend: Backend) -> list[str]:
     """The sampled tasks (temperature > 0) of a spec-dec run on our coupled sampler: judged token for token and in
-    distribution (evals/lossless/gate.py "coupled"), so their outputs are scored too where the backend scores."""
+    distribution (the gate's IDENTITY_AND_DISTRIBUTION judge): their outputs are scored too where it can."""
     if not backend.abilities.speculative or not backend.abilities.scores:
         return []
     if spec_sampling(backend.declared_identity()) != "coupled":
@@ -103,19 +105,19 @@ def choose_baseline(
     tokens differ from any twin's, and the other tasks' baseline is then decoded apart)."""
     can = backend.abilities
     if plan.baseline_run is not None:  # checked in preflight, and again when the gate opens it
-        return BaselineRef(plan.baseline_run, "recorded", checked=True, control=control)
+        return BaselineRef(plan.baseline_run, BaselineKind.RECORDED, checked=True, control=control)
     if can.reuses_baseline:
         identity = backend.identity(BASELINE)
         if identity is not None and find_baseline(plan.out, identity, plan.options) is not None:
-            return BaselineRef(None, "recorded", control=control)
+            return BaselineRef(None, BaselineKind.RECORDED, control=control)
     if not can.plain_side:
-        return BaselineRef(None, "recorded", control=control)
+        return BaselineRef(None, BaselineKind.RECORDED, control=control)
     if plan.baseline_mode == "paired" and paired_ok:
         if can.pairs:
-            return BaselineRef(None, "twin", control=control)
+            return BaselineRef(None, BaselineKind.TWIN, control=control)
         if can.why_not_paired:
             print(f"lossless gate: {can.why_not_paired}", file=sys.stderr)
     reused = " (reused by later runs)" if can.reuses_baseline else ""
     print(f"lossless gate: decoding the non-speculative baseline first{reused}", file=sys.stderr)
     made = backend.evaluate(BASELINE, plan, NO_BASELINE, progress_for)
-    return BaselineRef(made.run_dir, "separate", control=control)
+    return BaselineRef(made.run_dir, BaselineKind.SEPARATE, control=control)

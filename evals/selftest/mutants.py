@@ -17,7 +17,7 @@ temperature > 0 on that sampler, with an unmutated rejection-sampled run beside 
 distribution (the plain engine scores the outputs, evals/lossless/scoring.py), so each is caught only by the
 sampled lossless gate, never by token identity. They run when asked (`--only`): the default matrix leaves them out,
 since at the default size (SmolLM2, `--limit 10`: a few hundred sampled positions) the sampled gate's power against
-them is low (the seeded simulation says how low: python -m specdec_eval.evals.lossless.simulate power).
+them is low (the seeded simulation says how low: python -m specdec_eval.studies.lossless_sampled power).
 """
 
 from __future__ import annotations
@@ -32,11 +32,12 @@ from typing import Any
 
 from ...errors import UserError
 from ...event_types import FAILING_EVENTS
-from ...results.acceptance_paired import DROP, NO_DROP, judge_pairs, paired_counts
+from ...results.acceptance_paired import paired_counts
 from ...results.paired import pair_samples
 from ...results.run_summary import GateResult, RunSummary, TaskSummary, Verdict, as_run_summary
 from ...results.sample_record import SampleRecord
 from ...results.store import Run
+from ...stats.acceptance_ratio import DROP, NO_DROP, judge_pairs
 from ...workers.config import EngineConfig
 from ..pipeline.backends import RunTarget, make_backend
 from ..pipeline.evaluation import EvalOptions

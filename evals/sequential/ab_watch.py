@@ -6,7 +6,7 @@ under spec-dec, its draft cycles and accepted drafts) to a progress file (evals/
 - accuracy: the discordant pairs to the paired SPRT (discordant_pairs.py: B worse, no difference shown, or
   continue);
 - acceptance: each task's paired per-document acceptance to the two one-sided group-sequential tests of
-  evals/sequential/acceptance.py (a drop of B's AL shown, a drop of `drop` ruled out, or continue), when both sides
+  sequential.acceptance_ab (a drop of B's AL shown, a drop of `drop` ruled out, or continue), when both sides
   report acceptance counts (spec-dec on both).
 
 Which decisions stop the sides (`decide_on`): "both" (the default) stops at once when either test shows B worse,
@@ -20,10 +20,10 @@ pairs the two runs.
 
 **Several samples per document** (`--repeats R`): a side reports each sample with its repeat and R; the watcher pairs
 documents, never samples, and a document only once both sides have all R of its samples. A document counts "B worse"
-when its mean score under B is below A's, "B better" when above (results/clustered.py `document_signs`): documents
+when its mean score under B is below A's, "B better" when above (stats.clustered `document_signs`): documents
 are independent and, under no difference, each such sign is a fair coin, so the SPRT's guarantee holds as with one
 sample each. Its acceptance pairs per document too: draft cycles and accepted drafts summed over the document's
-samples (the acceptance test's unit is the document: acceptance.py)."""
+samples (the acceptance test's unit is the document: the acceptance A/B)."""
 
 from __future__ import annotations
 
@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...results.acceptance_paired import DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_DROP, DROP, INCONCLUSIVE, NO_DROP
-from ...results.clustered import document_signs
+from ...stats.acceptance_ratio import DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_DROP, DROP, INCONCLUSIVE, NO_DROP
+from ...stats.clustered import document_signs
 from .ab_channel import acknowledge, progress_path
-from .acceptance import CONTINUE, AcceptanceSequentialDesign
+from .acceptance_ab import CONTINUE, AcceptanceSequentialDesign
 from .discordant_pairs import B_WORSE, PairedDecision, PairedSequentialDesign
 
 DECIDE_ON = ("both", "accuracy", "acceptance")

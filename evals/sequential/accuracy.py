@@ -1,7 +1,7 @@
 """Sequential verdicts for the accuracy gate: look after each batch of finished samples, stop at PASS or FAIL
 as soon as the data allow, with the fixed-n gate's error rates kept.
 
-The fixed-n gate (hypothesis.py, TensorRT-LLM's formulas) fails a run of N samples when
+The fixed-n gate (stats.hypothesis, TensorRT-LLM's formulas) fails a run of N samples when
 
     Z = (x - ref) / sqrt(2 sigma^2 / N) < z(alpha),
 
@@ -16,7 +16,7 @@ The run's share of the variance shrinks with n_k; the reference's share does not
 measured once on n_ref samples (default n_ref = N, the planned count). At the last look (n_K = N = n_ref),
 v_K = 2 sigma^2 / N: Z_K is exactly the fixed gate's statistic. The reference's error R is common to all looks,
 so Cov(D_j, D_k) = sigma^2 / n_k + Var(R) = v_k for j < k: (Z_k) has the canonical joint distribution of group
-sequential tests with information I_k = 1 / v_k (group_sequential.py), and Z_k ~ N(delta sqrt(I_k), 1) for a
+sequential tests with information I_k = 1 / v_k (stats.group_sequential), and Z_k ~ N(delta sqrt(I_k), 1) for a
 true difference delta = mean - ref.
 
 **Boundaries.** FAIL when Z_k < a_k, PASS when Z_k >= b_k, otherwise continue; a_K = b_K, so the last look always
@@ -38,7 +38,7 @@ is the worst case, a 0/50/100 two-filter mean has less variance), both are kept 
 n_ref samples and the per-sample sd is exactly sigma), the false-FAIL rate is still <= alpha, but the power at
 ref - theta falls a few points below 1 - beta (0.77 for GSM8K in batches of 64): there the fixed gate already
 sits exactly at 1 - beta, and by the Neyman-Pearson lemma no rule that may stop early on the same N samples can
-match it. `python -m specdec_eval.evals.sequential --help` prints both.
+match it. `python -m specdec_eval.studies.sequential_table --help` prints both.
 
 **Floor.** When the fixed gate's threshold at N is at or below the floor (a broken model still scores it), the
 gate cannot fail a model at the floor: the boundaries apply unchanged, and a PASS is reported as NO-GATE, as
@@ -46,7 +46,7 @@ HypothesisTest.verdict does.
 
 **Several samples per document** (`--repeats R` at T > 0, `repeats`): the samples of one question are not
 independent, so the unit is the document. Looks count finished documents (all R samples scored), x_k is the mean of
-their per-document means m_d = mean_r y_dr (avg@R, results/clustered.py), and the design is the one above with
+their per-document means m_d = mean_r y_dr (avg@R, stats.clustered), and the design is the one above with
 N = the planned documents, n_ref = N, and sigma unchanged as the standard deviation of one document's mean. That
 sigma is a bound, not an estimate: by the law of total variance Var(m_d) = Var(p_d) + E[p_d (1 - p_d)] / R, never
 more than Var(y) = Var(p_d) + E[p_d (1 - p_d)] of one sample (p_d the document's chance of a right answer, on the
@@ -54,9 +54,9 @@ more than Var(y) = Var(p_d) + E[p_d (1 - p_d)] of one sample (p_d the document's
 however strongly its samples agree. The error rates above hold as stated, now for N documents, whatever the
 intra-class correlation. The price: the boundaries take no credit for the variance repeats remove
 (between 1 and R times less per document) because it is known only once measured; the fixed-n gate does
-(evals/gates/clustered.py, n = effective samples), this design does not, so its last look (which decides a run
+(the accuracy gate, n = effective samples), this design does not, so its last look (which decides a run
 not stopped before) has the power of N documents, and the report shows the fixed-n clustered test beside it. `python -m
-specdec_eval.evals.sequential.clustered_study` checks both error rates by simulating clustered samples.
+specdec_eval.studies.sequential_clustered` checks both error rates by simulating clustered samples.
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ import numpy as np
 from scipy.special import ndtri
 
 from ...results.run_summary import Verdict
-from ..gates.hypothesis import HypothesisTest
-from .boundaries import Spending, crossing_probabilities, fail_boundaries, pass_boundaries
+from ...stats.group_sequential import Spending, crossing_probabilities, fail_boundaries, pass_boundaries
+from ...stats.hypothesis import HypothesisTest
 
 MAX_LOOKS = 200
 PASS, FAIL, CONTINUE, NO_GATE = Verdict.PASS, Verdict.FAIL, Verdict.CONTINUE, Verdict.NO_GATE
@@ -318,9 +318,3 @@ def _check_looks(looks: tuple[int, ...], n_max: int) -> None:
         raise ValueError("looks must be strictly increasing positive sample counts")
     if len(looks) > MAX_LOOKS:
         raise ValueError(f"{len(looks)} looks is more than {MAX_LOOKS}; look after larger batches")
-
-
-if __name__ == "__main__":
-    from .table import main
-
-    raise SystemExit(main())

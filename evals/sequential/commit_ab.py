@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from ...results.ab_sides import Side, checked_out, run_side, side_result, start_side, stop_side, terminated_as_exception
-from ...results.acceptance_paired import DEFAULT_BETA, DEFAULT_DROP
 from ...results.compare import compare_runs
 from ...results.store import Run
+from ...stats.acceptance_ratio import DEFAULT_BETA, DEFAULT_DROP
 from ..run_types import EvalOptions
 from .ab_watch import DECIDE_ON, AcceptanceMonitor, SideProgress, watch
 from .discordant_pairs import PairedSequentialDesign

@@ -228,7 +228,7 @@ class EarlyStop:
     def _report(self, t: TaskProgress) -> None:
         """Each finished sample once: its document's position, its repeat and the samples per document, its score,
         the task's planned documents (`of`) and, under spec-dec, its draft cycles and accepted drafts (the sequential
-        acceptance A/B pairs them by document: evals/sequential/acceptance.py)."""
+        acceptance A/B pairs them by document: sequential.acceptance_ab)."""
         lines = []
         for position, repeat in sorted(t.scores):
             if (t.name, position, repeat) not in self._reported:

@@ -1,4 +1,4 @@
-"""`python -m specdec_eval.evals.sequential.acceptance_study`: the gate's stated power against simulated runs drawn
+"""`python -m specdec_eval.studies.sequential_acceptance`: the gate's stated power against simulated runs drawn
 from a real run's documents, and the paired tests' error rates drawn from two runs' pairs, printed and as JSON."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 import random
 
 import pytest
-from specdec_eval.evals.sequential import acceptance_study
-from specdec_eval.evals.sequential.acceptance_study import design_effect, lowered, main
+from specdec_eval.studies import sequential_acceptance as acceptance_study
+from specdec_eval.studies.sequential_acceptance import design_effect, lowered, main
 
 from ..results.test_runs_table import make_run
 
@@ -82,4 +82,4 @@ def test_lowered_keeps_the_output_tokens_and_scales_the_al():
     assert np.allclose(1 + low[:, 1] / low[:, 0], 0.9 * (1 + pool[:, 1] / pool[:, 0]))
     same = np.array([[50.0, 25.0]] * 40)
     assert design_effect(same, [0.3, 0.15, 0.05]) == 0.0  # identical documents: no spread between them
-    assert acceptance_study.EXAMPLE.count("acceptance_study") == 1
+    assert acceptance_study.EXAMPLE.count("sequential_acceptance") == 1

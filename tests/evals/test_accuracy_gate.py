@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from specdec_eval.evals.gates.hypothesis import HypothesisTest
+from specdec_eval.stats.hypothesis import HypothesisTest
 
 
 @pytest.fixture(autouse=True)

@@ -29,10 +29,10 @@ def _sample(doc: int, ids: list[int], correct: bool = False, task: str = "gsm8k"
 
 def test_identical_outputs_pass_and_any_fp32_divergence_fails_naming_the_sample():
     base = [_sample(0, [1, 2, 3]), _sample(1, [4, 5], True), _sample(2, [6])]
-    same = lossless_check(list(base), base, "float32")["gsm8k"]
+    same = lossless_check(list(base), base, "float32")["gsm8k"].record()
     assert (same["verdict"], same["identical"], same["identical_rate"]) == ("PASS", 3, 1.0)
     spec = [_sample(0, [1, 2, 3]), _sample(1, [4, 9], False), _sample(2, [6, 7])]
-    out = lossless_check(spec, base, "float32")["gsm8k"]
+    out = lossless_check(spec, base, "float32")["gsm8k"].record()
     assert out["verdict"] == "FAIL" and out["divergent"] == 2
     assert out["divergences"] == [
         {"doc_id": 1, "position": 1, "spec": 0.0, "baseline": 1.0},
@@ -48,10 +48,10 @@ def test_several_samples_of_a_document_pair_by_repeat():
     from dataclasses import replace
 
     base = [replace(_sample(d, [d, r + 10]), repeat=r) for d in range(4) for r in range(2)]
-    same = lossless_check([replace(s) for s in base], base, "float32")["gsm8k"]
+    same = lossless_check([replace(s) for s in base], base, "float32")["gsm8k"].record()
     assert (same["verdict"], same["num_pairs"], same["identical"]) == ("PASS", 8, 8)
     spec = [replace(s, output_token_ids=[s.doc_id, 99]) if (s.doc_id, s.repeat) == (2, 1) else s for s in base]
-    out = lossless_check(spec, base, "float32")["gsm8k"]
+    out = lossless_check(spec, base, "float32")["gsm8k"].record()
     assert out["verdict"] == "FAIL" and out["divergences"] == [
         {"doc_id": 2, "repeat": 1, "position": 1, "spec": 0.0, "baseline": 0.0}
     ]
@@ -60,15 +60,15 @@ def test_several_samples_of_a_document_pair_by_repeat():
 def test_bf16_needs_a_calibrated_tolerance():
     base = [_sample(i, [i, i]) for i in range(100)]
     spec = [_sample(i, [i, i + (i < 3)]) for i in range(100)]  # 3 of 100 differ
-    assert lossless_check(spec, base, "bfloat16")["gsm8k"]["verdict"] == "UNCALIBRATED"
-    assert lossless_check(spec, base, "bfloat16", tolerance=0.05)["gsm8k"]["verdict"] == "PASS"
-    assert lossless_check(spec, base, "bfloat16", tolerance=0.01)["gsm8k"]["verdict"] == "FAIL"
+    assert lossless_check(spec, base, "bfloat16")["gsm8k"].record()["verdict"] == "UNCALIBRATED"
+    assert lossless_check(spec, base, "bfloat16", tolerance=0.05)["gsm8k"].record()["verdict"] == "PASS"
+    assert lossless_check(spec, base, "bfloat16", tolerance=0.01)["gsm8k"].record()["verdict"] == "FAIL"
 
 
 def test_different_prompts_are_not_comparable():
     base = [_sample(0, [1])]
     spec = [_sample(0, [1]).replace(prompt_hash="other")]
-    out = lossless_check(spec, base, "float32")["gsm8k"]
+    out = lossless_check(spec, base, "float32")["gsm8k"].record()
     assert out["verdict"] == "FAIL" and "different prompts" in out["reason"]
 
 

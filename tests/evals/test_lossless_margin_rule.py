@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 import pytest
-from specdec_eval.evals.lossless.check import lossless_check
-from specdec_eval.evals.lossless.gate import judge_by_margins, uncalibrated_is_no_gate
+from specdec_eval.evals.lossless.check import IdentityVerdict, lossless_check
+from specdec_eval.evals.lossless.identity_judge import apply_audit, judge_by_margins, uncalibrated_is_no_gate
 from specdec_eval.evals.lossless.margins import (
     ALPHA,
     divergence_margin,
@@ -61,8 +61,9 @@ def _runs(rng: np.random.Generator, docs: int, length: int, vocab: int, sigma: f
 
 def _verdict(base, control, spec) -> str:
     check = lossless_check(spec, base, "bfloat16")["t"]
-    judge_by_margins(check, "t", spec, base, noise_floor(base, control, "t"), "bfloat16", None, "control")
-    return check["verdict"]
+    return judge_by_margins(
+        check, "t", spec, base, noise_floor(base, control, "t"), "bfloat16", None, "control"
+    ).verdict
 
 
 def test_false_fail_rate_on_numerics_only_divergences_is_within_its_bound():
@@ -74,7 +75,7 @@ def test_false_fail_rate_on_numerics_only_divergences_is_within_its_bound():
     for _ in range(trials):
         base, control, spec = _runs(rng, docs=32, length=16, vocab=12, sigma=0.02)
         verdict = _verdict(base, control, spec)
-        divergent += lossless_check(spec, base, "bfloat16")["t"]["divergent"]
+        divergent += lossless_check(spec, base, "bfloat16")["t"].counts["divergent"]
         fails += verdict == "FAIL"
     assert divergent > trials  # the simulation does make numerics divergences (more than one a run)
     assert fails / trials <= 2 * ALPHA + 0.01, f"{fails} of {trials} clean runs failed"
@@ -119,9 +120,8 @@ def test_uncalibrated_is_no_gate_for_the_task_and_the_run():
     d = [{"doc_id": 1, "position": 3}]
     verdict, reason, _ = margin_verdict(d, 10, None, None)
     assert verdict == "UNCALIBRATED" and "--control" in reason
-    check = {"verdict": verdict, "reason": reason}
-    uncalibrated_is_no_gate(check)
-    assert check["verdict"] == "NO-GATE" and check["reason"].startswith("UNCALIBRATED")
+    check = uncalibrated_is_no_gate(IdentityVerdict({}, verdict, reason)).record()
+    assert check["verdict"] == "NO-GATE" and check["reason"].startswith("UNCALIBRATED") and check["uncalibrated"]
     summary = {"verdict": "PASS", "tasks": {"t": {"verdict": "PASS", "lossless": check}}}
     assert run_verdict(summary) == "NO-GATE"  # accuracy passed, but the lossless gate could not judge
     # a calibrated tolerance still judges (an upper limit): within it PASS, beyond it FAIL
@@ -132,9 +132,18 @@ def test_uncalibrated_is_no_gate_for_the_task_and_the_run():
 def test_float32_stays_exact():
     rng = np.random.default_rng(1)
     base, control, spec = _runs(rng, docs=32, length=24, vocab=16, sigma=0.02)
-    check = lossless_check(spec, base, "float32")["t"]
+    check = lossless_check(spec, base, "float32")["t"].record()
     assert check["divergent"] > 0
-    judge_by_margins(check, "t", spec, base, noise_floor(base, control, "t"), "float32", None, "control")
+    check = judge_by_margins(
+        lossless_check(spec, base, "float32")["t"],
+        "t",
+        spec,
+        base,
+        noise_floor(base, control, "t"),
+        "float32",
+        None,
+        "control",
+    ).record()
     assert check["verdict"] == "FAIL" and "any divergence fails" in check["reason"]
     assert all("margins" in x for x in check["divergences"])  # recorded, not used
 
@@ -146,9 +155,9 @@ def test_a_control_without_any_noise_fails_every_divergence_and_says_why():
     base, _, spec = _runs(rng, docs=16, length=24, vocab=16, sigma=0.05)
     floor = noise_floor(base, base, "t")  # the control decoded exactly like the baseline
     assert floor["largest_noise"] == 0 and floor["bound"] == 0
-    check = lossless_check(spec, base, "bfloat16")["t"]
-    assert check["divergent"] > 0
-    judge_by_margins(check, "t", spec, base, floor, "bfloat16", None, "control")
+    identity = lossless_check(spec, base, "bfloat16")["t"]
+    assert identity.counts["divergent"] > 0
+    check = judge_by_margins(identity, "t", spec, base, floor, "bfloat16", None, "control").record()
     assert check["verdict"] == "FAIL" and "measured no noise at all" in check["reason"]
     noisy = {**floor, "largest_noise": 0.01, "bound": 0.02}  # a control that measured some noise: no such note
     verdict, reason, _ = margin_verdict([{"doc_id": 1, "position": 2, "judged": 1.0}], 16, noisy, None)
@@ -160,7 +169,6 @@ def test_an_audited_twin_that_differs_by_rounding_is_judged_by_the_noise_of_the_
     may flip. Judged against the larger of the control's bound and the audit path's own (a plain engine's prefill
     against its decode): the issue's case, a control that measured no noise (bound 0) and a flip of one bf16 step
     (2^-6 nats), PASSes when that path moved gaps by 0.01 and FAILs far beyond; unmeasured, it is NO-GATE."""
-    from specdec_eval.evals.lossless.gate import _apply_audit
 
     def audit(judged: float, path: dict | None, logprob: float = -0.5) -> dict:
         margins = {"judged": judged, "margin": judged, "baseline_logprob": logprob, "other_logprob": logprob}
@@ -176,26 +184,22 @@ def test_an_audited_twin_that_differs_by_rounding_is_judged_by_the_noise_of_the_
 
     floor = {"bound": 0.0}
     path = {"num_noise_samples": 64, "max_gap_move": 0.01}
-    near = {"verdict": "PASS", "reason": "every output identical to the baseline"}
-    _apply_audit(near, "t", audit(0.01563, path), "bfloat16", None, floor)
+    identical = IdentityVerdict({}, "PASS", "every output identical to the baseline")
+    near = apply_audit(identical, "t", audit(0.01563, path), "bfloat16", None, floor).record()
     assert near["verdict"] == "PASS"
     assert near["audit_margins"].startswith("1 of 4 audited twins differ") and "0.01563 within" in near["audit_margins"]
     assert "audit path's 0.02, from 64 gap moves" in near["audit_margins"]
-    far = {"verdict": "PASS", "reason": "every output identical to the baseline"}
-    _apply_audit(far, "t", audit(0.9, path), "bfloat16", None, floor)
+    far = apply_audit(identical, "t", audit(0.9, path), "bfloat16", None, floor).record()
     assert far["verdict"] == "FAIL" and "changes the target's own outputs" in far["reason"]
     # the path measured no noise at all, yet the twin differs by one bf16 step at that logprob (2^-6 at 3.6 nats):
     # rounding on the twins' own path (beside verify rows) can do that, so it cannot be judged; two steps FAIL
     still = {"num_noise_samples": 64, "max_gap_move": 0.0}
-    one_step = {"verdict": "PASS", "reason": "every output identical to the baseline"}
-    _apply_audit(one_step, "t", audit(0.01562, still, -3.59297), "bfloat16", None, floor)
+    one_step = apply_audit(identical, "t", audit(0.01562, still, -3.59297), "bfloat16", None, floor).record()
     assert one_step["verdict"] == "NO-GATE" and "one bfloat16 step there (0.01563)" in one_step["reason"], one_step
-    two_steps = {"verdict": "PASS", "reason": "every output identical to the baseline"}
-    _apply_audit(two_steps, "t", audit(0.03125, still, -3.59297), "bfloat16", None, floor)
+    two_steps = apply_audit(identical, "t", audit(0.03125, still, -3.59297), "bfloat16", None, floor).record()
     assert two_steps["verdict"] == "FAIL"
     for unmeasured in (None, {"num_noise_samples": 5, "max_gap_move": 0.0}):
-        blind = {"verdict": "PASS", "reason": "every output identical to the baseline"}
-        _apply_audit(blind, "t", audit(0.9, unmeasured), "bfloat16", None, floor)
+        blind = apply_audit(identical, "t", audit(0.9, unmeasured), "bfloat16", None, floor).record()
         assert blind["verdict"] == "NO-GATE" and "whose noise was not measured" in blind["reason"], blind
 
 
@@ -224,10 +228,11 @@ def test_nan_logprobs_from_the_baseline_name_the_dropped_pairs_not_record_a_cont
     assert floor is None
     no_floor = floor_missing(base, control, "t")
     assert not no_floor.control_helps
-    check = lossless_check(spec, base, "bfloat16")["t"]
-    assert check["divergences"], "the seeded runs must diverge somewhere"
-    judge_by_margins(check, "t", spec, base, floor, "bfloat16", None, "control", no_floor)
-    uncalibrated_is_no_gate(check)
+    identity = lossless_check(spec, base, "bfloat16")["t"]
+    assert identity.divergences, "the seeded runs must diverge somewhere"
+    check = uncalibrated_is_no_gate(
+        judge_by_margins(identity, "t", spec, base, floor, "bfloat16", None, "control", no_floor)
+    ).record()
     assert check["verdict"] == "NO-GATE" and "--control" not in check["reason"]
     assert (
         "30 of 30 document pairs dropped because their logprobs are not usable numbers (first: baseline doc 0"

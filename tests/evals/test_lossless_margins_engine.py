@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from specdec_eval.evals.lossless.check import lossless_check
-from specdec_eval.evals.lossless.gate import judge_by_margins
+from specdec_eval.evals.lossless.identity_judge import judge_by_margins
 from specdec_eval.evals.lossless.margins import noise_floor
 from specdec_eval.results.sample_record import SampleRecord
 from specdec_eval.workers.config import SamplingParams, SpecConfig
@@ -36,8 +36,7 @@ def bf16(tiny):
 
 def _judge(spec, base, control, dtype="bfloat16"):  # float32's exactness: tests/evals/test_lossless_margin_rule.py
     check = lossless_check(spec, base, dtype)["t"]
-    judge_by_margins(check, "t", spec, base, noise_floor(base, control, "t"), dtype, None, "control")
-    return check
+    return judge_by_margins(check, "t", spec, base, noise_floor(base, control, "t"), dtype, None, "control").record()
 
 
 def test_logprobs_change_no_token(tiny):

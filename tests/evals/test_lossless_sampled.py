@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from specdec_eval.evals.lossless.pit import (
+from specdec_eval.evals.lossless.sampled import SampledSample, judge_sampled
+from specdec_eval.stats.pit import (
     Placement,
     exact_placement,
     likelihood_test,
@@ -20,8 +21,7 @@ from specdec_eval.evals.lossless.pit import (
     topk_placement,
     within_request_test,
 )
-from specdec_eval.evals.lossless.sampled import SampledSample, judge_sampled
-from specdec_eval.evals.lossless.simulate import synthetic_run
+from specdec_eval.studies.lossless_sampled import synthetic_run
 from specdec_eval.workers.config import SamplingParams
 from specdec_eval.workers.engine.sampling import target_probs
 from specdec_eval.workers.engine.teacher_forcing import sampling_view, view_of_probs

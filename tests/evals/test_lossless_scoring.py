@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from specdec_eval.evals.lossless.baseline import BaselineRef
-from specdec_eval.evals.lossless.gate import LosslessCase, evaluate_lossless, verdict_kind
+from specdec_eval.evals.lossless.baseline import BaselineKind, BaselineRef, ResolvedBaseline, resolve_baseline
+from specdec_eval.evals.lossless.gate import JudgeKind, LosslessCase, evaluate_lossless, judge_kind
 from specdec_eval.evals.lossless.scoring import Scorer, judge_scored, judged_in_distribution, spec_sampling
 from specdec_eval.evals.run_types import EvalOptions
 from specdec_eval.evals.tasks.registry import parse_tasks
@@ -110,39 +110,26 @@ def test_the_gate_picks_the_sampled_judge_for_a_sampled_task_only_and_needs_no_d
 
     records, scorer, _ = _run(greedy=False)
     greedy_record = SampleRecord("gsm8k", 0, output_token_ids=[1, 2])
-    case = LosslessCase(
-        "gsm8k_sampled",
-        records,
-        [],
-        None,
-        BaselineRef(None, "scored"),
-        "scored",
-        "float32",
-        None,
-        None,
-        None,
-        True,
-        scorer,
-    )
-    assert verdict_kind(case) == "sampled"
+    scored = ResolvedBaseline(BaselineKind.SCORED, scorer=scorer, missing=f"no finished baseline run under {tmp_path}")
+    case = LosslessCase("gsm8k_sampled", records, scored, "float32", None, True)
+    assert judge_kind(case) == JudgeKind.IN_DISTRIBUTION
     # our coupled sampler: judged both ways when a scorer is there, by identity alone without one
-    assert verdict_kind(replace(case, in_distribution=False)) == "coupled"
-    assert verdict_kind(replace(case, in_distribution=False, scorer=None)) == "identity"
-    assert verdict_kind(replace(case, task="gsm8k", samples=[greedy_record])) == "identity"
+    assert judge_kind(replace(case, in_distribution=False)) == JudgeKind.IDENTITY_AND_DISTRIBUTION
+    unscored = replace(case, in_distribution=False, baseline=replace(scored, scorer=None))
+    assert judge_kind(unscored) == JudgeKind.TOKEN_IDENTITY
+    assert judge_kind(replace(case, task="gsm8k", samples=[greedy_record])) == JudgeKind.TOKEN_IDENTITY
     identity = identity_of(replace(ENGINE, spec=SpecConfig(sampling="rejection")))
     options = EvalOptions(tasks=parse_tasks("gsm8k_sampled"))
-    gates, record = evaluate_lossless(
-        ["gsm8k_sampled"], records, identity, str(tmp_path), options, [], BaselineRef(None, "scored", scorer=scorer)
-    )
+    resolved = resolve_baseline(BaselineRef(None, BaselineKind.SCORED, scorer=scorer), identity, str(tmp_path), options)
+    assert resolved == scored  # nothing decoded, nothing looked up
+    gates, record = evaluate_lossless(["gsm8k_sampled"], records, identity, [], resolved)
     assert gates["gsm8k_sampled"].verdict == Verdict.PASS and record["kind"] == "scored"
     # the same run with nothing to score with: NO-GATE, and a greedy task beside it still looks for its baseline
     gates, _ = evaluate_lossless(
         ["gsm8k", "gsm8k_sampled"],
         [greedy_record, *records],
         identity,
-        str(tmp_path),
-        options,
         [],
-        BaselineRef(None, "scored"),
+        replace(scored, scorer=None),
     )
     assert gates["gsm8k_sampled"].verdict == Verdict.NO_GATE and gates["gsm8k"].verdict == Verdict.NO_BASELINE

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from specdec_eval.evals.lossless.bank import BankStep, load_bank, replay, save_bank
-from specdec_eval.evals.lossless.simulate import CONFIGS, main, null_rates, power_rates
+from specdec_eval.studies.lossless_sampled import CONFIGS, main, null_rates, power_rates
+from specdec_eval.studies.verify_bank import BankStep, load_bank, replay, save_bank
 from specdec_eval.workers.engine.faults import REJECTION_POINTS
 from specdec_eval.workers.spec.rejection import CORRECT
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from specdec_eval.evals.lossless.gate import CHANGES_TARGET
+from specdec_eval.evals.lossless.identity_judge import CHANGES_TARGET
 from specdec_eval.evals.lossless.twin_audit import WeightSeal, audit_order, audit_size
 from specdec_eval.results.store import list_runs, open_run
 

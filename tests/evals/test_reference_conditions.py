@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from specdec_eval.evals.conditions.gen_kwargs import GenKwargs
 from specdec_eval.evals.conditions.reference import ReferenceConditions, check_conditions, differences
-from specdec_eval.evals.gates.hypothesis import HypothesisTest
 from specdec_eval.evals.gates.references import load_references, lookup
 from specdec_eval.evals.tasks.registry import TASKS, task_conditions
 from specdec_eval.results.run_summary import FAIL, NO_GATE, PASS
+from specdec_eval.stats.hypothesis import HypothesisTest
 from specdec_eval.workers.loading.chat_template import ChatTemplateKwargs
 
 from specdec_eval.errors import UserError
@@ -232,7 +232,7 @@ def test_the_gate_rule_on_a_real_hypothesis_test():
 def test_a_sequential_verdict_obeys_the_conditions_rule_too():
     """`run --early-stop` against a reference measured under other conditions: the design's FAIL at a look is no more
     evidence than the fixed test's (it read FAIL, overriding the NO-GATE)."""
-    from specdec_eval.evals.gates.hypothesis import accuracy_gate
+    from specdec_eval.evals.gates.accuracy_gate import accuracy_gate
     from specdec_eval.evals.gates.references import Reference
 
     ref = Reference("gpqa_diamond_aa", "M", 60.0, dict(SAMPLED_REF))

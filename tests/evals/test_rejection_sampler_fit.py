@@ -6,7 +6,7 @@ the sampled classes fails the same test on a case where it applies (the test can
 from __future__ import annotations
 
 import pytest
-from specdec_eval.evals.lossless.sampler_check import CASES, chi_square_check
+from specdec_eval.studies.rejection_sampler_fit import CASES, chi_square_check
 from specdec_eval.workers.engine.faults import REJECTION_POINTS, planted_rule
 from specdec_eval.workers.spec.rejection import CORRECT
 
@@ -42,7 +42,7 @@ def test_the_q_case_fails_when_drafts_are_not_drawn_from_the_q_that_verifies_the
     """Drafts proposed greedily (the argmax of q) but verified with q's min(1, p/q) and residual max(0, p - q): not
     lossless (Hugging Face's assistant, #32867). The q case's fit must see it. (The one-hot rule itself is lossless
     for drafts from any q: only a q that is not the drafts' own breaks the rule.)"""
-    from specdec_eval.evals.lossless import sampler_check
+    from specdec_eval.studies import rejection_sampler_fit as sampler_check
 
     monkeypatch.setattr(sampler_check, "sample_from", lambda probs, stream: int(probs.argmax()))
     results = chi_square_check(BY_NAME["q drafts, T=1"], CORRECT, TRIALS, seed=0)

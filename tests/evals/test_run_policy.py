@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
-from specdec_eval.evals.lossless.baseline import BaselineRef
+from specdec_eval.evals.lossless.baseline import BaselineKind, BaselineRef
 from specdec_eval.evals.pipeline import run as pipeline
 from specdec_eval.evals.pipeline.backends import Abilities, RunTarget
 from specdec_eval.evals.pipeline.run_sides import Side
@@ -56,7 +56,7 @@ class FakeBackend:
         return RunSummary(run_dir=f"/runs/{side.role}")
 
     def evaluate_paired(self, plan, control, progress_for, score_sampled=False):
-        self.calls.append(("paired", BaselineRef(None, "twin", control=control)))
+        self.calls.append(("paired", BaselineRef(None, BaselineKind.TWIN, control=control)))
         return RunSummary(run_dir="/runs/paired")
 
 

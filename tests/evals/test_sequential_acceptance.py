@@ -1,4 +1,4 @@
-"""The sequential acceptance A/B (evals/sequential/acceptance.py) and its place in `ab --early-stop`'s controller
+"""The sequential acceptance A/B (evals/sequential/acceptance_ab.py) and its place in `ab --early-stop`'s controller
 (evals/sequential/ab_watch.py): a drop of B's acceptance is shown, or a 5 % drop ruled out, as soon as the documents
 allow, with the false-drop rate <= alpha and the false ruling-out <= beta, checked by simulation."""
 
@@ -17,10 +17,10 @@ from specdec_eval.evals.sequential.ab_watch import (
     should_stop,
     watch,
 )
-from specdec_eval.evals.sequential.acceptance import CONTINUE, AcceptanceSequentialDesign, simulate
+from specdec_eval.evals.sequential.acceptance_ab import CONTINUE, AcceptanceSequentialDesign, simulate
 from specdec_eval.evals.sequential.discordant_pairs import PairedSequentialDesign
 from specdec_eval.evals.sequential.early_stop import EarlyStop
-from specdec_eval.results.acceptance_paired import DROP, INCONCLUSIVE, NO_DROP
+from specdec_eval.stats.acceptance_ratio import DROP, INCONCLUSIVE, NO_DROP
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from specdec_eval.evals.sequential.clustered_study import main, study
+from specdec_eval.studies.sequential_clustered import main, study
 
 ALPHA, BETA, SIMS = 0.05, 0.2, 4000
 SLACK = 3 * math.sqrt(ALPHA * (1 - ALPHA) / SIMS)  # three Monte-Carlo standard errors at alpha

@@ -17,11 +17,11 @@ from contextlib import redirect_stdout
 
 import numpy as np
 import pytest
-from specdec_eval.evals.gates.hypothesis import HypothesisTest
 from specdec_eval.evals.sequential.accuracy import AccuracySequentialDesign
-from specdec_eval.evals.sequential.boundaries import Spending
 from specdec_eval.evals.sequential.discordant_pairs import PairedSequentialDesign, fixed_pairs_needed
-from specdec_eval.evals.sequential.table import main as table_main
+from specdec_eval.stats.group_sequential import Spending
+from specdec_eval.stats.hypothesis import HypothesisTest
+from specdec_eval.studies.sequential_table import main as table_main
 
 
 @pytest.fixture(autouse=True)
@@ -143,7 +143,7 @@ def test_fail_boundaries_spend_exactly_alpha():
     d = design(74.2, 1319, 64)
     only_fail = np.full(len(d.looks), np.inf)
     only_fail[-1] = d.z_fail[-1]
-    from specdec_eval.evals.sequential.boundaries import crossing_probabilities
+    from specdec_eval.stats.group_sequential import crossing_probabilities
 
     info = 1 / (d.sigma**2 / np.array(d.looks) + d.sigma**2 / d.n_max)
     p_fail, _ = crossing_probabilities(info, d.z_fail, only_fail, 0.0)

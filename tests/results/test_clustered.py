@@ -7,12 +7,13 @@ from __future__ import annotations
 import math
 
 import pytest
-from specdec_eval.evals.conditions.simulate import bootstrap, simulate
-from specdec_eval.evals.gates.clustered import clustered_hypothesis_test, clustered_note
+from specdec_eval.evals.gates.accuracy_gate import clustered_hypothesis_test, clustered_note
 from specdec_eval.evals.gates.references import Reference
-from specdec_eval.results.clustered import clustered_score, document_signs, groups_of, paired_clustered
-from specdec_eval.results.paired import mcnemar_exact
+from specdec_eval.results.paired import groups_of
 from specdec_eval.results.sample_record import SampleRecord
+from specdec_eval.stats.clustered import clustered_score, document_signs, paired_clustered
+from specdec_eval.stats.mcnemar import mcnemar_exact
+from specdec_eval.studies.clustered_scores import bootstrap, simulate
 
 
 @pytest.fixture(autouse=True)

@@ -8,17 +8,17 @@ import json
 import random
 
 import pytest
-from specdec_eval.results.acceptance_paired import (
+from specdec_eval.results.acceptance_paired import paired_counts
+from specdec_eval.results.compare import compare_runs, render_compare
+from specdec_eval.stats.acceptance_ratio import (
     DROP,
     INCONCLUSIVE,
     NO_DROP,
     judge_pairs,
     paired_acceptance,
     paired_acceptance_test,
-    paired_counts,
     swap_p_values,
 )
-from specdec_eval.results.compare import compare_runs, render_compare
 
 from .test_runs_table import make_run
 

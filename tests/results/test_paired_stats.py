@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from specdec_eval.results.paired import first_divergence, mcnemar_exact, pair_samples
+from specdec_eval.results.paired import first_divergence, pair_samples
 from specdec_eval.results.sample_record import SampleRecord
+from specdec_eval.stats.mcnemar import mcnemar_exact
 
 
 @pytest.mark.parametrize(

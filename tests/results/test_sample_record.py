@@ -63,7 +63,7 @@ def test_runs_recorded_before_typed_records_load_compare_and_report(tmp_path):
     old, base = spec.samples(), twins.samples()
     assert len(old) == 4 and all(isinstance(s, SampleRecord) and s.correct and s.output_token_ids for s in old)
     assert base[0].extra == {"_acceptance": None}  # kept as it is, never taken for a field
-    assert lossless_check(old, base, "float32")["gsm8k"]["verdict"] == "PASS"
+    assert lossless_check(old, base, "float32")["gsm8k"].verdict == "PASS"
     compared = compare_runs(twins, spec)["tasks"]["gsm8k"]
     assert compared["outputs"]["identical"] == 4 and compared["n"] == 4
     html, markdown = build_report([spec])

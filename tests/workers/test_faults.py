@@ -179,7 +179,7 @@ def test_aux_layers_off_by_one_lowers_smollm2_acceptance_with_identical_outputs(
     measured on (scripts/gsm8k_prompts.py; all 32: AL 2.006 -> 1.908, -4.9 %): every output identical, acceptance
     lower (-3.3 % over the 10 that draft)."""
     from specdec_eval.evals.bench.prompts import bench_prompts
-    from specdec_eval.results.acceptance_paired import paired_acceptance
+    from specdec_eval.stats.acceptance_ratio import paired_acceptance
 
     prompts = bench_prompts("gsm8k", 12, str(SHARED_DATA))
     params = SamplingParams(max_new_tokens=128, stop=("Question:",))

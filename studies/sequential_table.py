@@ -1,4 +1,4 @@
-"""`python -m specdec_eval.evals.sequential`: what the sequential designs cost and save against the fixed-n
+"""`python -m specdec_eval.studies.sequential_table`: what the sequential designs cost and save against the fixed-n
 tests, for one reference and sample count. `design_report` returns the numbers, `render` the table, `main` is
 the command (argparse: evals/ sits below cli/ in the import order)."""
 
@@ -9,12 +9,12 @@ import json
 import sys
 from typing import Any
 
-from .accuracy import AccuracySequentialDesign
-from .discordant_pairs import PairedSequentialDesign, fixed_pairs_needed
+from ..evals.sequential.accuracy import AccuracySequentialDesign
+from ..evals.sequential.discordant_pairs import PairedSequentialDesign, fixed_pairs_needed
 
 EXAMPLE = """example:
-  python -m specdec_eval.evals.sequential --n 1319 --batch 64 --ref 74.2
-  python -m specdec_eval.evals.sequential --n 198 --batch 32 --ref 65.0 --floor 25 --p1 0.25 --json
+  python -m specdec_eval.studies.sequential_table --n 1319 --batch 64 --ref 74.2
+  python -m specdec_eval.studies.sequential_table --n 198 --batch 32 --ref 65.0 --floor 25 --p1 0.25 --json
 """
 
 
@@ -130,7 +130,7 @@ def render(report: dict[str, Any]) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m specdec_eval.evals.sequential",
+        prog="python -m specdec_eval.studies.sequential_table",
         description="Expected sample size and error rates of the sequential accuracy gate and the sequential "
         "paired A/B test, against the fixed-n tests.",
         epilog=EXAMPLE,
@@ -164,3 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(json.dumps(report, indent=2) if args.json else render(report))
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,23 +1,23 @@
-"""`python -m specdec_eval.evals.sequential.clustered_study`: do the sequential designs keep their error rates when a
+"""`python -m specdec_eval.studies.sequential_clustered`: do the sequential designs keep their error rates when a
 document has several correlated samples (`--repeats`)?
 
-Model (as evals/conditions/simulate.py): D documents, each with its own chance p_d of a right answer drawn from a Beta
+Model (as the clustered_scores study): D documents, each with its own chance p_d of a right answer drawn from a Beta
 with mean `ref` and intra-class correlation `icc` (the correlation of two samples of one question: 0 independent,
 1 always alike); R samples per document, each right with chance p_d. A run's documents come in a seeded random order,
 so a simulated run is D such documents in a row.
 
-Accuracy (`run --early-stop`, accuracy.py): the design over D documents, looks every `batch` documents, judging the
+Accuracy (`run --early-stop`): the design over D documents, looks every `batch` documents, judging the
 mean of per-document means, sigma 50 per document. Printed per icc: the false-FAIL rate when the true mean is the
 reference, with the reference exact and with it a noisy mean of D single samples (the two-sample model); the same
 false-FAIL rate of the design a run would get by taking all R x D samples as independent (a variance model that
 ignores the clustering: what this study exists to catch); the power at ref - theta (theta: the design's minimum
 detectable effect over D documents); and the documents a run evaluates on average, at ref and at ref - theta.
 
-A/B (`ab --early-stop`, ab_watch.py): two sides with the same p_d per document and independent samples (no
-difference), each document counted "B worse" or "B better" by its mean (results/clustered.py `document_signs`),
-the discordant documents fed to the SPRT (discordant_pairs.py) in order: its false B-WORSE rate.
+A/B (`ab --early-stop`, sequential.ab_watch): two sides with the same p_d per document and independent samples (no
+difference), each document counted "B worse" or "B better" by its mean (stats.clustered `document_signs`),
+the discordant documents fed to the SPRT (sequential.discordant_pairs) in order: its false B-WORSE rate.
 
-    python -m specdec_eval.evals.sequential.clustered_study --docs 198 --repeats 4 --batch 32 --ref 65
+    python -m specdec_eval.studies.sequential_clustered --docs 198 --repeats 4 --batch 32 --ref 65
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..conditions.simulate import beta_parameters
-from .accuracy import AccuracySequentialDesign
-from .discordant_pairs import B_WORSE, PairedSequentialDesign
+from ..evals.sequential.accuracy import AccuracySequentialDesign
+from ..evals.sequential.discordant_pairs import B_WORSE, PairedSequentialDesign
+from .clustered_scores import beta_parameters
 
-EXAMPLE = "example: python -m specdec_eval.evals.sequential.clustered_study --docs 198 --repeats 4 --batch 32 --ref 65"
+EXAMPLE = "example: python -m specdec_eval.studies.sequential_clustered --docs 198 --repeats 4 --batch 32 --ref 65"
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ def render(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m specdec_eval.evals.sequential.clustered_study",
+        prog="python -m specdec_eval.studies.sequential_clustered",
         description="False-stop rate and power of the sequential designs when each document has several correlated "
         "samples (--repeats), by simulation.",
         epilog=EXAMPLE,

@@ -1,5 +1,4 @@
-"""The accuracy gate: a one-sided test of "this run is no worse than the reference" (TensorRT-LLM's formulas), and
-the gate's verdict on a task from it (`accuracy_gate`, a GateResult like every other gate's).
+"""The accuracy gate: a one-sided test of "this run is no worse than the reference" (TensorRT-LLM's formulas).
 
 With the run's accuracy x' and the reference x, both on a 0-100 scale from n samples each with standard
 deviation sigma (50 = the worst case of a Bernoulli score), the two-sample statistic is (x' - x) / sqrt(2 sigma^2/n):
@@ -9,7 +8,7 @@ deviation sigma (50 = the worst case of a Bernoulli score), the two-sample stati
 
 A run passes when its accuracy is at least the threshold. When the threshold is at or below the floor that a
 broken model still reaches (0, or chance level for multiple choice), the gate cannot fail: we say so instead of
-printing a PASS that means nothing.
+printing a PASS that means nothing (NO-GATE).
 """
 
 from __future__ import annotations
@@ -17,8 +16,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from statistics import NormalDist
-
-from ...results.run_summary import GateResult, Verdict
 
 _Z = NormalDist()
 
@@ -72,8 +69,8 @@ class HypothesisTest:
     def verdict(self, accuracy: float) -> str:
         """PASS / FAIL, or NO-GATE when the threshold is below the floor (a PASS there would mean nothing)."""
         if not self.passes(accuracy):
-            return Verdict.FAIL
-        return Verdict.PASS if self.can_fail else Verdict.NO_GATE
+            return "FAIL"
+        return "PASS" if self.can_fail else "NO-GATE"
 
     def report(self, accuracy: float | None = None) -> str:
         rule = "=" * 59
@@ -97,54 +94,3 @@ class HypothesisTest:
         if not self.can_fail:
             lines.append(self.floor_warning)
         return "\n".join(lines)
-
-
-def accuracy_gate(
-    task: str,
-    score: float,
-    num_samples: int,
-    reference,
-    floor: float = 0.0,
-    failed_requests: int = 0,
-    sequential: dict | None = None,
-    notes: tuple[str, ...] = (),
-    clustered=None,
-    conditions=None,
-) -> GateResult:
-    """A task's accuracy verdict, as every gate gives its own: the hypothesis test of `score` against the task's
-    reference (gates/references.py; REPORT without one), FAIL when a request failed (never scored as a wrong answer,
-    never passing silently), else the sequential design's decision where --early-stop made one (its error rates are
-    the ones kept). The reason is the test's report, then each note (a subset compared with a full-set reference,
-    where the run stopped). Numbers: threshold and theta.
-    clustered: several samples per document (a results.clustered.ClusteredScore): the test's n is its effective
-    sample count (gates/clustered.py). conditions: the run's conditions against the reference entry's (an
-    evals.conditions.reference.ConditionCheck): a PASS or FAIL becomes NO-GATE while they differ unaccepted."""
-    if reference is None:
-        verdict, report, numbers = Verdict.REPORT, f"{task}: no reference (score only)", {}
-    else:
-        if clustered is not None:
-            from .clustered import clustered_hypothesis_test, clustered_note
-
-            test = clustered_hypothesis_test(reference, clustered, floor)
-            notes = (clustered_note(clustered), *notes)
-        else:
-            test = reference.hypothesis_test(num_samples, floor=floor)
-        verdict, report = test.verdict(score), test.report(score)
-        numbers = {"threshold": test.threshold, "theta": test.theta}
-        if conditions is not None:
-            judged, verdict = verdict, Verdict(conditions.verdict(verdict))
-            if verdict != judged:  # the report's verdict line is the gate's, the test's own beside it
-                report = report.replace(f"Verdict: {judged}", f"Verdict: {verdict} (the test alone: {judged})", 1)
-            notes = (*conditions.lines(), *notes)
-    if failed_requests:
-        verdict = Verdict.FAIL
-        failed = f"{failed_requests} of {num_samples} requests FAILED (finish reason error)"
-        report += f"\n{failed}: the run fails whatever its accuracy"
-    elif sequential is not None and sequential["verdict"] != Verdict.CONTINUE:
-        # the conditions rule holds for the sequential verdict too: no FAIL against another experiment's number
-        verdict = sequential["verdict"] if conditions is None else Verdict(conditions.verdict(sequential["verdict"]))
-        report += f"\nsequential verdict at n={sequential['n']}: {sequential['verdict']} ({sequential['reason']})"
-        if verdict != sequential["verdict"]:
-            report += f"; the gate says {verdict}: the conditions differ from the reference's"
-    report += "".join(f"\n{note}" for note in notes)
-    return GateResult(verdict, report, numbers)

@@ -1,4 +1,4 @@
-"""The statistics of the sampled lossless gate (sampled.py): where each emitted token falls in the target's sampling
+"""The statistics of the sampled lossless gate: where each emitted token falls in the target's sampling
 distribution at its position, the randomized probability integral transform (PIT) of it, and the tests on all of
 them at once. Pure numpy; no engine, no run.
 
@@ -31,7 +31,7 @@ positions: 0.0057 below 0.005), so there a p-value under 0.05 is taken from a se
 instead (u i.i.d. U(0, 1): it depends on n alone). It is chosen over Kolmogorov-Smirnov because the bug classes
 move u smoothly (location and spread) rather than in one narrow place, where a smooth test is the most powerful,
 and because the signs of the components say which way a sampler is off (`components[0] < 0`: too many likely
-tokens). The seeded simulation (simulate.py) measures its false-FAIL rate at the gate's alpha.
+tokens). The seeded simulation (the lossless_sampled study) measures its false-FAIL rate at the gate's alpha.
 
 Within requests: u i.i.d. over the run means i.i.d. within each request too, which the tests on all u at once do not
 look at; `within_request_test` compares the spread of the requests' own PIT means with independent draws'."""

@@ -1,4 +1,4 @@
-"""`python -m specdec_eval.evals.sequential.acceptance_study`: what the acceptance gate and the paired acceptance A/B
+"""`python -m specdec_eval.studies.sequential_acceptance`: what the acceptance gate and the paired acceptance A/B
 can see, by simulation from the per-document acceptance of real runs.
 
 Given run A (a spec-dec run: its documents' draft cycles and accepted drafts are the population) and optionally run
@@ -10,8 +10,8 @@ B (the same documents with a change, e.g. `--inject aux_layers_off_by_one`):
    band), one whose every document lost the stated drop, and one that lost 5 % (outputs kept: cycles grow as
    acceptance falls); and the drop 80 % of simulated runs catch (the simulated MDE). Also the design effect: how
    much wider the error of AL is with documents as clusters than if every draft cycle were an independent trial.
-2. **The paired test** (results/acceptance_paired.py, fixed n) and **the sequential A/B** (evals/sequential/
-   acceptance.py, looks every `--batch` documents), over A/Bs of n documents drawn from the measured pairs: under
+2. **The paired test** (stats.acceptance_ratio, fixed n) and **the sequential A/B** (sequential.
+   acceptance_ab, looks every `--batch` documents), over A/Bs of n documents drawn from the measured pairs: under
    no change (each document's two sides swapped by a coin: a change that moves acceptance as much as B's does,
    in no direction), at B's measured drop, and at a drop of exactly 5 % (B's documents rescaled: its per-document
    noise kept). Reported: how often a drop is shown (false detection under no change; power otherwise), how often
@@ -29,18 +29,19 @@ from typing import Any
 
 import numpy as np
 
-from ...results.acceptance_paired import doc_counts, judge_pairs, paired_acceptance
-from ...results.paired import pair_samples
-from ...results.store import Run
-from ..gates.acceptance import acceptance_gate
-from ..gates.acceptance_power import SLACK_Z, gate_power
-from ..gates.verdict import acceptance_slack
-from .acceptance import AcceptanceSequentialDesign, simulate
+from ..evals.gates.acceptance import acceptance_gate
+from ..evals.gates.acceptance_power import SLACK_Z, gate_power
+from ..evals.gates.verdict import acceptance_slack
+from ..evals.sequential.acceptance_ab import AcceptanceSequentialDesign, simulate
+from ..results.acceptance_paired import doc_counts
+from ..results.paired import pair_samples
+from ..results.store import Run
+from ..stats.acceptance_ratio import judge_pairs, paired_acceptance
 
 EXAMPLE = """example:
   specdec-eval run --tasks gsm8k --limit 200 --sample random --spec eagle3 --data-dir ../shared/data --out runs-a
   specdec-eval run ... --out runs-b --inject aux_layers_off_by_one        # the same documents, a planted bug
-  python -m specdec_eval.evals.sequential.acceptance_study runs-a/RUN_ID runs-b/RUN_ID --n 10,50,200
+  python -m specdec_eval.studies.sequential_acceptance runs-a/RUN_ID runs-b/RUN_ID --n 10,50,200
 """
 
 Pool = np.ndarray  # (documents, 2): draft cycles, accepted drafts
@@ -249,7 +250,7 @@ def render(report: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m specdec_eval.evals.sequential.acceptance_study",
+        prog="python -m specdec_eval.studies.sequential_acceptance",
         description="What the acceptance gate and the paired acceptance A/B can see, by simulation from the "
         "per-document acceptance of real runs.",
         epilog=EXAMPLE,

@@ -1,6 +1,6 @@
-"""A bank of real verify steps, for the sampled gate's power simulation (simulate.py): what verification read in a
-spec-dec run of the real engine (the target's logits rows and the draft head's drafts), recorded once, then replayed
-through the real rejection sampler (workers/spec/rejection.py) with fresh random streams and any planted rule.
+"""A bank of real verify steps, for the sampled gate's power simulation (lossless_sampled): what verification read
+in a spec-dec run of the real engine (the target's logits rows and the draft head's drafts), recorded once, then
+replayed through the real rejection sampler with fresh random streams and any planted rule.
 
 The model, stated: each recorded step keeps its rows' contexts from the recorded run (a replay that rejects earlier
 than the recording did still reads the recorded rows: each emitted token is judged against the distribution of its
@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ...workers.config import EngineConfig, SamplingParams, SpecConfig
-from ...workers.interface import SampledPosition, ScoredOutput
-from ...workers.spec.rejection import RejectionRule, rejection_verify, request_stream
-from .sampled import SampledSample
+from ..evals.lossless.sampled import SampledSample
+from ..workers.config import EngineConfig, SamplingParams, SpecConfig
+from ..workers.interface import SampledPosition, ScoredOutput
+from ..workers.spec.rejection import RejectionRule, rejection_verify, request_stream
 
 KEEP = 256  # most likely tokens kept per row
 
@@ -64,7 +64,7 @@ def record_bank(
 ) -> list[BankStep]:
     """Decode the prompts with Eagle3 and rejection sampling (the recording's own randomness is irrelevant: only the
     rows and drafts are kept) and return every verify step of theirs."""
-    from ...workers.engine.engine import Engine
+    from ..workers.engine.engine import Engine
 
     config = EngineConfig(
         model=model, spec=SpecConfig(max_draft_len=draft_len, sampling="rejection"), max_batch_size=len(prompts)
@@ -103,7 +103,7 @@ class _Views:
     probability and the mass ranked above it (the plain sampler's function, via the teacher-forcing view)."""
 
     def __init__(self, steps: Sequence[BankStep], params: SamplingParams) -> None:
-        from ...workers.engine.sampling import target_probs
+        from ..workers.engine.sampling import target_probs
 
         self.prob, self.above, self.sums = [], [], []
         for step in steps:

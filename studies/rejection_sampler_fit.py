@@ -6,7 +6,7 @@ A case is one verify step: K + 1 rows of logits, fixed whatever came before (a m
 on the drafts before them), and the drafts (fixed one-hot drafts, or drawn from q per trial for `rejection-q`).
 Position j's token is observed in the trials that accepted drafts 1..j, where it must be distributed as p_j.
 
-`python -m specdec_eval.evals.lossless.simulate sampler` prints the table."""
+`python -m specdec_eval.studies.lossless_sampled sampler` prints the table."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import torch
 from scipy.stats import chi2
 
-from ...workers.config import SamplingParams
-from ...workers.engine.sampling import target_probs
-from ...workers.spec.rejection import CORRECT, RejectionRule, rejection_verify, request_stream, sample_from
+from ..workers.config import SamplingParams
+from ..workers.engine.sampling import target_probs
+from ..workers.spec.rejection import CORRECT, RejectionRule, rejection_verify, request_stream, sample_from
 
 MIN_EXPECTED = 5.0  # chi-square bins with fewer expected counts are pooled into one
 

@@ -3,7 +3,7 @@ drop of `drop` (5 %) is ruled out, with both error rates kept.
 
 **Statistic.** At look k, over the first n_k documents of the seeded order that both sides finished, the relative
 change R_k = AL_B / AL_A - 1 of the cycle-weighted ALs and its standard error SE_k with documents as clusters
-(results/acceptance_paired.py: the same estimate `compare` tests at a fixed n). With several samples per document
+(stats.acceptance_ratio: the same estimate `compare` tests at a fixed n). With several samples per document
 (`--repeats`), a document's cycles and accepted drafts are the sums over its samples (ab_watch.py): the samples of
 one document are not independent, the documents are, so the document stays the unit. Two statistics:
 
@@ -13,7 +13,7 @@ one document are not independent, the documents are, so the document stays the u
 **Two one-sided group-sequential tests.** DROP when T_k < a_k, NO-DROP when T'_k > c_k, otherwise continue.
 a_k spends alpha under R = 0, c_k = -(the same boundaries for beta) spends beta under R = -drop, both over the
 information fraction t_k = n_k / n_max (documents are the units, so information grows with them) with a
-Hwang-Shih-DeCani function (evals/sequential/boundaries.py; gamma -4: close to O'Brien-Fleming, so early looks ask
+Hwang-Shih-DeCani function (stats.group_sequential; gamma -4: close to O'Brien-Fleming, so early looks ask
 for strong evidence and the last look is near the fixed test). Each boundary is computed under its own null with
 no regard for the other, so each stands alone: P(DROP | no change) <= alpha and P(NO-DROP | a drop of `drop`) <=
 beta whether or not the other boundary is acted on. The boundaries are on the normal scale; SE_k is estimated, so
@@ -25,11 +25,11 @@ what that n could detect and how many documents a drop of `drop` needs at the sp
 1 - beta only where n_max documents hold that much information; the design states the documents it needs.
 
 **Error rates** are checked by simulation (`simulate`; tests/evals/test_sequential_acceptance.py on documents like
-the embedded default's, and `python -m specdec_eval.evals.sequential.acceptance_study` from real runs). With looks of
+the embedded default's, and `python -m specdec_eval.studies.sequential_acceptance` from real runs). With looks of
 32 documents (ab's default batch) both are kept. Below that the t is not to be trusted for showing a drop: on the
 embedded default's real documents a single look at ten showed one in 8.8 % of A/Bs with none (the per-document
 changes are skewed and heavy-tailed). So a look of fewer than SMALL_LOOK documents shows a drop by the swap test
-(results/acceptance_paired.py: each document's two sides exchanged, exact under no change) at the boundary's own
+(stats.acceptance_ratio: each document's two sides exchanged, exact under no change) at the boundary's own
 tail probability, Phi(a_k): 3.5 % there. Ruling a drop out stays with the t at every look.
 
 **Identical engines** (the same commit, greedy, float32) give identical counts on every document: R = 0 with
@@ -47,7 +47,7 @@ import numpy as np
 from scipy.special import ndtr
 from scipy.stats import t as student
 
-from ...results.acceptance_paired import (
+from ...stats.acceptance_ratio import (
     DEFAULT_ALPHA,
     DEFAULT_BETA,
     DEFAULT_DROP,
@@ -61,7 +61,7 @@ from ...results.acceptance_paired import (
     ratio_change,
     swap_p_values,
 )
-from .boundaries import Spending, fail_boundaries
+from ...stats.group_sequential import Spending, fail_boundaries
 
 CONTINUE = "CONTINUE"
 MAX_LOOKS = 200

@@ -15,7 +15,7 @@ error sd(all y) / sqrt(N D) is too small by the square root of the design effect
 
 and the effective sample count is n_eff = N D / deff, between D and N D (clamped there: the estimate of deff can
 stray outside [1, N] by chance). With N = 1 every formula reduces to the usual one: se = sd / sqrt(D), deff = 1,
-n_eff = D. `python -m specdec_eval.evals.conditions` checks se against the spread of simulated clustered scores.
+n_eff = D. The clustered_scores study checks se against the spread of simulated clustered scores.
 
 Paired runs (`compare`, `ab`) pair documents, not samples: d_d = m_d(B) - m_d(A), mean difference mean(d), standard
 error sd(d) / sqrt(D), a two-sided normal test (Obuchowski's clustered McNemar test in this form; with one sample per
@@ -31,8 +31,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
-
-from .sample_record import SampleRecord
 
 Groups = Mapping[Any, Sequence[float]]  # document -> its samples' scores (0-100 or 0/1)
 
@@ -147,14 +145,6 @@ def document_signs(a: Groups, b: Groups) -> list[int]:
         if xs and ys:
             diff = sum(map(float, ys)) / len(ys) - sum(map(float, xs)) / len(xs)
             out.append((diff > 0) - (diff < 0))
-    return out
-
-
-def groups_of(samples: Sequence[SampleRecord], filter: str, scale: float = 100.0) -> dict[Any, list[float]]:
-    """One task's sample records grouped by document: doc_id -> their correctness under `filter` (scale for True)."""
-    out: dict[Any, list[float]] = {}
-    for s in samples:
-        out.setdefault(s.doc_id, []).append(scale if s.correct.get(filter) else 0.0)
     return out
 
 

@@ -1,4 +1,4 @@
-"""The sampled lossless gate's seeded simulation: `python -m specdec_eval.evals.lossless.simulate MODE`.
+"""The sampled lossless gate's seeded simulation: `python -m specdec_eval.studies.lossless_sampled MODE`.
 
   null     false-FAIL rate on seeded clean runs (default 500) at the default run's size (10 documents x 256 tokens):
            synthetic distributions (per position, logits = s * N(0, 1) over a 512-token vocabulary, s log-uniform
@@ -6,11 +6,11 @@
            from the plain sampler's distribution, judged exactly (the whole distribution known) and conservatively
            (only the top 20 raw logprobs known, as from an endpoint), under two sampling configurations.
   power    the FAIL rate of each sampled bug class at the default run's size, on real distributions: a bank of the
-           verify steps of a SmolLM2 + Eagle3 run over 10 five-shot GSM8K prompts x 256 tokens (bank.py, which says
+           verify steps of a SmolLM2 + Eagle3 run over 10 five-shot GSM8K prompts x 256 tokens (verify_bank, which says
            how it models a run), replayed through the real rejection sampler with each planted rule.
   smooth   the smooth test's chi-square p-value on exact null draws (u i.i.d. U(0, 1)) at given run sizes: how
            often it falls below each level (the gate's false-FAIL rate rests on it).
-  sampler  the chi-square goodness of fit of the rejection sampler on hand-made distributions (sampler_check.py),
+  sampler  the chi-square goodness of fit of the rejection sampler on hand-made distributions (rejection_sampler_fit),
            correct and with each planted rule.
 
 Every figure is printed with the command's own parameters; `--json` writes them too."""
@@ -29,13 +29,13 @@ import numpy as np
 import torch
 from scipy.stats import beta, kstest
 
-from ...workers.config import SamplingParams
-from ...workers.engine.faults import REJECTION_POINTS, can_change, planted_rule
-from ...workers.engine.sampling import target_probs
-from ...workers.engine.teacher_forcing import view_of_probs
-from ...workers.interface import ScoredOutput
-from ...workers.spec.rejection import CORRECT, RejectionRule
-from .sampled import ALPHA, SampledSample, judge_sampled
+from ..evals.lossless.sampled import ALPHA, SampledSample, judge_sampled
+from ..workers.config import SamplingParams
+from ..workers.engine.faults import REJECTION_POINTS, can_change, planted_rule
+from ..workers.engine.sampling import target_probs
+from ..workers.engine.teacher_forcing import view_of_probs
+from ..workers.interface import ScoredOutput
+from ..workers.spec.rejection import CORRECT, RejectionRule
 
 TOP_LOGPROBS = 20
 CONFIGS = {
@@ -140,7 +140,7 @@ def power_rates(
 ) -> dict[str, dict]:
     """Per class: FAILs over `replicates` replays of the bank, and what caught them (`within_only`: FAILs the
     within-request test alone would give, every other test passing)."""
-    from .bank import _Views, replay
+    from .verify_bank import _Views, replay
 
     views = _Views(steps, params)
     out = {}
@@ -222,10 +222,10 @@ def _null(args) -> dict:
 
 
 def _power(args) -> dict:
-    from .bank import load_bank, record_bank, save_bank
+    from .verify_bank import load_bank, record_bank, save_bank
 
     if args.record:
-        from ..bench.prompts import bench_prompts
+        from ..evals.bench.prompts import bench_prompts
 
         prompts = bench_prompts("gsm8k", args.docs, args.data_dir)
         sampling = SamplingParams(max_new_tokens=args.tokens, temperature=0.7, ignore_eos=True, seed=args.seed)
@@ -286,7 +286,7 @@ def _power(args) -> dict:
 def _smooth(args) -> dict:
     """The smooth test's chi-square p-value against its exact null: u i.i.d. U(0, 1) (what the randomized PIT gives
     a clean run), so the rate of p below each level must be that level at the run's size."""
-    from .pit import smooth_test
+    from ..stats.pit import smooth_test
 
     rng = np.random.default_rng(args.seed)
     levels = (0.05, 0.01, 0.005, 0.01 / 3)
@@ -308,7 +308,7 @@ def _smooth(args) -> dict:
 
 
 def _sampler(args) -> dict:
-    from .sampler_check import CASES, chi_square_check
+    from .rejection_sampler_fit import CASES, chi_square_check
 
     figures = {}
     print(f"sampler: chi-square goodness of fit per position of one verify step, {args.trials} trials per case")
@@ -326,10 +326,10 @@ def _sampler(args) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m specdec_eval.evals.lossless.simulate",
+        prog="python -m specdec_eval.studies.lossless_sampled",
         description="The sampled lossless gate's seeded simulation (false-FAIL rate, power per bug class) and the "
         "rejection sampler's chi-square.",
-        epilog="Example: python -m specdec_eval.evals.lossless.simulate null --runs 500",
+        epilog="Example: python -m specdec_eval.studies.lossless_sampled null --runs 500",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--alpha", type=float, default=ALPHA)

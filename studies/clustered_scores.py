@@ -1,4 +1,4 @@
-"""The clustered standard error checked by simulation: does the error a run states (results/clustered.py) match the
+"""The clustered standard error checked by simulation: does the error a run states (stats.clustered) match the
 spread of its score over repeated runs, when the samples of a question are correlated?
 
 Model: D documents, each with its own probability of a right answer p_d ~ Beta with mean `mean` and intra-class
@@ -8,14 +8,14 @@ standard error and the naive one (all samples as independent). Printed side by s
 of the score (from the model), the simulated one, the root-mean-square of each stated error, the coverage of
 score +- 1.96 se, and the false-FAIL rate of the accuracy gate when nothing changed: the reference is another run of
 the same design and model (the two-sample model TensorRT-LLM's formula assumes), the gate's n the effective sample
-count (evals/gates/clustered.py), against the same gate fed all N x D samples as independent, and the sequential
+count (the accuracy gate), against the same gate fed all N x D samples as independent, and the sequential
 design fed per-document means (evals/sequential/accuracy.py, sigma 50 per document).
 
 `--from-groups FILE` instead resamples a recorded run (JSON {doc: [0 or 1, ...]}): its documents with replacement, each
 with all its samples (a cluster bootstrap: resampling the samples within a document too would count their spread a
 second time), and prints the run's stated error beside the bootstrap spread of its score.
 
-    python -m specdec_eval.evals.conditions --docs 20 --repeats 4 --mean 30 --icc 0.3
+    python -m specdec_eval.studies.clustered_scores --docs 20 --repeats 4 --mean 30 --icc 0.3
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from scipy.special import ndtri
 
-from ...results.clustered import clustered_score
+from ..stats.clustered import clustered_score
 
 Z95 = 1.959964
 
@@ -73,7 +73,7 @@ def simulate(
     n = docs * repeats
     z_alpha = float(ndtri(alpha))
     deff = np.where(se_naive > 0, np.clip((se / np.where(se_naive > 0, se_naive, 1.0)) ** 2, 1.0, repeats), repeats)
-    threshold = ref_score + z_alpha * np.sqrt(2 * 50.0**2 / (n / deff))  # hypothesis.py at n = n_eff
+    threshold = ref_score + z_alpha * np.sqrt(2 * 50.0**2 / (n / deff))  # stats.hypothesis at n = n_eff
     naive_threshold = ref_score + z_alpha * math.sqrt(2 * 50.0**2 / n)
     return SimulationResult(
         docs,
@@ -108,7 +108,7 @@ def _runs(rng: np.random.Generator, docs: int, repeats: int, mean: float, icc: f
 def _sequential_false_fail(m: np.ndarray, ref: np.ndarray, alpha: float) -> float:
     """The group-sequential design (four looks, sigma 50 per document) on per-document means; its boundaries do not
     depend on the reference's value, only the statistic does."""
-    from ..sequential.accuracy import AccuracySequentialDesign
+    from ..evals.sequential.accuracy import AccuracySequentialDesign
 
     docs = m.shape[1]
     design = AccuracySequentialDesign.for_batches(50.0, docs, max(1, docs // 4), alpha=alpha)
@@ -157,9 +157,9 @@ def render(r: SimulationResult) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m specdec_eval.evals.conditions",
+        prog="python -m specdec_eval.studies.clustered_scores",
         description="Check the clustered standard error of a score over several samples per document by simulation.",
-        epilog="example: python -m specdec_eval.evals.conditions --docs 20 --repeats 4 --mean 30 --icc 0.3",
+        epilog="example: python -m specdec_eval.studies.clustered_scores --docs 20 --repeats 4 --mean 30 --icc 0.3",
     )
     parser.add_argument("--docs", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=4)
@@ -189,3 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     for icc in args.icc:
         print(render(simulate(args.docs, args.repeats, args.mean / 100.0, icc, args.sims, args.seed, args.alpha)))
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,3 +1,0 @@
-from .simulate import main
-
-raise SystemExit(main())
