@@ -1,6 +1,6 @@
 """A bank of real verify steps, for the sampled gate's power simulation (simulate.py): what verification read in a
 spec-dec run of the real engine (the target's logits rows and the draft head's drafts), recorded once, then replayed
-through the real rejection sampler (workers/spec/rejection.py) with fresh random streams and any planted rule.
+through the real rejection sampler with fresh random streams and any planted rule.
 
 The model, stated: each recorded step keeps its rows' contexts from the recorded run (a replay that rejects earlier
 than the recording did still reads the recorded rows: each emitted token is judged against the distribution of its
@@ -19,7 +19,8 @@ import torch
 
 from ...workers.config import EngineConfig, SamplingParams, SpecConfig
 from ...workers.interface import SampledPosition, ScoredOutput
-from ...workers.spec.rejection import RejectionRule, rejection_verify, request_stream
+from ...workers.planted.rejection import RejectionRule, ruled_rejection_verify
+from ...workers.sampling.rejection import request_stream
 from .sampled import SampledSample
 
 KEEP = 256  # most likely tokens kept per row
@@ -69,7 +70,7 @@ def record_bank(
     config = EngineConfig(
         model=model, spec=SpecConfig(max_draft_len=draft_len, sampling="rejection"), max_batch_size=len(prompts)
     )
-    engine = Engine(config)
+    engine = Engine.build(config)
     recorder = BankRecorder(keep)
     with engine.executor.tap_verify(recorder):
         engine.generate(list(prompts), sampling)
@@ -103,7 +104,7 @@ class _Views:
     probability and the mass ranked above it (the plain sampler's function, via the teacher-forcing view)."""
 
     def __init__(self, steps: Sequence[BankStep], params: SamplingParams) -> None:
-        from ...workers.engine.sampling import target_probs
+        from ...workers.sampling.keyed import target_probs
 
         self.prob, self.above, self.sums = [], [], []
         for step in steps:
@@ -131,7 +132,7 @@ def replay(
     placed: dict[int, tuple[list[int], list[SampledPosition]]] = {}
     for i, step in enumerate(steps):
         stream = streams.setdefault(step.doc, request_stream(seed * 100_003 + step.doc))
-        emitted = rejection_verify(torch.from_numpy(step.logits), list(step.drafts), params, stream, None, rule)
+        emitted = ruled_rejection_verify(torch.from_numpy(step.logits), list(step.drafts), params, stream, None, rule)
         tokens, positions = placed.setdefault(step.doc, ([], []))
         for row, token in enumerate(emitted):
             tokens.append(int(step.ids[token]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from specdec_eval.workers.config import SamplingParams, SpecConfig
-from specdec_eval.workers.engine.faults import FaultSpec
+from specdec_eval.workers.faults import FaultSpec
 
 from specdec_eval.errors import UserError
 
@@ -84,7 +84,7 @@ def test_random_step_is_seeded():
     assert {FaultSpec.parse("restore@random", seed=s).step for s in range(20)} != {None}
 
 
-# --- behaviour faults: planted bugs that change results (workers/engine/faults.py) ----------------------------------
+# --- behaviour faults: planted bugs that change results ----------------------------------------------------------
 
 GREEDY = SamplingParams(max_new_tokens=24, ignore_eos=True)
 SAMPLED = SamplingParams(max_new_tokens=24, temperature=0.8, top_k=40, ignore_eos=True)
@@ -149,17 +149,17 @@ def test_aux_layers_off_by_one_moves_the_drafts_features_and_no_output(tiny, pla
     (one layer late, every step, recorded once per step); the target computes what it did, so the speculative
     outputs and their twins are the plain run's. (On `tiny` the head is random: its acceptance effect shows on
     SmolLM2, below.)"""
-    from specdec_eval.workers.engine.faults import PlantedBugs
+    from specdec_eval.workers.planted.target import PlantedTarget
 
     asked: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
-    original = PlantedBugs.capture_layers
+    original = PlantedTarget.capture_layers
 
     def spy(self, layers, num_layers, step):
         moved = original(self, layers, num_layers, step)
         asked.append((tuple(layers), tuple(moved)))
         return moved
 
-    monkeypatch.setattr(PlantedBugs, "capture_layers", spy)
+    monkeypatch.setattr(PlantedTarget, "capture_layers", spy)
     engine = make_engine(tiny, "v2", spec=SpecConfig(max_draft_len=3), inject=("aux_layers_off_by_one",))
     spec_out, twin_out = engine.generate_paired(PROMPTS, GREEDY)
     assert [o.token_ids for o in spec_out] == [o.token_ids for o in twin_out] == plain_outputs[GREEDY]
@@ -199,3 +199,23 @@ def test_aux_layers_off_by_one_lowers_smollm2_acceptance_with_identical_outputs(
     ]
     estimate = paired_acceptance(pairs)
     assert estimate.n >= 8 and estimate.relative < -0.01, estimate
+
+
+def _acceptance(engine, prompts) -> tuple[list[list[int]], float]:
+    outs = engine.generate(prompts, PARAMS)
+    return [o.token_ids for o in outs], engine.executor.acceptance.acceptance_rate
+
+
+def test_draft_reads_neighbour_hidden_changes_nothing_at_batch_1_and_lowers_acceptance_above(tiny, fault_free):
+    """The planted draft-indexing bug: alone in its batch a request's draft reads its own hidden states (the clean
+    engine exactly, no firing recorded); beside others it reads its neighbour's, so fewer drafts are accepted while
+    the target, verifying every draft, keeps the outputs the plain run's."""
+    spec = SpecConfig(max_draft_len=3)
+    bug = ("draft_reads_neighbour_hidden",)
+    alone = [_acceptance(make_engine(tiny, spec=spec, max_batch_size=1, inject=i), PROMPTS[:2]) for i in ((), bug)]
+    assert alone[0] == alone[1]
+    clean_tokens, clean_rate = _acceptance(make_engine(tiny, spec=spec), PROMPTS)
+    engine = make_engine(tiny, spec=spec, inject=bug)
+    tokens, rate = _acceptance(engine, PROMPTS)
+    assert tokens == clean_tokens == fault_free and rate < clean_rate
+    assert {e["point"] for e in engine.events.of_type("fault_injected")} == {"draft_reads_neighbour_hidden"}
