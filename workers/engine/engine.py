@@ -38,7 +38,7 @@ from ..model.attn_metadata import AttentionMetadata
 from ..model.causal_lm import CausalLM
 from ..model.layers.paged_kv import PagedKV
 from ..model.parallel import TPGroup
-from ..planted import build_step_parts, rewind_leak_hook
+from ..planted import build_step_parts, planted_worker_class, rewind_leak_hook
 from ..sampling.rejection import request_stream
 from ..spec import spec_method
 from ..spec.base import SpecContext
@@ -150,7 +150,7 @@ class Engine:
             memory=self.memory_budget,
             faults=self.faults,
         )
-        return self.spec_method.worker_class()(context)
+        return planted_worker_class(self.spec_method.worker_class(), self.faults)(context)
 
     def _wants_decode_copy(self) -> bool:
         wanted = self.config.kv_cache.decode_copy

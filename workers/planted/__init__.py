@@ -1,8 +1,7 @@
 """Planted bugs, built into an engine once, when it is built: `--inject CLASS` swaps in a substitute verifier
-(verifier.py, with the rejection sampler's bugs in rejection.py), a wrapper of the target model (target.py) or of
-the spec worker (proposer.py), or a KV-cache manager that leaks (`rewind_leak_hook`). The clean engine step carries
-none of them, only the environmental fault points; the spec worker keeps one of its own (draft_kv_into_target: the
-draft layer writes and reads its KV in the target's last KV layer instead of its own)."""
+(verifier.py, with the rejection sampler's bugs in rejection.py), a wrapper of the target model (target.py), a
+wrapper or subclass of the spec worker (proposer.py), or a KV-cache manager that leaks (`rewind_leak_hook`). The
+clean engine step and the clean workers carry none of them, only the environmental fault points."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from ..faults import REJECTION_POINTS, FaultInjector
 from ..model.causal_lm import CausalLM
 from ..sampling.verify import Verifier
 from ..spec.base import SpecWorkerBase
-from .proposer import NeighbourHiddenProposer
+from .proposer import NeighbourHiddenProposer, planted_worker_class
 from .target import KeptDrafts, PlantedTarget
 from .verifier import PlantedVerifier
 
@@ -53,6 +52,9 @@ def build_step_parts(
     if spec_worker is not None and wants(PROPOSER_POINTS):
         proposer = NeighbourHiddenProposer(spec_worker, faults)
     return StepParts(target, verifier, proposer)
+
+
+__all__ = ["StepParts", "build_step_parts", "planted_worker_class", "rewind_leak_hook"]
 
 
 def rewind_leak_hook(faults: FaultInjector | None, step: Callable[[], int]) -> Callable[[], bool] | None:

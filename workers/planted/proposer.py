@@ -1,8 +1,13 @@
-"""A spec worker wrapped with the proposer-side planted bug `draft_reads_neighbour_hidden`: when the draft proposes
-for a batch of more than one request, each request's draft reads its neighbour's hidden states (the requests' rows
-rolled by one: request r reads request r + 1's, the last the first's). At batch 1 it is exactly the clean engine.
-The target still verifies every draft, so greedy outputs stay lossless; only acceptance falls, and only at batch > 1
-(the class of a draft indexing bug that a single-request check never sees)."""
+"""The proposer-side planted bugs:
+draft_reads_neighbour_hidden  when the draft proposes for a batch of more than one request, each request's draft
+                      reads its neighbour's hidden states (the requests' rows rolled by one: request r reads request
+                      r + 1's, the last the first's). At batch 1 it is exactly the clean engine. The target still
+                      verifies every draft, so greedy outputs stay lossless; only acceptance falls, and only at
+                      batch > 1 (a draft indexing bug a single-request check never sees)
+draft_kv_into_target  the Eagle3 draft layer writes (and reads) its KV in the target's last KV layer instead of its
+                      own. The prompt's KV blocks are shared with the paired twin, which then carries the same
+                      corruption: only a baseline with no spec worker sees it
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import torch
 
 from ..faults import FaultInjector
 from ..spec.base import DraftInput, SpecWorkerBase
+from ..spec.eagle3 import Eagle3OneModelWorker
 
 
 class NeighbourHiddenProposer:
@@ -27,6 +33,21 @@ class NeighbourHiddenProposer:
         if len(step.items) > 1 and self.faults.due("draft_reads_neighbour_hidden", step.step):
             step = replace(step, captured=[_neighbour_rows(c, step.meta.query_start.tolist()) for c in step.captured])
         return self.worker.forward(step)
+
+
+def planted_worker_class(worker_class: type[SpecWorkerBase], faults: FaultInjector | None) -> type[SpecWorkerBase]:
+    """The spec worker class to build: an Eagle3 worker whose draft KV goes into the target's last layer when
+    draft_kv_into_target is asked for (a method without a draft layer has no such path), else `worker_class`."""
+    if faults is None or not faults.wants("draft_kv_into_target") or not issubclass(worker_class, Eagle3OneModelWorker):
+        return worker_class
+    return type(worker_class.__name__, (_DraftKVIntoTarget, worker_class), {})
+
+
+class _DraftKVIntoTarget(Eagle3OneModelWorker):
+    def draft_kv_index(self) -> int:
+        if self.faults.due("draft_kv_into_target", self.step):
+            return self.draft_kv_layer - 1
+        return self.draft_kv_layer
 
 
 def _neighbour_rows(hidden: torch.Tensor, starts: list[int]) -> torch.Tensor:

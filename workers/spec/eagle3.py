@@ -50,10 +50,7 @@ class Eagle3OneModelWorker(SpecWorkerBase):
         self.fault_point("draft_step", index)
 
     def draft_kv_index(self) -> int:
-        """The KV layer the draft head writes and reads: its own, after the target's (the `draft_kv_into_target`
-        fault point: the target's last layer instead, a bug class vLLM has shipped)."""
-        if self.faults is not None and self.faults.due("draft_kv_into_target", self.step):
-            return self.draft_kv_layer - 1
+        """The KV layer the draft head writes and reads: its own, after the target's."""
         return self.draft_kv_layer
 
     def _forward_impl(self, step: DraftInput) -> list[list[int]]:
