@@ -14,7 +14,7 @@ from ..evals.gates.references import lookup, reference_selection
 from ..evals.run_types import EvalOptions
 from ..evals.tasks.registry import TASKS, parse_tasks, task_conditions
 from ..workers.loading.chat_template import ChatTemplateKwargs
-from ..workers.spec.registry import spec_method
+from ..workers.registry import spec_method
 from . import options as o
 
 DEFAULT_MODEL_KEY = "HuggingFaceTB/SmolLM2-135M-Instruct"

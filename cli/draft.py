@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ..workers.spec.train.trainer import DraftTrainConfig
+from ..workers.draft_training.trainer import DraftTrainConfig
 from . import options as o
 from .progress import stderr
 
@@ -67,7 +67,7 @@ def train(
     """
     from ..errors import UserError
     from ..evals.tasks.gsm8k import load_gsm8k_split
-    from ..workers.spec.train.trainer import train_draft
+    from ..workers.draft_training.trainer import train_draft
 
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a folder for the head")

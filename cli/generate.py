@@ -167,7 +167,7 @@ def generate(
         check_draft_model(config.spec, checkpoint.config, preset_of(checkpoint) or model)
     with world_session(env, resolve_device(flags["device"]).type, Layout(tp, tp)) as world:  # NCCL on CUDA, gloo on CPU
         tp_group = world.tp
-        engine = Engine(config, tp_group, checkpoint)
+        engine = Engine.build(config, tp_group, checkpoint)
         with generation_progress(len(prompts), enabled=tp_group.is_leader) as progress:
             outputs = engine.generate(prompts, sampling, progress=progress)
         if events and tp > 1:

@@ -167,7 +167,7 @@ def serve(
         raise UserError("--tp > 1 needs --gpus (one process per TP rank)")
     from ..workers.engine.engine import Engine
 
-    engine = Engine(config)
+    engine = Engine.build(config)
     try:
         serve_engine(engine, engine, server, api_key)
     finally:

@@ -14,9 +14,9 @@ from typing import Any
 from ..results import manifest as mf
 from ..results import store
 from ..workers.config import EngineConfig
-from ..workers.engine.faults import behaviour_faults
+from ..workers.faults import behaviour_faults
 from ..workers.interface import EngineIdentity, InferenceEngine
-from ..workers.spec.registry import spec_method
+from ..workers.registry import spec_method
 from .run_types import EvalOptions
 
 

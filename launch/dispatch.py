@@ -107,7 +107,7 @@ def plain_sibling(engine: Engine, plain_config: EngineConfig) -> Engine:
     """A plain engine beside this rank's spec-dec one (the sampled lossless verdict's scorer): the same target weights
     and TP group, no spec worker, a KV pool of one longest sequence. Every rank builds its own, in step."""
     config = sibling_config(replace(plain_config, max_batch_size=1), engine, None, shares_weights=True)
-    return Engine(config, engine.tp, engine.checkpoint, engine.tokenizer, model=engine.model)
+    return Engine.build(config, engine.tp, engine.checkpoint, engine.tokenizer, model=engine.model)
 
 
 def serve_forever(engine: Engine, world: World) -> None:

@@ -40,7 +40,7 @@ def rank_main(job: Job, result_file: str | None, env: RankEnv) -> dict[str, Any]
     layout = plan_layout(env.world_size, cfg.num_attention_heads, cfg.num_key_value_heads, job.tp)
     device_type = "cuda" if job.engine.device.startswith("cuda") else "cpu"
     with world_session(env, device_type, layout, job.rank_timeout_s) as world:
-        engine = Engine(replace(job.engine, tp_size=layout.tp), world.tp, checkpoint)
+        engine = Engine.build(replace(job.engine, tp_size=layout.tp), world.tp, checkpoint)
         if world.rank != 0:
             (serve_steps_forever if serving else serve_forever)(engine, world)
             return None

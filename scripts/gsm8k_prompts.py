@@ -12,7 +12,7 @@ import argparse
 import json
 
 from specdec_eval.evals.tasks.gsm8k import load_gsm8k_split
-from specdec_eval.workers.spec.train.prompts import fewshot_prompts
+from specdec_eval.workers.draft_training.prompts import fewshot_prompts
 
 
 def main(argv: list[str] | None = None) -> int:

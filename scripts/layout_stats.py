@@ -32,14 +32,16 @@ def module_name(root: Path, path: Path) -> str:
     return ".".join(parts if parts[0] == "specdec_eval" else ["specdec_eval", *parts])
 
 
-def folder_of(module: str) -> str | None:
-    """The folder a module of the package belongs to: 'evals/gates', 'cli', 'specdec_eval' (the leaves at the top)."""
+def folder_of(module: str, packages: frozenset[str] = frozenset()) -> str | None:
+    """The folder a module of the package belongs to: 'evals/gates', 'cli', 'specdec_eval' (the leaves at the top).
+    `packages`: the sub-packages of SPLIT folders ('workers/kv_cache'), so that a sub-package's own `__init__` (and an
+    import of it) counts in that sub-package, not in the folder above it."""
     parts = module.split(".")
     if parts[0] != "specdec_eval":
         return None
     if len(parts) == 1 or parts[1] not in TOP[1:]:
         return "specdec_eval"
-    if parts[1] in SPLIT and len(parts) > 3:
+    if parts[1] in SPLIT and (len(parts) > 3 or ".".join(parts[1:3]).replace(".", "/") in packages):
         return f"{parts[1]}/{parts[2]}"
     return parts[1]
 
@@ -80,17 +82,24 @@ def runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
 def measure(root: Path) -> dict:
     files: dict[str, list[tuple[str, int]]] = defaultdict(list)
     edges: Counter[tuple[str, str]] = Counter()
+    packages = frozenset(
+        f"{top}/{d.name}"
+        for top in SPLIT
+        if (root / top).is_dir()
+        for d in (root / top).iterdir()
+        if (d / "__init__.py").is_file()
+    )
     for top in TOP:
         base = root / top
         for path in sorted(base.rglob("*.py")) if base.is_dir() else []:
             if ".venv" in path.parts:
                 continue
             module = module_name(root, path)
-            folder = folder_of(module) or top
+            folder = folder_of(module, packages) or top
             text = path.read_text(encoding="utf-8")
             files[folder].append((str(path.relative_to(root)), text.count("\n")))
             for node in runtime_imports(ast.parse(text)):
-                targets = {folder_of(m) for m in imported_modules(node, module, path.name == "__init__.py")}
+                targets = {folder_of(m, packages) for m in imported_modules(node, module, path.name == "__init__.py")}
                 for target in targets - {None, folder}:
                     edges[(folder, target)] += 1
     largest = sorted((n, f) for fs in files.values() for f, n in fs)[-5:][::-1]

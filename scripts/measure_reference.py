@@ -34,7 +34,7 @@ def main() -> None:
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    engine = Engine(EngineConfig(model=args.model, kv_cache=KVCacheConfig(version=args.kv_cache)))
+    engine = Engine.build(EngineConfig(model=args.model, kv_cache=KVCacheConfig(version=args.kv_cache)))
     start = time.time()
 
     def progress(done: int, total: int, stats) -> None:

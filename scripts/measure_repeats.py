@@ -97,7 +97,7 @@ def measure(args: argparse.Namespace) -> int:
             )
         )
     else:
-        engine = Engine(
+        engine = Engine.build(
             EngineConfig(
                 model=args.model,
                 device_memory=parse_bytes(args.device_memory),

@@ -13,8 +13,8 @@ import argparse
 import httpx
 from specdec_eval.evals.tasks.gsm8k import load_gsm8k_split
 from specdec_eval.workers.config import EngineConfig, SamplingParams
+from specdec_eval.workers.draft_training.prompts import fewshot_prompts
 from specdec_eval.workers.engine.engine import Engine
-from specdec_eval.workers.spec.train.prompts import fewshot_prompts
 
 
 def vllm_greedy(url: str, model: str, prompt_ids: list[int], n: int) -> tuple[list[int], list[float]]:
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=1234,
         shots_from=load_gsm8k_split(args.data_dir, "train"),
     )
-    engine = Engine(EngineConfig(model="smollm2", dtype="float32", device="cpu"))
+    engine = Engine.build(EngineConfig(model="smollm2", dtype="float32", device="cpu"))
     params = SamplingParams(max_new_tokens=args.max_new_tokens, ignore_eos=True, logprobs=2)
     ours = engine.generate(prompts, params)
     identical, lines = 0, []

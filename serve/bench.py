@@ -18,7 +18,8 @@ from typing import Any
 
 import httpx
 
-from ..workers.config import SamplingParams, from_options
+from ..workers.config import SamplingParams
+from ..workers.engine_options import from_options
 from ..workers.interface import ServingEngine
 from .app import ServerSettings
 from .server import BackgroundServer
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         spec=args.spec,
         max_batch_size=args.max_batch_size,
     )
-    engine = Engine(config)
+    engine = Engine.build(config)
     settings = ServerSettings(args.model, engine.max_seq_len, engine.model_config.vocab_size)
     result = run_bench(engine, settings, args.requests, args.max_tokens)
     what = f"{args.model}, {'plain decoding' if args.spec == 'none' else args.spec}, {engine.device.type}"

@@ -31,11 +31,11 @@ from scipy.stats import beta, kstest
 
 from ..evals.lossless.sampled import ALPHA, SampledSample, judge_sampled
 from ..workers.config import SamplingParams
-from ..workers.engine.faults import REJECTION_POINTS, can_change, planted_rule
-from ..workers.engine.sampling import target_probs
 from ..workers.engine.teacher_forcing import view_of_probs
+from ..workers.faults import REJECTION_POINTS
 from ..workers.interface import ScoredOutput
-from ..workers.spec.rejection import CORRECT, RejectionRule
+from ..workers.planted.rejection import CORRECT, RejectionRule, can_change, planted_rule
+from ..workers.sampling.keyed import target_probs
 
 TOP_LOGPROBS = 20
 CONFIGS = {

@@ -1,4 +1,4 @@
-"""The rejection sampler checked on its own (workers/spec/rejection.py): on small hand-made distributions, the tokens
+"""The rejection sampler checked on its own: on small hand-made distributions, the tokens
 one verify step emits follow the target's sampling distribution p at every position, by a chi-square goodness-of-fit
 test; each planted rule of the sampled classes is the negative control that must fail it where it applies.
 
@@ -18,8 +18,9 @@ import torch
 from scipy.stats import chi2
 
 from ..workers.config import SamplingParams
-from ..workers.engine.sampling import target_probs
-from ..workers.spec.rejection import CORRECT, RejectionRule, rejection_verify, request_stream, sample_from
+from ..workers.planted.rejection import CORRECT, RejectionRule, ruled_rejection_verify
+from ..workers.sampling.keyed import target_probs
+from ..workers.sampling.rejection import request_stream, sample_from
 
 MIN_EXPECTED = 5.0  # chi-square bins with fewer expected counts are pooled into one
 
@@ -79,7 +80,7 @@ def position_counts(case: Case, rule: RejectionRule, trials: int, seed: int) -> 
     counts = [Counter() for _ in range(len(case.logits))]
     for _ in range(trials):
         drafts = list(case.drafts) if q is None else [sample_from(row, stream) for row in q]
-        emitted = rejection_verify(logits, drafts, case.params, stream, q, rule)
+        emitted = ruled_rejection_verify(logits, drafts, case.params, stream, q, rule)
         for j, token in enumerate(emitted):
             counts[j][token] += 1
     return counts

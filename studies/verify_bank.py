@@ -20,7 +20,8 @@ import torch
 from ..evals.lossless.sampled import SampledSample
 from ..workers.config import EngineConfig, SamplingParams, SpecConfig
 from ..workers.interface import SampledPosition, ScoredOutput
-from ..workers.spec.rejection import RejectionRule, rejection_verify, request_stream
+from ..workers.planted.rejection import RejectionRule, ruled_rejection_verify
+from ..workers.sampling.rejection import request_stream
 
 KEEP = 256  # most likely tokens kept per row
 
@@ -69,7 +70,7 @@ def record_bank(
     config = EngineConfig(
         model=model, spec=SpecConfig(max_draft_len=draft_len, sampling="rejection"), max_batch_size=len(prompts)
     )
-    engine = Engine(config)
+    engine = Engine.build(config)
     recorder = BankRecorder(keep)
     with engine.executor.tap_verify(recorder):
         engine.generate(list(prompts), sampling)
@@ -103,7 +104,7 @@ class _Views:
     probability and the mass ranked above it (the plain sampler's function, via the teacher-forcing view)."""
 
     def __init__(self, steps: Sequence[BankStep], params: SamplingParams) -> None:
-        from ..workers.engine.sampling import target_probs
+        from ..workers.sampling.keyed import target_probs
 
         self.prob, self.above, self.sums = [], [], []
         for step in steps:
@@ -131,7 +132,7 @@ def replay(
     placed: dict[int, tuple[list[int], list[SampledPosition]]] = {}
     for i, step in enumerate(steps):
         stream = streams.setdefault(step.doc, request_stream(seed * 100_003 + step.doc))
-        emitted = rejection_verify(torch.from_numpy(step.logits), list(step.drafts), params, stream, None, rule)
+        emitted = ruled_rejection_verify(torch.from_numpy(step.logits), list(step.drafts), params, stream, None, rule)
         tokens, positions = placed.setdefault(step.doc, ([], []))
         for row, token in enumerate(emitted):
             tokens.append(int(step.ids[token]))

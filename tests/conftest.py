@@ -57,7 +57,7 @@ def make_engine(shared, kv: str = "v1", tp=None, **overrides) -> Engine:
         kv_cache=KVCacheConfig(version=kv, **kv_fields),
         **overrides,
     )
-    return Engine(config, tp, checkpoint=ckpt, tokenizer=tokenizer)
+    return Engine.build(config, tp, checkpoint=ckpt, tokenizer=tokenizer)
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,6 @@
 """What the user asks an engine to do: configuration dataclasses. Each validates itself and raises `UserError`
-naming the bad value. The model's own shape is workers/loading/model_config.py."""
+naming the bad value, checking names against the registries (which name their implementations lazily) and the
+fault points; it imports nothing else of the engine. The model's own shape is the loader's `ModelConfig`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 from ..errors import UserError
+from .faults import REJECTION_POINTS, SPEC_POINTS, FaultSpec
+from .registry import KV_CACHE_MANAGERS, method_options, spec_method
 
 MAX_BYTES = 2**63  # sizes are int64 wherever torch and the OS count bytes
 
@@ -58,7 +61,7 @@ def parse_capture_layers(text: str) -> tuple[int, ...]:
 
 
 SPEC_GUARDS = ("template", "none")
-# How a spec-dec engine verifies drafts at temperature > 0 (workers/spec/verify.py, workers/spec/rejection.py):
+# How a spec-dec engine verifies drafts at temperature > 0 (the sampling package):
 #   coupled      keyed sampling: a draft is accepted when it equals the sample keyed by (seed, position), so a
 #                spec-dec run emits exactly the tokens a plain run of the same seed does (identity is checkable)
 #   rejection    rejection sampling as vLLM / SGLang / TensorRT-LLM do it: a one-hot draft d is accepted with
@@ -71,7 +74,7 @@ WARMUP_MODES = ("auto", "on", "off")
 
 @dataclass(frozen=True)
 class SpecConfig:
-    """Speculative decoding with one method of the registry (workers/spec/registry.py). The options common to every
+    """Speculative decoding with one method of the registry. The options common to every
     method come first; each method-specific option is read by the methods whose entry names it, and must stay at
     its default for the others (a `--capture-layers` given to ngram would silently do nothing).
 
@@ -91,8 +94,6 @@ class SpecConfig:
     sampling: str = "coupled"  # how drafts are verified at temperature > 0: one of SPEC_SAMPLINGS
 
     def __post_init__(self) -> None:
-        from .spec.registry import method_options, spec_method  # late: the registry names worker modules
-
         method = spec_method(self.algorithm)
         if not 1 <= self.max_draft_len <= 16:
             raise UserError(f"max draft len must be in 1..16, got {self.max_draft_len}")
@@ -132,13 +133,11 @@ class KVCacheConfig:
     max_util_for_resume: float = 0.95  # v2: quota = max_tokens * bytes_per_token / this
     enable_block_reuse: bool = True
     # Decoding requests attend over a contiguous copy of their KV kept across steps instead of gathering their
-    # blocks every step (workers/kv_cache/decode_copy.py). None: on for CPU, where the gather bounds a decode
+    # blocks every step (the model's decode copy). None: on for CPU, where the gather bounds a decode
     # step, off for CUDA, where the gather is cheap and the copy's memory would come out of the pool's.
     decode_copy: bool | None = None
 
     def __post_init__(self) -> None:
-        from .kv_cache import KV_CACHE_MANAGERS  # the registry (late: kv_cache sizes pools from this module)
-
         if self.version not in KV_CACHE_MANAGERS:
             raise UserError(f"unknown kv-cache version {self.version!r} (known: {', '.join(KV_CACHE_MANAGERS)})")
         if self.block_size < 1:
@@ -166,7 +165,7 @@ class EngineConfig:
     device_memory: int | None = None  # CPU: memory budget in bytes (default 8 GiB); CUDA: total, if capped
     spec: SpecConfig | None = None  # None: plain decoding
     seed: int = 0
-    inject: tuple[str, ...] = ()  # fault injection specs, see workers/engine/faults.py
+    inject: tuple[str, ...] = ()  # fault injection specs (the faults module)
     max_retries: int = 2  # a request in a batch whose forward raised is recomputed at most this often
     # General warmup at the max shapes after the KV pool is sized: "on", "off", or "auto" (on for CUDA only:
     # on this CPU a 4096-token context forward costs seconds each start).
@@ -198,8 +197,6 @@ class EngineConfig:
         """Each --inject parses, and can fire in this configuration: a fault that never fires would make a run
         look as if the engine had survived it. (A fault scheduled past the run's last step cannot be known
         here.)"""
-        from .engine.faults import REJECTION_POINTS, SPEC_POINTS, FaultSpec  # late: faults.py imports torch
-
         for text in self.inject:
             fault = FaultSpec.parse(text, self.seed)
             # A planted code bug (behaviour fault) is in every engine a run builds, the plain ones too (where its path
@@ -222,7 +219,7 @@ class EngineConfig:
                 )
 
     def _runs_warmup(self) -> bool:
-        """Whether the engine will run the general warmup (workers/engine/engine.py: on, or auto on CUDA)."""
+        """Whether the engine will run the general warmup (on, or auto on CUDA)."""
         if self.warmup != "auto":
             return self.warmup == "on"
         if self.device != "auto":
@@ -250,8 +247,6 @@ class EngineConfig:
     def num_extra_kv_layers(self) -> int:
         """KV layers beyond the target's, in the same pool: what the spec method's entry adds (Eagle3: its draft
         layer; ngram: none)."""
-        from .spec.registry import spec_method  # late, as in SpecConfig
-
         return spec_method(self.spec.algorithm).extra_kv_layers if self.spec is not None else 0
 
 
@@ -274,7 +269,7 @@ class SamplingParams:
     ignore_eos: bool = False
     seed: int | None = None  # None: derived from the engine seed and the request index
     # Record each output token's log-probability and this many top alternatives (None: none; 0: the token's own
-    # only). Read from the logits the step already has; the tokens are the same either way (workers/engine/sampling.py).
+    # only). Read from the logits the step already has; the tokens are the same either way.
     logprobs: int | None = None
 
     def __post_init__(self) -> None:
@@ -294,13 +289,3 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW
-
-
-def __getattr__(name: str):
-    """`from_options` lives beside the engine option list it is built from (engine_options.py, which imports this
-    module); it is still importable from here."""
-    if name == "from_options":
-        from .engine_options import from_options
-
-        return from_options
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,7 @@
-"""The engine options, listed once: every command's engine flags (cli/options.py builds them from this list),
-lm-eval's `--model_args` keys (evals/pipeline/lm_adapter.py) and the one builder of an EngineConfig from them,
+"""The engine options, listed once: every command's engine flags (the CLI builds them from this list),
+lm-eval's `--model_args` keys and the one builder of an EngineConfig from them,
 `from_options`. Each entry names the config field that holds its default, so no default is written twice and a
-flag cannot drift from the config (tests/workers/test_engine_option_list.py).
+flag cannot drift from the config (a test holds them together).
 
 Plain data, no CLI library: the name is the builder's keyword and every command's parameter, the flags, the value's
 type, the registry its choices come from, the parse that checks a value with a syntax of its own."""
@@ -27,6 +27,8 @@ from .config import (
     parse_bytes,
     parse_capture_layers,
 )
+from .faults import FaultSpec, behaviour_faults
+from .registry import KV_CACHE_MANAGERS, SPEC_ALGORITHMS
 
 ENGINE, SPEC, FAULTS = "Engine", "Speculative decoding", "Faults"  # the groups of `--help`
 _OWNERS = MappingProxyType({"": EngineConfig, "kv_cache": KVCacheConfig, "spec": SpecConfig})
@@ -50,7 +52,7 @@ class EngineOption:
     fixed_default: Any = None  # only where `field` is None
     min: float | None = None
     max: float | None = None
-    choices: Callable[[], tuple[str, ...]] | None = None  # late: the registries import the config
+    choices: Callable[[], tuple[str, ...]] | None = None  # read when asked: a test may register a method
     parse: Callable[[Any], Any] | None = None  # raises UserError on a bad value; the flag keeps the text
 
     @property
@@ -63,14 +65,10 @@ class EngineOption:
 
 
 def _kv_versions() -> tuple[str, ...]:
-    from .kv_cache import KV_CACHE_MANAGERS
-
     return tuple(KV_CACHE_MANAGERS)
 
 
 def _spec_names() -> tuple[str, ...]:
-    from .spec import SPEC_ALGORITHMS
-
     return ("none", *SPEC_ALGORITHMS)
 
 
@@ -80,8 +78,6 @@ def _memory_size(text: str) -> None:
 
 
 def _fault_specs(texts: Sequence[str]) -> None:
-    from .engine.faults import FaultSpec  # late: it imports torch
-
     for text in texts:
         FaultSpec.parse(text)
 
@@ -216,7 +212,8 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
         "Inject a fault: POINT[:K][@STEP|@random][xCOUNT], POINT one of warmup_oom, prepare_for_spec_dec, "
         "draft_step, target_forward, restore, or a planted bug class: emit_rejected_draft, "
         "draft_kv_into_target, spec_alters_target, rewind_keeps_rejected, accept_off_by_one, "
-        "sample_key_shift, verify_width_numerics, rewind_leaks_blocks, aux_layers_off_by_one, or a sampled "
+        "sample_key_shift, verify_width_numerics, rewind_leaks_blocks, aux_layers_off_by_one, "
+        "draft_reads_neighbour_hidden, or a sampled "
         "class of --spec-sampling rejection: rejection_greedy, residual_keeps_draft, accept_unit_temperature, "
         "spec_filter_order, accept_neighbour_row, restart_stream (repeatable; see selftest --mutants). "
         "Example: draft_step:1@3",
@@ -265,8 +262,6 @@ def from_options(**values: Any) -> EngineConfig:
     v = {name: option.default for name, option in OPTIONS.items()} | values
     spec_cfg = None
     if v["spec"] == "none" and v["inject"]:
-        from .engine.faults import behaviour_faults  # late: faults.py imports torch
-
         bugs = behaviour_faults(v["inject"])
         if bugs:
             raise UserError(f"--inject {bugs[0]!r} can never fire: it is a bug on a spec-dec code path; add --spec")

@@ -51,7 +51,7 @@ def bench_prompts(source: str, count: int, data_dir: str | None) -> list[str]:
         if count > len(BENCH_PROMPTS):
             raise UserError(f"the builtin set has {len(BENCH_PROMPTS)} prompts; use fewer or --prompts gsm8k")
         return BENCH_PROMPTS[:count]
-    from ...workers.spec.train.prompts import fewshot_prompts
+    from ...workers.draft_training.prompts import fewshot_prompts
     from ..tasks.gsm8k import load_gsm8k_split
 
     test = load_gsm8k_split(data_dir, "test")

@@ -26,8 +26,8 @@ def _engines(model: str, memory: str, spec_sampling: str):
     checkpoint = load_checkpoint(model)
     tokenizer = checkpoint.load_tokenizer()
     common = {"model": model, "device_memory": parse_bytes(memory), "kv_cache": KVCacheConfig(enable_block_reuse=False)}
-    plain = Engine(EngineConfig(**common), checkpoint=checkpoint, tokenizer=tokenizer)
-    spec = Engine(
+    plain = Engine.build(EngineConfig(**common), checkpoint=checkpoint, tokenizer=tokenizer)
+    spec = Engine.build(
         EngineConfig(**common, spec=SpecConfig(sampling=spec_sampling)), checkpoint=checkpoint, tokenizer=tokenizer
     )
     return plain, spec

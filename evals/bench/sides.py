@@ -44,10 +44,10 @@ def build_sides(
 ) -> tuple[dict[str, Side], Engine]:
     """The sides in measurement order (ours, spec, hf), and our plain engine; checkpoint and tokenizer: already
     loaded ones to share (else base.model's)."""
-    engine = Engine(base, checkpoint=checkpoint, tokenizer=tokenizer)
+    engine = Engine.build(base, checkpoint=checkpoint, tokenizer=tokenizer)
     sides = {"ours": engine_side(engine)}
     if spec is not None and spec.spec is not None:
-        sides["spec"] = engine_side(Engine(spec, checkpoint=engine.checkpoint, tokenizer=engine.tokenizer))
+        sides["spec"] = engine_side(Engine.build(spec, checkpoint=engine.checkpoint, tokenizer=engine.tokenizer))
     if not skip_hf:
         sides["hf"] = hf_side(engine)
     return sides, engine

@@ -11,7 +11,7 @@ from typing import Any
 
 from ...errors import UserError
 from ...results.run_summary import RunSummary
-from ...workers.engine.faults import behaviour_faults
+from ...workers.faults import behaviour_faults
 from ...workers.interface import EngineIdentity
 from ..lossless.baseline import BaselineRef
 from ..lossless.control import other_shape
@@ -73,7 +73,7 @@ class LocalBackend:
 
         config = side_config(self.config, side)
         if baseline.scorer is None or config.spec is None:
-            return evaluate_side(Engine(config), side, plan, baseline, progress_for)
+            return evaluate_side(Engine.build(config), side, plan, baseline, progress_for)
         # the gate's scorer of sampled outputs: a plain engine beside the run, on its weights while they are intact
         # (building it from the checkpoint again cost more than the scoring itself: `bench --verdict` sampled)
         engine, make_plain = _with_plain_sibling(config)
@@ -101,14 +101,15 @@ class LocalBackend:
     def scorer(self) -> Scorer:
         from ...workers.engine.engine import Engine
 
-        return Scorer(lambda: Engine(side_config(self.config, BASELINE)), LOCAL_SCORER)
+        return Scorer(lambda: Engine.build(side_config(self.config, BASELINE)), LOCAL_SCORER)
 
 
 def _with_plain_sibling(config) -> tuple[Any, Callable[[int], Any]]:
     """The engine of `config` and make_plain(tokens): a plain engine beside it on the same target weights (its own
     KV pool of `tokens` positions, 0: one longest sequence; no spec worker), or on its own weights once the spec
     engine changed the shared ones (the twin audit's WeightSeal, taken before a spec worker is attached)."""
-    from ...workers.engine.engine import Engine, build_target_model
+    from ...workers.engine.engine import Engine
+    from ...workers.engine.parts import build_target_model
     from ...workers.loading.checkpoint import load_checkpoint
     from ...workers.memory.sibling import sibling_config
     from ..lossless.twin_audit import WeightSeal
@@ -116,12 +117,12 @@ def _with_plain_sibling(config) -> tuple[Any, Callable[[int], Any]]:
     checkpoint = load_checkpoint(config.model)
     target = build_target_model(config, checkpoint)
     seal = WeightSeal(target)
-    engine = Engine(config, checkpoint=checkpoint, model=target)
+    engine = Engine.build(config, checkpoint=checkpoint, model=target)
 
     def make_plain(tokens: int) -> Engine:
         model = engine.model if seal.intact() else None  # changed by the spec engine: load its own
         plain = replace(baseline_config(config), max_batch_size=1)  # behaviour faults included: in the build
-        return Engine(
+        return Engine.build(
             sibling_config(plain, engine, tokens, shares_weights=model is not None),
             checkpoint=engine.checkpoint,
             tokenizer=engine.tokenizer,

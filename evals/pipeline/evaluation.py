@@ -17,8 +17,8 @@ from unittest import mock
 from ...errors import UserError
 from ...stats.clustered import clustered_score
 from ...workers.interface import InferenceEngine
+from ...workers.registry import spec_method
 from ...workers.spec.metrics import run_acceptance
-from ...workers.spec.registry import spec_method
 from ..conditions.reference import ConditionCheck, check_conditions
 from ..gates.acceptance import reference_id
 from ..gates.accuracy_gate import accuracy_gate

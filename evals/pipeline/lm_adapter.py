@@ -24,8 +24,9 @@ from lm_eval.api.registry import register_model
 
 from ...errors import UserError
 from ...results.paired import first_divergence
-from ...workers.config import EngineConfig, SamplingParams, from_options
+from ...workers.config import EngineConfig, SamplingParams
 from ...workers.engine.engine import Engine
+from ...workers.engine_options import from_options
 from ...workers.interface import GenerationOutput, InferenceEngine
 from ...workers.loading.chat_template import ChatTemplateKwargs
 from ..conditions.repeats import sample_seed
@@ -73,7 +74,7 @@ class SpecDecLM(LM):
         """engine: any InferenceEngine (else one built from `engine_args`, lm-eval's --model_args); session: what to
         generate and for which documents."""
         super().__init__()
-        self.engine = engine if engine is not None else Engine(engine_config_from_args(engine_args))
+        self.engine = engine if engine is not None else Engine.build(engine_config_from_args(engine_args))
         self.session = session or LMSession()
 
     @property

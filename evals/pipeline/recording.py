@@ -16,7 +16,7 @@ from ...errors import UserError
 from ...results import claims, store
 from ...results import manifest as mf
 from ...results.run_summary import RunSummary
-from ...workers.engine.faults import behaviour_faults
+from ...workers.faults import behaviour_faults
 from ...workers.interface import EngineIdentity, InferenceEngine
 from ..gates.verdict import apply_gates, summarise
 from ..lossless.baseline import ResolvedBaseline

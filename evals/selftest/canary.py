@@ -32,7 +32,7 @@ def _budget_quota(engine: Engine) -> dict[str, int]:
 
 def run_canary(base: EngineConfig, prompts: list[str], max_new_tokens: int, mode: str) -> dict[str, Any]:
     params = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True)
-    clean = Engine(replace(base, warmup="on", spec=replace(base.spec, guard="template")))
+    clean = Engine.build(replace(base, warmup="on", spec=replace(base.spec, guard="template")))
     reference = [o.token_ids for o in clean.generate(prompts, params)]
     budget: dict[str, int] | None = None
     faulty = replace(base, warmup="on")
@@ -44,7 +44,7 @@ def run_canary(base: EngineConfig, prompts: list[str], max_new_tokens: int, mode
         faulty = replace(faulty, kv_cache=kv)
     runs = {"fault-free": _run(clean, reference, prompts, params, Verdict.PASS, generated=True)}
     for guard, expected in (("none", Verdict.FAIL), ("template", Verdict.PASS)):
-        engine = Engine(
+        engine = Engine.build(
             replace(faulty, spec=replace(base.spec, guard=guard)),
             checkpoint=clean.checkpoint,
             tokenizer=clean.tokenizer,

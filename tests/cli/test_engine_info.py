@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from specdec_eval.workers.config import from_options
+from specdec_eval.workers.engine_options import from_options
 from specdec_eval.workers.memory.capacity import capacity_report
 
 from ..cli_helpers import run_cli

@@ -10,7 +10,7 @@ import pytest
 from specdec_eval.evals.bench import verdict_timing as vb
 from specdec_eval.evals.bench.hardware import HardwareLimits
 from specdec_eval.results.run_summary import RunSummary
-from specdec_eval.workers.config import from_options
+from specdec_eval.workers.engine_options import from_options
 from specdec_eval.workers.interface import GenerateStats
 
 from specdec_eval.errors import UserError

@@ -16,8 +16,8 @@ from specdec_eval.evals.lossless.control import (
 from specdec_eval.evals.run_identity import baseline_config, baseline_identity, run_key
 from specdec_eval.evals.run_types import EvalOptions
 from specdec_eval.evals.tasks.registry import parse_tasks
-from specdec_eval.workers.config import from_options
 from specdec_eval.workers.engine.engine import identity_of
+from specdec_eval.workers.engine_options import from_options
 from specdec_eval.workers.interface import EngineIdentity
 
 from ..engine_helpers import FakeEngine

@@ -23,9 +23,9 @@ from specdec_eval.stats.pit import (
 )
 from specdec_eval.studies.lossless_sampled import synthetic_run
 from specdec_eval.workers.config import SamplingParams
-from specdec_eval.workers.engine.sampling import target_probs
 from specdec_eval.workers.engine.teacher_forcing import sampling_view, view_of_probs
 from specdec_eval.workers.interface import SampledPosition, ScoredOutput
+from specdec_eval.workers.sampling.keyed import target_probs
 
 T07 = SamplingParams(temperature=0.7, top_k=20, top_p=0.9)
 T1 = SamplingParams(temperature=1.0)

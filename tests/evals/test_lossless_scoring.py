@@ -15,9 +15,9 @@ from specdec_eval.results.run_summary import Verdict
 from specdec_eval.results.sample_record import SampleRecord
 from specdec_eval.workers.config import EngineConfig, SamplingParams, SpecConfig
 from specdec_eval.workers.engine.engine import identity_of
-from specdec_eval.workers.engine.sampling import target_probs
 from specdec_eval.workers.engine.teacher_forcing import view_of_probs
 from specdec_eval.workers.interface import ScoredOutput
+from specdec_eval.workers.sampling.keyed import target_probs
 
 PARAMS = SamplingParams(temperature=0.7, top_k=50, top_p=0.95)
 VOCAB, DOCS, TOKENS = 64, 6, 200

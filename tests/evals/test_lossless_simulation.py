@@ -9,8 +9,8 @@ import pytest
 import torch
 from specdec_eval.studies.lossless_sampled import CONFIGS, main, null_rates, power_rates
 from specdec_eval.studies.verify_bank import BankStep, load_bank, replay, save_bank
-from specdec_eval.workers.engine.faults import REJECTION_POINTS
-from specdec_eval.workers.spec.rejection import CORRECT
+from specdec_eval.workers.faults import REJECTION_POINTS
+from specdec_eval.workers.planted.rejection import CORRECT
 
 FILTERED = CONFIGS["T=0.7 top-k 20 top-p 0.9"]
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 from specdec_eval.studies.rejection_sampler_fit import CASES, chi_square_check
-from specdec_eval.workers.engine.faults import REJECTION_POINTS, planted_rule
-from specdec_eval.workers.spec.rejection import CORRECT
+from specdec_eval.workers.faults import REJECTION_POINTS
+from specdec_eval.workers.planted.rejection import CORRECT, planted_rule
 
 ALPHA = 0.001
 TRIALS = 20_000

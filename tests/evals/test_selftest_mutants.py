@@ -21,8 +21,9 @@ from specdec_eval.evals.selftest.mutants import (
 )
 from specdec_eval.evals.tasks.registry import TASKS
 from specdec_eval.results.sample_record import SampleRecord
-from specdec_eval.workers.config import from_options
-from specdec_eval.workers.engine.faults import REJECTION_POINTS, PlantedBugs
+from specdec_eval.workers.engine_options import from_options
+from specdec_eval.workers.faults import REJECTION_POINTS
+from specdec_eval.workers.planted.verifier import PlantedVerifier
 
 from specdec_eval.errors import UserError
 
@@ -77,7 +78,7 @@ def test_the_unmutated_tiny_run_passes_every_gate(tmp_path):
 @needs_shared_data
 def test_a_class_that_is_not_really_planted_is_missed(tmp_path, monkeypatch):
     """The matrix's own check: with accept_off_by_one's hook made harmless, the class must show MISSED."""
-    monkeypatch.setattr(PlantedBugs, "_accept_one_more", lambda self, items, logits, emitted, step: emitted)
+    monkeypatch.setattr(PlantedVerifier, "_accept_one_more", lambda self, items, logits, emitted, step: emitted)
     (bug,) = [b for b in BUG_CLASSES if b.name == "accept_off_by_one"]
     report = run_matrix(TINY, OPTIONS, [bug], workdir=str(tmp_path))
     assert not report["ok"] and report["rows"][0]["result"] == "MISSED"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from specdec_eval.workers.engine.attn_metadata import AttentionMetadata, BatchEntry
+from specdec_eval.workers.model.attn_metadata import AttentionMetadata, BatchEntry
 
 
 def _meta() -> AttentionMetadata:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from specdec_eval.workers.config import SamplingParams, SpecConfig
-from specdec_eval.workers.engine.attn_metadata import AttentionMetadata, BatchEntry
+from specdec_eval.workers.model.attn_metadata import AttentionMetadata, BatchEntry
 from specdec_eval.workers.model.layers.attention import paged_attention
 from specdec_eval.workers.model.layers.decode_copy import DecodeCopy
 from specdec_eval.workers.model.layers.paged_kv import LayerKV, PagedKV

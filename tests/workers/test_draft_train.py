@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 import torch
 from specdec_eval.cli.main import main
-from specdec_eval.workers.engine.attn_metadata import AttentionMetadata, BatchEntry
+from specdec_eval.workers.draft_training import trainer
+from specdec_eval.workers.draft_training.collect import FeatureRecorder, collect_shards
+from specdec_eval.workers.draft_training.prompts import fewshot_prompts
+from specdec_eval.workers.draft_training.ttt import ttt_logits
+from specdec_eval.workers.draft_training.vocab import d2t_offsets, draft_vocab, target_to_draft
 from specdec_eval.workers.loading.presets import tiny_config
+from specdec_eval.workers.model.attn_metadata import AttentionMetadata, BatchEntry
 from specdec_eval.workers.model.layers.paged_kv import PagedKV
 from specdec_eval.workers.spec.eagle3_head import build_draft_model
-from specdec_eval.workers.spec.train import trainer
-from specdec_eval.workers.spec.train.collect import FeatureRecorder, collect_shards
-from specdec_eval.workers.spec.train.prompts import fewshot_prompts
-from specdec_eval.workers.spec.train.ttt import ttt_logits
-from specdec_eval.workers.spec.train.vocab import d2t_offsets, draft_vocab, target_to_draft
 
 from ..conftest import make_engine
 

@@ -26,7 +26,7 @@ def test_close_frees_the_kv_pool_and_the_model(tiny):
 
 def test_close_leaves_shared_weights_with_their_other_engine(tiny):
     first = make_engine(tiny)
-    second = Engine(first.config, checkpoint=first.checkpoint, tokenizer=first.tokenizer, model=first.model)
+    second = Engine.build(first.config, checkpoint=first.checkpoint, tokenizer=first.tokenizer, model=first.model)
     shared = weakref.ref(first.model)
     second.close()
     assert shared() is not None and first.generate(["still here"])[0].token_ids

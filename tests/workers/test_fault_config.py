@@ -4,8 +4,9 @@ the engine had survived it. (A fault scheduled past the run's last step cannot b
 from __future__ import annotations
 
 import pytest
-from specdec_eval.workers.config import EngineConfig, SpecConfig, from_options
-from specdec_eval.workers.engine.faults import behaviour_faults
+from specdec_eval.workers.config import EngineConfig, SpecConfig
+from specdec_eval.workers.engine_options import from_options
+from specdec_eval.workers.faults import behaviour_faults
 
 from specdec_eval.errors import UserError
 
@@ -76,7 +77,7 @@ def test_the_spec_dec_baseline_twin_drops_the_faults():
 
 def test_the_inject_help_names_every_fault_point():
     from specdec_eval.cli import options
-    from specdec_eval.workers.engine.faults import FAULT_POINTS
+    from specdec_eval.workers.faults import FAULT_POINTS
 
     help_text = options.Inject.__metadata__[0].help
     assert all(point in help_text for point in FAULT_POINTS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from specdec_eval.workers.config import SamplingParams, SpecConfig
-from specdec_eval.workers.engine.faults import FaultSpec
+from specdec_eval.workers.faults import FaultSpec
 
 from specdec_eval.errors import UserError
 
@@ -84,7 +84,7 @@ def test_random_step_is_seeded():
     assert {FaultSpec.parse("restore@random", seed=s).step for s in range(20)} != {None}
 
 
-# --- behaviour faults: planted bugs that change results (workers/engine/faults.py) ----------------------------------
+# --- behaviour faults: planted bugs that change results ----------------------------------------------------------
 
 GREEDY = SamplingParams(max_new_tokens=24, ignore_eos=True)
 SAMPLED = SamplingParams(max_new_tokens=24, temperature=0.8, top_k=40, ignore_eos=True)
@@ -149,17 +149,17 @@ def test_aux_layers_off_by_one_moves_the_drafts_features_and_no_output(tiny, pla
     (one layer late, every step, recorded once per step); the target computes what it did, so the speculative
     outputs and their twins are the plain run's. (On `tiny` the head is random: its acceptance effect shows on
     SmolLM2, below.)"""
-    from specdec_eval.workers.engine.faults import PlantedBugs
+    from specdec_eval.workers.planted.target import PlantedTarget
 
     asked: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
-    original = PlantedBugs.capture_layers
+    original = PlantedTarget.capture_layers
 
     def spy(self, layers, num_layers, step):
         moved = original(self, layers, num_layers, step)
         asked.append((tuple(layers), tuple(moved)))
         return moved
 
-    monkeypatch.setattr(PlantedBugs, "capture_layers", spy)
+    monkeypatch.setattr(PlantedTarget, "capture_layers", spy)
     engine = make_engine(tiny, "v2", spec=SpecConfig(max_draft_len=3), inject=("aux_layers_off_by_one",))
     spec_out, twin_out = engine.generate_paired(PROMPTS, GREEDY)
     assert [o.token_ids for o in spec_out] == [o.token_ids for o in twin_out] == plain_outputs[GREEDY]
@@ -199,3 +199,46 @@ def test_aux_layers_off_by_one_lowers_smollm2_acceptance_with_identical_outputs(
     ]
     estimate = paired_acceptance(pairs)
     assert estimate.n >= 8 and estimate.relative < -0.01, estimate
+
+
+class _Drafts:
+    """Records the drafts every step verifies (a VerifyTap)."""
+
+    def __init__(self) -> None:
+        self.steps: list[list[tuple[int, ...]]] = []
+
+    def record(self, items, logits) -> None:
+        self.steps.append([tuple(i.request.draft_tokens[: i.num_new_tokens - 1]) for i in items if not i.is_context])
+
+
+def _run(engine, prompts) -> tuple[list[list[int]], list[list[tuple[int, ...]]], float]:
+    drafts = _Drafts()
+    with engine.executor.tap_verify(drafts):
+        outs = engine.generate(prompts, PARAMS)
+    return [o.token_ids for o in outs], drafts.steps, engine.executor.acceptance.acceptance_rate
+
+
+def test_draft_reads_neighbour_hidden_changes_nothing_at_batch_1_and_the_drafts_above(tiny, fault_free):
+    """The planted draft-indexing bug: alone in its batch a request's draft reads its own hidden states (the clean
+    engine exactly: the same drafts, no firing recorded); beside others it reads its neighbour's, so it proposes
+    other drafts and accepts no more, while the target, verifying every draft, keeps the plain run's outputs.
+    (`tiny`'s random head accepts next to nothing, so the fall in acceptance itself shows on SmolLM2.)"""
+    spec = SpecConfig(max_draft_len=3)
+    bug = ("draft_reads_neighbour_hidden",)
+    alone = [make_engine(tiny, spec=spec, max_batch_size=1, inject=i) for i in ((), bug)]
+    assert _run(alone[0], PROMPTS[:2]) == _run(alone[1], PROMPTS[:2])
+    assert alone[1].events.of_type("fault_injected") == []
+    clean_tokens, clean_drafts, clean_rate = _run(make_engine(tiny, spec=spec), PROMPTS)
+    engine = make_engine(tiny, spec=spec, inject=bug)
+    tokens, drafts, rate = _run(engine, PROMPTS)
+    assert tokens == clean_tokens == fault_free and drafts != clean_drafts and rate <= clean_rate
+    assert {e["point"] for e in engine.events.of_type("fault_injected")} == {"draft_reads_neighbour_hidden"}
+
+
+def test_each_request_reads_its_neighbours_rows_rolled_by_one():
+    import torch
+    from specdec_eval.workers.planted.proposer import _neighbour_rows
+
+    hidden = torch.arange(5).float().unsqueeze(-1)  # request 0: rows 0-1, request 1: rows 2-4
+    assert _neighbour_rows(hidden, [0, 2, 5]).squeeze(-1).tolist() == [2, 3, 0, 1, 1]
+    assert _neighbour_rows(hidden, [0, 5]).squeeze(-1).tolist() == [0, 1, 2, 3, 4]  # alone: its own

@@ -1,4 +1,4 @@
-"""The rejection sampler (`--spec-sampling rejection`, workers/spec/rejection.py): its rule on hand-made rows, its
+"""The rejection sampler (`--spec-sampling rejection`): its rule on hand-made rows, its
 per-request random streams through the engine, the option that selects it, and the planted bugs of its path.
 Its distribution is tested by chi-square in tests/evals/test_rejection_sampler_fit.py."""
 
@@ -7,16 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 from specdec_eval.workers.config import EngineConfig, SamplingParams, SpecConfig
-from specdec_eval.workers.engine.faults import REJECTION_POINTS, planted_rule
 from specdec_eval.workers.engine_options import from_options
-from specdec_eval.workers.spec.rejection import (
-    CORRECT,
-    RejectionRule,
-    rejection_verify,
-    request_stream,
-    sample_from,
-)
-from specdec_eval.workers.spec.verify import verify
+from specdec_eval.workers.faults import REJECTION_POINTS
+from specdec_eval.workers.planted.rejection import CORRECT, RejectionRule, planted_rule, ruled_rejection_verify
+from specdec_eval.workers.sampling.rejection import rejection_verify, request_stream, sample_from
+from specdec_eval.workers.sampling.verify import verify
 
 from specdec_eval.errors import UserError
 
@@ -28,7 +23,18 @@ ROWS = torch.log(torch.tensor([[0.5, 0.3, 0.2, 0.0 + 1e-30], [0.1, 0.6, 0.2, 0.1
 
 def _many(drafts, rule: RejectionRule = CORRECT, n: int = 3000, params=T1, q=None) -> list[list[int]]:
     stream = request_stream(7)
-    return [rejection_verify(ROWS, drafts, params, stream, q, rule) for _ in range(n)]
+    if rule == CORRECT:  # the clean sampler itself
+        return [rejection_verify(ROWS, drafts, params, stream, q) for _ in range(n)]
+    return [ruled_rejection_verify(ROWS, drafts, params, stream, q, rule) for _ in range(n)]
+
+
+def test_the_planted_sampler_with_no_bug_planted_is_the_clean_one():
+    """The substitute verifier's sampler, every rule off, draws the same tokens from the same stream."""
+    for drafts in ([0], [1, 1], [3, 2]):
+        clean, ruled = request_stream(5), request_stream(5)
+        assert [rejection_verify(ROWS, drafts, T1, clean) for _ in range(200)] == [
+            ruled_rejection_verify(ROWS, drafts, T1, ruled) for _ in range(200)
+        ]
 
 
 def test_a_draft_of_probability_one_is_always_accepted_and_one_of_probability_zero_never():

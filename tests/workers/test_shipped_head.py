@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from specdec_eval.workers.config import SamplingParams, SpecConfig
+from specdec_eval.workers.draft_training.prompts import STOP, fewshot_prompts
+from specdec_eval.workers.draft_training.trainer import DraftTrainConfig
 from specdec_eval.workers.spec.eagle3_head import SHIPPED_HEADS, read_head_folder, resolve_draft_model
-from specdec_eval.workers.spec.train.prompts import STOP, fewshot_prompts
-from specdec_eval.workers.spec.train.trainer import DraftTrainConfig
 
 from specdec_eval.errors import UserError
 

@@ -9,11 +9,12 @@ from types import SimpleNamespace
 import pytest
 from specdec_eval.evals.run_identity import test_id as run_test_id
 from specdec_eval.evals.run_types import EvalOptions
-from specdec_eval.workers.config import EngineConfig, SamplingParams, SpecConfig, from_options
+from specdec_eval.workers.config import EngineConfig, SamplingParams, SpecConfig
 from specdec_eval.workers.engine.engine import identity_of
+from specdec_eval.workers.engine_options import from_options
+from specdec_eval.workers.registry import unregister
 from specdec_eval.workers.spec import SPEC_ALGORITHMS, SpecMethod, register, spec_method, spec_methods
 from specdec_eval.workers.spec.base import DraftInput, SpecWorkerBase
-from specdec_eval.workers.spec.registry import unregister
 
 from specdec_eval.errors import UserError
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-import specdec_eval.workers.spec.verify as verify_module
+import specdec_eval.workers.sampling.verify as verify_module
 import torch
 from specdec_eval.workers.config import SamplingParams, SpecConfig
-from specdec_eval.workers.engine.sampling import draw_generator, target_probs
-from specdec_eval.workers.spec.verify import greedy_verify
+from specdec_eval.workers.sampling.keyed import draw_generator, target_probs
+from specdec_eval.workers.sampling.verify import greedy_verify
 
 from ..conftest import make_engine
 from ..spec_helpers import OracleWorker, clone_worker

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 from specdec_eval.workers.config import SamplingParams, SpecConfig
-from specdec_eval.workers.engine.sampling import target_probs
 from specdec_eval.workers.engine.teacher_forcing import sampling_view
 from specdec_eval.workers.interface import ScoreRequest
+from specdec_eval.workers.sampling.keyed import target_probs
 
 from ..conftest import make_engine
 

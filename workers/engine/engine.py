@@ -1,4 +1,4 @@
-"""The local engine: `Engine(config)`, an `InferenceEngine` (workers/interface.py).
+"""The local engine: `Engine.build(config)`, an `InferenceEngine`.
 
 Two ways in, one loop: `add_request` / `step` / `abort` (what a server drives, so a request that arrives while
 others decode joins the running batch at the next step, like vLLM's engine core), and `generate(prompts)`, a thin
@@ -17,6 +17,7 @@ import torch
 from ...errors import UserError
 from ..config import EngineConfig, SamplingParams
 from ..events import EventLog
+from ..faults import FaultInjector
 from ..interface import (
     EngineIdentity,
     GenerateStats,
@@ -29,23 +30,21 @@ from ..interface import (
     ScoreRequest,
 )
 from ..kv_cache import make_kv_cache_manager
-from ..kv_cache.layout import KVLayout
-from ..loading.checkpoint import Checkpoint, load_checkpoint, preset_of
+from ..loading.checkpoint import Checkpoint
 from ..loading.tokenizer import encode_any, eos_token_ids
 from ..memory.budget import MemoryBudget
-from ..memory.capacity import plan_capacity
-from ..memory.device import dtype_name, release_memory, resolve_device, resolve_dtype
-from ..memory.profiling import profile_forward
+from ..memory.device import dtype_name, release_memory
+from ..model.attn_metadata import AttentionMetadata
 from ..model.causal_lm import CausalLM
 from ..model.layers.paged_kv import PagedKV
 from ..model.parallel import TPGroup
+from ..planted import build_step_parts, planted_worker_class, rewind_leak_hook
+from ..sampling.rejection import request_stream
 from ..spec import spec_method
-from ..spec.base import DraftBuild, SpecContext
+from ..spec.base import SpecContext
 from ..spec.metrics import AcceptanceStats
-from ..spec.rejection import request_stream
-from .attn_metadata import AttentionMetadata
 from .executor import Executor, StepOutput
-from .faults import FaultInjector, rewind_leak_hook
+from .parts import EngineParts, build_parts, max_seq_len, weights_bytes
 from .request import Request
 from .scheduler import Scheduler
 from .stopping import StopRules
@@ -55,37 +54,46 @@ __all__ = ["Engine", "GenerateStats", "GenerationOutput", "Prompt"]
 
 
 class Engine:
-    def __init__(
-        self,
+    @classmethod
+    def build(
+        cls,
         config: EngineConfig,
         tp: TPGroup | None = None,
         checkpoint: Checkpoint | None = None,
         tokenizer: Any = None,
         model: CausalLM | None = None,
-    ) -> None:
-        """checkpoint / tokenizer: pass already-loaded ones to share them between engines (tests, A/B); model: a
-        target model already built from `checkpoint` in this dtype, on this device and TP group, to share its
-        weights (the twin audit's engine, evals/lossless/twin_audit.py)."""
-        self.config = config
-        self.tp = tp or TPGroup()
-        if config.tp_size != self.tp.size:
-            raise UserError(f"engine config asks for TP size {config.tp_size}, but the TP group has {self.tp.size}")
-        self.checkpoint = checkpoint or load_checkpoint(config.model)
-        self.model_config = self.checkpoint.config
-        self.model_config.check_tp_size(self.tp.size)
-        self.device = resolve_device(config.device)
-        self.dtype = resolve_dtype(config.dtype, self.device)
-        self.max_seq_len = min(config.max_seq_len or 4096, self.model_config.max_position_embeddings)
+    ) -> Engine:
+        """Load the checkpoint, build the models, size the KV cache, construct the engine and run its general warmup
+        (on, or auto on CUDA). checkpoint / tokenizer: already-loaded ones, shared between engines (tests, A/B);
+        model: a target model already built from `checkpoint` in this dtype, on this device and TP group, to share
+        its weights (the twin audit's engine)."""
+        engine = cls(build_parts(config, tp, checkpoint, tokenizer, model))
+        if config.warmup == "on" or (config.warmup == "auto" and engine.device.type == "cuda"):
+            general_warmup(
+                engine.executor,
+                engine.warmup_shapes(),
+                engine.memory_budget,
+                engine._warmup_request,
+                stop_on_oom=engine.tp.size > 1,
+            )
+        return engine
 
-        self.model = model if model is not None else self._build_model()
-        self._tokenizer = tokenizer if tokenizer is not None else self.checkpoint.load_tokenizer()
+    def __init__(self, parts: EngineParts) -> None:
+        """An engine over built parts: its events and faults, the KV pool and its manager, the spec worker, one
+        scheduler and one executor for the engine's life (requests of any caller share the running batch), with
+        any planted bug `--inject` asks for swapped into the step."""
+        config = self.config = parts.config
+        self.tp, self.checkpoint, self._tokenizer = parts.tp, parts.checkpoint, parts.tokenizer
+        self.model_config = self.checkpoint.config
+        self.device, self.dtype = parts.device, parts.dtype
+        self.model, self.draft_model = parts.model, parts.draft_model
+        self.kv_layout, self.memory = parts.kv_layout, parts.memory
+        self.max_seq_len = max_seq_len(config, self.checkpoint)
         self.eos_ids = eos_token_ids(self._tokenizer, self.model_config)
         events_path = config.events_path.format(rank=self.tp.job_rank) if config.events_path else None
         self.events = EventLog(rank=self.tp.job_rank, path=events_path)
         self.faults = FaultInjector.from_strings(config.inject, self.events, config.seed) if config.inject else None
         self.spec_method = spec_method(config.spec.algorithm) if config.spec else None
-        self.draft_model = self._build_draft_model() if self.spec_method else None
-        self.kv_layout = self._size_kv_cache()
         self.kv_manager = make_kv_cache_manager(
             self.kv_layout,
             enable_block_reuse=config.kv_cache.enable_block_reuse,
@@ -96,21 +104,7 @@ class Engine:
         self.kv = PagedKV.allocate(self.kv_layout, self.dtype, self.device, self._wants_decode_copy())
         held = self.weights_bytes + self.kv_layout.total_bytes
         self.memory_budget = MemoryBudget(self.device, self.memory.total_bytes, held, self.events, self.faults)
-        self.spec_worker = None
-        if self.spec_method is not None:
-            context = SpecContext(
-                target=self.model,
-                draft=self.draft_model,
-                kv=self.kv,
-                kv_manager=self.kv_manager,
-                spec=config.spec,
-                events=self.events,
-                tp=self.tp,
-                memory=self.memory_budget,
-                faults=self.faults,
-            )
-            self.spec_worker = self.spec_method.worker_class()(context)
-        # One scheduler and one executor for the engine's life: requests of any caller share the running batch.
+        self.spec_worker = self._build_spec_worker() if self.spec_method is not None else None
         k = self.max_draft_len
         self.scheduler = Scheduler(
             self.kv_manager,
@@ -120,6 +114,7 @@ class Engine:
             kv_lookahead=self.spec_method.kv_lookahead(k) if self.spec_method else 0,  # draft KV past the verified
         )
         self.stop_rules = StopRules(self._tokenizer, self.eos_ids)
+        parts_of_step = build_step_parts(self.model, self.spec_worker, self.faults, lambda: self.executor.num_steps)
         self.executor = Executor(
             self.model,
             self.kv,
@@ -129,40 +124,33 @@ class Engine:
             self.memory_budget,
             self.events,
             self.faults,
-            self.spec_worker,
+            parts_of_step.proposer,
             config.max_retries,
             AcceptanceStats(k) if k else None,
+            target=parts_of_step.target,
+            verifier=parts_of_step.verifier,
         )
         self.last_stats = GenerateStats()
         self.closed = False
         self._next_request_id = 0
         self._served: dict[int, Request] = {}  # requests added one at a time, by id
         self._leaked_reported = 0  # KV blocks already named by a kv_block_leak event
-        if config.warmup == "on" or (config.warmup == "auto" and self.device.type == "cuda"):
-            general_warmup(
-                self.executor,
-                self.warmup_shapes(),
-                self.memory_budget,
-                self._warmup_request,
-                stop_on_oom=self.tp.size > 1,
-            )
 
     # --- construction ---------------------------------------------------------------------------------
 
-    def _build_model(self) -> CausalLM:
-        return build_target_model(self.config, self.checkpoint, self.tp)
-
-    def _build_draft_model(self) -> torch.nn.Module | None:
-        """The spec method's draft model (its registry entry builds it), or None for a method without one."""
-        build = DraftBuild(
-            target=self.model_config,
-            model_name=preset_of(self.checkpoint) or self.config.model,
+    def _build_spec_worker(self):
+        context = SpecContext(
+            target=self.model,
+            draft=self.draft_model,
+            kv=self.kv,
+            kv_manager=self.kv_manager,
             spec=self.config.spec,
+            events=self.events,
             tp=self.tp,
-            dtype=self.dtype,
-            device=self.device,
+            memory=self.memory_budget,
+            faults=self.faults,
         )
-        return self.spec_method.build_draft(build)
+        return planted_worker_class(self.spec_method.worker_class(), self.faults)(context)
 
     def _wants_decode_copy(self) -> bool:
         wanted = self.config.kv_cache.decode_copy
@@ -171,17 +159,7 @@ class Engine:
     @property
     def weights_bytes(self) -> int:
         """Target and draft head parameters on this rank."""
-        modules = [self.model] + ([self.draft_model] if self.draft_model is not None else [])
-        return sum(p.numel() * p.element_size() for m in modules for p in m.parameters())
-
-    def _size_kv_cache(self) -> KVLayout:
-        if self.device.type == "cuda":
-            # The allocator's peak after one forward at the max context shape includes activations before the
-            # pool is sized from what is left.
-            profile_forward(self.model, self.config, self.max_seq_len, self.tp.size, self.dtype, self.device)
-        plan = plan_capacity(self.model_config, self.config, weights_bytes=self.weights_bytes)
-        self.memory = plan.memory
-        return plan.layout
+        return weights_bytes(self.model, self.draft_model)
 
     @property
     def max_draft_len(self) -> int:
@@ -420,7 +398,7 @@ class Engine:
         return [score_continuation(self.executor, context, continuation, limit) for context, continuation in pairs]
 
     def score_outputs(self, requests: Sequence[ScoreRequest]) -> list[ScoredOutput]:
-        """Teacher forcing (workers/engine/teacher_forcing.py): per request, one prefill-shaped pass over prompt +
+        """Teacher forcing: per request, one prefill-shaped pass over prompt +
         output, with each output token's exact place in the sampling distribution it was sampled from."""
         return [self._score_output(r) for r in requests]
 
@@ -473,15 +451,6 @@ class Engine:
     def default_seed(self, index: int) -> int:
         """The sampling seed of prompt `index` of a call when its parameters name none."""
         return self.config.seed * 1_000_003 + index
-
-
-def build_target_model(config: EngineConfig, checkpoint: Checkpoint, tp: TPGroup | None = None) -> CausalLM:
-    """The target model of an engine of this configuration, its weights loaded from the checkpoint (built apart
-    from an engine to be shared: `Engine(..., model=)`)."""
-    device = resolve_device(config.device)
-    model = CausalLM(checkpoint.config, tp or TPGroup()).to(resolve_dtype(config.dtype, device))
-    model.load_weights(checkpoint.tensors())
-    return model.to(device).eval()
 
 
 def identity_of(config: EngineConfig, resolved_dtype: str | None = None) -> EngineIdentity:

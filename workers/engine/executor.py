@@ -2,10 +2,9 @@
 
 schedule -> attention metadata -> target forward (capturing what the spec worker needs) -> verify (plain decoding
 is the K = 0 case of the same pure function) -> optional draft (the spec worker's exception-safe template) -> one
-commit loop -> retire. The fault points are the named calls in it: `target_forward` (half-way through the
-target's layers), and the planted bugs' hooks (`self.bugs`, faults.py: the step's inputs, the capture, the
-logits, the sampling keys, the verified tokens); the draft loop has its own (prepare_for_spec_dec, draft_step:K,
-restore, the draft's KV layer). A forward that raises while serving fails only its batch: each request is recomputed
+commit loop -> retire. Only environmental fault points are called here (`target_forward`, half-way through the
+target's layers; the draft loop has its own); a planted bug is a substitute target, verifier or proposer the engine
+chose when it was built. A forward that raises while serving fails only its batch: each request is recomputed
 (bounded by max_retries) or fails with finish reason "error", both recorded as events.
 """
 
@@ -19,22 +18,22 @@ from typing import Protocol
 import torch
 
 from ..events import EventLog
+from ..faults import FaultInjector
 from ..memory.budget import MemoryBudget, forward_activation_bytes
+from ..model.attn_metadata import AttentionMetadata, BatchEntry
 from ..model.causal_lm import CausalLM
 from ..model.layers.paged_kv import PagedKV
+from ..sampling.keyed import step_logprobs
+from ..sampling.verify import Verifier
 from ..spec.base import DraftInput, SpecWorkerBase
 from ..spec.metrics import AcceptanceStats
-from ..spec.verify import verify_batch
-from .attn_metadata import AttentionMetadata, BatchEntry
-from .faults import FaultInjector, PlantedBugs
 from .request import Request
-from .sampling import step_logprobs
 from .scheduler import ScheduledBatch, ScheduledRequest, Scheduler
 from .stopping import StopRules
 
 
 class FeatureTap(Protocol):
-    """Receives what the target computed in a plain-decoding step (see workers/spec/train/collect.py)."""
+    """Receives what the target computed in a plain-decoding step (draft-head training records it)."""
 
     capture_layers: tuple[int, ...]
 
@@ -43,7 +42,7 @@ class FeatureTap(Protocol):
 
 class VerifyTap(Protocol):
     """Receives what verification reads in every step: the scheduled requests (their drafts) and the logits rows laid
-    out as verify_batch reads them (the sampled gate's power simulation, evals/lossless/bank.py)."""
+    out as the verifier reads them (the sampled gate's power simulation records them)."""
 
     def record(self, items, logits) -> None: ...
 
@@ -71,8 +70,15 @@ class Executor:
         spec_worker: SpecWorkerBase | None = None,
         max_retries: int = 2,
         acceptance: AcceptanceStats | None = None,
+        target=None,
+        verifier: Verifier | None = None,
     ) -> None:
+        """spec_worker: the proposer (a spec worker, or a planted wrapper of one); target: what the step forwards
+        (the model, or a planted wrapper of it; scoring passes use `model` itself); verifier: the clean one unless a
+        planted substitute is given."""
         self.model = model
+        self.target = target if target is not None else model
+        self.verifier = verifier if verifier is not None else Verifier()
         self.kv = kv
         self.scheduler = scheduler
         self.meta = meta  # owned for the engine's life, as real engines keep their buffers
@@ -80,7 +86,6 @@ class Executor:
         self.memory = memory
         self.events = events
         self.faults = faults
-        self.bugs = PlantedBugs(faults, spec_attached=spec_worker is not None)  # no-ops unless --inject asks
         self.spec = spec_worker
         self.max_retries = max_retries
         self.acceptance = acceptance  # every draft cycle verified over the engine's life, warmup excluded
@@ -131,34 +136,19 @@ class Executor:
         input_ids = torch.tensor(
             [t for i in batch.items for t in _step_tokens(i)], dtype=torch.int64, device=meta.device
         )
-        input_ids = self.bugs.step_inputs(batch.items, input_ids, step)
         rows = _verify_rows(batch, meta)
         cfg, tp = self.model.config, self.model.tp.size
         need = forward_activation_bytes(cfg, meta.num_tokens, len(rows), self.kv.element_size, tp)
         self.memory.check(need, "target forward", step, last_of_forward=self.spec is None)
-        layers = self.bugs.capture_layers(self._capture_layers(), self.model.config.num_hidden_layers, step)
-        hidden, captured = self.model(
-            input_ids,
-            meta,
-            self.kv,
-            layers,
-            halfway=lambda: self._fault("target_forward", step),
-            on_capture=self.bugs.capture_hook(step),
+        hidden, captured = self.target(
+            input_ids, meta, self.kv, self._capture_layers(), halfway=lambda: self._fault("target_forward", step)
         )
         if self.feature_tap is not None:
             self.feature_tap.record(batch.items, meta, input_ids, hidden, captured, self.model)
-        logits = self.bugs.verify_logits(batch.items, self.model.compute_logits(hidden[rows]), step)
+        logits = self.target.compute_logits(hidden[rows])
         if self.verify_tap is not None:
             self.verify_tap.record(batch.items, logits)
-        # rank 0 decides, every rank receives
-        emitted = verify_batch(
-            batch.items,
-            logits,
-            self.model.tp,
-            self.bugs.sample_key_shift(batch.items, step),
-            self.bugs.rejection_rules(batch.items, step),
-        )
-        emitted = self.bugs.after_verify(batch.items, logits, emitted, step)
+        emitted = self.verifier(batch.items, logits, self.model.tp, step)  # rank 0 decides, every rank receives
         wanted = any(i.request.sampling.logprobs is not None for i in batch.items)
         logprobs = step_logprobs(batch.items, logits, emitted) if wanted and self.model.tp.is_leader else None
         if self.spec is None:

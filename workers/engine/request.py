@@ -25,7 +25,7 @@ class Request:
     sampling: SamplingParams
     max_new_tokens: int  # sampling.max_new_tokens, clamped to the engine's max_seq_len
     seed: int | None = None  # sampling seed (None: greedy); draws are keyed by it and the position (sampling.py)
-    # --spec-sampling rejection: the request's own random stream, seeded by `seed` (workers/spec/rejection.py); None:
+    # --spec-sampling rejection: the request's own random stream, seeded by `seed` (the rejection sampler); None:
     # the coupled sampler's keyed draws (or greedy)
     stream: torch.Generator | None = field(default=None, repr=False)
     index: int = 0  # position of the prompt in its generate() call (what outputs are ordered and seeded by)
@@ -35,7 +35,7 @@ class Request:
     twin: Request | None = field(default=None, repr=False)
     parked: bool = False
     output_token_ids: list[int] = field(default_factory=list)
-    # sampling.logprobs set: one [logprob, top alternatives] record per output token (workers/engine/sampling.py)
+    # sampling.logprobs set: one [logprob, top alternatives] record per output token (the keyed sampler module)
     output_logprobs: list[list] = field(default_factory=list)
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0  # tokens whose KV is in the cache

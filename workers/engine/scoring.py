@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from ...errors import UserError
-from .attn_metadata import BatchEntry
+from ..model.attn_metadata import BatchEntry
 from .executor import Executor
 
 

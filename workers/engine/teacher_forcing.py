@@ -1,6 +1,6 @@
 """Teacher-forced scoring: the log-probability of every token of a given sequence after what precedes it, from one
 prefill-shaped pass (chunked by the engine's max_num_tokens), with no decoding. What the sampled lossless gate's
-baseline computes for a spec-dec run's outputs (evals/lossless/sampled.py), and what `serve` answers for `echo` and
+baseline computes for a spec-dec run's outputs, and what `serve` answers for `echo` and
 `prompt_logprobs`.
 
 It runs the executor's model, KV pool and attention metadata between engine steps, in KV blocks of its own (no
@@ -20,9 +20,9 @@ import torch
 from ...errors import UserError
 from ..config import SamplingParams
 from ..interface import SampledPosition, ScoredOutput
-from .attn_metadata import BatchEntry
+from ..model.attn_metadata import BatchEntry
+from ..sampling.keyed import filter_logits
 from .executor import Executor
-from .sampling import filter_logits
 
 ROW_CHUNK = 256  # logits rows handled at once: [256, V] float32 is 50 MB for a 49k vocabulary
 # A token outside the sampling support by less than this much logit noise (in nats, on the raw logits) is "edge",

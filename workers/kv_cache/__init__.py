@@ -3,24 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import MappingProxyType
 
 from ...errors import UserError
+from ..registry import KV_CACHE_MANAGERS, resolve
 from .layout import KVLayout, size_kv_cache
 from .manager import KVCacheManager
 from .pool import BlockPool, NoFreeBlocks, block_hash
 from .v1 import KVCacheManagerV1
 from .v2 import KVCacheManagerV2
 
-# Read-only: the CLI offers these names as choices, and nothing should add to them at run time.
-KV_CACHE_MANAGERS: MappingProxyType[str, type[KVCacheManager]] = MappingProxyType(
-    {"v1": KVCacheManagerV1, "v2": KVCacheManagerV2}
-)
-
 
 def manager_class(version: str) -> type[KVCacheManager]:
     try:
-        return KV_CACHE_MANAGERS[version]
+        return resolve(KV_CACHE_MANAGERS[version])
     except KeyError:
         known = ", ".join(KV_CACHE_MANAGERS)
         raise UserError(f"unknown kv-cache version {version!r} (known: {known})") from None

@@ -61,7 +61,7 @@ class KVCacheManager(ABC):
         max_batch_size: int | None = None,
         leaks_on_rewind: Callable[[], bool] | None = None,
     ) -> None:
-        """leaks_on_rewind: the planted bug `rewind_leaks_blocks` (workers/engine/faults.py): asked on every rewind
+        """leaks_on_rewind: the planted bug `rewind_leaks_blocks`: asked on every rewind
         that would give blocks back; True drops them from the request's table without returning them to the pool."""
         if window_tokens < 1:
             raise ValueError(f"window_tokens must be >= 1, got {window_tokens}")

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import torch
 
-from ..engine.faults import FaultInjector
 from ..events import EventLog
+from ..faults import FaultInjector
 from ..loading.model_config import ModelConfig
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..config import EngineConfig
-from ..engine.attn_metadata import AttentionMetadata, BatchEntry
+from ..model.attn_metadata import AttentionMetadata, BatchEntry
 from ..model.causal_lm import CausalLM
 from ..model.layers.paged_kv import PagedKV
 

@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from ...errors import UserError
-from ..engine.attn_metadata import AttentionMetadata
 from ..loading.model_config import ModelConfig
+from .attn_metadata import AttentionMetadata
 from .layers.attention import Attention
 from .layers.linear import VocabParallelLMHead
 from .layers.mlp import SwiGLU

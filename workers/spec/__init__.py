@@ -1,20 +1,17 @@
-"""Speculative decoding: the method registry (registry.py), the exception-safe worker template (base.py), the
-verification rule every method shares (verify.py), and one module per method (eagle3.py with its draft head,
-ngram.py).
+"""Speculative decoding's proposers: the exception-safe worker template (base.py) and one module per method (eagle3.py
+with its draft head, ngram.py). Which token is kept is decided below, in the sampling package.
 
-`SPEC_ALGORITHMS` lists the methods shipped at import (the CLI's choices); `spec_method(name)` is the entry the
-config, the engine and the test ids consult."""
+The method registry lives below the config (the engine's registries); `SPEC_ALGORITHMS`, `spec_method(name)` and
+`spec_worker_class(name)` are offered here as well, for the engine and the test ids."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .registry import SpecMethod, register, spec_method, spec_methods
+from ..registry import SPEC_ALGORITHMS, SpecMethod, register, spec_method, spec_methods
 
 if TYPE_CHECKING:
     from .base import SpecWorkerBase
-
-SPEC_ALGORITHMS: tuple[str, ...] = spec_methods()
 
 __all__ = ["SPEC_ALGORITHMS", "SpecMethod", "register", "spec_method", "spec_methods", "spec_worker_class"]
 

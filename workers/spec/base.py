@@ -1,6 +1,6 @@
 """SpecWorkerBase: the exception-safe template every spec-dec worker inherits.
 
-A spec worker adds drafting to the engine step (workers/engine/executor.py owns the step: target forward, verification,
+A spec worker adds drafting to the engine step (the executor owns the step: target forward, verification,
 commit); it never runs the target itself. The failure this product exists to catch: a forward aborts half-way (a
 tolerated warmup OOM, a bad kernel) after the worker saved attention metadata for its draft loop; nobody restores
 it, and every later step dies at the "never restored" assertion ("Sampling failed"). Here `forward()` is a template
@@ -14,20 +14,23 @@ guard "none" keeps the historical behaviour (no cleanup) on purpose, so the harn
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..config import SpecConfig
-from ..engine.attn_metadata import AttentionMetadata
-from ..engine.faults import FaultInjector
-from ..engine.scheduler import ScheduledRequest
 from ..events import EventLog
+from ..faults import FaultInjector
 from ..kv_cache.manager import KVCacheManager
 from ..loading.model_config import ModelConfig
 from ..memory.budget import MemoryBudget
+from ..model.attn_metadata import AttentionMetadata
 from ..model.causal_lm import CausalLM
 from ..model.layers.paged_kv import PagedKV
 from ..model.parallel import TPGroup
+
+if TYPE_CHECKING:
+    from ..engine.scheduler import ScheduledRequest  # the engine hands these in; spec/ sits below it
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""Eagle3OneModelWorker: chain drafting for the one-model engine step (workers/engine/executor.py runs the target
+"""Eagle3OneModelWorker: chain drafting for the one-model engine step (the executor runs the target
 forward, capturing the three layers this worker asks for, and verifies; then it calls `forward` here).
 
-Per step (DESIGN.md "The engine", shared/reference/eagle3.md §5-7):
+Per step:
 1. save metadata; draft pass 0 over every position the target just processed (target features through `fc`, token
    ids shifted left, the new token last), writing the draft layer's KV; then K-1 single-token steps on the draft's
    own pre-norm output; restore metadata;
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import torch
 
-from ..engine.sampling import target_probs
 from ..memory.budget import draft_activation_bytes
+from ..sampling.keyed import target_probs
+from ..sampling.rejection import sample_from
 from .base import DraftBuild, DraftInput, SpecContext, SpecWorkerBase
 from .eagle3_head import Eagle3DraftModel, build_draft_model, resolve_draft_model
-from .rejection import sample_from
 
 
 def _samples_drafts(item) -> bool:
@@ -50,10 +50,7 @@ class Eagle3OneModelWorker(SpecWorkerBase):
         self.fault_point("draft_step", index)
 
     def draft_kv_index(self) -> int:
-        """The KV layer the draft head writes and reads: its own, after the target's (the `draft_kv_into_target`
-        fault point: the target's last layer instead, the bug class of vLLM PR #25406)."""
-        if self.faults is not None and self.faults.due("draft_kv_into_target", self.step):
-            return self.draft_kv_layer - 1
+        """The KV layer the draft head writes and reads: its own, after the target's."""
         return self.draft_kv_layer
 
     def _forward_impl(self, step: DraftInput) -> list[list[int]]:

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from ...errors import UserError
-from ..engine.attn_metadata import AttentionMetadata
 from ..loading.model_config import ModelConfig
+from ..model.attn_metadata import AttentionMetadata
 from ..model.layers.attention import Attention
 from ..model.layers.linear import linear
 from ..model.layers.mlp import SwiGLU

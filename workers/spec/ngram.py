@@ -1,6 +1,6 @@
 """NgramWorker: prompt-lookup drafting (vLLM's `ngram` method, llama.cpp's lookup decoding). No draft model: the
 K proposals are the tokens that followed the most recent earlier occurrence of the request's last n tokens in its
-own prompt and output. The target verifies them in the engine step like any drafts (workers/spec/verify.py:
+own prompt and output. The target verifies them in the engine step like any drafts (the sampling package:
 greedy, or the keyed sampling rule against a one-hot proposal), so the method is lossless; only the number of
 tokens per target step changes.
 
@@ -10,8 +10,8 @@ proposal is the last token repeated: verification rejects what is wrong at the c
 
 from __future__ import annotations
 
+from ..registry import NGRAM_DEFAULT_SIZE
 from .base import DraftInput, SpecContext, SpecWorkerBase
-from .registry import NGRAM_DEFAULT_SIZE
 
 
 def propose_ngram(history: list[int], n: int, k: int) -> list[int]:

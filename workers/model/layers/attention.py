@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...engine.attn_metadata import AttentionMetadata
 from ...loading.model_config import ModelConfig
+from ..attn_metadata import AttentionMetadata
 from ..parallel import TPGroup
 from .decode_copy import CopyPlan
 from .linear import ColumnParallelLinear, RowParallelLinear

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...engine.attn_metadata import AttentionMetadata
+from ..attn_metadata import AttentionMetadata
 
 _KEY_CHUNK = 256  # key capacity grows in steps of this many positions (a multiple of any block size in use)
 _ROW_CHUNK = 8

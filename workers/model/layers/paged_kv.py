@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ...engine.attn_metadata import AttentionMetadata
 from ...kv_cache.layout import KVLayout
+from ..attn_metadata import AttentionMetadata
 from .decode_copy import CopyPlan, DecodeCopy
 
 

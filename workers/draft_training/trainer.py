@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from ...config import EngineConfig, KVCacheConfig
-from ..eagle3_head import Eagle3DraftModel, Eagle3HeadConfig, default_capture_layers, save_head_folder
+from ..config import EngineConfig, KVCacheConfig
+from ..spec.eagle3_head import Eagle3DraftModel, Eagle3HeadConfig, default_capture_layers, save_head_folder
 from .collect import collect_shards
 from .prompts import fewshot_prompts
 from .ttt import ttt_loss
@@ -108,9 +108,9 @@ class _Collected:
 
 
 def _collect(cfg: DraftTrainConfig, docs: list[dict], data_dir: Path, log: Log) -> _Collected:
-    from ...engine.engine import Engine  # late: the engine pulls in transformers
+    from ..engine.engine import Engine  # late: the engine pulls in transformers
 
-    engine = Engine(
+    engine = Engine.build(
         EngineConfig(
             model=cfg.model,
             max_batch_size=cfg.collect_batch,

@@ -76,7 +76,7 @@ def token_logprobs(rows: torch.Tensor, tokens: list[int], k: int) -> list[TokenL
 
 def step_logprobs(items, logits: torch.Tensor, emitted: list[list[int]]) -> list[list[TokenLogprob] | None]:
     """Per scheduled request of a step, the records of its emitted tokens (None where its request asked for none).
-    The rows are laid out as verification reads them (workers/spec/verify.py): one per context request, 1 + K per
+    The rows are laid out as verification reads them: one per context request, 1 + K per
     generation request; emitted token i of a request was decided by its row i."""
     out: list[list[TokenLogprob] | None] = []
     row = 0

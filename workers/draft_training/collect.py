@@ -13,14 +13,14 @@ from pathlib import Path
 
 import torch
 
-from ...config import SamplingParams
+from ..config import SamplingParams
 from .prompts import STOP
 
 LABEL_CHUNK = 256  # rows of full-vocabulary logits computed at a time (49k columns each for SmolLM2)
 
 
 class FeatureRecorder:
-    """A FeatureTap (workers/engine/executor.py): keeps fp16 features and int32 labels per request and position.
+    """A FeatureTap (the engine step records into it): keeps fp16 features and int32 labels per request and position.
     A request recomputed after preemption records the same positions again; the last recording wins."""
 
     def __init__(self, capture_layers: tuple[int, ...]) -> None:

@@ -1,22 +1,41 @@
-"""The speculative-decoding methods: one `SpecMethod` entry per `--spec` value, and everything the rest of the
-project asks about a method comes from its entry: which SpecConfig options it reads and how they are checked, how
-its draft model is built (or that it has none), its worker class, the KV layers and look-ahead it adds to the pool,
-and its names in test ids and reference files. A new method is one entry (`register`) plus its worker module.
+"""The engine's registries, named lazily: each entry names its implementation as a "module:attribute" string that
+is imported only when an engine is built (`resolve`). So the config validates a name without importing anything
+above it, and this module imports nothing of the engine.
 
-Torch-free on purpose: the config validates a method name and its options without loading any model code; the
-worker and draft builder are named as "module:attribute" strings and imported when an engine is built."""
+The KV-cache managers (`KV_CACHE_MANAGERS`, one per `--kv-cache` version) and the speculative-decoding methods (one
+`SpecMethod` entry per `--spec` value): everything the rest of the project asks about a method comes from its
+entry: which SpecConfig options it reads and how they are checked, how its draft model is built (or that it has
+none), its worker class, the KV layers and look-ahead it adds to the pool, and its names in test ids and reference
+files. A new method is one entry (`register`) plus its worker module."""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from ...errors import UserError
+from ..errors import UserError
 
 if TYPE_CHECKING:
-    from ..config import SpecConfig
+    from .config import SpecConfig
+
+# Read-only: the CLI offers these names as choices, and nothing should add to them at run time.
+KV_CACHE_MANAGERS: MappingProxyType[str, str] = MappingProxyType(
+    {
+        "v1": "specdec_eval.workers.kv_cache.v1:KVCacheManagerV1",
+        "v2": "specdec_eval.workers.kv_cache.v2:KVCacheManagerV2",
+    }
+)
+
+
+def resolve(target: str | Any) -> Any:
+    """The object a "module:attribute" string names (anything else is returned as it is)."""
+    if not isinstance(target, str):
+        return target
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True)
@@ -47,11 +66,11 @@ class SpecMethod:
         return max(0, max_draft_len - 1) if self.draft_writes_kv_ahead else 0
 
     def worker_class(self) -> type:
-        return _load(self.worker)
+        return resolve(self.worker)
 
     def build_draft(self, build: Any) -> Any:
         """The draft model for `build` (a DraftBuild), or None for a method without one."""
-        return None if self.draft_builder is None else _load(self.draft_builder)(build)
+        return None if self.draft_builder is None else resolve(self.draft_builder)(build)
 
 
 _METHODS: dict[str, SpecMethod] = {}
@@ -85,13 +104,6 @@ def method_options() -> dict[str, list[str]]:
         for field in m.options:
             owners.setdefault(field, []).append(m.name)
     return owners
-
-
-def _load(target: str | Any) -> Any:
-    if not isinstance(target, str):
-        return target
-    module, name = target.split(":")
-    return getattr(importlib.import_module(module), name)
 
 
 # --- the shipped methods ------------------------------------------------------------------------------------------
@@ -134,3 +146,5 @@ register(
         reference_name="NGram",
     )
 )
+
+SPEC_ALGORITHMS: tuple[str, ...] = spec_methods()  # the methods shipped (the CLI's choices), before any test adds one

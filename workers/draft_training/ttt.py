@@ -7,7 +7,7 @@ predictions y_p = argmax of the target at position p:
   are the context that later steps attend to), exactly as draft pass 0 writes the draft KV for every position.
 - step j >= 1, anchor a: hidden = the head's own step j-1 output at a, token t_{a+j+1}, position a+j; predicts
   y_{a+j+1}. Its attention sees step-0 keys of anchors <= a plus the keys of its own steps 1..j, which is what
-  the draft KV holds at drafting step j (shared/reference/eagle3.md sections 5 and 8).
+  the draft KV holds at drafting step j.
 
 Later steps run only on a subset of anchors (the loss anchors) to keep a CPU epoch short; losses are weighted
 0.8^j. Hard labels: greedy acceptance only asks whether the head's argmax equals the target's.
@@ -20,8 +20,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ...model.layers.rotary import apply_rotary
-from ..eagle3_head import Eagle3DraftModel
+from ..model.layers.rotary import apply_rotary
+from ..spec.eagle3_head import Eagle3DraftModel
 
 STEP_WEIGHT = 0.8
 
