@@ -26,7 +26,7 @@ from ...launch.job_options import JobOptions
 from ...results.run_summary import RunSummary
 from ...workers.config import EngineConfig
 from ...workers.interface import EngineIdentity
-from ...workers.remote.endpoint_options import EndpointOptions
+from ...workers.remote.client.options import EndpointOptions
 from ..lossless.baseline import BaselineRef
 from ..lossless.scoring import Scorer
 from ..run_types import RunPlan

@@ -14,7 +14,7 @@ from specdec_eval.cli.main import app
 from specdec_eval.evals.run_types import EvalOptions, RunPlan
 from specdec_eval.launch.job_options import JobOptions
 from specdec_eval.workers.engine_options import ENGINE_OPTIONS
-from specdec_eval.workers.remote.endpoint_options import EndpointOptions
+from specdec_eval.workers.remote.client.options import EndpointOptions
 
 from specdec_eval.option_fields import flag, from_values, listed_options
 

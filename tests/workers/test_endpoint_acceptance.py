@@ -1,4 +1,4 @@
-"""Acceptance per request, read from each server's responses (workers/remote/response_acceptance.py): vLLM's
+"""Acceptance per request, read from each server's responses (workers/remote/server/response_acceptance.py): vLLM's
 per-request `metrics.speculative_decoding`, SGLang's `meta_info`, our own serve (vLLM's shape, equal to the engine's
 counters); the TensorRT-LLM JSON source polled during a run so its bounded queue evicts nothing unread."""
 
@@ -16,10 +16,10 @@ from specdec_eval.evals.gates.verdict import acceptance_slack
 from specdec_eval.serve.responses import speculative_decoding
 from specdec_eval.workers.config import SamplingParams, SpecConfig
 from specdec_eval.workers.interface import GenerationOutput
-from specdec_eval.workers.remote.endpoint import EndpointEngine
-from specdec_eval.workers.remote.endpoint_config import EndpointConfig
-from specdec_eval.workers.remote.response_acceptance import response_acceptance
-from specdec_eval.workers.remote.server_metrics import SERVER_DELTA, ResponseTally, ServerAcceptance
+from specdec_eval.workers.remote.client.config import EndpointConfig
+from specdec_eval.workers.remote.client.engine import EndpointEngine
+from specdec_eval.workers.remote.server.metrics import SERVER_DELTA, ResponseTally, ServerAcceptance
+from specdec_eval.workers.remote.server.response_acceptance import response_acceptance
 from specdec_eval.workers.spec.metrics import PER_REQUEST, AcceptanceStats
 
 from ..serve_helpers import MODEL, StubServer, serving, tiny_engine

@@ -9,13 +9,13 @@ import math
 
 import pytest
 from specdec_eval.workers.config import SamplingParams
-from specdec_eval.workers.remote.endpoint import EndpointEngine
-from specdec_eval.workers.remote.endpoint_config import EndpointConfig, EndpointURL
-from specdec_eval.workers.remote.endpoint_logprobs import UnusableLogprobs, parse_logprobs, token_key
-from specdec_eval.workers.remote.response_acceptance import ImpossibleAcceptance, response_acceptance
-from specdec_eval.workers.remote.server_metric_formats import Counters
-from specdec_eval.workers.remote.server_metrics import acceptance_delta
-from specdec_eval.workers.remote.token_text import ids_text_problem
+from specdec_eval.workers.remote.client.config import EndpointConfig, EndpointURL
+from specdec_eval.workers.remote.client.engine import EndpointEngine
+from specdec_eval.workers.remote.client.logprobs import UnusableLogprobs, parse_logprobs, token_key
+from specdec_eval.workers.remote.client.token_text import ids_text_problem
+from specdec_eval.workers.remote.server.metric_formats import Counters
+from specdec_eval.workers.remote.server.metrics import acceptance_delta
+from specdec_eval.workers.remote.server.response_acceptance import ImpossibleAcceptance, response_acceptance
 
 from ..serve_helpers import StubServer, completion
 

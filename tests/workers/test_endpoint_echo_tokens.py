@@ -1,4 +1,4 @@
-"""An echoed scoring must be of the output's own tokens (workers/remote/endpoint_scoring.py): a server whose echo
+"""An echoed scoring must be of the output's own tokens (workers/remote/client/scoring.py): a server whose echo
 lists other tokens than it was sent scored another output, in token-id mode as in text mode."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from specdec_eval.workers.config import SamplingParams
 from specdec_eval.workers.interface import ScoreRequest
-from specdec_eval.workers.remote.endpoint_logprobs import TOKEN_ID_PREFIX
-from specdec_eval.workers.remote.endpoint_scoring import read_scoring
+from specdec_eval.workers.remote.client.logprobs import TOKEN_ID_PREFIX
+from specdec_eval.workers.remote.client.scoring import read_scoring
 
 REQUEST = ScoreRequest((5, 6), (7, 8, 9), SamplingParams(temperature=0.7), 5)
 

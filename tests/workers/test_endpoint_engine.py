@@ -1,4 +1,4 @@
-"""The endpoint engine (workers/remote/endpoint.py): an OpenAI-compatible server driven through lm-eval's own backends.
+"""The endpoint engine: an OpenAI-compatible server driven through lm-eval's own backends.
 
 Fast tests: URLs, configuration, the mapping of our sampling parameters and of servers' answers, and a dead port.
 Slow tests: against llama.cpp's real server (tests/llama_server.py) over the embedded SmolLM2 GGUF."""
@@ -12,10 +12,10 @@ import logging
 import pyarrow.parquet as pq
 import pytest
 from specdec_eval.workers.config import SamplingParams
-from specdec_eval.workers.remote.endpoint import EndpointEngine
-from specdec_eval.workers.remote.endpoint_config import EndpointConfig, EndpointURL
-from specdec_eval.workers.remote.endpoint_requests import gen_kwargs, read_choice
-from specdec_eval.workers.remote.server_metrics import NOT_REPORTED
+from specdec_eval.workers.remote.client.config import EndpointConfig, EndpointURL
+from specdec_eval.workers.remote.client.engine import EndpointEngine
+from specdec_eval.workers.remote.client.requests import gen_kwargs, read_choice
+from specdec_eval.workers.remote.server.metrics import NOT_REPORTED
 
 from specdec_eval.errors import UserError
 
@@ -451,7 +451,7 @@ def test_sampled_requests_carry_a_seed_only_when_asked(mode, sends):
 
 
 def test_a_server_that_dies_on_seeded_sampling_is_told_to_run_without_seeds():
-    from specdec_eval.workers.remote.server_failure import server_failure_line
+    from specdec_eval.workers.remote.server.failure import server_failure_line
 
     dead = {
         "type": "engine_dead",

@@ -9,8 +9,8 @@ import math
 from specdec_eval.evals.lossless.sampled import SampledSample, place
 from specdec_eval.workers.config import SamplingParams
 from specdec_eval.workers.interface import ScoreRequest
-from specdec_eval.workers.remote.endpoint_requests import Answer
-from specdec_eval.workers.remote.endpoint_scoring import ScoringChannel, merged, read_scoring
+from specdec_eval.workers.remote.client.requests import Answer
+from specdec_eval.workers.remote.client.scoring import ScoringChannel, merged, read_scoring
 
 T07 = SamplingParams(temperature=0.7)
 KEYS = {"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "\ufffd": -9}

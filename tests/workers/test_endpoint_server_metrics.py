@@ -1,4 +1,4 @@
-"""Acceptance scraped from servers (workers/remote/server_metrics.py, workers/remote/server_metric_formats.py). The
+"""Acceptance scraped from servers (workers/remote/server/metrics.py, workers/remote/server/metric_formats.py). The
 metric texts and JSON below are written here in each exporter's documented format (names, labels, fields), not copied
 from any server's output."""
 
@@ -9,8 +9,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from specdec_eval.workers.remote.server_metric_formats import parse_metrics_response, parse_prometheus
-from specdec_eval.workers.remote.server_metrics import NOT_REPORTED, ResponseTally, ServerAcceptance, acceptance_delta
+from specdec_eval.workers.remote.server.metric_formats import parse_metrics_response, parse_prometheus
+from specdec_eval.workers.remote.server.metrics import NOT_REPORTED, ResponseTally, ServerAcceptance, acceptance_delta
 from specdec_eval.workers.spec.metrics import AcceptanceStats
 
 

@@ -1,4 +1,4 @@
-"""A server that stops answering ends the run quickly and says why (workers/remote/stall_watch.py, the endpoint
+"""A server that stops answering ends the run quickly and says why (workers/remote/server/stall_watch.py, the endpoint
 engine's loop): against a fake server that hangs after its Nth request while /health answers 200, the run fails in
 about the stall window instead of timeouts x retries x remaining documents, every unanswered document a failed
 request, the cause named from the server's log when a signature explains it."""
@@ -9,10 +9,10 @@ import time
 
 import pytest
 from specdec_eval.workers.config import SamplingParams
-from specdec_eval.workers.remote.endpoint import EndpointEngine
-from specdec_eval.workers.remote.endpoint_config import EndpointConfig
-from specdec_eval.workers.remote.server_failure import server_failure_line
-from specdec_eval.workers.remote.stall_watch import StallPolicy, StallWatch, time_without_watch
+from specdec_eval.workers.remote.client.config import EndpointConfig
+from specdec_eval.workers.remote.client.engine import EndpointEngine
+from specdec_eval.workers.remote.server.failure import server_failure_line
+from specdec_eval.workers.remote.server.stall_watch import StallPolicy, StallWatch, time_without_watch
 
 from specdec_eval.errors import UserError
 
@@ -170,7 +170,7 @@ def test_a_server_that_answers_is_never_cut_short(tiny):
 
 
 def test_sent_prompts_withhold_a_line_that_quotes_one():
-    from specdec_eval.workers.remote.endpoint_requests import SentPrompts
+    from specdec_eval.workers.remote.client.requests import SentPrompts
 
     sent = SentPrompts()
     assert sent.withhold("anything at all") == "anything at all"  # nothing sent yet

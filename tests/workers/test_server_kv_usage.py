@@ -1,11 +1,11 @@
-"""A server's KV usage from its metrics (workers/remote/server_kv_usage.py): each engine's gauge, and the check that
+"""A server's KV usage from its metrics (workers/remote/server/kv_usage.py): each engine's gauge, and the check that
 it returns to its idle value after a run drained (else the fields of a `kv_leak` event)."""
 
 from __future__ import annotations
 
 import json
 
-from specdec_eval.workers.remote.server_kv_usage import KVUsage, check_drained, parse_kv_usage
+from specdec_eval.workers.remote.server.kv_usage import KVUsage, check_drained, parse_kv_usage
 
 VLLM = """# TYPE vllm:kv_cache_usage_perc gauge
 vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25

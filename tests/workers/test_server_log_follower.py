@@ -1,4 +1,4 @@
-"""Following a server's log while it is written (workers/remote/server_log/follower.py): from its first byte, lines
+"""Following a server's log while it is written (workers/remote/server/log/follower.py): from its first byte, lines
 completed later, which table reads it (named, from the server's identity, or recognised from the content), and
 secrets scrubbed before anything is kept."""
 
@@ -9,8 +9,8 @@ import time
 
 import pytest
 from specdec_eval.workers.events import EventLog, event_line
-from specdec_eval.workers.remote.server_log import ServerLog, format_of_server
-from specdec_eval.workers.remote.server_log.follower import MAX_LINE_BYTES
+from specdec_eval.workers.remote.server.log import ServerLog, format_of_server
+from specdec_eval.workers.remote.server.log.follower import MAX_LINE_BYTES
 
 from specdec_eval.errors import UserError
 from specdec_eval.redaction import redact_text
@@ -84,7 +84,7 @@ def test_secrets_never_reach_the_events(tmp_path):
 
 
 def test_the_run_line_names_a_dead_engine_from_its_log(tmp_path):
-    from specdec_eval.workers.remote.server_failure import server_failure_line
+    from specdec_eval.workers.remote.server.failure import server_failure_line
 
     path = tmp_path / "server.log"
     path.write_text(SEED_LOG)
@@ -95,7 +95,7 @@ def test_the_run_line_names_a_dead_engine_from_its_log(tmp_path):
 
 
 def test_the_run_line_names_a_failing_log_line_or_metric_leak_never_our_own_engines_events():
-    from specdec_eval.workers.remote.server_failure import server_failure_line
+    from specdec_eval.workers.remote.server.failure import server_failure_line
 
     ours = {"type": "kv_block_leak", "num_blocks": 3}  # a local run's own engine: no server failed it
     assert server_failure_line([ours, {"type": "spec_state_leak"}]) is None

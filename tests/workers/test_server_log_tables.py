@@ -1,4 +1,4 @@
-"""Every signature table (workers/remote/server_log/tables.py) against the exact lines of
+"""Every signature table (workers/remote/server/log/tables.py) against the exact lines of
 ../shared/reference/engine-logs.md, each wrapped in its engine's own line prefix, and lines of our own where the
 reference marks a text unconfirmed (said so beside each). Multi-line tracebacks: TensorRT-LLM's seed failure."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from specdec_eval.workers.events import EventLog, event_line
-from specdec_eval.workers.remote.server_log import LOG_FORMATS, LogMatcher
+from specdec_eval.workers.remote.server.log import LOG_FORMATS, LogMatcher
 
 from specdec_eval import event_types
 

@@ -1,4 +1,4 @@
-"""Starting the server ourselves (workers/remote/server_process.py): its output captured into a log, a wait until it
+"""Starting the server ourselves (workers/remote/server/process.py): its output captured into a log, a wait until it
 answers with the log's last lines when it dies first or never answers, a stop by SIGTERM then SIGKILL, and the
 command recorded with its secrets scrubbed. The server here is a few lines of Python (real processes: slow)."""
 
@@ -11,7 +11,7 @@ import tempfile
 import time
 
 import pytest
-from specdec_eval.workers.remote.server_process import ServerCommand, ServerProcess, ServerStartFailed
+from specdec_eval.workers.remote.server.process import ServerCommand, ServerProcess, ServerStartFailed
 
 from ..llama_server import free_port
 
@@ -95,7 +95,7 @@ def test_one_that_never_answers_times_out_and_is_stopped(tmp_path):
 def test_a_captured_log_is_removed_at_the_end_and_its_lines_are_counted(tmp_path, monkeypatch):
     """Without --server-log the server's output went to a file in the system's temp folder that stayed there, one
     per run, with whatever the server printed (keys included). Now it lives while the run does."""
-    from specdec_eval.workers.remote.server_watch import CAPTURED, ServerWatch
+    from specdec_eval.workers.remote.server.watch import CAPTURED, ServerWatch
 
     temp = tmp_path / "temp"
     temp.mkdir()

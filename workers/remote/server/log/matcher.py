@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ...events import parse_event_line
+from ....events import parse_event_line
 from .signature import LogFormat, Signature
 from .tables import GENERIC, GENERIC_TAGS
 

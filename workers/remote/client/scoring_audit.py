@@ -1,5 +1,5 @@
 """Does a server's echo score tokens with the distribution that generated them? Checked once per run before its
-echoed logprobs are trusted (workers/remote/endpoint_scoring.py ScoringChannel), on the server's own greedy output:
+echoed logprobs are trusted (`client.scoring` ScoringChannel), on the server's own greedy output:
 generate a few tokens after a prompt with their top logprobs, then echo prompt + those tokens, and compare what each
 answer gives every token and alternative (the median difference: a near-tie that swaps in or out of the top 5 moves
 one entry, not the verdict; comparing alternatives, not only the token's own logprob, tells the rows apart even for a
@@ -31,7 +31,7 @@ def audit_echo(
 ) -> dict[str, Any]:
     """{"agrees": bool | None, "reading": ..., "tokens": m, "median_abs_diff": ...} (and "reason" when it does not
     agree); agrees None when the check could not be made (the server gave no generation logprobs, or refused, or its
-    output cannot be sent back as text): then the echo is not trusted either (endpoint_scoring.py)."""
+    output cannot be sent back as text): then the echo is not trusted either (`client.scoring`)."""
     body = {
         "model": model,
         "prompt": prompt,

@@ -2,8 +2,8 @@
 polled during it: `ServerAcceptance.polling`), as the run's delta in our layout (`AcceptanceStats.to_dict()`,
 workers/spec/metrics.py) plus "source" (which endpoint and names were read) and "scope" ("run": a delta over this
 run; "server_lifetime": the server gives only an average since it started). Which server exports what, and how
-each defines acceptance: workers/remote/server_metric_formats.py. The delta is the fallback: where responses carry
-per-request counts (workers/remote/response_acceptance.py), `ResponseTally` sums those instead, and "basis" says
+each defines acceptance: `server.metric_formats`. The delta is the fallback: where responses carry
+per-request counts (`server.response_acceptance`), `ResponseTally` sums those instead, and "basis" says
 which a figure came from."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 
-from ..spec.metrics import AcceptanceStats, run_acceptance
+from ...spec.metrics import AcceptanceStats, run_acceptance
+from .metric_formats import Counters, parse_metrics_response
 from .response_acceptance import acceptance_fields, response_acceptance
-from .server_metric_formats import Counters, parse_metrics_response
 
 NOT_REPORTED = "not reported by this server"
 POLL_EVERY_S = 1.0  # TensorRT-LLM keeps 1000 iterations: many seconds of decoding even on a fast GPU
@@ -273,7 +273,7 @@ def _add(a: Counters, b: Counters) -> Counters:
 
 class ResponseTally:
     """Acceptance from per-response fields (vLLM's `metrics.speculative_decoding`, SGLang's `meta_info`, our serve's;
-    workers/remote/response_acceptance.py), summed over a run's responses; `result()` is None when no response
+    `server.response_acceptance`), summed over a run's responses; `result()` is None when no response
     carried them."""
 
     def __init__(self, max_draft_len: int | None = None) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-from ...errors import UserError
-from .endpoint_config import EndpointConfig, EndpointURL
+from ....errors import UserError
+from .config import EndpointConfig, EndpointURL
 
 PROBE_TIMEOUT_S = 30.0
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from ....event_types import (
+from .....event_types import (
     CUDA_GRAPH_FAILED,
     CUDA_OOM,
     ENGINE_DEAD,

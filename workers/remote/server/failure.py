@@ -1,11 +1,11 @@
-"""The one line a run prints, and its summary keeps, when its server failed it (workers/remote/server_watch.py
+"""The one line a run prints, and its summary keeps, when its server failed it (`server.watch`
 finds why): from the run's events alone, so it imports nothing that talks to a server."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...event_types import FAILING_EVENTS
+from ....event_types import FAILING_EVENTS
 
 # What a server says when it cannot sample with a per-request seed (vLLM's CPU build, 0.32: its engine core dies),
 # and what to do about it.

@@ -8,7 +8,7 @@ Which gauge, as a fraction of the pool in use (cached blocks that can be reused 
 - SGLang (`--enable-metrics`): `sglang:token_usage`;
 - TensorRT-LLM: `trtllm_kv_cache_utilization` on /prometheus/metrics, or the last iteration's `kvCacheStats`
   (usedNumBlocks / maxNumBlocks) in the JSON iteration stats on /metrics. Those drain on every read, so they are read
-  here only when the acceptance scraper does not read them (workers/remote/server_metrics.py), and an idle server
+  here only when the acceptance scraper does not read them (`server.metrics`), and an idle server
   has no iteration to report: the check then cannot judge (said, never a PASS).
 When the gauge is updated only by engine steps (vLLM), the value after the last step is what an idle server shows."""
 

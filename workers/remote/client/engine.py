@@ -8,13 +8,13 @@ and it returns texts only. A run needs one outcome per request (a failed or time
 failure with its reason, never an empty answer scored as wrong), finish reasons, and each output as soon as it is
 done. So every request goes through the backend's `model_call` (lm-eval's payload, auth header, timeout and POST)
 and `parse_generations` (lm-eval's reading of the answer), each in a thread of our pool (`concurrency`), with
-lm-eval's retry policy applied per request (workers/remote/endpoint_requests.py).
+lm-eval's retry policy applied per request (`client.requests`).
 
-Beyond the answers (workers/remote/server_watch.py): the engine can start the server itself (`serve_cmd`), follows
+Beyond the answers (`server.watch`): the engine can start the server itself (`serve_cmd`), follows
 its log from its start (`server_log`), whose known lines join this engine's events; a server that stops answering
 ends the run at once with a `server_stalled` event naming the cause its log gives, every unanswered document a failed
-request (workers/remote/stall_watch.py); after each call the server's KV usage must return to its idle value
-(workers/remote/server_kv_usage.py), else a `kv_leak` event.
+request (`server.stall_watch`); after each call the server's KV usage must return to its idle value
+(`server.kv_usage`), else a `kv_leak` event.
 
 Token ids: the server's when it returns them (vLLM's `token_ids` / `prompt_token_ids`); otherwise the local
 tokenizer's encoding of the returned text and of the prompt (`stats["token_ids_source"]` says which). Re-encoding
@@ -30,10 +30,10 @@ from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, wait
 from typing import Any
 
-from ...errors import UserError
-from ..config import SamplingParams
-from ..events import EventLog
-from ..interface import (
+from ....errors import UserError
+from ...config import SamplingParams
+from ...events import EventLog
+from ...interface import (
     EngineIdentity,
     GenerateStats,
     GenerationOutput,
@@ -43,13 +43,18 @@ from ..interface import (
     ScoredOutput,
     ScoreRequest,
 )
-from ..loading.chat_template import render_chat
-from ..loading.tokenizer import encode_any
+from ...loading.chat_template import render_chat
+from ...loading.tokenizer import encode_any
+from ..server.kv_usage import ServerKVUsage
+from ..server.metrics import ResponseTally, ServerAcceptance
+from ..server.response_acceptance import response_acceptance
+from ..server.stall_watch import StallWatch
+from ..server.watch import ServerWatch
+from .config import EndpointConfig, EndpointURL, load_local_tokenizer
 from .daemon_pool import DaemonPool
-from .endpoint_config import EndpointConfig, EndpointURL, load_local_tokenizer
-from .endpoint_logprobs import UnusableLogprobs, parse_logprobs, token_key
-from .endpoint_probe import probe_server
-from .endpoint_requests import (
+from .logprobs import UnusableLogprobs, parse_logprobs, token_key
+from .probe import probe_server
+from .requests import (
     Answer,
     Choice,
     SentPrompts,
@@ -61,12 +66,7 @@ from .endpoint_requests import (
     read_choice,
     server_message,
 )
-from .endpoint_scoring import ScoringChannel
-from .response_acceptance import response_acceptance
-from .server_kv_usage import ServerKVUsage
-from .server_metrics import ResponseTally, ServerAcceptance
-from .server_watch import ServerWatch
-from .stall_watch import StallWatch
+from .scoring import ScoringChannel
 from .token_text import ids_text_problem
 
 # Servers whose model card says they take vLLM's return_tokens_as_token_ids (logprobs then name token ids, not texts)
@@ -94,7 +94,7 @@ class EndpointEngine:
         else:
             tokenizer_source = "given"
         self._tokenizer = tokenizer
-        self._token_key = token_key(tokenizer)  # a server's token texts as numbers (endpoint_logprobs.py)
+        self._token_key = token_key(tokenizer)  # a server's token texts as numbers (`client.logprobs`)
         self._headers = config.headers()
         self._secrets = (*self.url.secrets, *([config.resolved_api_key()] if config.resolved_api_key() else []))
         self.watch = ServerWatch(
@@ -129,7 +129,7 @@ class EndpointEngine:
         self.events = EventLog(rank=0)
         self._tally = ResponseTally(k)  # per-request acceptance, when the responses carry it
         self._last_stats = GenerateStats()
-        self._scoring: ScoringChannel | None = None  # made at the first scoring (endpoint_scoring.py)
+        self._scoring: ScoringChannel | None = None  # made at the first scoring (`client.scoring`)
         self._identity = EngineIdentity(
             kind="endpoint",
             model=served,
@@ -402,7 +402,7 @@ class EndpointEngine:
         )
 
     def score_outputs(self, requests: Sequence[ScoreRequest]) -> list[ScoredOutput]:
-        """Teacher forcing through the completions API's echo (workers/remote/endpoint_scoring.py: as token ids, or as
+        """Teacher forcing through the completions API's echo (`client.scoring`: as token ids, or as
         text where the server refuses ids), `concurrency` requests at a time, each with lm-eval's retry policy; a
         request the server cannot score has its `error`. How the server took them joins its record."""
         if self._scoring is None:
@@ -455,8 +455,8 @@ class EndpointEngine:
 
     def reported_acceptance(self) -> dict[str, Any] | None:
         """The server's spec-decode acceptance since this engine connected: the sum of the responses' per-request
-        counts (workers/remote/response_acceptance.py) when they carry them, with the server-wide counter delta
-        beside it ("server_wide") as a cross-check; else that delta alone (workers/remote/server_metrics.py), its
+        counts (`server.response_acceptance`) when they carry them, with the server-wide counter delta
+        beside it ("server_wide") as a cross-check; else that delta alone (`server.metrics`), its
         "basis" saying it is the fallback; None when the server reports neither (`identity.server
         ["acceptance_source"]` then says so)."""
         delta = self.metrics.delta()

@@ -1,6 +1,6 @@
 """A thread pool whose threads are daemons. `concurrent.futures.ThreadPoolExecutor` joins its threads when the
 interpreter exits, so one request stuck on a server that stopped answering would keep the process alive until its
-timeout (an hour by default). A run that gives up on such a server (workers/remote/stall_watch.py) must be able to
+timeout (an hour by default). A run that gives up on such a server (`server.stall_watch`) must be able to
 leave those requests behind: here they die with the process."""
 
 from __future__ import annotations

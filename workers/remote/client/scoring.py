@@ -5,7 +5,7 @@ the completions API (shared/reference/sampling-at-temperature.md §4). The promp
 - vLLM's `prompt_logprobs: k` where the server takes vLLM's extensions (vLLM, our serve): per prompt token
   {token id: {logprob, rank, decoded_token}} for the token and its top k; token ids, no text to match;
 - else `logprobs: k` (OpenAI's legacy completions shape: tokens, token_logprobs, top_logprobs), tokens named by
-  text and matched through the same keys as generated logprobs (endpoint_logprobs.py).
+  text and matched through the same keys as generated logprobs (`client.logprobs`).
 
 A server returns the raw logprobs (before temperature and filters) by default, and only the top k: the sampled
 gate then places each token conservatively within them (evals/lossless/pit.py).
@@ -17,7 +17,7 @@ output's tokens among the echoed ones (`expected`: the keys the output's tokens 
 token the request generates or at the very end, and refuses an answer where they are not there (a server that
 splits the text otherwise scored other tokens than the output's).
 
-**Audit** (workers/remote/scoring_audit.py): before a server's echoed logprobs score a run, its echo of its own greedy
+**Audit** (`client.scoring_audit`): before a server's echoed logprobs score a run, its echo of its own greedy
 output must give those tokens the logprobs its generation gave them; a server whose echo describes another position
 (llama-cpp-python 0.3.x) is read one position back when that agrees, and otherwise has every scoring refused
 with the reason, so the gate says NO-GATE, not FAIL."""
@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..interface import OutputKeys, ScoredOutput, ScoreRequest
+from ...interface import OutputKeys, ScoredOutput, ScoreRequest
 from .echo_tokens import LEGACY_MAX_LOGPROBS, locate
 from .scoring_audit import BYTE_PIECES, ONE_BACK, audit_echo
 
@@ -131,9 +131,9 @@ def _from_echo(
 ) -> ScoredOutput:
     """OpenAI's legacy shape: tokens named by text (or "token_id:N"), the scored output after the prompt, which must
     echo as the output's own tokens (a server or proxy that echoes others scored another output). one_back: a
-    token's distribution is the top logprobs of the entry before it (llama-cpp-python's echo, workers/remote/
-    scoring_audit.py), whose `keep` highest are that distribution's top (the entry adds its own token's value, which
-    may sit anywhere below them); a token not listed there has logprob NaN (unknown, below the top)."""
+    token's distribution is the top logprobs of the entry before it (llama-cpp-python's echo, see
+    `client.scoring_audit`), whose `keep` highest are that distribution's top (the entry adds its own token's value,
+    which may sit anywhere below them); a token not listed there has logprob NaN (unknown, below the top)."""
     n = len(output.ids)
     tokens, values = logprobs.get("tokens") or [], logprobs["token_logprobs"]
     tops = logprobs.get("top_logprobs") or [None] * len(values)
@@ -231,7 +231,7 @@ class ScoringChannel:
         return scored
 
     def _audit(self, request: ScoreRequest) -> dict[str, Any]:
-        """The echo's check against the server's own generation (workers/remote/scoring_audit.py), made once, on the
+        """The echo's check against the server's own generation (`client.scoring_audit`), made once, on the
         first request's prompt; vLLM's prompt_logprobs (keyed by id, per position) are not audited. Where the
         server's greedy output there holds byte pieces that print alike (which text cannot pair), the check moves on
         to that prompt followed by a part of the request's output, whose continuation is another."""

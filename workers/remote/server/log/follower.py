@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ....errors import UserError
-from ....user_files import kind_of
+from .....errors import UserError
+from .....user_files import kind_of
 from .matcher import LogMatcher
 from .tables import GENERIC_FORMAT, LOG_FORMATS
 

@@ -20,7 +20,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from ..logprob_records import record_problem, records_problem
+from ...logprob_records import record_problem, records_problem
 
 TOKEN_ID_PREFIX = "token_id:"  # vLLM's name of a token under return_tokens_as_token_ids (our serve names them so too)
 

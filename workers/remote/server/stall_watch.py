@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ...errors import UserError
+from ....errors import UserError
 
 DEFAULT_STALL_FACTOR = 10.0
 DEFAULT_STALL_FLOOR_S = 60.0
@@ -109,7 +109,7 @@ def time_without_watch(
     timeout_s: float, retries: int, unanswered: int, concurrency: int, max_backoff_s: float = 10.0
 ) -> float:
     """What the same unanswered documents cost without the watch: each waits `timeout_s` per attempt, `1 + retries`
-    attempts (a timeout is retried) with the backoff between them (workers/remote/endpoint_requests.py: 0.5 x 2^(n-1)
+    attempts (a timeout is retried) with the backoff between them (`client.requests`: 0.5 x 2^(n-1)
     s, within 1..10), `concurrency` documents at a time."""
     backoff = sum(min(max_backoff_s, max(1.0, 0.5 * 2.0 ** (n - 1))) for n in range(1, retries + 1))
     per_document = (1 + retries) * timeout_s + backoff

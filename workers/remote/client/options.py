@@ -8,23 +8,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...errors import UserError
-from ...option_fields import flag
-from ..config import EngineConfig
-from .endpoint_config import (
+from ....errors import UserError
+from ....option_fields import flag
+from ...config import EngineConfig
+from ..server.kv_usage import DRAIN_TIMEOUT_S
+from ..server.log import AUTO, LOG_FORMAT_NAMES
+from ..server.process import DEFAULT_STARTUP_TIMEOUT_S
+from ..server.stall_watch import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
+from .config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,
     REQUEST_SEED_MODES,
     EndpointConfig,
 )
-from .server_kv_usage import DRAIN_TIMEOUT_S
-from .server_log import AUTO, LOG_FORMAT_NAMES
-from .server_process import DEFAULT_STARTUP_TIMEOUT_S
-from .stall_watch import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S
 
 ENDPOINT = "Endpoint (any OpenAI-compatible server)"
-SERVER = "Endpoint: the server's process, log and health (workers/remote/server_watch.py)"
+SERVER = "Endpoint: the server's process, log and health (`server.watch`)"
 
 
 @dataclass(frozen=True)

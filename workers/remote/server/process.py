@@ -1,5 +1,5 @@
 """A server the run starts itself (`--serve-cmd "CMD"`): the command runs in a session of its own with its stdout and
-stderr in one log file (which workers/remote/server_log/ follows), the run waits until it answers, and stops it
+stderr in one log file (which `server.log` follows), the run waits until it answers, and stops it
 afterwards: SIGTERM to its whole process group, SIGKILL after a grace period. What is recorded of the command has its
 secrets scrubbed (specdec_eval/redaction.py: keys, tokens, `user:password@` in URLs).
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import httpx
 
-from ...errors import UserError
-from ...redaction import REDACTED, redact_argv, redact_text
+from ....errors import UserError
+from ....redaction import REDACTED, redact_argv, redact_text
 
 DEFAULT_STARTUP_TIMEOUT_S = 900.0  # a large model's load and warmup on a busy machine
 DEFAULT_STOP_GRACE_S = 30.0

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import SamplingParams
-from ..loading.chat_template import ChatTemplateKwargs
+from ...config import SamplingParams
+from ...loading.chat_template import ChatTemplateKwargs
 
 # HTTP statuses worth another attempt: the server may answer next time (overload, gateway, rate limit).
 TRANSIENT_STATUSES = {408, 425, 429, 500, 502, 503, 504}
@@ -263,7 +263,7 @@ class Choice:
     prompt_token_ids: list[int] | None
     completion_tokens: int | None  # the server's usage count
     prompt_tokens: int | None
-    logprobs: list[list] | None = None  # asked for: per token [logprob, alternatives, key] (endpoint_logprobs.py)
+    logprobs: list[list] | None = None  # asked for: per token [logprob, alternatives, key] (`client.logprobs`)
     logprobs_problem: str | None = None  # the server sent logprobs that cannot be evidence: why (then logprobs None)
 
 

@@ -1,9 +1,8 @@
-"""What an endpoint run knows about its server beyond the answers: the server process it started (`serve_cmd`,
-workers/remote/server_process.py), the server's log followed from its start (`server_log`, or the started process's
-output; workers/remote/server_log/) and the table that reads it, whether the server has stopped answering
-(workers/remote/stall_watch.py), and whether its KV usage returns to idle after a run (workers/remote/
-server_kv_usage.py). `ServerWatch` owns them for the run: it starts them before the first request and stops them at
-the end; the endpoint engine records what it finds as events."""
+"""What an endpoint run knows about its server beyond the answers: the server process it started (`serve_cmd`), the
+server's log followed from its start (or the started process's output) and the table that reads it, whether the
+server has stopped answering, and whether its KV usage returns to idle after a run. `ServerWatch` owns them for the
+run: it starts them before the first request and stops them at the end; the endpoint engine records what it finds
+as events."""
 
 from __future__ import annotations
 
@@ -16,12 +15,12 @@ from typing import Any
 
 import httpx
 
-from ...event_types import FAILING_EVENTS
-from ...redaction import redact_text
-from .server_kv_usage import KVUsage, ServerKVUsage, check_drained
-from .server_log import ServerLog, format_of_server
-from .server_metrics import NOT_REPORTED
-from .server_process import DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_STOP_GRACE_S, ServerProcess
+from ....event_types import FAILING_EVENTS
+from ....redaction import redact_text
+from .kv_usage import KVUsage, ServerKVUsage, check_drained
+from .log import ServerLog, format_of_server
+from .metrics import NOT_REPORTED
+from .process import DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_STOP_GRACE_S, ServerProcess
 from .stall_watch import Stall, StallWatch
 
 CAPTURED = "the server's output, read while it ran and removed at the end"
@@ -97,7 +96,7 @@ class ServerWatch:
         return leak
 
     def stalled(self, watch: StallWatch, in_flight: Mapping[int, float]) -> Stall | None:
-        """Whether the server has stopped answering (stall_watch.py), with what the log and the process say."""
+        """Whether the server has stopped answering (`server.stall_watch`), with what the log and the process say."""
         fatal, seen_at = self.fatal()
         return watch.check(time.monotonic(), in_flight, seen_at if fatal is not None else None, self.exited())
 

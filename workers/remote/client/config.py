@@ -13,16 +13,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ...errors import UserError
-from ...user_files import describe
-from ..config import DTYPES
-from ..kv_cache import KV_CACHE_MANAGERS
-from ..loading.chat_template import ChatTemplateKwargs
-from ..spec import SPEC_ALGORITHMS
-from .server_kv_usage import DRAIN_TIMEOUT_S
-from .server_log import AUTO, check_log_format
-from .server_process import DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_STOP_GRACE_S, ServerCommand
-from .stall_watch import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S, StallPolicy
+from ....errors import UserError
+from ....user_files import describe
+from ...config import DTYPES
+from ...kv_cache import KV_CACHE_MANAGERS
+from ...loading.chat_template import ChatTemplateKwargs
+from ...spec import SPEC_ALGORITHMS
+from ..server.kv_usage import DRAIN_TIMEOUT_S
+from ..server.log import AUTO, check_log_format
+from ..server.process import DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_STOP_GRACE_S, ServerCommand
+from ..server.stall_watch import DEFAULT_STALL_FACTOR, DEFAULT_STALL_FLOOR_S, StallPolicy
 
 # Long generations (GPQA's 32k-token answers on real models) take many minutes per request on a busy server.
 DEFAULT_TIMEOUT_S = 3600.0
@@ -43,15 +43,15 @@ class EndpointConfig:
     max_retries: retries after the first attempt of a request that failed transiently (connection, timeout, 5xx,
     408, 429); a 4xx answer is not retried. spec / max_draft_len / kv_cache / dtype / tp_size: declared, recorded.
 
-    The server beyond its answers (workers/remote/server_watch.py):
+    The server beyond its answers (`server.watch`):
     serve_cmd: start the server with this command (its stdout and stderr become its log), wait until `url` answers
     (at most startup_timeout_s), stop it at the end (SIGTERM, SIGKILL after stop_grace_s). The command is recorded
     with its secrets scrubbed.
     server_log: the server's log file, followed from its start (with serve_cmd: where its output goes, else a
     temporary file removed at the end; without serve_cmd it must exist: a regular file); its known lines become
-    events (workers/remote/server_log/). server_log_format: the signature table that reads it ("auto": from the
+    events (`server.log`). server_log_format: the signature table that reads it ("auto": from the
     server's identity, else from the log's content).
-    stall_factor / stall_floor_s: a server that stops answering ends the run (workers/remote/stall_watch.py).
+    stall_factor / stall_floor_s: a server that stops answering ends the run (`server.stall_watch`).
     kv_drain_timeout_s: how long the server's KV usage may take to return to idle after a run (0: not checked).
     request_seeds: "per-sample" (each sampled request carries its sample's seed: reproducible draws) or "none"
     (no seed, as production traffic mostly is; some servers cannot sample with one).
@@ -252,7 +252,7 @@ def load_local_tokenizer(tokenizer: str | None, model: str | None) -> tuple[Any,
     """(tokenizer, where it came from). `tokenizer`: a Hugging Face folder, a tokenizer name already in the local
     cache (nothing is downloaded), or anything `--model` takes (a preset, a .gguf file or a folder holding one).
     Without it, the tokenizer of `model` (its GGUF or HF folder). Raises UserError when neither gives one."""
-    from ..loading.checkpoint import load_checkpoint
+    from ...loading.checkpoint import load_checkpoint
 
     if tokenizer is None and model is None:
         raise UserError("an endpoint run needs a local tokenizer: pass --tokenizer (HF folder or name) or --model")

@@ -1,5 +1,5 @@
 """The acceptance metrics of inference servers, read into one shape (`Counters`): which numbers each server exports,
-how it defines them, and how they become ours (workers/remote/server_metrics.py turns them into a run's delta).
+how it defines them, and how they become ours (`server.metrics` turns them into a run's delta).
 
 Ours: a draft cycle is one target step that carried drafts; AL = 1 + accepted drafts / cycles (bonus included);
 acceptance rate = accepted drafts / drafted tokens; per-position rate i = cycles whose draft i was accepted / cycles.
@@ -27,7 +27,7 @@ How each server defines its numbers, and how they become ours:
   decoded before the run. Per response, `meta_info.spec_verify_ct` (verify steps) with `completion_tokens` gives
   AL = (completion_tokens - 1) / spec_verify_ct (the first token comes from prefill, not from a verify step;
   SGLang's own tests divide completion_tokens by spec_verify_ct, which counts that token too): `ResponseTally`
-  in workers/remote/server_metrics.py.
+  in `server.metrics`.
 - llama.cpp's own C++ server (`llama-server --metrics`): `llamacpp:spec_decode_num_drafts_total` (verify steps),
   `..._num_draft_tokens_total`, `..._num_accepted_tokens_total`: the vLLM shape, no per-position counters.
 - llama-cpp-python's server exports none of these: "not reported by this server".

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..spec.metrics import AcceptanceStats
+from ...spec.metrics import AcceptanceStats
 
 VLLM_SOURCE = "vllm per-request metrics.speculative_decoding"
 SGLANG_SOURCE = "sglang per-request meta_info.spec_verify_ct"
