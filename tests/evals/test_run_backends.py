@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from specdec_eval.evals.pipeline import run as pipeline_run
-from specdec_eval.evals.pipeline.backend_endpoint import EndpointBackend
-from specdec_eval.evals.pipeline.backend_local import LocalBackend
-from specdec_eval.evals.pipeline.backend_torchrun import JOB_DRIVER, TorchrunBackend
 from specdec_eval.evals.pipeline.backends import BACKENDS, RunTarget, make_backend
+from specdec_eval.evals.pipeline.backends.endpoint import EndpointBackend
+from specdec_eval.evals.pipeline.backends.local import LocalBackend
+from specdec_eval.evals.pipeline.backends.torchrun import JOB_DRIVER, TorchrunBackend
 from specdec_eval.launch.rank_main import load_driver
 from specdec_eval.serve.job_driver import JOB_DRIVER as SERVE_DRIVER
 from specdec_eval.workers.config import EngineConfig

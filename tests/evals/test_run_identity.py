@@ -57,8 +57,8 @@ def test_planted_bugs_stay_in_the_baseline_key_and_environmental_faults_do_not(t
     """A behaviour fault is a code patch: the baseline's build carries it, so a mutated baseline's key never equals a
     clean run's, and such a run may pair; an environmental fault acts on one engine: a separate clean
     baseline."""
-    from specdec_eval.evals.pipeline.backend_local import LocalBackend
     from specdec_eval.evals.pipeline.backends import RunTarget
+    from specdec_eval.evals.pipeline.backends.local import LocalBackend
     from specdec_eval.workers.config import SpecConfig
 
     options = EvalOptions(parse_tasks("gsm8k_smoke"))

@@ -9,18 +9,18 @@ from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
-from ...errors import UserError
-from ...results.run_summary import RunSummary
-from ...workers.engine.faults import behaviour_faults
-from ...workers.interface import EngineIdentity
-from ..lossless.baseline import BaselineRef
-from ..lossless.control import other_shape
-from ..lossless.scoring import Scorer
-from ..run_identity import baseline_config
-from ..run_types import RunPlan
-from .backends import Abilities, RunTarget, refuse_baseline_endpoint
-from .one_run import ProgressFor, evaluate_side
-from .run_sides import BASELINE, Side, side_config, side_identity
+from ....errors import UserError
+from ....results.run_summary import RunSummary
+from ....workers.engine.faults import behaviour_faults
+from ....workers.interface import EngineIdentity
+from ...lossless.baseline import BaselineRef
+from ...lossless.control import other_shape
+from ...lossless.scoring import Scorer
+from ...run_identity import baseline_config
+from ...run_types import RunPlan
+from ..one_run import ProgressFor, evaluate_side
+from ..run_sides import BASELINE, Side, side_config, side_identity
+from . import Abilities, RunTarget, refuse_baseline_endpoint
 
 
 class LocalBackend:
@@ -32,7 +32,7 @@ class LocalBackend:
 
     @cached_property
     def abilities(self) -> Abilities:
-        from ...workers.memory.device import dtype_name, resolve_device, resolve_dtype
+        from ....workers.memory.device import dtype_name, resolve_device, resolve_dtype
 
         config = self.config
         # Environmental faults act on one engine (they would touch the twins too), so those runs get a separate clean
@@ -59,7 +59,7 @@ class LocalBackend:
         check_draft_model(self.config)
 
     def identity(self, side: Side) -> EngineIdentity:
-        from ...workers.engine.engine import identity_of
+        from ....workers.engine.engine import identity_of
 
         return side_identity(identity_of(side_config(self.config, side)), side)
 
@@ -69,7 +69,7 @@ class LocalBackend:
     def evaluate(
         self, side: Side, plan: RunPlan, baseline: BaselineRef, progress_for: ProgressFor | None
     ) -> RunSummary:
-        from ...workers.engine.engine import Engine
+        from ....workers.engine.engine import Engine
 
         config = side_config(self.config, side)
         if baseline.scorer is None or config.spec is None:
@@ -83,7 +83,7 @@ class LocalBackend:
     def evaluate_paired(
         self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None, score_sampled: bool = False
     ) -> RunSummary:
-        from .paired_run import run_paired
+        from ..paired_run import run_paired
 
         engine, make_plain = _with_plain_sibling(self.config)
         scorer = Scorer(lambda: make_plain(0), LOCAL_SCORER) if score_sampled else None
@@ -99,7 +99,7 @@ class LocalBackend:
         raise RuntimeError("a local run has no dry run")
 
     def scorer(self) -> Scorer:
-        from ...workers.engine.engine import Engine
+        from ....workers.engine.engine import Engine
 
         return Scorer(lambda: Engine(side_config(self.config, BASELINE)), LOCAL_SCORER)
 
@@ -108,10 +108,10 @@ def _with_plain_sibling(config) -> tuple[Any, Callable[[int], Any]]:
     """The engine of `config` and make_plain(tokens): a plain engine beside it on the same target weights (its own
     KV pool of `tokens` positions, 0: one longest sequence; no spec worker), or on its own weights once the spec
     engine changed the shared ones (the twin audit's WeightSeal, taken before a spec worker is attached)."""
-    from ...workers.engine.engine import Engine, build_target_model
-    from ...workers.loading.checkpoint import load_checkpoint
-    from ...workers.memory.sibling import sibling_config
-    from ..lossless.twin_audit import WeightSeal
+    from ....workers.engine.engine import Engine, build_target_model
+    from ....workers.loading.checkpoint import load_checkpoint
+    from ....workers.memory.sibling import sibling_config
+    from ...lossless.twin_audit import WeightSeal
 
     checkpoint = load_checkpoint(config.model)
     target = build_target_model(config, checkpoint)
@@ -141,8 +141,8 @@ def check_draft_model(config) -> None:
     spec = config.spec
     if spec is None or (spec.draft_model in ("auto", "random") and spec.capture_layers is None):
         return
-    from ...workers.loading.checkpoint import load_checkpoint, preset_of
-    from ...workers.spec.head_check import check_draft_model as check
+    from ....workers.loading.checkpoint import load_checkpoint, preset_of
+    from ....workers.spec.head_check import check_draft_model as check
 
     checkpoint = load_checkpoint(config.model)
     check(config.spec, checkpoint.config, preset_of(checkpoint) or config.model)

@@ -1,5 +1,5 @@
 """Progress of a run as plain lines on stderr, for a backend with no terminal (a torchrun job's rank 0, CI logs).
-cli/progress.py draws a live bar on a terminal and uses these lines elsewhere."""
+The command's own progress draws a live bar on a terminal and uses these lines elsewhere."""
 
 from __future__ import annotations
 

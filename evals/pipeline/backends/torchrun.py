@@ -1,8 +1,8 @@
-"""The torchrun backend: our engine sharded over the ranks of a torchrun job (launch/), and the job's driver.
+"""The torchrun backend: our engine sharded over the ranks of a torchrun job, and the job's driver.
 
 Each side of a run (the run, its plain baseline, its noise-floor control) is a job of its own: TP x DP laid out over
-the ranks, every rank reading the same serialised job (launch/rank_main.py), rank 0 calling `job_driver` (named in
-the job file) with a ShardedEngine over every replica, which evaluates the side as any backend does (one_run.py).
+the ranks, every rank reading the same serialised job, rank 0 calling `job_driver` (named in
+the job file) with a ShardedEngine over every replica, which evaluates the side as any backend does.
 A job never pairs: paired twins are a baseline only once audited on an engine with no spec worker, and a job's ranks
 hold one sharded engine, the spec-dec one. A failed job raises launch.job.JobFailed, whose code is the job's exit
 status."""
@@ -13,21 +13,21 @@ from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
-from ...errors import UserError
-from ...results.run_summary import RunSummary
-from ...workers.config import EngineConfig
-from ...workers.events import rank_events_path
-from ...workers.interface import EngineIdentity
-from ..lossless.baseline import BaselineRef
-from ..lossless.control import other_shape
-from ..lossless.scoring import Scorer
-from ..run_identity import baseline_config
-from ..run_types import RunPlan
-from .backends import Abilities, RunTarget, refuse_baseline_endpoint
-from .one_run import NO_BASELINE, ProgressFor, evaluate_side
-from .run_sides import RUN, Side, side_config, side_identity
+from ....errors import UserError
+from ....results.run_summary import RunSummary
+from ....workers.config import EngineConfig
+from ....workers.events import rank_events_path
+from ....workers.interface import EngineIdentity
+from ...lossless.baseline import BaselineRef
+from ...lossless.control import other_shape
+from ...lossless.scoring import Scorer
+from ...run_identity import baseline_config
+from ...run_types import RunPlan
+from ..one_run import NO_BASELINE, ProgressFor, evaluate_side
+from ..run_sides import RUN, Side, side_config, side_identity
+from . import Abilities, RunTarget, refuse_baseline_endpoint
 
-JOB_DRIVER = "specdec_eval.evals.pipeline.backend_torchrun:job_driver"
+JOB_DRIVER = "specdec_eval.evals.pipeline.backends.torchrun:job_driver"
 JOB_SCORER = "our plain engine on the job's ranks, on the target's weights (exact)"
 
 
@@ -44,9 +44,9 @@ class TorchrunBackend:
     def _placement(self) -> tuple[EngineConfig, Any, str]:
         """(the engine configuration of every rank, the TP x DP layout, the device); a layout that cannot be is a
         UserError (read from the checkpoint's header: its head counts)."""
-        from ...launch.job import resolve_job_device
-        from ...launch.layout import plan_layout
-        from ...workers.loading.checkpoint import load_checkpoint
+        from ....launch.job import resolve_job_device
+        from ....launch.layout import plan_layout
+        from ....workers.loading.checkpoint import load_checkpoint
 
         job = self.job
         device = resolve_job_device(self.target.engine.device, job.gpus)
@@ -60,7 +60,7 @@ class TorchrunBackend:
 
     @cached_property
     def abilities(self) -> Abilities:
-        from ...workers.memory.device import dtype_name, resolve_device, resolve_dtype
+        from ....workers.memory.device import dtype_name, resolve_device, resolve_dtype
 
         config, _, device = self._placement
         return Abilities(
@@ -78,13 +78,13 @@ class TorchrunBackend:
         refuse_baseline_endpoint(self.target)
 
     def preflight(self, plan: RunPlan) -> None:
-        from .backend_local import check_draft_model
+        from .local import check_draft_model
 
         check_draft_model(self.target.engine)
         self._placement  # noqa: B018  the layout's UserError, before anything starts
 
     def identity(self, side: Side) -> EngineIdentity:
-        from ...workers.engine.engine import identity_of
+        from ....workers.engine.engine import identity_of
 
         config, layout, _ = self._placement
         plain = identity_of(side_config(config, side))
@@ -118,7 +118,7 @@ class TorchrunBackend:
         return Scorer(elsewhere, JOB_SCORER)
 
     def _launch(self, side: Side, plan: RunPlan, baseline: BaselineRef, dry_run: bool) -> dict[str, Any] | None:
-        from ...launch.job import Job, launch
+        from ....launch.job import Job, launch
 
         config, layout, device = self._placement
         payload = {
@@ -136,7 +136,7 @@ def job_driver(engine, payload: dict[str, Any]) -> dict[str, Any]:
     torchrun's pipe, never a terminal, so progress is a plain line now and then."""
     from contextlib import nullcontext
 
-    from .backend_progress import plain_progress
+    from .progress import plain_progress
 
     side = Side.from_dict(payload["side"])
     baseline = BaselineRef.from_dict(payload["baseline"])

@@ -1,15 +1,15 @@
-"""Where a run's engines run: the backends of the run pipeline (run.py), their one constructor signature, and their
+"""Where a run's engines run: the backends of the run pipeline, their one constructor signature, and their
 registry.
 
 | name | engines | module |
 |---|---|---|
-| local | our engine in this process | backend_local.py |
-| torchrun | our engine sharded over a torchrun job's ranks (TP x DP), rank 0 driving | backend_torchrun.py |
-| endpoint | any OpenAI-compatible server; its plain side another server | backend_endpoint.py |
+| local | our engine in this process | local |
+| torchrun | our engine sharded over a torchrun job's ranks (TP x DP), rank 0 driving | torchrun |
+| endpoint | any OpenAI-compatible server; its plain side another server | endpoint |
 
 A backend says what it can do (`Abilities`: can it pair, build a plain engine of the same configuration, decode a
-control and at which shape, score) and how to build an engine for each side of a run (run_sides.py); the policy of which
-sides a run needs (its baseline, its control) is written once, in run.py. Each is built from a `RunTarget` (what the
+control and at which shape, score) and how to build an engine for each side of a run; the policy of which sides a run
+needs (its baseline, its control) is written once, in the pipeline's `run`. Each is built from a `RunTarget` (what the
 command line says about the engine and where it runs), by name (`make_backend`), as the spec workers and KV managers
 are picked; a new backend is one class and one entry here. Building one starts nothing."""
 
@@ -21,17 +21,17 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
-from ...errors import UserError
-from ...launch.job_options import JobOptions
-from ...results.run_summary import RunSummary
-from ...workers.config import EngineConfig
-from ...workers.interface import EngineIdentity
-from ...workers.remote.client.options import EndpointOptions
-from ..lossless.baseline import BaselineRef
-from ..lossless.scoring import Scorer
-from ..run_types import RunPlan
-from .one_run import ProgressFor
-from .run_sides import Side
+from ....errors import UserError
+from ....launch.job_options import JobOptions
+from ....results.run_summary import RunSummary
+from ....workers.config import EngineConfig
+from ....workers.interface import EngineIdentity
+from ....workers.remote.client.options import EndpointOptions
+from ...lossless.baseline import BaselineRef
+from ...lossless.scoring import Scorer
+from ...run_types import RunPlan
+from ..one_run import ProgressFor
+from ..run_sides import Side
 
 
 @dataclass(frozen=True)
@@ -126,9 +126,9 @@ def refuse_baseline_endpoint(target: RunTarget) -> None:
 # name -> "module:class", imported when picked (the torchrun backend brings launch/ and its job plumbing)
 _BACKENDS = MappingProxyType(
     {
-        "local": "specdec_eval.evals.pipeline.backend_local:LocalBackend",
-        "torchrun": "specdec_eval.evals.pipeline.backend_torchrun:TorchrunBackend",
-        "endpoint": "specdec_eval.evals.pipeline.backend_endpoint:EndpointBackend",
+        "local": "specdec_eval.evals.pipeline.backends.local:LocalBackend",
+        "torchrun": "specdec_eval.evals.pipeline.backends.torchrun:TorchrunBackend",
+        "endpoint": "specdec_eval.evals.pipeline.backends.endpoint:EndpointBackend",
     }
 )
 BACKENDS: tuple[str, ...] = tuple(_BACKENDS)

@@ -1,4 +1,4 @@
-"""The endpoint backend: any OpenAI-compatible server (workers/remote/). Its plain side is another server
+"""The endpoint backend: any OpenAI-compatible server. Its plain side is another server
 (`--baseline-endpoint`: the same engine without speculation), evaluated each time (a server at a URL may have been
 redeployed since a recorded run), and its noise-floor control that server again at concurrency 1 (2 when the run
 uses 1). A server cannot pair, and what it is recorded under is known once it answers."""
@@ -8,17 +8,17 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cached_property
 
-from ...errors import UserError
-from ...results.run_summary import RunSummary
-from ...workers.interface import EngineIdentity
-from ..lossless.baseline import BaselineRef
-from ..lossless.baseline_rules import endpoint_baseline_mode_problem, endpoint_job_problem, endpoint_pair_problem
-from ..lossless.control import other_shape
-from ..lossless.scoring import Scorer
-from ..run_types import RunPlan
-from .backends import Abilities, RunTarget
-from .one_run import ProgressFor, evaluate_side
-from .run_sides import Side
+from ....errors import UserError
+from ....results.run_summary import RunSummary
+from ....workers.interface import EngineIdentity
+from ...lossless.baseline import BaselineRef
+from ...lossless.baseline_rules import endpoint_baseline_mode_problem, endpoint_job_problem, endpoint_pair_problem
+from ...lossless.control import other_shape
+from ...lossless.scoring import Scorer
+from ...run_types import RunPlan
+from ..one_run import ProgressFor, evaluate_side
+from ..run_sides import Side
+from . import Abilities, RunTarget
 
 
 class EndpointBackend:
@@ -64,7 +64,7 @@ class EndpointBackend:
         return None  # the served model, its version and the tokenizer's source come from the server's answers
 
     def declared_identity(self) -> EngineIdentity:
-        from ...workers.remote.client.config import EndpointURL
+        from ....workers.remote.client.config import EndpointURL
 
         s = self.server
         return EngineIdentity(
@@ -83,7 +83,7 @@ class EndpointBackend:
     def evaluate(
         self, side: Side, plan: RunPlan, baseline: BaselineRef, progress_for: ProgressFor | None
     ) -> RunSummary:
-        from ...workers.remote.client.engine import EndpointEngine
+        from ....workers.remote.client.engine import EndpointEngine
 
         if side.role == "run":
             config = self.server
@@ -113,7 +113,7 @@ class EndpointBackend:
     def scorer(self) -> Scorer | None:
         """The baseline server scores through the completions API's echo + logprobs (top logprobs only: a
         conservative verdict); without --baseline-endpoint there is none."""
-        from ...workers.remote.client.engine import EndpointEngine
+        from ....workers.remote.client.engine import EndpointEngine
 
         base = self.baseline_server
         if base is None:
