@@ -24,7 +24,7 @@ from .config import (
 )
 
 ENDPOINT = "Endpoint (any OpenAI-compatible server)"
-SERVER = "Endpoint: the server's process, log and health (`server.watch`)"
+SERVER = "Endpoint: the server's process, log and health"
 
 
 @dataclass(frozen=True)
