@@ -25,8 +25,8 @@ from specdec_eval.evals.bench.speed import BenchPlan, Chunk, measure
 from specdec_eval.workers.config import EngineConfig, SpecConfig
 from specdec_eval.workers.loading.model_config import ModelConfig
 
-from ..cli_helpers import run_cli
-from ..conftest import make_engine
+from ...cli_helpers import run_cli
+from ...conftest import make_engine
 
 SIZE = ModelBytes(weights=500, kv_per_token=1)  # one request's KV at ~500 tokens of context reads as much as W
 

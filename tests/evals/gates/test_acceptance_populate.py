@@ -22,7 +22,7 @@ from specdec_eval.evals.gates.acceptance import (
 
 from specdec_eval.errors import UserError
 
-from ..cli_helpers import run_cli
+from ...cli_helpers import run_cli
 
 TEST = "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3[v2_kv_cache-one_model-tp1]"
 SHIPPED = f"{TEST}:\n  ref_al: 1.999\n  min_al: 1.89905\n"

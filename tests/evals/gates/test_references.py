@@ -231,7 +231,7 @@ def test_empty_file_has_no_models(tmp_path):
 
 # --- the shipped reference files --------------------------------------------------------------------------
 
-# acceptance_length.yaml has its own layout (test id -> ref_al, min_al): tests/evals/test_acceptance_gate.py
+# acceptance_length.yaml has its own layout (test id -> ref_al, min_al): tests/evals/gates/test_acceptance.py
 SHIPPED = sorted(p for p in references.REFERENCE_DIR.glob("*.yaml") if p.name != "acceptance_length.yaml")
 
 

@@ -14,7 +14,7 @@ from specdec_eval.results import store
 from specdec_eval.workers.config import EngineConfig, SpecConfig
 from specdec_eval.workers.engine.engine import identity_of
 
-from ..cli_helpers import run_cli
+from ...cli_helpers import run_cli
 
 OPTIONS = EvalOptions(tasks=parse_tasks("gsm8k_smoke"), limit=4, max_output_len=24, no_reference=True)
 SPEC = identity_of(EngineConfig(model="tiny", spec=SpecConfig()), "float32")

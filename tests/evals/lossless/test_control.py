@@ -20,7 +20,7 @@ from specdec_eval.workers.config import from_options
 from specdec_eval.workers.engine.engine import identity_of
 from specdec_eval.workers.interface import EngineIdentity
 
-from ..engine_helpers import FakeEngine
+from ...engine_helpers import FakeEngine
 
 
 def test_the_control_engine_records_what_the_gate_looks_up():

@@ -9,8 +9,8 @@ import json
 
 from specdec_eval.workers.config import SpecConfig
 
-from ..cli_helpers import run_cli
-from ..serve_helpers import serving, tiny_engine
+from ...cli_helpers import run_cli
+from ...serve_helpers import serving, tiny_engine
 
 
 def _run(capsys, spec_url: str, plain_url: str, out: str):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ..cli_helpers import run_cli
-from ..serve_helpers import StubServer
+from ...cli_helpers import run_cli
+from ...serve_helpers import StubServer
 
 ANSWER = " The answer is 56."
 K_DIV = 2  # where the speculating server's answer departs from the plain one

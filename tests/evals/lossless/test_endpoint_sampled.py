@@ -9,9 +9,9 @@ import json
 
 from specdec_eval.workers.config import SpecConfig
 
-from ..cli.test_run_cli import SHARED_DATA, needs_shared_data
-from ..cli_helpers import run_cli
-from ..serve_helpers import serving, tiny_engine
+from ...cli.test_run_cli import SHARED_DATA, needs_shared_data
+from ...cli_helpers import run_cli
+from ...serve_helpers import serving, tiny_engine
 
 
 def _run(capsys, spec_url: str, plain_url: str, out: str):
@@ -70,7 +70,7 @@ def test_a_correct_sampler_judged_through_the_legacy_echo_shape_never_fails(tiny
     """The same plain server as the spec-dec side (a correct sampler by construction) and as the scorer, once read
     as vLLM-style prompt_logprobs and once behind a proxy that names its owner llama.cpp, so the scorer is asked in
     OpenAI's legacy shape (top alternatives keyed by text, where byte pieces that print alike merge): never a FAIL."""
-    from ..fake_server_helpers import OwnerProxy
+    from ...fake_server_helpers import OwnerProxy
 
     with serving(tiny_engine(tiny)) as spec, serving(tiny_engine(tiny)) as base, OwnerProxy(base.url, "llamacpp") as p:
         verdicts = {}

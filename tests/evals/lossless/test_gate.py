@@ -14,7 +14,7 @@ from specdec_eval.results.sample_record import SampleRecord
 from specdec_eval.results.store import list_runs
 
 CLI = [sys.executable, "-m", "specdec_eval.cli.main"]
-DATA = str(Path(__file__).resolve().parents[3] / "shared" / "data")
+DATA = str(Path(__file__).resolve().parents[4] / "shared" / "data")
 
 
 def _sample(doc: int, ids: list[int], correct: bool = False, task: str = "gsm8k") -> SampleRecord:

@@ -13,7 +13,7 @@ from specdec_eval.evals.lossless.margins import noise_floor
 from specdec_eval.results.sample_record import SampleRecord
 from specdec_eval.workers.config import SamplingParams, SpecConfig
 
-from ..conftest import make_engine
+from ...conftest import make_engine
 
 PROMPTS = ["The quick brown fox", "Once upon a time there was", "1 + 1 =", "Paris is the capital of"]
 
@@ -34,7 +34,7 @@ def bf16(tiny):
     return base, control
 
 
-def _judge(spec, base, control, dtype="bfloat16"):  # float32's exactness: tests/evals/test_lossless_margin_rule.py
+def _judge(spec, base, control, dtype="bfloat16"):  # float32's exactness: tests/evals/lossless/test_margin_rule.py
     check = lossless_check(spec, base, dtype)["t"]
     judge_by_margins(check, "t", spec, base, noise_floor(base, control, "t"), dtype, None, "control")
     return check

@@ -12,7 +12,7 @@ from specdec_eval.evals.lossless.gate import CHANGES_TARGET
 from specdec_eval.evals.lossless.twin_audit import WeightSeal, audit_order, audit_size
 from specdec_eval.results.store import list_runs, open_run
 
-from ..cli_helpers import run_cli
+from ...cli_helpers import run_cli
 
 # Settings where both planted bugs below change the twins of the documents the seeded audit takes first.
 ARGS = (

@@ -9,8 +9,8 @@ import json
 import pytest
 from specdec_eval.workers.remote.server.metrics import NOT_REPORTED
 
-from ..cli_helpers import run_cli
-from ..llama_server import PEER_DRAFT_LEN, llama_pair  # noqa: F401 - the session's servers, a fixture
+from ...cli_helpers import run_cli
+from ...llama_server import PEER_DRAFT_LEN, llama_pair  # noqa: F401 - the session's servers, a fixture
 
 
 @pytest.mark.slow  # two real servers decoding SmolLM2: tens of seconds on the shared 2-core machine

@@ -20,9 +20,9 @@ from specdec_eval.workers.config import EngineConfig
 
 from specdec_eval.errors import UserError
 
-from ..cli_helpers import run_cli
+from ...cli_helpers import run_cli
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_registry_names_every_backend_and_refuses_others():

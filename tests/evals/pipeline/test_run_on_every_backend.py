@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from specdec_eval.results import store
 
-from ..cli_helpers import run_cli
+from ...cli_helpers import run_cli
 
 ARGS = ("run", "--model", "tiny", "--tasks", "gsm8k_smoke", "--no-reference", "--json", "--device", "cpu")
 

@@ -1,6 +1,6 @@
 """The run pipeline's one baseline and control policy (evals/pipeline/run.py): what it decodes for a backend that can
 do this or that (a fake backend records the sides it is asked to evaluate). Where the three copies it replaced had
-drifted apart: tests/evals/test_run_on_every_backend.py."""
+drifted apart: tests/evals/pipeline/test_run_on_every_backend.py."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from specdec_eval.results.run_summary import RunSummary
 from specdec_eval.workers.config import EngineConfig, SpecConfig
 from specdec_eval.workers.engine.engine import identity_of
 
-from ..cli.test_run_cli import SHARED_DATA, needs_shared_data
+from ...cli.test_run_cli import SHARED_DATA, needs_shared_data
 
 OPTIONS = EvalOptions(tasks=parse_tasks("gsm8k_smoke"), no_reference=True)
 SPEC = EngineConfig(model="tiny", spec=SpecConfig(), dtype="bfloat16")

@@ -21,9 +21,9 @@ from specdec_eval.results.seal import seal, unseal
 from specdec_eval.workers.config import SamplingParams
 from specdec_eval.workers.interface import GenerationOutput
 
-from ..engine_helpers import FakeEngine
+from ...engine_helpers import FakeEngine
 
-ZIP = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpqa" / "dataset.zip"
+ZIP = Path(__file__).resolve().parents[4] / "shared" / "data" / "gpqa" / "dataset.zip"
 needs_gpqa = pytest.mark.skipif(not ZIP.is_file(), reason="no shared GPQA data")
 
 

@@ -12,8 +12,8 @@ import json
 import pytest
 from specdec_eval.workers.remote.server.response_acceptance import VLLM_SOURCE
 
-from ..cli_helpers import run_cli
-from ..vllm_server import DRAFT_LEN, serve_command, vllm_servers  # noqa: F401 - the session's servers, a fixture
+from ...cli_helpers import run_cli
+from ...vllm_server import DRAFT_LEN, serve_command, vllm_servers  # noqa: F401 - the session's servers, a fixture
 
 RUN_ARGS = (
     "--model",

@@ -9,8 +9,8 @@ import json
 import pytest
 from specdec_eval.evals.selftest.clean import ROWS, CleanRow, judge_row, run_clean, select_rows
 
-from ..cli.test_run_cli import SHARED_DATA, needs_shared_data
-from ..cli_helpers import run_cli
+from ...cli.test_run_cli import SHARED_DATA, needs_shared_data
+from ...cli_helpers import run_cli
 
 
 def test_the_rows_cover_every_backend_and_mode():

@@ -26,8 +26,8 @@ from specdec_eval.workers.engine.faults import REJECTION_POINTS, PlantedBugs
 
 from specdec_eval.errors import UserError
 
-from ..cli.test_run_cli import SHARED_DATA, needs_shared_data
-from ..cli_helpers import run_cli
+from ...cli.test_run_cli import SHARED_DATA, needs_shared_data
+from ...cli_helpers import run_cli
 
 # The default run, made small: 2 documents of a seeded random subset, 0 shots, 16 tokens (every class shows there).
 TINY = from_options(model="tiny", device="cpu", device_memory="256MiB", spec="eagle3", kv_cache="v2")

@@ -17,9 +17,9 @@ from specdec_eval.evals.tasks.registry import TASKS
 
 from specdec_eval.errors import UserError
 
-from ..cli.test_run_cli import SHARED_DATA, needs_shared_data
+from ...cli.test_run_cli import SHARED_DATA, needs_shared_data
 
-PLUGIN_DIR = Path(__file__).resolve().parents[1] / "vllm_plugin"
+PLUGIN_DIR = Path(__file__).resolve().parents[2] / "vllm_plugin"
 # The slow matrix's size: the smallest at which every class was caught (README, "What this tool catches on vLLM").
 MATRIX_DOCS = 6  # the paired acceptance test decides from 5 drafting documents on (its swap p 2^-n < 0.05)
 MATRIX_TOKENS = 64

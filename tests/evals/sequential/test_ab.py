@@ -114,7 +114,7 @@ def test_ab_early_stop_end_to_end_on_one_commit(tmp_path):
     """Two sides of the same commit never disagree: the controller lets them finish and reports no difference."""
     repo = tmp_path / "repo"
     subprocess.run(
-        ["git", "clone", "-q", str(__import__("pathlib").Path(__file__).resolve().parents[2]), str(repo)], check=True
+        ["git", "clone", "-q", str(__import__("pathlib").Path(__file__).resolve().parents[3]), str(repo)], check=True
     )
     cmd = [
         sys.executable,
@@ -186,7 +186,7 @@ def _ab_on_one_commit_deciding_on_acceptance(tmp_path, *run_args: str) -> dict:
     documents, batches of 2), `run_args` added to each side's run; its JSON result (the command must exit 0)."""
     repo = tmp_path / "repo"
     subprocess.run(
-        ["git", "clone", "-q", str(__import__("pathlib").Path(__file__).resolve().parents[2]), str(repo)], check=True
+        ["git", "clone", "-q", str(__import__("pathlib").Path(__file__).resolve().parents[3]), str(repo)], check=True
     )
     cmd = [
         sys.executable,

@@ -10,7 +10,7 @@ import pytest
 from specdec_eval.evals.sequential import acceptance_study
 from specdec_eval.evals.sequential.acceptance_study import design_effect, lowered, main
 
-from ..results.test_runs_table import make_run
+from ...results.test_runs_table import make_run
 
 
 @pytest.fixture(autouse=True)

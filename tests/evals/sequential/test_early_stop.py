@@ -14,7 +14,7 @@ from specdec_eval.evals.gates import references
 from specdec_eval.evals.sequential.accuracy import AccuracySequentialDesign
 from specdec_eval.evals.sequential.early_stop import EarlyStop
 
-from ..cli.test_run_cli import SHARED_DATA, needs_shared_data, run_cli
+from ...cli.test_run_cli import SHARED_DATA, needs_shared_data, run_cli
 
 TINY = ("--model", "tiny", "--device-memory", "256MiB", "--data-dir", str(SHARED_DATA), "--num-fewshot", "1")
 TEST_ID = "accuracy/test_specdec.py::Testtiny::test_eagle3[v1_kv_cache-one_model-tp1]"

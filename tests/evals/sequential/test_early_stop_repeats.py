@@ -28,8 +28,8 @@ from specdec_eval.results.sample_record import SampleRecord
 
 from specdec_eval.errors import UserError
 
-from ..cli.test_run_cli import SHARED_DATA, needs_shared_data, run_cli
-from ..engine_helpers import FakeEngine
+from ...cli.test_run_cli import SHARED_DATA, needs_shared_data, run_cli
+from ...engine_helpers import FakeEngine
 
 
 def _stopper(n_docs: int = 8, repeats: int = 2, batch: int = 2, ref: float = 60.0) -> EarlyStop:

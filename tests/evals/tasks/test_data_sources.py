@@ -240,7 +240,7 @@ def test_gpqa_missing_names_the_layout(tmp_path):
 
 def test_shared_data_folder_if_present():
     """The project's own data folder is recognised as-is (skipped where it does not exist)."""
-    shared = Path(__file__).resolve().parents[3] / "shared" / "data"  # ../shared/data, as the Makefile
+    shared = Path(__file__).resolve().parents[4] / "shared" / "data"  # ../shared/data, as the Makefile
     if not (shared / "gsm8k" / "test.jsonl").is_file() or not (shared / "gpqa" / "dataset.zip").is_file():
         pytest.skip("no shared data folder")
     g = gsm8k_source(str(shared))

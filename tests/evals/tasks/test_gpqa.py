@@ -25,7 +25,7 @@ from specdec_eval.evals.tasks.registry import TASKS, source_for, write_task_yaml
 
 from specdec_eval.errors import UserError
 
-from ..gpqa_helpers import COLUMNS, REAL_ZIP, ROWS, synthetic_row, write_csv
+from ...gpqa_helpers import COLUMNS, REAL_ZIP, ROWS, synthetic_row, write_csv
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +34,7 @@ def _collect_engines():
     yield
 
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 STOCK_COT_YAML = Path(lm_eval.tasks.__file__).parent / "gpqa" / "cot_zeroshot" / "_gpqa_cot_zeroshot_yaml"
 COT_TEMPLATE = (
     "What is the correct answer to this question:{{Question}}\nChoices:\n(A) {{choice1}}\n(B) {{choice2}}\n"

@@ -17,7 +17,7 @@ from specdec_eval.evals.tasks import gpqa, gpqa_aa
 from specdec_eval.evals.tasks.data import DataSource
 from specdec_eval.evals.tasks.registry import TASKS, task_conditions, write_task_yamls
 
-from ..gpqa_helpers import REAL_ZIP, ROWS, write_csv
+from ...gpqa_helpers import REAL_ZIP, ROWS, write_csv
 
 # TensorRT-LLM tensorrt_llm/evaluate/lm_eval_tasks/gpqa/cot_zeroshot_aa/_gpqa_cot_zeroshot_aa_yaml, as published
 THEIR_PROMPT = (

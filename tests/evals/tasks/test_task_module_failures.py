@@ -9,7 +9,7 @@ import json
 import pytest
 from specdec_eval.evals.tasks import registry
 
-from ..cli_helpers import run_cli
+from ...cli_helpers import run_cli
 from .test_task_modules import ARITH_MODULE, FAST, PROBLEMS, clean_registry  # noqa: F401  (a fixture)
 
 ENV = registry.TASK_MODULES_ENV

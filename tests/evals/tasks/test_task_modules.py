@@ -13,7 +13,7 @@ import pytest
 from specdec_eval.evals.tasks import registry
 from specdec_eval.results.store import list_runs
 
-from ..cli_helpers import run_cli
+from ...cli_helpers import run_cli
 
 ROOT = Path(registry.__file__).resolve().parents[3]  # the checkout: cli/, evals/, ... are top-level folders
 PACKAGE_FOLDERS = ("cli", "evals", "launch", "results", "serve", "workers")

@@ -17,7 +17,7 @@ from specdec_eval.workers.remote.server.metric_formats import Counters
 from specdec_eval.workers.remote.server.metrics import acceptance_delta
 from specdec_eval.workers.remote.server.response_acceptance import ImpossibleAcceptance, response_acceptance
 
-from ..serve_helpers import StubServer, completion
+from ....serve_helpers import StubServer, completion
 
 TEXT = "The answer is 56."
 

@@ -19,9 +19,9 @@ from specdec_eval.workers.remote.server.metrics import NOT_REPORTED
 
 from specdec_eval.errors import UserError
 
-from ..cli_helpers import run_cli
-from ..llama_server import N_CTX, SERVED_MODEL, LlamaServer, free_port, require_llama_cpp
-from ..serve_helpers import StubServer, completion
+from ....cli_helpers import run_cli
+from ....llama_server import N_CTX, SERVED_MODEL, LlamaServer, free_port, require_llama_cpp
+from ....serve_helpers import StubServer, completion
 
 # ------------------------------------------------------------------------------------------------- fast
 

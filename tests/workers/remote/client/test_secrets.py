@@ -9,8 +9,8 @@ import pytest
 
 from specdec_eval.redaction import redact_argv
 
-from ..cli_helpers import run_cli
-from ..llama_server import free_port
+from ....cli_helpers import run_cli
+from ....llama_server import free_port
 
 
 def test_redact_argv_hides_keys_passwords_and_url_users_only():

@@ -22,7 +22,7 @@ from specdec_eval.workers.remote.server.metrics import SERVER_DELTA, ResponseTal
 from specdec_eval.workers.remote.server.response_acceptance import response_acceptance
 from specdec_eval.workers.spec.metrics import PER_REQUEST, AcceptanceStats
 
-from ..serve_helpers import MODEL, StubServer, serving, tiny_engine
+from ....serve_helpers import MODEL, StubServer, serving, tiny_engine
 
 # ------------------------------------------------------------------------------ recorded responses, per server
 
@@ -289,7 +289,7 @@ def test_endpoint_run_stores_counts_per_sample_and_reports_them(tiny, ngram_pair
     from specdec_eval.results.compare import compare_runs
     from specdec_eval.results.report import build_report
 
-    from ..cli_helpers import run_cli
+    from ....cli_helpers import run_cli
 
     engine, _ = ngram_pair
     plain = tiny_engine(tiny)

@@ -15,7 +15,7 @@ from specdec_eval.workers.remote.server.log.follower import MAX_LINE_BYTES
 from specdec_eval.errors import UserError
 from specdec_eval.redaction import redact_text
 
-from .test_server_log_tables import SEED_LOG
+from .test_log_tables import SEED_LOG
 
 
 def _wait(predicate, timeout_s: float = 10.0) -> None:

@@ -261,7 +261,7 @@ def test_scraper_of_a_dead_server_says_not_reported(serve):
 
 @pytest.mark.slow
 def test_llama_cpp_reports_no_acceptance(tmp_path):
-    from ..llama_server import LlamaServer, require_llama_cpp
+    from ....llama_server import LlamaServer, require_llama_cpp
 
     require_llama_cpp()
     with LlamaServer(tmp_path) as server:

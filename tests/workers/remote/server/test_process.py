@@ -13,7 +13,7 @@ import time
 import pytest
 from specdec_eval.workers.remote.server.process import ServerCommand, ServerProcess, ServerStartFailed
 
-from ..llama_server import free_port
+from ....llama_server import free_port
 
 SERVER = """
 import http.server, os, signal, sys, time

@@ -16,8 +16,8 @@ from specdec_eval.workers.remote.server.stall_watch import StallPolicy, StallWat
 
 from specdec_eval.errors import UserError
 
-from ..fake_server_helpers import HangingServer
-from .test_server_log_tables import SEED_LOG
+from ....fake_server_helpers import HangingServer
+from .test_log_tables import SEED_LOG
 
 # --- the rule, on a clock of our own ----------------------------------------------------------------------------------
 
