@@ -1,17 +1,16 @@
 """`specdec-eval bench`: our engine vs Hugging Face transformers (and our spec-dec engine) on the same prompts in
 interleaved rounds, with this machine's limits measured in the same run; `bench --verdict`: the wall time of whole
-GSM8K verdicts, plain vs spec-dec with its lossless baseline. The work is in evals/bench/speed.py and
-evals/bench/verdict_timing.py; this module parses and prints (cli/bench_print.py)."""
+GSM8K verdicts, plain vs spec-dec with its lossless baseline. The work is in the evals' bench package; this module
+parses and prints."""
 
 from __future__ import annotations
 
 import json
-from typing import Annotated
-
-import typer
+from dataclasses import dataclass
 
 from ..evals.bench.prompts import BENCH_PROMPTS
 from ..evals.run_types import EvalOptions
+from ..option_fields import flag_of, option
 from . import options as o
 from .progress import generation_progress, stderr
 
@@ -19,89 +18,69 @@ __all__ = ["BENCH_PROMPTS", "bench"]
 
 SPEED = "Speed bench"
 VERDICT = "Verdict bench (--verdict)"
-# `run`'s own options (evals/run_types.py): a verdict here is a `run`, and --prompts gsm8k reads the same data.
-MaxOutputLen, MAX_OUTPUT_LEN = o.option_of(EvalOptions, "max_output_len", group=VERDICT)
-DataDir, DATA_DIR = o.option_of(EvalOptions, "data_dir", group=None)
 
 
-def bench(
-    num_prompts: Annotated[
-        int, typer.Option("--num-prompts", help="Prompts at the largest batch size.", rich_help_panel=SPEED)
-    ] = 16,
-    max_new_tokens: Annotated[
-        int, typer.Option("--max-new-tokens", "-n", help="Tokens per prompt.", rich_help_panel=SPEED)
-    ] = 64,
-    batch_sizes: Annotated[
-        str,
-        typer.Option(
-            "--batch-sizes", help="Comma-separated; batch B serves the prompts B at a time.", rich_help_panel=SPEED
-        ),
-    ] = "1,16",
-    batch1_prompts: Annotated[
-        int,
-        typer.Option(
-            "--batch1-prompts", help="Prompts measured one at a time at batch 1 (it is slow).", rich_help_panel=SPEED
-        ),
-    ] = 2,
-    prompts_from: Annotated[
-        str,
-        typer.Option(
-            "--prompts",
-            help="builtin (varied self-written prompts) or gsm8k (5-shot GSM8K test "
-            "prompts, what the shipped draft head was trained for; needs the data).",
-            rich_help_panel=SPEED,
-        ),
-    ] = "builtin",
-    skip_hf: Annotated[
-        bool, typer.Option("--skip-hf", help="Do not measure HF transformers.", rich_help_panel=SPEED)
-    ] = False,
-    verdict: Annotated[
-        bool,
-        typer.Option(
-            "--verdict",
-            help="Time whole verdicts instead: plain run, spec-dec + separate baseline, "
-            "spec-dec + paired baseline (needs --spec eagle3).",
-            rich_help_panel=VERDICT,
-        ),
-    ] = False,
-    docs: Annotated[int, typer.Option("--docs", help="Documents per verdict.", rich_help_panel=VERDICT)] = 64,
-    sample_seed: Annotated[
-        int, typer.Option("--sample-seed", help="Seed of the random subset of documents.", rich_help_panel=VERDICT)
-    ] = 0,
-    task: Annotated[
-        str,
-        typer.Option(
-            "--task",
-            help="gsm8k, gsm8k_smoke (shipped problems, offline demo), or gsm8k_sampled (T = 0.7; with "
-            "--spec-sampling rejection: judged in distribution, the spec+scored side).",
-            rich_help_panel=VERDICT,
-        ),
-    ] = "gsm8k",
-    max_output_len: MaxOutputLen = MAX_OUTPUT_LEN,
-    rounds: Annotated[
-        int, typer.Option("--rounds", help="Rounds; the sides are interleaved in each (A B C A B C ...).")
-    ] = 2,
-    estimate_only: Annotated[
-        bool,
-        typer.Option(
-            "--estimate-only",
-            help="Calibrate each side on one prompt, print the expected duration, and stop.",
-            rich_help_panel=SPEED,
-        ),
-    ] = False,
-    data_dir: DataDir = DATA_DIR,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
-    model: o.Model = o.E.model,
-    kv_cache: o.KVCache = o.K.version,
-    dtype: o.DType = o.E.dtype,
-    device: o.Device = o.E.device,
-    device_memory: o.DeviceMemory = None,
-    spec: o.Spec = "none",
-    draft_len: o.DraftLen = o.S.max_draft_len,
-    draft_model: o.DraftModel = o.S.draft_model,
-    spec_sampling: o.SpecSampling = o.S.sampling,
-    decode_copy: o.DecodeCopy = o.K.decode_copy,
-) -> None:
+@dataclass(frozen=True)
+class BenchOptions:
+    """`bench`'s options. `run`'s own and the engine's are taken by reference: a verdict here is a `run`, and
+    --prompts gsm8k reads the same data."""
+
+    num_prompts: int = option(16, "--num-prompts", help="Prompts at the largest batch size.", group=SPEED)
+    max_new_tokens: int = option(64, "--max-new-tokens", "-n", help="Tokens per prompt.", group=SPEED)
+    batch_sizes: str = option(
+        "1,16", "--batch-sizes", help="Comma-separated; batch B serves the prompts B at a time.", group=SPEED
+    )
+    batch1_prompts: int = option(
+        2, "--batch1-prompts", help="Prompts measured one at a time at batch 1 (it is slow).", group=SPEED
+    )
+    prompts_from: str = option(
+        "builtin",
+        "--prompts",
+        help="builtin (varied self-written prompts) or gsm8k (5-shot GSM8K test "
+        "prompts, what the shipped draft head was trained for; needs the data).",
+        group=SPEED,
+    )
+    skip_hf: bool = option(False, "--skip-hf", help="Do not measure HF transformers.", group=SPEED)
+    verdict: bool = option(
+        False,
+        "--verdict",
+        help="Time whole verdicts instead: plain run, spec-dec + separate baseline, "
+        "spec-dec + paired baseline (needs --spec eagle3).",
+        group=VERDICT,
+    )
+    docs: int = option(64, "--docs", help="Documents per verdict.", group=VERDICT)
+    sample_seed: int = option(0, "--sample-seed", help="Seed of the random subset of documents.", group=VERDICT)
+    task: str = option(
+        "gsm8k",
+        "--task",
+        help="gsm8k, gsm8k_smoke (shipped problems, offline demo), or gsm8k_sampled (T = 0.7; with "
+        "--spec-sampling rejection: judged in distribution, the spec+scored side).",
+        group=VERDICT,
+    )
+    max_output_len: int | None = flag_of(EvalOptions, "max_output_len", group=VERDICT)
+    rounds: int = option(2, "--rounds", help="Rounds; the sides are interleaved in each (A B C A B C ...).")
+    estimate_only: bool = option(
+        False,
+        "--estimate-only",
+        help="Calibrate each side on one prompt, print the expected duration, and stop.",
+        group=SPEED,
+    )
+    data_dir: str | None = flag_of(EvalOptions, "data_dir", group=None)
+    as_json: bool = option(False, "--json", help="Print one JSON object instead of a table.")
+    model: str = flag_of(o.EngineOptions, "model")
+    kv_cache: str = flag_of(o.EngineOptions, "kv_cache")
+    dtype: str = flag_of(o.EngineOptions, "dtype")
+    device: str = flag_of(o.EngineOptions, "device")
+    device_memory: str | None = flag_of(o.EngineOptions, "device_memory")
+    spec: str = flag_of(o.EngineOptions, "spec")
+    draft_len: int = flag_of(o.EngineOptions, "draft_len")
+    draft_model: str = flag_of(o.EngineOptions, "draft_model")
+    spec_sampling: str = flag_of(o.EngineOptions, "spec_sampling")
+    decode_copy: bool | None = flag_of(o.EngineOptions, "decode_copy")
+
+
+@o.dataclass_options(opts=BenchOptions)
+def bench(*, opts: BenchOptions) -> None:
     """Tokens/s of our engine and of HF transformers `generate` on the same prompts, at each batch size, and their
     ratios (greedy, EOS ignored so every side produces exactly prompts x max-new-tokens). The sides run in rounds,
     interleaved (ours, spec, hf, ours, spec, hf, ...): each ratio is the median of its per-round ratios, shown with
@@ -134,21 +113,25 @@ def bench(
     """
     from ..errors import UserError
 
-    common = dict(
-        model=model, kv_cache=kv_cache, dtype=dtype, device=device, device_memory=device_memory, decode_copy=decode_copy
-    )
-    spec_cfg = dict(spec=spec, draft_len=draft_len, draft_model=draft_model, spec_sampling=spec_sampling)
-    if verdict:
+    common = {name: getattr(opts, name) for name in ("model", "kv_cache", "dtype", "device", "device_memory")}
+    common["decode_copy"] = opts.decode_copy
+    spec_cfg = {name: getattr(opts, name) for name in ("spec", "draft_len", "draft_model", "spec_sampling")}
+    if opts.verdict:
         from ..evals.bench.verdict_timing import VerdictBenchPlan, run_verdict_bench
         from .bench_print import print_verdict
 
         plan = VerdictBenchPlan(
-            task=task, docs=docs, seed=sample_seed, data_dir=data_dir, max_output_len=max_output_len, rounds=rounds
+            task=opts.task,
+            docs=opts.docs,
+            seed=opts.sample_seed,
+            data_dir=opts.data_dir,
+            max_output_len=opts.max_output_len,
+            rounds=opts.rounds,
         )
         report = run_verdict_bench(
             o.engine_config(**common, **spec_cfg), plan, stderr.print, progress_for=lambda: generation_progress(0)
         )
-        if as_json:
+        if opts.as_json:
             print(json.dumps(report))
         else:
             print_verdict(report)
@@ -157,18 +140,27 @@ def bench(
     from .bench_print import describe_estimate, print_bench
 
     try:
-        sizes = tuple(sorted({int(b) for b in batch_sizes.split(",")}))
+        sizes = tuple(sorted({int(b) for b in opts.batch_sizes.split(",")}))
     except ValueError:
-        raise UserError(f"--batch-sizes wants integers like 1,32, got {batch_sizes!r}") from None
-    plan = BenchPlan(sizes, num_prompts, batch1_prompts, max_new_tokens, prompts_from, data_dir, skip_hf, rounds)
+        raise UserError(f"--batch-sizes wants integers like 1,32, got {opts.batch_sizes!r}") from None
+    plan = BenchPlan(
+        sizes,
+        opts.num_prompts,
+        opts.batch1_prompts,
+        opts.max_new_tokens,
+        opts.prompts_from,
+        opts.data_dir,
+        opts.skip_hf,
+        opts.rounds,
+    )
     # HF has no prefix cache; without block_reuse=False our repeated prompts (the warm-up ones) would skip their
     # prefill and the end-to-end rate would compare unlike work.
     engine_opts = dict(common, max_batch_size=max(sizes), block_reuse=False)
-    spec_config = o.engine_config(**engine_opts, **spec_cfg) if spec != "none" else None
-    result = run_bench(o.engine_config(**engine_opts), spec_config, plan, stderr.print, estimate_only)
-    if estimate_only:
-        print(json.dumps(result["estimate"]) if as_json else describe_estimate(result["estimate"]))
-    elif as_json:
+    spec_config = o.engine_config(**engine_opts, **spec_cfg) if opts.spec != "none" else None
+    result = run_bench(o.engine_config(**engine_opts), spec_config, plan, stderr.print, opts.estimate_only)
+    if opts.estimate_only:
+        print(json.dumps(result["estimate"]) if opts.as_json else describe_estimate(result["estimate"]))
+    elif opts.as_json:
         print(json.dumps(result))
     else:
         print_bench(result)

@@ -1,9 +1,9 @@
-"""Options of every command, each declared once and built into typer options here: the engine's from the one list in
-workers/engine_options.py (which also builds the EngineConfig, `from_options`), and those declared on a dataclass's
-fields (specdec_eval/option_fields.py: EvalOptions, RunPlan, JobOptions, EndpointOptions); defaults come from the
-dataclasses. `@engine_options()` gives a command every engine option, `@dataclass_options(...)` every option of the
-dataclasses it names, each reaching the command as its built value; a command that takes a few declares them with
-`ANN[name]` and `default(name)` (engine options) or `option_of(cls, name)`.
+"""Options of every command, each declared once on the dataclass that holds its values (field metadata) and built
+into typer options here: the engine's (`EngineOptions`, which `from_options` turns into an EngineConfig) and every
+command's own (EvalOptions, RunPlan, JobOptions, EndpointOptions, and those of serve, bench, selftest and ab).
+`@engine_options()` gives a command every engine option, `@dataclass_options(...)` every option of the dataclasses
+it names, each reaching the command as its built value; a dataclass takes another's option by reference with
+`flag_of(cls, name)`, and a command that takes a few engine options declares them with `ANN[name]`.
 
 Each option is validated where it is declared: counts and sizes carry their ranges, names are choices taken from
 the registries (so `--help` lists them and a bad value is a usage error, exit status 2), and values with a
@@ -35,7 +35,8 @@ from ..workers.config import (
     SpecConfig,
 )
 from ..workers.engine_options import ENGINE as ENGINE
-from ..workers.engine_options import ENGINE_OPTIONS, OPTIONS, EngineOption, from_options
+from ..workers.engine_options import ENGINE_OPTIONS, OPTIONS, from_options
+from ..workers.engine_options import EngineOptions as EngineOptions
 from ..workers.kv_cache import KV_CACHE_MANAGERS
 from ..workers.spec import SPEC_ALGORITHMS
 
@@ -70,7 +71,7 @@ def checked(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return callback
 
 
-def _annotated(option: EngineOption | ListedOption) -> Any:
+def _annotated(option: ListedOption) -> Any:
     """The typer option of one declared option: its flags, range, help and group; choices as a Literal type (listed in
     --help, anything else refused), a value with a syntax of its own checked by its parse."""
     kind = option.type
@@ -80,14 +81,16 @@ def _annotated(option: EngineOption | ListedOption) -> Any:
         if type(None) in typing.get_args(option.type):
             kind = kind | None
     bounds = {k: v for k, v in (("min", option.min), ("max", option.max)) if v is not None}
-    help_text = option.help.replace("{choices}", " | ".join(choices or ()))
+    help_text = option.help.replace("{choices}", " | ".join(choices or ())) if option.help is not None else None
+    env = {"envvar": option.envvar, "show_envvar": True} if option.envvar else {}
     callback = checked(option.parse) if option.parse else None
     info = typer.Option(
         *option.flags,
         help=help_text,
         callback=callback,
         rich_help_panel=option.group,
-        hidden=getattr(option, "hidden", False),
+        hidden=option.hidden,
+        **env,
         **bounds,
     )
     return Annotated[kind, info]

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from ..evals.pipeline.backend_progress import plain_progress, rate_text
+from ..evals.pipeline.backends.progress import plain_progress, rate_text
 
 stderr = Console(stderr=True)
 

@@ -2,7 +2,7 @@
 
 Options in, one call, printing out: every option is declared once, on the value it fills (the engine's in
 workers/engine_options.py; EvalOptions and RunPlan in evals/run_types.py; JobOptions in launch/job_options.py;
-EndpointOptions in workers/remote/endpoint_options.py), and the run pipeline (evals/pipeline/run.py) checks them
+EndpointOptions in workers/remote/client/options.py), and the run pipeline (evals/pipeline/run.py) checks them
 all before anything starts."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import typer
 from ..evals.run_types import EvalOptions, RunPlan
 from ..launch.job_options import JobOptions
 from ..results.run_summary import Verdict
-from ..workers.remote.endpoint_options import EndpointOptions
+from ..workers.remote.client.options import EndpointOptions
 from . import options as o
 from .progress import generation_progress
 from .run_report import print_report

@@ -1,16 +1,18 @@
-"""`specdec-eval serve`: our engine behind an OpenAI-compatible HTTP server (serve/), in this process or, with
-`--gpus N`, on rank 0 of a torchrun job whose replicas serve in lockstep (launch/serving.py)."""
+"""`specdec-eval serve`: our engine behind an OpenAI-compatible HTTP server, in this process or, with `--gpus N`, on
+rank 0 of a torchrun job whose replicas serve in lockstep. Its options are declared on `ServeOptions`."""
 
 from __future__ import annotations
 
 import math
 import os
 import sys
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import Any
 
 import typer
 
 from ..errors import UserError
+from ..option_fields import option
 from ..serve.defaults import (
     API_KEY_ENV,
     DEFAULT_GRACE_S,
@@ -29,84 +31,64 @@ SERVER = "Server"
 JOB = "Job (torchrun)"
 
 
+@dataclass(frozen=True)
+class ServeOptions:
+    """`serve`'s own options (the engine's come from the engine option list), checked in the command."""
+
+    host: str = option(DEFAULT_HOST, "--host", help="Address to bind (0.0.0.0: every interface).", group=SERVER)
+    port: int = option(DEFAULT_PORT, "--port", help="Port (0: any free port).", group=SERVER)
+    api_key: str | None = option(
+        None,
+        "--api-key",
+        envvar=API_KEY_ENV,
+        group=SERVER,
+        help="Require 'Authorization: Bearer KEY' on /v1/* (compared in constant time; printable ASCII).",
+    )
+    served_model_name: str | None = option(
+        None, "--served-model-name", help="The model id clients send (default: the --model value).", group=SERVER
+    )
+    max_queue: int = option(
+        DEFAULT_MAX_QUEUE,
+        "--max-queue",
+        help="Requests held at once, running and waiting; more get 503 with Retry-After (a request with more "
+        "prompts than this: 400).",
+        group=SERVER,
+    )
+    max_request_bytes: str = option(
+        DEFAULT_MAX_REQUEST_SIZE,
+        "--max-request-bytes",
+        help="Largest request body (larger: 413), e.g. 1MiB.",
+        group=SERVER,
+    )
+    grace: float = option(
+        DEFAULT_GRACE_S,
+        "--grace",
+        help="Seconds in-flight requests may take to finish after SIGTERM / Ctrl-C before they are aborted.",
+        group=SERVER,
+    )
+    log_level: str = option(
+        "info", "--log-level", help="uvicorn's log level (debug also logs every request).", group=SERVER
+    )
+    gpus: int = option(
+        1,
+        "--gpus",
+        help="Ranks: >1 serves from rank 0 of a torchrun job, every replica in "
+        "lockstep (CPU ranks over gloo when there is no CUDA).",
+        group=JOB,
+    )
+    tp: int | None = option(
+        None,
+        "--tp",
+        help="Tensor-parallel size (default: the largest that divides --gpus and the "
+        "model's heads; the other ranks are data-parallel replicas).",
+        group=JOB,
+    )
+    rank_timeout: float = option(600.0, "--rank-timeout", help="Seconds a collective may wait for a rank.", group=JOB)
+
+
 @o.engine_options(exclude=("tp",))
-def serve(
-    host: Annotated[
-        str, typer.Option("--host", help="Address to bind (0.0.0.0: every interface).", rich_help_panel=SERVER)
-    ] = DEFAULT_HOST,
-    port: Annotated[
-        int, typer.Option("--port", help="Port (0: any free port).", rich_help_panel=SERVER)
-    ] = DEFAULT_PORT,
-    api_key: Annotated[
-        str | None,
-        typer.Option(
-            "--api-key",
-            envvar=API_KEY_ENV,
-            show_envvar=True,
-            rich_help_panel=SERVER,
-            help="Require 'Authorization: Bearer KEY' on /v1/* (compared in constant time; printable ASCII).",
-        ),
-    ] = None,
-    served_model_name: Annotated[
-        str | None,
-        typer.Option(
-            "--served-model-name",
-            help="The model id clients send (default: the --model value).",
-            rich_help_panel=SERVER,
-        ),
-    ] = None,
-    max_queue: Annotated[
-        int,
-        typer.Option(
-            "--max-queue",
-            help="Requests held at once, running and waiting; more get 503 with Retry-After (a request with more "
-            "prompts than this: 400).",
-            rich_help_panel=SERVER,
-        ),
-    ] = DEFAULT_MAX_QUEUE,
-    max_request_bytes: Annotated[
-        str,
-        typer.Option(
-            "--max-request-bytes", help="Largest request body (larger: 413), e.g. 1MiB.", rich_help_panel=SERVER
-        ),
-    ] = DEFAULT_MAX_REQUEST_SIZE,
-    grace: Annotated[
-        float,
-        typer.Option(
-            "--grace",
-            help="Seconds in-flight requests may take to finish after SIGTERM / Ctrl-C before they are aborted.",
-            rich_help_panel=SERVER,
-        ),
-    ] = DEFAULT_GRACE_S,
-    log_level: Annotated[
-        str,
-        typer.Option(
-            "--log-level", help="uvicorn's log level (debug also logs every request).", rich_help_panel=SERVER
-        ),
-    ] = "info",
-    gpus: Annotated[
-        int,
-        typer.Option(
-            "--gpus",
-            help="Ranks: >1 serves from rank 0 of a torchrun job, every replica in "
-            "lockstep (CPU ranks over gloo when there is no CUDA).",
-            rich_help_panel=JOB,
-        ),
-    ] = 1,
-    tp: Annotated[
-        int | None,
-        typer.Option(
-            "--tp",
-            help="Tensor-parallel size (default: the largest that divides --gpus and the "
-            "model's heads; the other ranks are data-parallel replicas).",
-            rich_help_panel=JOB,
-        ),
-    ] = None,
-    rank_timeout: Annotated[
-        float, typer.Option("--rank-timeout", help="Seconds a collective may wait for a rank.", rich_help_panel=JOB)
-    ] = 600.0,
-    engine_flags: o.EngineFlags | None = None,  # every engine option but --tp (cli/options.py)
-) -> None:
+@o.dataclass_options(opts=ServeOptions)
+def serve(*, opts: ServeOptions, engine_flags: o.EngineFlags) -> None:
     """Serve the engine over the OpenAI API: /v1/completions, /v1/chat/completions (streaming with server-sent
     events), /v1/models, /health, /metrics (vLLM's spec-decode counter names). Requests that arrive while others
     decode join the running batch at the next step. SIGTERM or Ctrl-C: the server drains (new requests get 503,
@@ -120,50 +102,50 @@ def serve(
       curl -s localhost:8000/v1/completions -H 'Content-Type: application/json' \\
         -d '{"prompt": "Hi", "max_tokens": 16, "temperature": 0}'
     """
-    if gpus < 1:
-        raise UserError(f"--gpus must be at least 1, got {gpus}")
-    if tp is not None and tp < 1:
-        raise UserError(f"--tp must be at least 1, got {tp}")
-    if max_queue < 1:
-        raise UserError(f"--max-queue must be at least 1, got {max_queue}")
-    if not (math.isfinite(grace) and grace >= 0):  # NaN compares false with everything, and acted as 0
-        raise UserError(f"--grace must be a finite number of seconds >= 0, got {grace}")
-    if not (math.isfinite(rank_timeout) and rank_timeout > 0):
-        raise UserError(f"--rank-timeout must be a finite number of seconds > 0, got {rank_timeout}")
-    if not 0 <= port <= 65535:
-        raise UserError(f"--port must be in 0..65535, got {port}")
-    if not host.strip():  # an unset $HOST: uvicorn and the socket module read "" as every interface (0.0.0.0)
+    if opts.gpus < 1:
+        raise UserError(f"--gpus must be at least 1, got {opts.gpus}")
+    if opts.tp is not None and opts.tp < 1:
+        raise UserError(f"--tp must be at least 1, got {opts.tp}")
+    if opts.max_queue < 1:
+        raise UserError(f"--max-queue must be at least 1, got {opts.max_queue}")
+    if not (math.isfinite(opts.grace) and opts.grace >= 0):  # NaN compares false with everything, and acted as 0
+        raise UserError(f"--grace must be a finite number of seconds >= 0, got {opts.grace}")
+    if not (math.isfinite(opts.rank_timeout) and opts.rank_timeout > 0):
+        raise UserError(f"--rank-timeout must be a finite number of seconds > 0, got {opts.rank_timeout}")
+    if not 0 <= opts.port <= 65535:
+        raise UserError(f"--port must be in 0..65535, got {opts.port}")
+    if not opts.host.strip():  # an unset $HOST: uvicorn and the socket module read "" as every interface (0.0.0.0)
         raise UserError(
             f"--host is empty; name the address to bind (default {DEFAULT_HOST}; 0.0.0.0 for every "
             "interface, if that is what you mean)"
         )
-    if log_level.lower() not in LOG_LEVELS:
-        raise UserError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
-    log_level = log_level.lower()
-    body_limit = parse_bytes(max_request_bytes)
+    log_level = opts.log_level.lower()
+    if log_level not in LOG_LEVELS:
+        raise UserError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {opts.log_level!r}")
+    body_limit = parse_bytes(opts.max_request_bytes)
     if body_limit < 1:
-        raise UserError(f"--max-request-bytes must be at least 1 byte, got {max_request_bytes!r}")
+        raise UserError(f"--max-request-bytes must be at least 1 byte, got {opts.max_request_bytes!r}")
     from ..serve.limits import validate_api_key
     from ..serve.server import bind
 
-    api_key = api_key_from(api_key)
+    api_key = api_key_from(opts.api_key)
     validate_api_key(api_key)
-    bind(host, port).close()  # a port in use or an address not ours: said now, not after the model has loaded
+    bind(opts.host, opts.port).close()  # a port in use or an address not ours: said now, not after the model loaded
     model = engine_flags["model"]
-    config = engine_flags.config(events_path=rank_events_path(engine_flags["events_path"], gpus))
+    config = engine_flags.config(events_path=rank_events_path(engine_flags["events_path"], opts.gpus))
     server = {
-        "host": host,
-        "port": port,
-        "model_name": served_model_name or model,
-        "max_queue": max_queue,
+        "host": opts.host,
+        "port": opts.port,
+        "model_name": opts.served_model_name or model,
+        "max_queue": opts.max_queue,
         "max_request_bytes": body_limit,
-        "grace_s": grace,
+        "grace_s": opts.grace,
         "log_level": log_level,
     }
-    if gpus > 1:
-        _serve_job(config, server, api_key, gpus, tp, rank_timeout)
+    if opts.gpus > 1:
+        _serve_job(config, server, api_key, opts.gpus, opts.tp, opts.rank_timeout)
         return
-    if tp not in (None, 1):
+    if opts.tp not in (None, 1):
         raise UserError("--tp > 1 needs --gpus (one process per TP rank)")
     from ..workers.engine.engine import Engine
 
@@ -177,7 +159,7 @@ def serve(
 def api_key_from(option: str | None) -> str | None:
     """The key to require: --api-key, else $SPECDEC_EVAL_API_KEY. click reads an empty variable as unset, so
     `SPECDEC_EVAL_API_KEY=` would have started a server without authentication: an empty key from either place is
-    refused (serve/limits.py), never taken as "no key"."""
+    refused by the server's key check, never taken as "no key"."""
     if option is None and os.environ.get(API_KEY_ENV) == "":
         return ""
     return option

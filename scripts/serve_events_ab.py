@@ -26,8 +26,8 @@ import time
 from collections import Counter
 
 from specdec_eval.workers.config import SamplingParams
-from specdec_eval.workers.remote.endpoint import EndpointEngine
-from specdec_eval.workers.remote.endpoint_config import EndpointConfig
+from specdec_eval.workers.remote.client.config import EndpointConfig
+from specdec_eval.workers.remote.client.engine import EndpointEngine
 
 from specdec_eval.event_types import FAILING_EVENTS
 

@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from ..workers.interface import GenerationOutput, ScoredOutput
-from ..workers.remote.endpoint_logprobs import TOKEN_ID_PREFIX
+from ..workers.remote.client.logprobs import TOKEN_ID_PREFIX
 
 
 def _namer(tokenizer: Any, as_ids: bool):

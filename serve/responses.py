@@ -4,7 +4,7 @@ chunks "chat.completion.chunk"). Our finish reasons map onto OpenAI's: eos and s
 also carries its output token ids (`token_ids`) and prompt token ids (`prompt_token_ids`), as vLLM does with
 `return_token_ids`, so a client can compare outputs token for token. Under spec-dec, an answer carries its
 requests' acceptance counts in vLLM's per-request shape (`metrics.speculative_decoding`), read back by endpoint runs
-(workers/remote/response_acceptance.py)."""
+(workers/remote/server/response_acceptance.py)."""
 
 from __future__ import annotations
 

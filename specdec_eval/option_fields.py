@@ -1,8 +1,7 @@
 """Options declared once, on the dataclass that holds their values: a field's default is the option's default, and
 its metadata the flag (flags, help, group, bounds, choices, a check of a value with a syntax of its own). The command
-line's options and the value back from them both come from that one declaration (cli/options.py builds them), as
-lm-eval's `EvaluatorConfig` keeps flag and help in field metadata; the engine's options (workers/engine_options.py)
-are one list of the same shape.
+line's options and the value back from them both come from that one declaration, as lm-eval's `EvaluatorConfig`
+keeps flag and help in field metadata; every command declares its options this way, the engine's included.
 
     @dataclass(frozen=True)
     class JobOptions:
@@ -32,7 +31,7 @@ UNSET = _Unset()  # a flag's default when the field's own is the one
 @dataclass(frozen=True)
 class Flag:
     flags: tuple[str, ...]  # "--resume/--fresh" for an on/off pair
-    help: str
+    help: str | None
     group: str | None = None  # the `--help` panel
     type: Any = None  # the value as given on the command line, where it is not the field's type (text for a list)
     min: float | None = None
@@ -43,17 +42,35 @@ class Flag:
     default: Any = UNSET  # the command line's default, only for a field that has none (a required value)
     param: str | None = None  # the command's parameter name, where the field's name would clash with another list's
     hidden: bool = False
+    envvar: str | None = None  # the environment variable read when the flag is not given (shown in --help)
 
 
-def flag(*flags: str, help: str, **settings: Any) -> dict[str, Flag]:
+def flag(*flags: str, help: str | None, **settings: Any) -> dict[str, Flag]:
     """A field's metadata: `field(default=..., metadata=flag("--name", help="..."))`."""
     return {FLAG: Flag(tuple(flags), help, **settings)}
 
 
+def option(default: Any, *flags: str, help: str | None, **settings: Any) -> Any:
+    """A field that is an option: `limit: int = option(10, "--limit", help="...")`, short for
+    `field(default=10, metadata=flag("--limit", help="..."))`."""
+    return dataclasses.field(default=default, metadata=flag(*flags, help=help, **settings))
+
+
+def flag_of(cls: type, name: str, **changes: Any) -> Any:
+    """A field that takes another dataclass's option as it is declared there, `changes` (default, help, group, ...)
+    applied: a command whose option means what `run`'s does declares it by reference, not a second time (say why
+    where a change narrows its meaning)."""
+    source = next(f for f in dataclasses.fields(cls) if f.name == name)
+    spec = dataclasses.replace(source.metadata[FLAG], **{k: v for k, v in changes.items() if k != "default"})
+    default = changes.get("default", field_default(source))
+    if default is MISSING:
+        default = spec.default
+    return dataclasses.field(default=default, metadata={FLAG: spec})
+
+
 @dataclass(frozen=True)
 class ListedOption:
-    """One option of a dataclass, as a command declares it (the attributes workers/engine_options.py's EngineOption
-    has, so one builder makes both kinds of typer options)."""
+    """One option of a dataclass, as a command declares it: what the command line builder reads."""
 
     name: str  # the command's parameter
     field: str  # the dataclass field it fills
@@ -68,6 +85,7 @@ class ListedOption:
     parse: Callable[[Any], Any] | None
     convert: Callable[[Any], Any] | None
     hidden: bool
+    envvar: str | None
 
 
 def listed_options(cls: type) -> tuple[ListedOption, ...]:
@@ -98,6 +116,7 @@ def listed_options(cls: type) -> tuple[ListedOption, ...]:
                 spec.parse,
                 spec.convert,
                 spec.hidden,
+                spec.envvar,
             )
         )
     return tuple(out)

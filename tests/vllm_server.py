@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from specdec_eval.workers.remote.server_process import ServerProcess
-from specdec_eval.workers.remote.vllm_command import SERVED_MODEL, VLLMServeCommand
+from specdec_eval.workers.remote.server.process import ServerProcess
+from specdec_eval.workers.remote.server.vllm_command import SERVED_MODEL, VLLMServeCommand
 
 from .llama_server import free_port
 

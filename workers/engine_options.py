@@ -1,20 +1,19 @@
-"""The engine options, listed once: every command's engine flags (the CLI builds them from this list),
-lm-eval's `--model_args` keys and the one builder of an EngineConfig from them,
-`from_options`. Each entry names the config field that holds its default, so no default is written twice and a
-flag cannot drift from the config (a test holds them together).
-
-Plain data, no CLI library: the name is the builder's keyword and every command's parameter, the flags, the value's
-type, the registry its choices come from, the parse that checks a value with a syntax of its own."""
+"""The engine options, declared once as the fields of `EngineOptions` (flag metadata, as every command's options
+are): every command's engine flags, lm-eval's `--model_args` keys and the one builder of an EngineConfig from them,
+`from_options`. Each field's default is read from the config field that holds it, so no default is written twice and
+a flag cannot drift from the config. No CLI library here: the name is the builder's keyword and every command's
+parameter; the flags, the registry its choices come from, the parse that checks a value with a syntax of its own."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
 from ..errors import UserError
+from ..option_fields import listed_options, option
 from .config import (
     DEVICES,
     DTYPES,
@@ -41,27 +40,10 @@ def field_default(path: str) -> Any:
     return f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
 
 
-@dataclass(frozen=True)
-class EngineOption:
-    name: str  # the builder's keyword, every command's parameter, the --model_args key
-    flags: tuple[str, ...]  # "--block-reuse/--no-block-reuse" for an on/off pair
-    type: Any  # the value as given on the command line: int, str | None, list[str] | None, ...
-    field: str | None  # where its default lives in EngineConfig (dotted); None: no field holds the flag's value
-    help: str
-    group: str = ENGINE
-    fixed_default: Any = None  # only where `field` is None
-    min: float | None = None
-    max: float | None = None
-    choices: Callable[[], tuple[str, ...]] | None = None  # read when asked: a test may register a method
-    parse: Callable[[Any], Any] | None = None  # raises UserError on a bad value; the flag keeps the text
-
-    @property
-    def default(self) -> Any:
-        """The config field's default; an empty tuple (no faults) is None on the command line, as typer wants."""
-        if self.field is None:
-            return self.fixed_default
-        value = field_default(self.field)
-        return None if value == () else value
+def config_default(path: str) -> Any:
+    """An option's default: its config field's; an empty tuple (no faults) is None on the command line."""
+    value = field_default(path)
+    return None if value == () else value
 
 
 def _kv_versions() -> tuple[str, ...]:
@@ -82,134 +64,147 @@ def _fault_specs(texts: Sequence[str]) -> None:
         FaultSpec.parse(text)
 
 
-ENGINE_OPTIONS: tuple[EngineOption, ...] = (
-    EngineOption(
-        "model",
-        ("--model", "-m"),
-        str,
-        "model",
-        "'smollm2' (embedded SmolLM2-135M-Instruct GGUF), 'tiny' (random test model), a Hugging Face folder "
+@dataclass(frozen=True)
+class EngineOptions:
+    """The engine options as flat values, each field's default its config field's (the command line shows no faults
+    as None, not an empty tuple)."""
+
+    model: str = option(
+        config_default("model"),
+        "--model",
+        "-m",
+        group=ENGINE,
+        help="'smollm2' (embedded SmolLM2-135M-Instruct GGUF), 'tiny' (random test model), a Hugging Face folder "
         "(config.json + safetensors) or a .gguf file.",
-    ),
-    EngineOption(
-        "kv_cache", ("--kv-cache",), str, "kv_cache.version", "KV-cache manager: {choices}.", choices=_kv_versions
-    ),
-    EngineOption(
-        "dtype",
-        ("--dtype",),
-        str,
-        "dtype",
-        "{choices} (auto: float32 on CPU, bfloat16 on CUDA).",
+    )
+    kv_cache: str = option(
+        config_default("kv_cache.version"),
+        "--kv-cache",
+        group=ENGINE,
+        choices=_kv_versions,
+        help="KV-cache manager: {choices}.",
+    )
+    dtype: str = option(
+        config_default("dtype"),
+        "--dtype",
+        group=ENGINE,
         choices=lambda: DTYPES,
-    ),
-    EngineOption("device", ("--device",), str, "device", "{choices}.", choices=lambda: DEVICES),
-    EngineOption(
-        "device_memory",
-        ("--device-memory",),
-        str | None,
-        "device_memory",
-        "Memory budget, e.g. 2GiB. CPU: stands in for device memory (default 4GiB); CUDA: caps it.",
+        help="{choices} (auto: float32 on CPU, bfloat16 on CUDA).",
+    )
+    device: str = option(config_default("device"), "--device", group=ENGINE, choices=lambda: DEVICES, help="{choices}.")
+    device_memory: str | None = option(
+        config_default("device_memory"),
+        "--device-memory",
+        group=ENGINE,
         parse=_memory_size,
-    ),
-    EngineOption("block_size", ("--block-size",), int, "kv_cache.block_size", "Tokens per KV block.", min=1, max=1024),
-    EngineOption(
-        "block_reuse",
-        ("--block-reuse/--no-block-reuse",),
-        bool,
-        "kv_cache.enable_block_reuse",
-        "Reuse KV blocks of shared prompt prefixes.",
-    ),
-    EngineOption(
-        "decode_copy",
-        ("--decode-copy/--no-decode-copy",),
-        bool | None,
-        "kv_cache.decode_copy",
-        "Decode over a contiguous copy of each request's KV instead of gathering its blocks every step "
+        help="Memory budget, e.g. 2GiB. CPU: stands in for device memory (default 4GiB); CUDA: caps it.",
+    )
+    block_size: int = option(
+        config_default("kv_cache.block_size"),
+        "--block-size",
+        group=ENGINE,
+        min=1,
+        max=1024,
+        help="Tokens per KV block.",
+    )
+    block_reuse: bool = option(
+        config_default("kv_cache.enable_block_reuse"),
+        "--block-reuse/--no-block-reuse",
+        group=ENGINE,
+        help="Reuse KV blocks of shared prompt prefixes.",
+    )
+    decode_copy: bool | None = option(
+        config_default("kv_cache.decode_copy"),
+        "--decode-copy/--no-decode-copy",
+        group=ENGINE,
+        help="Decode over a contiguous copy of each request's KV instead of gathering its blocks every step "
         "(default: on for CPU, off for CUDA).",
-    ),
-    EngineOption(
-        "max_batch_size", ("--max-batch-size", "--batch"), int, "max_batch_size", "Requests decoded together.", min=1
-    ),
-    EngineOption(
-        "max_num_tokens", ("--max-num-tokens",), int, "max_num_tokens", "Tokens one forward may carry.", min=1
-    ),
-    EngineOption(
-        "max_seq_len", ("--max-seq-len",), int | None, "max_seq_len", "Prompt + output tokens per request.", min=2
-    ),
-    EngineOption(
-        "tp", ("--tp",), int, "tp_size", "Tensor-parallel size (needs that many processes, e.g. under torchrun).", min=1
-    ),
-    EngineOption("seed", ("--seed",), int, "seed", "Seed for sampling.", min=0),
-    # No field: the flag's "none" is config.spec None, any other name a SpecConfig of that algorithm.
-    EngineOption(
-        "spec",
-        ("--spec",),
-        str,
-        None,
-        "{choices}: eagle3 (one-model draft head), ngram (prompt lookup, no draft model).",
-        SPEC,
-        fixed_default="none",
+    )
+    max_batch_size: int = option(
+        config_default("max_batch_size"),
+        "--max-batch-size",
+        "--batch",
+        group=ENGINE,
+        min=1,
+        help="Requests decoded together.",
+    )
+    max_num_tokens: int = option(
+        config_default("max_num_tokens"), "--max-num-tokens", group=ENGINE, min=1, help="Tokens one forward may carry."
+    )
+    max_seq_len: int | None = option(
+        config_default("max_seq_len"), "--max-seq-len", group=ENGINE, min=2, help="Prompt + output tokens per request."
+    )
+    tp: int = option(
+        config_default("tp_size"),
+        "--tp",
+        group=ENGINE,
+        min=1,
+        help="Tensor-parallel size (needs that many processes, e.g. under torchrun).",
+    )
+    seed: int = option(config_default("seed"), "--seed", group=ENGINE, min=0, help="Seed for sampling.")
+    # No config field: the flag's "none" is config.spec None, any other name a SpecConfig of that algorithm.
+    spec: str = option(
+        "none",
+        "--spec",
+        group=SPEC,
         choices=_spec_names,
-    ),
-    EngineOption(
-        "draft_len", ("--draft-len", "-k"), int, "spec.max_draft_len", "Draft tokens per step (K).", SPEC, min=1, max=16
-    ),
-    EngineOption(
-        "draft_model",
-        ("--draft-model",),
-        str,
-        "spec.draft_model",
-        "'auto' (the trained head that ships for smollm2; random for tiny), 'random' (seeded random Eagle3 "
-        "head: a correctness canary, acceptance ~1) or an Eagle3 head folder (config.json + "
-        "model.safetensors or pytorch_model.bin).",
-        SPEC,
-    ),
-    EngineOption(
-        "spec_guard",
-        ("--spec-guard",),
-        str,
-        "spec.guard",
-        "template: restore spec-dec state after a failed forward; none: the historical unsafe behaviour.",
-        SPEC,
-        choices=lambda: SPEC_GUARDS,
-    ),
-    EngineOption(
-        "capture_layers",
-        ("--capture-layers",),
-        str | None,
-        "spec.capture_layers",
-        "Three target layer ids (input-of-layer), e.g. 2,15,27.",
-        SPEC,
-        parse=parse_capture_layers,
-    ),
-    EngineOption(
-        "ngram_size",
-        ("--ngram-size",),
-        int | None,
-        "spec.ngram_size",
-        "ngram: tokens matched to find a continuation in the request's own text (n; default 3).",
-        SPEC,
+        help="{choices}: eagle3 (one-model draft head), ngram (prompt lookup, no draft model).",
+    )
+    draft_len: int = option(
+        config_default("spec.max_draft_len"),
+        "--draft-len",
+        "-k",
+        group=SPEC,
         min=1,
         max=16,
-    ),
-    EngineOption(
-        "spec_sampling",
-        ("--spec-sampling",),
-        str,
-        "spec.sampling",
-        "How drafts are verified at temperature > 0: coupled (keyed draws: a spec-dec run emits the tokens a "
+        help="Draft tokens per step (K).",
+    )
+    draft_model: str = option(
+        config_default("spec.draft_model"),
+        "--draft-model",
+        group=SPEC,
+        help="'auto' (the trained head that ships for smollm2; random for tiny), 'random' (seeded random Eagle3 "
+        "head: a correctness canary, acceptance ~1) or an Eagle3 head folder (config.json + "
+        "model.safetensors or pytorch_model.bin).",
+    )
+    spec_guard: str = option(
+        config_default("spec.guard"),
+        "--spec-guard",
+        group=SPEC,
+        choices=lambda: SPEC_GUARDS,
+        help="template: restore spec-dec state after a failed forward; none: the historical unsafe behaviour.",
+    )
+    capture_layers: str | None = option(
+        config_default("spec.capture_layers"),
+        "--capture-layers",
+        group=SPEC,
+        parse=parse_capture_layers,
+        help="Three target layer ids (input-of-layer), e.g. 2,15,27.",
+    )
+    ngram_size: int | None = option(
+        config_default("spec.ngram_size"),
+        "--ngram-size",
+        group=SPEC,
+        min=1,
+        max=16,
+        help="ngram: tokens matched to find a continuation in the request's own text (n; default 3).",
+    )
+    spec_sampling: str = option(
+        config_default("spec.sampling"),
+        "--spec-sampling",
+        group=SPEC,
+        choices=lambda: SPEC_SAMPLINGS,
+        help="How drafts are verified at temperature > 0: coupled (keyed draws: a spec-dec run emits the tokens a "
         "plain run of the same seed does), rejection (rejection sampling with a random stream per request, "
         "as vLLM, SGLang and TensorRT-LLM do: lossless in distribution only), rejection-q (drafts sampled "
         "from the draft head's q, accepted with min(1, p/q)).",
-        SPEC,
-        choices=lambda: SPEC_SAMPLINGS,
-    ),
-    EngineOption(
-        "inject",
-        ("--inject",),
-        list[str] | None,
-        "inject",
-        "Inject a fault: POINT[:K][@STEP|@random][xCOUNT], POINT one of warmup_oom, prepare_for_spec_dec, "
+    )
+    inject: list[str] | None = option(
+        config_default("inject"),
+        "--inject",
+        group=FAULTS,
+        parse=_fault_specs,
+        help="Inject a fault: POINT[:K][@STEP|@random][xCOUNT], POINT one of warmup_oom, prepare_for_spec_dec, "
         "draft_step, target_forward, restore, or a planted bug class: emit_rejected_draft, "
         "draft_kv_into_target, spec_alters_target, rewind_keeps_rejected, accept_off_by_one, "
         "sample_key_shift, verify_width_numerics, rewind_leaks_blocks, aux_layers_off_by_one, "
@@ -217,38 +212,32 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
         "class of --spec-sampling rejection: rejection_greedy, residual_keeps_draft, accept_unit_temperature, "
         "spec_filter_order, accept_neighbour_row, restart_stream (repeatable; see selftest --mutants). "
         "Example: draft_step:1@3",
-        FAULTS,
-        parse=_fault_specs,
-    ),
-    EngineOption(
-        "max_retries",
-        ("--max-retries",),
-        int,
-        "max_retries",
-        "Recompute a request whose batch failed at most this often.",
-        FAULTS,
+    )
+    max_retries: int = option(
+        config_default("max_retries"),
+        "--max-retries",
+        group=FAULTS,
         min=0,
         max=100,
-    ),
-    EngineOption(
-        "warmup",
-        ("--warmup",),
-        str,
-        "warmup",
-        "General warmup at the max shapes after KV sizing: auto (CUDA only) | on | off.",
-        FAULTS,
+        help="Recompute a request whose batch failed at most this often.",
+    )
+    warmup: str = option(
+        config_default("warmup"),
+        "--warmup",
+        group=FAULTS,
         choices=lambda: WARMUP_MODES,
-    ),
-    EngineOption(
-        "events_path",
-        ("--events",),
-        str | None,
-        "events_path",
-        "Write events as JSON lines to this file (one file per rank: events.rank{rank}.jsonl beside it "
+        help="General warmup at the max shapes after KV sizing: auto (CUDA only) | on | off.",
+    )
+    events_path: str | None = option(
+        config_default("events_path"),
+        "--events",
+        group=FAULTS,
+        help="Write events as JSON lines to this file (one file per rank: events.rank{rank}.jsonl beside it "
         "under torchrun).",
-        FAULTS,
-    ),
-)
+    )
+
+
+ENGINE_OPTIONS = listed_options(EngineOptions)
 OPTIONS = MappingProxyType({o.name: o for o in ENGINE_OPTIONS})
 
 

@@ -10,7 +10,7 @@ from ...results.run_summary import GateResult, RunSummary, TaskSummary
 from ...results.sample_record import SampleRecord
 from ...workers.events import count_events, failing_events
 from ...workers.interface import EngineIdentity
-from ...workers.remote.server_failure import server_failure_line
+from ...workers.remote.server.failure import server_failure_line
 from ..lossless.baseline import ResolvedBaseline
 from ..lossless.gate import apply_lossless_gate
 from ..lossless.scoring import spec_sampling as spec_sampling_of

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...workers.interface import EngineIdentity
-from ...workers.remote.endpoint_config import EndpointURL
+from ...workers.remote.client.config import EndpointURL
 from .control import MARKER as CONTROL_MARKER
 
 LOCAL_KINDS = ("local", "torchrun")  # one engine, ours, on one process or a torchrun job

@@ -20,7 +20,7 @@ from ...results.run_summary import GateResult, Verdict
 from ...results.sample_record import SampleRecord
 from ...workers.config import MAX_LOGPROBS, SamplingParams
 from ...workers.interface import EngineIdentity, InferenceEngine, ScoredOutput, ScoreRequest
-from ...workers.remote.scoring_audit import ONE_BACK
+from ...workers.remote.client.scoring_audit import ONE_BACK
 from ..run_types import EvalOptions
 from .check import EXACT_DTYPES
 from .sampled import ALPHA, DEFAULT_TARGET_TOLERANCE, SampledSample, judge_sampled

@@ -29,9 +29,9 @@ from typing import Any
 from ...errors import UserError
 from ...results.store import Run
 from ...workers.config import EngineConfig
-from ...workers.remote.endpoint_options import EndpointOptions
-from ...workers.remote.server_process import ServerProcess, ServerStartFailed
-from ...workers.remote.vllm_command import SERVED_MODEL, VLLMServeCommand
+from ...workers.remote.client.options import EndpointOptions
+from ...workers.remote.server.process import ServerProcess, ServerStartFailed
+from ...workers.remote.server.vllm_command import SERVED_MODEL, VLLMServeCommand
 from ..pipeline.backends import RunTarget, make_backend
 from ..pipeline.evaluation import EvalOptions
 from ..pipeline.run import run

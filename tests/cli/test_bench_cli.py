@@ -33,7 +33,7 @@ TINY = [
     "--rounds",
     "2",
 ]
-# The probes themselves are tested in tests/evals/test_bench_hardware.py; here their figures only feed the fractions.
+# The probes themselves are tested in tests/evals/bench/test_hardware.py; here their figures only feed the fractions.
 LIMITS = HardwareLimits("cpu", 2, 100.0, 2048, 10.0, 8.0, 256, 5)
 
 

@@ -14,9 +14,9 @@ from specdec_eval.cli.main import app
 from specdec_eval.evals.run_types import EvalOptions, RunPlan
 from specdec_eval.launch.job_options import JobOptions
 from specdec_eval.workers.engine_options import ENGINE_OPTIONS
-from specdec_eval.workers.remote.endpoint_options import EndpointOptions
+from specdec_eval.workers.remote.client.options import EndpointOptions
 
-from specdec_eval.option_fields import flag, from_values, listed_options
+from specdec_eval.option_fields import flag, flag_of, from_values, listed_options
 
 LISTS = (EvalOptions, RunPlan, JobOptions, EndpointOptions)
 
@@ -84,3 +84,41 @@ def test_an_option_declared_in_two_lists_is_refused():
 
     with pytest.raises(ValueError, match="declared twice: limit"):
         o.dataclass_options(options=EvalOptions, clash=Clash)
+
+
+def test_flag_of_takes_another_dataclass_option_by_reference():
+    """A command's own dataclass takes `run`'s option as declared there; only the named settings change."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Narrower:
+        limit: int | None = flag_of(EvalOptions, "limit", default=10, help="Fewer.")
+        data_dir: str | None = flag_of(EvalOptions, "data_dir")
+
+    (limit, data_dir) = listed_options(Narrower)
+    (run_limit,) = [o for o in listed_options(EvalOptions) if o.name == "limit"]
+    (run_data_dir,) = [o for o in listed_options(EvalOptions) if o.name == "data_dir"]
+    assert (limit.default, limit.help, limit.flags, limit.min) == (10, "Fewer.", run_limit.flags, run_limit.min)
+    assert (data_dir.default, data_dir.help, data_dir.group) == (
+        run_data_dir.default,
+        run_data_dir.help,
+        run_data_dir.group,
+    )
+
+
+@pytest.mark.parametrize("command", ["serve", "bench", "selftest", "ab"])
+def test_every_command_declares_its_options_on_a_dataclass(command):
+    """No option declared inline: each parameter of these commands is an option of a dataclass (or an argument)."""
+    from specdec_eval.cli.ab import ABOptions
+    from specdec_eval.cli.bench import BenchOptions
+    from specdec_eval.cli.selftest import SelftestOptions
+    from specdec_eval.cli.serve import ServeOptions
+
+    own = {"serve": ServeOptions, "bench": BenchOptions, "selftest": SelftestOptions, "ab": ABOptions}[command]
+    declared = {option.name for option in listed_options(own)} | {option.name for option in ENGINE_OPTIONS}
+    options = {name for name, p in _params(command).items() if isinstance(p, typer.core.TyperOption)}
+    assert options <= declared, options - declared
+
+
+def test_serve_api_key_reads_its_variable():
+    param = _params("serve")["api_key"]
+    assert param.envvar == "SPECDEC_EVAL_API_KEY" and param.show_envvar

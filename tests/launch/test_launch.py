@@ -65,7 +65,7 @@ def test_dry_run_prints_the_torchrun_command_for_two_nodes_of_four():
     assert len(lines) == 1 + 8 + 1 and "rank 5: node 1 local rank 1, replica 2, TP rank 1 of ranks 4,5" in lines[6]
     assert lines[-1].startswith("JOB.json: ")
     job = json.loads(lines[-1].removeprefix("JOB.json: "))
-    assert job["driver"] == "specdec_eval.evals.pipeline.backend_torchrun:job_driver" and job["tp"] == 2
+    assert job["driver"] == "specdec_eval.evals.pipeline.backends.torchrun:job_driver" and job["tp"] == 2
     assert (job["engine"]["model"], job["engine"]["tp_size"], job["engine"]["device"]) == ("tiny", 2, "cpu")
     options = job["payload"]["plan"]["options"]
     assert options["tasks"] == ["gsm8k"] and options["limit"] == 50

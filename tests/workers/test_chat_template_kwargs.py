@@ -21,8 +21,8 @@ from specdec_eval.workers.loading.chat_template import (
 )
 from specdec_eval.workers.loading.presets import tiny_tokenizer
 from specdec_eval.workers.loading.tokenizer import encode_any, encode_chat
-from specdec_eval.workers.remote.endpoint_config import EndpointConfig
-from specdec_eval.workers.remote.endpoint_requests import gen_kwargs
+from specdec_eval.workers.remote.client.config import EndpointConfig
+from specdec_eval.workers.remote.client.requests import gen_kwargs
 
 from specdec_eval.errors import UserError
 

@@ -1,6 +1,6 @@
 """The rejection sampler (`--spec-sampling rejection`): its rule on hand-made rows, its
 per-request random streams through the engine, the option that selects it, and the planted bugs of its path.
-Its distribution is tested by chi-square in tests/evals/test_rejection_sampler_fit.py."""
+Its distribution is tested by chi-square in tests/evals/lossless/test_rejection_sampler_fit.py."""
 
 from __future__ import annotations
 

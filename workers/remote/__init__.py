@@ -1,5 +1,5 @@
 """Engines that are not ours, reached over HTTP: any OpenAI-compatible server (trtllm-serve, vLLM, SGLang,
-llama.cpp, `specdec-eval serve`) behind the same `InferenceEngine` Protocol as the local engine (workers/interface.py),
-so the run pipeline never tells them apart. Its configuration (endpoint_config.py), one request through lm-eval's
-own API backend (endpoint_requests.py), and servers' acceptance metrics (server_metrics.py, server_metric_formats.py).
+llama.cpp, `specdec-eval serve`) behind the same `InferenceEngine` Protocol as the local engine, so the run pipeline
+never tells them apart. Two packages: `server` (a server process we start or watch: its process, log, metrics, KV
+usage, stalls), below `client` (talking to the endpoint: configuration, requests, logprobs, scoring, the engine).
 Imports workers/ only, like the rest of workers/."""
