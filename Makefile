@@ -48,7 +48,7 @@ format: setup-tests
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# --durations=25: the slowest tests close every run, so the CI budget (45 min from a fresh clone) stays visible.
+# --durations=25: the slowest tests close every run, so the CI budget (40 min from a fresh clone) stays visible.
 test: lint
 	$(BIN)/python -m pytest -q --durations=25
 
