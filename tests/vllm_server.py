@@ -4,6 +4,11 @@ and stopped. A start costs 35-100 s and a few GiB, so `vllm_servers` (one per se
 and keeps at most MAX_LIVE alive, stopping the one used least recently to make room. Every server records its
 start-up seconds and resident size, which the report states.
 
+The eagle3 server is the bug-class matrix's speculating server too: it loads the test-only plugin, reading the live
+class from the session's class file, empty (vLLM untouched) except while `vllm_matrix_servers` lends it to the matrix,
+whose last class kills its engine core; the matrix then retires it. Tests that use these servers run last in the
+session (tests/conftest.py), the matrix last of all, so each server starts once.
+
 Tests that need vLLM call `require_vllm()`: it skips with the reason when the setup is missing, and fails instead
 under CI=true, where the peer must be there (as tests/llama_server.py does for llama.cpp)."""
 
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from specdec_eval.evals.selftest.vllm_mutants import MatrixServers, VllmSetup
 from specdec_eval.workers.remote.server.process import ServerProcess
 from specdec_eval.workers.remote.server.vllm_command import SERVED_MODEL, VLLMServeCommand
 
@@ -72,6 +78,11 @@ def serve_command(method: str | None, port: int | None = None, **overrides) -> V
     )
 
 
+def matrix_setup() -> VllmSetup:
+    """The matrix's view of this setup: its builder makes the eagle3 server's command, plugin variable included."""
+    return VllmSetup(venv=str(vllm_venv()), model_dir=str(vllm_model_dir()), head=str(HEAD), draft_len=DRAFT_LEN)
+
+
 def group_rss_mib(pid: int) -> float:
     """Resident size of a server and every process it started (vLLM's engine core is a child), in MiB."""
     out = subprocess.run(["ps", "-o", "rss=", "-g", str(os.getpgid(pid))], capture_output=True, text=True).stdout
@@ -92,10 +103,12 @@ class VLLMServer:
         return self.command.url
 
 
-def start_server(name: str, method: str | None, log_dir: Path) -> VLLMServer:
+def start_server(name: str, method: str | None, log_dir: Path, class_file: Path) -> VLLMServer:
+    """One server; eagle3's loads the plugin reading `class_file` (the matrix's spec server)."""
     cmd = serve_command(method)
+    line = matrix_setup().serve_cmd(cmd.port, class_file) if method == "eagle3" else str(cmd)
     log = log_dir / f"vllm-{name}.log"
-    process = ServerProcess(str(cmd), log).start()
+    process = ServerProcess(line, log).start()
     try:
         startup_s = process.wait_ready(cmd.url, timeout_s=START_TIMEOUT_S)
     except BaseException:
@@ -112,6 +125,8 @@ class VLLMServers:
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
+        self.class_file = log_dir / "class"  # the plugin's live class in the eagle3 server: none while empty
+        self.class_file.write_text("")
         self.live: OrderedDict[str, VLLMServer] = OrderedDict()
         self.started: list[VLLMServer] = []  # every start, for the report
 
@@ -122,7 +137,7 @@ class VLLMServers:
         while len(self.live) >= MAX_LIVE:
             _, oldest = self.live.popitem(last=False)
             oldest.process.stop()
-        server = start_server(kind, self.KINDS[kind], self.log_dir)
+        server = start_server(kind, self.KINDS[kind], self.log_dir, self.class_file)
         self.live[kind] = server
         self.started.append(server)
         return server
@@ -132,6 +147,18 @@ class VLLMServers:
         while self.live and len(self.live) > MAX_LIVE - free_slots:
             _, oldest = self.live.popitem(last=False)
             oldest.process.stop()
+
+    def retire(self, kind: str) -> None:
+        """Stop a server that must not serve again (the matrix's last class kills eagle3's engine core)."""
+        server = self.live.pop(kind, None)
+        if server is not None:
+            server.process.stop()
+
+    def for_matrix(self) -> MatrixServers:
+        """The plain and the eagle3 server, as the bug-class matrix takes them."""
+        plain, spec = self.get("plain"), self.get("eagle3")
+        startup = {"plain": round(plain.startup_s, 1), "spec": round(spec.startup_s, 1)}
+        return MatrixServers(plain.url, spec.url, spec.log_path, self.class_file, startup)
 
     def close(self) -> None:
         for server in self.live.values():
@@ -152,4 +179,22 @@ def vllm_servers(tmp_path_factory):
         print(f"\nvLLM servers: {servers.report()}")
 
 
-__all__ = ["DRAFT_LEN", "SERVED_MODEL", "VLLMServer", "VLLMServers", "require_vllm", "serve_command", "vllm_servers"]
+@pytest.fixture
+def vllm_matrix_servers(vllm_servers):
+    """The session's plain and eagle3 servers lent to the bug-class matrix; eagle3 is retired after it."""
+    try:
+        yield vllm_servers.for_matrix()
+    finally:
+        vllm_servers.retire("eagle3")
+
+
+__all__ = [
+    "DRAFT_LEN",
+    "SERVED_MODEL",
+    "VLLMServer",
+    "VLLMServers",
+    "require_vllm",
+    "serve_command",
+    "vllm_matrix_servers",
+    "vllm_servers",
+]

@@ -120,6 +120,19 @@ def select_vllm_classes(only: Sequence[str] | None) -> list[BugClass]:
     return [VLLM_CLEAN] + [b for b in VLLM_CLASSES if not names or b.name in names]
 
 
+@dataclass(frozen=True)
+class MatrixServers:
+    """Two vLLM servers that answer already: the plain one and the speculating one whose plugin reads the live
+    class from `class_file`, its output in `spec_log`. The matrix starts its own unless given these (the tests share
+    theirs with their other vLLM checks; a start costs 35-100 s)."""
+
+    plain_url: str
+    spec_url: str
+    spec_log: Path
+    class_file: Path
+    startup_s: dict[str, float]
+
+
 def run_vllm_matrix(
     setup: VllmSetup,
     config: EngineConfig,
@@ -127,36 +140,32 @@ def run_vllm_matrix(
     classes: Sequence[BugClass],
     note: Callable[[str], None] = lambda line: None,
     workdir: str | None = None,
+    servers: MatrixServers | None = None,
 ) -> dict[str, Any]:
-    """Start both servers, decode the plain baseline once, then every class's run on the spec server; returns the
-    matrix (JSON-ready, the local matrix's shape plus each server's start-up seconds)."""
+    """Start both servers (unless `servers` are given), decode the plain baseline once, then every class's run on
+    the spec server; returns the matrix (JSON-ready, the local matrix's shape plus each server's start-up seconds).
+    The last class may leave the spec server dead (the out-of-memory one kills its engine core)."""
     setup.check()
     with tempfile.TemporaryDirectory(prefix="vllm-mutants-", dir=workdir) as tmp:
         tmp_path = Path(tmp)
-        class_file = tmp_path / "class"
-        class_file.write_text("")
-        refs = tmp_path / "acceptance_length.yaml"  # written by the unmutated row, read by every row after it
-        plain_port, spec_port = _free_ports(2)
-        plain = ServerProcess(setup.serve_cmd(plain_port, None), tmp_path / "plain.log")
-        spec = ServerProcess(setup.serve_cmd(spec_port, class_file), tmp_path / "spec.log")
-        try:
-            started = time.perf_counter()
-            note("starting vLLM: a plain server and a speculating one (Eagle3) ...")
-            startup = {"plain": _ready(plain.start(), plain_port)}  # one at a time: two start-ups at once fight
-            startup["spec"] = _ready(spec.start(), spec_port)  # for the two cores and double the wait
-            note(f"servers ready after {time.perf_counter() - started:.0f} s")
-            baseline = _plain_run(config, options, plain_port, tmp_path / "runs")
-            rows, unmutated = [], None
-            for i, bug in enumerate(classes, 1):
-                class_file.write_text("" if bug.is_clean else bug.name)
-                note(f"[{i}/{len(classes)}] {bug.name}: {bug.what}")
-                row, samples = _class_row(bug, config, options, spec_port, tmp_path, baseline, unmutated, refs)
-                unmutated = samples if bug.is_clean else unmutated
-                cells = ", ".join(f"{gate} {row['cells'][gate]['verdict']}" for gate in GATES)
-                note(f"[{i}/{len(classes)}] {bug.name}: {row['result']} ({row['elapsed_s']:.0f} s; {cells})")
-                rows.append(row)
-        finally:
-            spec.stop(), plain.stop()
+        if servers is not None:
+            rows = _matrix_rows(config, options, classes, note, tmp_path, servers)
+        else:
+            class_file = tmp_path / "class"
+            class_file.write_text("")
+            plain_port, spec_port = _free_ports(2)
+            plain = ServerProcess(setup.serve_cmd(plain_port, None), tmp_path / "plain.log")
+            spec = ServerProcess(setup.serve_cmd(spec_port, class_file), tmp_path / "spec.log")
+            try:
+                started = time.perf_counter()
+                note("starting vLLM: a plain server and a speculating one (Eagle3) ...")
+                startup = {"plain": _ready(plain.start(), plain_port)}  # one at a time: two start-ups at once fight
+                startup["spec"] = _ready(spec.start(), spec_port)  # for the two cores and double the wait
+                note(f"servers ready after {time.perf_counter() - started:.0f} s")
+                servers = MatrixServers(_url(plain_port), _url(spec_port), spec.log_path, class_file, startup)
+                rows = _matrix_rows(config, options, classes, note, tmp_path, servers)
+            finally:
+                spec.stop(), plain.stop()
     ok = all(r["result"] in ("caught", "PASS") for r in rows)
     return {
         "ok": ok,
@@ -164,8 +173,34 @@ def run_vllm_matrix(
         "limit": options.limit,
         "rows": rows,
         "gates": list(GATES),
-        "startup_s": startup,
+        "startup_s": servers.startup_s,
     }
+
+
+def _matrix_rows(
+    config: EngineConfig,
+    options: EvalOptions,
+    classes: Sequence[BugClass],
+    note: Callable[[str], None],
+    tmp_path: Path,
+    servers: MatrixServers,
+) -> list[dict[str, Any]]:
+    """The plain baseline once, then one row per class, the class file naming the live one during its run."""
+    refs = tmp_path / "acceptance_length.yaml"  # written by the unmutated row, read by every row after it
+    baseline = _plain_run(config, options, servers.plain_url, tmp_path / "runs")
+    rows, unmutated = [], None
+    try:
+        for i, bug in enumerate(classes, 1):
+            servers.class_file.write_text("" if bug.is_clean else bug.name)
+            note(f"[{i}/{len(classes)}] {bug.name}: {bug.what}")
+            row, samples = _class_row(bug, config, options, servers, tmp_path, baseline, unmutated, refs)
+            unmutated = samples if bug.is_clean else unmutated
+            cells = ", ".join(f"{gate} {row['cells'][gate]['verdict']}" for gate in GATES)
+            note(f"[{i}/{len(classes)}] {bug.name}: {row['result']} ({row['elapsed_s']:.0f} s; {cells})")
+            rows.append(row)
+    finally:
+        servers.class_file.write_text("")  # a shared spec server is untouched again once the matrix is done
+    return rows
 
 
 def _ready(server: ServerProcess, port: int) -> float:
@@ -179,12 +214,12 @@ def _ready(server: ServerProcess, port: int) -> float:
         raise ServerStartFailed(f"{e}\nfirst exception in the log: {causes[0]}" if causes else str(e)) from None
 
 
-def _plain_run(config: EngineConfig, options: EvalOptions, port: int, out: Path) -> str:
+def _plain_run(config: EngineConfig, options: EvalOptions, url: str, out: Path) -> str:
     """The plain server's run of the matrix's documents: the baseline each class's run names."""
     plain = replace(config, spec=None)
     # every document (no early stop): a run that stopped early cannot be a baseline
     plan = RunPlan(replace(matrix_options(options, CLEAN), early_stop=False), out=str(out), resume=False)
-    summary = run(plan, make_backend("endpoint", RunTarget(plain, endpoint=EndpointOptions(endpoint=_url(port)))))
+    summary = run(plan, make_backend("endpoint", RunTarget(plain, endpoint=EndpointOptions(endpoint=url))))
     return summary.run_dir
 
 
@@ -192,7 +227,7 @@ def _class_row(
     bug: BugClass,
     config: EngineConfig,
     options: EvalOptions,
-    port: int,
+    servers: MatrixServers,
     tmp: Path,
     baseline: str,
     unmutated: list | None,
@@ -201,7 +236,7 @@ def _class_row(
     """One class's row and its run's samples. A class that changes no output but the drafts is judged as `compare`
     and `ab` judge two commits: its per-document acceptance against the unmutated run's (a single run has no
     acceptance reference for a served head: there is none for vLLM's)."""
-    endpoint = EndpointOptions(endpoint=_url(port), server_log=str(tmp / "spec.log"))
+    endpoint = EndpointOptions(endpoint=servers.spec_url, server_log=str(servers.spec_log))
     judged = replace(matrix_options(options, bug), acceptance_refs=str(refs))
     if bug.is_clean:  # the reference every class's acceptance is judged against: a full, clean run writes it
         judged = replace(judged, early_stop=False)
@@ -214,7 +249,7 @@ def _class_row(
     row = judge(bug, summary, elapsed, evaluation_order(summary), paired)
     if bug.is_clean:  # what the rows after it are judged against, or why nothing was written
         row["acceptance_reference"] = summary.acceptance_populated
-    if not bug.is_clean and not _fired(tmp / "spec.log", bug.name):
+    if not bug.is_clean and not _fired(servers.spec_log, bug.name):
         row["never_fired"] = [bug.name]  # the matrix prints a warning: the plugin never acted
     return row, samples
 

@@ -1,9 +1,10 @@
-"""vLLM's CPU build judged end to end: `run --endpoint SPEC --serve-cmd CMD --baseline-endpoint PLAIN` with the
-exported SmolLM2 (float32) behind both, speculating with Eagle3 (the shipped head) and with n-gram. The run starts
-the speculating server itself (its log becomes the run's events); the plain baseline is the session's
-(tests/vllm_server.py). Greedy decoding: the lossless verdict, acceptance read from vLLM's own per-request metrics,
-KV usage back to idle after the run, and no failing line in vLLM's log. Two questions, 16-32 tokens each: eagle3
-took 115 s (the plain server's start included), ngram 125 s (run alone)."""
+"""vLLM's CPU build judged end to end: `run --endpoint SPEC --baseline-endpoint PLAIN` with the exported SmolLM2
+(float32) behind both, speculating with n-gram and with Eagle3 (the shipped head). For n-gram the run starts the
+speculating server itself (`--serve-cmd`: its log becomes the run's events); Eagle3's is the session's, which the
+bug-class matrix reuses (`--server-log` follows its log), as is the plain baseline (tests/vllm_server.py). Greedy
+decoding: the lossless verdict, acceptance read from vLLM's own per-request metrics, KV usage back to idle after the
+run, and no failing line in vLLM's log. Two questions, 16-32 tokens each: eagle3 took 115 s (the plain server's
+start included), ngram 125 s (run alone)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from specdec_eval.workers.remote.server.response_acceptance import VLLM_SOURCE
 
 from ...cli_helpers import run_cli
-from ...vllm_server import DRAFT_LEN, serve_command, vllm_servers  # noqa: F401 - the session's servers, a fixture
+from ...vllm_server import DRAFT_LEN, serve_command
 
 RUN_ARGS = (
     "--model",
@@ -41,16 +42,18 @@ METHOD_ARGS = {
 
 
 def judge(capsys, tmp_path, servers, method: str) -> tuple[int, dict, dict, str]:
-    servers.make_room(1)  # this run starts one server of its own
+    if method == "eagle3":  # the session's (the matrix's too), its log followed
+        spec = servers.get("eagle3")
+        server_args = ("--endpoint", spec.url, "--server-log", str(spec.log_path))
+    else:  # started by the run, which owns its log and its lifetime
+        servers.make_room(1)
+        spec = serve_command(method)
+        server_args = ("--endpoint", spec.url, "--serve-cmd", str(spec))
     plain = servers.get("plain")
-    spec = serve_command(method)
     code, stdout, err = run_cli(
         capsys,
         "run",
-        "--endpoint",
-        spec.url,
-        "--serve-cmd",
-        str(spec),
+        *server_args,
         "--baseline-endpoint",
         plain.url,
         "--spec",
@@ -69,8 +72,8 @@ def judge(capsys, tmp_path, servers, method: str) -> tuple[int, dict, dict, str]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["eagle3", "ngram"])
-def test_vllm_speculation_is_judged_lossless_with_its_own_acceptance(method, vllm_servers, tmp_path, capsys):  # noqa: F811
+@pytest.mark.parametrize("method", ["ngram", "eagle3"])  # ngram first: its own server evicts none that eagle3 needs
+def test_vllm_speculation_is_judged_lossless_with_its_own_acceptance(method, vllm_servers, tmp_path, capsys):
     code, summary, manifest, err = judge(capsys, tmp_path, vllm_servers, method)
     task = summary["tasks"]["gsm8k_smoke"]
     assert task["num_failed_requests"] == 0, err
@@ -86,4 +89,5 @@ def test_vllm_speculation_is_judged_lossless_with_its_own_acceptance(method, vll
     assert server["log_format"] == "vllm" and server["kv_usage_source"].startswith("vllm:kv_cache_usage_perc")
     assert summary["failing_events"] == 0 and "kv_leak" not in summary["events"]  # KV usage back to idle
     assert code == 0 and summary["verdict"] == "PASS", err
-    print(f"\nvLLM {method}: AL {reported['acceptance_length']}, server ready in {server['startup_s']} s")
+    started = f", its server ready in {server['startup_s']} s" if server.get("startup_s") else ""  # the run's own
+    print(f"\nvLLM {method}: AL {reported['acceptance_length']}{started}")

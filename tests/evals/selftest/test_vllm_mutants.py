@@ -112,8 +112,9 @@ def _vllm_setup() -> vm.VllmSetup:
 
 @pytest.mark.slow
 @needs_shared_data
-def test_every_class_planted_in_vllm_is_caught_and_vllm_untouched_passes(tmp_path, capsys):
-    """The smallest matrix that still catches every class: MATRIX_DOCS documents of MATRIX_TOKENS tokens; printed."""
+def test_every_class_planted_in_vllm_is_caught_and_vllm_untouched_passes(tmp_path, capsys, vllm_matrix_servers):
+    """The smallest matrix that still catches every class: MATRIX_DOCS documents of MATRIX_TOKENS tokens; printed.
+    On the session's servers (the peer tests' plain and eagle3 ones): two starts fewer."""
     from specdec_eval.cli.mutants_print import print_matrix
     from specdec_eval.workers.engine_options import from_options
 
@@ -126,7 +127,8 @@ def test_every_class_planted_in_vllm_is_caught_and_vllm_untouched_passes(tmp_pat
         max_output_len=MATRIX_TOKENS,
         no_reference=True,
     )
-    report = vm.run_vllm_matrix(setup, config, options, vm.select_vllm_classes(None), workdir=str(tmp_path))
+    classes = vm.select_vllm_classes(None)
+    report = vm.run_vllm_matrix(setup, config, options, classes, workdir=str(tmp_path), servers=vllm_matrix_servers)
     with capsys.disabled():
         print()
         print_matrix(report)
