@@ -4,8 +4,9 @@ flags and filled server command of each cell."""
 from __future__ import annotations
 
 import pytest
-from specdec_eval.errors import UserError
 from specdec_eval.evals.sweep.grid import Axis, Grid
+
+from specdec_eval.errors import UserError
 
 
 def test_cells_are_the_product_with_the_base_first_and_become_run_flags():
