@@ -7,10 +7,10 @@ already finished:
   DIR/cells/CELL.json   one record per cell: its status, its run's folder, its command, its wall time
 
 The cells share one lossless baseline: the base cell runs first with `--baseline separate` (a plain run of its
-configuration, decoded once), and every other cell names that run as its `--baseline`, unless the sweep's own
-flags choose a baseline, or that run cannot be named (a baseline carrying an `--inject`ed bug is refused by the
-gate: each cell then decodes its own paired twins, `run`'s default). Other shared runs (the noise-floor control) are
-found in the shared runs folder."""
+configuration, decoded once), and every other cell names that run as its `--baseline`. Not when the sweep's own
+flags choose a baseline or a server (`run` finds a baseline server's run again in the shared runs folder), nor when
+that run cannot be named (one carrying an `--inject`ed bug is refused by the gate): each cell then keeps `run`'s
+own policy. Other shared runs (the noise-floor control) are found in the shared runs folder."""
 
 from __future__ import annotations
 
@@ -141,7 +141,9 @@ def run_sweep(
     """Every cell, base first, one at a time; a cell recorded as finished (or as unable to start) is not run
     again. on_cell(i, n, cell, record, resumed) is called before (record None) and after each cell."""
     cells = grid.cells()
-    choose_baseline = speculative and not any(a == "--baseline" or a.startswith("--baseline=") for a in run_args)
+    given = {a.split("=")[0] for a in run_args}
+    # A server's cells keep `run`'s own policy (a baseline server's run, found again in the shared runs folder).
+    choose_baseline = speculative and not given & {"--baseline", "--endpoint", "--baseline-endpoint"}
     records: list[CellRecord] = []
     baseline: str | None = None
     for i, cell in enumerate(cells):
