@@ -55,12 +55,10 @@ def sweep(
     lossless baseline (decoded once, for the base cell). Writes DIR/report.html; exit status 1 when a cell FAILs.
 
     Examples:
-      specdec-eval sweep --dir sw --axis batch=1,4 --axis kv-cache=v1,v2 --axis block-reuse=on,off -- \\
-          --tasks gsm8k --limit 20 --spec eagle3 --data-dir ../shared/data
-      specdec-eval sweep --dir sw-vllm --axis max_num_seqs=1,4 \\
-          --axis prefix_caching=on:--enable-prefix-caching,off:--no-enable-prefix-caching \\
-          --serve-cmd "python -m vllm.entrypoints.openai.api_server ... --port 8011 --max-num-seqs {max_num_seqs} \\
-          {prefix_caching}" -- --endpoint http://127.0.0.1:8011 --spec eagle3 --baseline RUN --tasks gsm8k
+      specdec-eval sweep --dir sw --axis batch=1,4 --axis kv-cache=v1,v2 -- --spec eagle3 --tasks gsm8k --limit 20
+      specdec-eval sweep --dir sw --axis batch=1,4 --axis block-reuse=on,off -- --spec eagle3 --inject BUG ...
+      specdec-eval sweep --dir sv --axis max_num_seqs=1,4 --serve-cmd "SERVER --max-num-seqs {max_num_seqs}" -- \
+--endpoint URL --spec eagle3 --baseline-endpoint URL0 --tasks gsm8k
     """
     from ..evals.sweep.judge import judge
     from ..evals.sweep.runner import check_folder, run_sweep

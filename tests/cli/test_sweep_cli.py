@@ -87,3 +87,18 @@ def test_server_template_placeholders_are_filled_per_cell(capsys, tmp_path):
     for cell, batch in ((first, 1), (second, 2)):
         manifest = json.loads((folder / "runs" / cell["run_dir"].split("/")[-1] / "manifest.json").read_text())
         assert f"--max-batch-size {batch} --port" in manifest["engine"]["server"]["command"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (("--axis", "batch=1,4", "--", "--out", "x"), "--out after --: the sweep sets it"),
+        (("--axis", "batch"), "expected NAME=V1,V2"),
+        (("--axis", "batch=1,4", "--", "--batch", "2"), "--axis batch and batch after -- both set it"),
+        (("--axis", "batch=1,4", "--serve-cmd", "serve {seqs}"), "no --axis seqs=... fills it"),
+    ],
+)
+def test_usage_errors_are_one_line_and_run_nothing(capsys, tmp_path, argv, message):
+    code, _, err = run_cli(capsys, "sweep", "--dir", str(tmp_path / "sw"), *argv)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "sw").exists()
