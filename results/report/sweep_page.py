@@ -1,7 +1,7 @@
 """A sweep's page: the grid as a table (one row per cell: its values, verdict, acceptance against the base with
-its p-value, output identity, its own run's verdicts, why it failed) and a heatmap of the acceptance change per
-cell, marked with its verdict. Self-contained like the run report (html_page.py): the heatmap is an embedded PNG,
-every string from the sweep escaped. Reads the sweep's grid.json values only (results/ reads, never runs)."""
+its p-value, output identity, its own run's gates and events, why it failed) and a heatmap of the acceptance change
+per cell, marked with its verdict. Self-contained like the run report (html_page.py): the heatmap is an embedded
+PNG, every string from the sweep escaped. Reads the sweep's grid.json values only (results/ reads, never runs)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def heatmap(axes: Sequence[str], cells: Sequence[Mapping[str, Any]]) -> str | No
 
 
 def _cells_table(axes: Sequence[str], cells: Sequence[Mapping[str, Any]]) -> str:
-    head = [*axes, "verdict", "AL", "AL vs base", "p (drop)", "outputs identical", "run", "gates", "why"]
+    head = [*axes, "verdict", "AL", "AL vs base", "p (drop)", "outputs identical", "run", "gates", "events", "why"]
     rows = []
     for c in cells:
         gates = "; ".join(
@@ -69,6 +69,7 @@ def _cells_table(axes: Sequence[str], cells: Sequence[Mapping[str, Any]]) -> str
                 same,
                 _badge(c["run_verdict"]) if c.get("run_verdict") else _e(c.get("status", "")),
                 _e(gates or "—"),
+                _e(", ".join(f"{k} {v}" for k, v in (c.get("events") or {}).items()) or "none"),
                 _e("; ".join(c.get("reasons") or []) if c["verdict"] != "BASE" else "the base cell"),
             ]
         )
