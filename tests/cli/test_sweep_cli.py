@@ -36,7 +36,7 @@ def test_engine_sweep_judges_cells_records_refusals_and_resumes(capsys, tmp_path
     refused = cells["batch=1 kv-cache=v9"]
     assert refused["verdict"] == "NOT-RUN" and refused["status"] == "could not start" and "v9" in refused["error"]
     assert "<table>" in (folder / "report.html").read_text(encoding="utf-8")
-    runs = sorted(p.name for p in (folder / "runs").iterdir())
+    runs = [p for p in (folder / "runs").iterdir() if p.is_dir()]
     assert len(runs) == 3  # one shared baseline, two spec-dec cells
 
     (folder / "cells" / "batch=2-kv-cache=v1.json").unlink()  # as if the sweep had died in this cell
