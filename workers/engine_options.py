@@ -216,8 +216,7 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
         "Inject a fault: POINT[:K][@STEP|@random][xCOUNT], POINT one of warmup_oom, prepare_for_spec_dec, "
         "draft_step, target_forward, restore, or a planted bug class: emit_rejected_draft, "
         "draft_kv_into_target, spec_alters_target, rewind_keeps_rejected, accept_off_by_one, "
-        "sample_key_shift, verify_width_numerics, rewind_leaks_blocks, aux_layers_off_by_one, "
-        "draft_reads_neighbour_hidden, or a sampled "
+        "sample_key_shift, verify_width_numerics, rewind_leaks_blocks, aux_layers_off_by_one, or a sampled "
         "class of --spec-sampling rejection: rejection_greedy, residual_keeps_draft, accept_unit_temperature, "
         "spec_filter_order, accept_neighbour_row, restart_stream (repeatable; see selftest --mutants). "
         "Example: draft_step:1@3",

@@ -39,9 +39,6 @@ separate baseline, an audit engine), so these stay in every configuration of the
                         accepts less (on the embedded default about 5 % lower AL: a quiet regression only
                         acceptance sees, which the paired A/B catches and the single-run gate at 10 documents does
                         not)
-  draft_reads_neighbour_hidden  with more than one speculative request in the batch, each request's draft pass
-                        reads its neighbour row's hidden state (the next speculative request's, cyclically): the
-                        outputs stay right, acceptance falls only at batch > 1 (batch 1 is exactly the clean engine)
 
 The sampled classes: bugs of the rejection sampler (`--spec-sampling rejection`, workers/spec/rejection.py), each
 a field of its `RejectionRule`, firing on a request verifying drafts at temperature > 0 (and only where its bug can
@@ -99,7 +96,6 @@ RECURRING_POINTS = (
     "verify_width_numerics",
     "rewind_leaks_blocks",
     "aux_layers_off_by_one",
-    "draft_reads_neighbour_hidden",
     *REJECTION_POINTS,
 )
 BEHAVIOUR_POINTS = ("emit_rejected_draft", *RECURRING_POINTS)  # change results instead of raising

@@ -56,20 +56,6 @@ class Eagle3OneModelWorker(SpecWorkerBase):
             return self.draft_kv_layer - 1
         return self.draft_kv_layer
 
-    def draft_hidden(self, hidden: torch.Tensor, items) -> torch.Tensor:
-        """The pass-0 hidden state each request drafts from: its own row (the `draft_reads_neighbour_hidden` fault
-        point: with two or more speculative requests in the batch, each reads the next one's row)."""
-        rows = [r for r, it in enumerate(items) if it.request.speculative]
-        if len(rows) < 2 or self.faults is None or not self.faults.wants("draft_reads_neighbour_hidden"):
-            return hidden
-        if not self.faults.due("draft_reads_neighbour_hidden", self.step):
-            return hidden
-        moved = hidden.clone()
-        moved[torch.tensor(rows, device=hidden.device)] = hidden[
-            torch.tensor(rows[1:] + rows[:1], device=hidden.device)
-        ]
-        return moved
-
     def _forward_impl(self, step: DraftInput) -> list[list[int]]:
         meta = step.meta
         for it, n in zip(step.items, step.num_computed, strict=True):
@@ -115,7 +101,7 @@ class Eagle3OneModelWorker(SpecWorkerBase):
         features = self.draft.fuse(step.captured)
         next_t = torch.tensor(next_ids, dtype=torch.int64, device=dev)
         out = self.draft(embed(next_t), features, meta, kv_layer)
-        hidden = self.draft_hidden(out[torch.tensor(gather, device=dev)], items)
+        hidden = out[torch.tensor(gather, device=dev)]
         sampled = self.sampled_drafts and any(_samples_drafts(it) for it in items)
         token, q = self._propose(hidden, items) if sampled else (self.draft.propose(hidden), None)
         proposals, draft_probs = [token], [q]
