@@ -21,6 +21,7 @@ from . import (
     run,
     selftest,
     serve,
+    sweep,
     waives,
 )
 
@@ -47,6 +48,8 @@ app.command("export")(export.export)
 app.command("bench")(bench.bench)
 app.command("serve")(serve.serve)
 app.command("selftest")(selftest.selftest)
+app.command("sweep", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(sweep.sweep)
+app.command("drift")(sweep.drift)
 app.command("waive")(waives.waive)
 app.command("unwaive")(waives.unwaive)
 app.command("waives")(waives.waives_check)

@@ -1,0 +1,156 @@
+"""`specdec-eval sweep`: one command runs `run` over a grid of configurations and judges each cell against the base
+cell; `specdec-eval drift RUN`: a trend test of acceptance over one run's documents."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import UserError
+from ..evals.sweep.grid import Axis, Cell, Grid
+from ..evals.sweep.runner import CellRecord, SweepSpec
+
+_OWNED = ("--out", "--json", "--serve-cmd")  # the sweep sets these on every cell
+
+
+def sweep(
+    ctx: typer.Context,
+    axis: Annotated[
+        list[str],
+        typer.Option(
+            "--axis",
+            help="NAME=V1,V2,...: one axis of the grid (repeatable). NAME is a `run` flag of our engine (batch, "
+            "kv-cache, block-reuse, draft-len, tp; on/off for a switch) or a {placeholder} of --serve-cmd; a value "
+            "may be LABEL:TEXT (the grid shows LABEL, the command gets TEXT). The first values form the base cell.",
+            show_default=False,
+        ),
+    ],
+    folder: Annotated[
+        Path,
+        typer.Option(
+            "--dir",
+            help="The sweep's folder: its plan, one record per cell, the cells' runs (runs/), the grid "
+            "(sweep.json, report.html). Run the same command again to resume: finished cells are not rerun.",
+            file_okay=False,
+        ),
+    ],
+    serve_cmd: Annotated[
+        str | None,
+        typer.Option(
+            "--serve-cmd",
+            help="A server command template (with `run --endpoint URL`): each cell starts it with its axis values "
+            'filled in, e.g. "... --max-num-seqs {max_num_seqs} {prefix_caching}".',
+        ),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the grid's verdicts as JSON.")] = False,
+) -> None:
+    """Run `specdec-eval run` (its flags after --) once per cell of a grid, one cell at a time, and judge each cell
+    against the base cell on the same documents: greedy outputs token for token (the first divergent document
+    named), acceptance paired by document (its change and p-value), and the cell's own accuracy, lossless and
+    event verdicts. A cell that cannot start (a combination `run` refuses) is recorded as such. The cells share one
+    lossless baseline (decoded once, for the base cell). Writes DIR/report.html; exit status 1 when a cell FAILs.
+
+    Examples:
+      specdec-eval sweep --dir sw --axis batch=1,4 --axis kv-cache=v1,v2 -- --spec eagle3 --tasks gsm8k --limit 20
+      specdec-eval sweep --dir sw --axis batch=1,4 --axis block-reuse=on,off -- --spec eagle3 --inject BUG ...
+      specdec-eval sweep --dir sv --axis max_num_seqs=1,4 --serve-cmd "SERVER --max-num-seqs {max_num_seqs}" -- \
+--endpoint URL --spec eagle3 --baseline-endpoint URL0 --tasks gsm8k
+    """
+    from ..evals.sweep.judge import judge
+    from ..evals.sweep.runner import check_folder, run_sweep
+    from ..results.report.sweep_page import render_sweep_html
+
+    run_args = list(ctx.args)
+    owned = [a for a in run_args if a.split("=")[0] in _OWNED]
+    if owned:
+        raise UserError(f"{owned[0]} after --: the sweep sets it for every cell (use --dir, --json, --serve-cmd)")
+    grid = Grid(tuple(Axis.parse(a) for a in axis), serve_cmd)
+    flags = {a.split("=")[0] for a in run_args}
+    for a in grid.axes:
+        if f"--{a.name.replace('_', '-')}" in flags and a.key not in grid.placeholders:
+            raise UserError(f"--axis {a.name} and {a.name} after -- both set it; give it once")
+    check_folder(folder, SweepSpec(list(axis), serve_cmd, run_args))
+    records = run_sweep(folder, grid, run_args, _progress, speculative=_speculative(run_args))
+    verdicts = judge(records)
+    result = {"axes": [a.name for a in grid.axes], "cells": [v.to_json() for v in verdicts]}
+    (folder / "grid.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    (folder / "report.html").write_text(render_sweep_html(result), encoding="utf-8")
+    if json_out:
+        print(json.dumps(result, indent=2))
+    else:
+        _print_grid(result)
+        print(f"report: {folder / 'report.html'}")
+    if any(v.verdict == "FAIL" for v in verdicts):
+        raise typer.Exit(1)
+
+
+def _speculative(run_args: list[str]) -> bool:
+    for i, a in enumerate(run_args):
+        if a == "--spec" and i + 1 < len(run_args):
+            return run_args[i + 1] != "none"
+        if a.startswith("--spec="):
+            return a.split("=", 1)[1] != "none"
+    return False
+
+
+def _progress(i: int, n: int, cell: Cell, record: CellRecord | None, resumed: bool) -> None:
+    if record is None:
+        print(f"[{i + 1}/{n}] {cell.name}: running", file=sys.stderr, flush=True)
+        return
+    how = "recorded earlier, not rerun" if resumed else f"{record.wall_s:.1f} s"
+    tail = f": {record.error}" if record.error and record.status != "finished" else ""
+    print(f"[{i + 1}/{n}] {cell.name}: {record.status} ({how}){tail}", file=sys.stderr, flush=True)
+
+
+def _print_grid(result: dict) -> None:
+    axes = result["axes"]
+    head = [*axes, "verdict", "AL", "AL vs base", "p(drop)", "outputs", "run", "why"]
+    rows = []
+    for c in result["cells"]:
+        same = "" if c["outputs_compared"] is None else f"{c['outputs_identical']}/{c['outputs_compared']} same"
+        rows.append(
+            [
+                *(c["labels"].get(a, "") for a in axes),
+                c["verdict"],
+                "" if c["acceptance_length"] is None else f"{c['acceptance_length']:.3f}",
+                "" if c["acceptance_change"] is None else f"{c['acceptance_change']:+.1%}",
+                "" if c["acceptance_p"] is None else f"{c['acceptance_p']:.3g}",
+                same,
+                c["run_verdict"] or c["status"],
+                "; ".join(c["reasons"]) if c["verdict"] != "BASE" else "",
+            ]
+        )
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    for r in [head, *rows]:
+        print("  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=True)).rstrip())
+
+
+def drift(
+    run: Annotated[str, typer.Argument(help="A recorded spec-dec run (its id in --out, or its folder).")],
+    out: Annotated[Path | None, typer.Option("--out", help="The runs folder holding RUN.", file_okay=False)] = None,
+    alpha: Annotated[float, typer.Option("--alpha", help="Level of the one-sided trend test.")] = 0.05,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the test as JSON.")] = False,
+) -> None:
+    """Does acceptance fall as the run goes on? Each document's acceptance length against its position in the run,
+    Kendall's tau with a one-sided p-value for a decay, and the slope. Exit status 1 on DECAY.
+
+    Example:
+      specdec-eval drift 20261207-101500-ab12cd --out runs
+    """
+    from ..evals.sweep.drift import DECAY, document_lengths, drift_test, render_drift
+    from ..results.store import DEFAULT_ROOT, open_run
+
+    try:
+        recorded = open_run(run, str(out or DEFAULT_ROOT))
+    except (FileNotFoundError, ValueError) as e:
+        raise UserError(str(e)) from None
+    if not recorded.is_finished:
+        raise UserError(f"run {recorded.run_id} is not finished")
+    result = drift_test(document_lengths(recorded.samples()), alpha)
+    print(json.dumps(result.to_json(), indent=2) if json_out else render_drift(result, recorded.run_id))
+    if result.verdict == DECAY:
+        raise typer.Exit(1)
