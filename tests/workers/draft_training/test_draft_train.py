@@ -16,7 +16,7 @@ from specdec_eval.workers.model.attn_metadata import AttentionMetadata, BatchEnt
 from specdec_eval.workers.model.layers.paged_kv import PagedKV
 from specdec_eval.workers.spec.eagle3_head import build_draft_model
 
-from ..conftest import make_engine
+from ...conftest import make_engine
 
 DOCS = [
     {"question": f"Tom has {a} apples and buys {b} more. How many now?", "answer": f"{a}+{b}={a + b}\n#### {a + b}"}

@@ -8,8 +8,8 @@ from specdec_eval.workers.config import SamplingParams
 
 from specdec_eval.errors import UserError
 
-from ..conftest import make_engine
-from ..prompts import RAW_PROMPTS
+from ...conftest import make_engine
+from ...prompts import RAW_PROMPTS
 
 GREEDY = SamplingParams(max_new_tokens=24, ignore_eos=True)
 # Prompts sharing a long prefix (as few-shot prompts do), so full KV blocks can be reused.

@@ -10,7 +10,7 @@ import pytest
 from specdec_eval.workers.config import SpecConfig
 from specdec_eval.workers.engine.engine import Engine
 
-from ..conftest import make_engine
+from ...conftest import make_engine
 
 
 def test_close_frees_the_kv_pool_and_the_model(tiny):

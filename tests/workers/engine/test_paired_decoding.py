@@ -8,8 +8,8 @@ from specdec_eval.workers.config import SamplingParams, SpecConfig
 
 from specdec_eval.errors import UserError
 
-from ..conftest import make_engine
-from ..prompts import RAW_PROMPTS
+from ...conftest import make_engine
+from ...prompts import RAW_PROMPTS
 
 GREEDY = SamplingParams(max_new_tokens=24, ignore_eos=True)
 SAMPLED = SamplingParams(max_new_tokens=24, temperature=0.8, top_k=40, ignore_eos=True)

@@ -11,7 +11,7 @@ from specdec_eval.workers.engine.teacher_forcing import sampling_view
 from specdec_eval.workers.interface import ScoreRequest
 from specdec_eval.workers.sampling.keyed import target_probs
 
-from ..conftest import make_engine
+from ...conftest import make_engine
 
 PROMPTS = ["Once upon a time, in a village at the edge of a forest,", "The capital of France is"]
 SAMPLED = SamplingParams(max_new_tokens=40, temperature=0.8, top_k=30, top_p=0.9, ignore_eos=True, logprobs=3)

@@ -7,8 +7,8 @@ import pytest
 from specdec_eval.workers.config import SamplingParams
 from specdec_eval.workers.loading.hf_reference import build_hf_model, hf_greedy
 
-from ..conftest import make_engine
-from ..prompts import encoded_prompts
+from ...conftest import make_engine
+from ...prompts import encoded_prompts
 
 NEW_TOKENS = 48
 GREEDY = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)

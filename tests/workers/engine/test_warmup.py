@@ -6,8 +6,8 @@ import pytest
 from specdec_eval.workers.config import SamplingParams, SpecConfig
 from specdec_eval.workers.memory.budget import draft_activation_bytes, forward_activation_bytes
 
-from ..conftest import make_engine
-from ..prompts import RAW_PROMPTS
+from ...conftest import make_engine
+from ...prompts import RAW_PROMPTS
 
 PARAMS = SamplingParams(max_new_tokens=16, ignore_eos=True)
 PROMPTS = RAW_PROMPTS[:4]

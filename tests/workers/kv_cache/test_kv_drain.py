@@ -9,8 +9,8 @@ from specdec_eval.workers.config import SamplingParams, SpecConfig
 from specdec_eval.workers.events import failing_events
 from specdec_eval.workers.kv_cache import KVCacheManagerV1, KVCacheManagerV2
 
-from ..conftest import make_engine
-from ..prompts import RAW_PROMPTS
+from ...conftest import make_engine
+from ...prompts import RAW_PROMPTS
 
 GREEDY = SamplingParams(max_new_tokens=24, ignore_eos=True)
 

@@ -13,8 +13,8 @@ from specdec_eval.workers.loading.hf_reference import build_hf_model, hf_greedy
 from specdec_eval.workers.loading.model_config import RopeConfig
 from specdec_eval.workers.loading.presets import random_state_dict, tiny_config, tiny_tokenizer
 
-from ..conftest import make_engine
-from ..prompts import RAW_PROMPTS
+from ...conftest import make_engine
+from ...prompts import RAW_PROMPTS
 
 BASE = tiny_config()
 VARIANTS = {

@@ -11,8 +11,8 @@ from specdec_eval.workers.model.layers.attention import paged_attention
 from specdec_eval.workers.model.layers.decode_copy import DecodeCopy
 from specdec_eval.workers.model.layers.paged_kv import LayerKV, PagedKV
 
-from ..conftest import make_engine
-from ..prompts import RAW_PROMPTS
+from ...conftest import make_engine
+from ...prompts import RAW_PROMPTS
 
 BLOCK, KV_HEADS, HEADS, D, NUM_BLOCKS = 4, 2, 6, 8, 40
 

@@ -10,8 +10,8 @@ import pytest
 import torch.multiprocessing as mp
 from specdec_eval.workers.config import SamplingParams, SpecConfig
 
-from ..conftest import make_engine
-from ..prompts import RAW_PROMPTS
+from ...conftest import make_engine
+from ...prompts import RAW_PROMPTS
 
 
 def _free_port() -> int:

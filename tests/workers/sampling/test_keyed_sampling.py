@@ -9,8 +9,8 @@ from specdec_eval.workers.config import SamplingParams, SpecConfig
 
 from specdec_eval.errors import UserError
 
-from ..conftest import make_engine
-from ..prompts import RAW_PROMPTS
+from ...conftest import make_engine
+from ...prompts import RAW_PROMPTS
 
 SAMPLED = SamplingParams(max_new_tokens=16, temperature=0.7, top_p=0.9, ignore_eos=True)
 PROMPTS = RAW_PROMPTS[:5]

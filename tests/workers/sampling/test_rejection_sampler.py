@@ -15,7 +15,7 @@ from specdec_eval.workers.sampling.verify import verify
 
 from specdec_eval.errors import UserError
 
-from ..conftest import make_engine
+from ...conftest import make_engine
 
 T1 = SamplingParams(temperature=1.0)
 ROWS = torch.log(torch.tensor([[0.5, 0.3, 0.2, 0.0 + 1e-30], [0.1, 0.6, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25]]))

@@ -11,9 +11,9 @@ import pytest
 import torch.multiprocessing as mp
 from specdec_eval.workers.config import SamplingParams, SpecConfig
 
-from ..conftest import make_engine
-from ..prompts import RAW_PROMPTS
-from .test_tensor_parallel import _free_port
+from ...conftest import make_engine
+from ...prompts import RAW_PROMPTS
+from ..model.test_tensor_parallel import _free_port
 
 SAMPLINGS = ("rejection", "rejection-q")
 

@@ -18,8 +18,8 @@ from specdec_eval.workers.config import SamplingParams, SpecConfig
 from specdec_eval.workers.sampling.keyed import draw_generator, target_probs
 from specdec_eval.workers.sampling.verify import greedy_verify
 
-from ..conftest import make_engine
-from ..spec_helpers import OracleWorker, clone_worker
+from ...conftest import make_engine
+from ...spec_helpers import OracleWorker, clone_worker
 
 ALPHA = 0.01
 N = 1500

@@ -7,9 +7,9 @@ from specdec_eval.workers.config import SamplingParams, SpecConfig
 from specdec_eval.workers.spec.base import SpecWorkerBase
 from specdec_eval.workers.spec.eagle3 import Eagle3OneModelWorker
 
-from ..conftest import make_engine
-from ..prompts import RAW_PROMPTS, encoded_prompts
-from ..spec_helpers import FailingDraftWorker, OracleWorker, clone_worker
+from ...conftest import make_engine
+from ...prompts import RAW_PROMPTS, encoded_prompts
+from ...spec_helpers import FailingDraftWorker, OracleWorker, clone_worker
 
 GREEDY = SamplingParams(max_new_tokens=25, ignore_eos=True)
 
@@ -50,7 +50,7 @@ def smollm2_reference(smollm2_engine):
 def test_greedy_eagle3_equals_plain_decoding_smollm2(smollm2, smollm2_reference, kv, k):
     """The real model's numerics with a random head (almost every draft rejected), under both KV managers. Every
     K under both managers is the tiny model's test above; the shipped head at K=3 (drafts mostly accepted) is
-    tests/workers/test_shipped_head.py. (All eight K x KV pairs here cost ~2 min of CI and proved nothing more.)"""
+    tests/workers/spec/test_shipped_head.py. (All eight K x KV pairs here cost ~2 min of CI and proved nothing more.)"""
     prompts, expected = smollm2_reference
     engine = make_engine(smollm2, kv, spec=SpecConfig(max_draft_len=k, draft_model="random"))
     assert _tokens(engine, prompts, SMOL_PARAMS) == expected  # batched

@@ -18,8 +18,8 @@ from specdec_eval.workers.spec.eagle3_head import (
 
 from specdec_eval.errors import UserError
 
-from ..conftest import make_engine
-from ..prompts import RAW_PROMPTS
+from ...conftest import make_engine
+from ...prompts import RAW_PROMPTS
 
 PARAMS = SamplingParams(max_new_tokens=12, ignore_eos=True)
 

@@ -9,8 +9,8 @@ import pytest
 from specdec_eval.workers.config import SamplingParams, SpecConfig
 from specdec_eval.workers.spec.ngram import propose_ngram
 
-from ..cli_helpers import run_cli
-from ..conftest import make_engine
+from ...cli_helpers import run_cli
+from ...conftest import make_engine
 
 
 @pytest.mark.parametrize(

@@ -15,10 +15,10 @@ from specdec_eval.workers.spec.eagle3_head import SHIPPED_HEADS, read_head_folde
 
 from specdec_eval.errors import UserError
 
-from ..conftest import make_engine
+from ...conftest import make_engine
 
 HEAD = SHIPPED_HEADS["smollm2"]
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 
 
 def test_the_shipped_head_is_small_float16_and_made_by_the_documented_defaults():
