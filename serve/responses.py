@@ -3,8 +3,7 @@ chunks "chat.completion.chunk"). Our finish reasons map onto OpenAI's: eos and s
 `stop_reason` says which (vLLM's extension: the stop string, or None for the end-of-sequence token). Each choice
 also carries its output token ids (`token_ids`) and prompt token ids (`prompt_token_ids`), as vLLM does with
 `return_token_ids`, so a client can compare outputs token for token. Under spec-dec, an answer carries its
-requests' acceptance counts in vLLM's per-request shape (`metrics.speculative_decoding`), read back by endpoint runs
-(workers/remote/server/response_acceptance.py)."""
+requests' acceptance counts in vLLM's per-request shape (`metrics.speculative_decoding`), read back by endpoint runs."""
 
 from __future__ import annotations
 
