@@ -11,8 +11,8 @@ live process it raises `RunBusyError` (a ValueError: one line for the user) inst
 resume=False always starts a new run, as the user asked. The pieces: `claim_unfinished(root, key)` returns the
 newest unfinished run of the key that it could lock (locked), skipping runs a live process holds and runs whose
 manifest is not written yet; `busy_runs(root, key)` lists the unfinished runs of the key that another holder has
-locked; `store.new_run(root, key)` creates a run, locked. A lock lives as long as the `Run` object holding it
-(results/store.py); a forked child that keeps the file open shares it, a subprocess does not.
+locked; `store.new_run(root, key)` creates a run, locked. A lock lives as long as the `Run` object holding it;
+a forked child that keeps the file open shares it, a subprocess does not.
 """
 
 from __future__ import annotations

@@ -177,7 +177,7 @@ class TaskSummary:
 
     @property
     def acceptance_underpowered(self) -> bool:
-        """The acceptance gate passed within a band whose floor lies below min_al (evals/gates/acceptance_power.py):
+        """The acceptance gate passed within a band whose floor lies below min_al:
         an AL under min_al would have passed too, so readers show this PASS with that said, never bare."""
         gate = self.gates.get("acceptance_gate")
         power = gate.numbers.get("power") if gate is not None else None

@@ -1,7 +1,7 @@
 """One evaluated document of a run, as a value: what samples.parquet holds, one row per record.
 
-The evaluation builds them (evals/pipeline/task_records.py), the store writes and reads them (store.py: a record's
-`sealed_fields` are stored sealed), the lossless gate and `compare` pair them. A row's columns are the fields below in
+The evaluation builds them, the store writes and reads them (a record's `sealed_fields` are stored sealed), the
+lossless gate and `compare` pair them. A row's columns are the fields below in
 this order, then per filter its `extracted[FILTER]` and `correct[FILTER]`; a column this version does not name (an
 older or newer writer's) is kept in `extra`, so a run recorded by any version reads, compares and reports.
 

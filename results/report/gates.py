@@ -11,9 +11,8 @@ The gates a task's summary entry can carry:
 - acceptance: `acceptance_gate` {verdict PASS | FAIL | NO-REFERENCE, acceptance_length, ref_al, min_al, rtol,
   slack, band {low, high, tolerance}, power {mde, p_detect_min_al, band_wider_than_min_al, statement, ...}, reason,
   per_position [{position, rate, ref, verdict}], test_id}: the acceptance length against the band the gate computed
-  (evals/gates/acceptance.py: rtol widened by the run's sampling slack) and what that band can see
-  (evals/gates/acceptance_power.py), shown as recorded and never recomputed here; a PASS within a band wider than
-  min_al says so.
+  (rtol widened by the run's sampling slack) and what that band can see, shown as recorded and never recomputed
+  here; a PASS within a band wider than min_al says so.
 - `stopped` {n, of, reason}: a sequential test stopped the task early.
 
 Every function returns plain text; the HTML and Markdown renderers escape it.

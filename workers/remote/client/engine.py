@@ -1,6 +1,6 @@
 """An engine reached over HTTP: any OpenAI-compatible server (trtllm-serve, vLLM, SGLang, llama.cpp, or our own
 `specdec-eval serve`), driven through lm-eval's own `local-completions` / `local-chat-completions` backends
-(`LocalCompletionsAPI` / `LocalChatCompletion`). It implements `InferenceEngine` (workers/interface.py).
+(`LocalCompletionsAPI` / `LocalChatCompletion`). It implements `InferenceEngine`.
 
 Why the backend's per-request pieces and not its `generate_until`: that call stops at the first request that still
 fails after its retries (tenacity re-raises, and with num_concurrent > 1 asyncio.gather drops the other answers),

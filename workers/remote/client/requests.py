@@ -63,7 +63,7 @@ def gen_kwargs(
     its chat template with them; vLLM, SGLang and trtllm-serve take the field `chat_template_kwargs`. A
     `reasoning_effort` among them is also sent as OpenAI's own top-level `reasoning_effort`: trtllm-serve renders
     GPT-OSS through its Harmony adapter from that field, whose default there is "low"
-    (tensorrt_llm/serve/openai_protocol.py, ChatCompletionRequest), not from the template kwargs."""
+    (its ChatCompletionRequest), not from the template kwargs."""
     kwargs: dict[str, Any] = {
         "until": list(params.stop),
         "max_gen_toks": params.max_new_tokens,

@@ -16,7 +16,7 @@ class Signature:
     removed: a release that changes the prefix or adds words around the message still matches. Its named groups
     become the event's fields (digits as ints).
 
-    type: the event type (specdec_eval/event_types.py); None for a line that carries its own (our event lines).
+    type: the event type (`event_types`); None for a line that carries its own (our event lines).
     says: the event's message for a person, formatted with the fields ("executor loop died: {error}").
     fatal: the engine cannot answer after this line: a run against it stops at once, naming this line.
     in_traceback: matches only a line inside a Python traceback (a frame's source line).
