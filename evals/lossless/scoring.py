@@ -1,12 +1,12 @@
 """The sampled lossless verdict inside the run's gate: which runs are judged in distribution, the baseline engine that
-scores their outputs, and the judge of one task (an entry of gate.py's `JUDGES`).
+scores their outputs, and the judge of one task (an entry of `gate.JUDGES`).
 
 A spec-dec run whose sampler is not our coupled one (`--spec-sampling rejection` / `rejection-q`, or any server: every
 real engine verifies by rejection sampling with its own random stream) emits other tokens than its plain baseline at
-temperature > 0, correctly. Its sampled tasks are judged in distribution (sampled.py): the plain engine of the same
+temperature > 0, correctly. Its sampled tasks are judged in distribution (`sampled`): the plain engine of the same
 configuration scores the run's outputs by teacher forcing (`InferenceEngine.score_outputs`: our engine in process,
 exact; a server through the completions API's echo + logprobs, conservative) and the randomized PIT tests them. No
-decoded baseline is needed for such a task: the run pipeline (evals/pipeline/run.py) gives the gate a `Scorer`
+decoded baseline is needed for such a task: the run pipeline gives the gate a `Scorer`
 instead, which builds the plain engine when the gate first needs it and closes it after."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The audited baseline side of a paired run (evals/pipeline/paired_run.py).
+"""The audited baseline side of a paired run.
 
 A paired run's plain twins are decoded in the spec-dec engine, from the same prefill and in the same batches as the
 speculative requests. A gate cannot catch a bug in a component it shares with what it checks: a draft layer that
@@ -33,7 +33,7 @@ Whose noise. Outside an exact dtype a twin was decoded beside spec-dec requests 
 wide, so its forward had another shape than any plain decode; the control (plain at batch 1 against batch N)
 measures none of that. So where the audit decodes a document it also scores the plain engine's own decode in one
 prefill-shaped pass: how far the gaps between the top tokens move between those two kernel paths of an engine with no
-spec worker (`path_noise`) is the noise an audited divergence is judged against too (gate.py), measured where the
+spec worker (`path_noise`) is the noise an audited divergence is judged against too, measured where the
 audit looks and never on the twins, which may carry the bug.
 """
 

@@ -1,9 +1,9 @@
 """The sequential A/B of two commits (`specdec-eval ab ... --early-stop`): both sides run at once, each evaluating
 the documents in the same seeded random order batch by batch and appending every finished sample's score (and,
-under spec-dec, its draft cycles and accepted drafts) to a progress file (evals/sequential/early_stop.py,
-`stop_file`). This watcher pairs the two sides' records in that order and feeds two sequential tests:
+under spec-dec, its draft cycles and accepted drafts) to a progress file (`early_stop.stop_file`).
+This watcher pairs the two sides' records in that order and feeds two sequential tests:
 
-- accuracy: the discordant pairs to the paired SPRT (discordant_pairs.py: B worse, no difference shown, or
+- accuracy: the discordant pairs to the paired SPRT (`discordant_pairs`: B worse, no difference shown, or
   continue);
 - acceptance: each task's paired per-document acceptance to the two one-sided group-sequential tests of
   sequential.acceptance_ab (a drop of B's AL shown, a drop of `drop` ruled out, or continue), when both sides
@@ -14,7 +14,7 @@ and otherwise when every test that applies has decided; "accuracy" or "acceptanc
 other is still reported where it got). Each test keeps its own error rates; with both, the chance that an
 unchanged B is called worse by either is at most the sum of their alphas. When it decides, the watcher writes
 each side's stop file; the sides stop at their next batch, record what they evaluated, and exit. A side waits after
-each batch until the watcher has read it (ab_channel.py), so the decision falls at the look that carried it, however
+each batch until the watcher has read it (`ab_channel`), so the decision falls at the look that carried it, however
 fast the sides run; `compare` then
 pairs the two runs.
 
