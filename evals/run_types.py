@@ -1,7 +1,7 @@
 """The values every stage of a run shares: what to evaluate (`EvalOptions`), a run's plan (`RunPlan`: the evaluation
 and where and how it is recorded), and one task's evaluated result (`TaskResult`). The pipeline builds them, the gates
 judge them, the lossless gate and the sequential designs read them; none of those import each other for them.
-The `run` options of the first two are declared on their fields (specdec_eval/option_fields.py).
+The `run` options of the first two are declared on their fields (`option_fields`).
 
 A leaf: it imports the task registry (a task's definition) and the store's default folder, nothing that runs."""
 
@@ -36,7 +36,7 @@ EVAL, STORE, CONDITIONS = "Evaluation", "Run store", "Generation conditions"  # 
 @dataclass(frozen=True)
 class EvalOptions:
     """What a run evaluates, and how it decides: each field with a flag is a `run` option, declared here once (its
-    default is the flag's; specdec_eval/option_fields.py). A new evaluation option is one field."""
+    default is the flag's). A new evaluation option is one field."""
 
     tasks: list[TaskSpec] = field(
         metadata=flag(

@@ -134,7 +134,7 @@ def evaluate(
 
 
 def _condition_check(conditions, reference: Reference | None, options: EvalOptions) -> ConditionCheck | None:
-    """The run's conditions against its reference entry's (evals/conditions/reference.py); None without one."""
+    """The run's conditions against its reference entry's; None without one."""
     if reference is None:
         return None
     return check_conditions(conditions, reference.entry, options.accept_condition_mismatch)

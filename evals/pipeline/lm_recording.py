@@ -41,7 +41,7 @@ def sampling_from_gen_kwargs(gen_kwargs: dict[str, Any], default_max: int) -> Sa
 
 class OutputRecord:
     """Each request's engine output by (lm-eval task, document, repeat: which of the document's samples), and the
-    documents a run skipped: what a run's per-sample records are built from (evals/pipeline/task_records.py)."""
+    documents a run skipped: what a run's per-sample records are built from."""
 
     def __init__(self) -> None:
         self._outputs: dict[tuple[str, int, int], GenerationOutput] = {}

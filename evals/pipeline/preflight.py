@@ -69,7 +69,7 @@ def check_generation_conditions(options: EvalOptions) -> None:
 
 
 def check_task_data(options: EvalOptions) -> None:
-    """Each task's data is there and has the expected schema (evals/tasks/data_check.py), and --num-fewshot fits it."""
+    """Each task's data is there and has the expected schema (`data_check`), and --num-fewshot fits it."""
     from ..tasks.registry import max_fewshot, source_for
 
     for spec in options.tasks:

@@ -1,6 +1,6 @@
 """The sequential A/B of two commits (`specdec-eval ab ... --early-stop`): both sides run at once, each evaluating
 the documents in the same seeded random order batch by batch and appending every finished sample's score (and,
-under spec-dec, its draft cycles and accepted drafts) to a progress file (`early_stop.stop_file`).
+under spec-dec, its draft cycles and accepted drafts) to its `stop_file`'s progress file.
 This watcher pairs the two sides' records in that order and feeds two sequential tests:
 
 - accuracy: the discordant pairs to the paired SPRT (`discordant_pairs`: B worse, no difference shown, or
