@@ -10,10 +10,9 @@ run` does: evaluate, record, gates) on a subset of GSM8K, for three ways of gett
   distribution, `--spec-sampling rejection`): the spec-dec run and the plain engine's scoring of its outputs,
   no baseline decoded.
 
-Each side runs into its own fresh temporary runs folder, so no baseline is found and reused between sides or
-rounds; the sides are interleaved in rounds and each ratio to the plain side is the median of
-its per-round ratios. The plain run's prefill and decode are compared with this machine's limits, measured in the
-same command.
+Each side runs into its own fresh temporary runs folder, so no baseline is found and reused between sides or rounds; the
+sides are interleaved in rounds and each ratio to the plain side is the median of its per-round ratios. The plain run's
+prefill and decode are compared with this machine's limits, measured in the same command.
 """
 
 from __future__ import annotations

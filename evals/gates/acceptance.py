@@ -2,10 +2,9 @@
 speculative decoding is lossless, so a drafter accepting nothing still scores the same).
 
 References live in TensorRT-LLM's layout (`references/acceptance_length.yaml`): a mapping from test id to
-`{ref_al: float, min_al: float}`, plus optional keys of ours beside them: `method` (the spec method's registry
-name; eagle3 when absent), `ref_per_position: [r0, r1, ...]`,
-`max_draft_len`, `model`, `draft_model`, `task`, `engine`, `definition`, `source`. `ref_al: null` marks a stub
-still to be measured.
+`{ref_al: float, min_al: float}`, plus optional keys of ours beside them: `method` (the spec method's registry name;
+eagle3 when absent), `ref_per_position: [r0, r1, ...]`, `max_draft_len`, `model`, `draft_model`, `task`, `engine`,
+`definition`, `source`. `ref_al: null` marks a stub still to be measured.
 
 Acceptance length (AL) here is ours (`AcceptanceStats`): 1 + accepted drafts / draft cycles, bonus token
 included; the per-position rate i is the fraction of cycles whose draft i was accepted (they sum to AL - 1).

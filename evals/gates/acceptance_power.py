@@ -1,14 +1,14 @@
 """What the acceptance-length gate can see: its power, from its own variance model, stated beside every verdict.
 
-**Variance model.** A run's acceptance length is a ratio of sums over its requests, AL = 1 + sum(a_i) / sum(c_i)
-(a_i drafts accepted, c_i draft cycles of request i). The draft cycles of one request are not independent: they
-share its text, and a drafter that reads one document well reads all of its cycles well, so treating cycles as
-independent trials understates the error (on the embedded default by the design effect that
-`python -m specdec_eval.studies.sequential_acceptance` prints). Requests are the independent units (each a
-document drawn from the task), so the error of AL is the ratio estimator's, clustered by request (delta method):
-SE = sqrt(sum((a_i - r c_i)^2) / (n (n - 1))) / mean(c), r = sum(a) / sum(c). The run computes exactly this for the
-gate as its sampling slack, SLACK_Z standard errors (`verdict.acceptance_slack`), so the gate
-recovers SE = slack / SLACK_Z and needs no other input. The reference is taken as exact, as the gate takes it.
+**Variance model.** A run's acceptance length is a ratio of sums over its requests, AL = 1 + sum(a_i) / sum(c_i) (a_i
+drafts accepted, c_i draft cycles of request i). The draft cycles of one request are not independent: they share its
+text, and a drafter that reads one document well reads all of its cycles well, so treating cycles as independent trials
+understates the error (on the embedded default by the design effect that
+`python -m specdec_eval.studies.sequential_acceptance` prints). Requests are the independent units (each a document
+drawn from the task), so the error of AL is the ratio estimator's, clustered by request (delta method): SE =
+sqrt(sum((a_i - r c_i)^2) / (n (n - 1))) / mean(c), r = sum(a) / sum(c). The run computes exactly this for the gate as
+its sampling slack, SLACK_Z standard errors (`verdict.acceptance_slack`), so the gate recovers SE = slack / SLACK_Z and
+needs no other input. The reference is taken as exact, as the gate takes it.
 
 **The gate's rule, as a test.** With the band's floor `low` (`acceptance.acceptance_band`: the larger
 of min_al - slack and ref_al (1 - max(rtol, slack / ref_al))) the gate FAILs a drop when AL < low. With AL ~
@@ -120,11 +120,10 @@ def _p_fail(
 ) -> float:
     """P(the gate FAILs low) when the true AL is `true_al`, with this run's SE taken as the true one at ref_al and
     scaled with the AL (a drafter that got worse by d accepts d less on every document: the spread between documents
-    shrinks in proportion; simulated runs confirm it). Where the
-    slack sets the floor (low = c - slack, c = ref_al or min_al), the rule compares (AL - c) / SE-hat with -SLACK_Z:
-    a t statistic whose SE is estimated from the run's own n documents, so noncentral Student's t with n - 1
-    degrees of freedom (the normal when n is not recorded). Where rtol sets it, the floor is fixed and AL is
-    normal."""
+    shrinks in proportion; simulated runs confirm it). Where the slack sets the floor (low = c - slack, c = ref_al or
+    min_al), the rule compares (AL - c) / SE-hat with -SLACK_Z: a t statistic whose SE is estimated from the run's own n
+    documents, so noncentral Student's t with n - 1 degrees of freedom (the normal when n is not recorded). Where rtol
+    sets it, the floor is fixed and AL is normal."""
     se = slack / SLACK_Z * true_al / ref_al  # a drop scales every document's AL, and so the spread, with it
     fixed = ref_al * (1 - rtol)
     slack_sets_it = slack > rtol * ref_al or min_al - slack > fixed

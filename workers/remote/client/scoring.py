@@ -1,6 +1,6 @@
-"""Teacher-forced scoring over HTTP: an OpenAI-compatible server scores a given output after its prompt, through
-the completions API. The prompt + output travel as token ids with
-`max_tokens: 1`, `temperature: 0` and `echo: true`, so the server returns the logprob of every token it was given:
+"""Teacher-forced scoring over HTTP: an OpenAI-compatible server scores a given output after its prompt, through the
+completions API. The prompt + output travel as token ids with `max_tokens: 1`, `temperature: 0` and `echo: true`, so the
+server returns the logprob of every token it was given:
 
 - vLLM's `prompt_logprobs: k` where the server takes vLLM's extensions (vLLM, our serve): per prompt token
   {token id: {logprob, rank, decoded_token}} for the token and its top k; token ids, no text to match;

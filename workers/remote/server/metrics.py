@@ -1,10 +1,9 @@
-"""Speculative-decoding acceptance as a server reports it, scraped before and after a run (a draining source also
-polled during it: `ServerAcceptance.polling`), as the run's delta in our layout (`AcceptanceStats.to_dict()`)
-plus "source" (which endpoint and names were read) and "scope" ("run": a delta over this
-run; "server_lifetime": the server gives only an average since it started). Which server exports what, and how
-each defines acceptance: `server.metric_formats`. The delta is the fallback: where responses carry
-per-request counts (`server.response_acceptance`), `ResponseTally` sums those instead, and "basis" says
-which a figure came from."""
+"""Speculative-decoding acceptance as a server reports it, scraped before and after a run (a draining source also polled
+during it: `ServerAcceptance.polling`), as the run's delta in our layout (`AcceptanceStats.to_dict()`) plus "source"
+(which endpoint and names were read) and "scope" ("run": a delta over this run; "server_lifetime": the server gives only
+an average since it started). Which server exports what, and how each defines acceptance: `server.metric_formats`. The
+delta is the fallback: where responses carry per-request counts (`server.response_acceptance`), `ResponseTally` sums
+those instead, and "basis" says which a figure came from."""
 
 from __future__ import annotations
 
