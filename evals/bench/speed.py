@@ -308,7 +308,7 @@ def run_bench(
 def _with_budget(
     config: EngineConfig | None, model, prompts: list[list[int]], plan: BenchPlan, say: Callable[[str], None]
 ) -> EngineConfig | None:
-    """The config with the plan's memory budget when it has none (bench_budget.py)."""
+    """The config with the plan's memory budget when it has none (`budget`)."""
     if config is None or config.device_memory is not None:
         return config
     budget = bench_device_memory(config, model, max(map(len, prompts)), plan.max_new_tokens)

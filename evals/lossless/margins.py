@@ -332,7 +332,7 @@ def margin_verdict(
 
 
 def unjudged(divergences: list[dict[str, Any]]) -> str:
-    """Why some divergences cannot be judged, in words: each one's problem (evidence.py), else no logprobs."""
+    """Why some divergences cannot be judged, in words: each one's problem (`evidence`), else no logprobs."""
     lacking = [x for x in divergences if x.get("judged") is None]
     problems = [f"doc {x['doc_id']}: {x['problem']}" for x in lacking if x.get("problem")]
     plain = len(lacking) - len(problems)

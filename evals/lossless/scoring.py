@@ -110,7 +110,7 @@ def judge_scored(
     records: Sequence[SampleRecord], scorer: Scorer | None, dtype: str, *, alpha: float = ALPHA, seed: int = 0
 ) -> dict[str, Any]:
     """One task's sampled verdict (a gate record: GateResult.from_json reads it). Its sampled records are scored by
-    `scorer` and judged by sampled.py; without a scorer, or without a sampled record that can be scored, NO-GATE
+    `scorer` and judged by `sampled`; without a scorer, or without a sampled record that can be scored, NO-GATE
     with what to do. Target fidelity is exact in float32/float64 (tolerance DEFAULT_TARGET_TOLERANCE); elsewhere
     the spec-dec and the prefill-shaped logits differ by rounding, so it is reported, not gated."""
     base = {"baseline_kind": "scored", "baseline_label": SCORED_LABEL}
@@ -162,7 +162,7 @@ def judge_scored(
 
 
 def _reported(logprobs: Sequence[Any] | None) -> list[list[Any]] | None:
-    """The run's own logprobs as sampled.py reads them (per token [logprob, ...]); None when it reported none."""
+    """The run's own logprobs as `sampled` reads them (per token [logprob, ...]); None when it reported none."""
     if not logprobs:
         return None
     return [list(x) if not isinstance(x, Mapping) else [x.get("logprob")] for x in logprobs]

@@ -184,7 +184,7 @@ class AuditedTwins:
 
     def _divergence(self, prompt: Prompt, params, twin: GenerationOutput) -> tuple[int | None, dict | None]:
         """Where a plain engine's output first differs from the twin's (None: identical), with the margins there
-        (margins.py) when both carry logprobs."""
+        (`margins`) when both carry logprobs."""
         plain = self._plain()
         if params.greedy and twin.token_ids:
             try:

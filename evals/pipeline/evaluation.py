@@ -46,7 +46,7 @@ DEFAULT_FEWSHOT_SEED = 1234  # lm-eval's fewshot_random_seed default: the GSM8K 
 
 
 def selection_for(engine: InferenceEngine, spec: TaskSpec, options: EvalOptions) -> dict[str, Any]:
-    """The keys that pick a reference entry (see references.py for the matching rules)."""
+    """The keys that pick a reference entry (see `references` for the matching rules)."""
     i = engine.identity
     return {
         "dtype": i.dtype,

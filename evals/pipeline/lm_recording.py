@@ -1,4 +1,4 @@
-"""What an evaluation keeps while lm-eval asks the adapter (lm_adapter.py) for answers: each request's engine output
+"""What an evaluation keeps while lm-eval asks the adapter (`lm_adapter`) for answers: each request's engine output
 by (task, document) through a wrapper around the adapter (`RecordingLM`, lm-eval's CachingLM shape: a wrapper, not a
 flag) into an `OutputRecord`; each finished output in the run's generation cache as it finishes (`RecordingSink`,
 for resume); and a live score for the progress line (`RunningScore`)."""

@@ -1,5 +1,5 @@
 """Every check a run can fail on what it was given, made before any run folder is created or engine built, for every
-backend (run.py calls `preflight` first): contradictions between options, the runs folder, the acceptance references,
+backend (`run` calls `preflight` first): contradictions between options, the runs folder, the acceptance references,
 the task data, what the backend's engines need (a draft head, a layout), and the run `--baseline RUN` names. So a bad
 input ends in one line, with nothing half written and no model loaded."""
 

@@ -97,7 +97,7 @@ class SideProgress:
         self.stop_file.write_text(reason + "\n", encoding="utf-8")
 
     def acknowledge(self) -> None:
-        """Tell the side that its records up to the last read were looked at (it waits for this: ab_channel.py)."""
+        """Tell the side that its records up to the last read were looked at (it waits for this: `ab_channel`)."""
         acknowledge(self.stop_file, self.read)
 
 

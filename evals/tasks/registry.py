@@ -55,7 +55,7 @@ _LOADED: set[str] = set()  # entries of TASK_MODULES_ENV already registered in t
 def register(module: ModuleType, checked: bool = True) -> list[str]:
     """Add a task-family module's FAMILY and TASKS; returns the task names. A name already taken by another module
     is refused (a second module cannot silently replace a family or a task). `checked` (every module but our own):
-    FAMILY's settings are checked now and its methods wrapped (checked_family.py), so that a module that raises
+    FAMILY's settings are checked now and its methods wrapped (`checked_family`), so that a module that raises
     or returns the wrong type ends a command in one line, not a traceback."""
     name = module.__name__
     family, specs = getattr(module, "FAMILY", None), getattr(module, "TASKS", ())

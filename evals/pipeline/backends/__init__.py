@@ -48,7 +48,7 @@ class RunTarget:
 
 @dataclass(frozen=True)
 class Abilities:
-    """What a backend runs and can do, for the run pipeline's policy (run.py)."""
+    """What a backend runs and can do, for the run pipeline's policy (`run`)."""
 
     speculative: bool  # the engine under test speculates (so the run has a lossless gate)
     dtype: str  # what exactness of the lossless gate depends on (resolved where the backend knows it)
@@ -91,7 +91,7 @@ class Backend(Protocol):
     def evaluate(
         self, side: Side, plan: RunPlan, baseline: BaselineRef, progress_for: ProgressFor | None
     ) -> RunSummary:
-        """Build the side's engine, run `plan` on it (evaluate, record, gate: one_run.py), release it."""
+        """Build the side's engine, run `plan` on it (evaluate, record, gate: `one_run`), release it."""
         ...
 
     def evaluate_paired(

@@ -1,6 +1,6 @@
 """What a log table is made of: a `Signature` (one known line of one engine, and the event it means) and a
 `LogFormat` (one engine's log: its signatures, the per-line tags it adds, and how to recognise it). The tables
-themselves are data, in tables.py; the one matcher that applies any of them is matcher.py."""
+themselves are data, in `tables`; the one matcher that applies any of them is `matcher`."""
 
 from __future__ import annotations
 
