@@ -183,7 +183,7 @@ def engine_options(*, exclude: tuple[str, ...] = ()) -> Callable[[Callable], Cal
     return decorate
 
 
-# The one config builder (workers/engine_options.py), for commands that declare a few engine options themselves.
+# The one config builder (`engine_options`), for commands that declare a few engine options themselves.
 engine_config = from_options
 
 

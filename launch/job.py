@@ -31,7 +31,7 @@ class Job:
     payload: dict[str, Any] = field(default_factory=dict)
     rank_timeout_s: float = JobOptions.rank_timeout_s
     # "batch": rank 0 gets a ShardedEngine (generate/score calls); "serving": a ShardedServingEngine driven one
-    # step at a time by a server (launch/serving.py). The other ranks run the matching loop.
+    # step at a time by a server (`serving`). The other ranks run the matching loop.
     mode: str = "batch"
 
     def to_json(self, result_file: str | None) -> str:

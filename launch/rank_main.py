@@ -33,7 +33,7 @@ def rank_main(job: Job, result_file: str | None, env: RankEnv) -> dict[str, Any]
     from .dispatch import ShardedEngine, serve_forever
     from .serving import ShardedServingEngine, serve_steps_forever
 
-    serving = job.mode == "serving"  # a server drives rank 0 one step at a time (launch/serving.py)
+    serving = job.mode == "serving"  # a server drives rank 0 one step at a time (`serving`)
 
     checkpoint = load_checkpoint(job.engine.model)
     cfg = checkpoint.config

@@ -22,7 +22,7 @@ _PER_FILTER = ("extracted", "correct")  # the columns a sample has once per filt
 class SampleRecord:
     task: str
     doc_id: Any  # an int for every shipped task; a task module may number its documents otherwise
-    repeat: int = 0  # which of a document's samples (--repeats: evals/conditions/repeats.py); 0 with one per document
+    repeat: int = 0  # which of a document's samples (--repeats: `repeats`); 0 with one per document
     doc_hash: str | None = None
     prompt_hash: str | None = None
     target: Any = None
@@ -35,9 +35,9 @@ class SampleRecord:
     error: str | None = None
     acceptance_length: float | None = None
     acceptance: Mapping[str, Any] | None = None  # the request's own counts (spec-dec)
-    sealed_fields: Sequence[str] | None = None  # fields stored sealed (results/seal.py)
+    sealed_fields: Sequence[str] | None = None  # fields stored sealed (`seal`)
     # A sampled output's (temperature > 0) prompt and the parameters it was sampled with: what the sampled lossless
-    # gate's baseline scores it on (evals/lossless/scoring.py); None for a greedy one
+    # gate's baseline scores it on (`scoring`); None for a greedy one
     prompt_token_ids: Sequence[int] | None = None
     sampling: Mapping[str, Any] | None = None  # {"temperature", "top_k", "top_p"}
     extracted: Mapping[str, Any] = field(default_factory=dict)  # filter -> the answer it extracted

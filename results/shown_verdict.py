@@ -26,7 +26,7 @@ __all__ = [
     "run_verdict",
 ]
 
-# What readers say beside an acceptance PASS whose band's floor lies below min_al (evals/gates/acceptance_power.py)
+# What readers say beside an acceptance PASS whose band's floor lies below min_al (`acceptance_power`)
 UNDERPOWERED = "band wider than min_al: does not rule out a drop to min_al"
 
 

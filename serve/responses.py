@@ -64,7 +64,7 @@ class Responder:
     model: str
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
-    tokenizer: Any = None  # renders tokens of the log-probabilities a request asked for (serve/logprobs.py)
+    tokenizer: Any = None  # renders tokens of the log-probabilities a request asked for (`logprobs`)
     token_ids_as_names: bool = False  # the request's return_tokens_as_token_ids: "token_id:N" in the logprobs
     echo: bool = False  # completions: the prompt before the completion (its logprobs too, with `logprobs`)
     logprobs: int | None = None  # completions' `logprobs: k` (the echoed prompt's alternatives)

@@ -27,7 +27,7 @@ class GenerationOutput:
     stats: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     # Asked for (SamplingParams.logprobs): per output token [its log-probability, [[id or key, logprob], ...] of the
-    # top alternatives]; an endpoint's token keys come from its own tokens (workers/remote/endpoint_logprobs.py)
+    # top alternatives]; an endpoint's token keys come from its own tokens (`client.logprobs`)
     logprobs: list[list] | None = None
 
 

@@ -229,7 +229,7 @@ def run_verdict_bench(
         SEPARATE: lambda _r: run_side(spec_config, options, "separate", plan.work_dir, progress_for),
         PAIRED: lambda _r: run_side(spec_config, options, "paired", plan.work_dir, progress_for),
     }
-    if _scored(spec_config, options):  # one way to a verdict: the run and its scoring (evals/pipeline/run.py)
+    if _scored(spec_config, options):  # one way to a verdict: the run and its scoring (`run`)
         sides = {PLAIN: sides[PLAIN], SCORED: sides[SEPARATE]}
     model_config, dtype_bytes, device = _model_shape(spec_config)
     say(f"bench --verdict: measuring this machine's limits on {device} ...")

@@ -46,7 +46,7 @@ from typing import Any
 
 from scipy.special import ndtr
 
-SLACK_Z = 2.576  # the standard errors in the run's sampling slack (evals/gates/verdict.py acceptance_slack's z)
+SLACK_Z = 2.576  # the standard errors in the run's sampling slack (`verdict.acceptance_slack`'s z)
 DEFAULT_BETA = 0.2  # as the accuracy gate's (TensorRT-LLM's default)
 MAX_DOCUMENTS = 10_000_000
 AT_MIN_AL = 1e-4  # relative: a floor this close to min_al is at it (min_al = 0.95 ref_al is written rounded)

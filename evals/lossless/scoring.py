@@ -49,7 +49,7 @@ class Scorer:
         try:
             scored = engine.score_outputs(requests)
             server = getattr(getattr(engine, "identity", None), "server", None) or {}
-            self.how = {k: v for k, v in server.items() if k.startswith("scoring_")}  # a server's: endpoint_scoring.py
+            self.how = {k: v for k, v in server.items() if k.startswith("scoring_")}  # a server's scoring options
         finally:
             engine.close()
         failed = sum(s.error is not None for s in scored)
@@ -155,7 +155,7 @@ def judge_scored(
                 "; the baseline server's echo read one position back (its echo pairs each token with "
                 "the next position's distribution: audited against its own generation)"
             )
-    if len(usable) < len(sampled):  # a resumed run's reused outputs keep no prompt (evals/pipeline/resume.py)
+    if len(usable) < len(sampled):  # a resumed run's reused outputs keep no prompt (`resume`)
         record["no_prompt"] = len(sampled) - len(usable)
         record["reason"] += f"; {record['no_prompt']} sampled output(s) without a recorded prompt left out"
     return record

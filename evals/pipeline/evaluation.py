@@ -89,7 +89,7 @@ def evaluate(
     max_gen_toks = {spec.lm_eval_name: options.max_output_for(spec) for spec in options.tasks}
     outputs = OutputRecord()
     loaded: dict[str, Any] = {}  # lm-eval task name -> its Task (each repeat is scored by its filters)
-    seed_base = options.generation_kwargs.get("seed")  # the base of each sample's seed (evals/conditions/repeats.py)
+    seed_base = options.generation_kwargs.get("seed")  # the base of each sample's seed (`repeats`)
 
     def make_lm(tasks: dict[str, Any], plans: dict[str, Any]) -> RecordingLM:
         loaded.update(tasks)

@@ -61,7 +61,7 @@ class LMSession:
     only: frozenset[tuple[str, int]] | None = None  # evaluate just these (task, doc id); skip the others
     sequential: SequentialStop | None = None
     # Sampled requests: sample r of document d of task t draws with sample_seed(base, t, d, r), whatever the batch
-    # (evals/conditions/repeats.py). None: the engine's own per-request seeds (lm-eval's command line).
+    # (`repeats`). None: the engine's own per-request seeds (lm-eval's command line).
     sample_seed_base: int | None = None
     template_kwargs: ChatTemplateKwargs = field(default_factory=ChatTemplateKwargs)  # --chat-template-kwargs
 

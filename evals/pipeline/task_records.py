@@ -125,7 +125,7 @@ def _fields(
         "acceptance_length": (counters or {}).get("acceptance_length"),
         "acceptance": {k: counters[k] for k in COUNTS} if counters else None,
         "sealed_fields": list(SEALED_FIELDS) if family.sealed else None,  # its output can quote the question
-        # what the sampled lossless gate's baseline scores a sampled output on (evals/lossless/scoring.py)
+        # what the sampled lossless gate's baseline scores a sampled output on (`scoring`)
         "prompt_token_ids": list(out.prompt_token_ids) if sampled else None,
         "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p}
         if sampled

@@ -57,7 +57,7 @@ class BugClass:
     warmup: str | None = None  # the general warmup must run for a warmup fault to fire
     sampled: bool = False  # evaluated at temperature > 0 (gsm8k_sampled)
     catcher: str | None = "lossless"  # the gate that must FAIL it; None: the unmutated engine, which must PASS
-    spec_sampling: str = "coupled"  # the spec sampler the class lives in (workers/config.py SPEC_SAMPLINGS)
+    spec_sampling: str = "coupled"  # the spec sampler the class lives in (`SPEC_SAMPLINGS`)
 
     @property
     def is_clean(self) -> bool:

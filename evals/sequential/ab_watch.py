@@ -226,7 +226,7 @@ def watch(
         accepted = acceptance.scan(documents_a, documents_b, final=not alive) if acceptance is not None else None
         if should_stop(decision, accepted, decide_on) or not alive:
             break
-        for side in sides.values():  # each side waits after a batch until this read of it (ab_channel.py)
+        for side in sides.values():  # each side waits after a batch until this read of it (`ab_channel`)
             side.acknowledge()
         time.sleep(poll_s)
     if alive:

@@ -186,7 +186,7 @@ class EarlyStop:
         n = t.done
         if self.stop_file is not None:
             self._report(t)
-            self._watcher.until_read(len(self._reported))  # the watcher looks at this batch first (ab_channel.py)
+            self._watcher.until_read(len(self._reported))  # the watcher looks at this batch first (`ab_channel`)
             if self.stop_file.exists() and t.stopped is None:
                 reason = self.stop_file.read_text(encoding="utf-8").strip() or "the A/B decided"
                 t.stopped = {"gate": "ab", "verdict": None, "n": n, "of": t.n_max, "reason": reason}

@@ -82,7 +82,7 @@ def lossless_gate(task: TaskSummary | Mapping[str, Any]) -> GateText | None:
     n = ls.get("num_pairs")
     if n is None and isinstance(identical, int) and isinstance(divergent, int):
         n = identical + divergent
-    kind = ls.get("baseline_label") or "baseline"  # which kind of baseline the verdict rests on (runs since issue 24)
+    kind = ls.get("baseline_label") or "baseline"  # which kind of baseline the verdict rests on (older runs: none)
     base = f"{kind} {ls['baseline_run']}" if ls.get("baseline_run") else "the baseline"
     audit = ls.get("audit") if isinstance(ls.get("audit"), dict) else {}
     # The twins themselves are wrong (their count means nothing), unless the audit's divergences were near-ties.

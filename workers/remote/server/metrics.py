@@ -21,7 +21,7 @@ from .response_acceptance import acceptance_fields, response_acceptance
 
 NOT_REPORTED = "not reported by this server"
 POLL_EVERY_S = 1.0  # TensorRT-LLM keeps 1000 iterations: many seconds of decoding even on a fast GPU
-# The fallback "basis" (spec/metrics.py names the first choice, PER_REQUEST): where the responses carry no counts,
+# The fallback "basis" (the spec metrics name the first choice, PER_REQUEST): where the responses carry no counts,
 # the server-wide counters before and after, which mix in any other traffic on the server.
 SERVER_DELTA = "server-wide counter delta (fallback: the responses carry no per-request counts)"
 

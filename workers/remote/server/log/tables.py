@@ -340,7 +340,7 @@ SPECDEC = LogFormat(
     name="specdec-eval",
     engine="specdec-eval serve (ours)",
     signatures=(
-        # Our engine's every event, one line each (workers/events.py event_line): the line carries its type.
+        # Our engine's every event, one line each (`events.event_line`): the line carries its type.
         S("specdec.event_line", None, r"specdec-eval event: \{", "{type}"),
         S(
             "specdec.engine_loop_failed",
