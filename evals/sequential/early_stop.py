@@ -13,13 +13,11 @@ Per-sample scores come from lm-eval's own filters and metric on the task object 
 lm-eval computes at the end), and the run's recorded score is lm-eval's over the documents evaluated. A stopped
 task records where and why: {"n": ..., "of": ..., "reason": ..., "gate": ...}.
 
-**Several samples per document** (`--repeats R`): every count here is of documents. The adapter schedules a document's
-R samples together; a document is done only once all R are scored, a look sees the documents done as a prefix of the
-order, and the accuracy design judges the mean of their per-document means (`accuracy` says why its variance model
-holds for clustered samples). The lossless stop compares each sample with the baseline's sample of the same
-(task, document, repeat) (the same seed), as the lossless gate pairs them, and names the
-repeat. Progress records (a side of a sequential `ab`) carry the sample's repeat and the samples per document, so
-that the watcher compares a document only once both sides have all of its samples.
+**Several samples per document** (`--repeats R`): every count here is of documents. A document is done once all R
+of its samples are scored (the adapter schedules them together), and the accuracy design judges the mean of the
+per-document means (`accuracy` says why its variance model holds). The lossless stop compares each sample with the
+baseline's of the same (task, document, repeat), and names the repeat. Progress records carry the repeat and R, so
+that the `ab` watcher pairs a document only once both sides have all of its samples.
 """
 
 from __future__ import annotations
