@@ -1,22 +1,18 @@
 """The bug-class matrix behind `specdec-eval selftest --mutants`: what this tool catches.
 
-Each bug class of spec-dec engines (a planted behaviour fault, or the seed's unrestored metadata) runs through the
-default `run` configuration: the run pipeline on the local backend with its paired baseline, early stop on, a seeded
-random GSM8K subset, each class in a fresh runs folder (nothing reused between classes). The engine without any mutation
-runs the same way and must PASS every gate. A class that changes outputs counts as caught only when the lossless gate
-FAILs it (acceptance catching it is luck: a collapsed acceptance is a symptom of some bugs, of no others); a class that
-changes no output is caught by the events gate, or, when it only makes the drafter worse (aux_layers_off_by_one), by the
-paired acceptance test: its run's per-document acceptance against the unmutated run's over the same documents
-(`acceptance_paired`), as `compare` and `ab` test two commits. Such a class is reported as what it is: the single-run
-acceptance gate's cell shows it missed, with the gate's own statement of the smallest drop it could see at this n. The
-sampling class runs GSM8K at temperature > 0 (`gsm8k_sampled`), with an unmutated sampled run beside it.
+Each bug class (a planted behaviour fault, or the seed's unrestored metadata) runs through the default `run`
+configuration (local backend, paired baseline, early stop, a seeded random GSM8K subset), each in a fresh runs folder;
+the unmutated engine runs the same way and must PASS every gate. A class that changes outputs counts as caught only
+when the lossless gate FAILs it (a collapsed acceptance is a symptom of some bugs only); one that changes no output
+is caught by the events gate or, when it only makes the drafter worse (aux_layers_off_by_one), by the paired
+acceptance test against the unmutated run (`acceptance_paired`, as `compare` tests two commits), while the single-run
+acceptance gate's cell shows the miss with its own statement of the smallest drop it could see. The sampling class
+runs `gsm8k_sampled` beside an unmutated sampled run.
 
-The sampled classes of the rejection sampler (`--spec-sampling rejection`) run GSM8K at temperature > 0 on that sampler,
-with an unmutated rejection-sampled run beside them: `run` judges them in distribution (the plain engine scores the
-outputs), so each is caught only by the sampled lossless gate, never by token identity. They run when asked (`--only`):
-the default matrix leaves them out, since at the default size (SmolLM2, `--limit 10`: a few hundred sampled positions)
-the sampled gate's power against them is low (the seeded simulation says how low: python -m
-specdec_eval.studies.lossless_sampled power).
+The rejection sampler's classes (`--spec-sampling rejection`) are judged in distribution, so only the sampled
+lossless gate can catch them. They run only when asked (`--only`): at the default size (SmolLM2, `--limit 10`: a few
+hundred sampled positions) the gate's power against them is low (`python -m specdec_eval.studies.lossless_sampled
+power` says how low).
 """
 
 from __future__ import annotations
