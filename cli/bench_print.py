@@ -1,6 +1,5 @@
-"""The tables `specdec-eval bench` prints: from the report dicts of evals/bench/speed.py and
-evals/bench/verdict_timing.py, which hold every number (medians, spreads, fractions); nothing is computed here but the
-layout."""
+"""The tables `specdec-eval bench` prints: from the report dicts of the speed and verdict-timing benches, which hold
+every number (medians, spreads, fractions); nothing is computed here but the layout."""
 
 from __future__ import annotations
 

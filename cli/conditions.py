@@ -18,7 +18,7 @@ from ..workers.registry import spec_method
 from . import options as o
 
 DEFAULT_MODEL_KEY = "HuggingFaceTB/SmolLM2-135M-Instruct"
-# The condition options as `run` declares them (evals/run_types.py EvalOptions), so both take the same values.
+# The condition options as `run` declares them (`EvalOptions`), so both take the same values.
 GenKwargsOption, _ = o.option_of(EvalOptions, "gen_kwargs")
 ChatTemplateKwargsOption, _ = o.option_of(EvalOptions, "chat_template_kwargs")
 RepeatsOption, _ = o.option_of(EvalOptions, "repeats")

@@ -120,7 +120,7 @@ def generate(
     stop: Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")] = None,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Keep going past EOS.")] = False,
     chat: Annotated[bool, typer.Option("--chat", help="Wrap plain-line prompts in the chat template.")] = False,
-    engine_flags: o.EngineFlags | None = None,  # every engine option (cli/options.py)
+    engine_flags: o.EngineFlags | None = None,  # every engine option (`options`)
 ) -> None:
     """Generate completions and print one JSON object per prompt (text, token ids, finish reason, stats).
 

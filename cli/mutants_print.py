@@ -1,5 +1,5 @@
-"""The bug-class matrix of `selftest --mutants` as a table (evals/selftest/mutants.py builds it), and the clean
-matrix of `selftest --clean` (evals/selftest/clean.py)."""
+"""The bug-class matrix of `selftest --mutants` as a table, and the clean
+matrix of `selftest --clean`."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def print_matrix(report: dict[str, Any]) -> None:
 
 
 def print_clean(report: dict[str, Any]) -> None:
-    """The clean matrix (evals/selftest/clean.py): one line per row, then the false-FAIL count."""
+    """The clean matrix of `selftest --clean`: one line per row, then the false-FAIL count."""
     table = [["row", "lossless", "exit", "result", "seconds"]]
     for row in report["rows"]:
         table.append([row["row"], row["lossless"], str(row.get("exit", "-")), row["result"], f"{row['elapsed_s']:.0f}"])

@@ -140,12 +140,12 @@ class EngineFlags:
         return self.values[name]
 
     def config(self, **overrides: Any) -> EngineConfig:
-        """The EngineConfig of these options (workers/engine_options.py); bad values raise UserError now."""
+        """The EngineConfig of these options; bad values raise UserError now."""
         return from_options(**{**self.values, **overrides})
 
 
 def engine_options(*, exclude: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
-    """A command takes every engine option, built from the one list (workers/engine_options.py), after its own
+    """A command takes every engine option, built from the one list (`engine_options`), after its own
     parameters; they reach it as one EngineFlags in its parameter `engine_flags`. `exclude`: options the command
     declares itself with another meaning (run and serve: --tp, a job's TP size whose default comes from the layout)."""
     unknown = set(exclude) - set(OPTIONS)
@@ -183,7 +183,7 @@ def engine_options(*, exclude: tuple[str, ...] = ()) -> Callable[[Callable], Cal
     return decorate
 
 
-# The one config builder (workers/engine_options.py), for commands that declare a few engine options themselves.
+# The one config builder (`engine_options`), for commands that declare a few engine options themselves.
 engine_config = from_options
 
 
@@ -197,7 +197,7 @@ def option_of(cls: type, name: str, **changes: Any) -> tuple[Any, Any]:
 
 
 def dataclass_options(**classes: type) -> Callable[[Callable], Callable]:
-    """A command takes every option the dataclasses declare (specdec_eval/option_fields.py), after its own
+    """A command takes every option the dataclasses declare (`option_fields`), after its own
     parameters, and receives each dataclass, built from them, in the keyword it is listed under:
     `@dataclass_options(options=EvalOptions, plan=RunPlan)`. A field without a flag whose type is a class listed
     before it (RunPlan.options) gets that class's value."""

@@ -1,9 +1,7 @@
 """`specdec-eval run`: evaluate the engine on GSM8K / GPQA-Diamond and gate each score against its reference.
 
-Options in, one call, printing out: every option is declared once, on the value it fills (the engine's in
-workers/engine_options.py; EvalOptions and RunPlan in evals/run_types.py; JobOptions in launch/job_options.py;
-EndpointOptions in workers/remote/client/options.py), and the run pipeline (evals/pipeline/run.py) checks them
-all before anything starts."""
+Options in, one call, printing out: every option is declared once, on the value it fills (the engine's options,
+EvalOptions, RunPlan, JobOptions, EndpointOptions), and the run pipeline checks them all before anything starts."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The values every stage of a run shares: what to evaluate (`EvalOptions`), a run's plan (`RunPlan`: the evaluation
 and where and how it is recorded), and one task's evaluated result (`TaskResult`). The pipeline builds them, the gates
 judge them, the lossless gate and the sequential designs read them; none of those import each other for them.
-The `run` options of the first two are declared on their fields (specdec_eval/option_fields.py).
+The `run` options of the first two are declared on their fields (`option_fields`).
 
 A leaf: it imports the task registry (a task's definition) and the store's default folder, nothing that runs."""
 
@@ -25,18 +25,18 @@ from .tasks.subsets import HOW
 if TYPE_CHECKING:
     from .gates.references import Reference
 
-# Top alternatives recorded per output token for the lossless gate's margins (evals/lossless/margins.py): 5 is the
+# Top alternatives recorded per output token for the lossless gate's margins (`margins`): 5 is the
 # most OpenAI's completions API returns (`logprobs` <= 5), so every server can give the same record our engine keeps.
 LOSSLESS_TOP_K = 5
 MAX_FEWSHOT = 64  # far past any prompt that fits a context; the task's own data bounds it further at run time
-SAMPLES = tuple(h for h in HOW if h != "all")  # what --sample takes (evals/tasks/subsets.py)
+SAMPLES = tuple(h for h in HOW if h != "all")  # what --sample takes (`subsets`)
 EVAL, STORE, CONDITIONS = "Evaluation", "Run store", "Generation conditions"  # the groups of `--help`
 
 
 @dataclass(frozen=True)
 class EvalOptions:
     """What a run evaluates, and how it decides: each field with a flag is a `run` option, declared here once (its
-    default is the flag's; specdec_eval/option_fields.py). A new evaluation option is one field."""
+    default is the flag's). A new evaluation option is one field."""
 
     tasks: list[TaskSpec] = field(
         metadata=flag(
@@ -101,7 +101,7 @@ class EvalOptions:
     )
     sample: str = field(
         default="first",
-        metadata=flag(  # evals/tasks/subsets.py
+        metadata=flag(  # `subsets`
             "--sample",
             choices=lambda: SAMPLES,
             group=EVAL,
@@ -112,7 +112,7 @@ class EvalOptions:
     )
     early_stop: bool = field(
         default=False,
-        metadata=flag(  # evals/sequential/early_stop.py
+        metadata=flag(  # `early_stop`
             "--early-stop",
             group=EVAL,
             help="Sequential verdict: documents in a seeded random order, a look after each batch; stop as soon as the "
@@ -151,7 +151,7 @@ class EvalOptions:
     )
     gen_kwargs: str | None = field(
         default=None,
-        metadata=flag(  # evals/conditions/gen_kwargs.py
+        metadata=flag(  # `gen_kwargs`
             "--gen-kwargs",
             parse=GenKwargs.parse,
             group=CONDITIONS,
@@ -163,7 +163,7 @@ class EvalOptions:
     )
     chat_template_kwargs: str | None = field(
         default=None,
-        metadata=flag(  # workers/loading/chat_template.py
+        metadata=flag(  # `chat_template`
             "--chat-template-kwargs",
             parse=ChatTemplateKwargs.parse,
             group=CONDITIONS,
@@ -174,7 +174,7 @@ class EvalOptions:
     )
     repeats: int = field(
         default=1,
-        metadata=flag(  # evals/conditions/repeats.py, stats.clustered
+        metadata=flag(  # `repeats`, stats.clustered
             "--repeats",
             min=1,
             max=MAX_REPEATS,
@@ -185,7 +185,7 @@ class EvalOptions:
     )
     accept_condition_mismatch: bool = field(
         default=False,
-        metadata=flag(  # evals/conditions/reference.py
+        metadata=flag(  # `reference`
             ACCEPT_FLAG,
             group=CONDITIONS,
             help="Judge the accuracy gate against the matched reference although its stated conditions differ from "
@@ -275,7 +275,7 @@ class RunPlan:
     )
     control: bool | None = field(
         default=None,
-        metadata=flag(  # evals/lossless/control.py; None: when needed
+        metadata=flag(  # `control`; None: when needed
             "--control/--no-control",
             group=EVAL,
             help="The lossless gate's noise floor outside float32: decode the plain side again at another batch shape "

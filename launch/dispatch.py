@@ -1,6 +1,6 @@
 """Data-parallel serving under torchrun: rank 0 drives, every replica serves a share.
 
-Rank 0's engine is a `ShardedEngine`, an `InferenceEngine` (workers/interface.py) like the local one: each call is
+Rank 0's engine is a `ShardedEngine`, an `InferenceEngine` like the local one: each call is
 broadcast on the control group (gloo, so it also works beside NCCL), every TP group serves the requests whose index
 falls to its replica (round robin), and the replica leaders send their results back to rank 0, which puts them in
 request order. The other ranks sit in `serve_forever` until rank 0 sends "stop".
@@ -186,7 +186,7 @@ class ShardedEngine(ReplicaFront):
         sink: OutputSink | None = None,
         plain_sink: OutputSink | None = None,
     ) -> tuple[list[GenerationOutput], list[GenerationOutput]]:
-        """Paired decoding on every replica (workers/engine/engine.py `generate_paired`)."""
+        """Paired decoding on every replica (the engine's `generate_paired`)."""
         spec, plain = self._generate("generate_paired", prompts, sampling, progress, (sink, plain_sink))
         return spec, plain
 

@@ -3,8 +3,8 @@ every rank reads, start torchrun with an explicit environment, and read rank 0's
 
 A job is data, not an argv to rebuild: the engine configuration, the TP size, and a driver (`module:function`)
 that rank 0 calls with its `ShardedEngine` and the job's payload. Drivers are library code beside what they drive
-(the torchrun backend for `run`, the server's job driver for `serve`), never cli/: launch/ imports neither
-folder, and calls back into no command. The per-rank entry is launch/rank_main.py."""
+(the torchrun backend for `run`, the server's job driver for `serve`), never the CLI: launch imports neither
+and calls back into no command. Each rank enters through `rank_main`."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class Job:
     payload: dict[str, Any] = field(default_factory=dict)
     rank_timeout_s: float = JobOptions.rank_timeout_s
     # "batch": rank 0 gets a ShardedEngine (generate/score calls); "serving": a ShardedServingEngine driven one
-    # step at a time by a server (launch/serving.py). The other ranks run the matching loop.
+    # step at a time by a server (`serving`). The other ranks run the matching loop.
     mode: str = "batch"
 
     def to_json(self, result_file: str | None) -> str:

@@ -1,5 +1,5 @@
 """The job options of `run --gpus N` (ranks, tensor parallelism, torchrun's rendezvous, a dry run), declared once: each
-field's default is its flag's, its metadata the flag (specdec_eval/option_fields.py)."""
+field's default is its flag's, its metadata the flag (`option_fields`)."""
 
 from __future__ import annotations
 

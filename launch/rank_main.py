@@ -1,6 +1,6 @@
 """The per-rank entry of a torchrun job: `python -m specdec_eval.launch.rank_main JOB.json`.
 
-Every rank reads the serialised job (launch/job.py), joins the process groups, and builds its engine (TP size
+Every rank reads the serialised job, joins the process groups, and builds its engine (TP size
 from the layout); rank 0 then calls the job's driver with a `ShardedEngine` over every replica and leaves the
 driver's result in the launcher's result file, while the other ranks serve until rank 0 says stop."""
 
@@ -20,7 +20,7 @@ from .layout import plan_layout
 
 
 def load_driver(name: str):
-    """The job's driver, a library function (launch/job.py); a command module is refused: launch/ sits below cli/."""
+    """The job's driver, a library function; a command module is refused: launch sits below the CLI."""
     module, _, func = name.partition(":")
     if module == "specdec_eval.cli" or module.startswith("specdec_eval.cli."):
         raise UserError(f"job driver {name!r} is in cli/; drivers are library functions (launch/job.py)")
@@ -33,7 +33,7 @@ def rank_main(job: Job, result_file: str | None, env: RankEnv) -> dict[str, Any]
     from .dispatch import ShardedEngine, serve_forever
     from .serving import ShardedServingEngine, serve_steps_forever
 
-    serving = job.mode == "serving"  # a server drives rank 0 one step at a time (launch/serving.py)
+    serving = job.mode == "serving"  # a server drives rank 0 one step at a time (`serving`)
 
     checkpoint = load_checkpoint(job.engine.model)
     cfg = checkpoint.config

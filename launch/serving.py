@@ -1,6 +1,6 @@
 """`serve --gpus N`: one server on rank 0 of a torchrun job, every replica serving in lockstep.
 
-Rank 0's engine is a `ShardedServingEngine`, a `ServingEngine` (workers/interface.py) like the local one. Each
+Rank 0's engine is a `ShardedServingEngine`, a `ServingEngine` like the local one. Each
 `step()` broadcasts on the gloo control group the requests added since the last step (each assigned to the replica
 with the fewest live requests) and the aborts; every rank applies its replica's share to its local engine and
 steps it (TP partners make the same calls, so their collectives meet); the replica leaders send back their deltas,

@@ -23,7 +23,7 @@ class TorchrunSpec:
     node_rank: int | None = None
     rdzv_endpoint: str | None = None
     rdzv_backend: str | None = None
-    job_file: str = "JOB.json"  # the serialised job every rank reads (launch/rank_main.py)
+    job_file: str = "JOB.json"  # the serialised job every rank reads (`rank_main`)
 
     def torchrun_args(self) -> list[str]:
         args = [f"--nnodes={self.nnodes}", f"--nproc-per-node={self.nproc_per_node}"]

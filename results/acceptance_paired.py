@@ -13,7 +13,7 @@ from .sample_record import SampleRecord
 
 
 def _recorded(sample: SampleRecord | Mapping[str, Any], name: str) -> Any:
-    """A stored sample's field (results/sample_record.py), or a progress record's key (sequential/early_stop.py)."""
+    """A stored sample's field (`SampleRecord`), or a sequential test's progress record key."""
     return sample.get(name) if isinstance(sample, Mapping) else getattr(sample, name, None)
 
 

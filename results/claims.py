@@ -5,14 +5,14 @@
         run.write_manifest(...)
         ...                                              # evaluate, record, write summary.json
 
-`acquire_run` claims or creates under the store-wide lock (`store.store_lock`, held for milliseconds), so two
-identical commands started together cannot both start a new run. When every unfinished run of the key is held by a
-live process it raises `RunBusyError` (a ValueError: one line for the user) instead of repeating that work;
-resume=False always starts a new run, as the user asked. The pieces: `claim_unfinished(root, key)` returns the
-newest unfinished run of the key that it could lock (locked), skipping runs a live process holds and runs whose
-manifest is not written yet; `busy_runs(root, key)` lists the unfinished runs of the key that another holder has
-locked; `store.new_run(root, key)` creates a run, locked. A lock lives as long as the `Run` object holding it
-(results/store.py); a forked child that keeps the file open shares it, a subprocess does not.
+`acquire_run` claims or creates under the store-wide lock (`store.store_lock`, held for milliseconds), so two identical
+commands started together cannot both start a new run. When every unfinished run of the key is held by a live process it
+raises `RunBusyError` (a ValueError: one line for the user) instead of repeating that work; resume=False always starts a
+new run, as the user asked. The pieces: `claim_unfinished(root, key)` returns the newest unfinished run of the key that
+it could lock (locked), skipping runs a live process holds and runs whose manifest is not written yet;
+`busy_runs(root, key)` lists the unfinished runs of the key that another holder has locked; `store.new_run(root, key)`
+creates a run, locked. A lock lives as long as the `Run` object holding it; a forked child that keeps the file open
+shares it, a subprocess does not.
 """
 
 from __future__ import annotations

@@ -6,18 +6,17 @@ Rules, over the finished runs of the test id on the GPU (any GPU when gpu is Non
    spec_state_leak / request_failed event): "waive" unless already waived, then "keep". The signature quotes why
    it failed.
 2. Else, when waived: "unwaive" if the k most recent runs all pass, otherwise "keep" (too few runs, or one of them
-   failed). A run no gate could fail (verdict NO-GATE, results/shown_verdict.py: e.g. a non-speculative run without an
-   accuracy reference) is no evidence: it neither fails nor counts among the k, and the reason says it was left
-   out. Within a run some other gate passed, NO-GATE and REPORT task verdicts count as passing (the reference gate
-   did not fail), and the reason says so, because such a task did not prove the accuracy either. So does an
-   acceptance gate that passed within a band wider than min_al (evals/gates/acceptance_power.py): it counts as
-   passing, and the reason says that it did not rule out a drop to min_al.
+   failed). A run no gate could fail (shown verdict NO-GATE: e.g. a non-speculative run without an accuracy reference)
+   is no evidence: it neither fails nor counts among the k, and the reason says it was left out. Within a run some other
+   gate passed, NO-GATE and REPORT task verdicts count as passing (the reference gate did not fail), and the reason says
+   so, because such a task did not prove the accuracy either. So does an acceptance gate that passed within a band wider
+   than min_al: it counts as passing, and the reason says that it did not rule out a drop to min_al.
 3. Else (passing and not waived): "keep".
 
-Unreadable runs (a broken manifest, a summary cut off: see results/store.py) are never skipped silently. One that
-may be a run of this test (its manifest cannot be read, or says so) and is not older than the evidence a decision
-rests on turns an "unwaive" into "keep": the run nobody can read may be the failure. They are listed in
-`Decision.unreadable` and named in the reason of any decision they could change.
+Unreadable runs (a broken manifest, a summary cut off) are never skipped silently. One that may be a run of this test
+(its manifest cannot be read, or says so) and is not older than the evidence a decision rests on turns an "unwaive" into
+"keep": the run nobody can read may be the failure. They are listed in `Decision.unreadable` and named in the reason of
+any decision they could change.
 
 GPU scope: with a gpu, a waive covering every GPU (no `full:` prefix) counts as waived, but only lines written for
 exactly that GPU are removed: a pass on one GPU does not lift a waive for every GPU. `apply_decision` writes and

@@ -7,7 +7,7 @@
 
 `load_samples` reads samples.parquet through the store (sealed fields unsealed, token ids as lists) and adds the
 run's id and each sample's `score`: the fraction of its filters that marked it correct, the per-sample quantity a
-task's score is the mean of. `load_runs` is the runs table (results/runs_table.py, the rows `specdec-eval runs`
+task's score is the mean of. `load_runs` is the runs table (the rows `specdec-eval runs`
 lists) with its tasks spread out, one row per (run, task); an unfinished run has one row with no task.
 `paired_frame` joins two runs' samples on (task, doc_id), as `compare` pairs them.
 """

@@ -64,8 +64,8 @@ def _keys(samples: list[SampleRecord], which: str) -> pd.DataFrame:
 
 
 def pair_samples(samples_a: Iterable[SampleRecord], samples_b: Iterable[SampleRecord]) -> PairedSamples:
-    """Join two runs' samples on (task, doc_id, repeat) (results/frames.py `paired_frame`): with several samples
-    per document, sample r of a document in A pairs with sample r in B (the same seed: evals/conditions/repeats.py).
+    """Join two runs' samples on (task, doc_id, repeat), as `frames.paired_frame` does: with several samples
+    per document, sample r of a document in A pairs with sample r in B (the same seed).
 
     Raises ValueError when a pair's prompt_hash differs: the runs prompted the model differently (other few-shot
     examples, chat template, data), so their samples are not comparable. Docs present in only one run are left

@@ -99,7 +99,7 @@ class GateResult:
         return cls(str(record.get("verdict")), str(record.get("reason") or ""), numbers, order)
 
 
-# A task entry's keys as evals/gates/verdict.py writes them, in order; the gates' records come last.
+# A task entry's keys as `verdict` writes them, in order; the gates' records come last.
 _TASK_KEYS = (
     "num_samples",
     "score",
@@ -177,7 +177,7 @@ class TaskSummary:
 
     @property
     def acceptance_underpowered(self) -> bool:
-        """The acceptance gate passed within a band whose floor lies below min_al (evals/gates/acceptance_power.py):
+        """The acceptance gate passed within a band whose floor lies below min_al:
         an AL under min_al would have passed too, so readers show this PASS with that said, never bare."""
         gate = self.gates.get("acceptance_gate")
         power = gate.numbers.get("power") if gate is not None else None
@@ -248,7 +248,7 @@ class RunSummary:
     baseline: Mapping[str, Any] | None = None  # the lossless gate's baseline run: run, kind, label, audit
     acceptance_populated: Mapping[str, Any] | None = None
     early_stopped: bool | None = None
-    server_failure: str | None = None  # why the server failed the run, one line (workers/remote/server/failure.py)
+    server_failure: str | None = None  # why the server failed the run, one line (`failure`)
     # The verdict summary.json recorded (a summary read from disk only; None when built, or when the file has none).
     # Never the source of the verdict, except that a recorded FAIL this reader cannot explain (an older writer's
     # reason) stays FAIL.

@@ -89,7 +89,7 @@ def run_row(run: Run) -> dict[str, Any]:
             # the acceptance-length gate against its reference band (None when not run)
             "acceptance_gate": t.acceptance_gate.verdict if t.acceptance_gate else None,
             "acceptance_reason": t.acceptance_gate.reason if t.acceptance_gate else None,
-            # a PASS within a band wider than min_al (evals/gates/acceptance_power.py): never shown bare
+            # a PASS within a band wider than min_al (`acceptance_power`): never shown bare
             "acceptance_underpowered": t.acceptance_underpowered,
         }
         for name, t in summary.tasks.items()
@@ -106,7 +106,7 @@ def run_row(run: Run) -> dict[str, Any]:
         "gpu": gpu_of(manifest),
         "world_size": manifest.get("world_size"),
         "tasks": tasks,
-        # NO-GATE where the summary says PASS but no gate could have failed (results/run_summary.py)
+        # NO-GATE where the summary says PASS but no gate could have failed (`run_summary`)
         "verdict": summary.shown_verdict if finished else UNFINISHED,
         "finished": finished,
         "live": (not finished) and run.is_locked(),

@@ -1,7 +1,7 @@
 """One evaluated document of a run, as a value: what samples.parquet holds, one row per record.
 
-The evaluation builds them (evals/pipeline/task_records.py), the store writes and reads them (store.py: a record's
-`sealed_fields` are stored sealed), the lossless gate and `compare` pair them. A row's columns are the fields below in
+The evaluation builds them, the store writes and reads them (a record's `sealed_fields` are stored sealed), the
+lossless gate and `compare` pair them. A row's columns are the fields below in
 this order, then per filter its `extracted[FILTER]` and `correct[FILTER]`; a column this version does not name (an
 older or newer writer's) is kept in `extra`, so a run recorded by any version reads, compares and reports.
 
@@ -22,7 +22,7 @@ _PER_FILTER = ("extracted", "correct")  # the columns a sample has once per filt
 class SampleRecord:
     task: str
     doc_id: Any  # an int for every shipped task; a task module may number its documents otherwise
-    repeat: int = 0  # which of a document's samples (--repeats: evals/conditions/repeats.py); 0 with one per document
+    repeat: int = 0  # which of a document's samples (--repeats: `repeats`); 0 with one per document
     doc_hash: str | None = None
     prompt_hash: str | None = None
     target: Any = None
@@ -35,9 +35,9 @@ class SampleRecord:
     error: str | None = None
     acceptance_length: float | None = None
     acceptance: Mapping[str, Any] | None = None  # the request's own counts (spec-dec)
-    sealed_fields: Sequence[str] | None = None  # fields stored sealed (results/seal.py)
+    sealed_fields: Sequence[str] | None = None  # fields stored sealed (`seal`)
     # A sampled output's (temperature > 0) prompt and the parameters it was sampled with: what the sampled lossless
-    # gate's baseline scores it on (evals/lossless/scoring.py); None for a greedy one
+    # gate's baseline scores it on (`scoring`); None for a greedy one
     prompt_token_ids: Sequence[int] | None = None
     sampling: Mapping[str, Any] | None = None  # {"temperature", "top_k", "top_p"}
     extracted: Mapping[str, Any] = field(default_factory=dict)  # filter -> the answer it extracted

@@ -1,12 +1,11 @@
 """A run's verdict as every reader shows it (the report, the runs table, `decide`): PASS only where a gate that could
 have failed passed.
 
-summary.json records PASS for any run that did not FAIL, including one on which no gate could fail: a
-non-speculative baseline with no accuracy reference (REPORT) or below the accuracy floor (NO-GATE) has neither a
-lossless nor an acceptance gate, so nothing it did could have failed it. Calling that PASS reads as evidence; it is
-NO-GATE. A PASS needs at least one task whose accuracy gate (task verdict PASS: the threshold was above the
-floor), lossless gate or acceptance gate passed. The rule lives on the typed summary (results/run_summary.py:
-`TaskSummary.gates_passed`, `RunSummary.shown_verdict`); these are its entry points for summary.json's objects.
+summary.json records PASS for any run that did not FAIL, including one no gate could fail (e.g. a non-speculative
+baseline without an accuracy reference). Calling that PASS reads as evidence; it is NO-GATE. A PASS needs at least
+one task whose accuracy gate (threshold above the floor), lossless gate or acceptance gate passed. The rule lives
+on the typed summary (`TaskSummary.gates_passed`, `RunSummary.shown_verdict`); these are its entry points for
+summary.json's objects.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ __all__ = [
     "run_verdict",
 ]
 
-# What readers say beside an acceptance PASS whose band's floor lies below min_al (evals/gates/acceptance_power.py)
+# What readers say beside an acceptance PASS whose band's floor lies below min_al (`acceptance_power`)
 UNDERPOWERED = "band wider than min_al: does not rule out a drop to min_al"
 
 
@@ -38,7 +37,7 @@ def gates_passed(task: TaskSummary | Mapping[str, Any]) -> list[str]:
 
 def run_verdict(summary: RunSummary | Mapping[str, Any]) -> str:
     """The summary's verdict, except that a PASS no gate could have failed is NO-GATE, and so is a PASS whose lossless
-    gate could not judge (UNCALIBRATED: results/run_summary.py)."""
+    gate could not judge (UNCALIBRATED)."""
     return as_run_summary(summary).shown_verdict
 
 

@@ -7,20 +7,20 @@
   partial/         finished generations of an unfinished run (what --resume reuses)
   .lock            the writer's lock (see below)
 
-A run id is `YYYYMMDD-HHMMSS-<config key>[-N]` (UTC start time). Every file is written atomically
-(results/atomic.py), so a killed run never leaves a torn file behind. A run is finished when summary.json exists.
+A run id is `YYYYMMDD-HHMMSS-<config key>[-N]` (UTC start time). Every file is written atomically, so a killed run never
+leaves a torn file behind. A run is finished when summary.json exists.
 
 Unreadable runs. A folder that looks like a run (it has manifest.json, or a run id as its name) but whose
 manifest or summary cannot be read (missing, not UTF-8 JSON, not an object, a summary without `verdict` and
 `tasks`) is never trusted and never silently dropped: `scan_runs(root)` returns it in `.unreadable` with the
 reason, and `runs` / `decide` report it. `list_runs` returns only the readable runs.
 
-One writer per run. Each run folder has an advisory lock (`fcntl.flock` on `<run>/.lock`, results/locks.py), held
-by the process that writes the run for as long as it keeps the `Run` object that holds it (or until
-`run.release()`, the end of a `with run:` block, or the process's death: the OS releases it, so a SIGKILLed run
-can be resumed at once). `new_run(root, key)` returns a new run already locked; `Run.try_lock()` /
-`Run.is_locked()` take and probe the lock. Which run a command writes (resume a free unfinished one, refuse to
-repeat a live one, or start anew) is results/claims.py: `acquire_run`, `claim_unfinished`, `busy_runs`.
+One writer per run. Each run folder has an advisory lock (`fcntl.flock` on `<run>/.lock`), held by the process that
+writes the run for as long as it keeps the `Run` object that holds it (or until `run.release()`, the end of a
+`with run:` block, or the process's death: the OS releases it, so a SIGKILLed run can be resumed at once).
+`new_run(root, key)` returns a new run already locked; `Run.try_lock()` / `Run.is_locked()` take and probe the lock.
+Which run a command writes (resume a free unfinished one, refuse to repeat a live one, or start anew) is
+`claims.acquire_run`'s to decide.
 """
 
 from __future__ import annotations
@@ -216,11 +216,11 @@ class Run:
             pq.write_table(table, f)
 
     def samples(self) -> list[SampleRecord]:
-        """samples.parquet's rows as records (results/sample_record.py), sealed fields unsealed."""
+        """samples.parquet's rows as `SampleRecord`s, sealed fields unsealed."""
         return [SampleRecord.from_row(row) for row in self.sample_rows()]
 
     def sample_rows(self) -> list[dict[str, Any]]:
-        """samples.parquet's rows as columns and values (a DataFrame's rows: results/frames.py), unsealed."""
+        """samples.parquet's rows as columns and values (a DataFrame's rows), unsealed."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -238,7 +238,7 @@ class Run:
 
 
 def _sealed(sample: dict[str, Any]) -> dict[str, Any]:
-    """A sample's `sealed_fields` (e.g. a GPQA output's token ids) stored sealed (results/seal.py)."""
+    """A sample's `sealed_fields` (e.g. a GPQA output's token ids) stored sealed (`seal`)."""
     fields = sample.get("sealed_fields") or []
     return {k: seal(v) if k in fields and v is not None else v for k, v in sample.items()}
 

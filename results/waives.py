@@ -268,7 +268,7 @@ class WaivesFile:
         return "".join(self.lines)
 
     def write(self, path: str | os.PathLike | None = None) -> Path:
-        """Write atomically (results/atomic.py). Not a lock: `edit_waives` holds one around read, edit and write."""
+        """Write atomically. Not a lock: `edit_waives` holds one around read, edit and write."""
         target = Path(path) if path is not None else self.path
         if target is None:
             raise ValueError("no path to write the waives file to")

@@ -1,7 +1,7 @@
 """The server's events in its own log: every event the engine emits, written once to stderr as an event line
-(workers/events.py: `specdec-eval event: ` and the event's JSON on one line), as soon as the engine loop sees it.
-A run that reads this server's log (`run --server-log`, workers/remote/server/log/) reads them back as events of its
-own, warmup included: the log is where a server's events reach a client."""
+(`specdec-eval event: ` and the event's JSON on one line), as soon as the engine loop sees it. A run that reads this
+server's log (`run --server-log`) reads them back as events of its own, warmup included: the log is where a server's
+events reach a client."""
 
 from __future__ import annotations
 

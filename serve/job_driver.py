@@ -1,4 +1,4 @@
-"""`serve` on a torchrun job's rank 0 (launch/rank_main.py calls `job_driver`), and the one way either path starts
+"""`serve` on a torchrun job's rank 0 (the rank entry calls `job_driver`), and the one way either path starts
 the HTTP server over an engine (`serve_engine`): the local `specdec-eval serve` and rank 0 of `serve --gpus N`."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ one, so two servers in one process do not share counts).
 
 Spec-decode counters carry vLLM's names (`vllm:spec_decode_num_drafts`, `..._num_draft_tokens`,
 `..._num_accepted_tokens`, `..._num_accepted_tokens_per_pos{position}`), so any client that reads vLLM reads us
-(workers/remote/server/metric_formats.py does). prometheus_client exposes a counter named `x` as the samples `x_total`
+(our endpoint client does). prometheus_client exposes a counter named `x` as the samples `x_total`
 and `x_created`, the same exposition vLLM's own counters have. The engine's counters are cumulative over its life;
 `sync` adds what they gained since the last call, so the exported counters always equal the engine's own."""
 

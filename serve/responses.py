@@ -3,8 +3,7 @@ chunks "chat.completion.chunk"). Our finish reasons map onto OpenAI's: eos and s
 `stop_reason` says which (vLLM's extension: the stop string, or None for the end-of-sequence token). Each choice
 also carries its output token ids (`token_ids`) and prompt token ids (`prompt_token_ids`), as vLLM does with
 `return_token_ids`, so a client can compare outputs token for token. Under spec-dec, an answer carries its
-requests' acceptance counts in vLLM's per-request shape (`metrics.speculative_decoding`), read back by endpoint runs
-(workers/remote/server/response_acceptance.py)."""
+requests' acceptance counts in vLLM's per-request shape (`metrics.speculative_decoding`), read back by endpoint runs."""
 
 from __future__ import annotations
 
@@ -65,7 +64,7 @@ class Responder:
     model: str
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
-    tokenizer: Any = None  # renders tokens of the log-probabilities a request asked for (serve/logprobs.py)
+    tokenizer: Any = None  # renders tokens of the log-probabilities a request asked for (`logprobs`)
     token_ids_as_names: bool = False  # the request's return_tokens_as_token_ids: "token_id:N" in the logprobs
     echo: bool = False  # completions: the prompt before the completion (its logprobs too, with `logprobs`)
     logprobs: int | None = None  # completions' `logprobs: k` (the echoed prompt's alternatives)

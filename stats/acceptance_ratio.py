@@ -9,27 +9,22 @@ than a 5 % drop, and it is common to both runs: greedy outputs that stay identic
 sees the very same contexts. A document's difference removes what the two sides share, so the same drop is seen
 with far fewer documents than a comparison of B's AL with a reference (the acceptance gate).
 
-**Which test, and why: a paired t on the linearised ratio, clustered by document** (not a paired bootstrap), with
-the drop itself shown by a swap test on the same statistic.
-Per document the influence of its counts on each side's AL is (delta method, the same model as the gate's
-sampling error, the acceptance gate's power)
+**Test: a paired t on the linearised ratio, clustered by document**, with the drop itself shown by a swap test.
+Per document, the influence of its counts on each side's AL (delta method, the model of the gate's sampling error) is
 
     phi_i = (a_i - r c_i) / mean(c),   r = sum(a) / sum(c)          (A's; phi'_i likewise for B),
 
-and on R it is psi_i = phi'_i / AL_A - AL_B phi_i / AL_A^2. The psi_i of different documents are independent
-(documents are the units; the cycles inside one are not, which is why the cycles are never the units), they sum to
-zero, and SE(R) = sqrt(sum(psi_i^2) / (n (n - 1))). T = R / SE is referred to Student's t with n - 1 degrees of
-freedom. Reasons for this over a bootstrap: the statistic is the run-level AL, weighted by cycles as AL is (the
-mean of per-document ALs that the bootstrap resampled over-weights short answers); and it gives a standard error at
-every look, which is what the sequential A/B (sequential.acceptance_ab) needs to stop as soon as it may. Its
-error rates are checked by simulation from real runs (`python -m specdec_eval.studies.sequential_acceptance`).
+and on R it is psi_i = phi'_i / AL_A - AL_B phi_i / AL_A^2. The psi_i are independent across documents (the units;
+the cycles inside one are not), sum to zero, and SE(R) = sqrt(sum(psi_i^2) / (n (n - 1))); T = R / SE is referred to
+Student's t with n - 1 degrees of freedom. Unlike a bootstrap of per-document ALs (which over-weights short answers)
+it keeps AL's weighting by cycles, and it gives a standard error at every look, which the sequential A/B
+(sequential.acceptance_ab) needs. Error rates from real runs: `python -m specdec_eval.studies.sequential_acceptance`.
 
-**The swap test.** On the embedded default's real documents the t alone showed a drop in 8.8 % of A/Bs of ten
-documents that had none (sides exchanged at random; the per-document changes are skewed and heavy-tailed, and ten
-of them make a poor t), 5.6 % at 200. Under no change a document's A and B are exchangeable, so exchanging them at
-random and recomputing R gives an exact p-value for a drop at any n (`swap_p_values`: all 2^n exchanges up to
-n = 12, else 4096 seeded random ones): `compare` shows a drop with it (`judge_pairs`). Ruling a drop of `drop`
-out has no such symmetry (under that null the sides are not exchangeable) and stays with the t.
+**The swap test.** On the embedded default's real documents the t alone showed a drop in 8.8 % of no-change A/Bs of
+ten documents (5.6 % at 200): the per-document changes are skewed and heavy-tailed. Under no change a document's A and
+B are exchangeable, so exchanging them at random and recomputing R gives an exact p-value for a drop at any n
+(`swap_p_values`: all 2^n exchanges up to n = 12, else 4096 seeded random ones); `compare` shows a drop with it
+(`judge_pairs`). Ruling a drop of `drop` out has no such symmetry and stays with the t.
 
 **Decisions** (alpha for a drop, beta for ruling one out; one-sided each):
 - DROP: the swap test's p-value for a lower R is below alpha (with no swap test, T < t(alpha)): B's AL is lower (a

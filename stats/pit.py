@@ -77,7 +77,7 @@ class Placement:
 def exact_placement(
     prob: float, mass_above: float, support: str, sum_p2: float | None = None, sum_p3: float | None = None
 ) -> Placement:
-    """From our engine's exact view (workers/interface.py SampledPosition)."""
+    """From our engine's exact view (`SampledPosition`)."""
     if support == "out":
         return Placement("out")
     if support != "in" or prob <= 0:

@@ -9,7 +9,7 @@ of the score (from the model), the simulated one, the root-mean-square of each s
 score +- 1.96 se, and the false-FAIL rate of the accuracy gate when nothing changed: the reference is another run of
 the same design and model (the two-sample model TensorRT-LLM's formula assumes), the gate's n the effective sample
 count (the accuracy gate), against the same gate fed all N x D samples as independent, and the sequential
-design fed per-document means (evals/sequential/accuracy.py, sigma 50 per document).
+design fed per-document means (the sequential accuracy test, sigma 50 per document).
 
 `--from-groups FILE` instead resamples a recorded run (JSON {doc: [0 or 1, ...]}): its documents with replacement, each
 with all its samples (a cluster bootstrap: resampling the samples within a document too would count their spread a

@@ -4,7 +4,7 @@ can see, by simulation from the per-document acceptance of real runs.
 Given run A (a spec-dec run: its documents' draft cycles and accepted drafts are the population) and optionally run
 B (the same documents with a change, e.g. `--inject aux_layers_off_by_one`):
 
-1. **The single-run gate** (evals/gates/acceptance.py) at each n: what its power statement says (the smallest drop
+1. **The single-run gate** (`gates.acceptance`) at each n: what its power statement says (the smallest drop
    it detects with power 0.8, its false-FAIL rate, its chance at a drop to min_al = 5 %), against simulated runs of n
    documents drawn from A's with replacement, ref_al = A's AL: how often it FAILs an unchanged drafter (below its
    band), one whose every document lost the stated drop, and one that lost 5 % (outputs kept: cycles grow as

@@ -38,7 +38,7 @@ class BankStep:
 
 
 class BankRecorder:
-    """A verify tap (workers/engine/executor.py `tap_verify`) keeping every sampled request's rows."""
+    """A verify tap (the executor's `tap_verify`) keeping every sampled request's rows."""
 
     def __init__(self, keep: int = KEEP) -> None:
         self.keep = keep

@@ -4,7 +4,7 @@ Each rank keeps its own log (and, when given a path, appends JSON lines to its f
 
 A server writes its events into its own log as event lines (`event_line`): EVENT_LINE_PREFIX, then the event as one
 JSON object, on one line. The prefix and the JSON shape are a stable format: `specdec-eval serve` writes them, and
-the log reader's table for our engine (workers/remote/server_log/tables.py) reads them back (`parse_event_line`)."""
+the log reader's signature table for our engine reads them back (`parse_event_line`)."""
 
 from __future__ import annotations
 

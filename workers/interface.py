@@ -1,6 +1,6 @@
 """What the run pipeline needs from any engine (DESIGN.md, "Seams"): one `typing.Protocol` and the values that cross
-it. Three engines implement it with the same signatures: the local `Engine` (workers/engine/engine.py), the torchrun
-`ShardedEngine` (launch/dispatch.py), and an engine reached over HTTP (an OpenAI-compatible endpoint). Callers never
+it. Three engines implement it with the same signatures: the local `Engine`, the torchrun
+`ShardedEngine`, and an engine reached over HTTP (an OpenAI-compatible endpoint). Callers never
 tell them apart by their attributes: what differs between them is in `identity`.
 
 A prompt is raw text, token ids, or chat messages ([{"role": ..., "content": ...}, ...]).
@@ -27,13 +27,13 @@ class GenerationOutput:
     stats: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     # Asked for (SamplingParams.logprobs): per output token [its log-probability, [[id or key, logprob], ...] of the
-    # top alternatives]; an endpoint's token keys come from its own tokens (workers/remote/endpoint_logprobs.py)
+    # top alternatives]; an endpoint's token keys come from its own tokens (`client.logprobs`)
     logprobs: list[list] | None = None
 
 
 @dataclass(frozen=True)
 class ScoreRequest:
-    """One output to score by teacher forcing (the sampled lossless gate's baseline, evals/lossless/sampled.py): the
+    """One output to score by teacher forcing (the sampled lossless gate's baseline): the
     target's log-probability of every token of `output_token_ids` after `prompt_token_ids` and what came before it,
     and where each token falls in the sampling distribution `sampling` defines there (temperature, top-k, top-p:
     what the output was sampled with). `top_logprobs`: how many raw alternatives to return per position."""

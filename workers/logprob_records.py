@@ -1,11 +1,9 @@
 """Whether a run's per-token log-probability records can be evidence (GenerationOutput.logprobs: per output token
 [logprob, [[key, logprob], ...alternatives], key?], the third element an endpoint's token key).
 
-The lossless gate judges a divergence by differences of these numbers. A NaN makes every comparison false, so a
-margin that is NaN is neither a near-tie nor beyond the noise bound and slipped through as neither; +-inf makes a
-margin infinite. Neither is a probability a greedy decoder can have emitted, so such records are not evidence: the
-reader of a server's answer refuses them where it parses them (workers/remote/endpoint_logprobs.py), and a gate can
-ask the same of records it reads back from a run (`records_problem`).
+The lossless gate judges a divergence by differences of these numbers: a NaN margin would be neither a near-tie
+nor beyond the noise bound, and +-inf makes it infinite, so such records are not evidence. The endpoint client
+refuses them as it parses an answer; a gate asks the same of records it reads back (`records_problem`).
 
 What a usable record is: a finite log-probability <= 0 (rounding allowed: LOGPROB_SLACK) for the emitted token;
 alternatives that are [integer key, finite log-probability <= 0] pairs; where the emitted token is itself among

@@ -1,4 +1,4 @@
-"""Benchmarks: `specdec-eval bench` (speed.py: ours vs Hugging Face vs spec-dec; prompts.py; sides.py), the
-verdict benchmark (verdict.py), interleaved rounds (rounds.py), and this machine's limits with the roofline of each
-rate (hardware.py, roofline.py), each engine's memory (budget.py) and the expected duration printed up front
-(estimate.py). Imports workers/, tasks/ and pipeline/; nothing imports it but cli/."""
+"""Benchmarks: `specdec-eval bench` (`speed`: ours vs Hugging Face vs spec-dec; `prompts`; `sides`), the
+verdict benchmark (`verdict_timing`), interleaved rounds (`rounds`), and this machine's limits with the roofline of each
+rate (`hardware`, `roofline`), each engine's memory (`budget`) and the expected duration printed up front
+(`estimate`). Imports workers/, tasks/ and pipeline/; nothing imports it but cli/."""

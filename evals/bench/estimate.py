@@ -75,7 +75,7 @@ def step_s(cal: Calibration, size: ModelBytes, batch: int, context: float) -> fl
 
 
 def measurement_s(cal: Calibration, size: ModelBytes, prompt_lens: Sequence[int], batch: int, n: int) -> float:
-    """One measurement as evals/bench/speed.py `measure` runs it: a warm-up (first prompt, 2 tokens), then the prompts
+    """One measurement as `speed.measure` runs it: a warm-up (first prompt, 2 tokens), then the prompts
     `batch` at a time, n tokens each."""
     total = prompt_lens[0] * cal.prefill_s_per_token + step_s(cal, size, 1, prompt_lens[0])
     for i in range(0, len(prompt_lens), batch):

@@ -1,6 +1,6 @@
 """How far a measured prefill or decode rate is from this machine's limit: the work a phase does (FLOP for prefill,
 bytes read for decode), from the model's shape, over its measured seconds, as a fraction of the measured GEMM
-peak or memory bandwidth (evals/bench/hardware.py).
+peak or memory bandwidth (both measured by `hardware`).
 
 The formulas (printed with the numbers, so a reader can check them):
 

@@ -1,11 +1,11 @@
 """What a sampled lossless verdict costs beside a plain run: `python -m specdec_eval.evals.bench.scoring_cost`.
 
 At temperature > 0 the baseline decodes nothing: it scores the spec-dec run's outputs by teacher forcing (one
-prefill-shaped pass each, evals/lossless/sampled.py). This times, in one process and in interleaved rounds, on the
+prefill-shaped pass each). This times, in one process and in interleaved rounds, on the
 same documents (5-shot GSM8K prompts): the plain run (the baseline engine decoding them), the spec-dec run
 (`--spec-sampling rejection`, logprobs on, as the gate wants them), and the scoring pass of the spec-dec outputs by the
 baseline engine; then the gate itself. It prints each side's median and the ratios that matter: scoring / plain run,
-and (spec-dec run + scoring) / plain run, the sampled verdict against the plain run (issue 36 wants it within 1.4x).
+and (spec-dec run + scoring) / plain run, the sampled verdict against the plain run (its budget: within 1.4x).
 Also the largest difference between the logprobs the spec-dec engine reported and the baseline's scoring (float32:
 the noise the target-fidelity tolerance must allow)."""
 

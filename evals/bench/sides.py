@@ -1,6 +1,5 @@
 """The sides `bench` compares, each a callable (prompt token ids, new tokens) -> Chunk: our engine, our engine with
-speculative decoding (same checkpoint and tokenizer), and Hugging Face transformers `generate` on the same weights
-(workers/loading/hf_reference.py)."""
+speculative decoding (same checkpoint and tokenizer), and Hugging Face transformers `generate` on the same weights."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The speed benchmark behind `specdec-eval bench`: our engine, Hugging Face transformers `generate` and our engine
-with speculative decoding on the same prompts, at each batch size, in interleaved rounds (evals/bench/rounds.py), with
-this machine's GEMM peak and memory bandwidth measured in the same run (evals/bench/hardware.py) and each plain side's
-prefill and decode rates as fractions of them (evals/bench/roofline.py).
+"""The speed benchmark behind `specdec-eval bench`: our engine, Hugging Face transformers `generate` and our engine with
+speculative decoding on the same prompts, at each batch size, in interleaved rounds, with this machine's GEMM peak and
+memory bandwidth measured in the same run and each plain side's prefill and decode rates as fractions of them (the
+roofline).
 
 One measurement of a side: a warm-up call (one prompt, 2 tokens), then the batch's prompts served `batch` at a
 time, greedy with EOS ignored, so every side produces exactly prompts x max_new_tokens tokens. Per measurement:
@@ -243,11 +243,10 @@ def run_bench(
     log: Callable[[str], None] | None = None,
     estimate_only: bool = False,
 ) -> dict[str, Any]:
-    """The whole benchmark. base: our plain engine's configuration; spec: the spec-dec one (None: no spec side).
-    Both should have block reuse off: HF has no prefix cache, and a prompt seen in the warm-up would skip its
-    prefill on our side only. An engine without a device memory budget gets what the plan needs
-    (evals/bench/budget.py). Before the rounds it says how long they will take (evals/bench/estimate.py);
-    estimate_only: stop there (the result then has the estimate and no rows)."""
+    """The whole benchmark. base: our plain engine's configuration; spec: the spec-dec one (None: no spec side). Both
+    should have block reuse off: HF has no prefix cache, and a prompt seen in the warm-up would skip its prefill on our
+    side only. An engine without a device memory budget gets what the plan needs. Before the rounds it says how long
+    they will take; estimate_only: stop there (the result then has the estimate and no rows)."""
     from ...workers.loading.checkpoint import load_checkpoint
     from ...workers.loading.tokenizer import encode_any
     from .sides import build_sides
@@ -309,7 +308,7 @@ def run_bench(
 def _with_budget(
     config: EngineConfig | None, model, prompts: list[list[int]], plan: BenchPlan, say: Callable[[str], None]
 ) -> EngineConfig | None:
-    """The config with the plan's memory budget when it has none (bench_budget.py)."""
+    """The config with the plan's memory budget when it has none (`budget`)."""
     if config is None or config.device_memory is not None:
         return config
     budget = bench_device_memory(config, model, max(map(len, prompts)), plan.max_new_tokens)

@@ -4,16 +4,15 @@ run` does: evaluate, record, gates) on a subset of GSM8K, for three ways of gett
 - plain: one run without speculative decoding (the cost a verdict is measured against);
 - spec+separate: a spec-dec run plus its lossless baseline as a second full evaluation (`--baseline separate`);
 - spec+paired: a spec-dec run whose baseline decodes from the same prefill (paired decoding, `run`'s default),
-  including the audit of its twins on a second engine with no spec worker (evals/lossless/twin_audit.py): its engine's
+  including the audit of its twins on a second engine with no spec worker: its engine's
   construction and its checks are in the side's wall time, and each round's audit seconds are reported apart;
 - spec+scored (in place of the two above for a sampled task, `--task gsm8k_sampled`, on a sampler judged in
-  distribution, `--spec-sampling rejection`): the spec-dec run and the plain engine's scoring of its outputs
-  (evals/lossless/scoring.py), no baseline decoded.
+  distribution, `--spec-sampling rejection`): the spec-dec run and the plain engine's scoring of its outputs,
+  no baseline decoded.
 
-Each side runs into its own fresh temporary runs folder, so no baseline is found and reused between sides or
-rounds; the sides are interleaved in rounds (evals/bench/rounds.py) and each ratio to the plain side is the median of
-its per-round ratios. The plain run's prefill and decode are compared with this machine's limits, measured in the
-same command (evals/bench/hardware.py, evals/bench/roofline.py).
+Each side runs into its own fresh temporary runs folder, so no baseline is found and reused between sides or rounds; the
+sides are interleaved in rounds and each ratio to the plain side is the median of its per-round ratios. The plain run's
+prefill and decode are compared with this machine's limits, measured in the same command.
 """
 
 from __future__ import annotations
@@ -230,7 +229,7 @@ def run_verdict_bench(
         SEPARATE: lambda _r: run_side(spec_config, options, "separate", plan.work_dir, progress_for),
         PAIRED: lambda _r: run_side(spec_config, options, "paired", plan.work_dir, progress_for),
     }
-    if _scored(spec_config, options):  # one way to a verdict: the run and its scoring (evals/pipeline/run.py)
+    if _scored(spec_config, options):  # one way to a verdict: the run and its scoring (`run`)
         sides = {PLAIN: sides[PLAIN], SCORED: sides[SEPARATE]}
     model_config, dtype_bytes, device = _model_shape(spec_config)
     say(f"bench --verdict: measuring this machine's limits on {device} ...")

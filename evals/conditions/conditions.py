@@ -3,11 +3,10 @@
 A score means something only under the conditions it was measured in: a reference sampled at T = 1.0 with the chat
 template and `reasoning_effort: medium` is not the same experiment as a greedy run of another prompt. One frozen value
 carries them: the run records it in its manifest, folds it into its run key (so a sampled run never resumes from,
-nor pairs with, a greedy one) and compares it with the matched reference entry's (evals/conditions/reference.py).
+nor pairs with, a greedy one) and compares it with the matched reference entry's.
 
-Built by `conditions_for` from the task, the run's options and its generation kwargs (evals/conditions/gen_kwargs.py)
-layered on the task's YAML. It imports nothing from evals/pipeline/, so the pipeline, the gates and the run identity
-can all use it.
+Built by `conditions_for` from the task, the run's options and its generation kwargs layered on the task's YAML. It
+imports nothing from the pipeline, so the pipeline, the gates and the run identity can all use it.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ temperature 0 sets it false, so the kwargs mean what they say. Contradictions ar
 its backends disagree: Hugging Face refuses, vLLM decodes greedily).
 
 `seed`: lm-eval hands it to the backend as one seed for every request; here it is the base from which each sample's
-own seed is derived (evals/conditions/repeats.py `sample_seed`), so that the samples of a run do not all share one.
+own seed is derived (`repeats.sample_seed`), so that the samples of a run do not all share one.
 """
 
 from __future__ import annotations

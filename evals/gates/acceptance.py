@@ -2,12 +2,11 @@
 speculative decoding is lossless, so a drafter accepting nothing still scores the same).
 
 References live in TensorRT-LLM's layout (`references/acceptance_length.yaml`): a mapping from test id to
-`{ref_al: float, min_al: float}`, plus optional keys of ours beside them: `method` (the spec method's registry
-name, workers/spec/registry.py; eagle3 when absent), `ref_per_position: [r0, r1, ...]`,
-`max_draft_len`, `model`, `draft_model`, `task`, `engine`, `definition`, `source`. `ref_al: null` marks a stub
-still to be measured.
+`{ref_al: float, min_al: float}`, plus optional keys of ours beside them: `method` (the spec method's registry name;
+eagle3 when absent), `ref_per_position: [r0, r1, ...]`, `max_draft_len`, `model`, `draft_model`, `task`, `engine`,
+`definition`, `source`. `ref_al: null` marks a stub still to be measured.
 
-Acceptance length (AL) here is ours (workers/spec/metrics.py): 1 + accepted drafts / draft cycles, bonus token
+Acceptance length (AL) here is ours (`AcceptanceStats`): 1 + accepted drafts / draft cycles, bonus token
 included; the per-position rate i is the fraction of cycles whose draft i was accepted (they sum to AL - 1).
 TensorRT-LLM's accuracy harness ((accepted + requests with drafts) / requests with drafts, summed over
 iterations) and vLLM's (1 + accepted / drafts) are the same quantity.
@@ -20,7 +19,7 @@ The gate (`acceptance_gate`) FAILs
   vLLM checks them), or below ref - slack_i where that position's own sampling error (slack_i) is the larger, as
   for AL: a per-position rate of ten questions moves by far more than 5% by chance.
 
-Every verdict with a band states the gate's power (`power`, evals/gates/acceptance_power.py: from the run's own
+Every verdict with a band states the gate's power (`power`, from `acceptance_power`: the run's own
 sampling error, the smallest drop it detects, what a drop to min_al gets, how many documents would do better), and a
 PASS within a band whose floor lies below min_al says that this PASS does not rule out the regression the test id
 exists for (`power.band_wider_than_min_al`; `run`, `report` and `decide` show it), never a bare PASS.
@@ -455,7 +454,7 @@ def populate(
     lines. A missing entry is appended at the end.
     Returns whether the file changed; with the values already there, not one byte is written.
 
-    The read, the edit and the write happen under the file's lock (`lock_path`, results/locks.py), so two runs
+    The read, the edit and the write happen under the file's lock (`lock_path`), so two runs
     populating one file at once both land (without it, each wrote its edit over the file as it had read it)."""
     if not _is_number(al) or al < 1:
         raise ValueError(f"an acceptance length is a number >= 1 (it includes the bonus token), got {al}")

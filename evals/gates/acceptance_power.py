@@ -1,16 +1,16 @@
 """What the acceptance-length gate can see: its power, from its own variance model, stated beside every verdict.
 
-**Variance model.** A run's acceptance length is a ratio of sums over its requests, AL = 1 + sum(a_i) / sum(c_i)
-(a_i drafts accepted, c_i draft cycles of request i). The draft cycles of one request are not independent: they
-share its text, and a drafter that reads one document well reads all of its cycles well, so treating cycles as
-independent trials understates the error (on the embedded default by the design effect that
-`python -m specdec_eval.studies.sequential_acceptance` prints). Requests are the independent units (each a
-document drawn from the task), so the error of AL is the ratio estimator's, clustered by request (delta method):
-SE = sqrt(sum((a_i - r c_i)^2) / (n (n - 1))) / mean(c), r = sum(a) / sum(c). The run computes exactly this for the
-gate as its sampling slack, SLACK_Z standard errors (evals/gates/verdict.py `acceptance_slack`), so the gate
-recovers SE = slack / SLACK_Z and needs no other input. The reference is taken as exact, as the gate takes it.
+**Variance model.** A run's acceptance length is a ratio of sums over its requests, AL = 1 + sum(a_i) / sum(c_i) (a_i
+drafts accepted, c_i draft cycles of request i). The draft cycles of one request are not independent: they share its
+text, and a drafter that reads one document well reads all of its cycles well, so treating cycles as independent trials
+understates the error (on the embedded default by the design effect that
+`python -m specdec_eval.studies.sequential_acceptance` prints). Requests are the independent units (each a document
+drawn from the task), so the error of AL is the ratio estimator's, clustered by request (delta method): SE =
+sqrt(sum((a_i - r c_i)^2) / (n (n - 1))) / mean(c), r = sum(a) / sum(c). The run computes exactly this for the gate as
+its sampling slack, SLACK_Z standard errors (`verdict.acceptance_slack`), so the gate recovers SE = slack / SLACK_Z and
+needs no other input. The reference is taken as exact, as the gate takes it.
 
-**The gate's rule, as a test.** With the band's floor `low` (evals/gates/acceptance.py `acceptance_band`: the larger
+**The gate's rule, as a test.** With the band's floor `low` (`acceptance.acceptance_band`: the larger
 of min_al - slack and ref_al (1 - max(rtol, slack / ref_al))) the gate FAILs a drop when AL < low. With AL ~
 N(true AL, SE^2), SE scaled with the true AL (a drafter that lost a share d of its acceptance length on every
 document spreads that much less between documents; without this the statement overstated the smallest detectable
@@ -23,9 +23,8 @@ drop at ten documents by a fifth: 0.94, not 0.8, of simulated runs caught it):
 Where rtol sets the floor it is a fixed number and power(d) = Phi((low - ref_al (1 - d)) / SE). Where the slack
 sets it (low = c - SLACK_Z SE-hat, c = ref_al or min_al), the rule is a t test with SE estimated from the run's own
 n documents: power(d) is noncentral Student's t with n - 1 degrees of freedom (at ten documents the slack's 2.576
-standard errors leave 1.5 % of an unchanged drafter below the band, not the normal's 0.5 %). A simulation checks
-these figures (tests/evals/test_acceptance_power.py; on real runs, `python -m
-specdec_eval.studies.sequential_acceptance`).
+standard errors leave 1.5 % of an unchanged drafter below the band, not the normal's 0.5 %). A seeded simulation in
+the tests checks these figures (on real runs: `python -m specdec_eval.studies.sequential_acceptance`).
 
 **What the test id is meant to catch** is a drop to min_al (TensorRT-LLM's tripwire, 0.95 ref_al: a 5 % drop).
 The band is *wider* than that regression when its floor lies below min_al, i.e. when the slack exceeds
@@ -47,7 +46,7 @@ from typing import Any
 
 from scipy.special import ndtr
 
-SLACK_Z = 2.576  # the standard errors in the run's sampling slack (evals/gates/verdict.py acceptance_slack's z)
+SLACK_Z = 2.576  # the standard errors in the run's sampling slack (`verdict.acceptance_slack`'s z)
 DEFAULT_BETA = 0.2  # as the accuracy gate's (TensorRT-LLM's default)
 MAX_DOCUMENTS = 10_000_000
 AT_MIN_AL = 1e-4  # relative: a floor this close to min_al is at it (min_al = 0.95 ref_al is written rounded)
@@ -78,7 +77,7 @@ class GatePower:
 
 
 def band_floor(ref_al: float, min_al: float, rtol: float, slack: float) -> float:
-    """The band's floor exactly as the gate applies it (evals/gates/acceptance.py `acceptance_band`)."""
+    """The band's floor exactly as the gate applies it (`acceptance.acceptance_band`)."""
     return max(min_al - slack, ref_al * (1 - max(rtol, slack / ref_al)))
 
 
@@ -121,11 +120,10 @@ def _p_fail(
 ) -> float:
     """P(the gate FAILs low) when the true AL is `true_al`, with this run's SE taken as the true one at ref_al and
     scaled with the AL (a drafter that got worse by d accepts d less on every document: the spread between documents
-    shrinks in proportion; simulated runs confirm it, tests/evals/test_acceptance_power.py). Where the
-    slack sets the floor (low = c - slack, c = ref_al or min_al), the rule compares (AL - c) / SE-hat with -SLACK_Z:
-    a t statistic whose SE is estimated from the run's own n documents, so noncentral Student's t with n - 1
-    degrees of freedom (the normal when n is not recorded). Where rtol sets it, the floor is fixed and AL is
-    normal."""
+    shrinks in proportion; simulated runs confirm it). Where the slack sets the floor (low = c - slack, c = ref_al or
+    min_al), the rule compares (AL - c) / SE-hat with -SLACK_Z: a t statistic whose SE is estimated from the run's own n
+    documents, so noncentral Student's t with n - 1 degrees of freedom (the normal when n is not recorded). Where rtol
+    sets it, the floor is fixed and AL is normal."""
     se = slack / SLACK_Z * true_al / ref_al  # a drop scales every document's AL, and so the spread, with it
     fixed = ref_al * (1 - rtol)
     slack_sets_it = slack > rtol * ref_al or min_al - slack > fixed

@@ -11,7 +11,7 @@ with, where it is not the mean of the task's filters (TensorRT-LLM scores GPT-OS
 alone: its strict-match score is some 30 points lower).
 
 An entry may also state the conditions it was measured under (task variant, decoding, chat template and its kwargs,
-shots, output length: evals/conditions/reference.py); they are checked when the file is read. They do not select
+shots, output length); they are checked when the file is read. They do not select
 (a run of other conditions still finds the entry, and the accuracy gate then names the differences), except that
 among entries that match on the selection keys, the first whose stated conditions the run shares is preferred.
 `unknown` as a wildcard key's value means the source does not say: the entry matches any value.

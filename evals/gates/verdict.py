@@ -1,6 +1,6 @@
 """The gates a run's summary is judged by, in one place (`apply_gates`: a new gate is one more call there): each
-task's accuracy test (summarised from the evaluation), the lossless gate (evals/lossless/gate.py) and the acceptance
-gate (acceptance.py); the run's verdict then follows from them and the failing events (results/run_summary.py)."""
+task's accuracy test (summarised from the evaluation), the lossless gate and the acceptance
+gate; the run's verdict then follows from them and the failing events (`RunSummary`)."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def _rounded(x: float | None) -> float | None:
 def evaluate_acceptance(
     results: list[TaskResult], test_id: str, refs: dict, rtol: float, spec_sampling: str | None = None
 ) -> dict[str, GateResult]:
-    """Each spec-dec task's acceptance length against its reference (evals/gates/acceptance.py): the entry of the
+    """Each spec-dec task's acceptance length against its reference (`acceptance`): the entry of the
     task's decoding (`reference_id`: a sampled task's is keyed by its temperature, filters and spec sampler), which
     applies to the tasks it names (`task:`), or to every task when it names none."""
     from .acceptance import acceptance_gate, reference_id
@@ -156,7 +156,7 @@ def populate_acceptance(
     summary: RunSummary, results: list[TaskResult], test_id: str, path, spec_sampling: str | None = None
 ) -> RunSummary:
     """`--populate-acceptance`: the run's acceptance length as its test id's reference, only from a clean, passing
-    run (evals/gates/acceptance.py, `populate_from_run`); called after the lossless gate, before the acceptance gate."""
+    run (`acceptance.populate_from_run`); called after the lossless gate, before the acceptance gate."""
     from .acceptance import populate_from_run
 
     return summary.replace(acceptance_populated=populate_from_run(summary, results, test_id, path, spec_sampling))

@@ -65,7 +65,7 @@ class BaselineRef:
     # The noise-floor control's run folder when the caller made or found it (an endpoint's: keyed by the baseline
     # server, which the spec-dec run's own identity cannot name); None: looked up from the run's identity.
     control: str | None = None
-    # The plain engine that scores a sampled task's outputs (scoring.py), built by the backend in this process; it
+    # The plain engine that scores a sampled task's outputs (`scoring`), built by the backend in this process; it
     # does not travel in a torchrun job's payload (a job's rank 0 has none: its sampled tasks read NO-GATE)
     scorer: Scorer | None = field(default=None, compare=False)
 

@@ -1,14 +1,12 @@
-"""What may be a lossless baseline, beyond baseline.py's checks of a recorded run: the rules behind issue 38's items 4,
-6, 7 and 9 (its misleading refusals), called by `baseline.baseline_problem` and the endpoint backend's checks
-(evals/pipeline/backend_endpoint.py). A baseline
-must be a different engine process of the same model and evaluation:
+"""What may be a lossless baseline, beyond the checks of a recorded run; called by `baseline.baseline_problem` and
+the endpoint backend's checks. A baseline must be a different engine process of the same model and evaluation:
 
-- not the server under test itself (item 4): a server judged against itself always agrees;
-- not a recorded run of another model or another kind of engine (item 6): our engine and a server differ in
+- not the server under test itself: a server judged against itself always agrees;
+- not a recorded run of another model or another kind of engine: our engine and a server differ in
   numerics and tokenisation, so every difference would be blamed on spec-dec;
-- not the noise-floor control (item 7): the control is the gate's yardstick of the baseline's own noise, and as
+- not the noise-floor control: the control is the gate's yardstick of the baseline's own noise, and as
   the baseline it makes that noise 0;
-- an endpoint run says what it cannot do (item 9) instead of failing later with another reason: pairing (one
+- an endpoint run says what it cannot do instead of failing later with another reason: pairing (one
   prefill shared by a spec request and its plain twin) is our engine's alone, and `--gpus` starts ranks of our
   engine, never a server's."""
 

@@ -1,7 +1,7 @@
 """The lossless gate's noise-floor control: the non-speculative side decoded a second time at another batch shape.
 
 Outside float32 two plain runs differ where the batch shape changes the reduction order; their divergences are
-numerics by construction, and the margins they leave (margins.py) are the noise floor a spec-dec run's
+numerics by construction, and the margins they leave are the noise floor a spec-dec run's
 divergences are judged against. The control is a run of its own, recorded under the baseline's key plus a
 `noise_control` marker naming the shape (so it is never taken for a baseline, and is reused by every later spec-dec
 run of the same configuration):
@@ -15,7 +15,7 @@ run of the same configuration):
   by its URL is measured again each run.
 
 What the control is and how it is found lives here; when it is decoded (before the baseline and the run, once per
-configuration) is the run pipeline's one policy (evals/pipeline/run.py), for every backend.
+configuration) is the run pipeline's one policy, for every backend.
 """
 
 from __future__ import annotations

@@ -1,20 +1,17 @@
-"""What a lossless verdict may rest on: the rules behind issue 38's items 1, 3 and 9 (the reasons), applied by the
-gate (check.py sets failed requests apart, gate.py judges each divergence with `judge_divergence`, margins.py prints
-numbers with `format_nats`). A gate reads NO-GATE, never PASS, when its evidence is missing, non-finite or
-impossible, and says which.
+"""What a lossless verdict may rest on (`judge_divergence`, `format_nats`): a gate reads NO-GATE, never PASS, when
+its evidence is missing, non-finite or impossible, and says which.
 
-- A sample's logprob records must be usable (workers/logprob_records.py): a NaN margin is neither a near-tie nor
-  beyond the bound, so it slipped through as neither; +-inf printed as "(inf nats)".
+- A sample's logprob records must be usable (`logprob_records`): a NaN margin is neither a near-tie nor beyond
+  the bound; +-inf would print as "(inf nats)".
 - A baseline margin that is only a lower bound because the baseline returned no alternatives at all is no evidence
   of a near-tie: that bound is 0 by construction. The divergence is then judged by the other side's exact view of
   the flip (`reverse`: how far its own logits put the baseline's token below its own), which a numerics flip keeps
   within the noise as well (at a flip the control measures the gap move margin + reverse, both >= 0 under greedy
   decoding, so each is at most the move); with neither, it cannot be judged.
-- A pair in which a side's request failed is a failure, not a divergence: "4 of 4 differ ... (divergences lack
-  logprobs)" described four failed requests.
+- A pair in which a side's request failed is a failure, not a divergence.
 - Numbers in reasons: significant digits, so a bound of 2e-05 does not print as 0.0000.
 
-Pure functions on the records a run stores (results/sample_record.py; no torch)."""
+Pure functions on the records a run stores (`SampleRecord`; no torch)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
 """The lossless gate of a spec-dec run: every sample against its non-speculative baseline, task by task.
 
-THE RULE TODAY. A greedy spec-dec run must emit its baseline's tokens exactly (check.py). In float32 any divergence
+THE RULE TODAY. A greedy spec-dec run must emit its baseline's tokens exactly (`check`). In float32 any divergence
 FAILs. In other dtypes two plain runs already differ by rounding, so each divergence is judged by the baseline's
 logit margin at its first divergent token against the noise measured on a control, the plain side decoded again at
-another batch shape (margins.py, control.py): FAIL beyond 2 x the largest noise or at a divergence rate above the
+another batch shape (`margins`, `control`): FAIL beyond 2 x the largest noise or at a divergence rate above the
 control's; without a control (or logprobs) the gate cannot judge and says NO-GATE ("UNCALIBRATED: ..."), never PASS.
 A calibrated `lossless_tolerance` in a reference entry still caps the divergent fraction. A paired run's twins count
-as a baseline only as far as their audit on a plain engine shows (twin_audit.py); each verdict names the baseline it
-rests on (baseline.py).
+as a baseline only as far as their audit on a plain engine shows (`twin_audit`); each verdict names the baseline it
+rests on (`baseline`).
 
 KINDS OF JUDGE. `JUDGES` maps a `JudgeKind` to the function that judges one task; `judge_kind` picks it. Token
 identity serves greedy tasks. A sampled task of a run whose sampler does not reproduce the plain run's tokens
@@ -17,7 +17,7 @@ judged both ways: token identity with its baseline (a key shift shows only there
 independent plain engine's scoring, which gives the verdict its baseline when the paired twins cannot be audited at
 temperature > 0 (their per-request seeds live in the run's engine only).
 
-Token identity runs as steps over a frozen `IdentityVerdict` (identity_judge.py), each returning a new one; the
+Token identity runs as steps over a frozen `IdentityVerdict` (`identity_judge`), each returning a new one; the
 task's GateResult is built last, from the final verdict.
 """
 

@@ -12,7 +12,7 @@ when it chose greedily from its own logits). A side records each output token's 
 alternatives (k = 5: the most OpenAI's completions API returns, so every server can give what our engine keeps);
 when the other token is not among them the margin is only bounded below (by the k-th alternative).
 
-The noise floor comes from a control: the plain side decoded again at another batch shape (control.py).
+The noise floor comes from a control: the plain side decoded again at another batch shape (`control`).
 Its divergences from the baseline are numerics by construction, and every position the two share before they
 diverge measures the same noise directly: for each token of both top-k lists, how much its gap to the emitted token
 moved between the two runs. A numerics flip needs the gap to move by more than the margin, so
@@ -28,10 +28,9 @@ FALSE-FAIL RATE: if a clean run's gap moves are exchangeable with the control's 
 divergence's margin exceeds the largest of them with probability <= 1 / (N + 1), so (1) falsely fails with
 probability <= d / (N + 1) for d divergences (FACTOR > 1 only lowers it, and leaves room for a spec-dec step's
 shape change being another than the control's); (2) falsely fails with probability <= ALPHA. Both are stated in
-each verdict. `tests/evals/test_lossless_margin_rule.py` measures the rate by a seeded simulation.
+each verdict, and a seeded simulation in the tests measures the rate.
 
-Pure functions on sample records (results/sample_record.py; no torch): a record's `logprobs` is a list, per output
-token, of [logprob,
+Pure functions on sample records (no torch): a record's `logprobs` is a list, per output token, of [logprob,
 [[token, logprob], ...top k], (token)]; the third element, when present, is the token as the server named it (an
 endpoint), else the token is the sample's output_token_ids entry.
 """
@@ -333,7 +332,7 @@ def margin_verdict(
 
 
 def unjudged(divergences: list[dict[str, Any]]) -> str:
-    """Why some divergences cannot be judged, in words: each one's problem (evidence.py), else no logprobs."""
+    """Why some divergences cannot be judged, in words: each one's problem (`evidence`), else no logprobs."""
     lacking = [x for x in divergences if x.get("judged") is None]
     problems = [f"doc {x['doc_id']}: {x['problem']}" for x in lacking if x.get("problem")]
     plain = len(lacking) - len(problems)

@@ -19,9 +19,9 @@ teacher forcing (`InferenceEngine.score_outputs`, one prefill-shaped pass per ou
    temperature).
 
 The verdict names its basis, e.g. "sampled: 2,431 positions (exact), PIT uniformity p = 0.43, no support violation;
-target logprobs within 0.0002 nats of the baseline's scoring", and its record holds the PIT histogram's counts
-(results/report/pit.py plots them). `judge_outputs` is what the run pipeline calls; `judge_sampled` judges scored
-samples already in hand. No import from evals/pipeline/."""
+target logprobs within 0.0002 nats of the baseline's scoring", and its record holds the PIT histogram's counts (the
+report plots them). `judge_outputs` is what the run pipeline calls; `judge_sampled` judges scored samples already in
+hand. Nothing here imports the pipeline."""
 
 from __future__ import annotations
 

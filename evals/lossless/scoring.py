@@ -1,12 +1,12 @@
 """The sampled lossless verdict inside the run's gate: which runs are judged in distribution, the baseline engine that
-scores their outputs, and the judge of one task (an entry of gate.py's `JUDGES`).
+scores their outputs, and the judge of one task (an entry of `gate.JUDGES`).
 
 A spec-dec run whose sampler is not our coupled one (`--spec-sampling rejection` / `rejection-q`, or any server: every
 real engine verifies by rejection sampling with its own random stream) emits other tokens than its plain baseline at
-temperature > 0, correctly. Its sampled tasks are judged in distribution (sampled.py): the plain engine of the same
+temperature > 0, correctly. Its sampled tasks are judged in distribution (`sampled`): the plain engine of the same
 configuration scores the run's outputs by teacher forcing (`InferenceEngine.score_outputs`: our engine in process,
 exact; a server through the completions API's echo + logprobs, conservative) and the randomized PIT tests them. No
-decoded baseline is needed for such a task: the run pipeline (evals/pipeline/run.py) gives the gate a `Scorer`
+decoded baseline is needed for such a task: the run pipeline gives the gate a `Scorer`
 instead, which builds the plain engine when the gate first needs it and closes it after."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class Scorer:
         try:
             scored = engine.score_outputs(requests)
             server = getattr(getattr(engine, "identity", None), "server", None) or {}
-            self.how = {k: v for k, v in server.items() if k.startswith("scoring_")}  # a server's: endpoint_scoring.py
+            self.how = {k: v for k, v in server.items() if k.startswith("scoring_")}  # a server's scoring options
         finally:
             engine.close()
         failed = sum(s.error is not None for s in scored)
@@ -110,7 +110,7 @@ def judge_scored(
     records: Sequence[SampleRecord], scorer: Scorer | None, dtype: str, *, alpha: float = ALPHA, seed: int = 0
 ) -> dict[str, Any]:
     """One task's sampled verdict (a gate record: GateResult.from_json reads it). Its sampled records are scored by
-    `scorer` and judged by sampled.py; without a scorer, or without a sampled record that can be scored, NO-GATE
+    `scorer` and judged by `sampled`; without a scorer, or without a sampled record that can be scored, NO-GATE
     with what to do. Target fidelity is exact in float32/float64 (tolerance DEFAULT_TARGET_TOLERANCE); elsewhere
     the spec-dec and the prefill-shaped logits differ by rounding, so it is reported, not gated."""
     base = {"baseline_kind": "scored", "baseline_label": SCORED_LABEL}
@@ -155,14 +155,14 @@ def judge_scored(
                 "; the baseline server's echo read one position back (its echo pairs each token with "
                 "the next position's distribution: audited against its own generation)"
             )
-    if len(usable) < len(sampled):  # a resumed run's reused outputs keep no prompt (evals/pipeline/resume.py)
+    if len(usable) < len(sampled):  # a resumed run's reused outputs keep no prompt (`resume`)
         record["no_prompt"] = len(sampled) - len(usable)
         record["reason"] += f"; {record['no_prompt']} sampled output(s) without a recorded prompt left out"
     return record
 
 
 def _reported(logprobs: Sequence[Any] | None) -> list[list[Any]] | None:
-    """The run's own logprobs as sampled.py reads them (per token [logprob, ...]); None when it reported none."""
+    """The run's own logprobs as `sampled` reads them (per token [logprob, ...]); None when it reported none."""
     if not logprobs:
         return None
     return [list(x) if not isinstance(x, Mapping) else [x.get("logprob")] for x in logprobs]

@@ -1,40 +1,25 @@
-"""The audited baseline side of a paired run (evals/pipeline/paired_run.py).
+"""The audited baseline side of a paired run.
 
-A paired run's plain twins are decoded in the spec-dec engine, from the same prefill and in the same batches as the
-speculative requests. A gate cannot catch a bug in a component it shares with what it checks: a draft layer that
-writes into the target's KV corrupts the shared prompt blocks, a capture that alters the target's residual stream
-alters the twins too, and then spec-dec output and twin agree token for token while both are wrong. So a seeded
-random share of the documents is audited by an engine with no spec worker attached (same weights and
-configuration, its own KV pool): any difference from the twin means the twin is not a baseline.
+A paired run decodes its plain twins inside the spec-dec engine (same prefill, same batches), so a bug in a shared
+component (a draft layer writing into the target's KV, a capture altering the residual stream) changes twin and
+spec-dec output alike, and the two agree while both are wrong. So a seeded random share of the documents is audited
+on an engine with no spec worker (same weights and configuration, its own KV pool): any difference from the twin
+means the twin is not a baseline.
 
-How much to audit. A bug of this class touches every request the spec engine serves (the spec worker is attached to
-the whole batch); measured on the embedded default, 8 of 10 outputs changed. A bug touching a fraction f of the
-documents escapes an audit of m documents with probability (1 - f)^m: with a quarter of 10 documents (m = 3),
-0.008 at f = 0.8 and 0.34 at f = 0.3; with a quarter of 100 (m = 25), under 0.001 at f = 0.25. The cost is what
-keeps it from being all: each audited document is one more forward pass over prompt and output on a second engine,
-and the paired verdict must stay within 1.45x of a plain one (`bench --verdict`). A quarter, at least two
-documents (one audited document would leave a 20% miss even at f = 0.8), fits that budget.
+How much: a quarter of the documents, at least two. Such a bug touches most requests (8 of 10 outputs on the embedded
+default); one touching a fraction f escapes m audited documents with probability (1 - f)^m (m = 3: 0.008 at f = 0.8;
+m = 25: under 0.001 at f = 0.25). Each audited document is a forward pass on a second engine, and the paired verdict
+must stay within 1.45x of a plain one (`bench --verdict`).
 
-What the audit's engine shares. Not the spec engine's KV pool, prefill, batches, executor or spec worker: those are
-what it audits. It shares the target's weights (built once, by the spec engine), so that no second copy is read,
-dequantized and held; and since a spec-dec bug could as well write into those weights, a seal of their contents taken
-when the spec engine was built (`WeightSeal`, before any request ran) must still hold when the audit starts, else the
-audit's engine loads its own weights from the checkpoint. Its KV pool holds the longest audited document, no more.
+Sharing: the audit's engine reuses the target's weights (no second copy) only while their `WeightSeal`, taken before
+any request ran, still holds; else it loads its own. Its KV pool holds the longest audited document, no more.
 
-How a document is audited. Greedy: the plain engine scores the twin's tokens in one forward pass (the check
-lm-eval's `loglikelihood` is_greedy makes): every token must be the plain engine's own argmax, which is exactly
-"a plain decode emits these tokens". Only if that fails does the plain engine decode the document, and the twin is
-untrusted only if that decode differs from it (so a forward-width rounding difference is never a false alarm).
-A sampled request is decoded with its own sampling parameters. In an exact dtype the audit is sequential: it stops
-at its first divergence (one is proof enough). In other dtypes a plain engine may differ from a twin by rounding,
-so every planned document is audited and the divergent share is judged like the lossless gate's.
-
-Whose noise. Outside an exact dtype a twin was decoded beside spec-dec requests whose verify rows are K + 1 tokens
-wide, so its forward had another shape than any plain decode; the control (plain at batch 1 against batch N)
-measures none of that. So where the audit decodes a document it also scores the plain engine's own decode in one
-prefill-shaped pass: how far the gaps between the top tokens move between those two kernel paths of an engine with no
-spec worker (`path_noise`) is the noise an audited divergence is judged against too (gate.py), measured where the
-audit looks and never on the twins, which may carry the bug.
+A greedy document is audited by scoring the twin's tokens in one forward pass (each must be the plain argmax) and is
+decoded only if that fails, so a forward-width rounding difference is never a false alarm; a sampled one is decoded
+with its own parameters. In an exact dtype the audit stops at its first divergence. Otherwise every planned document
+is audited and the divergent share is judged like the lossless gate's, against `path_noise`: how far the top-token
+gaps move between a plain decode and a prefill-shaped pass of it on the audit's engine (the control measures none of
+the twins' K + 1-wide verify shapes), measured where the audit looks, never on the twins, which may carry the bug.
 """
 
 from __future__ import annotations
@@ -199,7 +184,7 @@ class AuditedTwins:
 
     def _divergence(self, prompt: Prompt, params, twin: GenerationOutput) -> tuple[int | None, dict | None]:
         """Where a plain engine's output first differs from the twin's (None: identical), with the margins there
-        (margins.py) when both carry logprobs."""
+        (`margins`) when both carry logprobs."""
         plain = self._plain()
         if params.greedy and twin.token_ids:
             try:

@@ -46,7 +46,7 @@ DEFAULT_FEWSHOT_SEED = 1234  # lm-eval's fewshot_random_seed default: the GSM8K 
 
 
 def selection_for(engine: InferenceEngine, spec: TaskSpec, options: EvalOptions) -> dict[str, Any]:
-    """The keys that pick a reference entry (see references.py for the matching rules)."""
+    """The keys that pick a reference entry (see `references` for the matching rules)."""
     i = engine.identity
     return {
         "dtype": i.dtype,
@@ -89,7 +89,7 @@ def evaluate(
     max_gen_toks = {spec.lm_eval_name: options.max_output_for(spec) for spec in options.tasks}
     outputs = OutputRecord()
     loaded: dict[str, Any] = {}  # lm-eval task name -> its Task (each repeat is scored by its filters)
-    seed_base = options.generation_kwargs.get("seed")  # the base of each sample's seed (evals/conditions/repeats.py)
+    seed_base = options.generation_kwargs.get("seed")  # the base of each sample's seed (`repeats`)
 
     def make_lm(tasks: dict[str, Any], plans: dict[str, Any]) -> RecordingLM:
         loaded.update(tasks)
@@ -134,7 +134,7 @@ def evaluate(
 
 
 def _condition_check(conditions, reference: Reference | None, options: EvalOptions) -> ConditionCheck | None:
-    """The run's conditions against its reference entry's (evals/conditions/reference.py); None without one."""
+    """The run's conditions against its reference entry's; None without one."""
     if reference is None:
         return None
     return check_conditions(conditions, reference.entry, options.accept_condition_mismatch)

@@ -1,9 +1,9 @@
 """Our engine as an lm-eval `LM`. Every generate_until request of every task goes to the engine in one call
 (continuous batching over all of them); outputs come back in request order, as lm-eval requires.
 
-Any `InferenceEngine` (workers/interface.py) works: the local engine, the torchrun one, or an HTTP endpoint. What an
+Any `InferenceEngine` works: the local engine, the torchrun one, or an HTTP endpoint. What an
 evaluation wants (limits, logprobs, caches, which documents, a sequential stop) is one frozen `LMSession` given at
-construction; nothing is set or read back afterwards: the outputs are kept by a wrapper (lm_recording.py).
+construction; nothing is set or read back afterwards: the outputs are kept by a wrapper (`lm_recording`).
 
 Registered as `specdec`: `specdec-eval lm-eval run --model specdec --model_args model=smollm2,spec=eagle3 ...`
 (lm-eval has no plugin discovery, so its own `lm_eval` executable only sees models it imports itself; our
@@ -61,7 +61,7 @@ class LMSession:
     only: frozenset[tuple[str, int]] | None = None  # evaluate just these (task, doc id); skip the others
     sequential: SequentialStop | None = None
     # Sampled requests: sample r of document d of task t draws with sample_seed(base, t, d, r), whatever the batch
-    # (evals/conditions/repeats.py). None: the engine's own per-request seeds (lm-eval's command line).
+    # (`repeats`). None: the engine's own per-request seeds (lm-eval's command line).
     sample_seed_base: int | None = None
     template_kwargs: ChatTemplateKwargs = field(default_factory=ChatTemplateKwargs)  # --chat-template-kwargs
 

@@ -1,4 +1,4 @@
-"""What an evaluation keeps while lm-eval asks the adapter (lm_adapter.py) for answers: each request's engine output
+"""What an evaluation keeps while lm-eval asks the adapter (`lm_adapter`) for answers: each request's engine output
 by (task, document) through a wrapper around the adapter (`RecordingLM`, lm-eval's CachingLM shape: a wrapper, not a
 flag) into an `OutputRecord`; each finished output in the run's generation cache as it finishes (`RecordingSink`,
 for resume); and a live score for the progress line (`RunningScore`)."""
@@ -41,7 +41,7 @@ def sampling_from_gen_kwargs(gen_kwargs: dict[str, Any], default_max: int) -> Sa
 
 class OutputRecord:
     """Each request's engine output by (lm-eval task, document, repeat: which of the document's samples), and the
-    documents a run skipped: what a run's per-sample records are built from (evals/pipeline/task_records.py)."""
+    documents a run skipped: what a run's per-sample records are built from."""
 
     def __init__(self) -> None:
         self._outputs: dict[tuple[str, int, int], GenerationOutput] = {}

@@ -2,9 +2,9 @@
 
 The speculative outputs are scored as the run, the plain twins' outputs as the twin run (recorded first, under a key
 of its own: a twin is never a later run's plain baseline), and a seeded share of the twins is audited on an engine of
-the same weights with no spec worker (evals/lossless/twin_audit.py); the lossless gate FAILs when the audit shows
+the same weights with no spec worker; the lossless gate FAILs when the audit shows
 that the spec-dec engine changed the target's own outputs. Only a backend that can build that plain engine beside
-the spec-dec one pairs (its `abilities.pairs`); run.py decides when."""
+the spec-dec one pairs (its `abilities.pairs`); the run pipeline decides when."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def run_paired(
     """The run's summary; the twin run is recorded beside it. make_plain(tokens): the audit's plain engine, built
     only when the audit needs it, its KV pool holding `tokens` positions. control: the noise-floor control's run
     folder when the caller made or found one. scorer: the plain engine that scores the sampled outputs of our
-    coupled sampler for the gate (evals/lossless/gate.py "coupled"), None when no task is sampled."""
+    coupled sampler for the gate (its "coupled" judge), None when no task is sampled."""
     identity = engine.identity
     dtype = identity.resolved_dtype or identity.dtype
     base = AuditedTwins(twin_identity(identity), engine.tokenizer, None, make_plain, plan.options.seed, dtype)

@@ -1,5 +1,5 @@
 """Every check a run can fail on what it was given, made before any run folder is created or engine built, for every
-backend (run.py calls `preflight` first): contradictions between options, the runs folder, the acceptance references,
+backend (`run` calls `preflight` first): contradictions between options, the runs folder, the acceptance references,
 the task data, what the backend's engines need (a draft head, a layout), and the run `--baseline RUN` names. So a bad
 input ends in one line, with nothing half written and no model loaded."""
 
@@ -69,7 +69,7 @@ def check_generation_conditions(options: EvalOptions) -> None:
 
 
 def check_task_data(options: EvalOptions) -> None:
-    """Each task's data is there and has the expected schema (evals/tasks/data_check.py), and --num-fewshot fits it."""
+    """Each task's data is there and has the expected schema (`data_check`), and --num-fewshot fits it."""
     from ..tasks.registry import max_fewshot, source_for
 
     for spec in options.tasks:

@@ -1,7 +1,7 @@
 """A run in the store, from the claim of its folder to its finished manifest: claim (one writer per run; an unfinished
 run of exactly this configuration is resumed), open (the manifest and the generation cache of partial/), and record
 (summary, gates, samples, events, then the finished manifest). Where the evaluation between them comes from is
-one_run.py and paired_run.py; which runs a command makes is run.py's policy."""
+`one_run` and `paired_run`; which runs a command makes is `run`'s policy."""
 
 from __future__ import annotations
 

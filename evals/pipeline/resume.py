@@ -2,7 +2,7 @@
 
 Each writer (the process, or each replica leader of a torchrun job) appends JSON lines to its own file in the run's
 partial/ folder. The key is a hash of the prompt and the sampling parameters, so a cached output is only reused for
-exactly the same request. Outputs (text and token ids) are stored sealed (results/seal.py), and prompts only as a
+exactly the same request. Outputs (text and token ids) are stored sealed, and prompts only as a
 hash: a model's answer can quote its GPQA question, and GPQA text must not sit in readable files.
 
 A line that cannot be read (a torn last line of a killed writer, bad UTF-8, a wrong shape, a corrupt seal) is never

@@ -1,22 +1,22 @@
 """The run pipeline (DESIGN.md, "Seams"): `run(plan, backend)`, the one path of every run on every backend.
 
-One policy, written once, on what the backend says it can do (backends.py `Abilities`):
+One policy, written once, on what the backend says it can do (`Abilities`):
 
 1. preflight: every check a run can fail on its input, `--baseline RUN` included, before anything starts;
-2. the noise-floor control (evals/lossless/control.py), when wanted (outside float32 for a spec-dec run, or
+2. the noise-floor control, when wanted (outside float32 for a spec-dec run, or
    `--control`) and the backend can decode it: found recorded, else decoded once and reused by later runs;
 3. the lossless baseline of a spec-dec run. Sampled tasks of a run whose sampler does not reproduce a plain run's
    tokens (`--spec-sampling rejection`, a server) are judged in distribution: the backend's plain engine scores
-   their outputs after the run (evals/lossless/scoring.py), nothing is decoded for them, and a run of only such
+   their outputs after the run, nothing is decoded for them, and a run of only such
    tasks needs neither a decoded baseline nor a control. Sampled tasks of our coupled sampler, which does reproduce
    them, keep their decoded baseline and are scored as well (judged both ways). Otherwise, in this order: the run
    `--baseline RUN` names; a plain run of this configuration recorded earlier (where the backend's runs can be found
    again); nothing to decode it on (a server without `--baseline-endpoint`: the gate looks one up); the plain twins
    decoded beside the run from one prefill and audited (`--baseline paired`, where the backend pairs, and no task is
    scored); else a separate plain run first;
-4. the run itself (evaluate, record, gate: one_run.py, or paired_run.py with its twins).
+4. the run itself (evaluate, record, gate: `one_run`, or `paired_run` with its twins).
 
-Commands parse options, call `run`, print (cli/run.py); `selftest --mutants` and `bench --verdict` call it too.
+Commands parse options, call `run`, print; `selftest --mutants` and `bench --verdict` call it too.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def run(plan: RunPlan, backend: Backend, progress_for: ProgressFor | None = None
 
 def scored_tasks(plan: RunPlan, backend: Backend) -> list[str]:
     """The tasks judged in distribution: sampled ones (temperature > 0), when the engine under test's sampler does
-    not reproduce the plain run's tokens (evals/lossless/scoring.py)."""
+    not reproduce the plain run's tokens."""
     if not backend.abilities.speculative:
         return []
     return scored_task_names(plan.options, backend.declared_identity())

@@ -1,6 +1,6 @@
 """The sides of a run: the engine under test ("run"), its non-speculative baseline ("baseline") and the lossless
 gate's noise-floor control ("control": the plain side again at another batch shape). A backend builds an engine for
-a side (backends.py); the run pipeline (run.py) decides which sides a run needs."""
+a side (`backends`); the run pipeline (`run`) decides which sides a run needs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""A task's per-document records (results/sample_record.py) from lm-eval's logged samples and the engine outputs the
-evaluation recorded (lm_recording.py `OutputRecord`), and the cross-check of a family's own filters against lm-eval's
+"""A task's per-document records (`SampleRecord`) from lm-eval's logged samples and the engine outputs the
+evaluation recorded (`OutputRecord`), and the cross-check of a family's own filters against lm-eval's
 on every sample. The task's family says what a record keeps: a sealed family's (GPQA's) hold no question, choice or
 output text, only ids, hashes, what its extraction may keep (a letter) and correctness."""
 
@@ -33,7 +33,7 @@ def task_records(
 ) -> TaskRecords:
     """One record per document, whatever lm-eval's per-(doc, filter) layout; documents an early stop skipped are
     left out. repeats > 1: one record per sample of each document (repeat 0 as lm-eval scored it, the others by the
-    task's filters and metric on their own: evals/tasks/scoring.py; `task` is the loaded lm-eval Task)."""
+    task's filters and metric on their own; `task` is the loaded lm-eval Task)."""
     family = spec.family
     fields: dict[int, dict[str, Any]] = {}
     extracted: dict[int, dict[str, Any]] = {}
@@ -125,7 +125,7 @@ def _fields(
         "acceptance_length": (counters or {}).get("acceptance_length"),
         "acceptance": {k: counters[k] for k in COUNTS} if counters else None,
         "sealed_fields": list(SEALED_FIELDS) if family.sealed else None,  # its output can quote the question
-        # what the sampled lossless gate's baseline scores a sampled output on (evals/lossless/scoring.py)
+        # what the sampled lossless gate's baseline scores a sampled output on (`scoring`)
         "prompt_token_ids": list(out.prompt_token_ids) if sampled else None,
         "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p}
         if sampled

@@ -1,2 +1,2 @@
-"""The harness's own self-test: the canary (canary.py: the unguarded engine must FAIL, the guarded one PASS) and the
-bug-class matrix of `selftest --mutants` (mutants.py: every planted bug class against every gate)."""
+"""The harness's own self-test: the canary (`canary`: the unguarded engine must FAIL, the guarded one PASS) and the
+bug-class matrix of `selftest --mutants` (`mutants`: every planted bug class against every gate)."""

@@ -1,23 +1,18 @@
 """The bug-class matrix behind `specdec-eval selftest --mutants`: what this tool catches.
 
-Each bug class of spec-dec engines (planted as a behaviour fault, workers/engine/faults.py, or the seed's unrestored
-metadata) runs through the default `run` configuration: the run pipeline (evals/pipeline/run.py) on the local backend
-with its paired baseline, early stop on, a seeded random GSM8K subset, each class in a fresh runs folder (nothing
-reused between classes). The engine without any mutation runs the same way and must PASS every gate. A class that
-changes outputs counts as caught only when the lossless gate FAILs it (acceptance catching it is luck: a collapsed
-acceptance is a symptom of some bugs, of no others); a class that changes no output is caught by the events gate, or,
-when it only makes the drafter worse (aux_layers_off_by_one), by the paired acceptance test: its run's per-document
-acceptance against the unmutated run's over the same documents (results/acceptance_paired.py), as `compare` and `ab`
-test two commits. Such a class is reported as what it is: the single-run acceptance gate's cell shows it missed, with
-the gate's own statement of the smallest drop it could see at this n. The sampling class runs GSM8K at temperature
-> 0 (`gsm8k_sampled`), with an unmutated sampled run beside it.
+Each bug class (a planted behaviour fault, or the seed's unrestored metadata) runs through the default `run`
+configuration (local backend, paired baseline, early stop, a seeded random GSM8K subset), each in a fresh runs folder;
+the unmutated engine runs the same way and must PASS every gate. A class that changes outputs counts as caught only
+when the lossless gate FAILs it (a collapsed acceptance is a symptom of some bugs only); one that changes no output
+is caught by the events gate or, when it only makes the drafter worse (aux_layers_off_by_one), by the paired
+acceptance test against the unmutated run (`acceptance_paired`, as `compare` tests two commits), while the single-run
+acceptance gate's cell shows the miss with its own statement of the smallest drop it could see. The sampling class
+runs `gsm8k_sampled` beside an unmutated sampled run.
 
-The sampled classes of the rejection sampler (`--spec-sampling rejection`, workers/engine/faults.py) run GSM8K at
-temperature > 0 on that sampler, with an unmutated rejection-sampled run beside them: `run` judges them in
-distribution (the plain engine scores the outputs, evals/lossless/scoring.py), so each is caught only by the
-sampled lossless gate, never by token identity. They run when asked (`--only`): the default matrix leaves them out,
-since at the default size (SmolLM2, `--limit 10`: a few hundred sampled positions) the sampled gate's power against
-them is low (the seeded simulation says how low: python -m specdec_eval.studies.lossless_sampled power).
+The rejection sampler's classes (`--spec-sampling rejection`) are judged in distribution, so only the sampled
+lossless gate can catch them. They run only when asked (`--only`): at the default size (SmolLM2, `--limit 10`: a few
+hundred sampled positions) the gate's power against them is low (`python -m specdec_eval.studies.lossless_sampled
+power` says how low).
 """
 
 from __future__ import annotations
@@ -58,7 +53,7 @@ class BugClass:
     warmup: str | None = None  # the general warmup must run for a warmup fault to fire
     sampled: bool = False  # evaluated at temperature > 0 (gsm8k_sampled)
     catcher: str | None = "lossless"  # the gate that must FAIL it; None: the unmutated engine, which must PASS
-    spec_sampling: str = "coupled"  # the spec sampler the class lives in (workers/config.py SPEC_SAMPLINGS)
+    spec_sampling: str = "coupled"  # the spec sampler the class lives in (`SPEC_SAMPLINGS`)
 
     @property
     def is_clean(self) -> bool:
@@ -205,7 +200,7 @@ def run_matrix(
     note: Callable[[str], None] = lambda line: None,
     workdir: str | None = None,
 ) -> dict[str, Any]:
-    """Every class through the run pipeline (evals/pipeline/run.py), each in a fresh runs folder; returns the
+    """Every class through the run pipeline, each in a fresh runs folder; returns the
     matrix (JSON-ready). The unmutated greedy run's per-document acceptance is kept for the paired test of the classes
     after it (run first when a class needs it and the matrix has no unmutated row before it)."""
     rows = []

@@ -6,7 +6,7 @@ Two servers over the exported model: a plain one, decoded once as the lossless b
 plugin reads the live class from a file at each speculative step, so the matrix writes the next class's name there
 between runs (an empty file is vLLM untouched, the unmutated row, run first). The seed's shape, an out-of-memory
 error in the first speculative step, kills vLLM's engine core, so it runs last. Each run is the default one of the
-local matrix (mutants.py `matrix_options`), with the spec server's log read for its events. No shipped acceptance
+local matrix (`mutants.matrix_options`), with the spec server's log read for its events. No shipped acceptance
 reference holds for a served head, so the unmutated row writes one (`--populate-acceptance`, as TensorRT-LLM's
 populate switch measures a known-good build) and every class's run is judged against it (`--acceptance-refs`): a
 drafter that never matches collapses its acceptance below it. vLLM leaves per-request acceptance out of answers that

@@ -1,29 +1,23 @@
-"""The sequential A/B of two commits (`specdec-eval ab ... --early-stop`): both sides run at once, each evaluating
-the documents in the same seeded random order batch by batch and appending every finished sample's score (and,
-under spec-dec, its draft cycles and accepted drafts) to a progress file (evals/sequential/early_stop.py,
-`stop_file`). This watcher pairs the two sides' records in that order and feeds two sequential tests:
+"""The sequential A/B of two commits (`specdec-eval ab ... --early-stop`): both sides evaluate the documents in the
+same seeded random order, batch by batch, appending every finished sample's score (and, under spec-dec, its draft
+cycles and accepted drafts) to their `stop_file`'s progress file. This watcher pairs the records in that order and
+feeds two sequential tests:
 
-- accuracy: the discordant pairs to the paired SPRT (discordant_pairs.py: B worse, no difference shown, or
-  continue);
-- acceptance: each task's paired per-document acceptance to the two one-sided group-sequential tests of
-  sequential.acceptance_ab (a drop of B's AL shown, a drop of `drop` ruled out, or continue), when both sides
-  report acceptance counts (spec-dec on both).
+- accuracy: the discordant pairs to the paired SPRT (`discordant_pairs`: B worse, no difference shown, or continue);
+- acceptance, when both sides report acceptance counts: each task's per-document acceptance to the two one-sided
+  group-sequential tests of `acceptance_ab` (a drop of B's AL shown, a drop of `drop` ruled out, or continue).
 
-Which decisions stop the sides (`decide_on`): "both" (the default) stops at once when either test shows B worse,
-and otherwise when every test that applies has decided; "accuracy" or "acceptance" stops on that test alone (the
-other is still reported where it got). Each test keeps its own error rates; with both, the chance that an
-unchanged B is called worse by either is at most the sum of their alphas. When it decides, the watcher writes
+`decide_on`: "both" (the default) stops at once when either test shows B worse, else when every test that applies
+has decided; "accuracy" or "acceptance" stops on that test alone. Each test keeps its own error rates; with both,
+an unchanged B is called worse with probability at most the sum of their alphas. On a decision the watcher writes
 each side's stop file; the sides stop at their next batch, record what they evaluated, and exit. A side waits after
-each batch until the watcher has read it (ab_channel.py), so the decision falls at the look that carried it, however
-fast the sides run; `compare` then
-pairs the two runs.
+each batch until the watcher has read it (`ab_channel`), so the decision falls at the look that carried it, however
+fast the sides run; `compare` then pairs the two runs.
 
-**Several samples per document** (`--repeats R`): a side reports each sample with its repeat and R; the watcher pairs
-documents, never samples, and a document only once both sides have all R of its samples. A document counts "B worse"
-when its mean score under B is below A's, "B better" when above (stats.clustered `document_signs`): documents
-are independent and, under no difference, each such sign is a fair coin, so the SPRT's guarantee holds as with one
-sample each. Its acceptance pairs per document too: draft cycles and accepted drafts summed over the document's
-samples (the acceptance test's unit is the document: the acceptance A/B)."""
+**Several samples per document** (`--repeats R`): the watcher pairs documents, never samples, once both sides have
+all R of a document's samples. A document counts "B worse" when its mean score under B is below A's (stats.clustered
+`document_signs`): under no difference each sign is a fair coin, so the SPRT's guarantee holds. Acceptance pairs
+per document too, its counts summed over the document's samples."""
 
 from __future__ import annotations
 
@@ -97,7 +91,7 @@ class SideProgress:
         self.stop_file.write_text(reason + "\n", encoding="utf-8")
 
     def acknowledge(self) -> None:
-        """Tell the side that its records up to the last read were looked at (it waits for this: ab_channel.py)."""
+        """Tell the side that its records up to the last read were looked at (it waits for this: `ab_channel`)."""
         acknowledge(self.stop_file, self.read)
 
 
@@ -226,7 +220,7 @@ def watch(
         accepted = acceptance.scan(documents_a, documents_b, final=not alive) if acceptance is not None else None
         if should_stop(decision, accepted, decide_on) or not alive:
             break
-        for side in sides.values():  # each side waits after a batch until this read of it (ab_channel.py)
+        for side in sides.values():  # each side waits after a batch until this read of it (`ab_channel`)
             side.acknowledge()
         time.sleep(poll_s)
     if alive:

@@ -4,7 +4,7 @@ drop of `drop` (5 %) is ruled out, with both error rates kept.
 **Statistic.** At look k, over the first n_k documents of the seeded order that both sides finished, the relative
 change R_k = AL_B / AL_A - 1 of the cycle-weighted ALs and its standard error SE_k with documents as clusters
 (stats.acceptance_ratio: the same estimate `compare` tests at a fixed n). With several samples per document
-(`--repeats`), a document's cycles and accepted drafts are the sums over its samples (ab_watch.py): the samples of
+(`--repeats`), a document's cycles and accepted drafts are the sums over its samples: the samples of
 one document are not independent, the documents are, so the document stays the unit. Two statistics:
 
     T_k  = R_k / SE_k                  small when B's AL is lower          (H0: R = 0)
@@ -24,13 +24,13 @@ would otherwise be too eager). A look where both cross reports DROP (a drop smal
 what that n could detect and how many documents a drop of `drop` needs at the spread seen. Power at `drop` is
 1 - beta only where n_max documents hold that much information; the design states the documents it needs.
 
-**Error rates** are checked by simulation (`simulate`; tests/evals/test_sequential_acceptance.py on documents like
-the embedded default's, and `python -m specdec_eval.studies.sequential_acceptance` from real runs). With looks of
-32 documents (ab's default batch) both are kept. Below that the t is not to be trusted for showing a drop: on the
-embedded default's real documents a single look at ten showed one in 8.8 % of A/Bs with none (the per-document
-changes are skewed and heavy-tailed). So a look of fewer than SMALL_LOOK documents shows a drop by the swap test
-(stats.acceptance_ratio: each document's two sides exchanged, exact under no change) at the boundary's own
-tail probability, Phi(a_k): 3.5 % there. Ruling a drop out stays with the t at every look.
+**Error rates** are checked by simulation (`simulate`; the tests on documents like the embedded default's, and
+`python -m specdec_eval.studies.sequential_acceptance` from real runs). With looks of 32 documents (ab's default
+batch) both are kept. Below that the t is not to be trusted for showing a drop: on the embedded default's real documents
+a single look at ten showed one in 8.8 % of A/Bs with none (the per-document changes are skewed and heavy-tailed). So a
+look of fewer than SMALL_LOOK documents shows a drop by the swap test (stats.acceptance_ratio: each document's two sides
+exchanged, exact under no change) at the boundary's own tail probability, Phi(a_k): 3.5 % there. Ruling a drop out stays
+with the t at every look.
 
 **Identical engines** (the same commit, greedy, float32) give identical counts on every document: R = 0 with
 SE = 0, so T' is +infinity and the first look says NO-DROP.

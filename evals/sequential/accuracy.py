@@ -7,7 +7,7 @@ The fixed-n gate (stats.hypothesis, TensorRT-LLM's formulas) fails a run of N sa
 
 a two-sample statistic: the reference is treated as the mean of another N samples with the same sigma.
 
-**Statistic.** At look k, after the first n_k samples in evaluation order (a seeded random order: subsets.py),
+**Statistic.** At look k, after the first n_k samples in evaluation order (a seeded random order: `subsets`),
 with x_k their mean score (0-100),
 
     D_k = x_k - ref,    Var(D_k) = v_k = sigma^2 / n_k + sigma^2 / n_ref,    Z_k = D_k / sqrt(v_k).
@@ -44,19 +44,14 @@ match it. `python -m specdec_eval.studies.sequential_table --help` prints both.
 gate cannot fail a model at the floor: the boundaries apply unchanged, and a PASS is reported as NO-GATE, as
 HypothesisTest.verdict does.
 
-**Several samples per document** (`--repeats R` at T > 0, `repeats`): the samples of one question are not
-independent, so the unit is the document. Looks count finished documents (all R samples scored), x_k is the mean of
-their per-document means m_d = mean_r y_dr (avg@R, stats.clustered), and the design is the one above with
-N = the planned documents, n_ref = N, and sigma unchanged as the standard deviation of one document's mean. That
-sigma is a bound, not an estimate: by the law of total variance Var(m_d) = Var(p_d) + E[p_d (1 - p_d)] / R, never
-more than Var(y) = Var(p_d) + E[p_d (1 - p_d)] of one sample (p_d the document's chance of a right answer, on the
-0-1 scale), so whatever sigma bounds one sample's spread (50: the Bernoulli worst case) bounds a document mean's,
-however strongly its samples agree. The error rates above hold as stated, now for N documents, whatever the
-intra-class correlation. The price: the boundaries take no credit for the variance repeats remove
-(between 1 and R times less per document) because it is known only once measured; the fixed-n gate does
-(the accuracy gate, n = effective samples), this design does not, so its last look (which decides a run
-not stopped before) has the power of N documents, and the report shows the fixed-n clustered test beside it. `python -m
-specdec_eval.studies.sequential_clustered` checks both error rates by simulating clustered samples.
+**Several samples per document** (`--repeats R` at T > 0): the document is the unit. Looks count finished documents
+(all R samples scored), x_k is the mean of per-document means (avg@R, stats.clustered), and the design above applies
+with N = the planned documents and sigma unchanged. That sigma still bounds a document mean's spread: by the law of
+total variance Var(m_d) = Var(p_d) + E[p_d (1 - p_d)] / R <= Var(y) of one sample (p_d the document's chance of a
+right answer), so the error rates hold for N documents whatever the intra-class correlation. The price: no credit for
+the variance repeats remove (known only once measured), so the last look has the power of N documents; the report
+shows the fixed-n clustered test beside it. `python -m specdec_eval.studies.sequential_clustered` checks both error
+rates by simulation.
 """
 
 from __future__ import annotations

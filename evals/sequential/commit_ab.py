@@ -1,14 +1,14 @@
 """The A/B of two commits as a library call (`specdec-eval ab` parses its options, calls `run_ab`, prints).
 
-Each side is its own commit's `specdec-eval run` in a git worktree (results/ab_sides.py makes the worktrees and the side
+Each side is its own commit's `specdec-eval run` in a git worktree (`ab_sides` makes the worktrees and the side
 processes). Fixed-sample: the sides run one after the other. Sequential (`early_stop`): both at once, their output
-drained by threads so that a full pipe never blocks a side, while the watcher (evals/sequential/ab_watch.py) pairs
-their scores and acceptance counts and stops both when the paired tests decide (`decide_on`: the accuracy SPRT, the
-sequential acceptance test, or both); a signal to ab stops both sides too. The two runs are then compared sample
-by sample (results/compare.py), acceptance paired by document included.
+drained by threads so that a full pipe never blocks a side, while the watcher (`ab_watch`) pairs their scores and
+acceptance counts and stops both when the paired tests decide (`decide_on`: the accuracy SPRT, the sequential acceptance
+test, or both); a signal to ab stops both sides too. The two runs are then compared sample by sample (`compare`),
+acceptance paired by document included.
 
-Lives here, beside the sequential designs, rather than in results/ because it drives the sequential controller, and
-results/ imports nothing from evals/."""
+Lives here, beside the sequential designs, rather than in results, because it drives the sequential controller and
+results imports nothing from evals."""
 
 from __future__ import annotations
 

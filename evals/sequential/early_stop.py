@@ -1,25 +1,23 @@
 """Sequential verdicts (`run --early-stop`): documents are evaluated in a seeded random order, batch by batch, and
 after each batch every gate that can already decide does:
 
-- accuracy: the group-sequential test against the reference (evals/sequential/accuracy.py) at the look n = documents
+- accuracy: the group-sequential test against the reference (`accuracy`) at the look n = documents
   done (always a prefix of the order, so every look is a random subset); PASS or FAIL stops the task. When the gate
   cannot fail at all (NO-GATE: its threshold sits at or below the floor at the full n) it never stops the task;
 - lossless (a spec-dec run in float32/float64, against its baseline: the paired twin or a recorded run): the
   first sample whose tokens differ from the baseline's FAILs the task there;
-- acceptance length: the conservative early tripwire (evals/gates/acceptance.py `acceptance_early_fail`) FAILs a
+- acceptance length: the conservative early tripwire (`acceptance.acceptance_early_fail`) FAILs a
   collapsed drafter after the first batch with enough draft cycles.
 
 Per-sample scores come from lm-eval's own filters and metric on the task object (so they are exactly the scores
 lm-eval computes at the end), and the run's recorded score is lm-eval's over the documents evaluated. A stopped
 task records where and why: {"n": ..., "of": ..., "reason": ..., "gate": ...}.
 
-**Several samples per document** (`--repeats R`): every count here is of documents. The adapter schedules a document's
-R samples together; a document is done only once all R are scored, a look sees the documents done as a prefix of the
-order, and the accuracy design judges the mean of their per-document means (accuracy.py says why its variance model
-holds for clustered samples). The lossless stop compares each sample with the baseline's sample of the same
-(task, document, repeat) (the same seed), as the lossless gate pairs them (evals/lossless/check.py), and names the
-repeat. Progress records (a side of a sequential `ab`) carry the sample's repeat and the samples per document, so
-that the watcher compares a document only once both sides have all of its samples (ab_watch.py).
+**Several samples per document** (`--repeats R`): every count here is of documents. A document is done once all R
+of its samples are scored (the adapter schedules them together), and the accuracy design judges the mean of the
+per-document means (`accuracy` says why its variance model holds). The lossless stop compares each sample with the
+baseline's of the same (task, document, repeat), and names the repeat. Progress records carry the repeat and R, so
+that the `ab` watcher pairs a document only once both sides have all of its samples.
 """
 
 from __future__ import annotations
@@ -186,7 +184,7 @@ class EarlyStop:
         n = t.done
         if self.stop_file is not None:
             self._report(t)
-            self._watcher.until_read(len(self._reported))  # the watcher looks at this batch first (ab_channel.py)
+            self._watcher.until_read(len(self._reported))  # the watcher looks at this batch first (`ab_channel`)
             if self.stop_file.exists() and t.stopped is None:
                 reason = self.stop_file.read_text(encoding="utf-8").strip() or "the A/B decided"
                 t.stopped = {"gate": "ab", "verdict": None, "n": n, "of": t.n_max, "reason": reason}

@@ -1,5 +1,5 @@
-"""Each cell judged against the base cell on the same documents, with the comparison `compare` makes
-(results/compare.py): greedy outputs token for token (the first divergent document named), acceptance paired by
+"""Each cell judged against the base cell on the same documents, with the comparison `compare` makes:
+greedy outputs token for token (the first divergent document named), acceptance paired by
 document (its relative change and the swap test's p-value for a drop), and the cell's own verdicts as `run` gave
 them (accuracy, lossless, failing events).
 

@@ -1,5 +1,5 @@
 """Where a task's data comes from: a local folder first, then the Hugging Face cache or hub. Each family's module
-says which files and which hub dataset are its own (gsm8k.py, gpqa.py); the order and the helpers are here.
+says which files and which hub dataset are its own (`gsm8k`, `gpqa`); the order and the helpers are here.
 
 Order: `--data-dir`, else the SPECDEC_EVAL_DATA environment variable, else the family's hub dataset (which also
 covers a warm Hugging Face cache). If none has the data, one error names both ways.
@@ -10,7 +10,7 @@ Local layouts accepted under the data folder:
   gpqa/dataset.zip                                  (the official password-protected release layout)
   gpqa/gpqa_diamond.csv, gpqa/dataset/gpqa_diamond.csv
 
-Local files are schema-checked when their source is resolved (evals/tasks/data_check.py), so a wrong column, broken
+Local files are schema-checked when their source is resolved (`data_check`), so a wrong column, broken
 JSON or an empty file is one error naming the file and line before any run folder is created.
 """
 

@@ -1,7 +1,7 @@
 """What the run pipeline asks of a task family, and a task as the user names it.
 
 A task family (GSM8K, GPQA-Diamond, ...) is one module in evals/tasks/ that exposes `FAMILY` (a `TaskFamily`) and
-`TASKS` (its `TaskSpec`s: the full set, a sampled variant, a shipped smoke set). The registry (registry.py) collects
+`TASKS` (its `TaskSpec`s: the full set, a sampled variant, a shipped smoke set). The registry (`registry`) collects
 those modules; everything else asks the family object (its data, its lm-eval YAML, how a sample is recorded and
 sealed, its live score, its floor, its filters) and never tests a family's name. A new task is one module plus its
 references: see `registry.register`.

@@ -199,7 +199,7 @@ def gpqa_letter(extracted: str) -> str:
 class GpqaDiamond(TaskFamily):
     """lm-eval's `gpqa_diamond_cot_zeroshot` with our per-question seeded choice shuffle (load_dataset above).
     Its records hold no question, choice or output text: only ids, hashes, the extracted letter and correctness;
-    the output's token ids are sealed (results/seal.py)."""
+    the output's token ids are sealed."""
 
     name = "gpqa_diamond"
     variant = "gpqa_diamond_cot_zeroshot"

@@ -10,7 +10,7 @@ it (lm-eval's GPQA tasks also rewrite ` [title]` and double spaces).
 
 One difference, on purpose: TensorRT-LLM's `process_docs` shuffles the four choices with Python's global `random`
 (seeded once per evaluation, so the order depends on every draw before it, and on how often `datasets` re-runs the
-map); ours is the per-question order of `gpqa_diamond` (a hash of the evaluation seed and the Record ID: gpqa.py
+map); ours is the per-question order of `gpqa_diamond` (a hash of the evaluation seed and the Record ID: `gpqa`
 `choice_order`), the same on every rank, run and call. The letters of a question therefore differ from TensorRT-LLM's
 run of it; the task, and its expected score, do not.
 

@@ -1,6 +1,6 @@
 """The tasks a run can name, collected from task-family modules, and the lm-eval task folder a run writes.
 
-Each family module (gsm8k.py, gpqa.py) exposes `FAMILY` (a family.TaskFamily) and `TASKS` (its TaskSpecs):
+Each family module (`gsm8k`, `gpqa`) exposes `FAMILY` (a family.TaskFamily) and `TASKS` (its TaskSpecs):
 
   gsm8k               lm-eval `gsm8k` (5-shot from train, strict-match + flexible-extract)
   gpqa_diamond        lm-eval `gpqa_diamond_cot_zeroshot`, with our per-question seeded choice shuffle
@@ -12,12 +12,12 @@ Each family module (gsm8k.py, gpqa.py) exposes `FAMILY` (a family.TaskFamily) an
   gpqa_diamond_smoke  self-written GPQA-format questions (offline demos only)
 
 More task modules (a module name, or the path of a .py file), separated by the platform's path separator, come from
-the SPECDEC_EVAL_TASK_MODULES environment variable; they are registered the first time tasks are parsed, so that
-`run`, a torchrun job's ranks and each side of `ab` see them alike. A family's references are <reference_name>.yaml
-(by default its name) in its `reference_dir` (by default evals/references/). With --apply-chat-template the same
-tasks render through the model's chat template, few-shot as multi-turn.
+the SPECDEC_EVAL_TASK_MODULES environment variable; they are registered the first time tasks are parsed, so that `run`,
+a torchrun job's ranks and each side of `ab` see them alike. A family's references are <reference_name>.yaml (by default
+its name) in its `reference_dir` (by default the package's references folder). With --apply-chat-template the same tasks
+render through the model's chat template, few-shot as multi-turn.
 
-Generation kwargs (lm-eval's --gen_kwargs: evals/conditions/gen_kwargs.py) are applied here, in one place, for the
+Generation kwargs (lm-eval's --gen_kwargs) are applied here, in one place, for the
 task YAMLs a run writes (`write_task_yamls`) and for the conditions it records and compares (`task_conditions`): a
 task spec's own kwargs on its family's YAML, then the run's.
 """
@@ -55,7 +55,7 @@ _LOADED: set[str] = set()  # entries of TASK_MODULES_ENV already registered in t
 def register(module: ModuleType, checked: bool = True) -> list[str]:
     """Add a task-family module's FAMILY and TASKS; returns the task names. A name already taken by another module
     is refused (a second module cannot silently replace a family or a task). `checked` (every module but our own):
-    FAMILY's settings are checked now and its methods wrapped (checked_family.py), so that a module that raises
+    FAMILY's settings are checked now and its methods wrapped (`checked_family`), so that a module that raises
     or returns the wrong type ends a command in one line, not a traceback."""
     name = module.__name__
     family, specs = getattr(module, "FAMILY", None), getattr(module, "TASKS", ())
@@ -165,7 +165,7 @@ def parse_tasks(names: str | list[str]) -> list[TaskSpec]:
 
 
 def source_for(spec: TaskSpec, data_dir: str | None) -> DataSource:
-    """Where the task's documents come from; local files are schema-checked here (evals/tasks/data_check.py)."""
+    """Where the task's documents come from; local files are schema-checked here (`data_check`)."""
     return spec.family.source(spec, data_dir)
 
 
@@ -206,7 +206,7 @@ def task_conditions(
     repeats: int = 1,
     stock: Path | None = None,
 ) -> GenerationConditions:
-    """The conditions one task of a run is evaluated under (evals/conditions/conditions.py); num_fewshot and
+    """The conditions one task of a run is evaluated under (`GenerationConditions`); num_fewshot and
     max_output_len None: the task's own. `stock`: lm-eval's tasks folder (found when not given)."""
     stock = stock if stock is not None else stock_tasks()
     if gen_kwargs or spec.gen_kwargs or _states_generation_kwargs(spec.family, stock):
@@ -236,7 +236,7 @@ def write_task_yamls(
     """One YAML per task in `folder` (plus the hook modules its family's YAML points at); returns the folder.
     gen_kwargs: the run's generation kwargs, applied on each task's (its YAML then states them all: a YAML's
     generation_kwargs replace the included ones whole). repeats > 1: lm-eval's `repeats` (each request sent that many
-    times; see evals/conditions/repeats.py for how those samples are scored)."""
+    times; `repeats` says how those samples are scored)."""
     stock = stock_tasks()
     folder.mkdir(parents=True, exist_ok=True)
     for spec in specs:

@@ -1,7 +1,7 @@
 """Each response of a document scored on its own, by the task's own lm-eval filters and metric.
 
 lm-eval scores a document's `repeats` responses as one list, and `take_first` (the last step of every GSM8K and GPQA
-filter) then drops all but the first (evals/conditions/repeats.py). Several samples per document are scored here
+filter) then drops all but the first. Several samples per document are scored here
 instead: every response goes through each filter pipeline as if it were the document's only one, then through the
 task's `process_results` (exact_match with the task's options), so each sample has its own correctness per filter,
 exactly as a run with one sample per document would have given it.

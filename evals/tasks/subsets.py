@@ -7,30 +7,21 @@ on every rank, every run and every platform (numpy's generators promise no strea
 does). A random subset of N is the first N of that order, so subsets are nested: the documents of
 `--limit 200 --sample random` are those a sequential run has seen when it stops at 200.
 
-**Handing it to lm-eval 0.4.13.** `simple_evaluate(..., samples={task_name: ids})` (exclusive with `limit`) keeps
-the documents whose index is in `ids`, in the dataset's order (`Task.doc_iterator` filters `enumerate(eval_docs)`
-by membership). Two things follow, both handled by `SubsetPlan`:
-- `Instance.doc_id` is then the position within the subset (0, 1, 2, ... in dataset order), not the document
-  index: `SubsetPlan.doc_id(instance_doc_id)` maps it back, `SubsetPlan.order_key(instance_doc_id)` gives the
-  evaluation position to sort the requests by;
-- lm-eval's logged `doc_id` is `ids[position]`, right only when `ids` is sorted: `SubsetPlan.samples` is sorted.
-  (An empty list would mean "all documents" to lm-eval: a plan always holds at least one.)
-The evaluation order itself is the adapter's: lm-eval hands all requests to `generate_until` at once and only
-needs the answers back in its order.
+**Handing it to lm-eval 0.4.13.** `simple_evaluate(..., samples={task_name: ids})` (exclusive with `limit`) keeps the
+documents whose index is in `ids`, in dataset order. `SubsetPlan` handles what follows: `Instance.doc_id` is then the
+position within the subset (`SubsetPlan.doc_id` maps it back, `SubsetPlan.order_key` gives the evaluation position);
+lm-eval's logged `doc_id` is `ids[position]`, right only for sorted `ids` (`SubsetPlan.samples` is sorted); an empty
+list would mean "all documents", so a plan holds at least one. The evaluation order itself is the adapter's.
 
-**Few-shot prompts depend on position.** lm-eval's default few-shot sampler (GSM8K's) draws each document's
-shots from one seeded generator, in the order it builds the requests. With `samples=`, the k-th document of the
-subset gets the shots the k-th document of a full run gets: the same document is prompted differently in a
-subset run and in a full run (checked with lm-eval 0.4.13: document 10 of a subset {5, 10, 15} carries the
-shots of document 1 of the full run). Two subset runs with the same seed and N prompt identically, and the
-subset's score is still an unbiased estimate (the shots are a random draw either way); but a subset run must
-not be paired sample by sample with a full run, and a run stopped early after evaluating the first N of the
-order (all requests built) prompts differently from `--limit N --sample random`.
+**Few-shot prompts depend on position.** lm-eval's default few-shot sampler (GSM8K's) draws shots from one seeded
+generator in request order, so the k-th document of a subset gets the shots of the k-th document of a full run
+(lm-eval 0.4.13: document 10 of {5, 10, 15} carries document 1's shots). Two subset runs of the same seed and N
+prompt identically and the score stays unbiased, but a subset run must not be paired sample by sample with a full
+run, and a run stopped early prompts differently from `--limit N --sample random`.
 
-**Why not the first N.** The first documents of a file are not a random sample of it. "First N" subsets have
-been reported easier than the full set (GSM8K's first 200, the default of SGLang's and vLLM's GSM8K scripts);
-the embedded default here scores 0.50 on GSM8K's first 100 and 1.18 on all 1319. TensorRT-LLM's evaluators
-shuffle every split with a fixed seed before taking num_samples, which is what `--sample random` does.
+**Why not the first N.** The first documents of a file are not a random sample: the embedded default scores 0.50 on
+GSM8K's first 100 and 1.18 on all 1319. TensorRT-LLM's evaluators likewise shuffle with a fixed seed before taking
+num_samples.
 """
 
 from __future__ import annotations

@@ -5,15 +5,15 @@ forbids it, too), so it can be attached to a CI job or mailed as one file. The M
 for a pull-request comment.
 
 What is rendered: run metadata; each gate's verdict in words per task and run, and which gate decided each run
-(gates.py); per-task scores with 95% confidence intervals against reference and threshold (data.py); acceptance
-per draft position; event counts and an event timeline (plots.py, left out when there is nothing to plot). What
+(`gates`); per-task scores with 95% confidence intervals against reference and threshold (`data`); acceptance
+per draft position; event counts and an event timeline (`plots`, left out when there is nothing to plot). What
 is never rendered: sample text. No prompt, target or output of any task appears in either document (GPQA must
 never be published; GSM8K outputs are left out as well, so that no code path can leak a GPQA sample by mistake).
-Every string taken from a run is HTML-escaped (html_page.py) or Markdown-escaped (markdown.py) before it is
+Every string taken from a run is HTML-escaped (`html_page`) or Markdown-escaped (`markdown`) before it is
 written.
 
-Modules: data.py (loading, the score interval), text.py (values as text), gates.py (gate wording, the deciding
-gate), plots.py, html_page.py, markdown.py.
+Modules: `data` (loading, the score interval), `text` (values as text), `gates` (gate wording, the deciding
+gate), `plots`, `html_page`, `markdown`.
 """
 
 from __future__ import annotations

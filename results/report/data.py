@@ -72,7 +72,7 @@ class RunData:
 
     @property
     def verdict(self) -> str:
-        """The run's verdict, NO-GATE where it is PASS but no gate could have failed (results/run_summary.py)."""
+        """The run's verdict, NO-GATE where it is PASS but no gate could have failed (`RunSummary.shown_verdict`)."""
         return self.summary.shown_verdict if self.summary.recorded_verdict is not None else "?"
 
     @property

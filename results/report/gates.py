@@ -11,9 +11,8 @@ The gates a task's summary entry can carry:
 - acceptance: `acceptance_gate` {verdict PASS | FAIL | NO-REFERENCE, acceptance_length, ref_al, min_al, rtol,
   slack, band {low, high, tolerance}, power {mde, p_detect_min_al, band_wider_than_min_al, statement, ...}, reason,
   per_position [{position, rate, ref, verdict}], test_id}: the acceptance length against the band the gate computed
-  (evals/gates/acceptance.py: rtol widened by the run's sampling slack) and what that band can see
-  (evals/gates/acceptance_power.py), shown as recorded and never recomputed here; a PASS within a band wider than
-  min_al says so.
+  (rtol widened by the run's sampling slack) and what that band can see, shown as recorded and never recomputed
+  here; a PASS within a band wider than min_al says so.
 - `stopped` {n, of, reason}: a sequential test stopped the task early.
 
 Every function returns plain text; the HTML and Markdown renderers escape it.
@@ -83,7 +82,7 @@ def lossless_gate(task: TaskSummary | Mapping[str, Any]) -> GateText | None:
     n = ls.get("num_pairs")
     if n is None and isinstance(identical, int) and isinstance(divergent, int):
         n = identical + divergent
-    kind = ls.get("baseline_label") or "baseline"  # which kind of baseline the verdict rests on (runs since issue 24)
+    kind = ls.get("baseline_label") or "baseline"  # which kind of baseline the verdict rests on (older runs: none)
     base = f"{kind} {ls['baseline_run']}" if ls.get("baseline_run") else "the baseline"
     audit = ls.get("audit") if isinstance(ls.get("audit"), dict) else {}
     # The twins themselves are wrong (their count means nothing), unless the audit's divergences were near-ties.

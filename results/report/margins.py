@@ -1,4 +1,4 @@
-"""The lossless gate's margins in the report (evals/lossless/margins.py): per task, the margin at each first divergence
+"""The lossless gate's margins in the report: per task, the margin at each first divergence
 of the spec-dec run against its baseline beside those of the noise-floor control against the same baseline, with the
 noise bound the verdict used, as a plot; and the divergent samples by position and margin, as a table (numbers and
 token ids only)."""

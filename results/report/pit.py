@@ -1,6 +1,6 @@
-"""The sampled lossless gate's PIT histogram in the report (evals/lossless/sampled.py records the counts in its
-numbers): bars of the randomized PIT of every sampled position, flat under the null, with the expected count and its
-band, titled with the gate's basis. Reads the gate's record only (results/ imports nothing from evals/)."""
+"""The sampled lossless gate's PIT histogram in the report (the gate records the counts in its numbers): bars of
+the randomized PIT of every sampled position, flat under the null, with the expected count and its band, titled
+with the gate's basis. Reads the gate's record only (results imports nothing from evals)."""
 
 from __future__ import annotations
 

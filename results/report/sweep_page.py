@@ -1,6 +1,6 @@
 """A sweep's page: the grid as a table (one row per cell: its values, verdict, acceptance against the base with
 its p-value, output identity, its own run's gates and events, why it failed) and a heatmap of the acceptance change
-per cell, marked with its verdict. Self-contained like the run report (html_page.py): the heatmap is an embedded
+per cell, marked with its verdict. Self-contained like the run report (`html_page`): the heatmap is an embedded
 PNG, every string from the sweep escaped. Reads the sweep's grid.json values only (results/ reads, never runs)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The engine loop (nano-vllm's `engine/`): `Engine` (engine.py) drives one `Executor.step()` at a time over the
-scheduler's batch (scheduler.py, request.py), with attention metadata built per step (attn_metadata.py), sampling
-and stop rules (sampling.py, stopping.py), teacher-forced scoring (scoring.py), the general warmup (warmup.py) and
-the named fault points of the step (faults.py)."""
+"""The engine loop (nano-vllm's `engine/`): `Engine` (`engine`) drives one `Executor.step()` at a time over the
+scheduler's batch (`scheduler`, `request`), with attention metadata built per step (`attn_metadata`), sampling
+and stop rules (`sampling`, `stopping`), teacher-forced scoring (`scoring`), the general warmup (`warmup`) and
+the named fault points of the step (`faults`)."""

@@ -24,7 +24,7 @@ class Request:
     prompt_token_ids: list[int]
     sampling: SamplingParams
     max_new_tokens: int  # sampling.max_new_tokens, clamped to the engine's max_seq_len
-    seed: int | None = None  # sampling seed (None: greedy); draws are keyed by it and the position (sampling.py)
+    seed: int | None = None  # sampling seed (None: greedy); draws are keyed by it and the position (`sampling`)
     # --spec-sampling rejection: the request's own random stream, seeded by `seed` (the rejection sampler); None:
     # the coupled sampler's keyed draws (or greedy)
     stream: torch.Generator | None = field(default=None, repr=False)

@@ -1,7 +1,7 @@
 """KV-cache manager: the interface the scheduler uses, keyed by request id, over one `BlockPool`.
 
-The base class does the shared bookkeeping (block tables, prefix reuse, commit, rewind, free); `v1.py` and
-`v2.py` decide only what admission must reserve and what a rewind gives back.
+The base class does the shared bookkeeping (block tables, prefix reuse, commit, rewind, free); `v1` and
+`v2` decide only what admission must reserve and what a rewind gives back.
 
 Positions: a request's KV position i holds the keys/values of its i-th token. The last sampled token has no
 KV yet, and one engine step writes at most `window_tokens` positions (1 + max_draft_len). So a request whose

@@ -1,5 +1,5 @@
 """The shape of a Llama-family decoder, in Hugging Face vocabulary: what a checkpoint says about its model
-(workers/config.py holds what the user asks an engine to do)."""
+(`EngineConfig` holds what the user asks an engine to do)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from .model_config import ModelConfig, RopeConfig
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from .checkpoint import Checkpoint  # checkpoint.py imports this module at run time
+    from .checkpoint import Checkpoint  # `checkpoint` imports this module at run time
 
 TINY_SEED = 0
 
@@ -163,7 +163,7 @@ def save_hf_folder(
 
     if isinstance(source, Mapping):
         tensors: Iterable[tuple[str, torch.Tensor]] = source.items()
-    else:  # a Checkpoint: duck-typed to keep presets free of an import cycle with checkpoint.py
+    else:  # a Checkpoint: duck-typed to keep presets free of an import cycle with `checkpoint`
         config = config or source.config
         tokenizer = tokenizer or source.load_tokenizer()
         tensors = source.tensors()

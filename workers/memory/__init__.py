@@ -1,2 +1,2 @@
-"""Device memory: device and dtype resolution (device.py), the memory budget that makes CPU runs account like CUDA
-(budget.py), the profiling forward at max shapes (profiling.py), and how many KV blocks fit (capacity.py)."""
+"""Device memory: device and dtype resolution (`device`), the memory budget that makes CPU runs account like CUDA
+(`budget`), the profiling forward at max shapes (`profiling`), and how many KV blocks fit (`capacity`)."""

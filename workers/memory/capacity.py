@@ -118,7 +118,7 @@ def capacity_report(
         kv = plan.layout_summary()
         report["kv_cache"][version] = {**kv, **reservation_policy(cfg, engine, kv["num_blocks"], draft_len)}
     wanted = base.kv_cache.decode_copy
-    # workers/kv_cache/decode_copy.py: bounded by the pool's token capacity, not part of the budget above.
+    # `decode_copy`: bounded by the pool's token capacity, not part of the budget above.
     report["decode_copy"] = {
         "enabled": wanted if wanted is not None else report["device"] == "cpu",
         "max_gib": report["kv_cache"]["v1"]["total_gib"],

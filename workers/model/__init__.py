@@ -1,2 +1,2 @@
-"""The target model: a Llama-family decoder (causal_lm.py) built from tensor-parallel layers (layers/), over one TP
-group (parallel.py)."""
+"""The target model: a Llama-family decoder (`causal_lm`) built from tensor-parallel layers (layers/), over one TP
+group (`parallel`)."""

@@ -1,6 +1,6 @@
 """Planted bugs, built into an engine once, when it is built: `--inject CLASS` swaps in a substitute verifier
-(verifier.py, with the rejection sampler's bugs in rejection.py), a wrapper of the target model (target.py), a
-wrapper or subclass of the spec worker (proposer.py), or a KV-cache manager that leaks (`rewind_leak_hook`). The
+(`verifier`, with the rejection sampler's bugs in `rejection`), a wrapper of the target model (`target`), a
+wrapper or subclass of the spec worker (`proposer`), or a KV-cache manager that leaks (`rewind_leak_hook`). The
 clean engine step and the clean workers carry none of them, only the environmental fault points."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
                         token replaced a rejected draft, the cache holds the draft's KV (the target wrapper feeds it)
   sample_key_shift      at temperature > 0 the spec path samples output position p with position p+1's key
                         (sampling is keyed by (seed, output position)); greedy is unaffected
-  the sampled classes   the rejection sampler's bugs (rejection.py here), on a request verifying drafts at
+  the sampled classes   the rejection sampler's bugs (`rejection` here), on a request verifying drafts at
                         temperature > 0 with its own random stream, where the bug can change anything
 Each fires only when asked and on its own path, and is recorded once per engine step it fired in.
 """

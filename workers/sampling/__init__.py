@@ -1,3 +1,3 @@
 """Choosing tokens from the target's logits, below the engine: the keyed sampler and token log-probabilities
-(keyed.py), verification of drafts for plain and speculative steps alike (verify.py), and the rejection sampler the
-real engines use at temperature > 0 (rejection.py). Proposers live in spec/; they never decide which token is kept."""
+(`keyed`), verification of drafts for plain and speculative steps alike (`verify`), and the rejection sampler the
+real engines use at temperature > 0 (`rejection`). Proposers live in spec/; they never decide which token is kept."""

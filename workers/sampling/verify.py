@@ -3,13 +3,13 @@ many drafts are accepted and which token follows. Plain decoding is K = 0: no dr
 
 Greedy: a draft is accepted while it equals the target's argmax. Sampling: rejection sampling against a one-hot
 (argmax) draft, realised by coupling: the token at each position is the keyed sample of the target distribution
-(keyed.py), and a draft is accepted exactly when it equals that sample. A draft d is then accepted with
+(`keyed`), and a draft is accepted exactly when it equals that sample. A draft d is then accepted with
 probability p(d), and after a rejection the emitted token is distributed as p without d, renormalised: the
 textbook rule for a one-hot draft, so the target distribution is unchanged; and because the sample at a position
 does not depend on the draft, a spec-dec run emits exactly the tokens a plain run of the same seed samples.
 
 A request of an engine with `--spec-sampling rejection` carries its own random stream instead (Request.stream):
-it is verified by rejection sampling with streamed randomness, as the real engines do (rejection.py).
+it is verified by rejection sampling with streamed randomness, as the real engines do (`rejection`).
 
 `Verifier` applies this to every request of a step; a planted bug of verification is a substitute Verifier, chosen
 when the engine is built, so this path carries no bug flags."""

@@ -1,5 +1,5 @@
-"""Speculative decoding's proposers: the exception-safe worker template (base.py) and one module per method (eagle3.py
-with its draft head, ngram.py). Which token is kept is decided below, in the sampling package.
+"""Speculative decoding's proposers: the exception-safe worker template (`base`) and one module per method (`eagle3`
+with its draft head, `ngram`). Which token is kept is decided below, in the sampling package.
 
 The method registry lives below the config (the engine's registries); `SPEC_ALGORITHMS`, `spec_method(name)` and
 `spec_worker_class(name)` are offered here as well, for the engine and the test ids."""

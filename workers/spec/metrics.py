@@ -111,7 +111,7 @@ class AcceptanceStats:
 
 
 # What a run's acceptance was computed from (its "basis"): each request's own counts (our engine's counters, or the
-# fields a server returns with each response), summed. workers/remote/server_metrics.py names the fallback.
+# fields a server returns with each response), summed. `server.metrics` names the fallback.
 PER_REQUEST = "per-request counts"
 
 
@@ -137,7 +137,7 @@ def run_acceptance(per_request: list[dict[str, Any]], max_draft_len: int = 0) ->
         out["note"] += "; not every request reported per-position counts"
     sources = sorted({d["source"] for d in per_request if d.get("source")})
     out["basis"] = PER_REQUEST
-    # the independent units the run's sampling error rests on (evals/gates/acceptance_power.py): requests that drafted
+    # the independent units the run's sampling error rests on (`acceptance_power`): requests that drafted
     out["num_requests"] = sum(1 for d in per_request if d.get("num_cycles"))
     if sources:
         out["source"] = " + ".join(sources)

@@ -48,7 +48,7 @@ class RunTarget:
 
 @dataclass(frozen=True)
 class Abilities:
-    """What a backend runs and can do, for the run pipeline's policy (run.py)."""
+    """What a backend runs and can do, for the run pipeline's policy (`run`)."""
 
     speculative: bool  # the engine under test speculates (so the run has a lossless gate)
     dtype: str  # what exactness of the lossless gate depends on (resolved where the backend knows it)
@@ -91,15 +91,15 @@ class Backend(Protocol):
     def evaluate(
         self, side: Side, plan: RunPlan, baseline: BaselineRef, progress_for: ProgressFor | None
     ) -> RunSummary:
-        """Build the side's engine, run `plan` on it (evaluate, record, gate: one_run.py), release it."""
+        """Build the side's engine, run `plan` on it (evaluate, record, gate: `one_run`), release it."""
         ...
 
     def evaluate_paired(
         self, plan: RunPlan, control: str | None, progress_for: ProgressFor | None, score_sampled: bool = False
     ) -> RunSummary:
-        """The run and its plain twins from one prefill, the twins audited (paired_run.py); only where it pairs.
+        """The run and its plain twins from one prefill, the twins audited; only where it pairs.
         score_sampled: the gate also scores the sampled outputs of our coupled sampler on a plain engine beside the
-        run (evals/lossless/gate.py "coupled")."""
+        run (the gate's "coupled" judge)."""
         ...
 
     def show(self, plan: RunPlan) -> None:
@@ -108,7 +108,7 @@ class Backend(Protocol):
 
     def scorer(self) -> Scorer | None:
         """The plain engine that scores a sampled run's outputs by teacher forcing (the sampled lossless verdict's
-        baseline, evals/lossless/scoring.py), started only when the gate asks; None where there is none."""
+        baseline), started only when the gate asks; None where there is none."""
         ...
 
 

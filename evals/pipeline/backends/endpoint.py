@@ -38,7 +38,7 @@ class EndpointBackend:
             pairs=False,
             control_shape={"concurrency": other_shape(base.concurrency)} if base is not None else None,
             reuses_baseline=False,
-            scores=False,  # generation only (workers/remote/client/engine.py)
+            scores=False,  # generation only (the endpoint engine)
         )
 
     def check_target(self) -> None:

@@ -132,7 +132,7 @@ class TorchrunBackend:
 
 
 def job_driver(engine, payload: dict[str, Any]) -> dict[str, Any]:
-    """Rank 0 of a torchrun job (launch/rank_main.py): one side of a run on the sharded engine. Its stderr is
+    """Rank 0 of a torchrun job: one side of a run on the sharded engine. Its stderr is
     torchrun's pipe, never a terminal, so progress is a plain line now and then."""
     from contextlib import nullcontext
 
@@ -148,7 +148,7 @@ def job_driver(engine, payload: dict[str, Any]) -> dict[str, Any]:
 
 class _JobPlainScorer:
     """What the sampled gate's Scorer builds inside a job: the job's sharded engine scoring on a plain sibling of
-    every rank's engine (launch/dispatch.py `plain_sibling`); nothing to release after (the siblings are closed
+    every rank's engine (`dispatch.plain_sibling`); nothing to release after (the siblings are closed
     when the call returns)."""
 
     def __init__(self, sharded: Any) -> None:

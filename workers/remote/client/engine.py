@@ -1,24 +1,20 @@
 """An engine reached over HTTP: any OpenAI-compatible server (trtllm-serve, vLLM, SGLang, llama.cpp, or our own
-`specdec-eval serve`), driven through lm-eval's own `local-completions` / `local-chat-completions` backends
-(`LocalCompletionsAPI` / `LocalChatCompletion`). It implements `InferenceEngine` (workers/interface.py).
+`specdec-eval serve`), driven through lm-eval's `local-completions` / `local-chat-completions` backends
+(`LocalCompletionsAPI` / `LocalChatCompletion`). It implements `InferenceEngine`.
 
-Why the backend's per-request pieces and not its `generate_until`: that call stops at the first request that still
-fails after its retries (tenacity re-raises, and with num_concurrent > 1 asyncio.gather drops the other answers),
-and it returns texts only. A run needs one outcome per request (a failed or timed-out request is a recorded
-failure with its reason, never an empty answer scored as wrong), finish reasons, and each output as soon as it is
-done. So every request goes through the backend's `model_call` (lm-eval's payload, auth header, timeout and POST)
-and `parse_generations` (lm-eval's reading of the answer), each in a thread of our pool (`concurrency`), with
-lm-eval's retry policy applied per request (`client.requests`).
+Each request goes through the backend's `model_call` and `parse_generations` (lm-eval's payload, auth, timeout and
+reading of the answer) in a thread of our pool (`concurrency`), with lm-eval's retry policy per request
+(`client.requests`). Not through its `generate_until`: that stops at the first request still failing after its
+retries and returns texts only, while a run needs one outcome per request (a failed request is a recorded failure
+with its reason, never an empty answer scored as wrong), finish reasons, and each output as soon as it is done.
 
-Beyond the answers (`server.watch`): the engine can start the server itself (`serve_cmd`), follows
-its log from its start (`server_log`), whose known lines join this engine's events; a server that stops answering
-ends the run at once with a `server_stalled` event naming the cause its log gives, every unanswered document a failed
-request (`server.stall_watch`); after each call the server's KV usage must return to its idle value
-(`server.kv_usage`), else a `kv_leak` event.
+Beyond the answers (`server.watch`): the engine can start the server (`serve_cmd`) and follows its log
+(`server_log`), whose known lines join this engine's events; a server that stops answering ends the run at once
+with a `server_stalled` event, every unanswered document a failed request (`server.stall_watch`); after each call
+the server's KV usage must return to idle (`server.kv_usage`), else a `kv_leak` event.
 
-Token ids: the server's when it returns them (vLLM's `token_ids` / `prompt_token_ids`); otherwise the local
-tokenizer's encoding of the returned text and of the prompt (`stats["token_ids_source"]` says which). Re-encoding
-gives the server's tokens for plain text, but not the end-of-sequence token, which no text shows.
+Token ids: the server's when it returns them (vLLM's `token_ids` / `prompt_token_ids`), else the local tokenizer's
+encoding of the text (`stats["token_ids_source"]` says which), which misses the end-of-sequence token.
 """
 
 from __future__ import annotations

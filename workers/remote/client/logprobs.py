@@ -9,7 +9,7 @@ hash), so records hold numbers only and equal texts compare equal on both sides 
 names tokens "token_id:N" (vLLM's and ours, asked with `return_tokens_as_token_ids`) gives the ids themselves: byte
 tokens that print alike (U+FFFD) stay apart there, and only there.
 
-Logprobs that cannot be evidence (workers/logprob_records.py: NaN, +-inf, a positive logprob, a missing entry, a
+Logprobs that cannot be evidence (`logprob_records`: NaN, +-inf, a positive logprob, a missing entry, a
 shape neither API has, more records than output tokens, token ids that are not the answer's) raise
 `UnusableLogprobs` with the reason: the answer itself stands, its logprobs do not, and no gate can read them as
 a margin."""

@@ -1,6 +1,6 @@
 """The options of `run --endpoint`: evaluate any OpenAI-compatible server (ours from `specdec-eval serve`,
 trtllm-serve, vLLM, SGLang, llama.cpp), declared once: each field's default is its flag's, its metadata the flag
-(specdec_eval/option_fields.py). The engine flags (--spec, --draft-len, --kv-cache, --dtype) then declare what runs
+(`option_fields`). The engine flags (--spec, --draft-len, --kv-cache, --dtype) then declare what runs
 behind the URL, which picks the reference entry; --model names where the local tokenizer comes from. `configs` builds
 the server's EndpointConfig and its baseline server's."""
 

@@ -34,7 +34,7 @@ FAILED_FINISH_REASONS = {"abort", "aborted", "cancelled", "canceled", "error", "
 # `owned_by` says: llama-cpp-python ("me"; its request defaults top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1.1)
 # and llama.cpp's own llama-server ("llamacpp"; top_k 40, top_p 0.95, min_p 0.05). A sampled request to them states
 # the neutral value of each filter the run did not set, so the server samples from the distribution the run asked for,
-# the one its sampled lossless gate judges (evals/lossless/sampled.py). The other servers' defaults are neutral
+# the one its sampled lossless gate judges (`sampled`). The other servers' defaults are neutral
 # already, and a strict one refuses a field it does not know (SGLang also refuses top_k 0).
 NEUTRAL_SAMPLING = {
     "me": {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0},
@@ -63,7 +63,7 @@ def gen_kwargs(
     its chat template with them; vLLM, SGLang and trtllm-serve take the field `chat_template_kwargs`. A
     `reasoning_effort` among them is also sent as OpenAI's own top-level `reasoning_effort`: trtllm-serve renders
     GPT-OSS through its Harmony adapter from that field, whose default there is "low"
-    (tensorrt_llm/serve/openai_protocol.py, ChatCompletionRequest), not from the template kwargs."""
+    (its ChatCompletionRequest), not from the template kwargs."""
     kwargs: dict[str, Any] = {
         "until": list(params.stop),
         "max_gen_toks": params.max_new_tokens,

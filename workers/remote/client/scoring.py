@@ -1,6 +1,6 @@
-"""Teacher-forced scoring over HTTP: an OpenAI-compatible server scores a given output after its prompt, through
-the completions API (shared/reference/sampling-at-temperature.md §4). The prompt + output travel as token ids with
-`max_tokens: 1`, `temperature: 0` and `echo: true`, so the server returns the logprob of every token it was given:
+"""Teacher-forced scoring over HTTP: an OpenAI-compatible server scores a given output after its prompt, through the
+completions API. The prompt + output travel as token ids with `max_tokens: 1`, `temperature: 0` and `echo: true`, so the
+server returns the logprob of every token it was given:
 
 - vLLM's `prompt_logprobs: k` where the server takes vLLM's extensions (vLLM, our serve): per prompt token
   {token id: {logprob, rank, decoded_token}} for the token and its top k; token ids, no text to match;
@@ -8,7 +8,7 @@ the completions API (shared/reference/sampling-at-temperature.md §4). The promp
   text and matched through the same keys as generated logprobs (`client.logprobs`).
 
 A server returns the raw logprobs (before temperature and filters) by default, and only the top k: the sampled
-gate then places each token conservatively within them (evals/lossless/pit.py).
+gate then places each token conservatively within them.
 
 **Text** (`scoring_text_payload`): a server that refuses token-id prompts (llama-cpp-python answers HTTP 500 to a
 list of ids) gets the prompt + output decoded to text, in OpenAI's legacy shape. It tokenizes that text itself, so

@@ -1,10 +1,9 @@
-"""Speculative-decoding acceptance as a server reports it, scraped before and after a run (a draining source also
-polled during it: `ServerAcceptance.polling`), as the run's delta in our layout (`AcceptanceStats.to_dict()`,
-workers/spec/metrics.py) plus "source" (which endpoint and names were read) and "scope" ("run": a delta over this
-run; "server_lifetime": the server gives only an average since it started). Which server exports what, and how
-each defines acceptance: `server.metric_formats`. The delta is the fallback: where responses carry
-per-request counts (`server.response_acceptance`), `ResponseTally` sums those instead, and "basis" says
-which a figure came from."""
+"""Speculative-decoding acceptance as a server reports it, scraped before and after a run (a draining source also polled
+during it: `ServerAcceptance.polling`), as the run's delta in our layout (`AcceptanceStats.to_dict()`) plus "source"
+(which endpoint and names were read) and "scope" ("run": a delta over this run; "server_lifetime": the server gives only
+an average since it started). Which server exports what, and how each defines acceptance: `server.metric_formats`. The
+delta is the fallback: where responses carry per-request counts (`server.response_acceptance`), `ResponseTally` sums
+those instead, and "basis" says which a figure came from."""
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ from .response_acceptance import acceptance_fields, response_acceptance
 
 NOT_REPORTED = "not reported by this server"
 POLL_EVERY_S = 1.0  # TensorRT-LLM keeps 1000 iterations: many seconds of decoding even on a fast GPU
-# The fallback "basis" (spec/metrics.py names the first choice, PER_REQUEST): where the responses carry no counts,
+# The fallback "basis" (the spec metrics name the first choice, PER_REQUEST): where the responses carry no counts,
 # the server-wide counters before and after, which mix in any other traffic on the server.
 SERVER_DELTA = "server-wide counter delta (fallback: the responses carry no per-request counts)"
 

@@ -1,7 +1,7 @@
 """A server the run starts itself (`--serve-cmd "CMD"`): the command runs in a session of its own with its stdout and
 stderr in one log file (which `server.log` follows), the run waits until it answers, and stops it
 afterwards: SIGTERM to its whole process group, SIGKILL after a grace period. What is recorded of the command has its
-secrets scrubbed (specdec_eval/redaction.py: keys, tokens, `user:password@` in URLs).
+secrets scrubbed (`redaction`: keys, tokens, `user:password@` in URLs).
 
 The command is a shell-like string split with shlex; leading NAME=VALUE words set environment variables for it, as a
 shell does (`SPECDEC_EVAL_API_KEY=k specdec-eval serve ...`). No shell runs it."""

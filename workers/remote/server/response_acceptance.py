@@ -1,5 +1,5 @@
 """Speculative-decoding acceptance of one request, read from that request's own response, in our layout
-(`AcceptanceStats.to_dict()`, workers/spec/metrics.py) plus "source". Per-request counts are what make a run's AL
+(`AcceptanceStats.to_dict()`) plus "source". Per-request counts are what make a run's AL
 immune to other traffic on the server, and what the paired per-request AL test and the AL-by-length plot need.
 
 The shapes read (lm-eval's backend keeps the raw response JSON, so nothing is lost between the server and here):

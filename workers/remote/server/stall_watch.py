@@ -1,6 +1,6 @@
 """When a server stops answering: the run should end quickly and say why, not wait `timeout x retries` for every
 remaining document (TensorRT-LLM's dead executor loop keeps accepting requests and never answers them, while /health
-still says 200: TensorRT-LLM issue #13318).
+still says 200).
 
 `StallWatch` decides from the answers seen so far. The server has stalled when, with requests in flight,
 - nothing has been answered for longer than every request in flight may take: a request's own limit is `factor` x

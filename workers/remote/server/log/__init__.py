@@ -1,5 +1,5 @@
-"""A server's log as our events: one signature table per engine (tables.py, data), one matcher (matcher.py), and a
-follower that reads the log from the server's start while the run goes (follower.py)."""
+"""A server's log as our events: one signature table per engine (`tables`, data), one matcher (`matcher`), and a
+follower that reads the log from the server's start while the run goes (`follower`)."""
 
 from .follower import AUTO, ServerLog, check_log_format, format_of_server
 from .matcher import LogMatcher

@@ -1,7 +1,7 @@
 """Following a server's log while a run goes: `ServerLog(path)` reads the file from its first byte (the server's
 start, warmup included) on a thread of its own and keeps reading what the server appends until `stop()`.
 
-Every line goes through the matcher of every known table (matcher.py, tables.py), so that which table applies can
+Every line goes through the matcher of every known table (`matcher`, `tables`), so that which table applies can
 be decided late: named by the user, read from the server's identity once it answers (`choose`), or, failing both,
 recognised from the log's own content. `events()` gives the chosen table's events so far.
 

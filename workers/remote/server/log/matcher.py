@@ -1,4 +1,4 @@
-"""The one matcher: a server's log lines in, our events out, by one engine's signature table (tables.py).
+"""The one matcher: a server's log lines in, our events out, by one engine's signature table (`tables`).
 
 Each event keeps the line it came from (`raw`, cut to MAX_RAW_CHARS) and its number (`line`, counted from 1 at the
 log's first line), the signature that matched, and a message for a person. Python tracebacks are followed across

@@ -1,6 +1,6 @@
 """What a log table is made of: a `Signature` (one known line of one engine, and the event it means) and a
 `LogFormat` (one engine's log: its signatures, the per-line tags it adds, and how to recognise it). The tables
-themselves are data, in tables.py; the one matcher that applies any of them is matcher.py."""
+themselves are data, in `tables`; the one matcher that applies any of them is `matcher`."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ class Signature:
     removed: a release that changes the prefix or adds words around the message still matches. Its named groups
     become the event's fields (digits as ints).
 
-    type: the event type (specdec_eval/event_types.py); None for a line that carries its own (our event lines).
+    type: the event type (`event_types`); None for a line that carries its own (our event lines).
     says: the event's message for a person, formatted with the fields ("executor loop died: {error}").
     fatal: the engine cannot answer after this line: a run against it stops at once, naming this line.
     in_traceback: matches only a line inside a Python traceback (a frame's source line).

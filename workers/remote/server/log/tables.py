@@ -1,9 +1,8 @@
 """The signature tables: one per engine, as data. A new engine is one `LogFormat`; a new release's wording is one
-`Signature`. Sources and exact strings: ../shared/reference/engine-logs.md (every string there can change between
-releases, so each pattern matches a stable part of the message, never the timestamp or the severity tag); lines
-whose wording is ours are marked `confirmed=False`.
+`Signature`. Wording can change between releases, so each pattern matches a stable part of the message, never the
+timestamp or the severity tag; lines whose wording is ours are marked `confirmed=False`.
 
-Which events fail a run is decided by type (specdec_eval/event_types.py, FAILING_EVENTS), not here; `fatal` marks
+Which events fail a run is decided by type (`event_types.FAILING_EVENTS`), not here; `fatal` marks
 the lines after which the engine cannot answer, so that a run stops at once instead of waiting on requests."""
 
 from __future__ import annotations
@@ -341,7 +340,7 @@ SPECDEC = LogFormat(
     name="specdec-eval",
     engine="specdec-eval serve (ours)",
     signatures=(
-        # Our engine's every event, one line each (workers/events.py event_line): the line carries its type.
+        # Our engine's every event, one line each (`events.event_line`): the line carries its type.
         S("specdec.event_line", None, r"specdec-eval event: \{", "{type}"),
         S(
             "specdec.engine_loop_failed",
