@@ -248,6 +248,10 @@ def test_create_from_arg_string_options_without_building(monkeypatch):
             built.append(config)
             self.config = config
 
+        @classmethod
+        def build(cls, config):
+            return cls(config)
+
     monkeypatch.setattr(lm_adapter, "Engine", FakeEngine)
     lm = lm_adapter.SpecDecLM.create_from_arg_string(
         "model=tiny,dtype=float32,device=cpu,max_batch_size=4,max_seq_len=512,seed=7,max_gen_toks=32",
