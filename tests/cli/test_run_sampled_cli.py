@@ -79,7 +79,7 @@ def test_a_coupled_sampled_run_is_judged_token_for_token_and_in_distribution(cap
     assert "token for token" in gate["reason"] and sum(gate["pit_histogram"]) == 64
 
     from specdec_eval.workers.sampling.keyed import target_probs
-    from specdec_eval.workers.spec import verify
+    from specdec_eval.workers.sampling import verify
 
     def greedy(logits, params, seed, position):  # the bug: the keyed draw ignores its noise (both sides alike)
         return int(target_probs(logits.float().cpu(), params).argmax())
