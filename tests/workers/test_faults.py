@@ -228,6 +228,8 @@ def test_draft_reads_neighbour_hidden_changes_nothing_at_batch_1_and_the_drafts_
     alone = [make_engine(tiny, spec=spec, max_batch_size=1, inject=i) for i in ((), bug)]
     assert _run(alone[0], PROMPTS[:2]) == _run(alone[1], PROMPTS[:2])
     assert alone[1].events.of_type("fault_injected") == []
+    alone[1].generate_paired(PROMPTS[:2], PARAMS)  # a run beside its plain twin: the twin drafts nothing
+    assert alone[1].events.of_type("fault_injected") == []
     clean_tokens, clean_drafts, clean_rate = _run(make_engine(tiny, spec=spec), PROMPTS)
     engine = make_engine(tiny, spec=spec, inject=bug)
     tokens, drafts, rate = _run(engine, PROMPTS)
@@ -242,3 +244,5 @@ def test_each_request_reads_its_neighbours_rows_rolled_by_one():
     hidden = torch.arange(5).float().unsqueeze(-1)  # request 0: rows 0-1, request 1: rows 2-4
     assert _neighbour_rows(hidden, [0, 2, 5]).squeeze(-1).tolist() == [2, 3, 0, 1, 1]
     assert _neighbour_rows(hidden, [0, 5]).squeeze(-1).tolist() == [0, 1, 2, 3, 4]  # alone: its own
+    # a plain twin (request 1) beside two speculating requests keeps its rows; 0 and 2 read each other's
+    assert _neighbour_rows(hidden, [0, 2, 3, 5], among=[0, 2]).squeeze(-1).tolist() == [3, 4, 2, 0, 1]

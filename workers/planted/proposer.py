@@ -30,8 +30,11 @@ class NeighbourHiddenProposer:
         return self.worker.capture_layers
 
     def forward(self, step: DraftInput) -> list[list[int]]:
-        if len(step.items) > 1 and self.faults.due("draft_reads_neighbour_hidden", step.step):
-            step = replace(step, captured=[_neighbour_rows(c, step.meta.query_start.tolist()) for c in step.captured])
+        # only speculating requests draft: a plain twin decoded beside its run (paired baseline) is no neighbour
+        drafting = [r for r, it in enumerate(step.items) if it.request.speculative]
+        if len(drafting) > 1 and self.faults.due("draft_reads_neighbour_hidden", step.step):
+            starts = step.meta.query_start.tolist()
+            step = replace(step, captured=[_neighbour_rows(c, starts, drafting) for c in step.captured])
         return self.worker.forward(step)
 
 
@@ -50,13 +53,16 @@ class _DraftKVIntoTarget(Eagle3OneModelWorker):
         return self.draft_kv_layer
 
 
-def _neighbour_rows(hidden: torch.Tensor, starts: list[int]) -> torch.Tensor:
-    """Each request's rows [starts[r], starts[r + 1]) taken from request r + 1's, row by row from its first (the
-    neighbour's last row repeated where the neighbour has fewer)."""
+def _neighbour_rows(hidden: torch.Tensor, starts: list[int], among: list[int] | None = None) -> torch.Tensor:
+    """Each request's rows [starts[r], starts[r + 1]) taken from its neighbour's (the next of `among`, default every
+    request; the last the first's), row by row from its first (the neighbour's last row repeated where the neighbour
+    has fewer). Requests not among them keep their own rows."""
     count = len(starts) - 1
+    among = list(range(count)) if among is None else among
+    neighbour = {r: among[(i + 1) % len(among)] for i, r in enumerate(among)}
     index: list[int] = []
     for r in range(count):
-        n = (r + 1) % count
+        n = neighbour.get(r, r)
         first, last = starts[n], starts[n + 1] - 1
         index.extend(min(first + j, last) for j in range(starts[r + 1] - starts[r]))
     return hidden[torch.tensor(index, dtype=torch.int64, device=hidden.device)]
