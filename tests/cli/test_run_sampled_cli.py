@@ -78,8 +78,8 @@ def test_a_coupled_sampled_run_is_judged_token_for_token_and_in_distribution(cap
     assert gate["identity"]["verdict"] in ("PASS", "NO-GATE") and gate["in_distribution"]["verdict"] == "PASS"
     assert "token for token" in gate["reason"] and sum(gate["pit_histogram"]) == 64
 
-    from specdec_eval.workers.sampling.keyed import target_probs
     from specdec_eval.workers.sampling import verify
+    from specdec_eval.workers.sampling.keyed import target_probs
 
     def greedy(logits, params, seed, position):  # the bug: the keyed draw ignores its noise (both sides alike)
         return int(target_probs(logits.float().cpu(), params).argmax())

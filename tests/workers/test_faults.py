@@ -237,12 +237,9 @@ def test_draft_reads_neighbour_hidden_changes_nothing_at_batch_1_and_the_drafts_
     assert {e["point"] for e in engine.events.of_type("fault_injected")} == {"draft_reads_neighbour_hidden"}
 
 
-def test_each_request_reads_its_neighbours_rows_rolled_by_one():
-    import torch
-    from specdec_eval.workers.planted.proposer import _neighbour_rows
+def test_each_speculating_request_reads_its_neighbours_row():
+    from specdec_eval.workers.planted.proposer import rolled_among
 
-    hidden = torch.arange(5).float().unsqueeze(-1)  # request 0: rows 0-1, request 1: rows 2-4
-    assert _neighbour_rows(hidden, [0, 2, 5]).squeeze(-1).tolist() == [2, 3, 0, 1, 1]
-    assert _neighbour_rows(hidden, [0, 5]).squeeze(-1).tolist() == [0, 1, 2, 3, 4]  # alone: its own
-    # a plain twin (request 1) beside two speculating requests keeps its rows; 0 and 2 read each other's
-    assert _neighbour_rows(hidden, [0, 2, 3, 5], among=[0, 2]).squeeze(-1).tolist() == [3, 4, 2, 0, 1]
+    assert rolled_among(3, [0, 1, 2]) == [1, 2, 0]
+    assert rolled_among(3, [0, 2]) == [2, 1, 0]  # a plain twin (row 1) keeps its own row
+    assert rolled_among(2, [1]) == [0, 1]  # alone: its own

@@ -1,6 +1,6 @@
 """Planted bugs, built into an engine once, when it is built: `--inject CLASS` swaps in a substitute verifier
 (`verifier`, with the rejection sampler's bugs in `rejection`), a wrapper of the target model (`target`), a
-wrapper or subclass of the spec worker (`proposer`), or a KV-cache manager that leaks (`rewind_leak_hook`). The
+subclass of the spec worker (`proposer`), or a KV-cache manager that leaks (`rewind_leak_hook`). The
 clean engine step and the clean workers carry none of them, only the environmental fault points."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from ..faults import REJECTION_POINTS, FaultInjector
 from ..model.causal_lm import CausalLM
 from ..sampling.verify import Verifier
 from ..spec.base import SpecWorkerBase
-from .proposer import NeighbourHiddenProposer, planted_worker_class
+from .proposer import planted_worker_class
 from .target import KeptDrafts, PlantedTarget
 from .verifier import PlantedVerifier
 
@@ -25,7 +25,6 @@ VERIFIER_POINTS = (
     "sample_key_shift",
     *REJECTION_POINTS,
 )
-PROPOSER_POINTS = ("draft_reads_neighbour_hidden",)
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ class StepParts:
 
     target: Any  # the CausalLM, or a PlantedTarget around it
     verifier: Verifier
-    proposer: Any  # the spec worker (or None), or a wrapper around it
+    proposer: Any  # the spec worker (or None)
 
 
 def build_step_parts(
@@ -48,10 +47,7 @@ def build_step_parts(
     spec_attached = spec_worker is not None
     target = PlantedTarget(model, faults, spec_attached, kept, clock) if wants(TARGET_POINTS) else model
     verifier = PlantedVerifier(faults, kept) if wants(VERIFIER_POINTS) else Verifier()
-    proposer = spec_worker
-    if spec_worker is not None and wants(PROPOSER_POINTS):
-        proposer = NeighbourHiddenProposer(spec_worker, faults)
-    return StepParts(target, verifier, proposer)
+    return StepParts(target, verifier, spec_worker)
 
 
 __all__ = ["StepParts", "build_step_parts", "planted_worker_class", "rewind_leak_hook"]

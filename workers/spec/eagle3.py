@@ -53,6 +53,10 @@ class Eagle3OneModelWorker(SpecWorkerBase):
         """The KV layer the draft head writes and reads: its own, after the target's."""
         return self.draft_kv_layer
 
+    def draft_start_hidden(self, hidden: torch.Tensor, items) -> torch.Tensor:
+        """Each request's hidden state its drafts start from (one row per request): its own."""
+        return hidden
+
     def _forward_impl(self, step: DraftInput) -> list[list[int]]:
         meta = step.meta
         for it, n in zip(step.items, step.num_computed, strict=True):
@@ -98,7 +102,7 @@ class Eagle3OneModelWorker(SpecWorkerBase):
         features = self.draft.fuse(step.captured)
         next_t = torch.tensor(next_ids, dtype=torch.int64, device=dev)
         out = self.draft(embed(next_t), features, meta, kv_layer)
-        hidden = out[torch.tensor(gather, device=dev)]
+        hidden = self.draft_start_hidden(out[torch.tensor(gather, device=dev)], items)
         sampled = self.sampled_drafts and any(_samples_drafts(it) for it in items)
         token, q = self._propose(hidden, items) if sampled else (self.draft.propose(hidden), None)
         proposals, draft_probs = [token], [q]
