@@ -11,6 +11,8 @@ from specdec_eval.workers.config import EngineConfig, KVCacheConfig
 from specdec_eval.workers.engine.engine import Engine
 from specdec_eval.workers.loading.checkpoint import load_checkpoint
 
+from .budget import Budget
+
 # One definition of the session's vLLM servers for every test module (a fixture imported into two modules would be two
 # session fixtures, each starting its own servers).
 from .vllm_server import vllm_matrix_servers, vllm_servers  # noqa: F401
@@ -18,6 +20,10 @@ from .vllm_server import vllm_matrix_servers, vllm_servers  # noqa: F401
 # CPU budgets: plenty for the tests, cheap to allocate (the KV pool takes most of what weights leave).
 TEST_MEMORY = {"preset:tiny": 256 * 2**20}
 DEFAULT_TEST_MEMORY = 1 * 2**30  # SmolLM2: 0.6 GiB of fp32 weights, ~0.25 GiB of KV
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(Budget(), "specdec-time-budget")
 
 
 def pytest_collection_modifyitems(items):
