@@ -3,6 +3,8 @@ fault-free run. Guard none: the failure is detected and reported (never a hang, 
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from specdec_eval.workers.config import SamplingParams, SpecConfig
 from specdec_eval.workers.faults import FaultSpec
@@ -172,6 +174,11 @@ def test_aux_layers_off_by_one_moves_the_drafts_features_and_no_output(tiny, pla
     assert plain.events.of_type("fault_injected") == []
 
 
+# ~1.3k tokens a request (five shots, 128 new): the tests' default 1 GiB holds 4 at once, so the run went in three
+# waves, each decoding 128 tokens; 2.5 GiB admits all 12 (the pool's pages are touched only as they fill).
+ALL_TWELVE_AT_ONCE = int(2.5 * 2**30)
+
+
 @pytest.mark.slow
 @needs_shared_data
 def test_aux_layers_off_by_one_lowers_smollm2_acceptance_with_identical_outputs(smollm2):
@@ -185,8 +192,16 @@ def test_aux_layers_off_by_one_lowers_smollm2_acceptance_with_identical_outputs(
     params = SamplingParams(max_new_tokens=128, stop=("Question:",))
     runs = []
     for inject in ((), ("aux_layers_off_by_one",)):
-        engine = make_engine(smollm2, kv_enable_block_reuse=False, spec=SpecConfig(max_draft_len=3), inject=inject)
+        engine = make_engine(
+            smollm2,
+            kv_enable_block_reuse=False,
+            spec=SpecConfig(max_draft_len=3),
+            inject=inject,
+            device_memory=ALL_TWELVE_AT_ONCE,
+        )
         runs.append(engine.generate(prompts, params))
+        del engine
+        gc.collect()  # one engine's KV at a time
     clean, bug = runs
     assert [o.token_ids for o in clean] == [o.token_ids for o in bug]
     pairs = [
