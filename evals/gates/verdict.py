@@ -53,7 +53,7 @@ def apply_gates(
     spec_sampling = spec_sampling_of(identity)
     if plan.populate_acceptance:
         summary = populate_acceptance(summary, results, test_id, path, spec_sampling)
-    from .acceptance import load_acceptance_references
+    from .acceptance_file import load_acceptance_references
 
     # --no-reference: the shipped references are not looked up, for acceptance either (a run at other shots or
     # lengths than a reference's is no regression of it: a clean SmolLM2 run at 0 shots and 16 tokens FAILed against
@@ -156,7 +156,7 @@ def populate_acceptance(
     summary: RunSummary, results: list[TaskResult], test_id: str, path, spec_sampling: str | None = None
 ) -> RunSummary:
     """`--populate-acceptance`: the run's acceptance length as its test id's reference, only from a clean, passing
-    run (`acceptance.populate_from_run`); called after the lossless gate, before the acceptance gate."""
-    from .acceptance import populate_from_run
+    run (`acceptance_file.populate_from_run`); called after the lossless gate, before the acceptance gate."""
+    from .acceptance_file import populate_from_run
 
     return summary.replace(acceptance_populated=populate_from_run(summary, results, test_id, path, spec_sampling))

@@ -83,7 +83,7 @@ def stop_inputs(
     exact = (identity.resolved_dtype or identity.dtype) in EXACT_DTYPES
     if identity.spec is None:
         return StopInputs(opened.test_id, exact)
-    from ..gates.acceptance import load_acceptance_references
+    from ..gates.acceptance_file import load_acceptance_references
 
     refs = load_acceptance_references(acceptance_path(plan.options))
     return StopInputs(opened.test_id, exact, refs, _baseline_tokens(identity, plan, baseline))

@@ -13,10 +13,8 @@ from specdec_eval.evals.gates.acceptance import (
     acceptance_early_fail,
     acceptance_gate,
     counts_problem,
-    find_acceptance_reference,
-    load_acceptance_references,
-    populate,
 )
+from specdec_eval.evals.gates.acceptance_file import find_acceptance_reference, load_acceptance_references, populate
 from specdec_eval.workers.spec.metrics import AcceptanceStats
 
 from specdec_eval.errors import UserError
