@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ...workers.spec.metrics import AcceptanceStats
@@ -48,6 +49,11 @@ NO_POWER = (
     "not stated: the run gave no sampling error of its AL (fewer than two requests with draft cycles, or no "
     "per-request counts), so what drop this band can see is unknown"
 )
+
+
+def acceptance_path(options: EvalOptions) -> Path:
+    """The acceptance-length references file of a run: --acceptance-refs, else the shipped one."""
+    return Path(options.acceptance_refs) if options.acceptance_refs else ACCEPTANCE_PATH
 
 
 def acceptance_gate(

@@ -31,6 +31,7 @@ from .acceptance import (
     sampled_decoding,
 )
 from .references import parse_yaml, read_yaml
+from .registry import gate_keys
 
 
 def load_acceptance_references(path: Path = ACCEPTANCE_PATH) -> dict[str, dict[str, Any]]:
@@ -81,9 +82,10 @@ def populate_refusal(summary: RunSummary | Mapping[str, Any]) -> str | None:
     failed = [name for name, t in summary.tasks.items() if t.verdict == Verdict.FAIL]
     if failed:
         reasons.append(f"the accuracy gate FAILed on {', '.join(failed)}")
-    lossless = [name for name, t in summary.tasks.items() if t.lossless is not None and t.lossless.failed]
-    if lossless:
-        reasons.append(f"the lossless gate FAILed on {', '.join(lossless)}")
+    for key, gate in gate_keys().items():  # the gates judged before this one: the lossless gate's
+        failed = [name for name, t in summary.tasks.items() if key in t.gates and t.gates[key].failed]
+        if failed:
+            reasons.append(f"the {gate} gate FAILed on {', '.join(failed)}")
     if summary.failing_events:
         reasons.append(f"{summary.failing_events} failing event(s)")
     if summary.num_failed_requests:

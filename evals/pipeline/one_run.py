@@ -13,7 +13,7 @@ from typing import Any
 from ...results.run_summary import RunSummary
 from ...results.sample_record import SampleRecord
 from ...workers.interface import EngineIdentity, InferenceEngine
-from ..gates.verdict import acceptance_path
+from ..gates.acceptance import acceptance_path
 from ..lossless.baseline import NO_LOSSLESS_GATE, BaselineKind, BaselineRef, ResolvedBaseline, resolve_baseline
 from ..lossless.check import EXACT_DTYPES
 from ..lossless.control import ControlEngine, not_reusable

@@ -9,7 +9,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from specdec_eval.evals.gates.verdict import apply_acceptance_gate, evaluate_acceptance
+from specdec_eval.evals.gates.acceptance_gate import apply_acceptance_gate, evaluate_acceptance
 from specdec_eval.results.run_summary import FAIL, NO_GATE, PASS, GateResult, RunSummary, TaskSummary
 from specdec_eval.results.store import write_json
 

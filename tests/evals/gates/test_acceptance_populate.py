@@ -124,7 +124,7 @@ def test_a_run_that_measured_no_acceptance_says_so(tmp_path):
 def test_a_sampled_run_writes_its_own_decodings_entry_and_leaves_the_greedy_one(tmp_path):
     """A sampled run's reference goes under its decoding's key and states that decoding, so a greedy run never reads
     it and the greedy entry keeps every byte; the gate then judges the next run of that decoding against it."""
-    from specdec_eval.evals.gates.verdict import evaluate_acceptance
+    from specdec_eval.evals.gates.acceptance_gate import evaluate_acceptance
 
     path = tmp_path / "acceptance_length.yaml"
     path.write_text(SHIPPED)
