@@ -130,6 +130,20 @@ def product_files(root: Path) -> list[Path]:
     ]
 
 
+def declared_gate_names(tree: ast.AST) -> set[str]:
+    """The strings a module declares as a gate's own `name = "..."` or `key = "..."` (a class attribute)."""
+    return {
+        node.value.value
+        for cls in ast.walk(tree)
+        if isinstance(cls, ast.ClassDef)
+        for node in cls.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id in ("name", "key") for t in node.targets)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    }
+
+
 def judging(root: Path) -> dict:
     """What a new gate costs and how long the judging code's functions are (module docstrings and comments left out of
     the literals: a gate's name in prose is no place a new gate must edit)."""
@@ -142,6 +156,7 @@ def judging(root: Path) -> dict:
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text)
         strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        strings -= declared_gate_names(tree)  # a gate's own module names it: that is no place a new gate edits
         for g in GATE_LITERALS:
             if g.strip('"') in strings:
                 literal_files[g].append(rel)
