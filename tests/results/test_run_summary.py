@@ -111,7 +111,9 @@ def test_typed_fields_of_a_main_summary():
     task = summary.tasks["gsm8k"]
     verdicts = (task.verdict, task.gates["lossless"].verdict, task.gates["acceptance_gate"].verdict)
     assert verdicts == ("REPORT", PASS, "NO-REFERENCE") and task.num_samples == 10
-    assert task.gates["lossless"].numbers["identical"] == 10 and task.gates["lossless"].numbers["baseline_kind"] == "twin"
+    assert (
+        task.gates["lossless"].numbers["identical"] == 10 and task.gates["lossless"].numbers["baseline_kind"] == "twin"
+    )
     assert task.gates_passed() == ["lossless"] and summary.shown_verdict == PASS
     assert summary.baseline["kind"] == "twin" and summary.failing_events == 0
 
