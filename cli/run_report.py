@@ -8,9 +8,10 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from ..evals.gates.registry import gates
 from ..evals.lossless.margins import WHAT_TO_DO
 from ..results.run_summary import NO_GATE, PASS, RunSummary, TaskSummary, as_run_summary
-from ..results.shown_verdict import UNDERPOWERED, acceptance_words
+from ..results.shown_verdict import UNDERPOWERED, gate_words
 
 
 def failed_requests(task: TaskSummary) -> str | None:
@@ -38,50 +39,31 @@ def print_report(summary: RunSummary | Mapping[str, Any]) -> None:
         if not failed:
             scores = ", ".join(f"{k} {v:.2f}" for k, v in (t.filter_scores or {}).items())
             print(f"filters: {scores}; score = their mean = {t.score:.2f}", file=out)
-        if t.lossless:
-            ls = t.lossless.numbers
-            line = f"lossless: {t.lossless.verdict} ({t.lossless.reason})"
-            if ls.get("num_pairs"):
-                line += f"; identical {ls['identical']}/{ls['num_pairs']}, McNemar p {ls['mcnemar_p']:.3g}"
-                line += f" vs {ls.get('baseline_label') or 'baseline run'} {ls['baseline_run']}"
-            print(line, file=out)
-            for d in ls.get("divergences", [])[:10]:
-                print(f"  divergent doc {d['doc_id']}: first differing token at {d['position']}{_margin(d)}", file=out)
-        if t.acceptance:
-            a = t.acceptance
-            per_pos = ", ".join(f"{x:.2f}" for x in a["per_position_rate"])
-            print(
-                f"acceptance length {a['acceptance_length']:.3f} (incl. bonus token), rate "
-                f"{a['acceptance_rate']:.3f}, per position [{per_pos}]",
-                file=out,
-            )
-        if t.acceptance_gate:
-            verdict = acceptance_words(t.acceptance_gate.verdict, t.acceptance_underpowered)
-            print(f"acceptance gate: {verdict} ({t.acceptance_gate.reason})", file=out)
+        for gate in gates():
+            for line in gate.report_lines(t):
+                print(line, file=out)
     print("", file=out)
     for name, t in summary.tasks.items():
         ref = "no ref"
         if t.reference is not None:
             ref = f"ref {t.reference:.2f} thr {t.threshold:.2f} theta {t.theta:.2f}"
-        lossless = f"  lossless {t.lossless.verdict}" if t.lossless else ""
-        if t.acceptance_gate:
-            lossless += f"  acceptance {acceptance_words(t.acceptance_gate.verdict, t.acceptance_underpowered)}"
+        judged = "".join(f"  {g.name} {gate_words(r)}" for g in gates() if (r := g.result(t)) is not None)
         failed = failed_requests(t)
         score = f"{'n/a':>6}" if failed else f"{t.score:6.2f}"
         note = f"  ({failed})" if failed else ""
-        print(f"{name:<20} {score}  {ref:<32} {t.verdict}{lossless}{note}", file=out)
+        print(f"{name:<20} {score}  {ref:<32} {t.verdict}{judged}{note}", file=out)
     _print_audit(summary, out)
     _print_run_notes(summary, out)
     if summary.events:
         print("events: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.events.items())), file=out)
     verdict = summary.shown_verdict  # NO-GATE where no gate could have failed the run
     why = " (no gate could fail this run)" if verdict == NO_GATE else ""
-    unjudged = [n for n, t in summary.tasks.items() if t.lossless_uncalibrated]
+    unjudged = _by_gate(summary, "uncalibrated")
     if verdict == NO_GATE and unjudged:  # the lossless gate could not judge: say what would let it
-        why = f" (the lossless gate could not judge {', '.join(unjudged)}: {WHAT_TO_DO})"
-    wide = [n for n, t in summary.tasks.items() if t.acceptance_underpowered]
+        why = "".join(f" (the {g} gate could not judge {', '.join(tasks)}: {WHAT_TO_DO})" for g, tasks in unjudged)
+    wide = _by_gate(summary, "underpowered")
     if verdict == PASS and wide:  # a PASS that rests partly on an acceptance band too wide to see min_al
-        why = f" (acceptance {UNDERPOWERED} on {', '.join(wide)})"
+        why = "".join(f" ({g} {UNDERPOWERED} on {', '.join(tasks)})" for g, tasks in wide)
     print(f"run {verdict}{why} in {summary.elapsed_s:.0f} s ({summary.world_size} rank(s))", file=out)
     if summary.server_failure:  # why the server failed it, after the verdict (an endpoint run)
         print(summary.server_failure, file=out)
@@ -115,9 +97,10 @@ def _print_audit(summary: RunSummary, out) -> None:
     )
     # Outside float32 a plain engine may differ from a twin by rounding: each task's gate judged those divergences.
     judged = [
-        f"{name}: {t.lossless.numbers['audit_margins']}"
+        f"{name}: {g.numbers['audit_margins']}"
         for name, t in summary.tasks.items()
-        if t.lossless is not None and t.lossless.numbers.get("audit_margins")
+        for g in t.gates.values()
+        if g.numbers.get("audit_margins")
     ]
     found += "".join(f"; {j}" for j in judged)
     print(
@@ -143,10 +126,12 @@ def _print_run_notes(summary: RunSummary, out) -> None:
         print(f"warning: injected fault {fault} never fired; this run did not exercise it", file=out)
 
 
-def _margin(divergence: dict[str, Any]) -> str:
-    """The text after a divergence, e.g. ", margin 0.0156 nats (near-tie)", when it carries margins."""
-    m = divergence.get("margins") or {}
-    if m.get("judged") is None:
-        return ""
-    bound = " (lower bound)" if m.get("lower_bound") else ""
-    return f", margin {m['judged']:.4f} nats{bound}" + (f" ({m['class']})" if m.get("class") else "")
+def _by_gate(summary: RunSummary, which: str) -> list[tuple[str, list[str]]]:
+    """(gate name, its tasks) for each gate some task's result is `which` of (`TaskSummary.uncalibrated`,
+    `TaskSummary.underpowered`), in the registry's order."""
+    found = []
+    for gate in gates():
+        tasks = [n for n, t in summary.tasks.items() if gate.key in getattr(t, which)]
+        if tasks:
+            found.append((gate.name, tasks))
+    return found

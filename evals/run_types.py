@@ -285,6 +285,8 @@ class RunPlan:
         ),
     )
 
+    gates: tuple[str, ...] = ()  # the opt-in gates asked for, as `run --gate` took them (NAME[=SETTING])
+
     @property
     def baseline_run(self) -> str | None:
         """The recorded run `--baseline RUN` names (None: a mode)."""
@@ -302,6 +304,7 @@ class RunPlan:
             "baseline": self.baseline,
             "populate_acceptance": self.populate_acceptance,
             "control": self.control,
+            **({"gates": list(self.gates)} if self.gates else {}),
         }
 
     @classmethod
@@ -313,6 +316,7 @@ class RunPlan:
             d.get("baseline", "paired"),
             d.get("populate_acceptance", False),
             d.get("control"),
+            tuple(d.get("gates") or ()),
         )
 
 

@@ -87,6 +87,19 @@ class GateResult:
     def failed(self) -> bool:
         return self.verdict == FAIL
 
+    @property
+    def uncalibrated(self) -> bool:
+        """The gate could not judge what it measured (the lossless gate's divergences without a noise floor: older
+        runs said UNCALIBRATED, newer NO-GATE with "uncalibrated": true): readers show NO-GATE, never PASS."""
+        return self.verdict == Verdict.UNCALIBRATED or bool(self.numbers.get("uncalibrated"))
+
+    @property
+    def underpowered(self) -> bool:
+        """A PASS within a band whose floor lies below the gate's own minimum (the acceptance gate's min_al): the
+        regression it exists for would have passed too, so readers never show this PASS bare."""
+        power = self.numbers.get("power")
+        return self.passed and isinstance(power, Mapping) and bool(power.get("band_wider_than_min_al"))
+
     def to_json(self) -> dict[str, Any]:
         values = {**self.numbers, "verdict": self.verdict, "reason": self.reason}
         return _emit(values, self.key_order or tuple(values), frozenset(), {"reason": ""})
@@ -117,8 +130,13 @@ _TASK_KEYS = (
     "report",
     "filter_mismatches",
 )
-_TASK_OPTIONAL = frozenset({"subset", "stopped", "lossless", "acceptance_gate"})
-TASK_GATES = ("lossless", "acceptance_gate")  # summary.json's key of each gate recorded besides the accuracy test
+_TASK_OPTIONAL = frozenset({"subset", "stopped"})
+
+
+def is_gate_record(value: Any) -> bool:
+    """Whether a task entry's value beyond its own keys is a gate's record (any gate's, under the key it declares:
+    "lossless", "acceptance_gate", an opt-in gate's): a mapping with a verdict, as every gate has written one."""
+    return isinstance(value, Mapping) and "verdict" in value
 
 
 @dataclass(frozen=True)
@@ -150,14 +168,6 @@ class TaskSummary:
         object.__setattr__(self, "extra", _frozen(self.extra))
 
     @property
-    def lossless(self) -> GateResult | None:
-        return self.gates.get("lossless")
-
-    @property
-    def acceptance_gate(self) -> GateResult | None:
-        return self.gates.get("acceptance_gate")
-
-    @property
     def fails(self) -> bool:
         """The accuracy test or any other gate FAILed this task."""
         return self.verdict == FAIL or any(g.failed for g in self.gates.values())
@@ -169,23 +179,29 @@ class TaskSummary:
         return passed + [name.removesuffix("_gate") for name, g in self.gates.items() if g.passed]
 
     @property
-    def lossless_uncalibrated(self) -> bool:
-        """The lossless gate could not judge its divergences (older runs said UNCALIBRATED, newer NO-GATE with
-        "uncalibrated": true): the run shows NO-GATE for losslessness, never PASS."""
-        gate = self.gates.get("lossless")
-        return gate is not None and (gate.verdict == Verdict.UNCALIBRATED or bool(gate.numbers.get("uncalibrated")))
+    def uncalibrated(self) -> list[str]:
+        """The keys of the gates that could not judge this task (`GateResult.uncalibrated`): the run shows NO-GATE."""
+        return [key for key, g in self.gates.items() if g.uncalibrated]
 
     @property
-    def acceptance_underpowered(self) -> bool:
-        """The acceptance gate passed within a band whose floor lies below min_al:
-        an AL under min_al would have passed too, so readers show this PASS with that said, never bare."""
-        gate = self.gates.get("acceptance_gate")
-        power = gate.numbers.get("power") if gate is not None else None
-        wide = isinstance(power, Mapping) and bool(power.get("band_wider_than_min_al"))
-        return gate is not None and gate.passed and wide
+    def underpowered(self) -> list[str]:
+        """The keys of the gates whose PASS does not rule out the regression they exist for (`underpowered`)."""
+        return [key for key, g in self.gates.items() if g.underpowered]
 
     def with_gate(self, name: str, result: GateResult) -> TaskSummary:
         return dataclasses.replace(self, gates={**self.gates, name: result})
+
+    def with_accuracy(self, result: GateResult) -> TaskSummary:
+        """This task with its accuracy test's result, kept as the task entry's own fields (as summary.json always
+        kept it): the verdict, its report, and the threshold and theta it rests on."""
+        numbers = result.numbers
+        return dataclasses.replace(
+            self,
+            verdict=result.verdict,
+            report=result.reason,
+            threshold=numbers.get("threshold"),
+            theta=numbers.get("theta"),
+        )
 
     def to_json(self) -> dict[str, Any]:
         values = {k: getattr(self, k) for k in _TASK_KEYS}
@@ -197,7 +213,7 @@ class TaskSummary:
     @classmethod
     def from_json(cls, record: Mapping[str, Any]) -> TaskSummary:
         known = {k: record[k] for k in _TASK_KEYS if k in record}
-        gates = {k: GateResult.from_json(record[k]) for k in TASK_GATES if isinstance(record.get(k), Mapping)}
+        gates = {k: GateResult.from_json(v) for k, v in record.items() if k not in known and is_gate_record(v)}
         extra = {k: v for k, v in record.items() if k not in known and k not in gates}
         return cls(**known, gates=gates, extra=extra, key_order=tuple(record))
 
@@ -273,7 +289,7 @@ class RunSummary:
         PASS whose lossless gate could not judge (UNCALIBRATED)."""
         if self.verdict != PASS:
             return self.verdict
-        if any(t.lossless_uncalibrated for t in self.tasks.values()):
+        if any(t.uncalibrated for t in self.tasks.values()):
             return NO_GATE
         return PASS if any(t.gates_passed() for t in self.tasks.values()) else NO_GATE
 
@@ -284,6 +300,10 @@ class RunSummary:
     def with_task_gate(self, task: str, name: str, result: GateResult) -> RunSummary:
         """This summary with one more gate's result on one task (the run's verdict follows from it)."""
         return dataclasses.replace(self, tasks={**self.tasks, task: self.tasks[task].with_gate(name, result)})
+
+    def with_task_accuracy(self, task: str, result: GateResult) -> RunSummary:
+        """This summary with one task's accuracy test judged (`TaskSummary.with_accuracy`)."""
+        return dataclasses.replace(self, tasks={**self.tasks, task: self.tasks[task].with_accuracy(result)})
 
     def replace(self, **changes: Any) -> RunSummary:
         return dataclasses.replace(self, **changes)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..event_types import FAILING_EVENTS
-from .run_summary import RunSummary
+from .run_summary import RunSummary, TaskSummary
 from .shown_verdict import acceptance_words
 from .store import Run, UnreadableRun, UnreadableRunError, scan_runs, start_time
 
@@ -84,13 +84,13 @@ def run_row(run: Run) -> dict[str, Any]:
             "verdict": t.verdict,
             "num_samples": t.num_samples,
             # the losslessness gate of a spec-dec run against its baseline (None when not run)
-            "lossless": t.lossless.verdict if t.lossless else None,
-            "lossless_reason": t.lossless.reason if t.lossless else None,
+            "lossless": _verdict(t, "lossless"),
+            "lossless_reason": _reason(t, "lossless"),
             # the acceptance-length gate against its reference band (None when not run)
-            "acceptance_gate": t.acceptance_gate.verdict if t.acceptance_gate else None,
-            "acceptance_reason": t.acceptance_gate.reason if t.acceptance_gate else None,
+            "acceptance_gate": _verdict(t, "acceptance_gate"),
+            "acceptance_reason": _reason(t, "acceptance_gate"),
             # a PASS within a band wider than min_al (`acceptance_power`): never shown bare
-            "acceptance_underpowered": t.acceptance_underpowered,
+            "acceptance_underpowered": "acceptance_gate" in t.underpowered,
         }
         for name, t in summary.tasks.items()
     }
@@ -193,6 +193,15 @@ def _matches(row: dict[str, Any], test_id: str | None, commit: str | None, gpu: 
     if gpu is not None and row["gpu"] != gpu:
         return False
     return commit is None or (row["commit_full"] or "").lower().startswith(commit.lower())
+
+
+def _verdict(task: TaskSummary, key: str) -> str | None:
+    """The verdict of the gate recorded under `key` (the table's columns are summary.json's keys)."""
+    return task.gates[key].verdict if key in task.gates else None
+
+
+def _reason(task: TaskSummary, key: str) -> str | None:
+    return task.gates[key].reason if key in task.gates else None
 
 
 def format_tasks(row: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .run_summary import FAIL, NO_GATE, PASS, RunSummary, TaskSummary, as_run_summary
+from .run_summary import FAIL, NO_GATE, PASS, GateResult, RunSummary, TaskSummary, as_run_summary
 
 __all__ = [
     "FAIL",
@@ -21,8 +21,8 @@ __all__ = [
     "PASS",
     "UNDERPOWERED",
     "acceptance_words",
+    "gate_words",
     "gates_passed",
-    "lossless_uncalibrated",
     "run_verdict",
 ]
 
@@ -41,9 +41,9 @@ def run_verdict(summary: RunSummary | Mapping[str, Any]) -> str:
     return as_run_summary(summary).shown_verdict
 
 
-def lossless_uncalibrated(task: TaskSummary | Mapping[str, Any]) -> bool:
-    """The task's lossless gate could not judge its divergences (older runs said UNCALIBRATED, newer NO-GATE)."""
-    return (task if isinstance(task, TaskSummary) else TaskSummary.from_json(task)).lossless_uncalibrated
+def gate_words(result: GateResult | None) -> str | None:
+    """Any gate's verdict as readers print it: a PASS that does not rule out its regression is never bare."""
+    return acceptance_words(result.verdict, result.underpowered) if result is not None else None
 
 
 def acceptance_words(verdict: str | None, underpowered: bool) -> str | None:

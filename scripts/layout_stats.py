@@ -1,5 +1,7 @@
 """The shape of the code, measured: files and lines per folder, import statements between folders, import circles
-between sub-packages, the largest files and the length of `cli/run.py`.
+between sub-packages, the largest files and the length of `cli/run.py`; and the shape of the layer that judges
+(`judging`): the product files that name a gate as a string literal, the count of `dict[str, Any]`, the longest
+function, the widest signature and the modules over 450 lines in the judging folders.
 
     python scripts/layout_stats.py [ROOT] [--json]
 
@@ -111,6 +113,78 @@ def measure(root: Path) -> dict:
         "circles": circles(edges),
         "largest": [{"file": f, "lines": n} for n, f in largest],
         "cli/run.py": run_py,
+        "judging": judging(root),
+    }
+
+
+JUDGING = ("evals/gates", "evals/lossless", "evals/pipeline", "results")  # the folders whose code judges a run
+# The string literals that name a gate as its readers spell it (the label and the key summary.json keeps it under).
+GATE_LITERALS = ('"accuracy"', '"lossless"', '"acceptance"', '"acceptance_gate"')
+MAX_LINES = 450
+
+
+def product_files(root: Path) -> list[Path]:
+    """The package's own modules (tests/, scripts/ and studies/ are not product)."""
+    return [
+        p for top in TOP if (root / top).is_dir() for p in sorted((root / top).rglob("*.py")) if ".venv" not in p.parts
+    ]
+
+
+def declared_gate_names(tree: ast.AST) -> set[str]:
+    """The strings a module declares as a gate's own `name = "..."` or `key = "..."` (a class attribute)."""
+    return {
+        node.value.value
+        for cls in ast.walk(tree)
+        if isinstance(cls, ast.ClassDef)
+        for node in cls.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id in ("name", "key") for t in node.targets)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    }
+
+
+def judging(root: Path) -> dict:
+    """What a new gate costs and how long the judging code's functions are (module docstrings and comments left out of
+    the literals: a gate's name in prose is no place a new gate must edit)."""
+    literal_files: dict[str, list[str]] = {g: [] for g in GATE_LITERALS}
+    typed_dicts: Counter[str] = Counter()
+    functions: list[tuple[int, int, str]] = []  # (lines, parameters, where)
+    long_modules: list[tuple[int, str]] = []
+    for path in product_files(root):
+        rel = str(path.relative_to(root))
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+        strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        strings -= declared_gate_names(tree)  # a gate's own module names it: that is no place a new gate edits
+        for g in GATE_LITERALS:
+            if g.strip('"') in strings:
+                literal_files[g].append(rel)
+        typed_dicts[rel.split("/")[0]] += text.count("dict[str, Any]")
+        if not rel.startswith(JUDGING):
+            continue
+        lines = text.count("\n")
+        if lines > MAX_LINES:
+            long_modules.append((lines, rel))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                params = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + bool(a.vararg) + bool(a.kwarg)
+                params -= bool(a.args) and a.args[0].arg in ("self", "cls")
+                span = (node.end_lineno or node.lineno) - node.lineno + 1
+                functions.append((span, params, f"{rel}:{node.name}"))
+    union = sorted({f for fs in literal_files.values() for f in fs})
+    longest = max(functions) if functions else (0, 0, "-")
+    widest = max(functions, key=lambda f: (f[1], f[0])) if functions else (0, 0, "-")
+    return {
+        "gate_literal_files": {g: len(fs) for g, fs in literal_files.items()},
+        "gate_literal_files_any": len(union),
+        "gate_literal_file_list": union,
+        "dict_str_any": dict(sorted(typed_dicts.items())),
+        "dict_str_any_total": sum(typed_dicts.values()),
+        "longest_function": {"where": longest[2], "lines": longest[0]},
+        "widest_signature": {"where": widest[2], "parameters": widest[1]},
+        "modules_over_max": [{"file": f, "lines": n} for n, f in sorted(long_modules, reverse=True)],
     }
 
 
@@ -158,6 +232,18 @@ def render(stats: dict) -> str:
     lines.append("import circles: " + ("; ".join(" <-> ".join(c) for c in stats["circles"]) or "none"))
     lines.append("largest files: " + ", ".join(f"{x['file']} ({x['lines']})" for x in stats["largest"]))
     lines.append(f"cli/run.py: {stats['cli/run.py']} lines")
+    j = stats["judging"]
+    lines.append("judging:")
+    named = ", ".join(f"{g} {n}" for g, n in j["gate_literal_files"].items())
+    lines.append(f"  product files naming a gate as a string: {j['gate_literal_files_any']} ({named})")
+    per = ", ".join(f"{k} {n}" for k, n in j["dict_str_any"].items() if n)
+    lines.append(f"  dict[str, Any] in the product: {j['dict_str_any_total']} ({per})")
+    lines.append(f"  longest function: {j['longest_function']['where']} ({j['longest_function']['lines']} lines)")
+    lines.append(
+        f"  widest signature: {j['widest_signature']['where']} ({j['widest_signature']['parameters']} parameters)"
+    )
+    over = ", ".join(f"{x['file']} ({x['lines']})" for x in j["modules_over_max"]) or "none"
+    lines.append(f"  modules over {MAX_LINES} lines: {over}")
     return "\n".join(lines)
 
 

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from ..evals.gates.acceptance import acceptance_gate
+from ..evals.gates.acceptance_gate import acceptance_slack
 from ..evals.gates.acceptance_power import SLACK_Z, gate_power
-from ..evals.gates.verdict import acceptance_slack
 from ..evals.sequential.acceptance_ab import AcceptanceSequentialDesign, simulate
 from ..results.acceptance_paired import doc_counts
 from ..results.paired import pair_samples

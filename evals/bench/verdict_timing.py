@@ -28,6 +28,8 @@ from typing import Any
 from ...errors import UserError
 from ...results.run_summary import RunSummary, Verdict
 from ...workers.config import EngineConfig
+from ..gates.lossless_gate import GATE as LOSSLESS
+from ..gates.registry import gate_keys
 from ..pipeline.backends import RunTarget, make_backend
 from ..pipeline.run import run
 from ..run_identity import baseline_config
@@ -183,12 +185,12 @@ def failed_gates(run_summary: RunSummary | dict[str, Any]) -> list[str]:
         if task.get("verdict") == Verdict.FAIL:
             report = (task.get("report") or "").strip().splitlines()
             why.append(f"accuracy on {name}: {report[-1] if report else 'FAIL'}")
-        for gate, key in (("lossless", "lossless"), ("acceptance", "acceptance_gate")):
+        for key, gate in gate_keys().items():
             found = task.get(key) or {}
             if found.get("verdict") == Verdict.FAIL:
                 why.append(f"{gate} on {name}: {found.get('reason') or 'FAIL'}")
         stopped = task.get("stopped") or {}
-        if stopped.get("verdict") == Verdict.FAIL and stopped.get("gate") not in ("lossless", "acceptance"):
+        if stopped.get("verdict") == Verdict.FAIL and stopped.get("gate") not in gate_keys().values():
             why.append(f"early stop ({stopped.get('gate')}) on {name}: {stopped.get('reason')}")
     if summary.get("failing_events"):
         why.append(f"events: {summary['failing_events']} failing event(s)")
@@ -206,7 +208,7 @@ def _scored(spec_config: EngineConfig, options: EvalOptions) -> bool:
 
 
 def _lossless(summary: RunSummary) -> str:
-    verdicts = [t.lossless.verdict if t.lossless else "-" for t in summary.tasks.values()]
+    verdicts = [r.verdict if (r := LOSSLESS.result(t)) else "-" for t in summary.tasks.values()]
     return ",".join(verdicts)
 
 

@@ -7,7 +7,7 @@ understates the error (on the embedded default by the design effect that
 `python -m specdec_eval.studies.sequential_acceptance` prints). Requests are the independent units (each a document
 drawn from the task), so the error of AL is the ratio estimator's, clustered by request (delta method): SE =
 sqrt(sum((a_i - r c_i)^2) / (n (n - 1))) / mean(c), r = sum(a) / sum(c). The run computes exactly this for the gate as
-its sampling slack, SLACK_Z standard errors (`verdict.acceptance_slack`), so the gate recovers SE = slack / SLACK_Z and
+its sampling slack, SLACK_Z standard errors (`acceptance_slack`), so the gate recovers SE = slack / SLACK_Z and
 needs no other input. The reference is taken as exact, as the gate takes it.
 
 **The gate's rule, as a test.** With the band's floor `low` (`acceptance.acceptance_band`: the larger
@@ -46,7 +46,7 @@ from typing import Any
 
 from scipy.special import ndtr
 
-SLACK_Z = 2.576  # the standard errors in the run's sampling slack (`verdict.acceptance_slack`'s z)
+SLACK_Z = 2.576  # the standard errors in the run's sampling slack (`acceptance_gate.acceptance_slack`'s z)
 DEFAULT_BETA = 0.2  # as the accuracy gate's (TensorRT-LLM's default)
 MAX_DOCUMENTS = 10_000_000
 AT_MIN_AL = 1e-4  # relative: a floor this close to min_al is at it (min_al = 0.95 ref_al is written rounded)

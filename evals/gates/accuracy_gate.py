@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from ...results.run_summary import GateResult, Verdict
 from ...stats.clustered import ClusteredScore
 from ...stats.hypothesis import HypothesisTest
+from .gate import Gate, GateOutcome, RunEvidence
+from .resolved_run import ResolvedRun
 
 if TYPE_CHECKING:
     from .references import Reference
@@ -77,3 +79,26 @@ def accuracy_gate(
             report += f"; the gate says {verdict}: the conditions differ from the reference's"
     report += "".join(f"\n{note}" for note in notes)
     return GateResult(verdict, report, numbers)
+
+
+class AccuracyGate(Gate):
+    """Each task's accuracy test, judged while the run evaluated (a sequential design's decision can stop it early),
+    recorded as the task entry's own verdict, report, threshold and theta."""
+
+    name = "accuracy"
+    key = None
+
+    def judge(self, evidence: RunEvidence, run: ResolvedRun) -> GateOutcome:
+        return GateOutcome({r.task: _recorded(r.accuracy) for r in evidence.results})
+
+
+def _recorded(accuracy: GateResult) -> GateResult:
+    numbers = {k: _rounded(accuracy.numbers.get(k)) for k in ("threshold", "theta")}
+    return GateResult(accuracy.verdict, accuracy.reason, numbers)
+
+
+def _rounded(x: float | None) -> float | None:
+    return round(x, 4) if x is not None else None
+
+
+GATE = AccuracyGate()

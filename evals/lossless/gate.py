@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from ...results.run_summary import GateResult, RunSummary, Verdict
+from ...results.run_summary import GateResult, Verdict
 from ...results.sample_record import SampleRecord
 from ...workers.interface import EngineIdentity
 from ..run_types import TaskResult
@@ -60,20 +60,6 @@ class LosslessCase:
 
 
 Judge = Callable[[LosslessCase], GateResult]
-
-
-def apply_lossless_gate(
-    summary: RunSummary,
-    samples: list[SampleRecord],
-    identity: EngineIdentity,
-    results: list[TaskResult],
-    baseline: ResolvedBaseline,
-) -> RunSummary:
-    """The summary with each task's lossless gate and the baseline it rests on (a FAIL fails the run)."""
-    gates, record = evaluate_lossless(summary.tasks, samples, identity, results, baseline)
-    for task, gate in gates.items():
-        summary = summary.with_task_gate(task, "lossless", gate)
-    return summary if record is None else summary.replace(baseline=record)
 
 
 def evaluate_lossless(
@@ -164,19 +150,29 @@ def judge_both(case: LosslessCase) -> GateResult:
     A PASS in distribution also stands where identity could not judge (twins not auditable: NO-GATE), since its
     baseline is a plain engine of its own; the identity record keeps every field, the sampled verdict's numbers
     join it (the report plots its PIT histogram)."""
-    identity = _identity(case)
-    sampled = _in_distribution(case)
-    check = {**identity, **{k: v for k, v in sampled.items() if k not in identity and k not in ("verdict", "reason")}}
-    check["identity"] = {"verdict": identity["verdict"], "reason": identity.get("reason", "")}
-    check["in_distribution"] = {"verdict": sampled["verdict"], "reason": sampled.get("reason", "")}
-    same = f"token for token: {identity.get('reason') or identity['verdict']}"
-    if identity["verdict"] == Verdict.FAIL:
-        check["reason"] = f"{identity['reason']} (in distribution: {sampled['verdict']})"
-    elif sampled["verdict"] == Verdict.FAIL:
-        check["verdict"], check["reason"] = Verdict.FAIL, f"{sampled['reason']} ({same})"
-    elif sampled["verdict"] == Verdict.PASS and identity["verdict"] in (Verdict.PASS, Verdict.NO_GATE):
-        check["verdict"], check["reason"] = Verdict.PASS, f"{sampled['reason']}; {same}"
-    return GateResult.from_json(check)
+    identity = GateResult.from_json(_identity(case))
+    sampled = GateResult.from_json(_in_distribution(case))
+    verdict, reason = _both(identity, sampled)
+    joined = {k: v for k, v in sampled.numbers.items() if k not in identity.numbers}
+    halves = {
+        "identity": {"verdict": identity.verdict, "reason": identity.reason},
+        "in_distribution": {"verdict": sampled.verdict, "reason": sampled.reason},
+    }
+    order = identity.key_order + tuple(k for k in (*joined, *halves) if k not in identity.key_order)
+    return GateResult(verdict, reason, {**identity.numbers, **joined, **halves}, order)
+
+
+def _both(identity: GateResult, sampled: GateResult) -> tuple[str, str]:
+    """The verdict and reason of the two judgements together: identity's FAIL first, then the sampled one's; a PASS
+    in distribution stands where identity passed or could not judge; else identity's own."""
+    same = f"token for token: {identity.reason or identity.verdict}"
+    if identity.failed:
+        return identity.verdict, f"{identity.reason} (in distribution: {sampled.verdict})"
+    if sampled.failed:
+        return Verdict.FAIL, f"{sampled.reason} ({same})"
+    if sampled.passed and identity.verdict in (Verdict.PASS, Verdict.NO_GATE):
+        return Verdict.PASS, f"{sampled.reason}; {same}"
+    return identity.verdict, identity.reason
 
 
 JUDGES: dict[JudgeKind, Judge] = {

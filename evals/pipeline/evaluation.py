@@ -27,6 +27,7 @@ from ..lossless.scoring import spec_sampling as spec_sampling_of
 from ..run_identity import model_key_for
 from ..run_types import EvalOptions, TaskResult
 from ..tasks.registry import TaskSpec, source_for, write_task_yamls
+from ..tasks.subsets import SubsetPlan
 from .task_records import TaskRecords, filter_mismatches, task_records
 
 
@@ -110,27 +111,43 @@ def evaluate(
         return RecordingLM(SpecDecLM(engine, session), outputs)
 
     raw, plans = _run_lm_eval(make_lm, options, sources)
+    stopping = Stopping(stopper, only is not None)
     results = []
     for spec in options.tasks:
-        name, plan = spec.lm_eval_name, plans[spec.name]
-        records = task_records(spec, raw["samples"][name], outputs, loaded.get(name), options.repeats)
-        check = _condition_check(conditions[spec.name], references[spec.name], options)
-        results.append(
-            _task_result(
-                spec,
-                records,
-                references[spec.name],
-                raw["results"][name],
-                plan,
-                sources[spec.name].origin,
-                stopper,
-                only is not None,
-                engine,
-                conditions[spec.name].to_dict(),
-                check,
-            )
+        name, reference = spec.lm_eval_name, references[spec.name]
+        task = EvaluatedTask(
+            spec,
+            reference,
+            plans[spec.name],
+            sources[spec.name].origin,
+            conditions[spec.name].to_dict(),
+            _condition_check(conditions[spec.name], reference, options),
         )
+        records = task_records(spec, raw["samples"][name], outputs, loaded.get(name), options.repeats)
+        results.append(_task_result(task, records, raw["results"][name], stopping, engine.identity.max_draft_len))
     return results
+
+
+@dataclass(frozen=True)
+class EvaluatedTask:
+    """One task as the run planned it: its definition, reference, document plan, data origin and conditions (with
+    their check against the reference entry's)."""
+
+    spec: TaskSpec
+    reference: Reference | None
+    plan: SubsetPlan
+    origin: str
+    conditions: dict[str, Any] | None = None
+    check: ConditionCheck | None = None
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """How the run's documents may stop short: the sequential controller (--early-stop), or `only` (the baseline of
+    an early-stopped paired run evaluates just the documents its run did)."""
+
+    stopper: Any = None
+    only: bool = False
 
 
 def _condition_check(conditions, reference: Reference | None, options: EvalOptions) -> ConditionCheck | None:
@@ -141,21 +158,12 @@ def _condition_check(conditions, reference: Reference | None, options: EvalOptio
 
 
 def _task_result(
-    spec: TaskSpec,
-    records: TaskRecords,
-    reference: Reference | None,
-    lm_eval_results: dict[str, Any],
-    plan,
-    origin: str,
-    stopper,
-    only: bool,
-    engine: InferenceEngine,
-    conditions: dict[str, Any] | None = None,
-    check: ConditionCheck | None = None,
+    task: EvaluatedTask, records: TaskRecords, lm_eval_results: dict[str, Any], stopping: Stopping, max_draft_len: int
 ) -> TaskResult:
     """A task's result, scored, cross-checked against lm-eval, its accuracy gate judged once. With several samples
     per document the score is the mean over documents of each document's mean (stats.clustered), and the
     gate's n the effective sample count of that clustered score."""
+    spec, reference, plan, stopper = task.spec, task.reference, task.plan, stopping.stopper
     samples = records.samples
     n = len(samples)
     filters = spec.family.filters
@@ -168,7 +176,7 @@ def _task_result(
     if stopper is not None:
         stopped, decision = stopper.record(spec.lm_eval_name), stopper.accuracy_decision(spec.lm_eval_name)
         design_note = stopper.design_note(spec.lm_eval_name)
-    elif only:
+    elif stopping.only:
         why = "the baseline of an early-stopped paired run: the documents its run evaluated"
         stopped = {"gate": "paired", "verdict": None, "n": n, "of": plan.n, "reason": why}
     first = [s for s in samples if s.repeat == 0]  # what lm-eval scored: its take_first keeps sample 0
@@ -187,7 +195,7 @@ def _task_result(
         clustered = clustered_score(groups)
     documents = len({s.doc_id for s in samples})  # n counts samples: several per document with --repeats
     notes = _notes(documents, reference, plan, stopped) + ((design_note,) if design_note else ())
-    accuracy = accuracy_gate(spec.name, score, n, reference, spec.floor, failed, decision, notes, clustered, check)
+    accuracy = accuracy_gate(spec.name, score, n, reference, spec.floor, failed, decision, notes, clustered, task.check)
     per_request = records.acceptance
     return TaskResult(
         spec.name,
@@ -198,18 +206,18 @@ def _task_result(
         reference,
         accuracy,
         samples,
-        acceptance=run_acceptance(per_request, engine.identity.max_draft_len) if per_request else None,
+        acceptance=run_acceptance(per_request, max_draft_len) if per_request else None,
         acceptance_requests=[(d["num_cycles"], d["num_accepted_drafts"]) for d in per_request],
         acceptance_positions=[
             (d["num_cycles"], list(d["accepted_per_position"])) for d in per_request if d.get("accepted_per_position")
         ],
         num_failed_requests=failed,
-        data_origin=origin,
+        data_origin=task.origin,
         filter_mismatches=filter_mismatches(spec, records),
         n_total=plan.n_total,
         subset=plan.to_dict() if plan.n < plan.n_total or plan.how == "random" else None,
         stopped=stopped,
-        conditions=conditions,
+        conditions=task.conditions,
         clustered=clustered.to_dict() if clustered is not None else None,
     )
 

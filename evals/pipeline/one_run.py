@@ -13,7 +13,7 @@ from typing import Any
 from ...results.run_summary import RunSummary
 from ...results.sample_record import SampleRecord
 from ...workers.interface import EngineIdentity, InferenceEngine
-from ..gates.verdict import acceptance_path
+from ..gates.acceptance import acceptance_path
 from ..lossless.baseline import NO_LOSSLESS_GATE, BaselineKind, BaselineRef, ResolvedBaseline, resolve_baseline
 from ..lossless.check import EXACT_DTYPES
 from ..lossless.control import ControlEngine, not_reusable
@@ -83,7 +83,7 @@ def stop_inputs(
     exact = (identity.resolved_dtype or identity.dtype) in EXACT_DTYPES
     if identity.spec is None:
         return StopInputs(opened.test_id, exact)
-    from ..gates.acceptance import load_acceptance_references
+    from ..gates.acceptance_file import load_acceptance_references
 
     refs = load_acceptance_references(acceptance_path(plan.options))
     return StopInputs(opened.test_id, exact, refs, _baseline_tokens(identity, plan, baseline))

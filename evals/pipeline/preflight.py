@@ -43,7 +43,8 @@ def check_out_folder(out: str) -> None:
 def check_acceptance_options(plan: RunPlan, speculative: bool, injects: bool) -> None:
     """--acceptance-refs is a readable references file (or a name for one), and --populate-acceptance can write it
     and has something clean to write: checked before anything runs."""
-    from ..gates.acceptance import ACCEPTANCE_PATH, check_writable, load_acceptance_references
+    from ..gates.acceptance import ACCEPTANCE_PATH
+    from ..gates.acceptance_file import check_writable, load_acceptance_references
 
     refs = plan.options.acceptance_refs
     path = Path(refs).expanduser() if refs is not None else ACCEPTANCE_PATH

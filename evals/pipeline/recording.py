@@ -18,6 +18,8 @@ from ...results import manifest as mf
 from ...results.run_summary import RunSummary
 from ...workers.faults import behaviour_faults
 from ...workers.interface import EngineIdentity, InferenceEngine
+from ..gates.registry import parse_opt_in
+from ..gates.resolved_run import resolve_run
 from ..gates.verdict import apply_gates, summarise
 from ..lossless.baseline import ResolvedBaseline
 from ..run_identity import git_state, run_config, test_id
@@ -104,7 +106,8 @@ def record_run(
     if twin is not None:  # this run is the plain twins of a paired run: say so, and what the audit found
         summary = summary.replace(paired_twin=twin)
         opened.manifest["paired_twin"] = twin
-    summary = apply_gates(summary, results, samples, identity, plan, baseline, opened.test_id)
+    resolved = resolve_run(identity, opened.test_id, plan, baseline, results, parse_opt_in(plan.gates))
+    summary = apply_gates(summary, results, samples, resolved)
     if identity.spec is not None and baseline.audit is not None:
         opened.manifest["baseline_audit"] = baseline.audit
     if any(r.stopped for r in results):

@@ -34,14 +34,19 @@ from ...results.sample_record import SampleRecord
 from ...results.store import Run
 from ...stats.acceptance_ratio import DROP, NO_DROP, judge_pairs
 from ...workers.config import EngineConfig
+from ..gates.accuracy_gate import GATE as ACCURACY
+from ..gates.lossless_gate import GATE as LOSSLESS
+from ..gates.registry import gates
 from ..pipeline.backends import RunTarget, make_backend
 from ..pipeline.evaluation import EvalOptions
 from ..pipeline.run import run
 from ..run_types import RunPlan
 from ..tasks.registry import TASKS
 
-GATES = ("accuracy", "lossless", "acceptance", "paired_acceptance", "events")
 PAIRED = "paired_acceptance"  # the per-document acceptance of a class's run against the unmutated run's
+# The matrix's columns: every gate a run always has (the registry's, in its order), then the paired acceptance and
+# the failing events.
+GATES = (*(g.name for g in gates() if not g.opt_in), PAIRED, "events")
 
 
 @dataclass(frozen=True)
@@ -298,32 +303,36 @@ def judge(
 
 def _cell(gate: str, summary: RunSummary, task: TaskSummary, elapsed: float, order: list[Any]) -> dict:
     verdict, docs = _verdict(gate, summary, task), []
-    if verdict == Verdict.PASS and gate == "acceptance" and task.acceptance_gate is not None:
-        power = task.acceptance_gate.numbers.get("power") or {}
+    found = _gate(gate, task)
+    if verdict == Verdict.PASS and found is not None and isinstance(found.numbers.get("power"), Mapping):
+        power = found.numbers["power"]
         # what the single-run gate could have seen: a class it misses is reported with the gate's own statement
         return {"verdict": verdict, **({"power": power["statement"]} if power.get("statement") else {})}
     if verdict != Verdict.FAIL:
         return {"verdict": verdict}
     stopped = task.stopped or {}
-    if gate == "lossless":  # the spec-dec outputs' divergences from the twins, or the twins' audit's
+    if gate == LOSSLESS.name:  # the spec-dec outputs' divergences from the twins, or the twins' audit's
         audited = ((summary.baseline or {}).get("audit") or {}).get("first_divergence")
-        found = task.lossless.numbers if task.lossless else {}
-        docs = [d["doc_id"] for d in found.get("divergences") or []] + ([audited["doc_id"]] if audited else [])
-        docs += [v["doc_id"] for v in found.get("violations") or []]  # a sampled verdict's support violations
+        numbers = found.numbers if found is not None else {}
+        docs = [d["doc_id"] for d in numbers.get("divergences") or []] + ([audited["doc_id"]] if audited else [])
+        docs += [v["doc_id"] for v in numbers.get("violations") or []]  # a sampled verdict's support violations
     positions = sorted(order.index(d) + 1 for d in docs if d in order)
     doc = positions[0] if positions else (stopped.get("n") if stopped.get("gate") == gate else task.num_samples)
     return {"verdict": Verdict.FAIL, "doc": doc, "seconds": round(elapsed, 1), "reason": _reason(gate, summary, task)}
 
 
 def _gate(gate: str, task: TaskSummary) -> GateResult | None:
-    return task.lossless if gate == "lossless" else task.acceptance_gate
+    """A matrix column's gate result on the task (None for the columns that are no recorded gate: events, the
+    paired acceptance, the accuracy test kept as the task's own verdict)."""
+    known = {g.name: g for g in gates()}
+    return known[gate].result(task) if gate in known else None
 
 
 def _verdict(gate: str, summary: RunSummary, task: TaskSummary) -> str:
     """FAIL, PASS, or "-" (the gate could not decide in this run: no reference, no baseline)."""
     if gate == "events":
         return Verdict.FAIL if summary.failing_events else Verdict.PASS
-    if gate == "accuracy":
+    if gate == ACCURACY.name:
         return task.verdict if task.verdict in (Verdict.PASS, Verdict.FAIL) else "-"
     found = _gate(gate, task)
     stopped = task.stopped or {}
@@ -335,7 +344,7 @@ def _verdict(gate: str, summary: RunSummary, task: TaskSummary) -> str:
 def _reason(gate: str, summary: RunSummary, task: TaskSummary) -> str:
     if gate == "events":
         return ", ".join(f"{n} {t}" for t, n in summary.events.items() if t in FAILING_EVENTS)
-    if gate == "accuracy":
+    if gate == ACCURACY.name:
         return task.report.splitlines()[-1] if task.report else ""
     found = _gate(gate, task)
     return (found.reason if found is not None else "") or (task.stopped or {}).get("reason", "")

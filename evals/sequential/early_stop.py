@@ -32,6 +32,9 @@ from typing import Any
 from ...results.run_summary import Verdict
 from ...workers.spec.metrics import AcceptanceStats
 from ..gates.acceptance import acceptance_early_fail
+from ..gates.acceptance_gate import GATE as ACCEPTANCE
+from ..gates.accuracy_gate import GATE as ACCURACY
+from ..gates.lossless_gate import GATE as LOSSLESS
 from ..run_types import EvalOptions
 from .ab_channel import SideWait, progress_path
 from .accuracy import AccuracySequentialDesign
@@ -168,7 +171,7 @@ class EarlyStop:
         if divergence is not None and self.exact and t.stopped is None:
             sample = f"doc {doc_id}" + (f" sample {repeat}" if t.repeats > 1 else "")
             t.stopped = {
-                "gate": "lossless",
+                "gate": LOSSLESS.name,
                 "verdict": Verdict.FAIL,
                 "n": None,
                 "of": t.n_max,
@@ -202,7 +205,7 @@ class EarlyStop:
             )
             if early is not None:
                 t.stopped = {
-                    "gate": "acceptance",
+                    "gate": ACCEPTANCE.name,
                     "verdict": Verdict.FAIL,
                     "n": n,
                     "of": t.n_max,
@@ -216,7 +219,7 @@ class EarlyStop:
         t.looks.append(t.decision)
         if decision.verdict in (Verdict.PASS, Verdict.FAIL) and n < t.n_max:
             t.stopped = {
-                "gate": "accuracy",
+                "gate": ACCURACY.name,
                 "verdict": decision.verdict,
                 "n": n,
                 "of": t.n_max,

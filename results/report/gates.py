@@ -73,7 +73,7 @@ def accuracy_gate(task: TaskSummary | Mapping[str, Any]) -> GateText:
 
 def lossless_gate(task: TaskSummary | Mapping[str, Any]) -> GateText | None:
     """None when the task had no lossless gate (not spec-dec)."""
-    gate = _typed(task).lossless
+    gate = _typed(task).gates.get("lossless")
     if gate is None:
         return None
     ls = gate.to_json()  # the gate's numbers as it recorded them
@@ -118,7 +118,7 @@ def acceptance_band(g: dict[str, Any]) -> tuple[float | None, float | None]:
 
 def acceptance_gate(task: TaskSummary | Mapping[str, Any]) -> GateText | None:
     """None when the task had no acceptance gate."""
-    gate = _typed(task).acceptance_gate
+    gate = _typed(task).gates.get("acceptance_gate")
     if gate is None:
         return None
     g = gate.to_json()  # the gate's numbers as it recorded them
@@ -151,7 +151,7 @@ def acceptance_gate(task: TaskSummary | Mapping[str, Any]) -> GateText | None:
         )
     if g.get("reason") and verdict != PASS:
         text += f" — {g['reason']}"
-    if _typed(task).acceptance_underpowered:
+    if "acceptance_gate" in _typed(task).underpowered:
         text = text.replace(f"{PASS}:", f"{acceptance_words(PASS, True)}:", 1)
     power = g.get("power")
     if verdict in (PASS, FAIL) and isinstance(power, dict) and power.get("statement"):
@@ -235,7 +235,7 @@ def decide_run(run: RunData) -> RunDecision:
     if run.summary.server_failure:  # an endpoint run's server: why, from its log or the stall watch
         failed.append(run.summary.server_failure)
     notes = []
-    wide = [t.task for t in run.tasks if t.summary.acceptance_underpowered]
+    wide = [t.task for t in run.tasks if "acceptance_gate" in t.summary.underpowered]
     if wide:
         notes.append(f"acceptance {UNDERPOWERED}" + _on(wide, every))
     if no_gate:

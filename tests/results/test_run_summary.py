@@ -9,7 +9,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from specdec_eval.evals.gates.verdict import apply_acceptance_gate, evaluate_acceptance
+from specdec_eval.evals.gates.acceptance_gate import apply_acceptance_gate, evaluate_acceptance
 from specdec_eval.results.run_summary import FAIL, NO_GATE, PASS, GateResult, RunSummary, TaskSummary
 from specdec_eval.results.store import write_json
 
@@ -109,9 +109,11 @@ def test_summary_json_round_trips_byte_for_byte(tmp_path, recorded):
 def test_typed_fields_of_a_main_summary():
     summary = RunSummary.from_json(MAIN_SPEC)
     task = summary.tasks["gsm8k"]
-    verdicts = (task.verdict, task.lossless.verdict, task.acceptance_gate.verdict)
+    verdicts = (task.verdict, task.gates["lossless"].verdict, task.gates["acceptance_gate"].verdict)
     assert verdicts == ("REPORT", PASS, "NO-REFERENCE") and task.num_samples == 10
-    assert task.lossless.numbers["identical"] == 10 and task.lossless.numbers["baseline_kind"] == "twin"
+    assert (
+        task.gates["lossless"].numbers["identical"] == 10 and task.gates["lossless"].numbers["baseline_kind"] == "twin"
+    )
     assert task.gates_passed() == ["lossless"] and summary.shown_verdict == PASS
     assert summary.baseline["kind"] == "twin" and summary.failing_events == 0
 
@@ -165,7 +167,7 @@ def test_the_summary_is_frozen():
     with pytest.raises(TypeError):
         summary.tasks["gsm8k"] = _task()  # type: ignore[index]
     with pytest.raises(TypeError):
-        summary.tasks["gsm8k"].lossless.numbers["identical"] = 0  # type: ignore[index]
+        summary.tasks["gsm8k"].gates["lossless"].numbers["identical"] = 0  # type: ignore[index]
 
 
 REF = "accuracy/test_specdec.py::Testtiny::test_eagle3[v2_kv_cache-one_model-tp1]"

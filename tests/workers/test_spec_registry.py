@@ -117,7 +117,7 @@ def test_a_method_added_through_the_registry_needs_no_other_edit(tiny, repeat_me
 
 
 def test_acceptance_references_are_found_per_method():
-    from specdec_eval.evals.gates.acceptance import find_acceptance_reference, load_acceptance_references
+    from specdec_eval.evals.gates.acceptance_file import find_acceptance_reference, load_acceptance_references
 
     refs = load_acceptance_references()
     llama = {"model": "meta-llama/Llama-3.1-8B-Instruct", "max_draft_len": 3, "task": "mt_bench"}

@@ -13,10 +13,8 @@ from specdec_eval.evals.gates.acceptance import (
     acceptance_early_fail,
     acceptance_gate,
     counts_problem,
-    find_acceptance_reference,
-    load_acceptance_references,
-    populate,
 )
+from specdec_eval.evals.gates.acceptance_file import find_acceptance_reference, load_acceptance_references, populate
 from specdec_eval.workers.spec.metrics import AcceptanceStats
 
 from specdec_eval.errors import UserError
@@ -340,7 +338,7 @@ def test_populate_creates_the_file_and_refuses_bad_values(tmp_path):
 def test_a_small_run_is_judged_within_its_own_sampling_error():
     """Ten questions with AL 7% above the reference: within the run's sampling error (slack), so PASS; the same AL
     on a large run (no slack) moves beyond rtol and FAILs; a collapse fails whatever the slack."""
-    from specdec_eval.evals.gates.verdict import acceptance_slack
+    from specdec_eval.evals.gates.acceptance_gate import acceptance_slack
 
     refs = {"t": {"ref_al": 2.0, "min_al": 1.9, "max_draft_len": 3}}
     stats = {
@@ -362,7 +360,7 @@ def test_a_small_run_is_judged_within_its_own_sampling_error():
 def test_the_slack_weighs_requests_by_their_cycles():
     """Equal cycles: the ratio's error is the per-request ALs' error. One long request with a low AL pulls the
     ratio and widens its error; a lone request, or requests without cycles, give no slack."""
-    from specdec_eval.evals.gates.verdict import acceptance_slack
+    from specdec_eval.evals.gates.acceptance_gate import acceptance_slack
 
     equal = [(50, 50), (50, 60), (50, 40), (50, 55)]
     als = [1 + a / c for c, a in equal]
@@ -378,7 +376,7 @@ def test_a_per_position_rate_is_judged_within_its_own_sampling_error():
     at rtol 5%): the unmutated SmolLM2 engine on `bench --verdict --docs 8`. Within that position's own sampling
     error, so PASS, as AL is judged; the same rates with no slack FAIL; a collapsed position FAILs whatever the
     slack."""
-    from specdec_eval.evals.gates.verdict import acceptance_slack
+    from specdec_eval.evals.gates.acceptance_gate import acceptance_slack
 
     refs = {"t": {"ref_al": 2.0, "min_al": 1.9, "max_draft_len": 3, "ref_per_position": [0.53, 0.30, 0.1643]}}
     # (cycles, accepted at positions 0, 1, 2) of eight requests: 81 / 50 / 20 accepted of 146 cycles

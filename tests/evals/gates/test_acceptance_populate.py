@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 from specdec_eval.cli.run_report import populated_line
-from specdec_eval.evals.gates import acceptance
-from specdec_eval.evals.gates.acceptance import (
+from specdec_eval.evals.gates import acceptance_file
+from specdec_eval.evals.gates.acceptance_file import (
     check_writable,
     load_acceptance_references,
     populate,
@@ -124,7 +124,7 @@ def test_a_run_that_measured_no_acceptance_says_so(tmp_path):
 def test_a_sampled_run_writes_its_own_decodings_entry_and_leaves_the_greedy_one(tmp_path):
     """A sampled run's reference goes under its decoding's key and states that decoding, so a greedy run never reads
     it and the greedy entry keeps every byte; the gate then judges the next run of that decoding against it."""
-    from specdec_eval.evals.gates.verdict import evaluate_acceptance
+    from specdec_eval.evals.gates.acceptance_gate import evaluate_acceptance
 
     path = tmp_path / "acceptance_length.yaml"
     path.write_text(SHIPPED)
@@ -187,7 +187,7 @@ def test_acceptance_refs_a_folder_or_unwritable_is_one_line(tmp_path, capsys, mo
     target = tmp_path / "refs.yaml"
     real_access = os.access
     monkeypatch.setattr(
-        acceptance.os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real_access(p, mode)
+        acceptance_file.os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real_access(p, mode)
     )  # a read-only mount, as root sees one too
     with pytest.raises(UserError, match="not writable"):
         check_writable(target)
@@ -196,7 +196,7 @@ def test_acceptance_refs_a_folder_or_unwritable_is_one_line(tmp_path, capsys, mo
     def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, "Read-only file system")
 
-    monkeypatch.setattr(acceptance, "atomic_write", read_only)  # it went read-only after the check
+    monkeypatch.setattr(acceptance_file, "atomic_write", read_only)  # it went read-only after the check
     with pytest.raises(UserError, match="cannot write the acceptance references .*Read-only file system"):
         populate(target, TEST, 2.0)
 

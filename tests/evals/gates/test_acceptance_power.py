@@ -9,8 +9,8 @@ import random
 import pytest
 from scipy import optimize, stats
 from specdec_eval.evals.gates.acceptance import acceptance_gate
+from specdec_eval.evals.gates.acceptance_gate import acceptance_slack
 from specdec_eval.evals.gates.acceptance_power import SLACK_Z, band_floor, gate_power
-from specdec_eval.evals.gates.verdict import acceptance_slack
 
 
 @pytest.fixture(autouse=True)

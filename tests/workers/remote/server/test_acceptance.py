@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from specdec_eval.evals.gates.verdict import acceptance_slack
+from specdec_eval.evals.gates.acceptance_gate import acceptance_slack
 from specdec_eval.serve.responses import speculative_decoding
 from specdec_eval.workers.config import SamplingParams, SpecConfig
 from specdec_eval.workers.interface import GenerationOutput
