@@ -41,6 +41,20 @@ class BenchOptions:
         group=SPEED,
     )
     skip_hf: bool = option(False, "--skip-hf", help="Do not measure HF transformers.", group=SPEED)
+    skip_vllm: bool = option(
+        False,
+        "--skip-vllm",
+        help="Do not measure vLLM's CPU build (measured when `make setup-vllm` set it up: a plain server, "
+        "float32, the same prompts at the same concurrency).",
+        group=SPEED,
+    )
+    profile: bool = option(
+        False,
+        "--profile",
+        help="Profile our plain engine instead: --num-prompts prompts at once, -n tokens each, with prefix reuse "
+        "(as `run` serves them); where each step's time goes, prefill and decode apart.",
+        group=SPEED,
+    )
     verdict: bool = option(
         False,
         "--verdict",
@@ -108,6 +122,7 @@ def bench(*, opts: BenchOptions) -> None:
       specdec-eval bench --batch-sizes 1,32 --num-prompts 32 --rounds 3    # the larger bench (~30 min here)
       specdec-eval bench --spec eagle3 --prompts gsm8k --data-dir ../shared/data --estimate-only
       specdec-eval bench --verdict --spec eagle3 --docs 16 --data-dir ../shared/data
+      specdec-eval bench --profile --prompts gsm8k --data-dir ../shared/data   # where our engine's time goes
       specdec-eval bench --verdict --spec eagle3 --spec-sampling rejection --task gsm8k_sampled --docs 8 \
           --data-dir ../shared/data                           # the sampled verdict: the run + its scoring
     """
@@ -116,6 +131,15 @@ def bench(*, opts: BenchOptions) -> None:
     common = {name: getattr(opts, name) for name in ("model", "kv_cache", "dtype", "device", "device_memory")}
     common["decode_copy"] = opts.decode_copy
     spec_cfg = {name: getattr(opts, name) for name in ("spec", "draft_len", "draft_model", "spec_sampling")}
+    if opts.profile:
+        from ..evals.bench.profile import describe_profile, run_profile
+
+        config = o.engine_config(**common, max_batch_size=opts.num_prompts)
+        result = run_profile(
+            config, opts.prompts_from, opts.num_prompts, opts.max_new_tokens, opts.data_dir, stderr.print
+        )
+        print(json.dumps(result) if opts.as_json else "\n".join(describe_profile(result)))
+        return
     if opts.verdict:
         from ..evals.bench.verdict_timing import VerdictBenchPlan, run_verdict_bench
         from .bench_print import print_verdict
@@ -152,6 +176,7 @@ def bench(*, opts: BenchOptions) -> None:
         opts.data_dir,
         opts.skip_hf,
         opts.rounds,
+        vllm=_with_vllm(opts),
     )
     # HF has no prefix cache; without block_reuse=False our repeated prompts (the warm-up ones) would skip their
     # prefill and the end-to-end rate would compare unlike work.
@@ -164,3 +189,17 @@ def bench(*, opts: BenchOptions) -> None:
         print(json.dumps(result))
     else:
         print_bench(result)
+
+
+def _with_vllm(opts: BenchOptions) -> bool:
+    """Whether the speed bench has a vLLM side: set up here, not skipped, and the same work (float32 on CPU)."""
+    from ..evals.bench.vllm_side import vllm_missing
+
+    if opts.skip_vllm or opts.estimate_only:
+        return False
+    why = vllm_missing(opts.model)
+    if why is None and (opts.dtype not in ("auto", "float32") or opts.device == "cuda"):
+        why = "the vLLM side serves float32 on CPU"
+    if why is not None:
+        stderr.print(f"bench: no vLLM side: {why}")
+    return why is None

@@ -128,12 +128,20 @@ class Scheduler:
         req.error = reason
 
     def _admit(self, budget: int, num_running: int) -> list[ScheduledRequest]:
+        """Waiting requests in arrival order while the batch, the token budget (tokens to compute: a reused prefix
+        costs nothing) and the KV cache allow. A request whose next uncached block is being computed in this very
+        step by a request admitted before it waits one step (prefix-aware admission): then it reuses that block. So
+        prompts that share a prefix (few-shot ones) compute it once, not once per request admitted beside it."""
         items: list[ScheduledRequest] = []
+        computing: set[bytes] = set()  # full prompt blocks this step computes and will publish
         while self.waiting and num_running + len(items) < self.max_batch_size:
             req = self.waiting[0]
             # After a preemption the earlier output is recomputed as part of the context.
             tokens = req.all_token_ids
-            if len(tokens) > budget:
+            reusable, hashes = self.kv.prompt_prefix(tokens)
+            if len(tokens) - reusable > budget:
+                break
+            if reusable < len(hashes) * self.kv.block_size and hashes[reusable // self.kv.block_size] in computing:
                 break
             cached = self.kv.admit(req.request_id, tokens, req.max_total_tokens)
             if cached is None:
@@ -148,6 +156,7 @@ class Scheduler:
             self.running.append(req)
             items.append(ScheduledRequest(req, cached, len(tokens) - cached, True))
             budget -= len(tokens) - cached
+            computing.update(hashes)
         return items
 
     def finish(self, req: Request, reason: str) -> None:
