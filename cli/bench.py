@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ..evals.bench.prompts import BENCH_PROMPTS
 from ..evals.run_types import EvalOptions
 from ..option_fields import flag_of, option
+from ..workers.remote.client.options import EndpointOptions
 from . import options as o
 from .progress import generation_progress, stderr
 
@@ -63,6 +64,17 @@ class BenchOptions:
         group=VERDICT,
     )
     docs: int = option(64, "--docs", help="Documents per verdict.", group=VERDICT)
+    endpoint: str | None = option(
+        None,
+        "--endpoint",
+        help="Time verdicts against servers instead: URL speculates (declare it with --spec), --baseline-endpoint "
+        "serves the same model plainly; a plain run, the speculating run with its baseline server, and the same "
+        "documents sampled (T = 0.7: a plain run, and the speculating run with its scoring).",
+        group=VERDICT,
+    )
+    baseline_endpoint: str | None = flag_of(EndpointOptions, "baseline_endpoint", group=VERDICT)
+    serve_cmd: str | None = flag_of(EndpointOptions, "serve_cmd", group=VERDICT)
+    baseline_serve_cmd: str | None = flag_of(EndpointOptions, "baseline_serve_cmd", group=VERDICT)
     sample_seed: int = option(0, "--sample-seed", help="Seed of the random subset of documents.", group=VERDICT)
     task: str = option(
         "gsm8k",
@@ -122,6 +134,8 @@ def bench(*, opts: BenchOptions) -> None:
       specdec-eval bench --batch-sizes 1,32 --num-prompts 32 --rounds 3    # the larger bench (~30 min here)
       specdec-eval bench --spec eagle3 --prompts gsm8k --data-dir ../shared/data --estimate-only
       specdec-eval bench --verdict --spec eagle3 --docs 16 --data-dir ../shared/data
+      specdec-eval bench --verdict --spec eagle3 --endpoint URL --baseline-endpoint URL0 --docs 8 \
+          --data-dir ../shared/data                           # against servers (URL speculates, URL0 does not)
       specdec-eval bench --profile --prompts gsm8k --data-dir ../shared/data   # where our engine's time goes
       specdec-eval bench --verdict --spec eagle3 --spec-sampling rejection --task gsm8k_sampled --docs 8 \
           --data-dir ../shared/data                           # the sampled verdict: the run + its scoring
@@ -152,6 +166,25 @@ def bench(*, opts: BenchOptions) -> None:
             max_output_len=opts.max_output_len,
             rounds=opts.rounds,
         )
+        if opts.endpoint:
+            from ..evals.bench.endpoint_verdict import run_endpoint_verdict_bench
+            from .bench_print import print_endpoint_verdict
+
+            endpoint = EndpointOptions(
+                endpoint=opts.endpoint,
+                baseline_endpoint=opts.baseline_endpoint,
+                serve_cmd=opts.serve_cmd,
+                baseline_serve_cmd=opts.baseline_serve_cmd,
+            )
+            report = run_endpoint_verdict_bench(
+                o.engine_config(**common, **spec_cfg),
+                endpoint,
+                plan,
+                stderr.print,
+                progress_for=lambda: generation_progress(0),
+            )
+            print(json.dumps(report) if opts.as_json else "\n".join(print_endpoint_verdict(report)))
+            return
         report = run_verdict_bench(
             o.engine_config(**common, **spec_cfg), plan, stderr.print, progress_for=lambda: generation_progress(0)
         )
@@ -176,8 +209,10 @@ def bench(*, opts: BenchOptions) -> None:
         opts.data_dir,
         opts.skip_hf,
         opts.rounds,
-        vllm=_with_vllm(opts),
+        vllm=(no_vllm := _why_no_vllm(opts)) is None,
     )
+    if no_vllm not in (None, "skipped") and opts.model == "smollm2":
+        stderr.print(f"bench: no vLLM side: {no_vllm}")
     # HF has no prefix cache; without block_reuse=False our repeated prompts (the warm-up ones) would skip their
     # prefill and the end-to-end rate would compare unlike work.
     engine_opts = dict(common, max_batch_size=max(sizes), block_reuse=False)
@@ -191,15 +226,14 @@ def bench(*, opts: BenchOptions) -> None:
         print_bench(result)
 
 
-def _with_vllm(opts: BenchOptions) -> bool:
-    """Whether the speed bench has a vLLM side: set up here, not skipped, and the same work (float32 on CPU)."""
+def _why_no_vllm(opts: BenchOptions) -> str | None:
+    """Why the speed bench has no vLLM side (None: it has one): skipped, not set up here, or not the same work
+    (the exported SmolLM2, float32 on CPU)."""
     from ..evals.bench.vllm_side import vllm_missing
 
     if opts.skip_vllm or opts.estimate_only:
-        return False
+        return "skipped"
     why = vllm_missing(opts.model)
     if why is None and (opts.dtype not in ("auto", "float32") or opts.device == "cuda"):
         why = "the vLLM side serves float32 on CPU"
-    if why is not None:
-        stderr.print(f"bench: no vLLM side: {why}")
-    return why is None
+    return why

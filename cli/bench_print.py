@@ -117,7 +117,34 @@ def print_verdict(report: dict[str, Any]) -> None:
     for name, side in report["sides"].items():
         for why, rounds in _reasons(side.get("failed") or []).items():
             print(f"  {name} FAIL ({rounds}): {why}")
+    for line in _guard_lines(report):
+        print(line)
     phases = {k: v["median"] for k, v in report["plain_phases"].items()}
     print(_fraction_line("  plain run vs hardware limit: ", phases))
     for line in report["unstable"]:
         print(line)
+
+
+def _guard_lines(report: dict[str, Any]) -> list[str]:
+    return [
+        f"  guard {name}: {g['median']:.2f}x {'within' if g['within'] else 'OVER'} {g['limit']:.2f}x"
+        for name, g in report.get("guards", {}).items()
+    ]
+
+
+def print_endpoint_verdict(report: dict[str, Any]) -> list[str]:
+    """The lines of `bench --verdict --endpoint`."""
+    lines = [
+        f"verdict bench against servers  run {report['endpoint']}, baseline {report['baseline_endpoint']}; "
+        f"{report['task']} and {report['sampled_task']}, {report['subset']}, {report['rounds']} rounds interleaved"
+        + (f", max output {report['max_output_len']} tokens" if report["max_output_len"] else ""),
+        f"\n  {'wall time (s)':<24}{'median (min-max)':<26}verdicts",
+    ]
+    for name, side in report["sides"].items():
+        lines.append(f"  {name:<24}{_spread(side['wall_s']):<26}{' '.join(side['verdicts'])}")
+    for name, s in report["ratios"].items():
+        lines.append(f"  {name:<44}{_spread(s, 'x', 2)}")
+    lines += _guard_lines(report)
+    for name, side in report["sides"].items():
+        lines += [f"  {name} FAIL ({rounds}): {why}" for why, rounds in _reasons(side.get("failed") or []).items()]
+    return lines + report["unstable"]
