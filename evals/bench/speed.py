@@ -250,8 +250,9 @@ def run_bench(
 ) -> dict[str, Any]:
     """The whole benchmark. base: our plain engine's configuration; spec: the spec-dec one (None: no spec side). Both
     should have block reuse off: HF has no prefix cache, and a prompt seen in the warm-up would skip its prefill on our
-    side only. An engine without a device memory budget gets what the plan needs. Before the rounds it says how long
-    they will take; estimate_only: stop there (the result then has the estimate and no rows)."""
+    side only (a vLLM side then runs without prefix caching too). An engine without a device memory budget gets what
+    the plan needs. Before the rounds it says how long they will take; estimate_only: stop there (the result then has
+    the estimate and no rows)."""
     from ...workers.loading.checkpoint import load_checkpoint
     from ...workers.loading.tokenizer import encode_any
     from .sides import build_sides
@@ -273,7 +274,18 @@ def run_bench(
         return _run_sides(base, spec, plan, sides, engine, prompts, say, estimate_only, started)
 
 
-def _run_sides(base, spec, plan, sides, engine, prompts, say, estimate_only, started) -> dict[str, Any]:
+def _run_sides(
+    base: EngineConfig,
+    spec: EngineConfig | None,
+    plan: BenchPlan,
+    sides: dict[str, Side],
+    engine,
+    prompts: list[list[int]],
+    say: Callable[[str], None],
+    estimate_only: bool,
+    started: float,
+) -> dict[str, Any]:
+    """`run_bench` once every side is up (a vLLM server included): limits, calibration, rounds, rows."""
     result: dict[str, Any] = {
         "model": base.model,
         "device": engine.device.type,
