@@ -29,6 +29,14 @@ def test_shared_prefix_is_computed_once_and_outputs_are_unchanged(tiny):
     assert all(o.stats["num_cached_tokens"] == 0 for o in full.generate(_prompts(), PARAMS))
 
 
+def test_a_short_shared_start_is_not_worth_a_step(tiny):
+    """One shared block of 8 tokens out of 40 (a chat template's system turn): all admitted together, as before."""
+    engine = make_engine(tiny, kv_block_size=8)
+    prompts = [list(range(5, 13)) + [20 + i] * 32 for i in range(4)]
+    engine.generate(prompts, SamplingParams(max_new_tokens=1, ignore_eos=True))
+    assert engine.last_stats.num_steps == 1
+
+
 def test_unrelated_prompts_are_admitted_together(tiny):
     engine = make_engine(tiny, kv_block_size=8)
     prompts = [[7 + i] * 40 for i in range(4)]
