@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ..evals.bench.prompts import BENCH_PROMPTS
 from ..evals.run_types import EvalOptions
 from ..option_fields import flag_of, option
+from ..workers.remote.client.options import EndpointOptions
 from . import options as o
 from .progress import generation_progress, stderr
 
@@ -41,6 +42,20 @@ class BenchOptions:
         group=SPEED,
     )
     skip_hf: bool = option(False, "--skip-hf", help="Do not measure HF transformers.", group=SPEED)
+    skip_vllm: bool = option(
+        False,
+        "--skip-vllm",
+        help="Do not measure vLLM's CPU build (measured when `make setup-vllm` set it up: a plain server, "
+        "float32, the same prompts at the same concurrency).",
+        group=SPEED,
+    )
+    profile: bool = option(
+        False,
+        "--profile",
+        help="Profile our plain engine instead: --num-prompts prompts at once, -n tokens each, with prefix reuse "
+        "(as `run` serves them); where each step's time goes, prefill and decode apart.",
+        group=SPEED,
+    )
     verdict: bool = option(
         False,
         "--verdict",
@@ -49,6 +64,17 @@ class BenchOptions:
         group=VERDICT,
     )
     docs: int = option(64, "--docs", help="Documents per verdict.", group=VERDICT)
+    endpoint: str | None = option(
+        None,
+        "--endpoint",
+        help="Time verdicts against servers instead: URL speculates (declare it with --spec), --baseline-endpoint "
+        "serves the same model plainly; a plain run, the speculating run with its baseline server, and the same "
+        "documents sampled (T = 0.7: a plain run, and the speculating run with its scoring).",
+        group=VERDICT,
+    )
+    baseline_endpoint: str | None = flag_of(EndpointOptions, "baseline_endpoint", group=VERDICT)
+    serve_cmd: str | None = flag_of(EndpointOptions, "serve_cmd", group=VERDICT)
+    baseline_serve_cmd: str | None = flag_of(EndpointOptions, "baseline_serve_cmd", group=VERDICT)
     sample_seed: int = option(0, "--sample-seed", help="Seed of the random subset of documents.", group=VERDICT)
     task: str = option(
         "gsm8k",
@@ -108,6 +134,9 @@ def bench(*, opts: BenchOptions) -> None:
       specdec-eval bench --batch-sizes 1,32 --num-prompts 32 --rounds 3    # the larger bench (~30 min here)
       specdec-eval bench --spec eagle3 --prompts gsm8k --data-dir ../shared/data --estimate-only
       specdec-eval bench --verdict --spec eagle3 --docs 16 --data-dir ../shared/data
+      specdec-eval bench --verdict --spec eagle3 --endpoint URL --baseline-endpoint URL0 --docs 8 \
+          --data-dir ../shared/data                           # against servers (URL speculates, URL0 does not)
+      specdec-eval bench --profile --prompts gsm8k --data-dir ../shared/data   # where our engine's time goes
       specdec-eval bench --verdict --spec eagle3 --spec-sampling rejection --task gsm8k_sampled --docs 8 \
           --data-dir ../shared/data                           # the sampled verdict: the run + its scoring
     """
@@ -116,6 +145,15 @@ def bench(*, opts: BenchOptions) -> None:
     common = {name: getattr(opts, name) for name in ("model", "kv_cache", "dtype", "device", "device_memory")}
     common["decode_copy"] = opts.decode_copy
     spec_cfg = {name: getattr(opts, name) for name in ("spec", "draft_len", "draft_model", "spec_sampling")}
+    if opts.profile:
+        from ..evals.bench.profile import describe_profile, run_profile
+
+        config = o.engine_config(**common, max_batch_size=opts.num_prompts)
+        result = run_profile(
+            config, opts.prompts_from, opts.num_prompts, opts.max_new_tokens, opts.data_dir, stderr.print
+        )
+        print(json.dumps(result) if opts.as_json else "\n".join(describe_profile(result)))
+        return
     if opts.verdict:
         from ..evals.bench.verdict_timing import VerdictBenchPlan, run_verdict_bench
         from .bench_print import print_verdict
@@ -128,6 +166,25 @@ def bench(*, opts: BenchOptions) -> None:
             max_output_len=opts.max_output_len,
             rounds=opts.rounds,
         )
+        if opts.endpoint:
+            from ..evals.bench.endpoint_verdict import run_endpoint_verdict_bench
+            from .bench_print import print_endpoint_verdict
+
+            endpoint = EndpointOptions(
+                endpoint=opts.endpoint,
+                baseline_endpoint=opts.baseline_endpoint,
+                serve_cmd=opts.serve_cmd,
+                baseline_serve_cmd=opts.baseline_serve_cmd,
+            )
+            report = run_endpoint_verdict_bench(
+                o.engine_config(**common, **spec_cfg),
+                endpoint,
+                plan,
+                stderr.print,
+                progress_for=lambda: generation_progress(0),
+            )
+            print(json.dumps(report) if opts.as_json else "\n".join(print_endpoint_verdict(report)))
+            return
         report = run_verdict_bench(
             o.engine_config(**common, **spec_cfg), plan, stderr.print, progress_for=lambda: generation_progress(0)
         )
@@ -152,7 +209,10 @@ def bench(*, opts: BenchOptions) -> None:
         opts.data_dir,
         opts.skip_hf,
         opts.rounds,
+        vllm=(no_vllm := _why_no_vllm(opts)) is None,
     )
+    if no_vllm not in (None, "skipped") and opts.model == "smollm2":
+        stderr.print(f"bench: no vLLM side: {no_vllm}")
     # HF has no prefix cache; without block_reuse=False our repeated prompts (the warm-up ones) would skip their
     # prefill and the end-to-end rate would compare unlike work.
     engine_opts = dict(common, max_batch_size=max(sizes), block_reuse=False)
@@ -164,3 +224,16 @@ def bench(*, opts: BenchOptions) -> None:
         print(json.dumps(result))
     else:
         print_bench(result)
+
+
+def _why_no_vllm(opts: BenchOptions) -> str | None:
+    """Why the speed bench has no vLLM side (None: it has one): skipped, not set up here, or not the same work
+    (the exported SmolLM2, float32 on CPU)."""
+    from ..evals.bench.vllm_side import vllm_missing
+
+    if opts.skip_vllm or opts.estimate_only:
+        return "skipped"
+    why = vllm_missing(opts.model)
+    if why is None and (opts.dtype not in ("auto", "float32") or opts.device == "cuda"):
+        why = "the vLLM side serves float32 on CPU"
+    return why

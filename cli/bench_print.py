@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-SIDE_NAMES = {"ours": "ours, plain", "spec": "ours, spec-dec", "hf": "HF transformers"}
-RATIO_NAMES = {"ours_vs_hf": "ours / HF", "spec_vs_plain": "spec / plain"}
+SIDE_NAMES = {"ours": "ours, plain", "spec": "ours, spec-dec", "hf": "HF transformers", "vllm": "vLLM CPU, plain"}
+RATIO_NAMES = {"ours_vs_hf": "ours / HF", "spec_vs_plain": "spec / plain", "ours_vs_vllm": "ours / vLLM"}
+OUTSIDE = ("vllm",)  # a server: no decode phase seen from outside, its memory is not this process's
 
 
 def _spread(s: dict[str, Any] | None, unit: str = "", digits: int = 1) -> str:
@@ -67,18 +68,20 @@ def _print_row(row: dict[str, Any]) -> None:
     print(f"\nbatch {row['batch']}, {row['prompts']} prompts: median over rounds (min-max)")
     print(f"  {'tok/s':<22}{'end to end':<26}decode")
     for s in sides:
-        print(f"  {SIDE_NAMES[s]:<22}{_spread(spreads[f'{s}_tok_s']):<26}{_spread(spreads[f'{s}_decode_tok_s'])}")
+        decode = _spread(spreads[f"{s}_decode_tok_s"]) if s not in OUTSIDE else "n/a"
+        print(f"  {SIDE_NAMES[s]:<22}{_spread(spreads[f'{s}_tok_s']):<26}{decode}")
     for ratio, label in RATIO_NAMES.items():
         if ratio in row:
             e2e, dec = spreads.get(ratio), spreads.get(f"{ratio}_decode")
             print(f"  {label:<22}{_spread(e2e, 'x', 2):<26}{_spread(dec, 'x', 2)}")
     same = [f"ours = HF {row['ours_identical_to_hf']}"] if "ours_identical_to_hf" in row else []
+    same += [f"ours = vLLM {row['ours_identical_to_vllm']}"] if "ours_identical_to_vllm" in row else []
     same += [f"spec = plain {row['spec_identical_to_plain']}"] if "spec_identical_to_plain" in row else []
     same += ["every round alike" if row["rounds_identical"] else "ROUNDS DIFFER"]
     print(f"  {'identical outputs':<22}{', '.join(same)}")
     if "acceptance_length" in row:
         print(f"  {'acceptance length':<22}{row['acceptance_length']}")
-    print(f"  {'peak memory (MiB)':<22}" + ", ".join(f"{s} {row[f'{s}_peak_mib']}" for s in sides))
+    print(f"  {'peak memory (MiB)':<22}" + ", ".join(f"{s} {row[f'{s}_peak_mib']}" for s in sides if s not in OUTSIDE))
     for i, s in enumerate(s for s in ("ours", "hf") if f"{s}_prefill_gflops" in row):
         rates = {k: row[f"{s}_{k}"] for k in ("prefill_gflops", "prefill_of_peak", "decode_gbs", "decode_of_bandwidth")}
         label = "vs hardware limit" if i == 0 else ""
@@ -114,7 +117,34 @@ def print_verdict(report: dict[str, Any]) -> None:
     for name, side in report["sides"].items():
         for why, rounds in _reasons(side.get("failed") or []).items():
             print(f"  {name} FAIL ({rounds}): {why}")
+    for line in _guard_lines(report):
+        print(line)
     phases = {k: v["median"] for k, v in report["plain_phases"].items()}
     print(_fraction_line("  plain run vs hardware limit: ", phases))
     for line in report["unstable"]:
         print(line)
+
+
+def _guard_lines(report: dict[str, Any]) -> list[str]:
+    return [
+        f"  guard {name}: {g['median']:.2f}x {'within' if g['within'] else 'OVER'} {g['limit']:.2f}x"
+        for name, g in report.get("guards", {}).items()
+    ]
+
+
+def print_endpoint_verdict(report: dict[str, Any]) -> list[str]:
+    """The lines of `bench --verdict --endpoint`."""
+    lines = [
+        f"verdict bench against servers  run {report['endpoint']}, baseline {report['baseline_endpoint']}; "
+        f"{report['task']} and {report['sampled_task']}, {report['subset']}, {report['rounds']} rounds interleaved"
+        + (f", max output {report['max_output_len']} tokens" if report["max_output_len"] else ""),
+        f"\n  {'wall time (s)':<24}{'median (min-max)':<26}verdicts",
+    ]
+    for name, side in report["sides"].items():
+        lines.append(f"  {name:<24}{_spread(side['wall_s']):<26}{' '.join(side['verdicts'])}")
+    for name, s in report["ratios"].items():
+        lines.append(f"  {name:<44}{_spread(s, 'x', 2)}")
+    lines += _guard_lines(report)
+    for name, side in report["sides"].items():
+        lines += [f"  {name} FAIL ({rounds}): {why}" for why, rounds in _reasons(side.get("failed") or []).items()]
+    return lines + report["unstable"]

@@ -12,6 +12,7 @@ and the peak memory (CUDA: max allocated since the warm-up; CPU: the process's p
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import statistics
@@ -35,6 +36,7 @@ RATIOS = (
     ("ours_vs_hf_decode", "ours", "hf", "decode_tok_s"),
     ("spec_vs_plain", "spec", "ours", "tok_s"),
     ("spec_vs_plain_decode", "spec", "ours", "decode_tok_s"),
+    ("ours_vs_vllm", "ours", "vllm", "tok_s"),  # vLLM's decode phase is not seen from outside: end to end only
 )
 PLAIN_SIDES = ("ours", "hf")  # the roofline formulas describe plain decoding (one token per request per step)
 
@@ -56,6 +58,7 @@ class BenchPlan:
     data_dir: str | None = None
     skip_hf: bool = False
     rounds: int = 2
+    vllm: bool = False  # a plain vLLM server as a side (`vllm_side`)
     gemm_size: int = GEMM_SIZE  # hardware probe sizes (tests shrink them)
     bandwidth_mib: int = BANDWIDTH_MIB
 
@@ -171,6 +174,8 @@ def summarise_row(
     first = {name: ms[0].outputs for name, ms in results.items()}
     if "hf" in first:
         row["ours_identical_to_hf"] = f"{_same(first['ours'], first['hf'])}/{len(prompts)}"
+    if "vllm" in first:
+        row["ours_identical_to_vllm"] = f"{_same(first['ours'], first['vllm'])}/{len(prompts)}"
     if "spec" in first:
         row["spec_identical_to_plain"] = f"{_same(first['spec'], first['ours'])}/{len(prompts)}"
     row["rounds_identical"] = all(m.outputs == first[name] for name, ms in results.items() for m in ms)
@@ -245,8 +250,9 @@ def run_bench(
 ) -> dict[str, Any]:
     """The whole benchmark. base: our plain engine's configuration; spec: the spec-dec one (None: no spec side). Both
     should have block reuse off: HF has no prefix cache, and a prompt seen in the warm-up would skip its prefill on our
-    side only. An engine without a device memory budget gets what the plan needs. Before the rounds it says how long
-    they will take; estimate_only: stop there (the result then has the estimate and no rows)."""
+    side only (a vLLM side then runs without prefix caching too). An engine without a device memory budget gets what
+    the plan needs. Before the rounds it says how long they will take; estimate_only: stop there (the result then has
+    the estimate and no rows)."""
     from ...workers.loading.checkpoint import load_checkpoint
     from ...workers.loading.tokenizer import encode_any
     from .sides import build_sides
@@ -259,6 +265,27 @@ def run_bench(
     prompts = [encode_any(tokenizer, p) for p in texts]
     base, spec = (_with_budget(c, checkpoint.config, prompts, plan, say) for c in (base, spec))
     sides, engine = build_sides(base, spec, plan.skip_hf, checkpoint, tokenizer)
+    with contextlib.ExitStack() as stack:
+        if plan.vllm:
+            from .vllm_side import vllm_side
+
+            say("bench: starting a plain vLLM server (35-100 s) ...")
+            sides["vllm"] = stack.enter_context(vllm_side(base.kv_cache.enable_block_reuse))
+        return _run_sides(base, spec, plan, sides, engine, prompts, say, estimate_only, started)
+
+
+def _run_sides(
+    base: EngineConfig,
+    spec: EngineConfig | None,
+    plan: BenchPlan,
+    sides: dict[str, Side],
+    engine,
+    prompts: list[list[int]],
+    say: Callable[[str], None],
+    estimate_only: bool,
+    started: float,
+) -> dict[str, Any]:
+    """`run_bench` once every side is up (a vLLM server included): limits, calibration, rounds, rows."""
     result: dict[str, Any] = {
         "model": base.model,
         "device": engine.device.type,

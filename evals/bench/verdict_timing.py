@@ -41,6 +41,10 @@ from .rounds import MIN_ROUNDS, interleave, ratio_spread, spread_of, unstable_li
 
 PLAIN, SEPARATE, PAIRED = "plain", "spec+separate", "spec+paired"
 SCORED = "spec+scored"  # a sampled task on a sampler judged in distribution: the run, then the plain engine's scoring
+# What a verdict may cost: (side, the side it is compared with, the largest ratio of their wall times). The paired
+# greedy verdict is our engine's (a server cannot pair); the sampled ones are the run plus its scoring, locally and
+# against servers (`endpoint_verdict`).
+GUARDS = {PAIRED: (PLAIN, 1.45), SCORED: (PLAIN, 1.4), "spec+scored, sampled": ("plain, sampled", 1.4)}
 
 
 @dataclass(frozen=True)
@@ -116,14 +120,14 @@ class SideRun:
 
 
 def run_side(
-    config: EngineConfig,
+    config: EngineConfig | RunTarget,
     options: EvalOptions,
     baseline: str,
     work_dir: str | None,
     progress_for: Callable | None = None,
 ) -> SideRun:
     """One whole verdict into a fresh runs folder (removed after); baseline "paired" or "separate" (a plain run
-    has none to make, either way)."""
+    has none to make, either way). config: our engine's configuration, or a run target on servers (`--endpoint`)."""
     clocks: list[PhaseClock] = []
 
     @contextlib.contextmanager
@@ -137,7 +141,11 @@ def run_side(
     try:
         t0 = time.perf_counter()
         plan = RunPlan(options, out, resume=False, baseline=baseline)
-        summary = run(plan, make_backend("local", RunTarget(config)), clocked)
+        if isinstance(config, RunTarget):
+            backend = make_backend("endpoint", config)
+        else:
+            backend = make_backend("local", RunTarget(config))
+        summary = run(plan, backend, clocked)
         return SideRun(time.perf_counter() - t0, summary, clocks)
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -277,8 +285,19 @@ def verdict_report(
             report["ratios"][f"{name} / {PLAIN}"] = s.to_dict(3)
             line = unstable_line(f"{name} / {PLAIN} wall time", s)
             report["unstable"] += [line] if line else []
+    report["guards"] = guards(report["ratios"])
     per_round = [plain_phase_rates(r, roof).to_dict() for r in runs[PLAIN]]
     report["plain_phases"] = {k: spread_of([p[k] for p in per_round]).to_dict(3) for k in per_round[0]}
     report["hardware"] = roof.limits.to_dict()
     report["formulas"] = roofline.FORMULAS
     return report
+
+
+def guards(ratios: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each guarded ratio the report has (GUARDS): its limit, its median, and whether the median is within it."""
+    out = {}
+    for name, (den, limit) in GUARDS.items():
+        found = ratios.get(f"{name} / {den}")
+        if found is not None:
+            out[f"{name} / {den}"] = {"limit": limit, "median": found["median"], "within": found["median"] <= limit}
+    return out
