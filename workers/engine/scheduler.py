@@ -128,23 +128,13 @@ class Scheduler:
         req.error = reason
 
     def _admit(self, budget: int, num_running: int) -> list[ScheduledRequest]:
-        """Waiting requests in arrival order while the batch, the token budget (tokens to compute: a reused prefix
-        costs nothing) and the KV cache allow. A request whose next uncached blocks are being computed in this very
-        step by a request admitted before it, at least half of what it has to compute, waits one step (prefix-aware
-        admission): then it reuses them. So prompts that share a long prefix (few-shot ones) compute it once, not once
-        per request admitted beside it; a short shared start (a chat template's system turn) is not worth a step."""
         items: list[ScheduledRequest] = []
-        computing: set[bytes] = set()  # full prompt blocks this step computes and will publish
         while self.waiting and num_running + len(items) < self.max_batch_size:
             req = self.waiting[0]
             # After a preemption the earlier output is recomputed as part of the context.
             tokens = req.all_token_ids
-            reusable, hashes = self.kv.prompt_prefix(tokens)
-            if len(tokens) - reusable > budget:
+            if len(tokens) > budget:
                 break
-            shared = _shared_run(hashes, reusable // self.kv.block_size, computing, self.kv.block_size)
-            if 2 * shared >= len(tokens) - reusable:
-                break  # waiting one step saves at least half of its prefill
             cached = self.kv.admit(req.request_id, tokens, req.max_total_tokens)
             if cached is None:
                 break
@@ -158,7 +148,6 @@ class Scheduler:
             self.running.append(req)
             items.append(ScheduledRequest(req, cached, len(tokens) - cached, True))
             budget -= len(tokens) - cached
-            computing.update(hashes)
         return items
 
     def finish(self, req: Request, reason: str) -> None:
@@ -213,13 +202,3 @@ class Scheduler:
         req.status = RequestStatus.FINISHED
         req.finish_reason = reason
         return True
-
-
-def _shared_run(hashes: list[bytes], first: int, computing: set[bytes], block_size: int) -> int:
-    """Tokens of the blocks from `first` on, consecutively, that this step is computing already."""
-    shared = 0
-    for h in hashes[first:]:
-        if h not in computing:
-            break
-        shared += block_size
-    return shared

@@ -341,19 +341,6 @@ class KVCacheManager(ABC):
             num_revived=sum(1 for b in reused if self._pool.ref_count(b) == 0),
         )
 
-    def prompt_prefix(self, prompt: Sequence[int]) -> tuple[int, list[bytes]]:
-        """(tokens an admission now would reuse, the chained hashes of every full block it could ever reuse). No side
-        effect; (0, []) without reuse. The scheduler holds back a prompt whose first uncached block another prompt of
-        the same step is computing: one step later it reuses that block instead of computing it again."""
-        if not self._reuse:
-            return 0, []
-        bs, hashes, parent = self.block_size, [], None
-        for i in range((len(prompt) - 1) // bs):
-            parent = block_hash(parent, prompt[i * bs : (i + 1) * bs])
-            hashes.append(parent)
-        cached = next((i for i, h in enumerate(hashes) if self._pool.peek(h) is None), len(hashes))
-        return cached * bs, hashes
-
     def _match_prefix(self, prompt: Sequence[int]) -> tuple[list[int], list[bytes]]:
         """Cached blocks matching the prompt's leading full blocks. Only blocks lying entirely within the
         first len(prompt) - 1 tokens count: the last prompt token must still run through the model for its
