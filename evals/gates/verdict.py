@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...peers.server.failure import server_failure_line
 from ...results.run_summary import GateResult, RunSummary, TaskSummary
 from ...results.sample_record import SampleRecord
 from ...workers.events import count_events, failing_events
 from ...workers.interface import EngineIdentity
-from ...workers.remote.server.failure import server_failure_line
 from ..lossless.baseline import ResolvedBaseline
 from ..lossless.gate import apply_lossless_gate
 from ..lossless.scoring import spec_sampling as spec_sampling_of
