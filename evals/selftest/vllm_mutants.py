@@ -28,8 +28,8 @@ from typing import Any
 
 from ...errors import UserError
 from ...peers.client.options import EndpointOptions
+from ...peers.profiles.vllm import SERVED_MODEL, VLLMServeCommand
 from ...peers.server.process import ServerProcess, ServerStartFailed
-from ...peers.server.vllm_command import SERVED_MODEL, VLLMServeCommand
 from ...results.store import Run
 from ...workers.config import EngineConfig
 from ..pipeline.backends import RunTarget, make_backend

@@ -19,6 +19,7 @@ from ...workers.config import DTYPES
 from ...workers.kv_cache import KV_CACHE_MANAGERS
 from ...workers.loading.chat_template import ChatTemplateKwargs
 from ...workers.spec import SPEC_ALGORITHMS
+from ..profiles import check_profile
 from ..server.kv_usage import DRAIN_TIMEOUT_S
 from ..server.log import AUTO, check_log_format
 from ..server.process import DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_STOP_GRACE_S, ServerCommand
@@ -50,7 +51,8 @@ class EndpointConfig:
     server_log: the server's log file, followed from its start (with serve_cmd: where its output goes, else a
     temporary file removed at the end; without serve_cmd it must exist: a regular file); its known lines become
     events (`server.log`). server_log_format: the signature table that reads it ("auto": from the
-    server's identity, else from the log's content).
+    server's identity, else from the log's content). engine_profile: which engine serves it (`profiles`: its
+    log table, request extensions and defaults); "auto": the one the server's identity names.
     stall_factor / stall_floor_s: a server that stops answering ends the run (`server.stall_watch`).
     kv_drain_timeout_s: how long the server's KV usage may take to return to idle after a run (0: not checked).
     request_seeds: "per-sample" (each sampled request carries its sample's seed: reproducible draws) or "none"
@@ -78,6 +80,7 @@ class EndpointConfig:
     serve_cmd: str | None = None
     server_log: str | None = None
     server_log_format: str = AUTO
+    engine_profile: str = AUTO
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
     stop_grace_s: float = DEFAULT_STOP_GRACE_S
     stall_factor: float = DEFAULT_STALL_FACTOR
@@ -115,6 +118,7 @@ class EndpointConfig:
         if self.server_log is not None:
             check_server_log(self.server_log, started_here=self.serve_cmd is not None)
         check_log_format(self.server_log_format)
+        check_profile(self.engine_profile)
         if not self.startup_timeout_s > 0:
             raise UserError(f"the server startup timeout must be positive, got {self.startup_timeout_s}")
         if self.stop_grace_s < 0:

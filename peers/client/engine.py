@@ -41,6 +41,7 @@ from ...workers.interface import (
 )
 from ...workers.loading.chat_template import render_chat
 from ...workers.loading.tokenizer import encode_any
+from ..profiles import SCORES_BY_PROMPT_LOGPROBS, pick_profile
 from ..server.kv_usage import ServerKVUsage
 from ..server.metrics import ResponseTally, ServerAcceptance
 from ..server.response_acceptance import response_acceptance
@@ -65,8 +66,6 @@ from .requests import (
 from .scoring import ScoringChannel
 from .token_text import ids_text_problem
 
-# Servers whose model card says they take vLLM's return_tokens_as_token_ids (logprobs then name token ids, not texts)
-NAMES_TOKENS_BY_ID = frozenset({"vllm", "specdec-eval"})
 TICK_S = 0.25  # how often a run looks for a stalled server while it waits for answers
 
 
@@ -106,7 +105,8 @@ class EndpointEngine:
         )
         try:  # a server this engine started is stopped again when anything below fails
             served, server = probe_server(self.url, config, self._headers, self._scrub)
-            self.watch.identify(server.get("owned_by"), server.get("server_header"))
+            self.profile = pick_profile(config.engine_profile, server.get("owned_by"), server.get("server_header"))
+            self.watch.identify(server.get("owned_by"), server.get("server_header"), config.engine_profile)
             self._backend = self._make_backend(served)
             self.metrics = ServerAcceptance(
                 self.url.root, self._headers, served, config.max_draft_len or None, verify=config.verify_tls
@@ -300,15 +300,14 @@ class EndpointEngine:
         seed = params.seed if params.seed is not None else self.config.seed * 1_000_003 + index
         message, sent = self._message(prompt)
         self._sent.add(sent)
-        owner = self.identity.server.get("owned_by")
         sends_seed = not params.greedy and self.config.request_seeds == "per-sample"
         kwargs = gen_kwargs(
             params,
             seed if sends_seed else None,
             self.config.chat,
-            token_ids=owner in NAMES_TOKENS_BY_ID,
+            token_ids=self.profile is not None and self.profile.names_tokens_by_id,
             template_kwargs=self.config.chat_template_kwargs,
-            owned_by=owner,
+            profile=self.profile,
         )
         if self.config.request_seeds == "none":
             kwargs["seed"] = None  # sent as null: replaces the seed lm-eval's backend puts in every payload
@@ -404,7 +403,7 @@ class EndpointEngine:
         text where the server refuses ids), `concurrency` requests at a time, each with lm-eval's retry policy; a
         request the server cannot score has its `error`. How the server took them joins its record."""
         if self._scoring is None:
-            vllm_extensions = self.identity.server.get("owned_by") in NAMES_TOKENS_BY_ID
+            vllm_extensions = self.profile is not None and self.profile.scores == SCORES_BY_PROMPT_LOGPROBS
             self._scoring = ScoringChannel(
                 self.identity.model, self._tokenizer, self._token_key, vllm_extensions, self._post_scoring
             )

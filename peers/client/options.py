@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ...errors import UserError
 from ...option_fields import flag
 from ...workers.config import EngineConfig
+from ..profiles import PROFILE_NAMES
 from ..server.kv_usage import DRAIN_TIMEOUT_S
 from ..server.log import AUTO, LOG_FORMAT_NAMES
 from ..server.process import DEFAULT_STARTUP_TIMEOUT_S
@@ -136,6 +137,16 @@ class EndpointOptions:
             "log's lines).",
         ),
     )
+    engine_profile: str = field(
+        default=AUTO,
+        metadata=flag(
+            "--engine-profile",
+            group=SERVER,
+            choices=lambda: PROFILE_NAMES,
+            help="Which engine serves the endpoint: {choices} (its log table, the extensions and sampling defaults "
+            "its requests carry; auto: what the server says it is, its model card's owned_by or Server header).",
+        ),
+    )
     baseline_serve_cmd: str | None = field(
         default=None,
         metadata=flag(
@@ -207,6 +218,7 @@ class EndpointOptions:
             dtype=engine.dtype,
             kv_cache=engine.kv_cache.version if declares_kv_cache else None,
             server_log_format=self.server_log_format,
+            engine_profile=self.engine_profile,
             startup_timeout_s=self.startup_timeout,
             stall_factor=self.stall_factor,
             stall_floor_s=self.stall_floor,

@@ -17,6 +17,7 @@ from typing import Any
 
 from ...workers.config import SamplingParams
 from ...workers.loading.chat_template import ChatTemplateKwargs
+from ..profiles import EngineProfile
 
 # HTTP statuses worth another attempt: the server may answer next time (overload, gateway, rate limit).
 TRANSIENT_STATUSES = {408, 425, 429, 500, 502, 503, 504}
@@ -30,34 +31,26 @@ ECHO_WINDOW = 12
 FAILED_FINISH_REASONS = {"abort", "aborted", "cancelled", "canceled", "error", "timeout"}
 
 
-# Servers that filter a sampled request's distribution unless it says otherwise, by what their model card's
-# `owned_by` says: llama-cpp-python ("me"; its request defaults top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1.1)
-# and llama.cpp's own llama-server ("llamacpp"; top_k 40, top_p 0.95, min_p 0.05). A sampled request to them states
-# the neutral value of each filter the run did not set, so the server samples from the distribution the run asked for,
-# the one its sampled lossless gate judges (`sampled`). The other servers' defaults are neutral
-# already, and a strict one refuses a field it does not know (SGLang also refuses top_k 0).
-NEUTRAL_SAMPLING = {
-    "me": {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0},
-    "llamacpp": {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0},
-}
-
-
 def gen_kwargs(
     params: SamplingParams,
     seed: int | None,
     chat: bool = False,
     token_ids: bool = False,
     template_kwargs: ChatTemplateKwargs | None = None,
-    owned_by: str | None = None,
+    profile: EngineProfile | None = None,
 ) -> dict[str, Any]:
     """lm-eval's generation kwargs for one request: `until` and `max_gen_toks` are lm-eval's names (it turns them
     into `stop` and `max_tokens`); the others pass through into the payload unchanged. Only what differs from the
     API's defaults is sent, so a server that lacks an extension (top_k, ignore_eos) is not asked for it, except to
-    a server (`owned_by`) whose own defaults filter a sampled request (NEUTRAL_SAMPLING).
+    a server whose own defaults filter a sampled request: its `profile`'s neutral values of those filters are stated
+    (each filter the run did not set), so it samples from the distribution the run asked for, the one the sampled
+    lossless gate judges. The other servers' defaults are neutral already, and a strict one refuses a field it does
+    not know (SGLang also refuses top_k 0).
     Log-probabilities (params.logprobs) in the API's own shape: `logprobs: k` for completions, `logprobs: true`
     with `top_logprobs: k` for chat; `token_ids`: also vLLM's `return_tokens_as_token_ids` (only for a server known
-    to take it: a strict one refuses fields it does not know). vLLM is also asked for the answer's token ids
-    (`return_token_ids`): a sampled answer's pieces (" c" + "up") re-encode as other tokens (" cup").
+    to take it: a strict one refuses fields it does not know). A server whose profile returns them (vLLM) is also
+    asked for the answer's token ids (`return_token_ids`): a sampled answer's pieces (" c" + "up") re-encode as
+    other tokens (" cup").
 
     template_kwargs (chat requests only: a completions request carries text already rendered): the server renders
     its chat template with them; vLLM, SGLang and trtllm-serve take the field `chat_template_kwargs`. A
@@ -70,7 +63,7 @@ def gen_kwargs(
         "temperature": params.temperature,
     }
     if not params.greedy:
-        kwargs.update(NEUTRAL_SAMPLING.get(owned_by or "", {}))
+        kwargs.update(profile.neutral_sampling if profile is not None else {})
         if params.top_p < 1.0:
             kwargs["top_p"] = params.top_p
         if params.top_k > 0:
@@ -79,7 +72,7 @@ def gen_kwargs(
             kwargs["seed"] = seed  # overrides the backend's one seed for all requests
     if params.ignore_eos:
         kwargs["ignore_eos"] = True  # vLLM / SGLang / TensorRT-LLM extension
-    if owned_by == "vllm":
+    if profile is not None and profile.returns_token_ids:
         kwargs["return_token_ids"] = True  # the answer's own token ids: re-encoding its text can merge pieces
     if params.logprobs is not None:
         kwargs.update({"logprobs": True, "top_logprobs": params.logprobs} if chat else {"logprobs": params.logprobs})

@@ -2,15 +2,11 @@
 a run has drained (else a `kv_leak` event: blocks that never went back to the pool, which no other gate sees while
 the pool lasts).
 
-Which gauge, as a fraction of the pool in use (cached blocks that can be reused count as free in each):
-- vLLM (and our `specdec-eval serve`, which exports the same name): `vllm:kv_cache_usage_perc` (older releases:
-  `vllm:gpu_cache_usage_perc`), a fraction despite its name;
-- SGLang (`--enable-metrics`): `sglang:token_usage`;
-- TensorRT-LLM: `trtllm_kv_cache_utilization` on /prometheus/metrics, or the last iteration's `kvCacheStats`
-  (usedNumBlocks / maxNumBlocks) in the JSON iteration stats on /metrics. Those drain on every read, so they are read
-  here only when the acceptance scraper does not read them (`server.metrics`), and an idle server
-  has no iteration to report: the check then cannot judge (said, never a PASS).
-When the gauge is updated only by engine steps (vLLM), the value after the last step is what an idle server shows."""
+Which gauge, as a fraction of the pool in use (cached blocks that can be reused count as free in each), is each
+engine profile's `kv_gauges` (`profiles`); TensorRT-LLM's JSON iteration stats are read here by content: the last
+iteration's `kvCacheStats` (usedNumBlocks / maxNumBlocks). Those drain on every read, so they are read here only
+when the acceptance scraper does not read them (`server.metrics`), and an idle server has no iteration to report:
+the check then cannot judge (said, never a PASS)."""
 
 from __future__ import annotations
 
@@ -23,11 +19,10 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-KV_GAUGES = (
-    ("vllm", ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")),
-    ("sglang", ("sglang:token_usage",)),
-    ("trtllm", ("trtllm_kv_cache_utilization", "trtllm:kv_cache_utilization")),
-)
+from ..profiles import PROFILES
+
+# Each exporter's gauges once (our serve's profile shares vLLM's), in profile order.
+KV_GAUGES = tuple(dict.fromkeys(p.kv_gauges for p in PROFILES.values() if p.kv_gauges))
 _MODEL_LABELS = ("model_name", "model")
 DRAIN_TIMEOUT_S = 10.0  # a server frees a finished request's blocks within its next steps
 TOLERANCE = 1e-6
@@ -54,7 +49,7 @@ def parse_kv_usage(text: str, model: str | None = None, read_json: bool = True) 
             if model is not None and any(sample.labels.get(k, model) != model for k in _MODEL_LABELS):
                 continue
             values.setdefault(sample.name, []).append(float(sample.value))
-    for _, names in KV_GAUGES:
+    for names in KV_GAUGES:
         for name in names:
             if values.get(name):
                 return name, max(values[name])

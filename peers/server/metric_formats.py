@@ -3,34 +3,17 @@ how it defines them, and how they become ours (`server.metrics` turns them into 
 
 Ours: a draft cycle is one target step that carried drafts; AL = 1 + accepted drafts / cycles (bonus included);
 acceptance rate = accepted drafts / drafted tokens; per-position rate i = cycles whose draft i was accepted / cycles.
-How each server defines its numbers, and how they become ours:
-
-- vLLM, Prometheus text on /metrics: counters `vllm:spec_decode_num_drafts` (cycles), `..._num_draft_tokens`,
-  `..._num_accepted_tokens` (accepted drafts, bonus excluded) and `..._num_accepted_tokens_per_pos{position}`. Its
-  mean acceptance length is 1 + accepted / drafts: ours exactly, so the counters map one to one. Our own
-  `specdec-eval serve` exports the same names. Series are summed over labels (engine, ...) except position, and
-  restricted to the served model when they carry a model_name label.
-- TensorRT-LLM, Prometheus text (/prometheus/metrics, or /metrics): `trtllm_spec_decode_num_draft_tokens_total`
-  and `..._num_accepted_tokens_total` (summed from its iteration stats; accepted excludes the bonus) and, per
-  request, `..._drafted_tokens_total{token_position}` / `..._accepted_tokens_total{token_position}`. It has no cycle
-  counter: cycles = drafted tokens at position 0 (every cycle drafts position 0), or, without per-position
-  counters, draft tokens / K for a chain of the declared K (the dict says so in "note").
-- TensorRT-LLM, JSON iteration stats on /metrics (trtllm-serve with iteration stats on): a list of the iterations
-  since the last read, each with `specDecodingStats` {numDraftTokens, numAcceptedTokens,
-  numRequestsWithDraftTokens, acceptanceLength}. Its acceptanceLength is (accepted + requests with drafts) /
-  requests with drafts, i.e. ours with cycles = numRequestsWithDraftTokens. Reading drains the list, so the
-  scrape before the run only empties it, and the source is polled during the run (the server keeps a bounded queue
-  of 1000 iterations and evicts the oldest silently), so every iteration of the run is summed once.
-- SGLang, JSON on /server_info (older: /get_server_info): `avg_spec_accept_length` (top level or per data-parallel
-  rank in `internal_states`) = accepted tokens incl. the bonus / verify steps, i.e. our AL, but averaged over the
-  server's life without the counts, so no delta can be formed: scope "server_lifetime" unless the server had not
-  decoded before the run. Per response, `meta_info.spec_verify_ct` (verify steps) with `completion_tokens` gives
-  AL = (completion_tokens - 1) / spec_verify_ct (the first token comes from prefill, not from a verify step;
-  SGLang's own tests divide completion_tokens by spec_verify_ct, which counts that token too): `ResponseTally`
-  in `server.metrics`.
-- llama.cpp's own C++ server (`llama-server --metrics`): `llamacpp:spec_decode_num_drafts_total` (verify steps),
-  `..._num_draft_tokens_total`, `..._num_accepted_tokens_total`: the vLLM shape, no per-position counters.
-- llama-cpp-python's server exports none of these: "not reported by this server".
+Which numbers each server exports, and how they become ours, is said in its profile (`profiles`): the
+Prometheus names there (`PrometheusNames`), and here the two JSON shapes read by content: TensorRT-LLM's iteration
+stats (a list of the iterations since the last read, each with `specDecodingStats` {numDraftTokens,
+numAcceptedTokens, numRequestsWithDraftTokens, acceptanceLength}; its acceptanceLength is (accepted + requests with
+drafts) / requests with drafts, i.e. ours with cycles = numRequestsWithDraftTokens; reading drains the list, so the
+scrape before the run only empties it, and the source is polled during the run: the server keeps a bounded queue of
+1000 iterations and evicts the oldest silently) and SGLang's server info (`avg_spec_accept_length`, top level or per
+data-parallel rank: a server-lifetime AL without the counts, so no delta can be formed: scope "server_lifetime"
+unless the server had not decoded before the run; per response, `ResponseTally` in `server.metrics`).
+Prometheus series are summed over labels (engine, ...) except position, and restricted to the served model when
+they carry a model_name label. A server that exports none of them: "not reported by this server".
 """
 
 from __future__ import annotations
@@ -41,38 +24,16 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-# Prometheus names (without the `_total` suffix) per exporter: cycles, draft tokens, accepted drafts, and the
-# per-position (accepted, drafted) counters with their label.
-_PROMETHEUS_FORMATS = (
-    {
-        "name": "vllm",
-        "cycles": ("vllm:spec_decode_num_drafts",),
-        "draft_tokens": ("vllm:spec_decode_num_draft_tokens",),
-        "accepted": ("vllm:spec_decode_num_accepted_tokens",),
-        "accepted_per_pos": ("vllm:spec_decode_num_accepted_tokens_per_pos",),
-        "drafted_per_pos": (),
-        "position_label": "position",
-    },
-    {
-        "name": "trtllm",
-        # Dynamo re-exports TensorRT-LLM's metrics with a `trtllm:` prefix.
-        "cycles": (),
-        "draft_tokens": ("trtllm_spec_decode_num_draft_tokens", "trtllm:spec_decode_num_draft_tokens"),
-        "accepted": ("trtllm_spec_decode_num_accepted_tokens", "trtllm:spec_decode_num_accepted_tokens"),
-        "accepted_per_pos": ("trtllm_spec_decode_accepted_tokens", "trtllm:spec_decode_accepted_tokens"),
-        "drafted_per_pos": ("trtllm_spec_decode_drafted_tokens", "trtllm:spec_decode_drafted_tokens"),
-        "position_label": "token_position",
-    },
-    {
-        "name": "llamacpp",
-        "cycles": ("llamacpp:spec_decode_num_drafts",),
-        "draft_tokens": ("llamacpp:spec_decode_num_draft_tokens",),
-        "accepted": ("llamacpp:spec_decode_num_accepted_tokens",),
-        "accepted_per_pos": (),
-        "drafted_per_pos": (),
-        "position_label": "position",
-    },
-)
+from ..profiles import PROFILES, PrometheusNames
+
+
+def _prometheus_formats() -> tuple[PrometheusNames, ...]:
+    """Each exporter's names once (our serve's profile shares vLLM's)."""
+    found = [p.prometheus for p in PROFILES.values() if p.prometheus is not None]
+    return tuple({names.exporter: names for names in found}.values())
+
+
+_PROMETHEUS_FORMATS = _prometheus_formats()
 _MODEL_LABELS = ("model_name", "model")
 
 
@@ -104,18 +65,16 @@ def parse_prometheus(text: str, model: str | None = None) -> Counters | None:
                 continue
             samples.setdefault(name.removesuffix("_total"), []).append((dict(sample.labels), float(sample.value)))
     for fmt in _PROMETHEUS_FORMATS:
-        names = fmt["cycles"] + fmt["draft_tokens"] + fmt["accepted"] + fmt["accepted_per_pos"]
-        if not any(n in samples for n in names):
+        if not any(n in samples for n in fmt.counted):
             continue
-        series = {key: _select(samples, fmt[key], model) for key in ("cycles", "draft_tokens", "accepted")}
-        label = fmt["position_label"]
+        label = fmt.position_label
         return Counters(
-            source=f"{fmt['name']} names (Prometheus)",
-            cycles=_sum(series["cycles"]),
-            draft_tokens=_sum(series["draft_tokens"]),
-            accepted=_sum(series["accepted"]),
-            accepted_per_pos=_by_position(_select(samples, fmt["accepted_per_pos"], model), label),
-            drafted_per_pos=_by_position(_select(samples, fmt["drafted_per_pos"], model), label),
+            source=f"{fmt.exporter} names (Prometheus)",
+            cycles=_sum(_select(samples, fmt.cycles, model)),
+            draft_tokens=_sum(_select(samples, fmt.draft_tokens, model)),
+            accepted=_sum(_select(samples, fmt.accepted, model)),
+            accepted_per_pos=_by_position(_select(samples, fmt.accepted_per_pos, model), label),
+            drafted_per_pos=_by_position(_select(samples, fmt.drafted_per_pos, model), label),
         )
     return None
 

@@ -17,6 +17,7 @@ import httpx
 
 from ...event_types import FAILING_EVENTS
 from ...redaction import redact_text
+from ..profiles import AUTO, PROFILES
 from .kv_usage import KVUsage, ServerKVUsage, check_drained
 from .log import ServerLog, format_of_server
 from .metrics import NOT_REPORTED
@@ -72,9 +73,12 @@ class ServerWatch:
             self.close()
             raise
 
-    def identify(self, owned_by: str | None, server_header: str | None) -> None:
-        """Pick the log's table from what the server says it is (unless one was named)."""
-        if self.log is not None:
+    def identify(self, owned_by: str | None, server_header: str | None, profile: str = AUTO) -> None:
+        """Pick the log's table from the engine profile named (`--engine-profile`), else from what the server says it
+        is (unless a table was named)."""
+        if self.log is not None and profile != AUTO:
+            self.log.choose(PROFILES[profile].log.name, f"from --engine-profile {profile}")
+        elif self.log is not None:
             found = format_of_server(owned_by, server_header)
             said = f"owned_by {owned_by!r}" if format_of_server(owned_by, None) else f"Server header {server_header!r}"
             self.log.choose(found, f"from the server's identity ({said})")

@@ -21,6 +21,7 @@ from typing import Any
 
 from ....errors import UserError
 from ....user_files import kind_of
+from ...profiles import profile_of_server
 from .matcher import LogMatcher
 from .tables import GENERIC_FORMAT, LOG_FORMATS
 
@@ -40,13 +41,10 @@ def check_log_format(name: str) -> str:
 
 
 def format_of_server(owned_by: str | None, server_header: str | None) -> str | None:
-    """The table a server's identity names: its /v1/models `owned_by`, else its `Server` header's product."""
-    for said in (owned_by, (server_header or "").split("/")[0]):
-        said = (said or "").strip().lower()
-        for log_format in LOG_FORMATS.values():
-            if said and said in log_format.owners:
-                return log_format.name
-    return None
+    """The table a server's identity names: its /v1/models `owned_by`, else its `Server` header's product (never an
+    `owned_by` other servers may say too: llama-cpp-python's "me" leaves the log's content to tell)."""
+    profile = profile_of_server(owned_by, server_header, loose=False)
+    return profile.log.name if profile is not None else None
 
 
 class ServerLog:

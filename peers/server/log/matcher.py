@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ....workers.events import parse_event_line
-from .signature import LogFormat, Signature
+from ...profiles.signature import LogFormat, Signature
 from .tables import GENERIC, GENERIC_TAGS
 
 MAX_RAW_CHARS = 500

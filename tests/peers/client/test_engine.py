@@ -14,6 +14,7 @@ import pytest
 from specdec_eval.peers.client.config import EndpointConfig, EndpointURL
 from specdec_eval.peers.client.engine import EndpointEngine, _logprobs_name_other_tokens
 from specdec_eval.peers.client.requests import gen_kwargs, read_choice
+from specdec_eval.peers.profiles import PROFILES, profile_of_server
 from specdec_eval.peers.server.metrics import NOT_REPORTED
 from specdec_eval.workers.config import SamplingParams
 
@@ -95,19 +96,19 @@ def test_a_llama_cpp_server_is_told_to_leave_its_own_filters_off_when_sampling()
     told otherwise: a sampled request states the neutral values, and the run's own filters win; greedy requests and
     other servers are sent only what differs from the API's defaults."""
     t07 = SamplingParams(temperature=0.7, top_k=20)
-    llama = gen_kwargs(t07, seed=1, owned_by="me")
+    llama = gen_kwargs(t07, seed=1, profile=profile_of_server("me", None))
     assert (llama["top_k"], llama["top_p"], llama["min_p"], llama["repeat_penalty"]) == (20, 1.0, 0.0, 1.0)
-    assert gen_kwargs(SamplingParams(temperature=1.0), seed=1, owned_by="llamacpp")["top_k"] == 0
-    assert "min_p" not in gen_kwargs(t07, seed=1, owned_by="vllm") and "top_p" not in gen_kwargs(t07, seed=1)
-    assert "min_p" not in gen_kwargs(SamplingParams(), seed=None, owned_by="me")
+    assert gen_kwargs(SamplingParams(temperature=1.0), seed=1, profile=PROFILES["llamacpp"])["top_k"] == 0
+    assert "min_p" not in gen_kwargs(t07, seed=1, profile=PROFILES["vllm"]) and "top_p" not in gen_kwargs(t07, seed=1)
+    assert "min_p" not in gen_kwargs(SamplingParams(), seed=None, profile=profile_of_server("me", None))
 
 
 def test_a_vllm_server_is_asked_for_the_answers_own_token_ids():
     """A sampled answer's pieces can re-encode as other tokens (" c" + "up" as " cup": seen on vLLM at T = 1.0),
     so vLLM (owned_by "vllm") is asked for its tokens (`return_token_ids`); a server not known to take the field is
     not sent it (a strict one refuses fields it does not know)."""
-    assert gen_kwargs(SamplingParams(), seed=None, owned_by="vllm")["return_token_ids"] is True
-    assert "return_token_ids" not in gen_kwargs(SamplingParams(), seed=None, owned_by="me")
+    assert gen_kwargs(SamplingParams(), seed=None, profile=PROFILES["vllm"])["return_token_ids"] is True
+    assert "return_token_ids" not in gen_kwargs(SamplingParams(), seed=None, profile=profile_of_server("me", None))
     assert "return_token_ids" not in gen_kwargs(SamplingParams(), seed=None)
 
 

@@ -4,8 +4,8 @@ the run's own parser) into the environment and the argv it was built from, with 
 from __future__ import annotations
 
 import pytest
+from specdec_eval.peers.profiles.vllm import VLLMServeCommand
 from specdec_eval.peers.server.process import ServerCommand
-from specdec_eval.peers.server.vllm_command import VLLMServeCommand
 
 
 @pytest.mark.parametrize("method", [None, "eagle3", "ngram"])

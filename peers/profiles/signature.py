@@ -1,11 +1,11 @@
 """What a log table is made of: a `Signature` (one known line of one engine, and the event it means) and a
 `LogFormat` (one engine's log: its signatures, the per-line tags it adds, and how to recognise it). The tables
-themselves are data, in `tables`; the one matcher that applies any of them is `matcher`."""
+themselves are data, one in each engine's profile; the one matcher that applies any of them is `server.log.matcher`."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -52,8 +52,7 @@ class LogFormat:
     """One engine's log. name: what `--server-log-format` takes. line_tags: regexes of the tag a process puts before
     every line (vLLM's "(EngineCore_DP0 pid=123) "), removed before matching. rank_pattern: where a line names the
     server's rank (its `server_rank` group). markers: substrings only this engine's log holds (telling logs apart
-    when nothing names the engine). owners: the `owned_by` of its /v1/models cards and its Server header's
-    product, lower case (telling it apart from the server's identity)."""
+    when nothing names the engine; what names it is its profile's `owners`)."""
 
     name: str
     engine: str
@@ -61,7 +60,6 @@ class LogFormat:
     line_tags: tuple[str, ...] = ()
     rank_pattern: str | None = None
     markers: tuple[str, ...] = ()
-    owners: tuple[str, ...] = field(default=())
 
     @cached_property
     def tag_regexes(self) -> tuple[re.Pattern[str], ...]:
