@@ -82,6 +82,8 @@ def test_the_matrix_catches_the_class_and_misses_it_made_harmless(tmp_path, monk
     """End to end on tiny (the matrix's default paired run): the class is caught by the lossless gate; with its
     code made harmless (it returns the tokens it was given) the same row shows MISSED, so the row is its code's."""
     (bug,) = [b for b in mutants.BUG_CLASSES if b.name == "correction_reads_next_row"]
+    for side in ("planted", "harmless"):
+        (tmp_path / side).mkdir()
     caught = run_matrix(TINY, OPTIONS, [bug], workdir=str(tmp_path / "planted"))
     assert caught["ok"] and caught["rows"][0]["result"] == "caught", caught["rows"]
     assert caught["rows"][0]["cells"]["lossless"]["verdict"] == "FAIL"
