@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from .counters import Counters
 from .signature import LogFormat
 
 # Reads one response's own acceptance counts (our layout, `AcceptanceStats.to_dict()` plus "source"), or None when
@@ -49,7 +50,8 @@ class EngineProfile:
     names this engine. loose_owners: an `owned_by` it says that other servers may say too (llama-cpp-python's
     "me"): it picks the request defaults, never the log table. prometheus: its spec-decode counters, when it
     exports them. kv_gauges: its KV-cache usage gauges (fraction in use), first present wins. read_acceptance: its
-    per-response acceptance reader, when responses carry counts. names_tokens_by_id: takes vLLM's
+    per-response acceptance reader, when responses carry counts. read_json_metrics / read_json_kv_usage: its
+    readers of a metrics page in JSON (parsed), each None for a page of another shape. names_tokens_by_id: takes vLLM's
     `return_tokens_as_token_ids` and `prompt_logprobs` (logprobs then name token ids). returns_token_ids: answers
     `return_token_ids` with the answer's own token ids. neutral_sampling: fields a sampled request states so that
     the engine's own filtering defaults do not narrow the distribution. scores: how it scores a given text
@@ -63,6 +65,8 @@ class EngineProfile:
     prometheus: PrometheusNames | None = None
     kv_gauges: tuple[str, ...] = ()
     read_acceptance: AcceptanceReader | None = None
+    read_json_metrics: Callable[[Any], Counters | None] | None = None
+    read_json_kv_usage: Callable[[Any], tuple[str, float] | None] | None = None
     names_tokens_by_id: bool = False
     returns_token_ids: bool = False
     neutral_sampling: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))

@@ -4,7 +4,7 @@ machines: its tests read recorded pages, responses and log lines (tests/peers/fi
 
 Metrics, JSON on /server_info (older: /get_server_info): `avg_spec_accept_length` (top level or per data-parallel
 rank in `internal_states`) = accepted tokens incl. the bonus / verify steps, i.e. our AL, but averaged over the
-server's life without the counts, so no delta can be formed (`server.metric_formats`). KV usage
+server's life without the counts, so no delta can be formed (`read_json_metrics`). KV usage
 (`--enable-metrics`): `sglang:token_usage`, a fraction of the pool in use.
 
 Per response: `meta_info` (top level of /generate, or per choice) with `spec_verify_ct` (verify steps) and
@@ -29,6 +29,7 @@ from ...event_types import (
 )
 from ...workers.spec.metrics import AcceptanceStats
 from .acceptance_counts import count, possible
+from .counters import Counters
 from .profile import EngineProfile
 from .signature import LogFormat, Signature
 
@@ -143,10 +144,25 @@ def _meta_infos(response: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [m for m in found if isinstance(m, Mapping)]
 
 
+def read_json_metrics(data: Any) -> Counters | None:
+    """SGLang's server info: avg_spec_accept_length, top level or per DP rank (their mean); None without it."""
+    if not isinstance(data, dict):
+        return None
+    states = data.get("internal_states") if isinstance(data.get("internal_states"), list) else []
+    values = [s.get("avg_spec_accept_length") for s in states if isinstance(s, dict)]
+    values = [float(v) for v in values if isinstance(v, int | float)]
+    if not values and isinstance(data.get("avg_spec_accept_length"), int | float):
+        values = [float(data["avg_spec_accept_length"])]
+    if not values:
+        return None
+    return Counters(source="sglang avg_spec_accept_length (JSON server info)", average_length=sum(values) / len(values))
+
+
 PROFILE = EngineProfile(
     name="sglang",
     log=LOG,
     owners=("sglang",),
     kv_gauges=KV_GAUGES,
     read_acceptance=read_acceptance,
+    read_json_metrics=read_json_metrics,
 )

@@ -9,10 +9,12 @@ cycles = drafted tokens at position 0 (every cycle drafts position 0), or, witho
 tokens / K for a chain of the declared K. Dynamo re-exports the same names with a `trtllm:` prefix. KV usage:
 `trtllm_kv_cache_utilization`.
 JSON iteration stats on /metrics (with iteration stats on): a list of the iterations since the last read, each with
-`specDecodingStats` and `kvCacheStats`; reading drains the list (`server.metric_formats`, `server.kv_usage` read
+`specDecodingStats` and `kvCacheStats`; reading drains the list (`read_json_metrics`, `read_json_kv_usage` read
 that shape by content). Responses carry no acceptance counts."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from ...event_types import (
     ENGINE_DEAD,
@@ -22,6 +24,7 @@ from ...event_types import (
     WARMUP_OOM,
     WARMUP_SKIPPED,
 )
+from .counters import Counters
 from .profile import EngineProfile, PrometheusNames
 from .signature import LogFormat, Signature
 
@@ -124,10 +127,38 @@ PROMETHEUS = PrometheusNames(
 )
 KV_GAUGES = ("trtllm_kv_cache_utilization", "trtllm:kv_cache_utilization")
 
+
+def read_json_metrics(data: Any) -> Counters | None:
+    """TensorRT-LLM's JSON iteration stats (a list of per-iteration dicts); None when it is not such a list."""
+    if not isinstance(data, list) or not all(isinstance(it, dict) for it in data):
+        return None
+    out = Counters(
+        source="trtllm iteration stats (JSON specDecodingStats)", cycles=0, draft_tokens=0, accepted=0, drains=True
+    )
+    for it in data:
+        spec = it.get("specDecodingStats") or {}
+        out.cycles += float(spec.get("numRequestsWithDraftTokens", 0))
+        out.draft_tokens += float(spec.get("numDraftTokens", 0))
+        out.accepted += float(spec.get("numAcceptedTokens", 0))
+    return out
+
+
+def read_json_kv_usage(data: Any) -> tuple[str, float] | None:
+    """The last iteration's `kvCacheStats` in its JSON iteration stats: (source, used fraction); None otherwise."""
+    stats = [it.get("kvCacheStats") for it in data if isinstance(it, dict)] if isinstance(data, list) else []
+    stats = [s for s in stats if isinstance(s, dict) and s.get("maxNumBlocks")]
+    if not stats:
+        return None
+    last = stats[-1]
+    return "kvCacheStats (TensorRT-LLM iteration stats)", float(last.get("usedNumBlocks", 0)) / last["maxNumBlocks"]
+
+
 PROFILE = EngineProfile(
     name="trtllm",
     log=LOG,
     owners=("tensorrt_llm", "tensorrt-llm", "trtllm"),
     prometheus=PROMETHEUS,
     kv_gauges=KV_GAUGES,
+    read_json_metrics=read_json_metrics,
+    read_json_kv_usage=read_json_kv_usage,
 )

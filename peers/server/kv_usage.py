@@ -22,6 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from ..profiles import PROFILES
 
 # Each exporter's gauges once (our serve's profile shares vLLM's), in profile order.
+# The engines whose KV usage comes in JSON (each tells its own shape apart), in profile order.
+_JSON_READERS = tuple(p.read_json_kv_usage for p in PROFILES.values() if p.read_json_kv_usage is not None)
 KV_GAUGES = tuple(dict.fromkeys(p.kv_gauges for p in PROFILES.values() if p.kv_gauges))
 _MODEL_LABELS = ("model_name", "model")
 DRAIN_TIMEOUT_S = 10.0  # a server frees a finished request's blocks within its next steps
@@ -38,7 +40,13 @@ def parse_kv_usage(text: str, model: str | None = None, read_json: bool = True) 
     """(gauge name, used fraction) from a metrics response, or None when it holds no known KV gauge."""
     stripped = text.lstrip()
     if stripped.startswith(("[", "{")):
-        return _trtllm_iteration_usage(stripped) if read_json else None
+        if not read_json:
+            return None
+        try:
+            data = json.loads(stripped)
+        except ValueError:
+            return None
+        return next((found for read in _JSON_READERS if (found := read(data)) is not None), None)
     try:
         families = list(text_string_to_metric_families(text))
     except ValueError:  # not Prometheus text
@@ -54,19 +62,6 @@ def parse_kv_usage(text: str, model: str | None = None, read_json: bool = True) 
             if values.get(name):
                 return name, max(values[name])
     return None
-
-
-def _trtllm_iteration_usage(text: str) -> tuple[str, float] | None:
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    stats = [it.get("kvCacheStats") for it in data if isinstance(it, dict)] if isinstance(data, list) else []
-    stats = [s for s in stats if isinstance(s, dict) and s.get("maxNumBlocks")]
-    if not stats:
-        return None
-    last = stats[-1]
-    return "kvCacheStats (TensorRT-LLM iteration stats)", float(last.get("usedNumBlocks", 0)) / last["maxNumBlocks"]
 
 
 class ServerKVUsage:

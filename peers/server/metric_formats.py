@@ -19,12 +19,11 @@ they carry a model_name label. A server that exports none of them: "not reported
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..profiles import PROFILES, PrometheusNames
+from ..profiles.counters import Counters
 
 
 def _prometheus_formats() -> tuple[PrometheusNames, ...]:
@@ -34,21 +33,9 @@ def _prometheus_formats() -> tuple[PrometheusNames, ...]:
 
 
 _PROMETHEUS_FORMATS = _prometheus_formats()
+# The engines whose metrics come as JSON (each tells its own shape apart), in profile order.
+_JSON_READERS = tuple(p.read_json_metrics for p in PROFILES.values() if p.read_json_metrics is not None)
 _MODEL_LABELS = ("model_name", "model")
-
-
-@dataclass
-class Counters:
-    """Cumulative acceptance numbers as one server reports them; None where it reports no such number."""
-
-    source: str  # e.g. "vllm names on /metrics"
-    cycles: float | None = None
-    draft_tokens: float | None = None
-    accepted: float | None = None  # accepted drafts, bonus excluded
-    accepted_per_pos: dict[int, float] = field(default_factory=dict)
-    drafted_per_pos: dict[int, float] = field(default_factory=dict)
-    average_length: float | None = None  # a server-lifetime AL without counts (SGLang)
-    drains: bool = False  # every read returns only what happened since the previous read (TRT-LLM JSON)
 
 
 # ------------------------------------------------------------------------------------------------ parsers
@@ -104,46 +91,24 @@ def _by_position(rows, label: str) -> dict[int, float]:
     return out
 
 
-def parse_trtllm_iteration_stats(data: Any) -> Counters | None:
-    """TensorRT-LLM's JSON iteration stats (a list of per-iteration dicts); None when it is not such a list."""
-    if not isinstance(data, list) or not all(isinstance(it, dict) for it in data):
-        return None
-    out = Counters(
-        source="trtllm iteration stats (JSON specDecodingStats)", cycles=0, draft_tokens=0, accepted=0, drains=True
-    )
-    for it in data:
-        spec = it.get("specDecodingStats") or {}
-        out.cycles += float(spec.get("numRequestsWithDraftTokens", 0))
-        out.draft_tokens += float(spec.get("numDraftTokens", 0))
-        out.accepted += float(spec.get("numAcceptedTokens", 0))
-    return out
-
-
-def parse_sglang_server_info(data: Any) -> Counters | None:
-    """SGLang's server info: avg_spec_accept_length, top level or per DP rank (their mean); None without it."""
-    if not isinstance(data, dict):
-        return None
-    states = data.get("internal_states") if isinstance(data.get("internal_states"), list) else []
-    values = [s.get("avg_spec_accept_length") for s in states if isinstance(s, dict)]
-    values = [float(v) for v in values if isinstance(v, int | float)]
-    if not values and isinstance(data.get("avg_spec_accept_length"), int | float):
-        values = [float(data["avg_spec_accept_length"])]
-    if not values:
-        return None
-    return Counters(source="sglang avg_spec_accept_length (JSON server info)", average_length=sum(values) / len(values))
-
-
 def parse_metrics_response(text: str, model: str | None = None) -> Counters | None:
-    """Any of the known formats, told apart by content: JSON (TRT-LLM iteration stats, SGLang server info) or
-    Prometheus text."""
+    """Any of the known formats, told apart by content: JSON (each profile's `read_json_metrics`: TRT-LLM's iteration
+    stats, SGLang's server info) or Prometheus text."""
     stripped = text.lstrip()
     if stripped.startswith(("[", "{")):
         try:
             data = json.loads(stripped)
         except ValueError:
             return None
-        return parse_trtllm_iteration_stats(data) or parse_sglang_server_info(data)
+        for read in _JSON_READERS:
+            found = read(data)
+            if found is not None:
+                return found
+        return None
     try:
         return parse_prometheus(text, model)
     except ValueError:  # not Prometheus text (an HTML page, say)
         return None
+
+
+__all__ = ["Counters", "parse_metrics_response", "parse_prometheus"]
