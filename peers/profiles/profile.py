@@ -46,17 +46,18 @@ class EngineProfile:
     """One server engine.
 
     name: what `--engine-profile` takes (and its log table's name). log: its log table (signatures, line tags,
-    markers). owners: the `owned_by` of its /v1/models cards and its Server header's product, lower case: what
-    names this engine. loose_owners: an `owned_by` it says that other servers may say too (llama-cpp-python's
-    "me"): it picks the request defaults, never the log table. prometheus: its spec-decode counters, when it
-    exports them. kv_gauges: its KV-cache usage gauges (fraction in use), first present wins. read_acceptance: its
-    per-response acceptance reader, when responses carry counts. read_json_metrics / read_json_kv_usage: its
-    readers of a metrics page in JSON (parsed), each None for a page of another shape. names_tokens_by_id: takes vLLM's
-    `return_tokens_as_token_ids` and `prompt_logprobs` (logprobs then name token ids). returns_token_ids: answers
-    `return_token_ids` with the answer's own token ids. neutral_sampling: fields a sampled request states so that
-    the engine's own filtering defaults do not narrow the distribution. scores: how it scores a given text
-    (teacher forcing): SCORES_BY_PROMPT_LOGPROBS or SCORES_BY_ECHO. launch: a note on how it is started here, when
-    the project starts it (its command builder lives in the same module)."""
+    markers). owners: the `owned_by` of its /v1/models cards and its Server header's product, lower case: what names
+    this engine. loose_owners: an `owned_by` it says that other servers may say too (llama-cpp-python's "me"): it
+    picks the request defaults, never the log table. prometheus: its spec-decode counters, when it exports them.
+    kv_gauges: its KV-cache usage gauges (fraction in use), first present wins. read_acceptance: its per-response
+    acceptance reader, when responses carry counts; response_keys / choice_keys: the keys of a response (and of each
+    of its choices) it reads, all that a run keeps of a response to tally it. read_json_metrics /
+    read_json_kv_usage: its readers of a metrics page in JSON (parsed), each None for a page of another shape.
+    names_tokens_by_id: takes vLLM's `return_tokens_as_token_ids` and `prompt_logprobs` (logprobs then name token
+    ids). returns_token_ids: answers `return_token_ids` with the answer's own token ids. neutral_sampling: fields a
+    sampled request states so that the engine's own filtering defaults do not narrow the distribution. scores: how
+    it scores a given text (teacher forcing): SCORES_BY_PROMPT_LOGPROBS or SCORES_BY_ECHO. launch: a note on how it
+    is started here, when the project starts it (its command builder lives in the same module)."""
 
     name: str
     log: LogFormat
@@ -65,6 +66,8 @@ class EngineProfile:
     prometheus: PrometheusNames | None = None
     kv_gauges: tuple[str, ...] = ()
     read_acceptance: AcceptanceReader | None = None
+    response_keys: tuple[str, ...] = ()
+    choice_keys: tuple[str, ...] = ()
     read_json_metrics: Callable[[Any], Counters | None] | None = None
     read_json_kv_usage: Callable[[Any], tuple[str, float] | None] | None = None
     names_tokens_by_id: bool = False

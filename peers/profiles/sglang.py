@@ -164,5 +164,7 @@ PROFILE = EngineProfile(
     owners=("sglang",),
     kv_gauges=KV_GAUGES,
     read_acceptance=read_acceptance,
+    response_keys=("meta_info",),
+    choice_keys=("meta_info",),
     read_json_metrics=read_json_metrics,
 )

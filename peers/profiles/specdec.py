@@ -45,6 +45,7 @@ PROFILE = EngineProfile(
     prometheus=vllm.PROMETHEUS,
     kv_gauges=vllm.KV_GAUGES,
     read_acceptance=vllm.read_acceptance,
+    response_keys=vllm.PROFILE.response_keys,
     names_tokens_by_id=True,
     scores=SCORES_BY_PROMPT_LOGPROBS,
     launch="specdec-eval serve",

@@ -265,6 +265,7 @@ PROFILE = EngineProfile(
     prometheus=PROMETHEUS,
     kv_gauges=KV_GAUGES,
     read_acceptance=read_acceptance,
+    response_keys=("metrics",),
     names_tokens_by_id=True,
     returns_token_ids=True,
     scores=SCORES_BY_PROMPT_LOGPROBS,

@@ -20,7 +20,9 @@ from typing import Any
 from ..profiles import PROFILES
 from ..profiles.acceptance_counts import ImpossibleAcceptance
 
-# Each reader once (our serve's profile shares vLLM's), in profile order.
+# Each reader once (our serve's profile shares vLLM's), in profile order, and the keys they read.
+RESPONSE_KEYS = tuple(dict.fromkeys(k for p in PROFILES.values() for k in p.response_keys))
+CHOICE_KEYS = tuple(dict.fromkeys(k for p in PROFILES.values() for k in p.choice_keys))
 READERS = tuple(dict.fromkeys(p.read_acceptance for p in PROFILES.values() if p.read_acceptance is not None))
 
 
@@ -37,16 +39,17 @@ def response_acceptance(response: Any, declared_k: int | None = None) -> dict[st
 
 
 def acceptance_fields(response: Any) -> dict[str, Any]:
-    """What of a response `response_acceptance` reads (a response's text is not kept to tally a run)."""
+    """What of a response `response_acceptance` reads: the keys each profile's reader reads (a response's text is not
+    kept to tally a run)."""
     if not isinstance(response, Mapping):
         return {}
     choices = response.get("choices")
-    metas = (
-        [{"meta_info": c.get("meta_info")} for c in choices if isinstance(c, Mapping)]
-        if isinstance(choices, list)
-        else []
-    )
-    return {"metrics": response.get("metrics"), "meta_info": response.get("meta_info"), "choices": metas}
+    kept = [
+        {k: c.get(k) for k in CHOICE_KEYS}
+        for c in (choices if isinstance(choices, list) else [])
+        if isinstance(c, Mapping)
+    ]
+    return {**{k: response.get(k) for k in RESPONSE_KEYS}, "choices": kept}
 
 
 __all__ = ["ImpossibleAcceptance", "acceptance_fields", "response_acceptance"]
