@@ -7,6 +7,7 @@ import pytest
 from specdec_eval.peers.client.config import EndpointConfig
 from specdec_eval.peers.client.requests import gen_kwargs
 from specdec_eval.peers.profiles import PROFILE_NAMES, PROFILES, pick_profile, profile_of_server
+from specdec_eval.peers.server.watch import ServerWatch
 from specdec_eval.workers.config import SamplingParams
 
 from specdec_eval.errors import UserError
@@ -41,3 +42,16 @@ def test_what_each_profile_asks_for():
     sglang = gen_kwargs(params, 1, profile=PROFILES["sglang"])  # a strict server: nothing it was not asked for
     assert set(sglang) == {"until", "max_gen_toks", "temperature", "seed", "logprobs"}
     assert gen_kwargs(params, 1, profile=PROFILES["llamacpp"])["repeat_penalty"] == 1.0
+
+
+def test_a_named_profile_picks_the_log_table_over_the_servers_identity(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("")
+    watch = ServerWatch("http://127.0.0.1:1", log_path=str(log))
+    try:
+        watch.identify("vllm", "uvicorn", "sglang")  # the flag names SGLang, the model card vLLM
+        assert watch.log.log_format == ("sglang", "from --engine-profile sglang")
+        watch.identify("vllm", "uvicorn")  # no flag: the identity
+        assert watch.log.log_format[0] == "vllm"
+    finally:
+        watch.close()
