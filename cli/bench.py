@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ..evals.bench.prompts import BENCH_PROMPTS
 from ..evals.run_types import EvalOptions
 from ..option_fields import flag_of, option
-from ..workers.remote.client.options import EndpointOptions
+from ..peers.client.options import EndpointOptions
 from . import options as o
 from .progress import generation_progress, stderr
 

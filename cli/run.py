@@ -15,8 +15,8 @@ import typer
 from ..evals.gates.registry import opt_in_gates, parse_opt_in
 from ..evals.run_types import EVAL, EvalOptions, RunPlan
 from ..launch.job_options import JobOptions
+from ..peers.client.options import EndpointOptions
 from ..results.run_summary import Verdict
-from ..workers.remote.client.options import EndpointOptions
 from . import options as o
 from .progress import generation_progress
 from .run_report import print_report

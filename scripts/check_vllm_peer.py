@@ -12,8 +12,8 @@ import tempfile
 from pathlib import Path
 
 import httpx
-from specdec_eval.workers.remote.server.process import ServerProcess
-from specdec_eval.workers.remote.server.vllm_command import SERVED_MODEL, VLLMServeCommand
+from specdec_eval.peers.profiles.vllm import SERVED_MODEL, VLLMServeCommand
+from specdec_eval.peers.server.process import ServerProcess
 
 PROMPT = "The capital of France is"
 STARTUP_TIMEOUT_S = 420.0

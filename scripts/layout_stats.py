@@ -5,12 +5,12 @@ function, the widest signature and the modules over 450 lines in the judging fol
 
     python scripts/layout_stats.py [ROOT] [--json]
 
-ROOT is a checkout (default: this one). Folders are the top-level ones (cli, launch, workers, evals, results, serve,
-specdec_eval) and, inside evals/ and workers/, their sub-packages (evals/gates, evals/pipeline, ...), so that what the
-redesign of the run pipeline changed (issue 34) can be compared between two checkouts. An import statement counts
-once per (statement, imported folder); `from x import a, b` is one statement. Only the package's own modules are
-counted (tests/ and scripts/ are left out), and imports under `if TYPE_CHECKING:` are not (they never run).
-Reads the files; imports nothing from them.
+ROOT is a checkout (default: this one). Folders are the top-level ones (cli, launch, workers, peers, evals, results,
+serve, specdec_eval) and, inside evals/, workers/ and peers/, their sub-packages (evals/gates, evals/pipeline, ...),
+so that what the redesign of the run pipeline changed (issue 34) can be compared between two checkouts. An import
+statement counts once per (statement, imported folder); `from x import a, b` is one statement. Only the package's
+own modules are counted (tests/ and scripts/ are left out), and imports under `if TYPE_CHECKING:` are not (they
+never run). Reads the files; imports nothing from them.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-TOP = ("specdec_eval", "cli", "launch", "workers", "evals", "results", "serve")
-SPLIT = ("evals", "workers")  # folders whose sub-packages count as folders of their own
+TOP = ("specdec_eval", "cli", "launch", "workers", "peers", "evals", "results", "serve")
+SPLIT = ("evals", "workers", "peers")  # folders whose sub-packages count as folders of their own
 
 
 def module_name(root: Path, path: Path) -> str:

@@ -84,8 +84,8 @@ def measure(args: argparse.Namespace) -> int:
     docs = list(task.test_docs() if task.has_test_docs() else task.validation_docs())
     chosen = sorted(random.Random(args.seed).sample(range(len(docs)), min(args.docs, len(docs))))
     if args.endpoint:
-        from specdec_eval.workers.remote.client.config import EndpointConfig
-        from specdec_eval.workers.remote.client.engine import EndpointEngine
+        from specdec_eval.peers.client.config import EndpointConfig
+        from specdec_eval.peers.client.engine import EndpointEngine
 
         engine = EndpointEngine(
             EndpointConfig(

@@ -1,6 +1,6 @@
 """How long a run takes to fail against a server that stops answering (a fake OpenAI-compatible server that answers
 its first requests, then hangs while /health answers 200: tests/fake_server_helpers.py), with the stall watch
-(`workers.remote.server.stall_watch`) and without it (the same run with the watch's floor set beyond reach, so each
+(`peers.server.stall_watch`) and without it (the same run with the watch's floor set beyond reach, so each
 unanswered request waits its timeout on every attempt). The peer without the watch is measured at a short request
 timeout (it would take hours at the default 3600 s); both are also compared with the formula
 timeouts x attempts x rounds of documents (`time_without_watch`), which the measured peer checks.
@@ -17,15 +17,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's tests/ (the fake server)
 
-from specdec_eval.workers.config import SamplingParams  # noqa: E402
-from specdec_eval.workers.loading.checkpoint import load_checkpoint  # noqa: E402
-from specdec_eval.workers.remote.client.config import (  # noqa: E402
+from specdec_eval.peers.client.config import (  # noqa: E402
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,
     EndpointConfig,
 )
-from specdec_eval.workers.remote.client.engine import EndpointEngine  # noqa: E402
-from specdec_eval.workers.remote.server.stall_watch import DEFAULT_STALL_FLOOR_S, time_without_watch  # noqa: E402
+from specdec_eval.peers.client.engine import EndpointEngine  # noqa: E402
+from specdec_eval.peers.server.stall_watch import DEFAULT_STALL_FLOOR_S, time_without_watch  # noqa: E402
+from specdec_eval.workers.config import SamplingParams  # noqa: E402
+from specdec_eval.workers.loading.checkpoint import load_checkpoint  # noqa: E402
 
 from tests.fake_server_helpers import HangingServer  # noqa: E402
 

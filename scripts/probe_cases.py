@@ -563,7 +563,7 @@ def _serve_scenarios(ctx: ScenarioContext) -> list[ScenarioResult]:
 
     import httpx
     import requests
-    from specdec_eval.workers.remote.client.requests import call_with_retries
+    from specdec_eval.peers.client.requests import call_with_retries
 
     proc = subprocess.Popen(
         [*ctx.cli, "serve", *FAST, "--port", "0", "--max-queue", "2", "--grace", "60", "--log-level", "warning"],

@@ -25,9 +25,9 @@ import sys
 import time
 from collections import Counter
 
+from specdec_eval.peers.client.config import EndpointConfig
+from specdec_eval.peers.client.engine import EndpointEngine
 from specdec_eval.workers.config import SamplingParams
-from specdec_eval.workers.remote.client.config import EndpointConfig
-from specdec_eval.workers.remote.client.engine import EndpointEngine
 
 from specdec_eval.event_types import FAILING_EVENTS
 

@@ -23,10 +23,10 @@ COMMON=(--model smollm2 --tasks gsm8k --data-dir "$DATA" --limit "$LIMIT" --num-
   --no-reference --concurrency 1 --dtype float32 --request-seeds none --json --out "$OUT/runs")
 DECODINGS=("temperature=1.0,top_p=1.0" "temperature=0.7,top_k=20,top_p=0.9")
 
-serve_cmd() {  # PORT [METHOD]: the command tests/vllm_server.py starts (workers/remote/vllm_command.py builds it)
+serve_cmd() {  # PORT [METHOD]: the command tests/vllm_server.py starts (peers/profiles/vllm.py builds it)
   $PY - "$VENV/bin/python" "$MODEL_DIR" "$1" "${2:-}" <<'EOF'
 import sys
-from specdec_eval.workers.remote.server.vllm_command import VLLMServeCommand
+from specdec_eval.peers.profiles.vllm import VLLMServeCommand
 python, model_dir, port, method = sys.argv[1:]
 print(VLLMServeCommand(python=python, model_dir=model_dir, port=int(port), method=method or None,
                        head="workers/spec/heads/smollm2-eagle3"))

@@ -17,8 +17,8 @@ import functools
 import re
 from typing import Any
 
+from ..peers.client.logprobs import TOKEN_ID_PREFIX
 from ..workers.interface import GenerationOutput, ScoredOutput
-from ..workers.remote.client.logprobs import TOKEN_ID_PREFIX
 
 
 def _namer(tokenizer: Any, as_ids: bool):

@@ -8,7 +8,7 @@ FORWARD_ERROR = "forward_error"  # a forward raised
 REQUEST_FAILED = "request_failed"  # a request could not be completed
 REQUEST_RETRIED = "request_retried"  # a request was recomputed after its batch failed
 FAULT_INJECTED = "fault_injected"  # a configured fault fired
-# Resource invariants at drain, and what other engines report in their logs (workers/remote/server/log/)
+# Resource invariants at drain, and what other engines report in their logs (peers/server/log/)
 KV_BLOCK_LEAK = "kv_block_leak"  # our engine drained, yet KV blocks are still held by no request
 KV_LEAK = "kv_leak"  # a server's KV-usage metric did not return to its idle value after the run drained
 ENGINE_DEAD = "engine_dead"  # a server's engine stopped (executor loop died, engine core died): it cannot answer

@@ -1,6 +1,6 @@
 """Secrets out of what is recorded: a command line (`redact_argv`: a run's own, or a server command a run started)
 and a line of text (`redact_text`: a server's log line). A leaf module: the run store (results/), the endpoint
-engine and its server process (workers/remote/) use the same rules, and neither may import the other.
+engine and its server process (peers/) use the same rules, and neither may import the other.
 
 Every pattern is linear in the line's length (each can start only where a word starts, so no start position rescans
 what another already scanned), and a line is cut to `MAX_LINE_CHARS` before any pattern runs: a server that prints

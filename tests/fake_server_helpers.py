@@ -1,7 +1,7 @@
 """A small ASGI app on 127.0.0.1 that plays an OpenAI-compatible server which stops answering: the first
 `answer_first` completions are answered at once, every later one hangs (until the server stops) while /health and
 /v1/models keep answering 200, as a TensorRT-LLM server whose executor loop died does (its issue #13318). /metrics
-answers `metrics_text` (Prometheus text) when given. Used by tests/workers/remote/server/test_stall.py and
+answers `metrics_text` (Prometheus text) when given. Used by tests/peers/server/test_stall.py and
 scripts/measure_stall.py. And a proxy that makes our own server read as another engine (`OwnerProxy`)."""
 
 from __future__ import annotations

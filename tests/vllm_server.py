@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 from specdec_eval.evals.selftest.vllm_mutants import MatrixServers, VllmSetup
-from specdec_eval.workers.remote.server.process import ServerProcess
-from specdec_eval.workers.remote.server.vllm_command import SERVED_MODEL, VLLMServeCommand
+from specdec_eval.peers.profiles.vllm import SERVED_MODEL, VLLMServeCommand
+from specdec_eval.peers.server.process import ServerProcess
 
 from .llama_server import free_port
 

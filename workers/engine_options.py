@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..option_fields import listed_options, option
+from . import bug_classes
 from .config import (
     DEVICES,
     DTYPES,
@@ -26,7 +27,7 @@ from .config import (
     parse_bytes,
     parse_capture_layers,
 )
-from .faults import FaultSpec, behaviour_faults
+from .faults import ENVIRONMENT_POINTS, FaultSpec, behaviour_faults
 from .registry import KV_CACHE_MANAGERS, SPEC_ALGORITHMS
 
 ENGINE, SPEC, FAULTS = "Engine", "Speculative decoding", "Faults"  # the groups of `--help`
@@ -204,14 +205,8 @@ class EngineOptions:
         "--inject",
         group=FAULTS,
         parse=_fault_specs,
-        help="Inject a fault: POINT[:K][@STEP|@random][xCOUNT], POINT one of warmup_oom, prepare_for_spec_dec, "
-        "draft_step, target_forward, restore, or a planted bug class: emit_rejected_draft, "
-        "draft_kv_into_target, spec_alters_target, rewind_keeps_rejected, accept_off_by_one, "
-        "sample_key_shift, verify_width_numerics, rewind_leaks_blocks, aux_layers_off_by_one, "
-        "draft_reads_neighbour_hidden, or a sampled "
-        "class of --spec-sampling rejection: rejection_greedy, residual_keeps_draft, accept_unit_temperature, "
-        "spec_filter_order, accept_neighbour_row, restart_stream (repeatable; see selftest --mutants). "
-        "Example: draft_step:1@3",
+        help=f"Inject a fault: POINT[:K][@STEP|@random][xCOUNT], POINT one of {', '.join(ENVIRONMENT_POINTS)}, or "
+        f"{bug_classes.inject_help()} (repeatable; see selftest --mutants). Example: draft_step:1@3",
     )
     max_retries: int = option(
         config_default("max_retries"),

@@ -8,9 +8,10 @@ Environmental faults raise where the engine calls `FaultInjector.check`, and the
   target_forward        half-way through the target model's layers
   restore               just before the worker restores the saved metadata
 
-Behaviour faults are planted code bugs (the `planted` package builds each into the engine once, at build): they
-raise nothing and change results. A code bug is in every engine a run builds (the spec-dec engine, its twin, a
-separate baseline, an audit engine), so they stay in every configuration of the run (`behaviour_faults`).
+Behaviour faults are planted code bugs (declared in `bug_classes`; the `planted` package builds each into the engine
+once, at build): they raise nothing and change results. A code bug is in every engine a run builds (the spec-dec
+engine, its twin, a separate baseline, an audit engine), so they stay in every configuration of the run
+(`behaviour_faults`).
 
 STEP is the engine step (counted from 0 over the engine's life; warmup steps count too); omitted: the first time the
 point is reached; `@random`: a step drawn from [0, 16) by a generator seeded with the engine seed, so a run is
@@ -27,31 +28,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import UserError
+from . import bug_classes
 from .events import EventLog
 
 ENVIRONMENT_POINTS = ("warmup_oom", "prepare_for_spec_dec", "draft_step", "target_forward", "restore")
-# The planted bugs of the rejection sampler (the sampled classes): each the RejectionRule field it sets.
-REJECTION_POINTS = (
-    "rejection_greedy",
-    "residual_keeps_draft",
-    "accept_unit_temperature",
-    "spec_filter_order",
-    "accept_neighbour_row",
-    "restart_stream",
-)
-RECURRING_POINTS = (
-    "draft_kv_into_target",
-    "spec_alters_target",
-    "rewind_keeps_rejected",
-    "accept_off_by_one",
-    "sample_key_shift",
-    "verify_width_numerics",
-    "rewind_leaks_blocks",
-    "aux_layers_off_by_one",
-    "draft_reads_neighbour_hidden",
-    *REJECTION_POINTS,
-)
-BEHAVIOUR_POINTS = ("emit_rejected_draft", *RECURRING_POINTS)  # change results instead of raising
+# The planted bug classes, each declared once (`bug_classes`): the rejection sampler's (each the RejectionRule field
+# it sets), and those that fire every time their path is reached (a code bug is always there).
+REJECTION_POINTS = bug_classes.names("rejection_sampler")
+RECURRING_POINTS = bug_classes.names(recurring=True)
+BEHAVIOUR_POINTS = bug_classes.names()  # change results instead of raising
 FAULT_POINTS = ENVIRONMENT_POINTS + BEHAVIOUR_POINTS
 # Reached only under spec-dec. Behaviour points are all spec-dec paths, but a plain engine may carry them (a planted
 # bug is in the whole build); only the environmental ones are refused outright without --spec (the engine config).

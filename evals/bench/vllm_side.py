@@ -51,8 +51,8 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def vllm_side(prefix_caching: bool, log_dir: str | None = None) -> Iterator[Side]:
     """A started plain vLLM server as a Side; stopped when the block ends."""
-    from ...workers.remote.server.process import ServerProcess
-    from ...workers.remote.server.vllm_command import SERVED_MODEL, VLLMServeCommand
+    from ...peers.profiles.vllm import SERVED_MODEL, VLLMServeCommand
+    from ...peers.server.process import ServerProcess
 
     extra = () if prefix_caching else ("--no-enable-prefix-caching",)
     command = VLLMServeCommand(

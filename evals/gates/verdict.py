@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ...peers.server.failure import server_failure_line
 from ...results.run_summary import RunSummary, TaskSummary
 from ...results.sample_record import SampleRecord
 from ...workers.events import count_events, failing_events
 from ...workers.interface import EngineIdentity
-from ...workers.remote.server.failure import server_failure_line
 from ..run_types import TaskResult
 from .gate import RunEvidence
 from .registry import judge_run

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ...peers.client.config import EndpointURL
 from ...workers.interface import EngineIdentity
-from ...workers.remote.client.config import EndpointURL
 from .control import MARKER as CONTROL_MARKER
 
 LOCAL_KINDS = ("local", "torchrun")  # one engine, ours, on one process or a torchrun job

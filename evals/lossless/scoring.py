@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ...peers.client.scoring_audit import ONE_BACK
 from ...results.run_summary import GateResult, Verdict
 from ...results.sample_record import SampleRecord
 from ...workers.config import MAX_LOGPROBS, SamplingParams
 from ...workers.interface import EngineIdentity, InferenceEngine, ScoredOutput, ScoreRequest
-from ...workers.remote.client.scoring_audit import ONE_BACK
 from ..run_types import EvalOptions
 from .check import EXACT_DTYPES
 from .sampled import ALPHA, DEFAULT_TARGET_TOLERANCE, SampledSample, judge_sampled

@@ -33,6 +33,7 @@ from ...results.run_summary import GateResult, RunSummary, TaskSummary, Verdict,
 from ...results.sample_record import SampleRecord
 from ...results.store import Run
 from ...stats.acceptance_ratio import DROP, NO_DROP, judge_pairs
+from ...workers import bug_classes
 from ...workers.config import EngineConfig
 from ..gates.accuracy_gate import GATE as ACCURACY
 from ..gates.lossless_gate import GATE as LOSSLESS
@@ -74,91 +75,31 @@ CLEAN_REJECTION = BugClass(
     catcher=None,
     spec_sampling="rejection",
 )
-BUG_CLASSES = (
-    BugClass("emit_rejected_draft", "verification emits a rejected draft once", ("emit_rejected_draft",)),
-    BugClass(
-        "draft_kv_into_target",
-        "the draft layer writes into the target's last KV layer (vLLM #25406)",
-        ("draft_kv_into_target",),
-    ),
-    BugClass(
-        "spec_alters_target",
-        "the capture rounds the target's residual stream while a spec worker is attached",
-        ("spec_alters_target",),
-    ),
-    BugClass("rewind_keeps_rejected", "a rejected draft's KV is kept as committed", ("rewind_keeps_rejected",)),
-    BugClass("accept_off_by_one", "one draft more is accepted than verified", ("accept_off_by_one",)),
-    BugClass(
-        "sample_key_shift",
-        "at temperature > 0 position p is sampled with p+1's key",
-        ("sample_key_shift",),
-        sampled=True,
-    ),
-    BugClass("verify_width_numerics", "logits depend on the verify width (1 vs K+1)", ("verify_width_numerics",)),
-    BugClass(
-        "unrestored_metadata",
-        "the seed: --spec-guard none, a tolerated warmup OOM leaves draft metadata saved",
-        ("warmup_oom",),
-        guard="none",
-        warmup="on",
-        catcher="events",
-    ),
-    BugClass(
-        "rewind_leaks_blocks",
-        "KV blocks of rejected drafts are never returned to the pool",
-        ("rewind_leaks_blocks",),
-        catcher="events",
-    ),
-    # The rejection sampler's sampled classes: caught by the sampled lossless gate, never by a greedy check.
-    BugClass(
-        "rejection_greedy",
-        "verification silently greedy at temperature > 0 (SGLang on ROCm / NPU)",
-        ("rejection_greedy",),
-        sampled=True,
-        spec_sampling="rejection",
-    ),
-    BugClass(
-        "residual_keeps_draft",
-        "after a rejection the token is drawn from p with the rejected draft left in",
-        ("residual_keeps_draft",),
-        sampled=True,
-        spec_sampling="rejection",
-    ),
-    BugClass(
-        "accept_unit_temperature",
-        "the accept test reads p at temperature 1, the plain sampler at T (vLLM V0)",
-        ("accept_unit_temperature",),
-        sampled=True,
-        spec_sampling="rejection",
-    ),
-    BugClass(
-        "spec_filter_order",
-        "top-p then top-k on the spec path, top-k then top-p on the plain one (SGLang)",
-        ("spec_filter_order",),
-        sampled=True,
-        spec_sampling="rejection",
-    ),
-    BugClass(
-        "accept_neighbour_row",
-        "the accept test of draft i reads row i + 1's probability",
-        ("accept_neighbour_row",),
-        sampled=True,
-        spec_sampling="rejection",
-    ),
-    BugClass(
-        "restart_stream",
-        "the request's random stream restarts from its seed at every verification step",
-        ("restart_stream",),
-        sampled=True,
-        spec_sampling="rejection",
-    ),
-    BugClass(
-        "aux_layers_off_by_one",
-        "the draft's features are read one layer late: ~5 % lower AL, same outputs",
-        ("aux_layers_off_by_one",),
-        catcher=PAIRED,
-    ),
+SEED = BugClass(
+    "unrestored_metadata",
+    "the seed: --spec-guard none, a tolerated warmup OOM leaves draft metadata saved",
+    ("warmup_oom",),
+    guard="none",
+    warmup="on",
+    catcher="events",
 )
+
+
+def _planted_rows() -> tuple[BugClass, ...]:
+    """The matrix's rows of the planted classes (`bug_classes`, each declared once there), the classes only the
+    paired acceptance test can catch last, and the seed (an environmental fault, not a planted class) before the
+    first class the events gate must catch."""
+    planted = [
+        BugClass(c.name, c.help, (c.name,), sampled=c.sampled, catcher=c.catcher, spec_sampling=c.spec_sampling)
+        for c in bug_classes.PLANTED_CLASSES
+        if c.in_matrix
+    ]
+    planted.sort(key=lambda b: b.catcher == PAIRED)
+    first_events = next((i for i, b in enumerate(planted) if b.catcher == "events"), len(planted))
+    return (*planted[:first_events], SEED, *planted[first_events:])
+
+
+BUG_CLASSES = _planted_rows()
 CLASS_NAMES = tuple(b.name for b in BUG_CLASSES)
 
 

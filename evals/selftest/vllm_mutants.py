@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UserError
+from ...peers.client.options import EndpointOptions
+from ...peers.profiles.vllm import SERVED_MODEL, VLLMServeCommand
+from ...peers.server.process import ServerProcess, ServerStartFailed
 from ...results.store import Run
 from ...workers.config import EngineConfig
-from ...workers.remote.client.options import EndpointOptions
-from ...workers.remote.server.process import ServerProcess, ServerStartFailed
-from ...workers.remote.server.vllm_command import SERVED_MODEL, VLLMServeCommand
 from ..pipeline.backends import RunTarget, make_backend
 from ..pipeline.evaluation import EvalOptions
 from ..pipeline.run import run

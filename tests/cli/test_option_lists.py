@@ -13,8 +13,8 @@ from specdec_eval.cli import options as o
 from specdec_eval.cli.main import app
 from specdec_eval.evals.run_types import EvalOptions, RunPlan
 from specdec_eval.launch.job_options import JobOptions
+from specdec_eval.peers.client.options import EndpointOptions
 from specdec_eval.workers.engine_options import ENGINE_OPTIONS
-from specdec_eval.workers.remote.client.options import EndpointOptions
 
 from specdec_eval.option_fields import flag, flag_of, from_values, listed_options
 

@@ -18,7 +18,7 @@ from specdec_eval.results import store
 
 from ..cli_helpers import run_cli
 from ..fake_server_helpers import HangingServer
-from ..workers.remote.server.test_log_tables import SEED_LOG
+from ..peers.server.test_log_tables import SEED_LOG
 
 ARGS = ("run", "--model", "tiny", "--tasks", "gsm8k_smoke", "--no-reference", "--concurrency", "1")
 CAUSE = "executor loop died: Sampling failed, log line 11"

@@ -1,6 +1,6 @@
 """The server under load: continuous batching across HTTP requests, clients that go away mid-request (their KV
 blocks come back), the bounded queue, the API key, engine failures as 500s, and the spec-decode counters of
-/metrics read by our scraper (workers/remote/server/metrics.py `ServerAcceptance`) against the engine's own."""
+/metrics read by our scraper (peers/server/metrics.py `ServerAcceptance`) against the engine's own."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import hmac
 
 import httpx
 import pytest
+from specdec_eval.peers.server.metrics import ServerAcceptance
 from specdec_eval.serve.bench import bench_prompts, completion_body, time_concurrent, time_sequential
 from specdec_eval.workers.config import SamplingParams, SpecConfig
-from specdec_eval.workers.remote.server.metrics import ServerAcceptance
 
 from ..serve_helpers import MODEL, joined, kv_returned, metric_values, serving, sse_events, tiny_engine, wait_until
 
@@ -102,9 +102,9 @@ def test_a_full_queue_answers_503_with_retry_after(tiny):
 
 def test_more_prompts_than_the_queue_holds_is_a_400_our_client_never_retries(tiny):
     """A 503 says "try again later"; a request that can never fit says why, and our client (lm-eval's retry policy,
-    workers/remote/client/requests.py) gives up at once instead of retrying what cannot succeed."""
+    peers/client/requests.py) gives up at once instead of retrying what cannot succeed."""
     import requests
-    from specdec_eval.workers.remote.client.requests import call_with_retries
+    from specdec_eval.peers.client.requests import call_with_retries
 
     with serving(tiny_engine(tiny), max_queue=2) as server:
         sent = []

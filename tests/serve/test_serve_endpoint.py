@@ -1,16 +1,16 @@
-"""Our server as the peer of our client: lm-eval's local-completions backend (workers/remote/client/engine.py, what
+"""Our server as the peer of our client: lm-eval's local-completions backend (peers/client/engine.py, what
 `run --endpoint` uses) gets the offline engine's tokens, and the acceptance it scrapes from /metrics
-(workers/remote/server/metrics.py) equals the engine's own counters. (The scraper alone:
+(peers/server/metrics.py) equals the engine's own counters. (The scraper alone:
 tests/serve/test_serve_batching.py.)"""
 
 from __future__ import annotations
 
 import pytest
+from specdec_eval.peers.client.config import EndpointConfig
+from specdec_eval.peers.client.engine import EndpointEngine
+from specdec_eval.peers.server.metrics import ServerAcceptance
 from specdec_eval.serve.bench import bench_prompts
 from specdec_eval.workers.config import SamplingParams, SpecConfig
-from specdec_eval.workers.remote.client.config import EndpointConfig
-from specdec_eval.workers.remote.client.engine import EndpointEngine
-from specdec_eval.workers.remote.server.metrics import ServerAcceptance
 
 from ..serve_helpers import MODEL, serving, tiny_engine
 

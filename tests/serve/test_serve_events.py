@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import io
 
+from specdec_eval.peers.client.config import EndpointConfig
+from specdec_eval.peers.client.engine import EndpointEngine
+from specdec_eval.peers.server.log import LOG_FORMATS, LogMatcher
 from specdec_eval.serve.event_lines import EventLines
 from specdec_eval.workers.config import SamplingParams, SpecConfig
 from specdec_eval.workers.events import EVENT_LINE_PREFIX, EventLog
-from specdec_eval.workers.remote.client.config import EndpointConfig
-from specdec_eval.workers.remote.client.engine import EndpointEngine
-from specdec_eval.workers.remote.server.log import LOG_FORMATS, LogMatcher
 
 from ..prompts import RAW_PROMPTS
 from ..serve_helpers import metric_values, serving, tiny_engine, wait_until

@@ -1,16 +1,16 @@
 """Log-probabilities through `specdec-eval serve` (OpenAI's completions and chat shapes, equal to what the engine
-records offline) and back through the endpoint engine (workers/remote/client/logprobs.py), which reads both shapes,
+records offline) and back through the endpoint engine (peers/client/logprobs.py), which reads both shapes,
 llama.cpp's server's included, into the records the lossless gate's margins use."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
+from specdec_eval.peers.client.config import EndpointConfig
+from specdec_eval.peers.client.engine import EndpointEngine
+from specdec_eval.peers.client.logprobs import UnusableLogprobs, parse_logprobs, token_key
+from specdec_eval.peers.client.requests import gen_kwargs
 from specdec_eval.workers.config import SamplingParams
-from specdec_eval.workers.remote.client.config import EndpointConfig
-from specdec_eval.workers.remote.client.engine import EndpointEngine
-from specdec_eval.workers.remote.client.logprobs import UnusableLogprobs, parse_logprobs, token_key
-from specdec_eval.workers.remote.client.requests import gen_kwargs
 
 from ..serve_helpers import MODEL, serving, tiny_engine
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 from specdec_eval.evals.lossless.sampled import judge_outputs
+from specdec_eval.peers.client.config import EndpointConfig
+from specdec_eval.peers.client.engine import EndpointEngine
 from specdec_eval.workers.config import SamplingParams, SpecConfig
-from specdec_eval.workers.remote.client.config import EndpointConfig
-from specdec_eval.workers.remote.client.engine import EndpointEngine
 
 from ..serve_helpers import serving, tiny_engine
 

@@ -1,6 +1,6 @@
 """Scoring a prompt through `specdec-eval serve` (teacher forcing): completions' `echo` with `logprobs` (OpenAI's
 legacy shape, what lm-eval's loglikelihood requests send) and vLLM's `prompt_logprobs`, equal to the engine's own
-`score_outputs`; and the endpoint engine's `score_outputs` (workers/remote/client/scoring.py) reading both back."""
+`score_outputs`; and the endpoint engine's `score_outputs` (peers/client/scoring.py) reading both back."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import math
 
 import httpx
 import pytest
+from specdec_eval.peers.client.config import EndpointConfig
+from specdec_eval.peers.client.engine import EndpointEngine
+from specdec_eval.peers.client.scoring import read_scoring, scoring_payload
 from specdec_eval.workers.config import SamplingParams
 from specdec_eval.workers.interface import ScoreRequest
-from specdec_eval.workers.remote.client.config import EndpointConfig
-from specdec_eval.workers.remote.client.engine import EndpointEngine
-from specdec_eval.workers.remote.client.scoring import read_scoring, scoring_payload
 
 from ..serve_helpers import MODEL, serving, tiny_engine
 
@@ -134,7 +134,7 @@ def test_lm_eval_loglikelihood_runs_against_the_server(server, tiny, offline, tm
 def _refusing_ids(server):
     """A `call` for ScoringChannel: our server behind a front that answers a token-id prompt as llama-cpp-python does
     (HTTP 500, a validation error) and passes text through."""
-    from specdec_eval.workers.remote.client.requests import Answer
+    from specdec_eval.peers.client.requests import Answer
 
     def call(body, sent):
         if not isinstance(body["prompt"], str):
@@ -145,8 +145,8 @@ def _refusing_ids(server):
 
 
 def test_a_server_that_refuses_token_ids_is_scored_as_text_and_the_run_says_so(server, tiny, offline):
-    from specdec_eval.workers.remote.client.logprobs import token_key
-    from specdec_eval.workers.remote.client.scoring import ScoringChannel
+    from specdec_eval.peers.client.logprobs import token_key
+    from specdec_eval.peers.client.scoring import ScoringChannel
 
     ids, scored = offline
     channel = ScoringChannel(MODEL, tiny[1], token_key(tiny[1]), False, _refusing_ids(server))
@@ -162,7 +162,7 @@ def _echo_one_back(server):
     """A `call` for ScoringChannel: our server behind a front whose echo does what llama-cpp-python 0.3.x does: entry
     i holds the distribution of token i + 1 (our entry i + 1's top logprobs, plus token i's own value there: a stand-in
     far below where the top does not list it) and, as token i's own logprob, that row's value for token i."""
-    from specdec_eval.workers.remote.client.requests import Answer
+    from specdec_eval.peers.client.requests import Answer
 
     def call(body, sent):
         answer = _post(server, body).json()
@@ -202,9 +202,9 @@ def test_an_echo_one_position_off_is_read_one_position_back(smol_server, smollm2
     """The audit finds llama-cpp-python's echo (emulated) disagreeing in place and agreeing one position back; every
     scoring is then read so: each token's logprob and top alternatives are the honest echo's, except a token below
     the top 5 (NaN: only bounded)."""
-    from specdec_eval.workers.remote.client.logprobs import token_key
-    from specdec_eval.workers.remote.client.requests import Answer
-    from specdec_eval.workers.remote.client.scoring import ScoringChannel
+    from specdec_eval.peers.client.logprobs import token_key
+    from specdec_eval.peers.client.requests import Answer
+    from specdec_eval.peers.client.scoring import ScoringChannel
 
     tok = smollm2[1]
     request, key = _smol_request(smollm2), token_key(tok)
@@ -223,11 +223,11 @@ def test_an_echo_one_position_off_is_read_one_position_back(smol_server, smollm2
 
 
 def test_a_server_whose_echo_disagrees_with_its_own_generation_scores_nothing(smol_server, smollm2):
-    """The audit (workers/remote/client/scoring_audit.py): echoed own logprobs 2 nats off the generation's (its top
+    """The audit (peers/client/scoring_audit.py): echoed own logprobs 2 nats off the generation's (its top
     alternatives right) refuse every scoring with the reason, in place and one back: NO-GATE, never a FAIL."""
-    from specdec_eval.workers.remote.client.logprobs import token_key
-    from specdec_eval.workers.remote.client.requests import Answer
-    from specdec_eval.workers.remote.client.scoring import ScoringChannel
+    from specdec_eval.peers.client.logprobs import token_key
+    from specdec_eval.peers.client.requests import Answer
+    from specdec_eval.peers.client.scoring import ScoringChannel
 
     def off_by_two_nats(body, sent):
         answer = _post(smol_server, body).json()

@@ -1,18 +1,18 @@
 """The server's pure parts: streamed text that adds up to the final answer, request fields into SamplingParams, and
-the Prometheus exposition of the spec-decode counters as workers/remote/server/metric_formats.py reads it."""
+the Prometheus exposition of the spec-decode counters as peers/server/metric_formats.py reads it."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from specdec_eval.peers.server.metric_formats import parse_prometheus
 from specdec_eval.serve.errors import ApiError
 from specdec_eval.serve.logprobs import text_offsets, token_bytes
 from specdec_eval.serve.metrics import ServerMetrics
 from specdec_eval.serve.schemas import ChatRequest, CompletionRequest, chat_input, completion_input, parse_body
 from specdec_eval.serve.streaming import TextStream, _safe_prefix
 from specdec_eval.workers.loading.presets import tiny_tokenizer
-from specdec_eval.workers.remote.server.metric_formats import parse_prometheus
 from specdec_eval.workers.spec.metrics import AcceptanceStats
 
 

@@ -1,4 +1,5 @@
-"""Planted bugs, built into an engine once, when it is built: `--inject CLASS` swaps in a substitute verifier
+"""Planted bugs (each class declared once, in `bug_classes`), built into an engine once, when it is built:
+`--inject CLASS` swaps in a substitute verifier
 (`verifier`, with the rejection sampler's bugs in `rejection`), a wrapper of the target model (`target`), a
 subclass of the spec worker (`proposer`), or a KV-cache manager that leaks (`rewind_leak_hook`). The
 clean engine step and the clean workers carry none of them, only the environmental fault points."""
@@ -9,7 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..faults import REJECTION_POINTS, FaultInjector
+from .. import bug_classes
+from ..faults import FaultInjector
 from ..model.causal_lm import CausalLM
 from ..sampling.verify import Verifier
 from ..spec.base import SpecWorkerBase
@@ -17,14 +19,8 @@ from .proposer import planted_worker_class
 from .target import KeptDrafts, PlantedTarget
 from .verifier import PlantedVerifier
 
-TARGET_POINTS = ("spec_alters_target", "aux_layers_off_by_one", "verify_width_numerics", "rewind_keeps_rejected")
-VERIFIER_POINTS = (
-    "emit_rejected_draft",
-    "accept_off_by_one",
-    "rewind_keeps_rejected",
-    "sample_key_shift",
-    *REJECTION_POINTS,
-)
+TARGET_POINTS = bug_classes.names("target")  # built into a wrapper of the target model
+VERIFIER_POINTS = bug_classes.names("verifier")  # built into a substitute verifier
 
 
 @dataclass(frozen=True)

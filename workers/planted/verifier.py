@@ -6,6 +6,7 @@
                         token replaced a rejected draft, the cache holds the draft's KV (the target wrapper feeds it)
   sample_key_shift      at temperature > 0 the spec path samples output position p with position p+1's key
                         (sampling is keyed by (seed, output position)); greedy is unaffected
+  a class of its own     its module's `after_verify` edit of the verified tokens (`bug_classes`)
   the sampled classes   the rejection sampler's bugs (`rejection` here), on a request verifying drafts at
                         temperature > 0 with its own random stream, where the bug can change anything
 Each fires only when asked and on its own path, and is recorded once per engine step it fired in.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import bug_classes
 from ..faults import REJECTION_POINTS, FaultInjector
 from ..model.parallel import TPGroup
 from ..sampling.verify import Verifier, greedy_verify, sampled_verify, verify
@@ -82,6 +84,9 @@ class PlantedVerifier(Verifier):
                 rejected = not item.is_context and len(tokens) <= len(drafts)  # the target replaced a draft
                 if rejected and self.faults.due("rewind_keeps_rejected", step):
                     self.kept[item.request.request_id] = (item.start + len(tokens), drafts[len(tokens) - 1])
+        for planted in bug_classes.PLANTED_CLASSES:  # the classes that carry their own code (one module each)
+            if planted.after_verify is not None and self._asked(planted.name):
+                emitted = planted.after_verify(items, logits, emitted, self.faults, step)
         return emitted
 
     def _accept_one_more(self, items, logits: torch.Tensor, emitted: list[list[int]], step: int) -> list[list[int]]:

@@ -23,10 +23,10 @@ from typing import Protocol
 
 from ....errors import UserError
 from ....launch.job_options import JobOptions
+from ....peers.client.options import EndpointOptions
 from ....results.run_summary import RunSummary
 from ....workers.config import EngineConfig
 from ....workers.interface import EngineIdentity
-from ....workers.remote.client.options import EndpointOptions
 from ...lossless.baseline import BaselineRef
 from ...lossless.scoring import Scorer
 from ...run_types import RunPlan

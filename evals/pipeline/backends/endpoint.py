@@ -64,7 +64,7 @@ class EndpointBackend:
         return None  # the served model, its version and the tokenizer's source come from the server's answers
 
     def declared_identity(self) -> EngineIdentity:
-        from ....workers.remote.client.config import EndpointURL
+        from ....peers.client.config import EndpointURL
 
         s = self.server
         return EngineIdentity(
@@ -83,7 +83,7 @@ class EndpointBackend:
     def evaluate(
         self, side: Side, plan: RunPlan, baseline: BaselineRef, progress_for: ProgressFor | None
     ) -> RunSummary:
-        from ....workers.remote.client.engine import EndpointEngine
+        from ....peers.client.engine import EndpointEngine
 
         if side.role == "run":
             config = self.server
@@ -113,7 +113,7 @@ class EndpointBackend:
     def scorer(self) -> Scorer | None:
         """The baseline server scores through the completions API's echo + logprobs (top logprobs only: a
         conservative verdict); without --baseline-endpoint there is none."""
-        from ....workers.remote.client.engine import EndpointEngine
+        from ....peers.client.engine import EndpointEngine
 
         base = self.baseline_server
         if base is None:

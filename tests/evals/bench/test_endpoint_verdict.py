@@ -8,8 +8,8 @@ import pytest
 from specdec_eval.cli.bench_print import print_endpoint_verdict
 from specdec_eval.evals.bench import endpoint_verdict as ev
 from specdec_eval.evals.bench.verdict_timing import GUARDS, SideRun, VerdictBenchPlan, guards
+from specdec_eval.peers.client.options import EndpointOptions
 from specdec_eval.workers.config import EngineConfig, SpecConfig
-from specdec_eval.workers.remote.client.options import EndpointOptions
 
 from specdec_eval.errors import UserError
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from specdec_eval.workers.remote.server.metrics import NOT_REPORTED
+from specdec_eval.peers.server.metrics import NOT_REPORTED
 
 from ...cli_helpers import run_cli
 from ...llama_server import PEER_DRAFT_LEN, llama_pair  # noqa: F401 - the session's servers, a fixture

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from specdec_eval.workers.remote.server.response_acceptance import VLLM_SOURCE
+from specdec_eval.peers.profiles.vllm import SOURCE as VLLM_SOURCE
 
 from ...cli_helpers import run_cli
 from ...vllm_server import DRAFT_LEN, serve_command

@@ -10,6 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 from lm_eval.models.openai_completions import LocalChatCompletion, LocalCompletionsAPI
+from specdec_eval.peers.client.config import EndpointConfig
+from specdec_eval.peers.client.requests import gen_kwargs
 from specdec_eval.serve.errors import ApiError
 from specdec_eval.serve.schemas import ChatRequest, chat_input, parse_body
 from specdec_eval.workers.config import SamplingParams
@@ -21,8 +23,6 @@ from specdec_eval.workers.loading.chat_template import (
 )
 from specdec_eval.workers.loading.presets import tiny_tokenizer
 from specdec_eval.workers.loading.tokenizer import encode_any, encode_chat
-from specdec_eval.workers.remote.client.config import EndpointConfig
-from specdec_eval.workers.remote.client.requests import gen_kwargs
 
 from specdec_eval.errors import UserError
 

@@ -1,5 +1,0 @@
-"""Engines that are not ours, reached over HTTP: any OpenAI-compatible server (trtllm-serve, vLLM, SGLang,
-llama.cpp, `specdec-eval serve`) behind the same `InferenceEngine` Protocol as the local engine, so the run pipeline
-never tells them apart. Two packages: `server` (a server process we start or watch: its process, log, metrics, KV
-usage, stalls), below `client` (talking to the endpoint: configuration, requests, logprobs, scoring, the engine).
-Imports workers/ only, like the rest of workers/."""
