@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 from specdec_eval.results import claims, store
-from specdec_eval.results.atomic import atomic_open, atomic_write
 from specdec_eval.results.claims import RunBusyError
 from specdec_eval.results.decide import decide
 from specdec_eval.results.runs_table import runs_table
 from specdec_eval.results.sample_record import SampleRecord
 from specdec_eval.results.store import Run, UnreadableRunError
+
+from specdec_eval.records.atomic import atomic_open, atomic_write
 
 from .test_runs_table import TEST, cli_runner, make_run
 
