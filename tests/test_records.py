@@ -11,8 +11,11 @@ import pytest
 from specdec_eval.errors import UserError
 from specdec_eval.records import RecordError, file_name, read_json, scrub, write_json
 
-SECRETS = ("hf_SECRET1", "sk-SECRET2", "SECRET3", "SECRET4", "SECRET5", "SECRET6")
-SERVE = "HF_TOKEN=hf_SECRET1 OPENAI_API_KEY=sk-SECRET2 vllm serve m --api-key SECRET3 --port 8000"
+SECRETS = ("hf_SECRET1", "sk-SECRET2", "SECRET3", "SECRET4", "SECRET5", "SECRET6", "SECRET7")
+SERVE = (
+    "HF_TOKEN=hf_SECRET1 OPENAI_API_KEY=sk-SECRET2 AWS_SECRET_ACCESS_KEY='SECRET7 x' vllm serve m --api-key SECRET3 "
+    "--port 8000"
+)
 COMMAND = ["run", "--serve-cmd", SERVE, "--api-key=SECRET4", "--api-key", "SECRET5", "--limit", "2"]
 
 
