@@ -135,13 +135,17 @@ def load_record(folder: Path, cell: Cell) -> tuple[CellRecord | None, str | None
     if not path.exists():
         return None, None
     try:
-        record = CellRecord.from_json(read_json(path))
+        recorded = read_json(path)
+        record = CellRecord.from_json(recorded)
     except (RecordError, ValueError, TypeError) as e:
         return None, f"its record cannot be read ({str(e).removeprefix(f'{path}: ')}): run again"
     if record.cell != cell.name or record.labels != cell.labels():
         return None, f"its record is another cell's ({record.cell}): run again"
     if record.status == DONE and not (record.run_dir and (Path(record.run_dir) / "summary.json").is_file()):
         return None, "its run's folder is gone: run again"
+    if scrub(recorded) != recorded:  # recorded before secrets were scrubbed: scrub it now
+        write_json(path, recorded, holds_commands=True)
+        record = CellRecord.from_json(scrub(recorded))
     return record, None
 
 

@@ -149,3 +149,21 @@ def test_a_grid_too_large_is_refused_at_once(tmp_path):
     with pytest.raises(UserError, match=r"the grid has 1000000000 cells \(1000 x 1000 x 1000\), more than the 1024"):
         Grid(tuple(Axis.parse(f"{n}={values}") for n in ("batch", "draft-len", "tp")))
     assert time.monotonic() - start < 1.0  # counted, not built
+
+
+def test_a_sweep_recorded_before_the_record_layer_resumes_and_loses_its_secrets(monkeypatch, tmp_path):
+    """A folder as the sweep wrote it before: sweep.json and the cell records in clear, 0644, the cell's old name."""
+    folder, run_dir = tmp_path / "sw", tmp_path / "elsewhere" / "r1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text("{}")
+    args = ["--tasks", "t", "--api-key=SECRET4"]
+    (folder / "cells").mkdir(parents=True)
+    (folder / "sweep.json").write_text(json.dumps({"axes": ["batch=..."], "serve_cmd": None, "run_args": args}))
+    old = {"cell": "batch=1", "labels": {"batch": "1"}, "status": "finished", "exit_code": 0}
+    old |= {"run_dir": str(run_dir), "error": "", "wall_s": 1.0, "command": ["run", *args]}
+    (folder / "cells" / "batch=1.json").write_text(json.dumps(old, indent=2))
+    calls = _stand_in(monkeypatch, REFUSE)
+    (record,) = _sweep(folder, Grid((Axis.parse("batch=1"),)), args=args)
+    assert not calls and record.status == DONE  # the finished cell is not run again
+    for path in (folder / "sweep.json", folder / "cells" / "batch=1.json"):
+        assert "SECRET4" not in path.read_text() and path.stat().st_mode & 0o777 == 0o600, path
