@@ -96,8 +96,11 @@ def check_folder(folder: Path, spec: SweepSpec) -> locks.FileLock:
     path = folder / "sweep.json"
     if folder.exists() and not path.is_file() and any(p.name != LOCK_NAME for p in folder.iterdir()):
         raise UserError(f"--dir {folder} is not empty and holds no sweep")
-    folder.mkdir(parents=True, exist_ok=True)
-    held = locks.try_lock(folder / LOCK_NAME)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        held = locks.try_lock(folder / LOCK_NAME)
+    except OSError as e:
+        raise UserError(f"--dir {folder}: cannot be written ({e.strerror or e})") from None
     if held is None:
         pid = locks.holder_pid(folder / LOCK_NAME)
         raise UserError(f"another sweep is running in {folder}{f' (pid {pid})' if pid else ''}; wait for it to end")

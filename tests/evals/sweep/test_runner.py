@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from specdec_eval.evals.sweep import runner
@@ -167,3 +168,11 @@ def test_a_sweep_recorded_before_the_record_layer_resumes_and_loses_its_secrets(
     assert not calls and record.status == DONE  # the finished cell is not run again
     for path in (folder / "sweep.json", folder / "cells" / "batch=1.json"):
         assert "SECRET4" not in path.read_text() and path.stat().st_mode & 0o777 == 0o600, path
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "/proc/self/sw"])
+def test_a_folder_that_cannot_be_written_is_one_line(tmp_path, where):
+    (tmp_path / "a-file").write_text("x")
+    folder = tmp_path / "a-file" / "sw" if where == "under-a-file" else Path(where)
+    with pytest.raises(UserError, match="cannot be written"):
+        check_folder(folder, SweepSpec(["batch=1"], None, []))
