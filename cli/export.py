@@ -26,11 +26,14 @@ def export(
     Example:  specdec-eval export --model smollm2 smollm2-hf
     then:     python -m vllm.entrypoints.openai.api_server --model smollm2-hf --dtype float32
     """
-    import torch
-
-    from ..workers.loading.hf_export import check_target, export_hf
+    from ..records.folders import check_target
 
     check_target(out_dir, force)  # before loading anything: a refusal costs nothing
+
+    import torch
+
+    from ..workers.loading.hf_export import export_hf
+
     result = export_hf(model, out_dir, dtype=getattr(torch, dtype), force=force)
     template = "chat template" if result.has_chat_template else "no chat template"
     print(

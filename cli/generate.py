@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from ..errors import UserError
+from ..records import atomic_write
 from ..user_files import TEXT_LIMIT, decode_utf8, read_limited
 from ..workers.config import SamplingParams
 from . import options as o
@@ -177,7 +178,7 @@ def generate(
         _print_outputs(prompts, outputs)
         if events and tp > 1:  # rank 0 merges every rank's file into the one the user named
             merged = merge_event_files([rank_events_path(events, tp).format(rank=r) for r in range(tp)])
-            Path(events).write_text("".join(json.dumps(e) + "\n" for e in merged), encoding="utf-8")
+            atomic_write(events, "".join(json.dumps(e) + "\n" for e in merged).encode("utf-8"))
         s = engine.last_stats
         _print_stats(engine, config)
     if s.num_failed:

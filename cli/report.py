@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..errors import UserError
-from ..results.atomic import atomic_write
+from ..records.atomic import atomic_write
 from ..results.printable import printable
 from ..results.store import DEFAULT_ROOT, Run, open_run, parse_run_id
 

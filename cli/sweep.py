@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from ..errors import UserError
-from ..evals.sweep.grid import Axis, Cell, Grid
+from ..evals.sweep.grid import MAX_CELLS, Axis, Cell, Grid
 from ..evals.sweep.runner import CellRecord, SweepSpec
 
 _OWNED = ("--out", "--json", "--serve-cmd")  # the sweep sets these on every cell
@@ -25,7 +25,8 @@ def sweep(
             "--axis",
             help="NAME=V1,V2,...: one axis of the grid (repeatable). NAME is a `run` flag of our engine (batch, "
             "kv-cache, block-reuse, draft-len, tp; on/off for a switch) or a {placeholder} of --serve-cmd; a value "
-            "may be LABEL:TEXT (the grid shows LABEL, the command gets TEXT). The first values form the base cell.",
+            "may be LABEL:TEXT (the grid shows LABEL, the command gets TEXT). The first values form the base cell. "
+            f"At most {MAX_CELLS} cells in all.",
             show_default=False,
         ),
     ],
@@ -34,7 +35,8 @@ def sweep(
         typer.Option(
             "--dir",
             help="The sweep's folder: its plan, one record per cell, the cells' runs (runs/), the grid "
-            "(sweep.json, report.html). Run the same command again to resume: finished cells are not rerun.",
+            "(sweep.json, report.html). Run the same command again to resume: finished cells are not rerun (a cell "
+            "that broke or could not start is). One sweep at a time per folder.",
             file_okay=False,
         ),
     ],
@@ -51,8 +53,10 @@ def sweep(
     """Run `specdec-eval run` (its flags after --) once per cell of a grid, one cell at a time, and judge each cell
     against the base cell on the same documents: greedy outputs token for token (the first divergent document
     named), acceptance paired by document (its change and p-value), and the cell's own accuracy, lossless and
-    event verdicts. A cell that cannot start (a combination `run` refuses) is recorded as such. The cells share one
-    lossless baseline (decoded once, for the base cell). Writes DIR/report.html; exit status 1 when a cell FAILs.
+    event verdicts. A cell that cannot start (a combination `run` refuses) or breaks is NOT-RUN, with its reason; a
+    base cell whose own run FAILs fails the sweep and nothing is judged against it (UNJUDGED). The cells share one
+    lossless baseline (decoded once, for the base cell). Secrets in the commands (keys, tokens) are never recorded.
+    Writes DIR/report.html; exit status 1 unless every cell is BASE or PASS.
 
     Examples:
       specdec-eval sweep --dir sw --axis batch=1,4 --axis kv-cache=v1,v2 -- --spec eagle3 --tasks gsm8k --limit 20
@@ -62,7 +66,8 @@ def sweep(
     """
     from ..evals.sweep.judge import judge
     from ..evals.sweep.runner import check_folder, run_sweep
-    from ..results.report.sweep_page import render_sweep_html
+    from ..records import atomic_write, write_json
+    from ..results.report.sweep_page import render_sweep_html, sweep_verdict
 
     run_args = list(ctx.args)
     owned = [a for a in run_args if a.split("=")[0] in _OWNED]
@@ -73,18 +78,20 @@ def sweep(
     for a in grid.axes:
         if f"--{a.name.replace('_', '-')}" in flags and a.key not in grid.placeholders:
             raise UserError(f"--axis {a.name} and {a.name} after -- both set it; give it once")
-    check_folder(folder, SweepSpec(list(axis), serve_cmd, run_args))
-    records = run_sweep(folder, grid, run_args, _progress, speculative=_speculative(run_args))
-    verdicts = judge(records)
-    result = {"axes": [a.name for a in grid.axes], "cells": [v.to_json() for v in verdicts]}
-    (folder / "grid.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
-    (folder / "report.html").write_text(render_sweep_html(result), encoding="utf-8")
+    with check_folder(folder, SweepSpec(list(axis), serve_cmd, run_args)):
+        records = run_sweep(folder, grid, run_args, _progress, speculative=_speculative(run_args), on_note=_note)
+        verdicts = judge(records)
+        result = {"axes": [a.name for a in grid.axes], "cells": [v.to_json() for v in verdicts]}
+        write_json(folder / "grid.json", result)
+        atomic_write(folder / "report.html", render_sweep_html(result).encode("utf-8"))
+    verdict, why = sweep_verdict(result["cells"])
     if json_out:
         print(json.dumps(result, indent=2))
     else:
         _print_grid(result)
+        print(f"sweep {verdict}: {why}")
         print(f"report: {folder / 'report.html'}")
-    if any(v.verdict == "FAIL" for v in verdicts):
+    if verdict != "PASS":
         raise typer.Exit(1)
 
 
@@ -104,6 +111,10 @@ def _progress(i: int, n: int, cell: Cell, record: CellRecord | None, resumed: bo
     how = "recorded earlier, not rerun" if resumed else f"{record.wall_s:.1f} s"
     tail = f": {record.error}" if record.error and record.status != "finished" else ""
     print(f"[{i + 1}/{n}] {cell.name}: {record.status} ({how}){tail}", file=sys.stderr, flush=True)
+
+
+def _note(i: int, n: int, cell: Cell, why: str) -> None:
+    print(f"[{i + 1}/{n}] {cell.name}: {why}", file=sys.stderr, flush=True)
 
 
 def _print_grid(result: dict) -> None:

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
-from ..user_files import describe, read_limited
-from . import locks
-from .atomic import atomic_open, atomic_write
+from ..records import RecordError, locks, read_json, read_text
+from ..records import write_json as write_record
+from ..records.atomic import atomic_open, atomic_write
+from ..user_files import describe
 from .run_summary import RunSummary
 from .sample_record import SampleRecord
 from .seal import is_sealed, seal, unseal
@@ -53,8 +53,9 @@ class UnreadableRunError(ValueError):
     """A run file that exists but cannot be read (not JSON, not UTF-8, torn, wrong shape). One-line message."""
 
 
-def write_json(path: Path, obj: Any) -> None:
-    atomic_write(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8"))
+def write_json(path: Path, obj: Any, holds_commands: bool = False) -> None:
+    """A run file, through the record layer (atomic; scrubbed and owner-only when it holds a command)."""
+    write_record(path, obj, holds_commands=holds_commands, sort_keys=True, default=str)
 
 
 def config_key(config: dict[str, Any]) -> str:
@@ -177,7 +178,7 @@ class Run:
         return not self.path.exists()
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        write_json(self.path / "manifest.json", manifest)
+        write_json(self.path / "manifest.json", manifest, holds_commands=True)  # its command line, a server's
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         write_json(self.path / "summary.json", summary)
@@ -299,30 +300,17 @@ def _unflat(row: dict[str, Any]) -> dict[str, Any]:
 def _read_text(path: Path) -> str:
     """A run file's text: a regular file of at most TEXT_LIMIT bytes (a manifest linked to /dev/zero is an
     unreadable run, not an endless read)."""
-    if path.is_dir():
-        raise UnreadableRunError(f"{path}: is a folder, not a file")
     try:
-        data = read_limited(path, "run file")
-    except UserError as e:
-        raise UnreadableRunError(str(e).removeprefix("run file ")) from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UnreadableRunError(f"{path}: not UTF-8 text (byte {e.start})") from None
+        return read_text(path)
+    except RecordError as e:
+        raise UnreadableRunError(str(e)) from None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist")
-    text = _read_text(path)
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        what = "empty" if not text.strip() else f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
-        raise UnreadableRunError(f"{path}: {what}") from None
-    if not isinstance(obj, dict):
-        raise UnreadableRunError(f"{path}: holds a JSON {type(obj).__name__}, not an object")
-    return obj
+        return read_json(path)
+    except RecordError as e:
+        raise UnreadableRunError(str(e)) from None
 
 
 # --- listing -------------------------------------------------------------------------------------------------

@@ -25,9 +25,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..records import locks
+from ..records.atomic import atomic_write
 from ..user_files import check_regular, read_limited
-from . import locks
-from .atomic import atomic_write
 
 MARKERS = ("SKIP", "XFAIL", "UNSTABLE", "TIMEOUT", "ISOLATION")
 GPU_PREFIX = "full:"

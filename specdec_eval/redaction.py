@@ -13,14 +13,15 @@ from collections.abc import Sequence
 
 # Options whose value is a secret (`--api-key KEY` or `--api-key=KEY`), and `name=value` pairs of the same kind
 # inside one argument (lm-eval's `--model_args base_url=...,api_key=KEY`, or `HF_TOKEN=...` before a command). Not
-# `--model-key`: a reference key.
-_SECRET_NAME = r"(?:[\w-]*[-_])?(?:api[-_]?key|token|password|passwd|secret)"
-_SECRET_OPTION = re.compile(rf"--{_SECRET_NAME}", re.IGNORECASE)
-_SECRET_PAIR = re.compile(rf"((?:^|[,;&?\s]){_SECRET_NAME}=)([^,;&\s]+)", re.IGNORECASE)
+# `--model-key`: a reference key. Also the name of an environment variable that holds one (`HF_TOKEN`,
+# `OPENAI_API_KEY`, `AWS_SECRET_ACCESS_KEY`), before a command or as a key of a recorded mapping.
+SECRET_NAME = r"(?:[\w-]*[-_])?(?:api[-_]?key|access[-_]?key|private[-_]?key|token|password|passwd|secret|credentials?)"
+_SECRET_OPTION = re.compile(rf"--{SECRET_NAME}", re.IGNORECASE)
+_SECRET_PAIR = re.compile(rf"((?:^|[,;&?\s]){SECRET_NAME}=)(\"[^\"\n]*\"|'[^'\n]*'|[^,;&\s]+)", re.IGNORECASE)
 # The same option inside a line of text or a quoted command: `--api-key KEY`, `--api-key=KEY`, `--api_key: KEY`,
 # `--api-key "K E Y"`. Only where a word starts (not inside `a--b`), so a run of dashes is scanned once.
 _SECRET_OPTION_IN_TEXT = re.compile(
-    rf"((?<![\w-])--{_SECRET_NAME}(?:=|:?\s+))(\"[^\"\n]*\"|'[^'\n]*'|\S+)", re.IGNORECASE
+    rf"((?<![\w-])--{SECRET_NAME}(?:=|:?\s+))(\"[^\"\n]*\"|'[^'\n]*'|\S+)", re.IGNORECASE
 )
 # An HTTP credential as a server or curl prints it: `Authorization: Bearer KEY`, `authorization="Basic KEY"`.
 _AUTHORIZATION = re.compile(

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from ...errors import UserError
-from ...results import locks
+from ...records import locks
 from ...results.run_summary import RunSummary, Verdict, as_run_summary
 from ...results.store import atomic_write
 from ...user_files import check_regular, read_limited

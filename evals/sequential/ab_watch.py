@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...records import atomic_write
 from ...stats.acceptance_ratio import DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_DROP, DROP, INCONCLUSIVE, NO_DROP
 from ...stats.clustered import document_signs
 from .ab_channel import acknowledge, progress_path
@@ -88,7 +89,7 @@ class SideProgress:
         return {key: doc for key, by_repeat in samples.items() if (doc := _document(by_repeat)) is not None}
 
     def stop(self, reason: str) -> None:
-        self.stop_file.write_text(reason + "\n", encoding="utf-8")
+        atomic_write(self.stop_file, (reason + "\n").encode("utf-8"))  # a side never reads half a reason
 
     def acknowledge(self) -> None:
         """Tell the side that its records up to the last read were looked at (it waits for this: `ab_channel`)."""

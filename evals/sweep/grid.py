@@ -5,11 +5,13 @@ placeholder of the `--serve-cmd` template (`{max_num_seqs}`), which the cell's v
 or `LABEL:TEXT` where the grid shows LABEL and the command gets TEXT (a server flag that is a switch:
 `prefix_caching=on:--enable-prefix-caching,off:--no-enable-prefix-caching`). For one of our flags, on / off
 stand for the switch's two spellings (`--block-reuse` / `--no-block-reuse`). The base cell is the first value
-of every axis."""
+of every axis. A grid has at most `MAX_CELLS` cells: each is a whole `run`, and a larger product is a typo (an
+axis of 1,000 values), refused before anything is written (the product is counted, never built to count it)."""
 
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import string
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from ...errors import UserError
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 SWITCH = {"on": "", "off": "no-"}
+MAX_CELLS = 1024
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,10 @@ class Grid:
             raise UserError("give at least one --axis NAME=V1,V2 (e.g. --axis batch=1,4)")
         if len(set(names)) != len(names):
             raise UserError(f"--axis {self.axes[0].name}: an axis is given twice")
+        size = math.prod(len(a.values) for a in self.axes)
+        if size > MAX_CELLS:
+            shape = " x ".join(str(len(a.values)) for a in self.axes)
+            raise UserError(f"--axis: the grid has {size} cells ({shape}), more than the {MAX_CELLS} a sweep runs")
         missing = [p for p in self.placeholders if p not in names]
         if missing:
             raise UserError(f"--serve-cmd has {{{missing[0]}}} but no --axis {missing[0]}=... fills it")
@@ -110,7 +117,7 @@ class Grid:
 
     @property
     def base(self) -> Cell:
-        return self.cells()[0]
+        return Cell(tuple((a.name, a.values[0]) for a in self.axes))
 
     def run_args(self, cell: Cell) -> list[str]:
         """The `run` flags this cell adds: its engine axes as flags, and the filled `--serve-cmd`."""

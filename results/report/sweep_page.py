@@ -1,7 +1,12 @@
 """A sweep's page: the grid as a table (one row per cell: its values, verdict, acceptance against the base with
 its p-value, output identity, its own run's gates and events, why it failed) and a heatmap of the acceptance change
 per cell, marked with its verdict. Self-contained like the run report (`html_page`): the heatmap is an embedded
-PNG, every string from the sweep escaped. Reads the sweep's grid.json values only (results/ reads, never runs)."""
+PNG, every string from the sweep escaped (in the HTML, and in the plot, where a label such as `$\\foo$` is text, not
+mathtext). Reads the sweep's grid.json values only (results/ reads, never runs).
+
+The sweep's verdict (`sweep_verdict`) is PASS only when every cell is the base or passes: a cell that FAILs, did not
+run (NOT-RUN) or could not be judged (UNJUDGED: its base FAILed or did not run) makes it FAIL, named with its
+reason."""
 
 from __future__ import annotations
 
@@ -37,15 +42,14 @@ def heatmap(axes: Sequence[str], cells: Sequence[Mapping[str, Any]]) -> str | No
     fig = _figure(1.6 + 1.5 * len(cols), 0.9 + 0.6 * len(rows))
     ax = fig.add_subplot(1, 1, 1)
     image = ax.imshow(grid, cmap="RdBu", vmin=-span, vmax=span, aspect="auto")
-    ax.set_xticks(range(len(cols)), [f"{col_axis}={v}" for v in cols])
-    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xticks(range(len(cols)), [f"{col_axis}={v}" for v in cols], parse_math=False)
+    ax.set_yticks(range(len(rows)), rows, parse_math=False)
     for r, line in enumerate(text):
         for k, t in enumerate(line):
             weight = "bold" if t.endswith("FAIL") else "normal"
             dark = not np.isnan(grid[r, k]) and abs(grid[r, k]) > span / 2  # white text on a deep colour
-            ax.text(
-                k, r, t, ha="center", va="center", fontsize=8, fontweight=weight, color="white" if dark else "black"
-            )
+            colour = "white" if dark else "black"
+            ax.text(k, r, t, ha="center", va="center", fontsize=8, fontweight=weight, color=colour, parse_math=False)
     fig.colorbar(image, ax=ax, label="acceptance length vs base (%)")
     ax.set_title("Acceptance change against the base cell, and each cell's verdict", fontsize=9)
     return _png(fig)
@@ -77,17 +81,27 @@ def _cells_table(axes: Sequence[str], cells: Sequence[Mapping[str, Any]]) -> str
     return _table(head, rows, numeric={n + 2, n + 3, n + 4})
 
 
+_PASSING = ("BASE", "PASS")
+
+
+def sweep_verdict(cells: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """(PASS or FAIL, one line naming every cell that keeps the sweep from passing, with its reason)."""
+    if not cells:
+        return "FAIL", "no cell was recorded"
+    bad = [c for c in cells if c["verdict"] not in _PASSING]
+    if not bad:
+        return "PASS", f"every cell of {len(cells)} judged against the base passes"
+    counts = {v: sum(c["verdict"] == v for c in bad) for v in dict.fromkeys(c["verdict"] for c in bad)}
+    head = ", ".join(f"{n} {v}" for v, n in counts.items())
+    named = "; ".join(f"{c['cell']}: {c['verdict']} ({'; '.join(c.get('reasons') or []) or c['status']})" for c in bad)
+    return "FAIL", f"{head} of {len(cells)} cells: {named}"
+
+
 def render_sweep_html(result: Mapping[str, Any]) -> str:
     axes, cells = list(result["axes"]), list(result["cells"])
-    failed = [c for c in cells if c["verdict"] == "FAIL"]
-    verdict = "FAIL" if failed else "PASS"
+    verdict, summary = sweep_verdict(cells)
     plot = heatmap(axes, cells)
     generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    summary = (
-        f"{len(failed)} of {len(cells) - 1} cells FAIL against the base: " + "; ".join(c["cell"] for c in failed)
-        if failed
-        else f"every cell of {len(cells)} judged against the base passes"
-    )
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from specdec_eval.workers.loading.checkpoint import load_checkpoint
 
@@ -52,3 +53,39 @@ def test_export_refuses_a_file_and_an_unknown_model(tmp_path, capsys):
     assert code == 2 and "is a file" in err
     code, _, err = run_cli(capsys, "export", "--model", str(tmp_path / "nope"), str(tmp_path / "out"))
     assert code == 2 and "not found" in err and err.count("\n") == 1
+
+
+def test_force_leaves_no_file_of_an_earlier_export_and_every_file_has_one_mode(tmp_path, capsys):
+    out = tmp_path / "tiny-hf"
+    out.mkdir()
+    (out / "model-00001-of-00002.safetensors").write_bytes(b"old shard")  # an earlier, sharded export
+    (out / "model.safetensors.index.json").write_text('{"weight_map": {"x": "model-00002-of-00002.safetensors"}}')
+    (out / "notes.txt").write_text("mine")
+    code, _, err = run_cli(capsys, "export", "--model", "tiny", str(out), "--force")
+    assert code == 0, err
+    names = {p.name for p in out.iterdir()}
+    assert "model.safetensors.index.json" not in names and "model-00001-of-00002.safetensors" not in names
+    assert "notes.txt" in names and not [n for n in names if n.startswith(".")]  # no staging folder left
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir() if p.name != "notes.txt"}
+    assert len(set(modes.values())) == 1, modes
+    assert load_checkpoint(str(out)).state_dict()  # the tool loads its own export again
+
+
+@pytest.mark.parametrize("where", ["dangling", "under-a-file", "proc"])
+def test_a_destination_that_cannot_be_written_is_one_line_before_the_model_loads(tmp_path, capsys, where, monkeypatch):
+    from specdec_eval.workers.loading import hf_export
+
+    def never(*a, **k):
+        raise AssertionError("the model was loaded before the destination was checked")
+
+    monkeypatch.setattr(hf_export, "load_checkpoint", never)
+    if where == "dangling":
+        target = tmp_path / "link"
+        target.symlink_to(tmp_path / "missing")
+    elif where == "under-a-file":
+        (tmp_path / "a-file").write_text("x")
+        target = tmp_path / "a-file" / "out"
+    else:
+        target = "/proc/self/x"
+    code, _, err = run_cli(capsys, "export", "--model", "tiny", str(target))
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err

@@ -33,6 +33,7 @@ def page() -> str:
     cells = [
         _cell("1", "v1", "BASE", None, []),
         _cell("1", "v2<b>", "PASS", 0.0, []),
+        _cell("2", "$\\foo$", "PASS", 0.0, []),  # a label matplotlib would read as mathtext
         _cell("4", "v1", "FAIL", -0.31, ["acceptance fell 31.0% against the base (p = 0.004)"]),
         _cell("4", "v2<b>", "FAIL", -0.29, ["acceptance fell 29.0% against the base (p = 0.004)"]),
     ]
@@ -40,10 +41,11 @@ def page() -> str:
 
 
 def test_the_page_has_the_grid_the_heatmap_and_escapes(page):
-    assert page.count('class="verdict FAIL"') >= 3 and "2 of 3 cells FAIL" in page
+    assert page.count('class="verdict FAIL"') >= 3 and "2 FAIL of 5 cells" in page
     assert "acceptance fell 31.0% against the base (p = 0.004)" in page and "-31.0%" in page
     assert 'src="data:image/png;base64,' in page  # the heatmap, embedded
     assert "v2<b>" not in page and "v2&lt;b&gt;" in page
+    assert "$\\foo$" in page  # plain text in the table; the heatmap drew it as text (mathtext would raise)
 
 
 @pytest.mark.slow

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 from specdec_eval.results import claims, store
-from specdec_eval.results.atomic import atomic_open, atomic_write
 from specdec_eval.results.claims import RunBusyError
 from specdec_eval.results.decide import decide
 from specdec_eval.results.runs_table import runs_table
 from specdec_eval.results.sample_record import SampleRecord
 from specdec_eval.results.store import Run, UnreadableRunError
+
+from specdec_eval.records.atomic import atomic_open, atomic_write
 
 from .test_runs_table import TEST, cli_runner, make_run
 
@@ -37,7 +38,7 @@ def _umask() -> int:
 # --- atomic files --------------------------------------------------------------------------------------------
 
 
-def test_run_files_get_the_permissions_of_partial_files(tmp_path):
+def test_run_files_get_the_permissions_of_partial_files_and_the_manifest_is_owner_only(tmp_path):
     run = make_run(
         tmp_path,
         1,
@@ -50,8 +51,9 @@ def test_run_files_get_the_permissions_of_partial_files(tmp_path):
         f.write("{}\n")
     expected = partial.stat().st_mode & 0o777
     assert expected == 0o666 & ~_umask()
-    for name in ("manifest.json", "summary.json", "events.jsonl", "samples.parquet"):
+    for name in ("summary.json", "events.jsonl", "samples.parquet"):
         assert (run.path / name).stat().st_mode & 0o777 == expected, name
+    assert (run.path / "manifest.json").stat().st_mode & 0o777 == 0o600  # it holds the command line
     assert not [p.name for p in run.path.iterdir() if p.name.endswith(".tmp")]
 
 

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 import typer
 from specdec_eval.cli.waives import unwaive, waive
-from specdec_eval.results import locks
 from specdec_eval.results.decide import Decision, apply_decision
 from specdec_eval.results.waives import WaivesFile, check_one_line, edit_waives, lock_path
 from typer.testing import CliRunner
+
+from specdec_eval.records import locks
 
 TEST = "accuracy/test_specdec.py::TestSmolLM2_135M::test_eagle3[v2_kv_cache-one_model-tp1]"
 ORIGINAL = "".join(f"accuracy/test_{i:05d}.py::test_case[param-{i}] SKIP (https://nvbugs/{i})\n" for i in range(2000))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ...errors import UserError
+from ...records.folders import staged_folder
 from .checkpoint import load_checkpoint
 from .hf_reference import build_hf_model
 
@@ -25,24 +25,21 @@ class ExportResult:
     has_chat_template: bool
 
 
-def check_target(folder: Path, force: bool) -> None:
-    """Refuse a file, or a folder that already holds something (unless `force`): an export never mixes with
-    older files."""
-    if folder.exists() and not folder.is_dir():
-        raise UserError(f"{folder} is a file; give a folder to export into")
-    if folder.is_dir() and any(folder.iterdir()) and not force:
-        raise UserError(f"{folder} is not empty; choose an empty folder or pass --force to overwrite")
+# An earlier export's weights that the new one may not overwrite by name (one file then, shards now, or the
+# reverse): left behind, a shard index would name shards that are gone.
+STALE_WEIGHTS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json")
 
 
 def export_hf(model: str, folder: Path, dtype: torch.dtype = torch.float32, force: bool = False) -> ExportResult:
-    check_target(folder, force)
-    checkpoint = load_checkpoint(model)
-    tokenizer = checkpoint.load_tokenizer()
-    hf_model = build_hf_model(checkpoint, dtype=dtype)
-    folder.mkdir(parents=True, exist_ok=True)
-    hf_model.save_pretrained(str(folder), safe_serialization=True)
-    tokenizer.save_pretrained(str(folder))
-    weight_bytes = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    """Write `model` into `folder` through the record layer: staged beside it (a place that cannot be written is
+    refused before the model loads), every file with one mode, an earlier export's weights and index removed."""
+    with staged_folder(folder, force, STALE_WEIGHTS) as staging:
+        checkpoint = load_checkpoint(model)
+        tokenizer = checkpoint.load_tokenizer()
+        hf_model = build_hf_model(checkpoint, dtype=dtype)
+        hf_model.save_pretrained(str(staging), safe_serialization=True)
+        tokenizer.save_pretrained(str(staging))
+        weight_bytes = sum(p.stat().st_size for p in staging.glob("*.safetensors"))
     return ExportResult(
         folder=folder,
         source=checkpoint.source,

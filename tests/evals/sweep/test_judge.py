@@ -4,18 +4,21 @@ base passes, and a cell that never ran is shown as such (recorded runs made by h
 
 from __future__ import annotations
 
-from specdec_eval.evals.sweep.judge import BASE, FAIL, NOT_RUN, PASS, judge
+from specdec_eval.evals.sweep.judge import BASE, FAIL, NOT_RUN, PASS, UNJUDGED, judge
 from specdec_eval.evals.sweep.runner import DONE, NOT_STARTED, CellRecord
+from specdec_eval.results.report.sweep_page import sweep_verdict
 
 from ...results.test_compare_acceptance import _documents, _samples, _summary
 from ...results.test_runs_table import make_run
 
 
-def _cell(tmp_path, n: int, counts, outputs=None) -> CellRecord:
+def _cell(tmp_path, n: int, counts, outputs=None, verdict="PASS") -> CellRecord:
     samples = _samples(counts)
     for s, ids in zip(samples, outputs or [], strict=False):
         s["output_token_ids"] = ids
-    run = make_run(tmp_path, n, samples=samples, tasks=_summary(counts))
+    tasks = _summary(counts)
+    tasks["gsm8k"]["verdict"] = verdict
+    run = make_run(tmp_path, n, samples=samples, tasks=tasks)
     return CellRecord(f"batch={n}", {"batch": str(n)}, DONE, 0, str(run.path))
 
 
@@ -41,3 +44,27 @@ def test_moved_outputs_fail_in_an_exact_dtype_and_name_the_first_divergent_docum
     assert moved.outputs_identical == 5 and "outputs moved on 1 of 6 documents" in moved.reasons[0]
     noisy = judge(records, exact=False)[1]  # outside float32 its own lossless gate judges the move
     assert noisy.verdict == PASS and "see its lossless gate" in noisy.reasons[0]
+
+
+def test_a_failing_base_fails_the_sweep_and_nothing_is_judged_against_it(tmp_path):
+    docs = _documents(3, n=6)
+    broken = _cell(tmp_path, 1, docs, outputs=[[]] * 6, verdict="FAIL")  # its run FAILed, its outputs empty
+    healthy = _cell(tmp_path, 2, docs)
+    (alone,) = judge([broken], exact=True)
+    assert alone.verdict == FAIL and "no cell is judged against a failing base" in alone.reasons[0]
+    assert sweep_verdict([alone.to_json()])[0] == "FAIL"
+    base, other = judge([broken, healthy], exact=True)
+    assert base.verdict == FAIL and other.verdict == UNJUDGED and other.outputs_compared is None
+    assert not any("outputs moved" in r for r in other.reasons)  # the healthy cell is not blamed
+    verdict, why = sweep_verdict([base.to_json(), other.to_json()])
+    assert verdict == "FAIL" and "batch=1: FAIL (its run FAILed" in why and "batch=2: UNJUDGED" in why
+
+
+def test_a_cell_that_did_not_run_keeps_the_sweep_from_passing(tmp_path):
+    records = [_cell(tmp_path, 1, _documents(4, n=4))]
+    records.append(CellRecord("batch=8", {"batch": "8"}, NOT_STARTED, 2, error="specdec-eval: error: unknown task"))
+    cells = [v.to_json() for v in judge(records, exact=True)]
+    verdict, why = sweep_verdict(cells)
+    assert verdict == "FAIL" and why == (
+        "1 NOT-RUN of 2 cells: batch=8: NOT-RUN (could not start: specdec-eval: error: unknown task)"
+    )
