@@ -49,8 +49,7 @@ format: setup-tests
 	$(BIN)/ruff check --fix .
 
 # --durations=25: the slowest tests close every run, so the CI budget (40 min from a fresh clone) stays visible.
-test: lint
-	$(MAKE) docs
+test: lint docs
 	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: setup-tests

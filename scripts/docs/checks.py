@@ -14,6 +14,7 @@ warnings (`mkdocs build --strict` fails on any) and a test can assert on them:
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -217,6 +218,30 @@ PRODUCT_GLOBS = (
 )
 
 
+SKIP_DIRS = {
+    ".venv",
+    ".venv-vllm",
+    ".git",
+    "site",
+    "node_modules",
+    "__pycache__",
+    ".pytest_cache",
+    ".ruff_cache",
+    "runs",
+}
+
+
+@cache
+def repo_files(repo: Path) -> tuple[str, ...]:
+    """Every file and folder of the repository as a relative POSIX path (venvs, caches and build output pruned)."""
+    found = []
+    for root, dirs, files in os.walk(repo):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info")]
+        rel = Path(root).relative_to(repo)
+        found += [(rel / name).as_posix() for name in (*dirs, *files)]
+    return tuple(found)
+
+
 def _cited_file_exists(cited: str, source: Path, repo: Path) -> bool:
     """Inside the repository only: a note beside the clone (`../shared/...`) is not one the reader has."""
     for candidate in ((source.parent / cited).resolve(), (repo / cited).resolve()):
@@ -224,13 +249,13 @@ def _cited_file_exists(cited: str, source: Path, repo: Path) -> bool:
             return True
     if cited.startswith("../"):
         return False
-    return any(p.as_posix().endswith("/" + cited) for p in repo.rglob(Path(cited).name) if ".venv" not in p.parts)
+    return any(p == cited or p.endswith("/" + cited) for p in repo_files(repo))
 
 
 def citation_problems(repo: Path = REPO, files: list[Path] | None = None) -> list[str]:
     """Product text that cites a file the repository does not hold (a design or style note kept elsewhere)."""
     if files is None:
-        files = sorted({p for pattern in PRODUCT_GLOBS for p in repo.glob(pattern) if ".venv" not in p.parts})
+        files = sorted({p for pattern in PRODUCT_GLOBS for p in repo.glob(pattern)})
     problems = []
     for path in files:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -254,8 +279,7 @@ BARE_MODULE = re.compile(r"`(?P<name>[A-Za-z_][\w-]*\.(?:py|yaml|sh|cmake))`")
 
 @cache
 def _repo_names(repo: Path) -> frozenset[str]:
-    skip = {".venv", ".venv-vllm", ".git", "site", "node_modules"}
-    return frozenset(p.name for p in repo.rglob("*") if not skip & set(p.relative_to(repo).parts))
+    return frozenset(p.rsplit("/", 1)[-1] for p in repo_files(repo))
 
 
 def module_problems(markdown: str, repo: Path = REPO) -> list[str]:

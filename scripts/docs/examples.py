@@ -9,7 +9,7 @@ An `<!-- output -->` line right below an example's block, followed by a ```text 
 
     python scripts/docs/examples.py list              # every example, and where it runs
     python scripts/docs/examples.py refresh           # rerun the CI examples, rewrite their output blocks
-    python scripts/docs/examples.py refresh --all     # the `needs` ones too (wrap in `heavy`: SmolLM2 runs)
+    python scripts/docs/examples.py refresh --all     # also the `needs` ones that show output (README: make run)
 
 A page's examples run in order in one scratch folder (a later one may read the runs an earlier one wrote), with the
 project's venv first on PATH and `examples/` linked in; the README's run in the repository root (`make run`).
@@ -100,7 +100,8 @@ def scratch() -> Path:
 def refresh(include_needs: bool) -> int:
     failures = 0
     for page in pages():
-        chosen = [e for e in examples(page) if e.in_ci or include_needs]
+        # `needs` examples only where the page shows their output: the others would run for nothing
+        chosen = [e for e in examples(page) if e.in_ci or (include_needs and e.output_span is not None)]
         if not chosen:
             continue
         # The README's commands are written for the repository root (`make run`); the pages' for any folder.
