@@ -305,5 +305,25 @@ def readme_problems(repo: Path = REPO) -> list[str]:
         for m in MD_LINK.finditer(text)
         if "://" not in m.group("target") and not (repo / m.group("target")).exists()
     ]
-    problems += command_problems(text) + path_problems(text, repo) + module_problems(text, repo)
+    problems += command_problems(text) + path_problems(text, repo) + module_problems(text, repo) + import_problems(text)
     return problems + example_marker_problems(text)
+
+
+# `from specdec_eval.workers.config import ...` in a page (Python blocks, shell one-liners, prose).
+IMPORTED = re.compile(r"\b(?:from|import)\s+(?P<module>specdec_eval(?:\.\w+)+)")
+
+
+def import_problems(markdown: str) -> list[str]:
+    """Modules a page imports that the package does not have (a module moved by a refactor)."""
+    import importlib.util
+
+    problems = []
+    for m in IMPORTED.finditer(markdown):
+        try:
+            found = importlib.util.find_spec(m.group("module")) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            line = markdown.count("\n", 0, m.start()) + 1
+            problems.append(f"line {line}: imports {m.group('module')}, which the package does not have")
+    return problems

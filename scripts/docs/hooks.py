@@ -38,7 +38,7 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         return markdown  # `--help` itself
     for problem in checks.command_problems(markdown):
         log.warning("%s: %s", where, problem)
-    for problem in checks.path_problems(markdown) + checks.module_problems(markdown):
+    for problem in checks.path_problems(markdown) + checks.module_problems(markdown) + checks.import_problems(markdown):
         log.warning("%s: %s", where, problem)
     for problem in checks.example_marker_problems(markdown):
         log.warning("%s: %s", where, problem)

@@ -41,6 +41,13 @@ def test_paths_and_modules_must_exist():
     assert checks.module_problems("`no_such_module.py`") == ["line 1: `no_such_module.py` is no file in the repository"]
 
 
+def test_imports_must_resolve():
+    assert checks.import_problems("from specdec_eval.workers.config import EngineConfig") == []
+    assert checks.import_problems("```python\nfrom specdec_eval.workers.gone import X\n```") == [
+        "line 2: imports specdec_eval.workers.gone, which the package does not have"
+    ]
+
+
 def test_citations_of_files_outside_the_repository(tmp_path):
     src = tmp_path / "mod.py"
     src.write_text(
