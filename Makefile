@@ -49,7 +49,7 @@ format: setup-tests
 	$(BIN)/ruff check --fix .
 
 # --durations=25: the slowest tests close every run, so the CI budget (40 min from a fresh clone) stays visible.
-test: lint
+test: lint docs
 	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: setup-tests
@@ -60,6 +60,24 @@ test-fast: setup-tests
 bench: setup
 	$(BIN)/specdec-eval bench --model smollm2 --spec eagle3 --prompts gsm8k --data-dir ../shared/data
 	$(BIN)/specdec-eval bench --verdict --model smollm2 --spec eagle3 --data-dir ../shared/data --docs 8
+
+# The manual (docs/, mkdocs.yml): MkDocs + Material from the `docs` extra. `make docs` builds it strictly into site/
+# (part of `make test`): a broken link, a page outside the nav, a flag the CLI lacks, a stale command reference, a
+# path that moved, each fails it (scripts/docs/hooks.py). `make docs-serve` serves it on 127.0.0.1:8000.
+.PHONY: setup-docs docs docs-serve
+DOCS_STAMP := $(VENV)/.installed-docs
+
+setup-docs: $(DOCS_STAMP)
+
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+docs: setup-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+docs-serve: setup-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

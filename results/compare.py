@@ -1,4 +1,4 @@
-"""Compare two finished runs sample by sample (DESIGN.md, "Results and decisions").
+"""Compare two finished runs sample by sample (docs/architecture.md, "Results and decisions").
 
 Per task: accuracy of each run and the delta, an exact McNemar test on per-sample correctness (with several samples
 per document, the clustered paired test on per-document means instead: stats.clustered), how many outputs

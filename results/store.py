@@ -1,4 +1,4 @@
-"""The run store: one folder per run (DESIGN.md, "Results and decisions").
+"""The run store: one folder per run (docs/architecture.md, "Results and decisions").
 
   manifest.json    commit and dirty flag, full configuration, versions, devices, world size, timings
   samples.parquet  one row per sample (task, doc id, prompt hash, output or its hash, extracted answers, ...)

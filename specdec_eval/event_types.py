@@ -1,4 +1,4 @@
-"""Names of the engine's event types (DESIGN.md, "Events"), shared by the engine (workers/) and the run store
+"""Names of the engine's event types (docs/architecture.md, "Events"), shared by the engine (workers/) and the run store
 (results/), which must not import each other. A leaf module: it imports nothing."""
 
 WARMUP_OOM = "warmup_oom"  # a warmup shape ran out of memory and was skipped

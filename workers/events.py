@@ -1,4 +1,4 @@
-"""Structured events: one dict per event, always with `ts`, `rank` and `type` (DESIGN.md, "Events").
+"""Structured events: one dict per event, always with `ts`, `rank` and `type` (docs/architecture.md, "Events").
 
 Each rank keeps its own log (and, when given a path, appends JSON lines to its file); rank 0 merges them.
 
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..event_types import FAILING_EVENTS  # events that fail a run whatever its accuracy (DESIGN.md, "Events")
+from ..event_types import FAILING_EVENTS  # events that fail a run whatever its accuracy (docs/architecture.md)
 
 EVENT_LINE_PREFIX = "specdec-eval event: "
 

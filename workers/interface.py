@@ -1,5 +1,5 @@
-"""What the run pipeline needs from any engine (DESIGN.md, "Seams"): one `typing.Protocol` and the values that cross
-it. Three engines implement it with the same signatures: the local `Engine`, the torchrun
+"""What the run pipeline needs from any engine (docs/architecture.md, "Seams"): one `typing.Protocol` and the
+values that cross it. Three engines implement it with the same signatures: the local `Engine`, the torchrun
 `ShardedEngine`, and an engine reached over HTTP (an OpenAI-compatible endpoint). Callers never
 tell them apart by their attributes: what differs between them is in `identity`.
 

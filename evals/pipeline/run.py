@@ -1,4 +1,4 @@
-"""The run pipeline (DESIGN.md, "Seams"): `run(plan, backend)`, the one path of every run on every backend.
+"""The run pipeline (docs/architecture.md, "Seams"): `run(plan, backend)`, the one path of every run on every backend.
 
 One policy, written once, on what the backend says it can do (`Abilities`):
 

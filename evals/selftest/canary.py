@@ -74,7 +74,7 @@ def _run(engine: Engine, reference, prompts, params, expected: str, generated: b
         else sum(o.finish_reason != "error" and o.token_ids == r for o, r in zip(outs, reference, strict=True))
     )
     leaks = engine.events.of_type("spec_state_leak")
-    # A run fails on any leak or unrecovered failed request, whatever its outputs (DESIGN.md, "Events"), and
+    # A run fails on any leak or unrecovered failed request, whatever its outputs (docs/architecture.md, "Events"), and
     # a canary run that differs from the fault-free outputs fails too.
     verdict = Verdict.FAIL if failing_events(engine.events.events) or identical < len(prompts) else Verdict.PASS
     return {

@@ -1,6 +1,6 @@
 """Sizing the KV pool from a memory budget, the v1 way (tokens) or the v2 way (bytes).
 
-Follows TensorRT-LLM's accounting (shared/reference/trtllm-accuracy-harness.md, section 11). The same budget
+Follows TensorRT-LLM's accounting (its accuracy harness sizes the KV cache so). The same budget
 gives different block counts under v1 and v2, which is why warmup behaviour can differ between them.
 """
 

@@ -1,6 +1,6 @@
 """The Eagle3 draft head: `fc` fuses three captured target layers (3·H_t -> H); one decoder layer whose
 attention reads concat(embedding, hidden) (2·H); a final norm; an lm_head over a reduced draft vocabulary whose
-ids map to target ids through `d2t` (target = draft + d2t[draft]). Layout and pitfalls: shared/reference/eagle3.md.
+ids map to target ids through `d2t` (target = draft + d2t[draft]). Layout and pitfalls: docs/concepts/eagle3.md.
 """
 
 from __future__ import annotations

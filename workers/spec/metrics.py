@@ -1,4 +1,4 @@
-"""Acceptance metrics, with the conventions spelled out (shared/reference/eagle3.md §10):
+"""Acceptance metrics, with the conventions spelled out:
 
 - a *draft cycle* is one target step of a generation request that carried K draft tokens;
 - acceptance length (AL) = 1 + accepted drafts / cycles: tokens per target step, **bonus token included**;
