@@ -175,7 +175,7 @@ def example_marker_problems(markdown: str) -> list[str]:
 
 
 # Backticked spans that name something in the repository: a top-level folder, then a path.
-TOP_LEVEL = r"(?:cli|workers|evals|launch|results|serve|stats|studies|scripts|tests|examples|specdec_eval|docs)"
+TOP_LEVEL = r"(?:cli|workers|evals|launch|results|serve|stats|studies|scripts|tests|examples|specdec_eval|docs|peers)"
 REPO_PATH = re.compile(rf"`(?P<path>{TOP_LEVEL}/[\w./*-]*)`")
 
 

@@ -14,7 +14,7 @@ from .helpers import REPO
 
 def code_words() -> set[str]:
     words = {str(v) for v in Verdict}
-    words |= {judge.PASS, judge.FAIL, judge.BASE, judge.NOT_RUN}
+    words |= {judge.PASS, judge.FAIL, judge.BASE, judge.NOT_RUN, judge.UNJUDGED}
     words |= {drift.DECAY, drift.NO_TREND, drift.TOO_FEW}
     words |= {discordant_pairs.B_WORSE, discordant_pairs.NO_DIFFERENCE}
     words |= {acceptance_ratio.DROP, acceptance_ratio.NO_DROP, acceptance_ratio.INCONCLUSIVE}
