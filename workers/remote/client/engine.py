@@ -255,6 +255,7 @@ class EndpointEngine:
                         i = futures[future]
                         answer, choice = future.result()
                         output = self._output(i, prompt_ids[i], answer, choice)
+                        output.stats.update(_wall_times(started.get(i)))  # what `drift` orders documents by
                         watch.answered(answer.latency_s, time.monotonic(), output.stats.get("num_output_tokens"))
                         if choice is not None:
                             tally.add(answer.response)
@@ -470,6 +471,16 @@ class EndpointEngine:
         nothing else is held between calls (lm-eval's backend opens a connection per request)."""
         self.metrics.close()
         self.watch.close()
+
+
+def _wall_times(sent_monotonic: float | None) -> dict[str, float]:
+    """When a request was sent (its first attempt) and when its answer came, in seconds since the epoch: the
+    `time.monotonic()` start turned into the wall clock's time, so a run's requests order by when they were sent."""
+    now_wall, now = time.time(), time.monotonic()
+    out = {"finished_at": round(now_wall, 4)}
+    if sent_monotonic is not None:
+        out["sent_at"] = round(now_wall - (now - sent_monotonic), 4)
+    return out
 
 
 def _logprobs_name_other_tokens(records: list[list] | None, encoded: list[int]) -> str | None:
