@@ -274,6 +274,7 @@ class EndpointEngine:
             # Interrupted (Ctrl-C, a failing sink) or stalled: queued requests are dropped and requests in flight are
             # not waited for (they may take an hour, or never end); what was finished has already reached the sink.
             pool.shutdown(wait=finished and stall is None, cancel_futures=True)
+        self._check_server_alive()  # a server that died while another process answered its port fails the run
         leak = self.watch.kv_leak() if stall is None else None  # the server's KV usage back at idle after the call
         if leak is not None:
             self.events.emit("kv_leak", **leak)
@@ -436,9 +437,17 @@ class EndpointEngine:
 
         return call_with_retries(send, self.config.max_retries, on_retry, self._secrets, sent)
 
+    def _check_server_alive(self) -> None:
+        """The server this engine started is watched for the whole run: its exit, whenever it happened, is a
+        `server_exited` event (its status and its log's last lines), which fails the run."""
+        report = self.watch.exit_report(self._sent.withhold)
+        if report is not None:
+            self.events.emit("server_exited", **report)
+
     def collect_events(self) -> list[dict[str, Any]]:
-        """This engine's events (requests, a stall, a KV leak) and the server's, read from its log: each of those
-        keeps its line (`raw`, withheld when it quotes a prompt of this run) and line number."""
+        """This engine's events (requests, a stall, a KV leak, a server that exited) and the server's, read from its
+        log: each of those keeps its line (`raw`, withheld when it quotes a prompt of this run) and line number."""
+        self._check_server_alive()  # at the run's end, before `close` stops the server
         from_log = [self._withheld(e) for e in self.watch.events(catch_up=True)]
         if self.watch.log is not None:
             self._identity.server.update(self.watch.record())  # the table may have been recognised since
