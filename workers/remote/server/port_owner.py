@@ -68,8 +68,11 @@ def listening_inodes(port: int, proc: Path = PROC) -> set[int] | None:
             fields = line.split()
             if len(fields) < 10 or fields[3] != LISTEN:
                 continue
-            if int(fields[1].rsplit(":", 1)[1], 16) == port:
-                found.add(int(fields[9]))
+            try:
+                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    found.add(int(fields[9]))
+            except (IndexError, ValueError):
+                continue
     return found if read_any else None
 
 
@@ -125,10 +128,10 @@ def _stat(pid: int, proc: Path) -> tuple[int, int] | None:
     """(parent pid, session id) from /proc/PID/stat; None when it cannot be read."""
     try:
         text = (proc / str(pid) / "stat").read_text()
-    except OSError:
+        fields = text[text.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
+        return int(fields[1]), int(fields[3])
+    except (OSError, ValueError, IndexError):
         return None
-    fields = text[text.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
-    return int(fields[1]), int(fields[3])
 
 
 def _is_this_machine(host: str) -> bool:
