@@ -146,13 +146,14 @@ def drift(
     alpha: Annotated[float, typer.Option("--alpha", help="Level of the one-sided trend test.")] = 0.05,
     json_out: Annotated[bool, typer.Option("--json", help="Print the test as JSON.")] = False,
 ) -> None:
-    """Does acceptance fall as the run goes on? Each document's acceptance length against its position in the run,
-    Kendall's tau with a one-sided p-value for a decay, and the slope. Exit status 1 on DECAY.
+    """Does acceptance fall as the run goes on? Per task, each document's acceptance length against the order in
+    which its request was sent: Kendall's tau with a one-sided p-value for a decay (each task at alpha / tasks
+    tested), and the slope. A task with too few drafted documents says so. Exit status 1 on DECAY in any task.
 
     Example:
       specdec-eval drift 20261207-101500-ab12cd --out runs
     """
-    from ..evals.sweep.drift import DECAY, document_lengths, drift_test, render_drift
+    from ..evals.sweep.drift import DECAY, drift_per_task, drift_test, render_drift, task_lengths_in_time
     from ..results.store import DEFAULT_ROOT, open_run
 
     try:
@@ -161,7 +162,12 @@ def drift(
         raise UserError(str(e)) from None
     if not recorded.is_finished:
         raise UserError(f"run {recorded.run_id} is not finished")
-    result = drift_test(document_lengths(recorded.samples()), alpha)
-    print(json.dumps(result.to_json(), indent=2) if json_out else render_drift(result, recorded.run_id))
-    if result.verdict == DECAY:
+    series = task_lengths_in_time(recorded.samples(), f"run {recorded.run_id}")
+    results = drift_per_task(series, alpha) if series else {"(no task drafted)": drift_test([], alpha)}
+    if json_out:
+        print(json.dumps({"run": recorded.run_id, "tasks": {t: d.to_json() for t, d in results.items()}}, indent=2))
+    else:
+        for task, d in results.items():
+            print(render_drift(d, f"{recorded.run_id} {task}"))
+    if any(d.verdict == DECAY for d in results.values()):
         raise typer.Exit(1)

@@ -40,6 +40,14 @@ class SampleRecord:
     # gate's baseline scores it on (`scoring`); None for a greedy one
     prompt_token_ids: Sequence[int] | None = None
     sampling: Mapping[str, Any] | None = None  # {"temperature", "top_k", "top_p"}
+    # When its request was sent (its first attempt) and when its answer was done, in seconds since the epoch on the
+    # evaluating machine's clock: what `drift` orders a task's documents by. None in runs recorded before these were
+    # kept, and for a document with no engine output
+    sent_at: float | None = None
+    finished_at: float | None = None
+    # Why logprobs that were asked for are not kept (a server sent NaN, +-inf, ...: the client refused them as
+    # evidence); None when they are kept or were not asked for
+    logprobs_problem: str | None = None
     extracted: Mapping[str, Any] = field(default_factory=dict)  # filter -> the answer it extracted
     correct: Mapping[str, Any] = field(default_factory=dict)  # filter -> whether that answer was right
     extra: Mapping[str, Any] = field(default_factory=dict)  # columns this version does not name
@@ -107,5 +115,6 @@ class SampleRecord:
 
 
 _MAPPINGS = ("extracted", "correct", "extra")
-# Columns a row has only where they apply (a sealed sample's; a sampled output's prompt and parameters)
-_OMITTED_WHEN_NONE = ("sealed_fields", "prompt_token_ids", "sampling")
+# Columns a row has only where they apply (a sealed sample's; a sampled output's prompt and parameters; the times of
+# a request that was sent)
+_OMITTED_WHEN_NONE = ("sealed_fields", "prompt_token_ids", "sampling", "sent_at", "finished_at", "logprobs_problem")

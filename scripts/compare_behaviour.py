@@ -34,6 +34,8 @@ IGNORED_KEYS = frozenset(
         "started",
         "finished",
         "reused_generations",
+        "sent_at",
+        "finished_at",
     }
 )
 RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9A-Za-z]+(?:-\d+)?")

@@ -13,6 +13,7 @@ KV_BLOCK_LEAK = "kv_block_leak"  # our engine drained, yet KV blocks are still h
 KV_LEAK = "kv_leak"  # a server's KV-usage metric did not return to its idle value after the run drained
 ENGINE_DEAD = "engine_dead"  # a server's engine stopped (executor loop died, engine core died): it cannot answer
 SERVER_STALLED = "server_stalled"  # a server stopped answering during the run; its unanswered documents failed
+SERVER_EXITED = "server_exited"  # the server the run started exited during the run: what answered was not it
 NCCL_TIMEOUT = "nccl_timeout"  # a collective timed out (NCCL watchdog): the ranks no longer agree
 CUDA_OOM = "cuda_oom"  # a device allocation failed outside a tolerated warmup
 KV_EXHAUSTED = "kv_exhausted"  # the KV pool ran full: requests preempted, retracted or retried smaller
@@ -31,6 +32,7 @@ EVENT_TYPES = (
     KV_LEAK,
     ENGINE_DEAD,
     SERVER_STALLED,
+    SERVER_EXITED,
     NCCL_TIMEOUT,
     CUDA_OOM,
     KV_EXHAUSTED,
@@ -41,8 +43,18 @@ EVENT_TYPES = (
 # Events that fail a run whatever its accuracy: a leak means outputs after it cannot be trusted, and a failed
 # request is never scored as a wrong answer. A dead engine, a stalled server or a timed-out collective leave
 # documents unanswered (or answered by ranks that no longer agree); leaked KV blocks shrink the pool for every later
-# request until the server can no longer serve. Not failing on their own: a tolerated warmup OOM or skip, a
+# request until the server can no longer serve. A server the run started that exited during the run answered none of
+# what came after: whatever answered its port did. Not failing on their own: a tolerated warmup OOM or skip, a
 # restored spec-dec state, a forward error whose requests were retried, a device OOM the engine survived, a full KV
 # pool (preemption costs time, not correctness) and a failed CUDA-graph capture: what they break shows up as
 # failed requests or a dead engine, which fail the run.
-FAILING_EVENTS = (SPEC_STATE_LEAK, REQUEST_FAILED, KV_BLOCK_LEAK, KV_LEAK, ENGINE_DEAD, SERVER_STALLED, NCCL_TIMEOUT)
+FAILING_EVENTS = (
+    SPEC_STATE_LEAK,
+    REQUEST_FAILED,
+    KV_BLOCK_LEAK,
+    KV_LEAK,
+    ENGINE_DEAD,
+    SERVER_STALLED,
+    SERVER_EXITED,
+    NCCL_TIMEOUT,
+)

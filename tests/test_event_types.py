@@ -24,6 +24,7 @@ def test_failing_events_are_defined_once():
         "kv_leak",
         "engine_dead",
         "server_stalled",
+        "server_exited",
         "nccl_timeout",
     }
     assert set(event_types.FAILING_EVENTS) <= set(event_types.EVENT_TYPES)

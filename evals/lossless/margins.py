@@ -215,7 +215,7 @@ def floor_missing(base_samples: list[SampleRecord], control_samples: list[Sample
         (side, s.doc_id, problem)
         for b, c in pairs
         for side, s in (("baseline", b), ("control", c))
-        if tokens_of(s) is not None and (problem := sample_logprobs_problem(s))
+        if (problem := _unusable_logprobs(s))
     ]
     if dropped:
         side, doc, problem = dropped[0]
@@ -227,6 +227,14 @@ def floor_missing(base_samples: list[SampleRecord], control_samples: list[Sample
             control_helps=False,
         )
     return NoFloor(f"the control measured fewer than {MIN_NOISE_SAMPLES} gap moves ({len(pairs)} document pairs)")
+
+
+def _unusable_logprobs(sample: SampleRecord) -> str | None:
+    """Why a sample's logprobs are no evidence: what its records hold (NaN, +-inf, ...), or why the client refused
+    the ones its server sent (then none were kept, which must not read as "too few gap moves")."""
+    if sample.logprobs_problem:
+        return f"refused when read: {sample.logprobs_problem}"
+    return sample_logprobs_problem(sample) if tokens_of(sample) is not None else None
 
 
 def fisher_greater(d: int, n: int, m: int, n_control: int) -> float:

@@ -130,7 +130,17 @@ def _fields(
         "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p}
         if sampled
         else None,
+        # when the request was sent and answered (the engine's wall clock; `drift` orders documents by them)
+        "sent_at": _time(out, "sent_at"),
+        "finished_at": _time(out, "finished_at"),
+        # logprobs asked for but refused as evidence (non-finite values): a gate names them, not "too few"
+        "logprobs_problem": out.stats.get("logprobs_unusable") if out is not None else None,
     }
+
+
+def _time(out: GenerationOutput | None, name: str) -> float | None:
+    value = out.stats.get(name) if out is not None else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def filter_mismatches(spec: TaskSpec, records: TaskRecords) -> list[dict[str, Any]]:

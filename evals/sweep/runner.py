@@ -33,11 +33,17 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UserError
+from ...peers.server.process import ALREADY_ANSWERS
 from ...records import RecordError, file_name, locks, read_json, scrub, write_json
 from .grid import Cell, Grid
 
 DONE, FAILED, NOT_STARTED = "finished", "run failed", "could not start"
 USAGE_EXIT = 2  # `run`'s status for input it refuses before anything starts
+# A cell whose server's URL still answers (the previous cell's server has not yet let go of its port) is started
+# again every PORT_POLL_S until PORT_WAIT_S have passed; then it is recorded as failed, so a resumed sweep retries it.
+PORT_WAIT_S = 120.0
+PORT_POLL_S = 5.0
+PORT_BUSY = "could not start: port busy"
 
 
 @dataclass(frozen=True)
@@ -165,7 +171,12 @@ def run_cell(folder: Path, grid: Grid, cell: Cell, run_args: list[str], extra: l
     cmd = run_command([*run_args, *grid.run_args(cell), *extra], folder / "runs")
     env = {**os.environ, "PYTHONSAFEPATH": "1"}  # never import a checkout in the working folder over the install
     start = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    while True:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        busy = proc.returncode == USAGE_EXIT and ALREADY_ANSWERS in proc.stderr
+        if not busy or time.monotonic() - start + PORT_POLL_S > PORT_WAIT_S:
+            break
+        time.sleep(PORT_POLL_S)  # the previous cell's server may still be letting go of the port
     wall = round(time.monotonic() - start, 2)
     run_dir = None
     try:
@@ -178,6 +189,8 @@ def run_cell(folder: Path, grid: Grid, cell: Cell, run_args: list[str], extra: l
         error = f"killed by {_signal_name(-proc.returncode)}" + (f" ({error})" if error else "")
     if run_dir is not None:
         status = DONE
+    elif busy:  # not the cell's own fault: retried when the sweep is resumed
+        status, error = FAILED, f"{PORT_BUSY} after {wall:.0f} s: {error}"
     elif proc.returncode == USAGE_EXIT:
         status = NOT_STARTED
     else:

@@ -255,6 +255,7 @@ class EndpointEngine:
                         i = futures[future]
                         answer, choice = future.result()
                         output = self._output(i, prompt_ids[i], answer, choice)
+                        output.stats.update(_wall_times(started.get(i)))  # what `drift` orders documents by
                         watch.answered(answer.latency_s, time.monotonic(), output.stats.get("num_output_tokens"))
                         if choice is not None:
                             tally.add(answer.response)
@@ -273,6 +274,7 @@ class EndpointEngine:
             # Interrupted (Ctrl-C, a failing sink) or stalled: queued requests are dropped and requests in flight are
             # not waited for (they may take an hour, or never end); what was finished has already reached the sink.
             pool.shutdown(wait=finished and stall is None, cancel_futures=True)
+        self._check_server_alive()  # a server that died while another process answered its port fails the run
         leak = self.watch.kv_leak() if stall is None else None  # the server's KV usage back at idle after the call
         if leak is not None:
             self.events.emit("kv_leak", **leak)
@@ -434,9 +436,17 @@ class EndpointEngine:
 
         return call_with_retries(send, self.config.max_retries, on_retry, self._secrets, sent)
 
+    def _check_server_alive(self) -> None:
+        """The server this engine started is watched for the whole run: its exit, whenever it happened, is a
+        `server_exited` event (its status and its log's last lines), which fails the run."""
+        report = self.watch.exit_report(self._sent.withhold)
+        if report is not None:
+            self.events.emit("server_exited", **report)
+
     def collect_events(self) -> list[dict[str, Any]]:
-        """This engine's events (requests, a stall, a KV leak) and the server's, read from its log: each of those
-        keeps its line (`raw`, withheld when it quotes a prompt of this run) and line number."""
+        """This engine's events (requests, a stall, a KV leak, a server that exited) and the server's, read from its
+        log: each of those keeps its line (`raw`, withheld when it quotes a prompt of this run) and line number."""
+        self._check_server_alive()  # at the run's end, before `close` stops the server
         from_log = [self._withheld(e) for e in self.watch.events(catch_up=True)]
         if self.watch.log is not None:
             self._identity.server.update(self.watch.record())  # the table may have been recognised since
@@ -469,6 +479,16 @@ class EndpointEngine:
         nothing else is held between calls (lm-eval's backend opens a connection per request)."""
         self.metrics.close()
         self.watch.close()
+
+
+def _wall_times(sent_monotonic: float | None) -> dict[str, float]:
+    """When a request was sent (its first attempt) and when its answer came, in seconds since the epoch: the
+    `time.monotonic()` start turned into the wall clock's time, so a run's requests order by when they were sent."""
+    now_wall, now = time.time(), time.monotonic()
+    out = {"finished_at": round(now_wall, 4)}
+    if sent_monotonic is not None:
+        out["sent_at"] = round(now_wall - (now - sent_monotonic), 4)
+    return out
 
 
 def _logprobs_name_other_tokens(records: list[list] | None, encoded: list[int]) -> str | None:

@@ -17,7 +17,8 @@ SEEDED_SAMPLING_HINT = (
 
 def server_failure_line(events: list[dict[str, Any]]) -> str | None:
     """One line for a run's output when its server failed it (`run` prints it after its verdict; the summary keeps
-    it): the stall's reason when the run gave up on the server, else the first line of its log after which the
+    it): the stall's reason when the run gave up on the server, else how the server it started exited during the
+    run, else the first line of its log after which the
     engine could not answer, else the first failing line of its log or KV leak of its metric; None when the server's
     events fail nothing (and for a run of our own engine, whose events are no server's). A failure that seeded
     sampling caused says so, and what to do."""
@@ -36,6 +37,9 @@ def _failure(events: list[dict[str, Any]]) -> str | None:
     stalled = next((e for e in events if e["type"] == "server_stalled"), None)
     if stalled is not None:
         return f"server: {stalled['reason']} ({stalled['unanswered']} documents unanswered)"
+    exited = next((e for e in events if e["type"] == "server_exited"), None)
+    if exited is not None:
+        return f"server: {exited['reason']}"
     from_log = [e for e in events if e.get("source") == "server_log"]
     fatal = next((e for e in from_log if e.get("fatal")), None)
     if fatal is not None:

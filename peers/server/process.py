@@ -25,6 +25,7 @@ from ...redaction import REDACTED, redact_argv, redact_text
 DEFAULT_STARTUP_TIMEOUT_S = 900.0  # a large model's load and warmup on a busy machine
 DEFAULT_STOP_GRACE_S = 30.0
 READY_PATHS = ("/health", "/v1/models")
+ALREADY_ANSWERS = "already answers"  # in the one line a run refuses a busy URL with (a sweep waits and retries)
 _ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
@@ -109,6 +110,27 @@ class ServerProcess:
         """None while it runs."""
         return None if self._process is None else self._process.poll()
 
+    def exit_status(self) -> str | None:
+        """How it ended, in words ("status 3", "signal SIGKILL"); None while it runs."""
+        code = self.exit_code()
+        return None if code is None else describe_exit(code)
+
+    def failure(self, why: str) -> str:
+        """`why`, the command (secrets scrubbed) and the log's last lines: what a person needs to see why it ended."""
+        return self._failure(why)
+
+    def prove_owner(self, url: str) -> str:
+        """That what answers on `url` is this server: the process listening on its port is the one started or one
+        it started (`port_owner`). Raises ServerStartFailed (and stops it) when another process holds the port;
+        returns what was found, or why it could not be checked (another machine, another user's process)."""
+        from .port_owner import check_owner
+
+        owner = check_owner(url, self._process.pid)
+        if owner.ours is False:
+            self.stop()
+            raise ServerStartFailed(self._failure(f"{url} answers, but {owner.why}"))
+        return owner.why
+
     def wait_ready(
         self,
         url: str,
@@ -126,6 +148,14 @@ class ServerProcess:
                 if code is not None:
                     raise ServerStartFailed(self._failure(f"the server exited with status {code} before it answered"))
                 if any(_answers(client, url.rstrip("/") + path) for path in READY_PATHS):
+                    code = self.exit_code()
+                    if code is not None:  # what answered is not this server: it is gone
+                        raise ServerStartFailed(
+                            self._failure(
+                                f"the server exited with {describe_exit(code)}, yet {url} answers: another process "
+                                "answers there"
+                            )
+                        )
                     return time.monotonic() - start
                 if time.monotonic() - start > timeout_s:
                     self.stop()
@@ -135,7 +165,8 @@ class ServerProcess:
                 time.sleep(poll_s)
 
     def stop(self, grace_s: float = DEFAULT_STOP_GRACE_S) -> int | None:
-        """SIGTERM to its process group, SIGKILL after `grace_s`; returns its exit status (None if never started)."""
+        """SIGTERM to its process group, SIGKILL after `grace_s`; returns its exit status (None if never started).
+        Processes it started are stopped too when it has already exited (one may still answer on its port)."""
         process = self._process
         if process is None:
             return None
@@ -146,7 +177,22 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self._signal(signal.SIGKILL)
                 process.wait(30)
+        elif self._group_alive():  # it is gone, what it started is not
+            self._signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while self._group_alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self._group_alive():
+                self._signal(signal.SIGKILL)
         return process.returncode
+
+    def _group_alive(self) -> bool:
+        """Whether a process of its group still runs (its id stays the group's while one does: never reused)."""
+        try:
+            os.killpg(self._process.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
 
     def _signal(self, sig: int) -> None:
         try:
@@ -164,6 +210,49 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def describe_exit(code: int) -> str:
+    """A process's exit status in words: "status 3", or the signal that ended it ("signal SIGKILL")."""
+    if code >= 0:
+        return f"status {code}"
+    try:
+        return f"signal {signal.Signals(-code).name}"
+    except ValueError:
+        return f"signal {-code}"
+
+
+def refuse_if_answering(url: str, headers: dict | None = None, verify: bool = True) -> None:
+    """Before a server is started for `url`: UserError (one line) when something answers there already, naming it
+    (its model id, its Server header). The run would judge whatever answers, and a server started on a busy port
+    dies at once while the old one goes on answering."""
+    what = _what_answers(url, headers, verify)
+    if what is not None:
+        raise UserError(
+            f"{url} {ALREADY_ANSWERS} before the server command started ({what}): stop what serves there or give "
+            "the command and --endpoint another port; the run would judge it, not the server it starts"
+        )
+
+
+def _what_answers(url: str, headers: dict | None, verify: bool) -> str | None:
+    """What answers on `url`'s /v1/models, in a few words; None when nothing accepts a connection there."""
+    try:
+        with httpx.Client(headers=headers or {}, timeout=5.0, verify=verify) as client:
+            response = client.get(url.rstrip("/") + "/v1/models")
+    except (httpx.ConnectError, httpx.ConnectTimeout):
+        return None
+    except httpx.HTTPError as exc:
+        return f"it accepts connections but did not answer HTTP ({type(exc).__name__})"
+    said = [f"HTTP {response.status_code}"]
+    try:
+        models = [m.get("id") for m in response.json().get("data", []) if isinstance(m, dict)]
+    except (ValueError, AttributeError):
+        models = []
+    if models:
+        said.append(f"model {models[0]!r}")
+    if response.headers.get("server"):
+        said.append(f"Server: {response.headers['server']}")
+    return ", ".join(said)
 
 
 def _hidden(word: str, shown: str) -> list[str]:

@@ -21,7 +21,7 @@ from ..profiles import AUTO, PROFILES
 from .kv_usage import KVUsage, ServerKVUsage, check_drained
 from .log import ServerLog, format_of_server
 from .metrics import NOT_REPORTED
-from .process import DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_STOP_GRACE_S, ServerProcess
+from .process import DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_STOP_GRACE_S, ServerProcess, refuse_if_answering
 from .stall_watch import Stall, StallWatch
 
 CAPTURED = "the server's output, read while it ran and removed at the end"
@@ -56,6 +56,8 @@ class ServerWatch:
         self.startup_s: float | None = None
         self._fatal_seen_at: float | None = None
         self._captured_in: str | None = None  # the temporary folder of a log nobody named
+        self.owner: str | None = None  # who holds the port of the server it started (or why that is not known)
+        self._exit_reported = False
         if serve_cmd is not None and log_path is None:
             self._captured_in = tempfile.mkdtemp(prefix="specdec-eval-server-")
             log_path = str(Path(self._captured_in) / "server.log")
@@ -67,8 +69,10 @@ class ServerWatch:
             if log_path is not None:
                 self.log = ServerLog(log_path, log_format, redact=lambda line: redact_text(line, secrets)).start()
             if self.process is not None:
+                refuse_if_answering(url, headers, verify)  # else the run would judge whatever answers there
                 self.process.start()
                 self.startup_s = self.process.wait_ready(url, startup_timeout_s, headers, verify=verify)
+                self.owner = self.process.prove_owner(url)
         except BaseException:
             self.close()
             raise
@@ -139,6 +143,7 @@ class ServerWatch:
         if self.process is not None:
             out["command"] = self.process.command.recorded
             out["startup_s"] = round(self.startup_s, 2) if self.startup_s is not None else None
+            out["port_owner"] = self.owner
         if self.log is not None:
             out["log"] = CAPTURED if self._captured_in is not None else str(Path(self.log_path).resolve())
             out.update(self.log.record())
@@ -165,6 +170,26 @@ class ServerWatch:
     def exited(self) -> int | None:
         """The exit status of the server the run started, once it has exited (None: running, or not ours)."""
         return self.process.exit_code() if self.process is not None else None
+
+    def exit_report(self, withhold: Callable[[str], str] = lambda line: line) -> dict[str, Any] | None:
+        """Once, after the server the run started has exited on its own (before `close` stops it): the fields of a
+        `server_exited` event: how it ended and its log's last lines (secrets scrubbed; `withhold` keeps a line
+        that quotes a prompt off the record). Whatever answered the run's requests since was not that server."""
+        if self.process is None or self._exit_reported or self.process.exit_code() is None:
+            return None
+        self._exit_reported = True
+        code = self.process.exit_code()
+        how = self.process.exit_status()
+        failure = self.process.failure(
+            f"the server the run started exited during the run with {how}: what answered since was not it"
+        )
+        lines = failure.splitlines()
+        return {
+            "reason": lines[0],
+            "exit_status": code,
+            "signal": how.removeprefix("signal ") if how.startswith("signal ") else None,
+            "log_tail": [withhold(line) for line in lines[2:]],
+        }
 
     def cause(self) -> str | None:
         """What the log says went wrong, for a person: the first fatal line, else the last failing one."""

@@ -88,3 +88,19 @@ def test_a_sampled_outputs_prompt_and_parameters_travel_through_the_store(tmp_pa
     back = {r.doc_id: r for r in run.samples()}
     assert list(back[1].prompt_token_ids) == [1, 2, 3] and dict(back[1].sampling) == dict(sampled.sampling)
     assert back[2].prompt_token_ids is None and back[2].sampling is None
+
+
+def test_send_and_finish_times_travel_through_the_store_and_old_rows_have_none(tmp_path):
+    """What `drift` orders a task's documents by; a run recorded before they were kept reads them as None."""
+    from specdec_eval.results import store
+
+    timed = SampleRecord("gsm8k", 1, sent_at=1_800_000_000.25, finished_at=1_800_000_001.5)
+    old = SampleRecord("gsm8k", 2)
+    assert not {"sent_at", "finished_at", "logprobs_problem"} & set(old.to_row())  # rows as before
+    run = store.Run(tmp_path)
+    run.write_samples([old])  # a folder whose samples.parquet has no such columns
+    assert run.samples()[0].sent_at is None and run.samples()[0].finished_at is None
+    run.write_samples([timed, old])
+    back = {r.doc_id: r for r in run.samples()}
+    assert (back[1].sent_at, back[1].finished_at) == (1_800_000_000.25, 1_800_000_001.5)
+    assert back[2].sent_at is None and not back[2].extra

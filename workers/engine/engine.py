@@ -298,6 +298,9 @@ class Engine:
                 "num_retries": req.num_retries,
                 "ttft_s": round((req.first_token_time or end) - req.arrival_time, 4),
                 "latency_s": round(end - req.arrival_time, 4),
+                # wall-clock times (seconds since the epoch) of its arrival and its end: what `drift` orders by
+                "sent_at": round(time.time() - (time.perf_counter() - req.arrival_time), 4),
+                "finished_at": round(time.time() - (time.perf_counter() - end), 4),
                 **({"acceptance": req.spec_stats.to_dict()} if req.spec_stats else {}),
             },
         )

@@ -239,3 +239,16 @@ def test_nan_logprobs_from_the_baseline_name_the_dropped_pairs_not_record_a_cont
         in (check["reason"])
     )
     assert floor_missing(base, None, "t").control_helps  # no control at all: recording one is the advice
+
+
+def test_nan_logprobs_a_server_sent_to_the_control_are_named_not_counted_as_too_few_gap_moves():
+    """A control served by an endpoint that sent NaN logprobs: the client refused them (no records kept, the reason
+    in `logprobs_problem`), and the gate read "fewer than 20 gap moves", as if the control were just short. It
+    names the non-finite values now, and does not advise recording another control."""
+    base, control, _ = _runs(np.random.default_rng(5), 30, 12, 50, 0.05)
+    refused = "token 4: the emitted token's logprob is NaN"
+    control = [s.replace(logprobs=None, logprobs_problem=refused) for s in control]
+    assert noise_floor(base, control, "t") is None
+    no_floor = floor_missing(base, control, "t")
+    assert "fewer than" not in no_floor.reason and not no_floor.control_helps
+    assert f"(first: control doc 0: refused when read: {refused})" in no_floor.reason

@@ -230,3 +230,30 @@ def test_per_sample_cross_check_uses_each_documents_own_target():
             ours = records.own_extraction[(rec.doc_id, f)]
             assert ours == (rec.extracted[f], rec.correct[f]) == (rec.target, True)
     assert filter_mismatches(spec, records) == []
+
+
+def test_a_record_keeps_when_its_request_was_sent_and_why_its_logprobs_were_refused():
+    """What `drift` orders documents by, and what the lossless gate names instead of "too few gap moves"."""
+    from types import SimpleNamespace
+
+    from specdec_eval.evals.pipeline.lm_recording import OutputRecord
+    from specdec_eval.evals.pipeline.task_records import task_records
+    from specdec_eval.evals.tasks.registry import TASKS
+
+    spec = TASKS["gsm8k"]
+    outputs = OutputRecord()
+    stats = [
+        {"sent_at": 1_800_000_000.5, "finished_at": 1_800_000_002.0, "logprobs_unusable": "token 1: NaN"},
+        {},  # an output of a run recorded before these were kept
+    ]
+    for d, st in enumerate(stats):
+        out = SimpleNamespace(text="#### 1\n", token_ids=[1], finish_reason="stop", error=None, stats=st, logprobs=None)
+        outputs.add(spec.lm_eval_name, d, out)
+    entries = [{"doc_id": d, "filter": "strict-match", "target": "1", "filtered_resps": ["1"]} for d in range(2)]
+    timed, untimed = task_records(spec, entries, outputs).samples
+    assert (timed.sent_at, timed.finished_at, timed.logprobs_problem) == (
+        1_800_000_000.5,
+        1_800_000_002.0,
+        "token 1: NaN",
+    )
+    assert (untimed.sent_at, untimed.finished_at, untimed.logprobs_problem) == (None, None, None)

@@ -74,6 +74,15 @@ def test_finite_logprobs_are_kept(tiny):
     assert [r[0] for r in out.logprobs] == [-0.1, -0.25] and "logprobs_unusable" not in out.stats
 
 
+def test_each_answer_says_when_its_request_was_sent_and_answered(tiny):
+    """Wall-clock seconds: what `drift` orders a task's documents by."""
+    import time
+
+    before = time.time()
+    out, _ = _generate(tiny, lambda ids_of: completion(TEXT))
+    assert before - 1 <= out.stats["sent_at"] <= out.stats["finished_at"] <= time.time() + 1
+
+
 def test_logprobs_naming_other_ids_than_the_answer_are_no_evidence():
     key = token_key(None)  # ids named as token_id:N need no tokenizer
     choice = {

@@ -153,3 +153,13 @@ def test_stats_split_prefill_from_decode(tiny):
     stats = engine.last_stats
     assert stats.decode_tokens == len(RAW_PROMPTS) * (GREEDY.max_new_tokens - 1)
     assert 0 < stats.all_started_s < stats.elapsed_s and stats.decode_s == stats.elapsed_s - stats.all_started_s
+
+
+def test_each_output_says_when_its_request_arrived_and_finished(tiny):
+    """Wall-clock seconds: what `drift` orders a task's documents by."""
+    import time
+
+    before = time.time()
+    outputs = make_engine(tiny, "v1").generate(PREFIXED[:2], GREEDY)
+    for o in outputs:
+        assert before - 1 <= o.stats["sent_at"] <= o.stats["finished_at"] <= time.time() + 1
