@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from typing import Annotated
 
 import typer
 
-from ..evals.gates.registry import opt_in_gates, parse_opt_in
-from ..evals.run_types import EVAL, EvalOptions, RunPlan
+from ..evals.run_types import EvalOptions, RunPlan
 from ..launch.job_options import JobOptions
 from ..peers.client.options import EndpointOptions
 from ..results.run_summary import Verdict
@@ -27,15 +25,6 @@ from .run_report import print_report
 def run(
     ctx: typer.Context,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
-    gate: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--gate",
-            help="An opt-in gate, NAME[=SETTING], repeatable: " + "; ".join(g.help for g in opt_in_gates()) + ".",
-            metavar="NAME[=SETTING]",
-            rich_help_panel=EVAL,
-        ),
-    ] = None,
     *,
     options: EvalOptions,
     plan: RunPlan,
@@ -66,9 +55,6 @@ def run(
     # Bad engine options fail here, before any model loads or process starts; a server declares only what was given
     # (and refuses --baseline paired only when it was asked for, not by default).
     target = RunTarget(engine_flags.config(), job, endpoint, o.given(ctx, ("kv_cache", "baseline")))
-    if gate:
-        parse_opt_in(gate)  # an unknown gate or a bad setting: one line before anything runs
-        plan = replace(plan, gates=tuple(gate))
     try:
         summary = run_pipeline(plan, make_backend(backend_name(target), target), lambda: generation_progress(0))
     except JobFailed as e:

@@ -33,6 +33,19 @@ SAMPLES = tuple(h for h in HOW if h != "all")  # what --sample takes (`subsets`)
 EVAL, STORE, CONDITIONS = "Evaluation", "Run store", "Generation conditions"  # the groups of `--help`
 
 
+def _gate_list(value: str) -> tuple[str, ...]:
+    """`--gate a,b=0.2` as ("a", "b=0.2")."""
+    return tuple(p.strip() for p in value.split(",") if p.strip())
+
+
+def _check_gates(value: str) -> None:
+    """An unknown opt-in gate or a setting its gate refuses: one line before anything runs (the registry imports
+    this module, so it is read late)."""
+    from .gates.registry import parse_opt_in
+
+    parse_opt_in(_gate_list(value))
+
+
 @dataclass(frozen=True)
 class EvalOptions:
     """What a run evaluates, and how it decides: each field with a flag is a `run` option, declared here once (its
@@ -285,7 +298,18 @@ class RunPlan:
         ),
     )
 
-    gates: tuple[str, ...] = ()  # the opt-in gates asked for, as `run --gate` took them (NAME[=SETTING])
+    gates: tuple[str, ...] | None = field(  # the opt-in gates asked for (NAME[=SETTING]); checked by the registry
+        default=None,
+        metadata=flag(
+            "--gate",
+            type=str | None,
+            convert=_gate_list,
+            parse=_check_gates,
+            group=EVAL,
+            help="Opt-in gates to add to the run's verdict, comma-separated NAME[=SETTING] (none by default; an "
+            "unknown name is refused with the list of opt-in gates and their settings).",
+        ),
+    )
 
     @property
     def baseline_run(self) -> str | None:
@@ -316,7 +340,7 @@ class RunPlan:
             d.get("baseline", "paired"),
             d.get("populate_acceptance", False),
             d.get("control"),
-            tuple(d.get("gates") or ()),
+            tuple(d["gates"]) if d.get("gates") else None,
         )
 
 

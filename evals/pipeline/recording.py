@@ -106,7 +106,7 @@ def record_run(
     if twin is not None:  # this run is the plain twins of a paired run: say so, and what the audit found
         summary = summary.replace(paired_twin=twin)
         opened.manifest["paired_twin"] = twin
-    resolved = resolve_run(identity, opened.test_id, plan, baseline, results, parse_opt_in(plan.gates))
+    resolved = resolve_run(identity, opened.test_id, plan, baseline, results, parse_opt_in(plan.gates or ()))
     summary = apply_gates(summary, results, samples, resolved)
     if identity.spec is not None and baseline.audit is not None:
         opened.manifest["baseline_audit"] = baseline.audit
