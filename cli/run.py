@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from ..evals.gates.registry import parse_opt_in
 from ..evals.run_types import EvalOptions, RunPlan
 from ..launch.job_options import JobOptions
 from ..peers.client.options import EndpointOptions
@@ -54,6 +55,7 @@ def run(
 
     # Bad engine options fail here, before any model loads or process starts; a server declares only what was given
     # (and refuses --baseline paired only when it was asked for, not by default).
+    parse_opt_in(plan.gates or ())  # an unknown opt-in gate or a bad setting: one line before anything runs
     target = RunTarget(engine_flags.config(), job, endpoint, o.given(ctx, ("kv_cache", "baseline")))
     try:
         summary = run_pipeline(plan, make_backend(backend_name(target), target), lambda: generation_progress(0))

@@ -38,14 +38,6 @@ def _gate_list(value: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in value.split(",") if p.strip())
 
 
-def _check_gates(value: str) -> None:
-    """An unknown opt-in gate or a setting its gate refuses: one line before anything runs (the registry imports
-    this module, so it is read late)."""
-    from .gates.registry import parse_opt_in
-
-    parse_opt_in(_gate_list(value))
-
-
 @dataclass(frozen=True)
 class EvalOptions:
     """What a run evaluates, and how it decides: each field with a flag is a `run` option, declared here once (its
@@ -298,13 +290,12 @@ class RunPlan:
         ),
     )
 
-    gates: tuple[str, ...] | None = field(  # the opt-in gates asked for (NAME[=SETTING]); checked by the registry
+    gates: tuple[str, ...] | None = field(  # the opt-in gates asked for (NAME[=SETTING]); `run` checks them
         default=None,
         metadata=flag(
             "--gate",
             type=str | None,
             convert=_gate_list,
-            parse=_check_gates,
             group=EVAL,
             help="Opt-in gates to add to the run's verdict, comma-separated NAME[=SETTING] (none by default; an "
             "unknown name is refused with the list of opt-in gates and their settings).",
