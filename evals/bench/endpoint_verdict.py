@@ -22,8 +22,8 @@ from ...workers.config import EngineConfig
 from ..pipeline.backends import RunTarget
 from ..run_identity import baseline_config
 from ..tasks.registry import source_for
-from .rounds import interleave, ratio_spread, spread_of, unstable_line
-from .verdict_timing import SideRun, VerdictBenchPlan, failed_gates, guards, run_side
+from .rounds import interleave
+from .verdict_timing import SideRun, VerdictBenchPlan, add_ratio, guards, run_side, sides_report
 
 PLAIN, SPEC = "plain", "spec+baseline server"
 PLAIN_SAMPLED, SAMPLED = "plain, sampled", "spec+scored, sampled"
@@ -102,21 +102,11 @@ def endpoint_report(runs: dict[str, list[SideRun]], subset: str, plan: VerdictBe
         "subset": subset,
         "rounds": plan.rounds,
         "max_output_len": plan.max_output_len,
-        "sides": {
-            name: {
-                "wall_s": spread_of(w).to_dict(1),
-                "verdicts": [r.summary.verdict for r in runs[name]],
-                "failed": [failed_gates(r.summary) for r in runs[name]],
-            }
-            for name, w in walls.items()
-        },
+        "sides": sides_report(runs),
         "ratios": {},
         "unstable": [],
     }
     for num, den in RATIOS:
-        s = ratio_spread(walls[num], walls[den])
-        report["ratios"][f"{num} / {den}"] = s.to_dict(3)
-        line = unstable_line(f"{num} / {den} wall time", s)
-        report["unstable"] += [line] if line else []
+        add_ratio(report, walls, num, den)
     report["guards"] = guards(report["ratios"])
     return report

@@ -266,31 +266,42 @@ def verdict_report(
         "subset": subset,
         "rounds": plan.rounds,
         "max_output_len": plan.max_output_len,
-        "sides": {
-            name: {
-                "wall_s": spread_of(w).to_dict(1),
-                "verdicts": [r.summary.verdict for r in runs[name]],
-                "lossless": [_lossless(r.summary) for r in runs[name]],
-                "failed": [failed_gates(r.summary) for r in runs[name]],
-            }
-            for name, w in walls.items()
-        },
+        "sides": sides_report(runs, lossless=_lossless),
     }
     if PAIRED in runs:
         report["sides"][PAIRED]["audit_s"] = [_audit_s(r.summary) for r in runs[PAIRED]]
     report["ratios"], report["unstable"] = {}, []
     for name in (SEPARATE, PAIRED, SCORED):
         if name in walls:
-            s = ratio_spread(walls[name], walls[PLAIN])
-            report["ratios"][f"{name} / {PLAIN}"] = s.to_dict(3)
-            line = unstable_line(f"{name} / {PLAIN} wall time", s)
-            report["unstable"] += [line] if line else []
+            add_ratio(report, walls, name, PLAIN)
     report["guards"] = guards(report["ratios"])
     per_round = [plain_phase_rates(r, roof).to_dict() for r in runs[PLAIN]]
     report["plain_phases"] = {k: spread_of([p[k] for p in per_round]).to_dict(3) for k in per_round[0]}
     report["hardware"] = roof.limits.to_dict()
     report["formulas"] = roofline.FORMULAS
     return report
+
+
+def sides_report(runs: dict[str, list[SideRun]], **per_run: Callable[[Any], Any]) -> dict[str, dict[str, Any]]:
+    """Each side's wall-time spread, its rounds' verdicts, `per_run` read off each round's summary, and the gates each
+    round failed: the part of a verdict bench's report every plan shares (local and endpoint)."""
+    return {
+        name: {
+            "wall_s": spread_of([r.wall_s for r in rs]).to_dict(1),
+            "verdicts": [r.summary.verdict for r in rs],
+            **{key: [read(r.summary) for r in rs] for key, read in per_run.items()},
+            "failed": [failed_gates(r.summary) for r in rs],
+        }
+        for name, rs in runs.items()
+    }
+
+
+def add_ratio(report: dict[str, Any], walls: dict[str, list[float]], num: str, den: str) -> None:
+    """`num / den` wall time into the report's ratios (median and spread over rounds), and its UNSTABLE line."""
+    s = ratio_spread(walls[num], walls[den])
+    report["ratios"][f"{num} / {den}"] = s.to_dict(3)
+    line = unstable_line(f"{num} / {den} wall time", s)
+    report["unstable"] += [line] if line else []
 
 
 def guards(ratios: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
