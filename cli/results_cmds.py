@@ -15,8 +15,7 @@ from ..results.decide import apply_decision
 from ..results.decide import decide as decide_test
 from ..results.printable import printable
 from ..results.run_summary import Verdict
-from ..results.runs_table import format_tasks, runs_table
-from ..results.shown_verdict import acceptance_words
+from ..results.runs_table import format_tasks, gate_verdicts, runs_table
 from ..results.store import DEFAULT_ROOT, open_run
 
 Out = Annotated[
@@ -220,12 +219,7 @@ def _render_decision(d: Any) -> str:
             f"{n} {_fmt(t['score'])}"
             + (f"/thr {_fmt(t['threshold'])}" if t["threshold"] is not None else "")
             + f" {t['verdict']}"
-            + (f" lossless {t['lossless']}" if t.get("lossless") else "")
-            + (
-                f" acceptance {acceptance_words(t['acceptance_gate'], t.get('acceptance_underpowered', False))}"
-                if t.get("acceptance_gate")
-                else ""
-            )
+            + gate_verdicts(t)
             for n, t in e["tasks"].items()
         )
         failing = ", ".join(f"{k} {v}" for k, v in e["failing_events"].items()) or "no failing events"

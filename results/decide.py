@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..gates import recorded
 from .run_summary import Verdict
 from .runs_table import FAILING_EVENTS, runs_table
 from .shown_verdict import NO_GATE, PASS, UNDERPOWERED
@@ -67,9 +68,7 @@ def run_fails(row: dict[str, Any]) -> bool:
     if row["verdict"] not in (PASS, NO_GATE) or row["num_failing_events"]:
         return True
     return any(
-        t["verdict"] not in PASSING_TASK_VERDICTS
-        or t.get("lossless") == Verdict.FAIL
-        or t.get("acceptance_gate") == Verdict.FAIL
+        t["verdict"] not in PASSING_TASK_VERDICTS or any(t.get(gate.key) == Verdict.FAIL for gate in recorded())
         for t in row["tasks"].values()
     )
 
@@ -88,12 +87,10 @@ def failure_signature(row: dict[str, Any]) -> str:
         if t["score"] is not None and t["threshold"] is not None:
             return f"{name} score {t['score']:.2f} < threshold {t['threshold']:.2f}"
         return f"{name} verdict {t['verdict']} (score {t['score']})"
-    for name, t in row["tasks"].items():
-        if t.get("lossless") == Verdict.FAIL:
-            return f"{name} lossless FAIL: {t.get('lossless_reason') or 'outputs differ from the baseline'}"
-    for name, t in row["tasks"].items():
-        if t.get("acceptance_gate") == Verdict.FAIL:
-            return f"{name} acceptance FAIL: {t.get('acceptance_reason') or 'acceptance length out of its band'}"
+    for gate in recorded():
+        for name, t in row["tasks"].items():
+            if t.get(gate.key) == Verdict.FAIL:
+                return f"{name} {gate.name} FAIL: {t.get(gate.reason_column) or gate.fail_words}"
     try:
         events = Run(Path(row["path"])).events()
     except (OSError, UnreadableRunError):
@@ -115,6 +112,17 @@ def _event_message(event: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in rest.items()) or "(no details)"
 
 
+def _gate_evidence(task: dict[str, Any]) -> dict[str, Any]:
+    """A row's task's gate verdicts as the evidence keeps them (an opt-in gate's only where recorded)."""
+    out: dict[str, Any] = {}
+    for gate in recorded():
+        if gate.key in task or not gate.opt_in:
+            out[gate.key] = task.get(gate.key)
+            if gate.underpowerable:
+                out[gate.underpowered_column] = bool(task.get(gate.underpowered_column))
+    return out
+
+
 def _evidence(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "run_id": row["run_id"],
@@ -127,9 +135,7 @@ def _evidence(row: dict[str, Any]) -> dict[str, Any]:
                 "score": t["score"],
                 "threshold": t["threshold"],
                 "verdict": t["verdict"],
-                "lossless": t["lossless"],
-                "acceptance_gate": t.get("acceptance_gate"),
-                "acceptance_underpowered": bool(t.get("acceptance_underpowered")),
+                **_gate_evidence(t),
             }
             for n, t in row["tasks"].items()
         },
@@ -226,9 +232,10 @@ def decide(test_id: str, gpu: str | None, root: str | Path, waives_path: str | P
     ungated = _ungated(recent)
     if ungated:
         reason += f" ({ungated}: passing, but not gated against the reference)"
-    wide = _acceptance_underpowered(recent)
+    wide = _underpowered(recent)
     if wide:
-        reason += f" ({wide}: acceptance {UNDERPOWERED})"
+        powerless = ", ".join(gate.name for gate in recorded() if gate.underpowerable)
+        reason += f" ({wide}: {powerless} {UNDERPOWERED})"
     if ungated_runs:
         reason += f"; {len(ungated_runs)} NO-GATE run(s) left out (no gate could fail them)"
     still = [e for e in applying if e.gpu != gpu]
@@ -267,12 +274,13 @@ def _ungated(rows: list[dict[str, Any]]) -> str:
     return ", ".join(f"{name} {verdict} in {n} of {len(rows)} runs" for (name, verdict), n in counts.items())
 
 
-def _acceptance_underpowered(rows: list[dict[str, Any]]) -> str:
-    """Text like "gsm8k in 2 of 3 runs" for tasks whose acceptance gate passed within a band wider than min_al."""
+def _underpowered(rows: list[dict[str, Any]]) -> str:
+    """Text like "gsm8k in 2 of 3 runs" for tasks whose gate passed underpowered (the acceptance gate's within a
+    band wider than min_al)."""
     counts: dict[str, int] = {}
     for row in rows:
         for name, t in row["tasks"].items():
-            if t.get("acceptance_underpowered"):
+            if any(t.get(gate.underpowered_column) for gate in recorded() if gate.underpowerable):
                 counts[name] = counts.get(name, 0) + 1
     return ", ".join(f"{name} in {n} of {len(rows)} runs" for name, n in counts.items())
 
@@ -304,8 +312,8 @@ def apply_decision(decision: Decision, waives_path: str | Path, bug_url: str | N
 def _no_gate_why(row: dict[str, Any]) -> str:
     """Why a run is NO-GATE: its lossless gate could not judge (with what to do), or no gate could fail it."""
     for name, t in row["tasks"].items():
-        if t.get("lossless") in (Verdict.NO_GATE, Verdict.UNCALIBRATED) and Verdict.UNCALIBRATED in str(
-            t.get("lossless_reason")
-        ):
-            return f"{name} lossless {t['lossless_reason']}"
+        for gate in recorded():
+            reason = t.get(gate.reason_column)
+            if t.get(gate.key) in (Verdict.NO_GATE, Verdict.UNCALIBRATED) and Verdict.UNCALIBRATED in str(reason):
+                return f"{name} {gate.name} {reason}"
     return "no gate could fail it"

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..gates import recorded, shown
 from .store import Run, open_run
 
 if TYPE_CHECKING:
@@ -48,8 +49,6 @@ _TASK_COLUMNS = {
     "threshold": "threshold",
     "verdict": "task_verdict",
     "num_samples": "num_samples",
-    "lossless": "lossless",
-    "acceptance_gate": "acceptance_gate",
 }
 
 
@@ -114,13 +113,17 @@ def load_runs(
 
     from .runs_table import runs_table
 
+    rows = runs_table(root, test_id, commit, gpu).rows
+    # each gate's verdict under the key summary.json keeps it (an opt-in gate's only where some run recorded it)
+    gates = [g.key for g in recorded() if shown(g, any(g.key in t for r in rows for t in (r["tasks"] or {}).values()))]
+    columns = {**_TASK_COLUMNS, **{key: key for key in gates}}
     records = []
-    for row in runs_table(root, test_id, commit, gpu).rows:
+    for row in rows:
         run = {k: row.get(k) for k in _RUN_COLUMNS}
         tasks = row["tasks"] or {None: {}}
         for name, task in tasks.items():
-            records.append({**run, "task": name, **{new: task.get(old) for old, new in _TASK_COLUMNS.items()}})
-    frame = pd.DataFrame.from_records(records, columns=[*_RUN_COLUMNS, "task", *_TASK_COLUMNS.values()])
+            records.append({**run, "task": name, **{new: task.get(old) for old, new in columns.items()}})
+    frame = pd.DataFrame.from_records(records, columns=[*_RUN_COLUMNS, "task", *columns.values()])
     frame["started"] = pd.to_datetime(frame["started"], utc=True)
     return frame
 

@@ -11,8 +11,8 @@ PASS that no gate could have failed reads NO-GATE. summary.json keeps recording 
 `from_json`/`to_json` round-trip summary.json byte for byte, old runs included: keys this module does not know are
 kept, absent keys stay absent, and the order the keys were read in is the order they are written in.
 
-A leaf module: it imports nothing from the project, so results/ (which imports none of cli/evals/launch/serve), the
-report and the gates that write it can all share it.
+A leaf module: it imports nothing from the project but the gates' declarations (a leaf too), so results/ (which
+imports none of cli/evals/launch/serve), the report and the gates that write it can all share it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
 from typing import Any
+
+from ..gates import by_key, declarations
 
 
 class Verdict(str, Enum):
@@ -112,6 +114,11 @@ class GateResult:
         return cls(str(record.get("verdict")), str(record.get("reason") or ""), numbers, order)
 
 
+def _gate_name(key: str) -> str:
+    declared = by_key(key)
+    return declared.name if declared is not None else key
+
+
 # A task entry's keys as `verdict` writes them, in order; the gates' records come last.
 _TASK_KEYS = (
     "num_samples",
@@ -173,10 +180,11 @@ class TaskSummary:
         return self.verdict == FAIL or any(g.failed for g in self.gates.values())
 
     def gates_passed(self) -> list[str]:
-        """The gates with the power to fail that passed: "accuracy" (the hypothesis test says NO-GATE or REPORT
-        where it cannot fail), "lossless", "acceptance"."""
-        passed = ["accuracy"] if self.verdict == PASS else []
-        return passed + [name.removesuffix("_gate") for name, g in self.gates.items() if g.passed]
+        """The names of the gates with the power to fail that passed: the accuracy test's (the hypothesis test says
+        NO-GATE or REPORT where it cannot fail), then each recorded gate's, by its declaration (a key no declaration
+        names, an older or newer writer's, by its key)."""
+        passed = [d.name for d in declarations() if d.key is None and self.verdict == PASS]
+        return passed + [_gate_name(key) for key, g in self.gates.items() if g.passed]
 
     @property
     def uncalibrated(self) -> list[str]:

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ..event_types import FAILING_EVENTS
+from ..gates import recorded
 from .run_summary import RunSummary, TaskSummary
-from .shown_verdict import acceptance_words
+from .shown_verdict import verdict_words
 from .store import Run, UnreadableRun, UnreadableRunError, scan_runs, start_time
 
 _BRAND_WORDS = {"NVIDIA", "GEFORCE", "TESLA", "QUADRO", "AMD", "INSTINCT", "RADEON"}
@@ -83,14 +84,7 @@ def run_row(run: Run) -> dict[str, Any]:
             "threshold": t.threshold,
             "verdict": t.verdict,
             "num_samples": t.num_samples,
-            # the losslessness gate of a spec-dec run against its baseline (None when not run)
-            "lossless": _verdict(t, "lossless"),
-            "lossless_reason": _reason(t, "lossless"),
-            # the acceptance-length gate against its reference band (None when not run)
-            "acceptance_gate": _verdict(t, "acceptance_gate"),
-            "acceptance_reason": _reason(t, "acceptance_gate"),
-            # a PASS within a band wider than min_al (`acceptance_power`): never shown bare
-            "acceptance_underpowered": "acceptance_gate" in t.underpowered,
+            **gate_columns(t),
         }
         for name, t in summary.tasks.items()
     }
@@ -195,13 +189,28 @@ def _matches(row: dict[str, Any], test_id: str | None, commit: str | None, gpu: 
     return commit is None or (row["commit_full"] or "").lower().startswith(commit.lower())
 
 
-def _verdict(task: TaskSummary, key: str) -> str | None:
-    """The verdict of the gate recorded under `key` (the table's columns are summary.json's keys)."""
-    return task.gates[key].verdict if key in task.gates else None
+def gate_columns(task: TaskSummary) -> dict[str, Any]:
+    """Each recorded gate's verdict (its column: the key summary.json keeps it under), reason and, for a gate whose
+    PASS can be underpowered, whether this one was (never shown bare); None where not judged. An opt-in gate has
+    columns only where the task recorded it."""
+    columns: dict[str, Any] = {}
+    for gate in recorded():
+        result = gate.result(task)
+        if result is None and gate.opt_in:
+            continue
+        columns[gate.key] = result.verdict if result is not None else None
+        columns[gate.reason_column] = result.reason if result is not None else None
+        if gate.underpowerable:
+            columns[gate.underpowered_column] = gate.key in task.underpowered
+    return columns
 
 
-def _reason(task: TaskSummary, key: str) -> str | None:
-    return task.gates[key].reason if key in task.gates else None
+def gate_verdicts(task: dict[str, Any]) -> str:
+    """Text like " lossless PASS acceptance FAIL" from a row's task (`gate_columns`): each gate it recorded."""
+    said = (
+        (gate.name, verdict_words(task.get(gate.key), bool(task.get(gate.underpowered_column)))) for gate in recorded()
+    )
+    return "".join(f" {name} {words}" for name, words in said if words)
 
 
 def format_tasks(row: dict[str, Any]) -> str:
@@ -209,8 +218,5 @@ def format_tasks(row: dict[str, Any]) -> str:
     parts = []
     for name, t in row["tasks"].items():
         score = "n/a" if t["score"] is None else f"{t['score']:.2f}"
-        lossless = f" lossless {t['lossless']}" if t.get("lossless") else ""
-        accepted = acceptance_words(t.get("acceptance_gate"), bool(t.get("acceptance_underpowered")))
-        lossless += f" acceptance {accepted}" if accepted else ""
-        parts.append(f"{name} {score} {t['verdict']}{lossless}")
+        parts.append(f"{name} {score} {t['verdict']}{gate_verdicts(t)}")
     return ", ".join(parts)

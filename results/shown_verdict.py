@@ -20,10 +20,10 @@ __all__ = [
     "NO_GATE",
     "PASS",
     "UNDERPOWERED",
-    "acceptance_words",
     "gate_words",
     "gates_passed",
     "run_verdict",
+    "verdict_words",
 ]
 
 # What readers say beside an acceptance PASS whose band's floor lies below min_al (`acceptance_power`)
@@ -43,11 +43,12 @@ def run_verdict(summary: RunSummary | Mapping[str, Any]) -> str:
 
 def gate_words(result: GateResult | None) -> str | None:
     """Any gate's verdict as readers print it: a PASS that does not rule out its regression is never bare."""
-    return acceptance_words(result.verdict, result.underpowered) if result is not None else None
+    return verdict_words(result.verdict, result.underpowered) if result is not None else None
 
 
-def acceptance_words(verdict: str | None, underpowered: bool) -> str | None:
-    """The acceptance gate's verdict as readers print it: a PASS within a band wider than min_al is never bare."""
+def verdict_words(verdict: str | None, underpowered: bool) -> str | None:
+    """A gate's verdict word as readers print it: an underpowered PASS (the acceptance gate's within a band wider
+    than min_al) is never bare."""
     if verdict is None:
         return None
     return f"{verdict} ({UNDERPOWERED})" if underpowered and verdict == PASS else verdict

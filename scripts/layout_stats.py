@@ -131,17 +131,24 @@ def product_files(root: Path) -> list[Path]:
 
 
 def declared_gate_names(tree: ast.AST) -> set[str]:
-    """The strings a module declares as a gate's own `name = "..."` or `key = "..."` (a class attribute)."""
-    return {
-        node.value.value
+    """The strings a module declares as a gate's own name or key: a class attribute `name = "..."` / `key = "..."`,
+    or a `GateDeclaration(name="...", key="...")` keyword (specdec_eval/gates: one module per gate)."""
+    attributes = {
+        node.value
         for cls in ast.walk(tree)
         if isinstance(cls, ast.ClassDef)
         for node in cls.body
         if isinstance(node, ast.Assign)
         and any(isinstance(t, ast.Name) and t.id in ("name", "key") for t in node.targets)
-        and isinstance(node.value, ast.Constant)
-        and isinstance(node.value.value, str)
     }
+    keywords = {
+        kw.value
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "GateDeclaration"
+        for kw in call.keywords
+        if kw.arg in ("name", "key")
+    }
+    return {v.value for v in attributes | keywords if isinstance(v, ast.Constant) and isinstance(v.value, str)}
 
 
 def judging(root: Path) -> dict:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from ...gates.acceptance import GATE as ACCEPTANCE
 from ...results.run_summary import GateResult, RunSummary, TaskSummary
 from ...results.shown_verdict import gate_words
 from ..run_types import TaskResult
@@ -14,8 +15,7 @@ from .resolved_run import ResolvedRun
 
 
 class AcceptanceGate(Gate):
-    name = "acceptance"
-    key = "acceptance_gate"
+    declaration = ACCEPTANCE
 
     def applies(self, run: ResolvedRun) -> bool:
         return run.spec_dec

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ...gates.accuracy import GATE as ACCURACY
 from ...results.run_summary import GateResult, Verdict
 from ...stats.clustered import ClusteredScore
 from ...stats.hypothesis import HypothesisTest
@@ -85,8 +86,7 @@ class AccuracyGate(Gate):
     """Each task's accuracy test, judged while the run evaluated (a sequential design's decision can stop it early),
     recorded as the task entry's own verdict, report, threshold and theta."""
 
-    name = "accuracy"
-    key = None
+    declaration = ACCURACY
 
     def judge(self, evidence: RunEvidence, run: ResolvedRun) -> GateOutcome:
         return GateOutcome({r.task: _recorded(r.accuracy) for r in evidence.results})

@@ -1,7 +1,7 @@
-"""What every gate is (`Gate`): a name readers show, the key summary.json keeps its record under, whether it applies
-to a run, and `judge(evidence, run)`: a pure judgement of what the run measured (`RunEvidence`) against the run as
-resolved once (`ResolvedRun`), returned as typed values (`GateOutcome`). Gates are listed in `registry`; a new gate
-is one module there."""
+"""What every gate is (`Gate`): its declaration (`GateDeclaration`: the name readers show, the key summary.json keeps
+its record under, how readers show it), whether it applies to a run, and `judge(evidence, run)`: a pure judgement
+of what the run measured (`RunEvidence`) against the run as resolved once (`ResolvedRun`), returned as typed values
+(`GateOutcome`). Gates are listed by their declarations; `registry` finds each one's judging module from them."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ...errors import UserError
+from ...gates.declaration import GateDeclaration
 from ...results.run_summary import GateResult, RunSummary, TaskSummary
 from ...results.sample_record import SampleRecord
 from ...results.shown_verdict import gate_words
@@ -37,14 +38,24 @@ class GateOutcome:
 
 
 class Gate:
-    """One gate. `key` None: the gate's record is the task entry's own verdict (the accuracy test's, as summary.json
-    has always kept it). An opt-in gate runs only when `run --gate NAME[=SETTING]` asks for it, so no run judged
-    without it changes its verdict."""
+    """One gate's judging half; its name, key and opt-in are its declaration's. `key` None: the gate's record is the
+    task entry's own verdict (the accuracy test's, as summary.json has always kept it). An opt-in gate runs only
+    when `run --gate NAME[=SETTING]` asks for it, so no run judged without it changes its verdict."""
 
-    name: ClassVar[str]
-    key: ClassVar[str | None]
-    opt_in: ClassVar[bool] = False
+    declaration: ClassVar[GateDeclaration]
     help: ClassVar[str] = ""  # an opt-in gate's `--gate` help: what it judges, what its setting means
+
+    @property
+    def name(self) -> str:
+        return self.declaration.name
+
+    @property
+    def key(self) -> str | None:
+        return self.declaration.key
+
+    @property
+    def opt_in(self) -> bool:
+        return self.declaration.opt_in
 
     def applies(self, run: ResolvedRun) -> bool:
         return not self.opt_in or self.name in run.opt_in
@@ -54,7 +65,7 @@ class Gate:
 
     def result(self, task: TaskSummary) -> GateResult | None:
         """This gate's recorded result on a task (None: not judged there; the accuracy test's is the task's own)."""
-        return task.gates.get(self.key) if self.key is not None else None
+        return self.declaration.result(task)
 
     def report_lines(self, task: TaskSummary) -> list[str]:
         """What `run` prints about this gate under a task: its verdict and why."""

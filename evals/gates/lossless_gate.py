@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...gates.lossless import GATE as LOSSLESS
 from ...results.run_summary import TaskSummary
 from ..lossless.gate import evaluate_lossless
 from .gate import Gate, GateOutcome, RunEvidence
@@ -12,8 +13,7 @@ from .resolved_run import ResolvedRun
 
 
 class LosslessGate(Gate):
-    name = "lossless"
-    key = "lossless"
+    declaration = LOSSLESS
 
     def applies(self, run: ResolvedRun) -> bool:
         return run.spec_dec

@@ -1,6 +1,6 @@
-"""Every gate, in the order a run is judged by them (the accuracy test, then the lossless gate, whose verdict the
-acceptance reference's populate reads, then the acceptance gate, then the opt-in gates): one line per gate, its
-module's `GATE`. Readers find a gate here by name or by the key summary.json keeps its record under."""
+"""Every gate's judging half, in the order a run is judged by them (the accuracy test, then the lossless gate, whose
+verdict the acceptance reference's populate reads, then the acceptance gate, then the opt-in gates): the order and
+the judging module (`GATE`) of each are its declaration's (`specdec_eval.gates`), so nothing is listed twice."""
 
 from __future__ import annotations
 
@@ -10,21 +10,15 @@ from collections.abc import Iterable, Mapping
 from functools import cache
 
 from ...errors import UserError
+from ...gates import declarations
 from ...results.run_summary import RunSummary
 from .gate import Gate, GateOutcome, RunEvidence
 from .resolved_run import ResolvedRun
 
-GATE_MODULES = (
-    "specdec_eval.evals.gates.accuracy_gate",
-    "specdec_eval.evals.gates.lossless_gate",
-    "specdec_eval.evals.gates.acceptance_gate",
-    "specdec_eval.evals.gates.truncated",
-)
-
 
 @cache
 def gates() -> tuple[Gate, ...]:
-    return tuple(importlib.import_module(m).GATE for m in GATE_MODULES)
+    return tuple(importlib.import_module(f"{__package__}.{d.judged_in}").GATE for d in declarations())
 
 
 def gate_named(name: str) -> Gate:

@@ -6,6 +6,7 @@ No run judged without it changes its verdict."""
 from __future__ import annotations
 
 from ...errors import UserError
+from ...gates.truncated import GATE as TRUNCATED
 from ...results.run_summary import GateResult, Verdict
 from .gate import Gate, GateOutcome, RunEvidence
 from .resolved_run import ResolvedRun
@@ -14,9 +15,7 @@ DEFAULT_MAX_SHARE = 0.1
 
 
 class TruncatedGate(Gate):
-    name = "truncated"
-    key = "truncated"
-    opt_in = True
+    declaration = TRUNCATED
     help = f"truncated[=SHARE]: a task FAILs when over SHARE (default {DEFAULT_MAX_SHARE}) of its outputs were cut off"
 
     def check_setting(self, setting: str | None) -> None:

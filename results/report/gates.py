@@ -20,13 +20,17 @@ Every function returns plain text; the HTML and Markdown renderers escape it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...event_types import FAILING_EVENTS
+from ...gates import declarations
+from ...gates.acceptance import GATE as ACCEPTANCE
+from ...gates.declaration import GateDeclaration
+from ...gates.lossless import GATE as LOSSLESS
 from ..run_summary import FAIL, NO_GATE, PASS, TaskSummary, Verdict
-from ..shown_verdict import UNDERPOWERED, acceptance_words
+from ..shown_verdict import UNDERPOWERED, gate_words, verdict_words
 from .data import RunData
 from .text import num
 
@@ -73,7 +77,7 @@ def accuracy_gate(task: TaskSummary | Mapping[str, Any]) -> GateText:
 
 def lossless_gate(task: TaskSummary | Mapping[str, Any]) -> GateText | None:
     """None when the task had no lossless gate (not spec-dec)."""
-    gate = _typed(task).gates.get("lossless")
+    gate = LOSSLESS.result(_typed(task))
     if gate is None:
         return None
     ls = gate.to_json()  # the gate's numbers as it recorded them
@@ -118,7 +122,7 @@ def acceptance_band(g: dict[str, Any]) -> tuple[float | None, float | None]:
 
 def acceptance_gate(task: TaskSummary | Mapping[str, Any]) -> GateText | None:
     """None when the task had no acceptance gate."""
-    gate = _typed(task).gates.get("acceptance_gate")
+    gate = ACCEPTANCE.result(_typed(task))
     if gate is None:
         return None
     g = gate.to_json()  # the gate's numbers as it recorded them
@@ -151,12 +155,41 @@ def acceptance_gate(task: TaskSummary | Mapping[str, Any]) -> GateText | None:
         )
     if g.get("reason") and verdict != PASS:
         text += f" — {g['reason']}"
-    if "acceptance_gate" in _typed(task).underpowered:
-        text = text.replace(f"{PASS}:", f"{acceptance_words(PASS, True)}:", 1)
+    if gate.underpowered:
+        text = text.replace(f"{PASS}:", f"{verdict_words(PASS, True)}:", 1)
     power = g.get("power")
     if verdict in (PASS, FAIL) and isinstance(power, dict) and power.get("statement"):
         text += f"; power: {power['statement']}"
     return GateText(verdict, text)
+
+
+def recorded_gate(gate: GateDeclaration, task: TaskSummary | Mapping[str, Any]) -> GateText | None:
+    """Any gate's record in words, for a gate with no text of its own here: its verdict, then why."""
+    result = gate.result(_typed(task))
+    if result is None:
+        return None
+    words = gate_words(result)
+    return GateText(result.verdict, f"{words}: {result.reason}" if result.reason else str(words))
+
+
+# The gates whose records have words of their own (the others read as `recorded_gate`), by name.
+_TEXTS: dict[str, Callable[[TaskSummary | Mapping[str, Any]], GateText | None]] = {
+    LOSSLESS.name: lossless_gate,
+    ACCEPTANCE.name: acceptance_gate,
+}
+
+
+def gate_text(gate: GateDeclaration, task: TaskSummary | Mapping[str, Any]) -> GateText | None:
+    """A gate's verdict on a task in words (None: the gate did not judge it; the accuracy test always has one)."""
+    if gate.key is None:
+        return accuracy_gate(task)
+    own = _TEXTS.get(gate.name)
+    return own(task) if own is not None else recorded_gate(gate, task)
+
+
+def gate_texts(task: TaskSummary | Mapping[str, Any]) -> dict[str, GateText | None]:
+    """Every declared gate's words on a task, by gate name, in the order gates judge."""
+    return {gate.name: gate_text(gate, task) for gate in declarations()}
 
 
 def _is_number(x: Any) -> bool:
@@ -207,20 +240,16 @@ def _on(tasks: list[str], every: list[str]) -> str:
 def decide_run(run: RunData) -> RunDecision:
     """Which gates failed a run (FAIL), or which gates with the power to fail passed it (PASS)."""
     every = [t.task for t in run.tasks]
-    passed: dict[str, list[str]] = {"accuracy": [], "lossless": [], "acceptance": []}
+    passed: dict[str, list[str]] = {gate.name: [] for gate in declarations()}
+    own = {gate.name for gate in declarations() if gate.key is None}  # the task entry's own verdict: accuracy's
     failed: list[str] = []
     no_gate, no_ref, stopped = [], [], []
     for t in run.tasks:
-        gates = {
-            "accuracy": accuracy_gate(t.summary),
-            "lossless": lossless_gate(t.summary),
-            "acceptance": acceptance_gate(t.summary),
-        }
-        for name, gate in gates.items():
+        for name, gate in gate_texts(t.summary).items():
             if gate is None:
                 continue
             if gate.verdict == FAIL:
-                what = "failed requests" if name == "accuracy" and t.summary.num_failed_requests else f"the {name} gate"
+                what = "failed requests" if name in own and t.summary.num_failed_requests else f"the {name} gate"
                 failed.append(f"{what} on {t.task}: {gate.text.removeprefix('FAIL: ').removeprefix('FAIL, ')}")
             elif gate.verdict == PASS:
                 passed[name].append(t.task)
@@ -235,9 +264,10 @@ def decide_run(run: RunData) -> RunDecision:
     if run.summary.server_failure:  # an endpoint run's server: why, from its log or the stall watch
         failed.append(run.summary.server_failure)
     notes = []
-    wide = [t.task for t in run.tasks if "acceptance_gate" in t.summary.underpowered]
-    if wide:
-        notes.append(f"acceptance {UNDERPOWERED}" + _on(wide, every))
+    for gate in declarations():
+        wide = [t.task for t in run.tasks if gate.key in t.summary.underpowered]
+        if wide:
+            notes.append(f"{gate.name} {UNDERPOWERED}" + _on(wide, every))
     if no_gate:
         notes.append("accuracy cannot fail at this n" + _on(no_gate, every))
     if no_ref:

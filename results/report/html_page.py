@@ -8,9 +8,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from ...gates import declarations
 from . import plots
 from .data import RunData, TaskRow
-from .gates import GateText, acceptance_gate, accuracy_gate, banner, lossless_gate, overall, stopped_text
+from .gates import GateText, banner, gate_texts, overall, stopped_text
 from .margins import margins_section
 from .pit import pit_section
 from .plots import VERDICT_COLOURS
@@ -138,22 +139,22 @@ def _gates_table(runs: list[RunData]) -> str:
     rows: list[tuple[RunData, TaskRow, dict[str, Any]]] = []
     for r in runs:
         for t in r.tasks:
-            cells = {
-                "accuracy": _gate_cell(accuracy_gate(t.summary)),
-                "lossless": lossless_gate(t.summary),
-                "acceptance": acceptance_gate(t.summary),
-                "stopped": stopped_text(t.summary),
-            }
-            rows.append((r, t, cells))
-    columns = ["accuracy"] + [c for c in ("lossless", "acceptance", "stopped") if any(x[2][c] for x in rows)]
+            rows.append((r, t, {**gate_texts(t.summary), _STOPPED: stopped_text(t.summary)}))
+    # the accuracy test's column always (every task has one), the others where some task has them
+    always = [g.name for g in declarations() if g.key is None]
+    named = [*(g.name for g in declarations()), _STOPPED]
+    columns = [c for c in named if c in always or any(x[2][c] for x in rows)]
     out = []
     for r, t, cells in rows:
-        line = [_e(r.label), _e(t.task), cells["accuracy"]]
-        for c in columns[1:]:
+        line = [_e(r.label), _e(t.task)]
+        for c in columns:
             value = cells[c]
             line.append(_e(value) if isinstance(value, str) else _gate_cell(value) if value else "—")
         out.append(line)
-    return _table(["#", "task", *(f"{c} gate" if c != "stopped" else "early stop" for c in columns)], out)
+    return _table(["#", "task", *(f"{c} gate" if c != _STOPPED else "early stop" for c in columns)], out)
+
+
+_STOPPED = "stopped"  # the early-stop column beside the gates' (no gate: a gate of that name would read as one)
 
 
 def _acceptance_table(runs: list[RunData]) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...gates.lossless import GATE as LOSSLESS
 from .data import RunData, TaskRow
 from .plots import _figure, _png
 
@@ -15,7 +16,7 @@ SPEC_COLOUR, CONTROL_COLOUR, BOUND_COLOUR = "#cf222e", "#0969da", "#444444"
 
 def margin_rows(row: TaskRow) -> list[dict[str, Any]]:
     """The task's divergences that carry a margin: doc id, position, margin, lower bound?, class."""
-    ls = row.info.get("lossless") or {}
+    ls = row.info.get(LOSSLESS.key) or {}
     out = []
     for d in ls.get("divergences") or []:
         m = d.get("margins") or {}
@@ -35,7 +36,7 @@ def margin_rows(row: TaskRow) -> list[dict[str, Any]]:
 def margin_plot(row: TaskRow, label: str) -> str | None:
     """Margins at the first divergence (nats, log scale), spec-dec vs baseline and control vs baseline, with the
     noise bound; None when neither side has one."""
-    ls = row.info.get("lossless") or {}
+    ls = row.info.get(LOSSLESS.key) or {}
     noise = ls.get("noise") or {}
     spec = [r["margin"] for r in margin_rows(row)]
     control = [m["margin"] for m in noise.get("margins") or [] if m.get("margin") is not None]
@@ -77,7 +78,7 @@ def margins_section(runs: list[RunData], escape, table, plots) -> str:
             image = margin_plot(t, r.label)
             if image is None:
                 continue
-            ls = t.info.get("lossless") or {}
+            ls = t.info.get(LOSSLESS.key) or {}
             parts.append(f"<h3>{escape(r.label)} {escape(t.task)}: {escape(ls.get('verdict'))}</h3>")
             parts.append(f'<p class="note">{escape(ls.get("reason"))}</p>')
             parts.append(plots([(image, f"{r.label} {t.task} margins")]))

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...gates.lossless import GATE as LOSSLESS
 from .data import RunData
-from .gates import FAIL, acceptance_gate, accuracy_gate, banner, lossless_gate, overall, stopped_text
+from .gates import FAIL, banner, gate_texts, lossless_gate, overall, stopped_text
 from .text import acceptance_length, commit_text, kv_text, num, spec_text
 
 
@@ -25,7 +26,9 @@ def _or(value: Any, default: Any) -> Any:
 
 def _scores(runs: list[RunData]) -> list[str]:
     has_lossless = any(lossless_gate(t.summary) for r in runs for t in r.tasks)
-    head = ["run", "task", "score", "reference", "threshold", "verdict", "AL"] + (["lossless"] if has_lossless else [])
+    head = ["run", "task", "score", "reference", "threshold", "verdict", "AL"] + (
+        [LOSSLESS.name] if has_lossless else []
+    )
     align = ["---", "---", "---:", "---:", "---:", "---", "---:"] + (["---"] if has_lossless else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
     for r in runs:
@@ -52,10 +55,7 @@ def _gates(runs: list[RunData]) -> list[str]:
     lines = []
     for r in runs:
         for t in r.tasks:
-            parts = [f"accuracy {accuracy_gate(t.summary).text}"]
-            for name, gate in (("lossless", lossless_gate(t.summary)), ("acceptance", acceptance_gate(t.summary))):
-                if gate is not None:
-                    parts.append(f"{name} {gate.text}")
+            parts = [f"{name} {gate.text}" for name, gate in gate_texts(t.summary).items() if gate is not None]
             stopped = stopped_text(t.summary)
             if stopped:
                 parts.append(stopped)

@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ...gates.lossless import GATE as LOSSLESS
 from .plots import VERDICT_COLOURS, _figure, _png
 
 EXPECTED_COLOUR = "#444444"
@@ -55,7 +56,7 @@ def pit_section(runs, escape, plots) -> str:
     parts = []
     for r in runs:
         for t in r.tasks:
-            record = t.info.get("lossless") or {}
+            record = t.info.get(LOSSLESS.key) or {}
             image = pit_histogram(record, r.label)
             if image is None:
                 continue
