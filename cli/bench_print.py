@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..gates.lossless import GATE as LOSSLESS
+
 SIDE_NAMES = {"ours": "ours, plain", "spec": "ours, spec-dec", "hf": "HF transformers", "vllm": "vLLM CPU, plain"}
 RATIO_NAMES = {"ours_vs_hf": "ours / HF", "spec_vs_plain": "spec / plain", "ours_vs_vllm": "ours / vLLM"}
 OUTSIDE = ("vllm",)  # a server: no decode phase seen from outside, its memory is not this process's
@@ -109,9 +111,10 @@ def print_verdict(report: dict[str, Any]) -> None:
     )
     for line in _limits(report):
         print(line)
-    print(f"\n  {'wall time (s)':<18}{'median (min-max)':<26}{'verdicts':<20}lossless gate")
+    print(f"\n  {'wall time (s)':<18}{'median (min-max)':<26}{'verdicts':<20}{LOSSLESS.name} gate")
     for name, side in report["sides"].items():
-        print(f"  {name:<18}{_spread(side['wall_s']):<26}{' '.join(side['verdicts']):<20}{' '.join(side['lossless'])}")
+        lossless = " ".join(side[LOSSLESS.name])
+        print(f"  {name:<18}{_spread(side['wall_s']):<26}{' '.join(side['verdicts']):<20}{lossless}")
     for name, s in report["ratios"].items():
         print(f"  {name:<34}{_spread(s, 'x', 2)}")
     for name, side in report["sides"].items():

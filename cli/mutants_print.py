@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..gates.acceptance import GATE as ACCEPTANCE
+from ..gates.lossless import GATE as LOSSLESS
 from ..results.run_summary import Verdict
 
 
@@ -40,7 +42,7 @@ def print_matrix(report: dict[str, Any]) -> None:
     )
     for row in rows:
         if row["catcher"] == "paired_acceptance":
-            power = row["cells"]["acceptance"].get("power")
+            power = row["cells"][ACCEPTANCE.name].get("power")
             seen = row["cells"]["paired_acceptance"].get("reason")
             print(
                 f"{row['class']}: the single-run acceptance gate "
@@ -58,9 +60,11 @@ def print_matrix(report: dict[str, Any]) -> None:
 
 def print_clean(report: dict[str, Any]) -> None:
     """The clean matrix of `selftest --clean`: one line per row, then the false-FAIL count."""
-    table = [["row", "lossless", "exit", "result", "seconds"]]
+    table = [["row", LOSSLESS.name, "exit", "result", "seconds"]]
     for row in report["rows"]:
-        table.append([row["row"], row["lossless"], str(row.get("exit", "-")), row["result"], f"{row['elapsed_s']:.0f}"])
+        table.append(
+            [row["row"], row[LOSSLESS.name], str(row.get("exit", "-")), row["result"], f"{row['elapsed_s']:.0f}"]
+        )
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for line in table:
         print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())

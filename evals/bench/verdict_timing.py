@@ -266,7 +266,7 @@ def verdict_report(
         "subset": subset,
         "rounds": plan.rounds,
         "max_output_len": plan.max_output_len,
-        "sides": sides_report(runs, lossless=_lossless),
+        "sides": sides_report(runs, **{LOSSLESS.name: _lossless}),
     }
     if PAIRED in runs:
         report["sides"][PAIRED]["audit_s"] = [_audit_s(r.summary) for r in runs[PAIRED]]

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UserError
+from ...gates import recorded
+from ...gates.lossless import GATE as LOSSLESS
 
 SAMPLED = ("--gen-kwargs", "temperature=0.7")
 
@@ -147,7 +149,7 @@ def _run_row(row: CleanRow, shared: Sequence[str], workdir: str | None) -> dict[
         return {
             **base,
             "result": "SKIPPED",
-            "lossless": "-",
+            LOSSLESS.name: "-",
             "elapsed_s": 0.0,
             "reason": f"{row.needs} is not installed (pip install -e '.[peer]')",
         }
@@ -171,11 +173,12 @@ def judge_row(code: int, stdout: str, stderr: str) -> dict[str, Any]:
         summary = None
     tasks = (summary or {}).get("tasks") or {}
     lossless = [
-        ((t.get("lossless") or {}).get("verdict"), (t.get("lossless") or {}).get("reason", "")) for t in tasks.values()
+        ((t.get(LOSSLESS.key) or {}).get("verdict"), (t.get(LOSSLESS.key) or {}).get("reason", ""))
+        for t in tasks.values()
     ]
     verdicts = {v for v, _ in lossless if v}
     failed = [(v, why) for v, why in lossless if v == "FAIL"]
-    row: dict[str, Any] = {"lossless": ", ".join(sorted(verdicts)) or "-", "exit": code}
+    row: dict[str, Any] = {LOSSLESS.name: ", ".join(sorted(verdicts)) or "-", "exit": code}
     if summary is None or code not in (0, 1):
         lines = [ln for ln in (stderr or stdout or "").splitlines() if ln.strip()]
         return {**row, "result": "ERROR", "reason": lines[-1][:300] if lines else f"exit status {code}"}
@@ -188,7 +191,7 @@ def judge_row(code: int, stdout: str, stderr: str) -> dict[str, Any]:
 def _failing_line(summary: dict[str, Any], stderr: str) -> str:
     """Why a run without a lossless FAIL exited 1: another gate, failing events or failed requests."""
     for task, t in (summary.get("tasks") or {}).items():
-        for gate in ("verdict", "acceptance_gate"):
+        for gate in ("verdict", *(g.key for g in recorded() if g is not LOSSLESS)):  # the task's own, then each gate's
             found = t.get(gate)
             verdict = found.get("verdict") if isinstance(found, dict) else found
             if verdict == "FAIL":

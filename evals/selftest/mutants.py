@@ -58,7 +58,7 @@ class BugClass:
     guard: str = "template"
     warmup: str | None = None  # the general warmup must run for a warmup fault to fire
     sampled: bool = False  # evaluated at temperature > 0 (gsm8k_sampled)
-    catcher: str | None = "lossless"  # the gate that must FAIL it; None: the unmutated engine, which must PASS
+    catcher: str | None = LOSSLESS.name  # the gate that must FAIL it; None: the unmutated engine, which must PASS
     spec_sampling: str = "coupled"  # the spec sampler the class lives in (`SPEC_SAMPLINGS`)
 
     @property

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UserError
+from ...gates.acceptance import GATE as ACCEPTANCE
 from ...peers.client.options import EndpointOptions
 from ...peers.profiles.vllm import SERVED_MODEL, VLLMServeCommand
 from ...peers.server.process import ServerProcess, ServerStartFailed
@@ -52,7 +53,7 @@ VLLM_CLASSES = (
     BugClass(
         "draft_never_matches",
         "every draft one token id off: acceptance collapses, outputs unchanged",
-        catcher="acceptance",
+        catcher=ACCEPTANCE.name,
     ),
     BugClass(
         "oom_first_spec_step",

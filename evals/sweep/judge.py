@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...gates.accuracy import GATE as ACCURACY
 from ...results.compare import compare_runs
 from ...results.store import Run
 from .runner import DONE, CellRecord
@@ -116,7 +117,7 @@ def _not_run(record: CellRecord, why: str | None = None) -> CellVerdict:
 def _own(run: Run) -> dict[str, Any]:
     summary = run.run_summary()
     gates = {
-        task: {"accuracy": t.verdict, **{name: g.verdict for name, g in t.gates.items()}}
+        task: {ACCURACY.name: t.verdict, **{name: g.verdict for name, g in t.gates.items()}}
         for task, t in summary.tasks.items()
     }
     lengths = [(t.acceptance or {}).get("acceptance_length") for t in summary.tasks.values()]

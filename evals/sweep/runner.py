@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UserError
+from ...gates.lossless import GATE as LOSSLESS
 from ...peers.server.process import ALREADY_ANSWERS
 from ...records import RecordError, file_name, locks, read_json, scrub, write_json
 from .grid import Cell, Grid
@@ -214,7 +215,7 @@ def shared_baseline(record: CellRecord) -> str | None:
     try:
         summary = read_json(Path(record.run_dir) / "summary.json")
         for task in (summary.get("tasks") or {}).values():
-            base = (task.get("lossless") or {}).get("baseline_run")
+            base = (task.get(LOSSLESS.key) or {}).get("baseline_run")
             if base:
                 path = Path(record.run_dir).parent / base
                 engine = (read_json(path / "manifest.json").get("config") or {}).get("engine") or {}
