@@ -26,6 +26,7 @@ removes lines for exactly `decision.gpu` (None: the line without `full:`).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,9 +113,9 @@ def _event_message(event: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in rest.items()) or "(no details)"
 
 
-def _gate_evidence(task: dict[str, Any]) -> dict[str, Any]:
+def _gate_evidence(task: Mapping[str, object]) -> dict[str, object]:
     """A row's task's gate verdicts as the evidence keeps them (an opt-in gate's only where recorded)."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for gate in recorded():
         if gate.key in task or not gate.opt_in:
             out[gate.key] = task.get(gate.key)

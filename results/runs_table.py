@@ -13,6 +13,7 @@ GPU short names (`gpu_of`) are what waives.txt's `full:<GPU>/` prefix and the `-
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,11 +190,11 @@ def _matches(row: dict[str, Any], test_id: str | None, commit: str | None, gpu: 
     return commit is None or (row["commit_full"] or "").lower().startswith(commit.lower())
 
 
-def gate_columns(task: TaskSummary) -> dict[str, Any]:
+def gate_columns(task: TaskSummary) -> dict[str, str | bool | None]:
     """Each recorded gate's verdict (its column: the key summary.json keeps it under), reason and, for a gate whose
     PASS can be underpowered, whether this one was (never shown bare); None where not judged. An opt-in gate has
     columns only where the task recorded it."""
-    columns: dict[str, Any] = {}
+    columns: dict[str, str | bool | None] = {}
     for gate in recorded():
         result = gate.result(task)
         if result is None and gate.opt_in:
@@ -205,12 +206,14 @@ def gate_columns(task: TaskSummary) -> dict[str, Any]:
     return columns
 
 
-def gate_verdicts(task: dict[str, Any]) -> str:
+def gate_verdicts(task: Mapping[str, object]) -> str:
     """Text like " lossless PASS acceptance FAIL" from a row's task (`gate_columns`): each gate it recorded."""
-    said = (
-        (gate.name, verdict_words(task.get(gate.key), bool(task.get(gate.underpowered_column)))) for gate in recorded()
-    )
+    said = ((g.name, verdict_words(_word(task.get(g.key)), bool(task.get(g.underpowered_column)))) for g in recorded())
     return "".join(f" {name} {words}" for name, words in said if words)
+
+
+def _word(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def format_tasks(row: dict[str, Any]) -> str:
