@@ -134,7 +134,7 @@ def run_clean(
         note(f"[{i}/{len(rows)}] {row.name} ...")
         result = _run_row(row, shared, workdir)
         note(
-            f"[{i}/{len(rows)}] {row.name}: {result['result']} (lossless {result['lossless']}, "
+            f"[{i}/{len(rows)}] {row.name}: {result['result']} ({LOSSLESS.name} {result[LOSSLESS.name]}, "
             f"{result['elapsed_s']:.0f} s){' - ' + result['reason'] if result.get('reason') else ''}"
         )
         out.append(result)
