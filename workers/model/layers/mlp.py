@@ -16,7 +16,6 @@ class SwiGLU(nn.Module):
         self.down_proj = RowParallelLinear(intermediate, hidden, bias=False, tp=tp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled():  # training: autograd needs the gate's output kept
-            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        # Inference: in place on the fresh gate output (the same values, one [T, intermediate] buffer fewer a layer).
+        # In place on the fresh gate output: the same values, one [T, intermediate] buffer fewer per layer (autograd
+        # keeps what training needs).
         return self.down_proj(F.silu(self.gate_proj(x), inplace=True).mul_(self.up_proj(x)))
