@@ -108,8 +108,8 @@ def paged_attention(
 def _decode_copy_attention(q: torch.Tensor, kv: LayerKV, plan: CopyPlan, meta: AttentionMetadata) -> torch.Tensor:
     """q: [generation tokens, heads, d]. Attention over the decode copy's rows, keys a view of the copy.
 
-    One SDPA call over all rows with GQA (each KV head read once for its query heads): on the 2-core Xeon of
-    2026-12-07 it took half the time of the two batched matmuls it replaced (16 rows of ~1,500 keys)."""
+    Written as two batched matmuls with the query heads of each KV head stacked (GQA), so each key and value is
+    read once per step; SDPA on this CPU is slower here, and slower still on the strided gathered batch."""
     data = kv.copy_data(plan, meta.block_size)
     # This step's tokens are already in the pool; append them to their rows (refilled rows have them already).
     new_slots = meta.slot_mapping[meta.gen_token_start :]
@@ -119,12 +119,17 @@ def _decode_copy_attention(q: torch.Tensor, kv: LayerKV, plan: CopyPlan, meta: A
 
     num_rows, num_keys, max_q = plan.num_rows, plan.num_keys, meta.gen_max_q
     heads, d = q.shape[1], q.shape[2]
+    kv_heads = data.shape[2]
+    group = heads // kv_heads
     keys, values = data[0, :num_rows, :, :num_keys], data[1, :num_rows, :, :num_keys]  # [rows, kv_heads, keys, d]
     q_pad = q.new_zeros(num_rows, max_q, heads, d)
-    q_pad[rows, meta.gen_offset_in_seq] = q
-    # The mask is kept in float32; cast, so bf16/fp16 queries are not promoted.
-    mask = plan.attn_mask[:, 0].to(q.dtype)  # [rows, 1, max_q, keys]
-    o = F.scaled_dot_product_attention(
-        q_pad.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=keys.shape[1] != heads
-    )
-    return o.transpose(1, 2)[rows, meta.gen_offset_in_seq]
+    q_pad[rows, meta.gen_offset_in_seq] = q * d**-0.5
+    # Head h uses KV head h // group: stack each KV head's `group` query heads (and all query rows) together.
+    q_grouped = q_pad.view(num_rows, max_q, kv_heads, group, d).permute(0, 2, 3, 1, 4)
+    scores = torch.matmul(q_grouped.reshape(num_rows, kv_heads, group * max_q, d), keys.transpose(-1, -2))
+    # The mask is kept in float32; adding it as is would promote bf16/fp16 scores and break the matmul below.
+    scores = scores.view(num_rows, kv_heads, group, max_q, num_keys) + plan.attn_mask.to(scores.dtype)
+    probs = torch.softmax(scores, dim=-1).view(num_rows, kv_heads, group * max_q, num_keys)
+    o = torch.matmul(probs, values).view(num_rows, kv_heads, group, max_q, d)
+    o = o.permute(0, 3, 1, 2, 4).reshape(num_rows, max_q, heads, d)
+    return o[rows, meta.gen_offset_in_seq]
