@@ -51,20 +51,33 @@ class Attention(nn.Module):
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         kv.data[0, meta.slot_mapping] = k
         kv.data[1, meta.slot_mapping] = v
-        out = paged_attention(q, kv, meta)
+        out = paged_attention(q, kv, meta, k, v)
         return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
 
 
-def paged_attention(q: torch.Tensor, kv: LayerKV, meta: AttentionMetadata) -> torch.Tensor:
+def paged_attention(
+    q: torch.Tensor,
+    kv: LayerKV,
+    meta: AttentionMetadata,
+    k: torch.Tensor | None = None,
+    v: torch.Tensor | None = None,
+) -> torch.Tensor:
     """q: [T, heads, d] for the flattened batch -> [T, heads, d]. Context requests attend one by one; generation
-    requests (a few query tokens each) as one padded batch."""
+    requests (a few query tokens each) as one padded batch. k, v: this step's keys and values [T, kv_heads, d]
+    (already in the pool), read directly by a context request that brings its whole sequence."""
     kv_layer = kv.data
     out = torch.empty_like(q)
     heads = q.shape[1]
     gqa = kv_layer.shape[2] != heads
     for view in meta.context_views:
-        keys = kv_layer[0][view.key_slots].transpose(0, 1)[None]  # [1, kv_heads, kv_len, d]
-        values = kv_layer[1][view.key_slots].transpose(0, 1)[None]
+        if view.mask is None and k is not None and k.dtype == kv_layer.dtype:
+            # A whole sequence from position 0: its keys are exactly this step's, the values just written to the
+            # pool; read them where they are instead of gathering them back (a copy per layer per prompt).
+            keys = k[view.token_start : view.token_end].transpose(0, 1)[None]  # [1, kv_heads, kv_len, d]
+            values = v[view.token_start : view.token_end].transpose(0, 1)[None]
+        else:
+            keys = kv_layer[0][view.key_slots].transpose(0, 1)[None]
+            values = kv_layer[1][view.key_slots].transpose(0, 1)[None]
         query = q[view.token_start : view.token_end].transpose(0, 1)[None]
         o = F.scaled_dot_product_attention(
             query, keys, values, attn_mask=view.mask, is_causal=view.mask is None, enable_gqa=gqa

@@ -43,5 +43,10 @@ class RotaryEmbedding(nn.Module):
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x: [T, heads, head_dim]; cos/sin: [T, head_dim]."""
     half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos[:, None, :] + rotated * sin[:, None, :]
+    # x * cos + rotate_half(x) * sin, where rotate_half(x) = (-x2, x1): written per half into one output, without
+    # the concatenated copy. Bit for bit the same: (-a) * s = -(a * s) and p + -(q) = p - q in IEEE arithmetic.
+    out = x * cos[:, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    out[..., :half] -= x2 * sin[:, None, :half]
+    out[..., half:] += x1 * sin[:, None, half:]
+    return out
