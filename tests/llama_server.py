@@ -19,26 +19,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from specdec_eval.peers.profiles.llamacpp import SERVED_MODEL, LlamaCppServeCommand  # noqa: F401 (the tests import it here)
 
-# Server options (python -m llama_cpp.server --help): a short context keeps the "prompt beyond the context" test
-# cheap; one thread, because llama.cpp's threads spin while they wait for each other: on the two shared cores of
-# the test machines, 2 threads made 16 tokens take 3-17 s instead of 0.5-0.8 s; one seed. Logits of every position
-# (`--logits_all true`) only where a test asks for logprobs: llama-cpp-python answers any logprobs request with
-# HTTP 500 without them (a drafting server keeps them anyway).
+# The server's launch command is the profile's (`LlamaCppServeCommand`: one thread, one seed, logits of every
+# position only where asked). A short context keeps the "prompt beyond the context" test cheap.
 N_CTX = 512
-SERVER_OPTIONS = (
-    "--n_ctx",
-    str(N_CTX),
-    "--n_threads",
-    "1",
-    "--n_threads_batch",
-    "1",
-    "--seed",
-    "0",
-    "--verbose",
-    "false",
-)
-SERVED_MODEL = "smollm2-135m-q4_1"
 START_TIMEOUT_S = 120.0
 SERVER_PACKAGES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
 
@@ -93,27 +78,15 @@ class LlamaServer:
         self.process: subprocess.Popen | None = None
 
     def command(self) -> list[str]:
-        cmd = [
+        return LlamaCppServeCommand(
             sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
             str(self.model),
-            "--model_alias",
-            SERVED_MODEL,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            *SERVER_OPTIONS,
-            "--logits_all",
-            "true" if self.logits_all else "false",
-        ]
-        if self.api_key:
-            cmd += ["--api_key", self.api_key]
-        if self.draft_len:
-            cmd += ["--draft_model", "prompt-lookup-decoding", "--draft_model_num_pred_tokens", str(self.draft_len)]
-        return cmd
+            self.port,
+            n_ctx=N_CTX,
+            logits_all=self.logits_all,
+            draft_len=self.draft_len,
+            api_key=self.api_key,
+        ).argv
 
     def start(self) -> LlamaServer:
         log = self.log_path.open("wb")

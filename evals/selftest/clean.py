@@ -28,6 +28,7 @@ from typing import Any
 from ...errors import UserError
 from ...gates import recorded
 from ...gates.lossless import GATE as LOSSLESS
+from ...peers.profiles.llamacpp import LlamaCppServeCommand
 
 SAMPLED = ("--gen-kwargs", "temperature=0.7")
 
@@ -56,10 +57,7 @@ def _ours(model: str, dtype: str, sampled: bool, baseline: str) -> CleanRow:
 
 
 SERVE = "{exe} serve --model tiny --host 127.0.0.1"
-LLAMA = (
-    "{py} -m llama_cpp.server --model {gguf} --model_alias smollm2-135m-q4_1 --n_ctx 2048 --n_threads 1 "
-    "--n_threads_batch 1 --seed 0 --logits_all true --verbose false --host 127.0.0.1"
-)
+LLAMA = " ".join(LlamaCppServeCommand("{py}", "{gguf}", logits_all=True).argv)  # the profile's launch command
 
 
 def _served(

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UserError
-from ...gates.acceptance import GATE as ACCEPTANCE
 from ...peers.client.options import EndpointOptions
 from ...peers.profiles.vllm import SERVED_MODEL, VLLMServeCommand
 from ...peers.server.process import ServerProcess, ServerStartFailed
 from ...results.store import Run
+from ...workers import bug_classes
 from ...workers.config import EngineConfig
 from ..pipeline.backends import RunTarget, make_backend
 from ..pipeline.evaluation import EvalOptions
@@ -45,22 +45,8 @@ ERROR_LINE = re.compile(r"\b[A-Z]\w*(Error|Exception): ")
 STARTUP_TIMEOUT_S = 600.0  # 35-100 s measured alone on the shared 2-core machine; more while the other server starts
 
 VLLM_CLEAN = BugClass("unmutated", "vLLM with the plugin loaded and no class live: every gate must PASS", catcher=None)
-VLLM_CLASSES = (
-    BugClass("emit_rejected_draft", "greedy: the rejected draft emitted in place of the target's token"),
-    BugClass("bonus_wrong_row", "the bonus token sampled from the logits row before its own"),
-    BugClass("drop_accepted", "the first accepted draft of a step dropped from its tokens"),
-    BugClass("duplicate_accepted", "the first accepted draft of a step emitted twice"),
-    BugClass(
-        "draft_never_matches",
-        "every draft one token id off: acceptance collapses, outputs unchanged",
-        catcher=ACCEPTANCE.name,
-    ),
-    BugClass(
-        "oom_first_spec_step",
-        "the seed's shape: an out-of-memory error in the first speculative step, after the drafter advanced its state",
-        catcher="events",
-    ),
-)
+# The rows of the vLLM classes, each declared once (in the planted-class registry, which the plugin is held to).
+VLLM_CLASSES = tuple(BugClass(c.name, c.help, catcher=c.catcher) for c in bug_classes.VLLM_CLASSES)
 VLLM_CLASS_NAMES = tuple(b.name for b in VLLM_CLASSES)
 
 

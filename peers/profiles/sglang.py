@@ -5,13 +5,17 @@ machines: its tests read recorded pages, responses and log lines (tests/peers/fi
 Metrics, JSON on /server_info (older: /get_server_info): `avg_spec_accept_length` (top level or per data-parallel
 rank in `internal_states`) = accepted tokens incl. the bonus / verify steps, i.e. our AL, but averaged over the
 server's life without the counts, so no delta can be formed (`read_json_metrics`). KV usage
-(`--enable-metrics`): `sglang:token_usage`, a fraction of the pool in use.
+(`--enable-metrics`): `sglang:token_usage`, a fraction of the pool in use (labels model_name, engine_type, tp_rank,
+pp_rank). Its log: "Prefill batch, ..." and "Decode batch, #running-req: ..., accept len: ..., ..." (older
+releases: "Decode batch. ...").
 
-Per response: `meta_info` (top level of /generate, or per choice) with `spec_verify_ct` (verify steps) and
-`completion_tokens`. The first output token comes from prefill, not from a verify step, so accepted drafts =
-completion_tokens - 1 - spec_verify_ct (SGLang's own AL figure, completion_tokens / spec_verify_ct, counts that
-token too). Newer SGLang adds `spec_accept_token_num` / `spec_draft_token_num`, read when present; without them
-the draft tokens are verify steps x the declared K (a chain of K drafts per step), and the dict says so.
+Per response: `meta_info` (top level of the native /generate answer; the choices of its OpenAI-compatible
+/v1/completions carry none, so a run over that API reads the server-lifetime figure only) with `spec_verify_ct`
+(verify steps) and `completion_tokens`. The first output token comes from prefill, not from a verify step, so
+accepted drafts = completion_tokens - 1 - spec_verify_ct (SGLang's own AL figure, completion_tokens /
+spec_verify_ct, counts that token too). Newer SGLang adds `spec_accept_token_num` / `spec_draft_token_num`, read
+when present; without them the draft tokens are verify steps x the declared K (a chain of K drafts per step), and
+the dict says so.
 It refuses request fields it does not know (and top_k 0): it is sent no extension it was not asked for."""
 
 from __future__ import annotations

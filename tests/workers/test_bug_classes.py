@@ -43,6 +43,20 @@ def test_the_docs_table_has_one_row_per_class():
     assert any(line.startswith("| `correction_reads_next_row` | verifier | lossless |") for line in table)
 
 
+def test_the_vllm_classes_are_declared_once_and_the_docs_table_is_theirs():
+    from pathlib import Path
+
+    from specdec_eval.evals.selftest import vllm_mutants
+
+    declared = bug_classes.VLLM_CLASSES
+    assert [(b.name, b.what, b.catcher) for b in vllm_mutants.VLLM_CLASSES] == [
+        (c.name, c.help, c.catcher) for c in declared
+    ]
+    assert all(c.planted_at for c in declared)
+    page = Path(__file__).resolve().parents[2] / "docs" / "findings" / "vllm-mutants.md"
+    assert bug_classes.vllm_markdown_table() in page.read_text()
+
+
 def test_a_declaration_names_where_it_acts_and_a_known_gate():
     with pytest.raises(ValueError, match="acts_in"):
         bug_classes.PlantedClass("x", ("sampler",), "lossless", "?")

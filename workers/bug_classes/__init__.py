@@ -1,6 +1,7 @@
 """The planted bug classes, each declared once: its name (what `--inject` takes), where it acts in the engine, the
 gate that must catch it, and one line of help. The `--inject` help, the fault lists (`faults`), the planted parts the
-engine build swaps in (`planted`), the selftest matrix and the docs' table of classes all read this registry.
+engine build swaps in (`planted`), the selftest matrix and the docs' table of classes all read this registry; the
+vLLM matrix's classes (planted in vLLM by a test-only plugin) are declared beside them, in `vllm`.
 
 The classes built into the engine's planted parts are declared in `builtin`; a new class is one module here that
 declares a `PlantedClass` named CLASS and carries its own code (an `after_verify` edit of the verified tokens): the
@@ -13,6 +14,7 @@ import pkgutil
 
 from .builtin import BUILTIN
 from .declaration import CATCHERS, WHERE, AfterVerify, PlantedClass
+from .vllm import VLLM_CLASSES
 
 
 def _found() -> tuple[PlantedClass, ...]:
@@ -58,14 +60,23 @@ def markdown_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+def vllm_markdown_table() -> str:
+    """The docs' table of the vLLM matrix's classes (`VLLM_CLASSES`, in the matrix's order)."""
+    rows = ["| class | planted at | what it does | caught by |", "|---|---|---|---|"]
+    rows += [f"| `{c.name}` | {c.planted_at} | {c.help} | {c.catcher} |" for c in VLLM_CLASSES]
+    return "\n".join(rows) + "\n"
+
+
 __all__ = [
     "BY_NAME",
     "AfterVerify",
     "CATCHERS",
     "PLANTED_CLASSES",
+    "VLLM_CLASSES",
     "WHERE",
     "PlantedClass",
     "inject_help",
     "markdown_table",
     "names",
+    "vllm_markdown_table",
 ]

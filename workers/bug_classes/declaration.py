@@ -26,7 +26,8 @@ class PlantedClass:
     > 0 (its selftest run samples). spec_sampling: the spec sampler it lives in ("coupled", or "rejection": run only
     when asked). recurring: a code bug fires every time its path is reached (False: once, or xCOUNT). in_matrix: a
     row of `selftest --mutants` (False: a class its tests judge elsewhere). after_verify: its code, for a class
-    declared in its own module (`AfterVerify`)."""
+    declared in its own module (`AfterVerify`). planted_at: for a class planted in a peer engine, where in that
+    engine's code."""
 
     name: str
     acts_in: tuple[str, ...]
@@ -37,6 +38,7 @@ class PlantedClass:
     recurring: bool = True
     in_matrix: bool = True
     after_verify: AfterVerify | None = None
+    planted_at: str = ""  # a peer engine's class (`vllm`): the code point of that engine it is planted at
 
     def __post_init__(self) -> None:
         unknown = [w for w in self.acts_in if w not in WHERE]

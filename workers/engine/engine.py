@@ -41,9 +41,9 @@ from ..model.parallel import TPGroup
 from ..planted import build_step_parts, planted_worker_class, rewind_leak_hook
 from ..sampling.rejection import request_stream
 from ..spec import spec_method
-from ..spec.base import SpecContext
+from ..spec.base import DraftParts, SpecContext
 from ..spec.metrics import AcceptanceStats
-from .executor import Executor, StepOutput
+from .executor import Executor, ExecutorParts, StepOutput
 from .parts import EngineParts, build_parts, max_seq_len, weights_bytes
 from .request import Request
 from .scheduler import Scheduler
@@ -114,22 +114,7 @@ class Engine:
             kv_lookahead=self.spec_method.kv_lookahead(k) if self.spec_method else 0,  # draft KV past the verified
         )
         self.stop_rules = StopRules(self._tokenizer, self.eos_ids)
-        parts_of_step = build_step_parts(self.model, self.spec_worker, self.faults, lambda: self.executor.num_steps)
-        self.executor = Executor(
-            self.model,
-            self.kv,
-            self.scheduler,
-            AttentionMetadata(self.kv_layout.block_size, self.device),
-            self.stop_rules,
-            self.memory_budget,
-            self.events,
-            self.faults,
-            parts_of_step.proposer,
-            config.max_retries,
-            AcceptanceStats(k) if k else None,
-            target=parts_of_step.target,
-            verifier=parts_of_step.verifier,
-        )
+        self.executor = Executor(self._executor_parts())
         self.last_stats = GenerateStats()
         self.closed = False
         self._next_request_id = 0
@@ -139,18 +124,31 @@ class Engine:
     # --- construction ---------------------------------------------------------------------------------
 
     def _build_spec_worker(self):
-        context = SpecContext(
-            target=self.model,
-            draft=self.draft_model,
-            kv=self.kv,
-            kv_manager=self.kv_manager,
-            spec=self.config.spec,
-            events=self.events,
-            tp=self.tp,
-            memory=self.memory_budget,
-            faults=self.faults,
-        )
+        """The spec method's worker (with any planted proposer bug mixed in), given what it drafts with only."""
+        drafter = None
+        if self.draft_model is not None:
+            embed = self.model.model.embed_tokens
+            drafter = DraftParts(self.draft_model, embed, self.model.config, self.kv, self.tp)
+        context = SpecContext(self.config.spec, self.events, self.memory_budget, self.faults, drafter)
         return planted_worker_class(self.spec_method.worker_class(), self.faults)(context)
+
+    def _executor_parts(self) -> ExecutorParts:
+        """What the step runs on, with each planted bug `--inject` asks for swapped in."""
+        step = build_step_parts(self.model, self.spec_worker, self.faults, lambda: self.executor.num_steps)
+        return ExecutorParts(
+            model=self.model,
+            kv=self.kv,
+            scheduler=self.scheduler,
+            meta=AttentionMetadata(self.kv_layout.block_size, self.device),
+            stop=self.stop_rules,
+            memory=self.memory_budget,
+            events=self.events,
+            faults=self.faults,
+            max_retries=self.config.max_retries,
+            target=step.target,
+            verifier=step.verifier,
+            proposer=step.proposer,
+        )
 
     def _wants_decode_copy(self) -> bool:
         wanted = self.config.kv_cache.decode_copy

@@ -1,11 +1,13 @@
 """One engine step, plain or speculative, top to bottom in `Executor.step`:
 
 schedule -> attention metadata -> target forward (capturing what the spec worker needs) -> verify (plain decoding
-is the K = 0 case of the same pure function) -> optional draft (the spec worker's exception-safe template) -> one
-commit loop -> retire. Only environmental fault points are called here (`target_forward`, half-way through the
-target's layers; the draft loop has its own); a planted bug is a substitute target, verifier or proposer the engine
-chose when it was built. A forward that raises while serving fails only its batch: each request is recomputed
-(bounded by max_retries) or fails with finish reason "error", both recorded as events.
+is the K = 0 case of the same pure function) -> optional draft (the spec worker's exception-safe template returns
+the drafts; the executor then rewinds the KV the target wrote for rejected drafts) -> one commit loop (tokens, the
+next drafts and their q, the KV cache's record of what is final) -> retire. Only environmental fault points are
+called here (`target_forward`, half-way through the target's layers; the draft loop has its own); a planted bug is a
+substitute target, verifier or proposer the engine chose when it was built. A forward that raises while serving
+fails only its batch: each request is recomputed (bounded by max_retries) or fails with finish reason "error", both
+recorded as events.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -25,7 +27,7 @@ from ..model.causal_lm import CausalLM
 from ..model.layers.paged_kv import PagedKV
 from ..sampling.keyed import step_logprobs
 from ..sampling.verify import Verifier
-from ..spec.base import DraftInput, SpecWorkerBase
+from ..spec.base import DraftInput, Drafts, SpecWorkerBase
 from ..spec.metrics import AcceptanceStats
 from .request import Request
 from .scheduler import ScheduledBatch, ScheduledRequest, Scheduler
@@ -56,39 +58,44 @@ class StepOutput:
     failed: bool = False  # the forward raised (its requests were requeued or failed)
 
 
+@dataclass(frozen=True)
+class ExecutorParts:
+    """What the engine step runs on, built once by the engine: the model (scoring passes forward it as it is), the KV
+    pool, the scheduler (and through it the KV-cache manager), the attention metadata owned for the engine's life,
+    the stop rules, the memory budget, the event log and fault injector, and the three parts a planted bug may
+    substitute: the target the step forwards (the model unless a planted wrapper), the verifier and the proposer
+    (the spec worker, None for plain decoding)."""
+
+    model: CausalLM
+    kv: PagedKV
+    scheduler: Scheduler
+    meta: AttentionMetadata
+    stop: StopRules
+    memory: MemoryBudget
+    events: EventLog
+    faults: FaultInjector | None = None
+    max_retries: int = 2
+    target: Any = None  # None: the model
+    verifier: Verifier | None = None  # None: the clean one
+    proposer: SpecWorkerBase | None = None
+
+
 class Executor:
-    def __init__(
-        self,
-        model: CausalLM,
-        kv: PagedKV,
-        scheduler: Scheduler,
-        meta: AttentionMetadata,
-        stop: StopRules,
-        memory: MemoryBudget,
-        events: EventLog,
-        faults: FaultInjector | None = None,
-        spec_worker: SpecWorkerBase | None = None,
-        max_retries: int = 2,
-        acceptance: AcceptanceStats | None = None,
-        target=None,
-        verifier: Verifier | None = None,
-    ) -> None:
-        """spec_worker: the proposer (a spec worker, or a planted wrapper of one); target: what the step forwards
-        (the model, or a planted wrapper of it; scoring passes use `model` itself); verifier: the clean one unless a
-        planted substitute is given."""
-        self.model = model
-        self.target = target if target is not None else model
-        self.verifier = verifier if verifier is not None else Verifier()
-        self.kv = kv
-        self.scheduler = scheduler
-        self.meta = meta  # owned for the engine's life, as real engines keep their buffers
-        self.stop = stop
-        self.memory = memory
-        self.events = events
-        self.faults = faults
-        self.spec = spec_worker
-        self.max_retries = max_retries
-        self.acceptance = acceptance  # every draft cycle verified over the engine's life, warmup excluded
+    def __init__(self, parts: ExecutorParts) -> None:
+        self.model = parts.model
+        self.target = parts.target if parts.target is not None else parts.model
+        self.verifier = parts.verifier if parts.verifier is not None else Verifier()
+        self.kv = parts.kv
+        self.scheduler = parts.scheduler
+        self.meta = parts.meta  # owned for the engine's life, as real engines keep their buffers
+        self.stop = parts.stop
+        self.memory = parts.memory
+        self.events = parts.events
+        self.faults = parts.faults
+        self.spec = parts.proposer
+        self.max_retries = parts.max_retries
+        # every draft cycle verified over the engine's life, warmup excluded
+        self.acceptance = AcceptanceStats(self.spec.K) if self.spec is not None else None
         self.num_steps = 0  # engine steps so far, warmup included (fault schedules count them)
         self.feature_tap: FeatureTap | None = None  # draft-head training records plain steps (see `tap`)
         self.verify_tap: VerifyTap | None = None  # records what verification reads (see `tap_verify`)
@@ -153,11 +160,27 @@ class Executor:
         logprobs = step_logprobs(batch.items, logits, emitted) if wanted and self.model.tp.is_leader else None
         if self.spec is None:
             return emitted, None, logprobs
-        return emitted, self.spec.forward(DraftInput(meta, input_ids, batch.items, captured, emitted, step)), logprobs
+        drafting = DraftInput(meta, input_ids, batch.items, captured, emitted, step, lambda: self._rewind(drafting))
+        drafts = self.spec.forward(drafting)
+        self._rewind(drafting)  # had drafting raised, the worker's template would have called `rewind`
+        return emitted, drafts, logprobs
 
-    def _commit(self, batch: ScheduledBatch, emitted, drafts, logprobs=None) -> dict[int, list[int]]:
+    def _rewind(self, step: DraftInput) -> list[int]:
+        """Discard each request's KV past what this step made final (the target's KV of rejected drafts, the draft
+        layer's of its proposals). Returns the requests rewound."""
+        kv_manager = self.scheduler.kv
+        done = []
+        for item, num_tokens in zip(step.items, step.num_computed, strict=True):
+            request_id = item.request.request_id
+            if kv_manager.has(request_id):
+                kv_manager.rewind(request_id, num_tokens)
+                done.append(request_id)
+        return done
+
+    def _commit(self, batch: ScheduledBatch, emitted, drafts: Drafts | None, logprobs=None) -> dict[int, list[int]]:
         """One commit loop for plain and speculative steps: progress, acceptance, tokens with the stop rules
-        (tokens after a stop are never emitted), and the KV cache's record of what is final."""
+        (tokens after a stop are never emitted), the next drafts (and their q), and the KV cache's record of what is
+        final."""
         new_tokens: dict[int, list[int]] = {}
         for r, (item, tokens) in enumerate(zip(batch.items, emitted, strict=True)):
             req = item.request
@@ -165,7 +188,9 @@ class Executor:
             computed = item.start + item.num_new_tokens if item.is_context else item.start + 1 + accepted
             req.num_steps += 1
             req.num_computed_tokens = computed
-            req.draft_tokens = drafts[r] if drafts is not None and req.speculative else []
+            req.draft_tokens = drafts.tokens[r] if drafts is not None and req.speculative else []
+            if drafts is not None and drafts.probs is not None:
+                req.draft_probs = drafts.probs[r]  # verification reads q beside each sampled draft
             if accepted is not None and req.spec_stats is not None:
                 req.spec_stats.record(item.num_new_tokens - 1, accepted)
                 if self.acceptance is not None and not req.is_warmup:

@@ -1,19 +1,22 @@
 """SpecWorkerBase: the exception-safe template every spec-dec worker inherits.
 
-A spec worker adds drafting to the engine step (the executor owns the step: target forward, verification,
-commit); it never runs the target itself. The failure this product exists to catch: a forward aborts half-way (a
-tolerated warmup OOM, a bad kernel) after the worker saved attention metadata for its draft loop; nobody restores
-it, and every later step dies at the "never restored" assertion ("Sampling failed"). Here `forward()` is a template
-method: it runs the subclass's `_forward_impl()` and, in `finally`, restores any saved metadata and applies any
-pending KV rewind, emitting `spec_state_restored` when the cleanup path had to act. Subclasses cannot override
-`forward`.
+A spec worker adds drafting to the engine step: it takes what the step verified (`DraftInput`) and returns the next
+drafts (`Drafts`: tokens, and q where they were sampled). The executor owns the rest of the step: target forward,
+verification, commit, and the rewind of the KV the target wrote for rejected drafts. The failure this product exists
+to catch: a forward aborts half-way (a tolerated warmup OOM, a bad kernel) after the worker saved attention metadata
+for its draft loop; nobody restores it, and every later step dies at the "never restored" assertion ("Sampling
+failed"). Here `forward()` is a template method: it runs the subclass's `_forward_impl()` and, in `finally`,
+restores any saved metadata and, when drafting raised, discards the step's speculative KV (the executor's rewind,
+handed in with the step), emitting `spec_state_restored` when the cleanup path had to act. Subclasses cannot
+override `forward`.
 
 guard "none" keeps the historical behaviour (no cleanup) on purpose, so the harness can show it catches it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -21,11 +24,9 @@ import torch
 from ..config import SpecConfig
 from ..events import EventLog
 from ..faults import FaultInjector
-from ..kv_cache.manager import KVCacheManager
 from ..loading.model_config import ModelConfig
 from ..memory.budget import MemoryBudget
 from ..model.attn_metadata import AttentionMetadata
-from ..model.causal_lm import CausalLM
 from ..model.layers.paged_kv import PagedKV
 from ..model.parallel import TPGroup
 
@@ -46,18 +47,46 @@ class DraftBuild:
 
 
 @dataclass(frozen=True)
-class SpecContext:
-    """The engine's parts a spec worker may use, handed over as one value (SpecMethod.worker_class()(context))."""
+class DraftParts:
+    """What a method with a draft model drafts with: the draft model, the target's token embedding (shared, as
+    Eagle3's head reads the target's embeddings of the tokens it drafts from), the target's shape (its layer count
+    places the draft's KV layer after the target's; its vocabulary sizes q), the KV pool the draft layer writes and
+    the TP group whose rank 0 decides the drafts."""
 
-    target: CausalLM
-    draft: torch.nn.Module | None  # None for a method without a draft model
+    model: torch.nn.Module
+    embed: torch.nn.Module
+    target: ModelConfig
     kv: PagedKV
-    kv_manager: KVCacheManager
+    tp: TPGroup
+
+
+@dataclass(frozen=True)
+class SpecContext:
+    """What a spec worker gets from the engine, as one value (SpecMethod.worker_class()(context)): its options, where
+    its events go, the memory budget its activations are asked of, the fault injector its fault points ask, and the
+    draft model's parts (None for a method without one). Nothing of the KV bookkeeping: the executor rewinds."""
+
     spec: SpecConfig
     events: EventLog
-    tp: TPGroup
     memory: MemoryBudget
     faults: FaultInjector | None = None
+    drafter: DraftParts | None = None
+
+
+@dataclass(frozen=True)
+class Drafts:
+    """What a spec worker proposes in one step: K tokens per scheduled item and, where they were drawn from the
+    draft's distribution (`--spec-sampling rejection-q` at temperature > 0), each item's q ([K, V], None where the
+    item's drafts are greedy; `probs` None: no item of the step drew its drafts). The executor hands both to the
+    requests when it commits the step."""
+
+    tokens: list[list[int]]
+    probs: tuple[torch.Tensor | None, ...] | None = None
+
+    @classmethod
+    def of(cls, proposed: Drafts | list[list[int]]) -> Drafts:
+        """A worker's proposal as Drafts: a worker that draws no q may return just the token lists."""
+        return proposed if isinstance(proposed, Drafts) else cls(proposed)
 
 
 @dataclass
@@ -70,6 +99,9 @@ class DraftInput:
     captured: list[torch.Tensor]  # the target's captured layers, [T, H] each
     emitted: list[list[int]]  # per item: accepted drafts + the target's token
     step: int
+    # The executor's discard of the KV past what this step verified (returns the requests it rewound): the executor
+    # calls it once drafting returns, the template's cleanup when drafting raised.
+    rewind: Callable[[], list[int]] = field(default=lambda: [], repr=False)
 
     @property
     def num_accepted(self) -> list[int | None]:
@@ -98,17 +130,15 @@ class SpecWorkerBase:
 
     def __init__(self, context: SpecContext) -> None:
         self.context = context
-        self.kv_manager = context.kv_manager
         self.events = context.events
         self.memory = context.memory  # activation requests go through it
         self.guard = context.spec.guard
         self.faults = context.faults
         self.K = context.spec.max_draft_len
         self.step = 0  # the engine step being served (for events and fault injection)
-        self._pending_rewinds: dict[int, int] = {}  # request id -> KV length to rewind to after drafting
 
-    def forward(self, step: DraftInput) -> list[list[int]]:
-        """The next K draft tokens of every item."""
+    def forward(self, step: DraftInput) -> Drafts:
+        """The next K draft tokens of every item (and q where they were sampled)."""
         self.step = step.step
         leaked = step.meta.saved_fields
         if leaked:
@@ -120,7 +150,7 @@ class SpecWorkerBase:
             )
         cause: BaseException | None = None
         try:
-            return self._forward_impl(step)
+            return Drafts.of(self._forward_impl(step))
         except BaseException as exc:
             cause = exc
             raise
@@ -128,7 +158,7 @@ class SpecWorkerBase:
             if self.guard == "template":
                 self._cleanup(step, cause)
 
-    def _forward_impl(self, step: DraftInput) -> list[list[int]]:
+    def _forward_impl(self, step: DraftInput) -> Drafts | list[list[int]]:
         raise NotImplementedError
 
     # --- helpers for subclasses -----------------------------------------------------------------------
@@ -141,22 +171,11 @@ class SpecWorkerBase:
     def need_memory(self, requested: int, what: str, last_of_forward: bool = False) -> None:
         self.memory.check(requested, what, self.step, last_of_forward)
 
-    def schedule_rewind(self, request_id: int, num_tokens: int) -> None:
-        """KV past num_tokens is speculative; it is discarded after the draft loop (or by the cleanup)."""
-        self._pending_rewinds[request_id] = num_tokens
-
-    def apply_rewinds(self) -> list[int]:
-        done = []
-        for rid, n in self._pending_rewinds.items():
-            if self.kv_manager.has(rid):
-                self.kv_manager.rewind(rid, n)
-                done.append(rid)
-        self._pending_rewinds.clear()
-        return done
-
     def _cleanup(self, step: DraftInput, cause: BaseException | None) -> None:
+        """Restore any metadata left saved; when drafting raised, discard the step's speculative KV as well (once
+        drafting returns, the executor does)."""
         fields = step.meta.restore_from_spec_dec()
-        rewound = self.apply_rewinds()
+        rewound = step.rewind() if cause is not None else []
         if fields or rewound:
             self.events.emit(
                 "spec_state_restored",

@@ -5,7 +5,10 @@ Per step:
 1. save metadata; draft pass 0 over every position the target just processed (target features through `fc`, token
    ids shifted left, the new token last), writing the draft layer's KV; then K-1 single-token steps on the draft's
    own pre-norm output; restore metadata;
-2. rewind each request's KV to what was accepted.
+2. return the drafts (and q where sampled); the executor then rewinds each request's KV to what was accepted.
+
+The worker holds the draft model's parts only (`DraftParts`): the head, the target's token embedding and shape, the
+KV pool its layer writes, the TP group.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import torch
 from ..memory.budget import draft_activation_bytes
 from ..sampling.keyed import target_probs
 from ..sampling.rejection import sample_from
-from .base import DraftBuild, DraftInput, SpecContext, SpecWorkerBase
+from .base import DraftBuild, DraftInput, Drafts, SpecContext, SpecWorkerBase
 from .eagle3_head import Eagle3DraftModel, build_draft_model, resolve_draft_model
 
 
@@ -36,11 +39,15 @@ def build_eagle3_draft(build: DraftBuild) -> Eagle3DraftModel:
 class Eagle3OneModelWorker(SpecWorkerBase):
     def __init__(self, context: SpecContext) -> None:
         super().__init__(context)
-        self.target = context.target
-        self.draft: Eagle3DraftModel = context.draft
-        self.kv = context.kv
-        self.tp = context.tp
-        self.draft_kv_layer = self.target.config.num_hidden_layers  # the extra layer after the target's
+        parts = context.drafter
+        if parts is None:
+            raise ValueError("the Eagle3 worker drafts with a draft model: its SpecContext names none")
+        self.draft: Eagle3DraftModel = parts.model
+        self.embed = parts.embed  # the target's token embedding
+        self.vocab_size = parts.target.vocab_size  # the target's: q is laid out over it
+        self.kv = parts.kv
+        self.tp = parts.tp
+        self.draft_kv_layer = parts.target.num_hidden_layers  # the extra layer after the target's
         self.capture_layers = tuple(self.draft.config.capture_layers)
         self.sampled_drafts = context.spec.sampling == "rejection-q"  # drafts drawn from q at temperature > 0
 
@@ -57,10 +64,8 @@ class Eagle3OneModelWorker(SpecWorkerBase):
         """Each request's hidden state its drafts start from (one row per request): its own."""
         return hidden
 
-    def _forward_impl(self, step: DraftInput) -> list[list[int]]:
+    def _forward_impl(self, step: DraftInput) -> Drafts | list[list[int]]:
         meta = step.meta
-        for it, n in zip(step.items, step.num_computed, strict=True):
-            self.schedule_rewind(it.request.request_id, n)
         meta.prepare_for_spec_dec("seq_lens", "kv_lens", "num_contexts")
         self.fault_point("prepare_for_spec_dec")
         # The draft pass allocates after the save: an OOM here is the failure this product exists to catch.
@@ -68,7 +73,6 @@ class Eagle3OneModelWorker(SpecWorkerBase):
         drafts = self._draft(step)
         self.fault_point("restore")
         meta.restore_from_spec_dec()
-        self.apply_rewinds()
         return drafts
 
     def _draft_bytes(self, num_tokens: int, rows: int) -> int:
@@ -77,10 +81,10 @@ class Eagle3OneModelWorker(SpecWorkerBase):
             hc.layer, hc.target_hidden_size, hc.draft_vocab_size, num_tokens, rows, self.kv.element_size, self.tp.size
         )
 
-    def _draft(self, step: DraftInput) -> list[list[int]]:
+    def _draft(self, step: DraftInput) -> Drafts:
         meta, items, emitted, dev = step.meta, step.items, step.emitted, step.input_ids.device
         kv_layer = self.kv.layer(self.draft_kv_index())
-        embed = self.target.model.embed_tokens
+        embed = self.embed
         starts = meta.query_start.tolist()
         ids = step.input_ids.tolist()
         num_accepted = step.num_accepted
@@ -120,11 +124,13 @@ class Eagle3OneModelWorker(SpecWorkerBase):
                 token, q = self._propose(hidden, items) if sampled else (self.draft.propose(hidden), None)
                 proposals.append(token)
                 draft_probs.append(q)
+        probs = None
         if sampled:  # verification (rank 0, which decided the drafts below) reads q beside each draft
-            for r, item in enumerate(items):
-                item.request.draft_probs = torch.stack([q[r] for q in draft_probs]) if _samples_drafts(item) else None
+            probs = tuple(
+                torch.stack([q[r] for q in draft_probs]) if _samples_drafts(it) else None for r, it in enumerate(items)
+            )
         drafts = self.tp.broadcast(torch.stack(proposals, dim=1).contiguous())
-        return drafts.tolist()
+        return Drafts(drafts.tolist(), probs)
 
     def _propose(self, hidden: torch.Tensor, items) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """`--spec-sampling rejection-q`: each sampled request's draft drawn from the head's q (its logits through the
@@ -139,7 +145,7 @@ class Eagle3OneModelWorker(SpecWorkerBase):
                 continue
             q_draft = target_probs(logits[r].cpu(), item.request.sampling)
             draft_ids[r] = sample_from(q_draft, item.request.stream)
-            q = torch.zeros(self.target.config.vocab_size, dtype=torch.float32)
+            q = torch.zeros(self.vocab_size, dtype=torch.float32)
             q[self.draft.to_target(torch.arange(len(q_draft), device=self.draft.d2t.device)).cpu()] = q_draft
             q_rows.append(q)
         # Rank 0's draws for every rank: the next draft step feeds these tokens through the TP-sharded head, whose

@@ -11,7 +11,7 @@ proposal is the last token repeated: verification rejects what is wrong at the c
 from __future__ import annotations
 
 from ..registry import NGRAM_DEFAULT_SIZE
-from .base import DraftInput, SpecContext, SpecWorkerBase
+from .base import DraftInput, Drafts, SpecContext, SpecWorkerBase
 
 
 def propose_ngram(history: list[int], n: int, k: int) -> list[int]:
@@ -40,17 +40,15 @@ class NgramWorker(SpecWorkerBase):
         super().__init__(context)
         self.n = context.spec.ngram_size or NGRAM_DEFAULT_SIZE
 
-    def _forward_impl(self, step: DraftInput) -> list[list[int]]:
-        # The target wrote KV for every draft it verified; what was rejected is discarded, as for Eagle3.
-        for it, n in zip(step.items, step.num_computed, strict=True):
-            self.schedule_rewind(it.request.request_id, n)
+    def _forward_impl(self, step: DraftInput) -> Drafts:
+        # The target wrote KV for every draft it verified; the executor discards what was rejected, as for Eagle3.
         self.fault_point("draft_step", 0)
         # Nothing is allocated on the device; this is the forward's last allocation point all the same, where
-        # `--inject warmup_oom` fires during the warmup (after the rewinds were scheduled, as for Eagle3).
+        # `--inject warmup_oom` fires during the warmup (the cleanup then discards the step's draft KV, as for Eagle3).
         self.need_memory(0, "ngram proposals", last_of_forward=True)
-        drafts = [
-            propose_ngram(it.request.all_token_ids + emitted, self.n, self.K)
-            for it, emitted in zip(step.items, step.emitted, strict=True)
-        ]
-        self.apply_rewinds()
-        return drafts
+        return Drafts(
+            [
+                propose_ngram(it.request.all_token_ids + emitted, self.n, self.K)
+                for it, emitted in zip(step.items, step.emitted, strict=True)
+            ]
+        )

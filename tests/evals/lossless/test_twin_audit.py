@@ -109,7 +109,7 @@ def test_a_spec_worker_that_writes_into_the_shared_weights_is_caught(capsys, tmp
     def writes_into_the_target(self, *args, **kwargs) -> None:
         attach(self, *args, **kwargs)
         with torch.no_grad():
-            w = self.target.model.layers[-1].mlp.down_proj.weight
+            w = self.embed.weight  # the one target weight the worker holds: the token embedding its head reads
             w.add_(torch.randn(w.shape, generator=torch.Generator().manual_seed(0)).to(w) * w.std() * 4)
 
     monkeypatch.setattr(Eagle3OneModelWorker, "__init__", writes_into_the_target)

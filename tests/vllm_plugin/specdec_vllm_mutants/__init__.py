@@ -13,6 +13,8 @@ from pathlib import Path
 from .edits import ROW_EDITS
 
 ENV = "SPECDEC_EVAL_VLLM_MUTANT"
+# The classes this plugin implements. Each is declared (help, gate, where it is planted) in the product's planted-class
+# registry, which this venv does not have; a test holds these names to that declaration.
 CLASSES = (*ROW_EDITS, "bonus_wrong_row", "draft_never_matches", "oom_first_spec_step")
 
 
