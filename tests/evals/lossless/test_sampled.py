@@ -196,7 +196,16 @@ def test_nothing_sampled_is_no_gate_and_scoring_errors_are_named():
     assert result.numbers["score_error_reasons"] == [{"reason": "HTTP 500", "doc_ids": [3]}]
 
 
-ORDER_FREE_NUMBERS = ("pit", "likelihood", "within_requests", "tail_test", "positions", "placements", "pit_histogram")
+ORDER_FREE_NUMBERS = (
+    "pit",
+    "likelihood",
+    "within_requests",
+    "within_requests_weighted",
+    "tail_test",
+    "positions",
+    "placements",
+    "pit_histogram",
+)
 
 
 @pytest.mark.parametrize("scoring", ["exact", "top"])
