@@ -369,7 +369,7 @@ def _smooth(args) -> dict:
     from ..stats.pit import smooth_test
 
     rng = np.random.default_rng(args.seed)
-    levels = (0.05, 0.01, 0.005, 0.01 / 3)
+    levels = (0.05, 0.01, 0.005, args.alpha / 3, args.alpha / 5, args.alpha / 8)  # the Bonferroni shares
     figures = {}
     for n in args.n:
         below = dict.fromkeys(levels, 0)
