@@ -10,7 +10,10 @@ teacher forcing (`InferenceEngine.score_outputs`, one prefill-shaped pass per ou
    i.i.d. U(0, 1) under the null, with Neyman's smooth test, and by the likelihood test (the emitted tokens'
    probabilities against their expectation: the sharper one where a sampler over- or under-draws the likely tokens),
    and within each request (draws each right alone but dependent inside a request: a stream restarted per step),
-   Bonferroni over the tests at `alpha`; and any token outside the sampling support by more than the logit noise (a
+   plain and weighted by the likelihood's scale of each position; where the run knows its drafts (`drafts` of a
+   sample), the rejection sampler's own draws directly (`stats.rejection_draws`: the accept decisions, over the run
+   and within each request, and the tokens emitted at rejections against the residual); Bonferroni over the tests
+   at `alpha`; and any token outside the sampling support by more than the logit noise (a
    top-k / top-p violation) FAILs outright. Exact where the baseline had the whole
    distribution (our engine, in process); conservative where it returned only the top logprobs (an endpoint),
    which the verdict says.
