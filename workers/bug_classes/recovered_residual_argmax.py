@@ -43,6 +43,5 @@ CLASS = PlantedClass(
     "after a rejection the residual's most likely token is emitted instead of a draw from the residual",
     sampled=True,
     spec_sampling="rejection",
-    in_matrix=False,  # its power is the sampled gate's study (lossless_sampled power), not a 2-document row
     rejection_verify=_rejection_verify,
 )

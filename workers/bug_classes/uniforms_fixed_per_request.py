@@ -47,6 +47,5 @@ CLASS = PlantedClass(
     "the rejection sampler's uniforms are the same at every step of a request (keyed by request and row)",
     sampled=True,
     spec_sampling="rejection",
-    in_matrix=False,  # its power is the sampled gate's study (lossless_sampled power), not a 2-document row
     rejection_verify=_rejection_verify,
 )
