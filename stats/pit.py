@@ -297,49 +297,84 @@ class WithinRequests:
     request_z: tuple[float, ...]
 
 
-def within_request_test(per_request: Sequence[np.ndarray]) -> WithinRequests:
+def within_request_test(
+    per_request: Sequence[np.ndarray], weights: Sequence[np.ndarray] | None = None
+) -> WithinRequests:
     """Draws that are each right but depend on each other inside a request (a random stream restarted at every
     step: its accept decisions become thresholds fixed per request) keep the pooled u uniform, so the tests on all
     u at once miss them; each request's own u then centre away from 1/2 by more than chance allows, which this sees.
     Valid under the null whatever the requests' lengths: u within a request are i.i.d. U(0, 1) (conditionally
     uniform given the past). The p-value matches the null's mean and variance with a scaled chi-square (E z_j^4 =
     3 - 1.2 / n_j: short requests have lighter tails than chi-square 1), and where that says under 0.05 with
-    fewer than MONTE_CARLO_MAX_POSITIONS positions, it is simulated exactly (it depends on the lengths alone)."""
-    sizes = [len(u) for u in per_request if len(u)]
-    request_z = [
-        exact_sum(math.sqrt(3) * (2 * np.asarray(u, dtype=np.float64) - 1)) / math.sqrt(len(u))
-        for u in per_request
-        if len(u)
+    fewer than MONTE_CARLO_MAX_POSITIONS positions, it is simulated exactly (it depends on the lengths alone).
+
+    `weights` (one array per request, beside its u): each position's component weighted, z_j = sum w sqrt(3)
+    (2u - 1) / sqrt(sum w^2), as `likelihood_weights` gives them: the positions where the emitted token's
+    probability can vary count, those where one token holds nearly all the mass (their u say nothing about the
+    sampler) do not; the within-request view of the likelihood test. The weights are set by the distributions
+    before each draw, so under the null each request's weighted sum is a martingale whose simulation at the run's
+    own weights is its null (E z_j^4 = 3 - 1.2 sum w^4 / (sum w^2)^2)."""
+    if weights is None:
+        weights = [np.ones(len(u)) for u in per_request]
+    pairs = [
+        (np.asarray(u, dtype=np.float64), np.asarray(w, dtype=np.float64))
+        for u, w in zip(per_request, weights, strict=True)
+        if len(u) and exact_sum(np.asarray(w, dtype=np.float64) ** 2) > 0
     ]
-    if not sizes:
+    if not pairs:
         return WithinRequests(0.0, 1.0, 0.0, 0, ())
+    w2 = [exact_sum(w * w) for _, w in pairs]
+    request_z = [exact_sum(w * math.sqrt(3) * (2 * u - 1)) / math.sqrt(s) for (u, w), s in zip(pairs, w2, strict=True)]
     statistic = math.fsum(z * z for z in request_z)
-    mean, variance = float(len(sizes)), math.fsum(2 - 1.2 / n for n in sizes)
+    # the effective number of positions, (sum w^2)^2 / sum w^4: n_j itself for equal weights
+    effective = [s * s / exact_sum(w**4) for (_, w), s in zip(pairs, w2, strict=True)]
+    mean, variance = float(len(pairs)), math.fsum(2 - 1.2 / n for n in effective)
     scale, dof = variance / (2 * mean), 2 * mean * mean / variance
     p = float(chi2.sf(statistic / scale, dof))
-    if p < MONTE_CARLO_ABOVE_P and sum(sizes) <= MONTE_CARLO_MAX_POSITIONS:
-        p = _within_monte_carlo_p(statistic, sorted(sizes))
+    if p < MONTE_CARLO_ABOVE_P and sum(len(u) for u, _ in pairs) <= MONTE_CARLO_MAX_POSITIONS:
+        # one order for the simulation whatever the documents' order: by length, then by the weights themselves
+        ordered = sorted((w for _, w in pairs), key=lambda w: (len(w), w.tolist()))
+        p = _within_monte_carlo_p(statistic, ordered)
     z = (statistic - mean) / math.sqrt(variance)
-    return WithinRequests(statistic, min(1.0, p), z, len(sizes), tuple(request_z))
+    return WithinRequests(statistic, min(1.0, p), z, len(pairs), tuple(request_z))
 
 
 MONTE_CARLO_MAX_POSITIONS = 200_000  # above it (hundreds of requests) the scaled chi-square stands
 
 
-def _within_monte_carlo_p(statistic: float, sizes: list[int]) -> float:
-    """The within-request statistic's exact null p-value for these request lengths (sorted: the same draws in any
-    document order), by simulation, seeded by the statistic as the smooth test's is."""
+def _within_monte_carlo_p(statistic: float, weights: list[np.ndarray]) -> float:
+    """The within-request statistic's exact null p-value for these requests (their lengths and weights, in a fixed
+    order: the same draws in any document order), by simulation, seeded by the statistic as the smooth test's is.
+    Equal weights seed as the unweighted test always did (the lengths alone)."""
+    sizes = [len(w) for w in weights]
     total = sum(sizes)
     replicates = min(MONTE_CARLO_REPLICATES, max(2_000, 60_000_000 // total))
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    root_n = np.sqrt(np.asarray(sizes, dtype=np.float64))
+    flat = np.concatenate(weights)
+    norm = np.sqrt(np.add.reduceat(flat * flat, starts))
     rng = np.random.default_rng([0x5EED, len(sizes), total, int.from_bytes(np.float64(statistic).tobytes(), "little")])
     exceed, chunk = 0, max(1, 4_000_000 // total)
     for done in range(0, replicates, chunk):
         k = min(chunk, replicates - done)
-        z = np.add.reduceat(math.sqrt(3) * (2 * rng.random((k, total)) - 1), starts, axis=1) / root_n
+        z = np.add.reduceat(flat * math.sqrt(3) * (2 * rng.random((k, total)) - 1), starts, axis=1) / norm
         exceed += int(((z * z).sum(axis=1) >= statistic).sum())
     return (1 + exceed) / (1 + replicates)
+
+
+def likelihood_weights(placements: Sequence[Placement]) -> np.ndarray:
+    """The weight of each PIT placement (in the order `randomized_pit` returns their u) in the weighted
+    within-request test: the standard deviation of the emitted token's probability there, sqrt(sum p^3 - (sum
+    p^2)^2), the likelihood test's own scale of a position (0 where unknown)."""
+    return np.array(
+        [
+            math.sqrt(max(p.sum_p3 - p.sum_p2 * p.sum_p2, 0.0))
+            if p.sum_p2 is not None and p.sum_p3 is not None
+            else 0.0
+            for p in placements
+            if p.in_pit
+        ],
+        dtype=np.float64,
+    )
 
 
 def tail_test(bounds: Sequence[float], observed: int) -> float:

@@ -1,6 +1,6 @@
 """The sampled lossless gate's seeded simulation: `python -m specdec_eval.studies.lossless_sampled MODE`.
 
-  null     false-FAIL rate on seeded clean runs (default 500) at the default run's size (10 documents x 256 tokens):
+  null     false-FAIL rate on seeded clean runs (default 500) at each run size asked (10 documents x 256 tokens):
            synthetic distributions (per position, logits = s * N(0, 1) over a 512-token vocabulary, s log-uniform
            in [0.5, 8], so positions range from near-uniform to one token holding nearly all the mass), tokens drawn
            from the plain sampler's distribution, judged exactly (the whole distribution known) and conservatively
@@ -23,7 +23,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -50,6 +50,7 @@ class Rate:
     runs: int
     p_values: tuple[float, ...] = ()  # each run's PIT p-value (the null: their calibration)
     within_fails: int = 0  # of the runs, those the within-request test failed
+    by_test: dict | None = None  # test -> the runs it failed (at its Bonferroni level)
 
     @property
     def value(self) -> float:
@@ -104,21 +105,47 @@ def null_rates(
     seed: int = 0,
     alpha: float = ALPHA,
     progress: Callable[[int], None] = lambda i: None,
+    first: int = 0,
 ) -> dict[str, Rate]:
-    """FAILs over `runs` seeded clean runs, judged exactly and from the top logprobs; each Rate also keeps the runs'
-    PIT p-values (their whole distribution must be U(0, 1), not only its 1 % tail)."""
+    """FAILs over `runs` seeded clean runs (numbered from `first`: several commands cover one long study), judged
+    exactly and from the top logprobs; each Rate also keeps the runs' PIT p-values (their whole distribution must be
+    U(0, 1), not only its 1 % tail) and, per test, how many runs it failed at its Bonferroni level."""
     fails = {"exact": 0, "top": 0}
-    within = {"exact": 0, "top": 0}  # FAILs the within-request test gave (whatever the others said)
+    by_test: dict[str, dict[str, int]] = {"exact": {}, "top": {}}
     p_values: dict[str, list[float]] = {"exact": [], "top": []}
-    for r in range(runs):
+    for r in range(first, first + runs):
         rng = torch.Generator().manual_seed(seed * 1_000_003 + r)
         for basis, samples in zip(("exact", "top"), synthetic_run(rng, docs, tokens, vocab, params), strict=True):
             result = judge_sampled(samples, vocab, alpha=alpha, seed=r)
             fails[basis] += result.failed
-            within[basis] += result.numbers["within_requests"]["p"] < result.numbers["level"]
+            for test in failed_tests(result.numbers):
+                by_test[basis][test] = by_test[basis].get(test, 0) + 1
             p_values[basis].append(result.numbers["pit"]["p"])
-        progress(r + 1)
-    return {basis: Rate(n, runs, tuple(p_values[basis]), within[basis]) for basis, n in fails.items()}
+        progress(r + 1 - first)
+    return {
+        basis: Rate(n, runs, tuple(p_values[basis]), by_test[basis].get("within_requests", 0), by_test[basis])
+        for basis, n in fails.items()
+    }
+
+
+def failed_tests(numbers: dict) -> list[str]:
+    """The tests a verdict's numbers fail at its level (each by its own Bonferroni share), and `support` for a
+    token outside the sampling support."""
+    level = numbers["level"]
+    tests = {
+        "pit": numbers["pit"]["p"],
+        "likelihood": numbers["likelihood"]["p"],
+        "within_requests": numbers["within_requests"]["p"],
+        "within_requests_weighted": numbers["within_requests_weighted"]["p"],
+        "tail": (numbers.get("tail_test") or {}).get("p", 1.0),
+    }
+    draws = numbers.get("rejection_draws")
+    if draws:
+        tests.update(residual=draws["residual_p"], accepts=draws["accept_p"], accepts_within=draws["accepts_within_p"])
+    out = [name for name, p in tests.items() if p < level]
+    if numbers["num_violations"]:
+        out.append("support")
+    return out
 
 
 # --- power: the bank of real verify steps ---------------------------------------------------------------------------
@@ -137,18 +164,27 @@ def power_rates(
     seed: int = 0,
     alpha: float = ALPHA,
     progress: Callable[[str, int], None] = lambda c, i: None,
+    blind: bool = True,
 ) -> dict[str, dict]:
     """Per class: FAILs over `replicates` replays of the bank, and what caught them (`within_only`: FAILs the
-    within-request test alone would give, every other test passing)."""
+    within-request test alone would give, every other test passing). Each replay is judged twice: with the drafts
+    known (our engine: the direct tests of the accept decisions and of the draws after a rejection) and from the
+    outputs alone (an endpoint's view, `outputs_only`; not with `blind` False)."""
     from .verify_bank import _Views, replay
 
     views = _Views(steps, params)
     out = {}
     for name in classes:
         fails, by_support, p_values, z_values, within_p, within_only, positions = 0, 0, [], [], [], 0, 0
+        outputs_only, direct = 0, 0
         for r in range(replicates):
             samples = replay(steps, params, class_rule(name), seed * 1_000_003 + r, views)
             result = judge_sampled(samples, vocab, alpha=alpha, seed=r)
+            if blind:
+                outputs_only += judge_sampled(
+                    [replace(s, drafts=None) for s in samples], vocab, alpha=alpha, seed=r
+                ).failed
+            direct += result.failed and _direct_tests_fail(result.numbers)
             fails += result.failed
             by_support += result.numbers["num_violations"] > 0
             p_values.append(result.numbers["pit"]["p"])
@@ -165,8 +201,21 @@ def power_rates(
             "median_within_p": float(np.median(within_p)),
             "within_only": within_only,
             "positions": positions,
+            "outputs_only": Rate(outputs_only, replicates),
+            "direct": direct,
         }
     return out
+
+
+def _direct_tests_fail(numbers: dict) -> bool:
+    """Whether the direct tests of the rejection sampler's draws (drafts known) FAIL a verdict on their own."""
+    draws = numbers.get("rejection_draws")
+    if not draws:
+        return False
+    level = numbers["level"]
+    return (
+        draws["outside_residual"] > 0 or min(draws["residual_p"], draws["accept_p"], draws["accepts_within_p"]) < level
+    )
 
 
 def _fails_without_within(numbers: dict) -> bool:
@@ -174,6 +223,9 @@ def _fails_without_within(numbers: dict) -> bool:
     the scoring, or a distribution test below the level."""
     level = numbers["level"]
     tests = [numbers["pit"]["p"], numbers["likelihood"]["p"], (numbers.get("tail_test") or {}).get("p", 1.0)]
+    tests.append(numbers["within_requests_weighted"]["p"])
+    if _direct_tests_fail(numbers):
+        return True
     return numbers["num_violations"] > 0 or (numbers.get("target") or {}).get("num_beyond", 0) > 0 or min(tests) < level
 
 
@@ -191,33 +243,58 @@ def _progress(label: str, total: int) -> Callable[[int], None]:
 
 
 def _null(args) -> dict:
+    """Per run size and configuration: the gate's false-FAIL rate with its Clopper-Pearson interval, pooled over
+    both bases (exact, top logprobs) and each basis alone, and which tests failed."""
     figures = {}
     print(
-        f"null: {args.runs} clean runs x {args.docs} documents x {args.tokens} tokens, vocabulary {args.vocab}, "
-        f"alpha {args.alpha}"
+        f"null: runs {args.first}..{args.first + args.runs - 1} (seed {args.seed}), {args.tokens} tokens a document, "
+        f"vocabulary {args.vocab}, alpha {args.alpha}; per size: both configurations x both bases"
     )
-    for config, params in CONFIGS.items():
-        rates = null_rates(
-            args.runs, args.docs, args.tokens, args.vocab, params, args.seed, args.alpha, _progress(config, args.runs)
-        )
-        for basis, rate in rates.items():
-            label = f"{config}, {'exact' if basis == 'exact' else f'top-{TOP_LOGPROBS} logprobs'}"
-            calibration = float(kstest(rate.p_values, "uniform").pvalue)
-            below = float(np.mean(np.array(rate.p_values) < 0.05))
-            print(
-                f"  {label:45s} false FAIL {rate}, {rate.within_fails} of them by the within-request test; PIT "
-                f"p < 0.05 in {below:.3f} of runs; the runs' PIT p-values against U(0, 1): KS p = "
-                f"{calibration:.2f}"
+    for docs in args.docs:
+        fails, judged, by_test = 0, 0, {}
+        for config, params in CONFIGS.items():
+            if args.config and config != args.config:
+                continue
+            rates = null_rates(
+                args.runs,
+                docs,
+                args.tokens,
+                args.vocab,
+                params,
+                args.seed,
+                args.alpha,
+                _progress(f"{docs} documents, {config}", args.runs),
+                args.first,
             )
-            figures[label] = {
-                "fails": rate.fails,
-                "runs": rate.runs,
-                "rate": rate.value,
-                "ci95": rate.interval(),
-                "within_fails": rate.within_fails,
-                "p_below_0.05": below,
-                "p_values_ks": calibration,
-            }
+            for basis, rate in rates.items():
+                label = f"{config}, {'exact' if basis == 'exact' else f'top-{TOP_LOGPROBS} logprobs'}"
+                calibration = float(kstest(rate.p_values, "uniform").pvalue)
+                tests = ", ".join(f"{t} {n}" for t, n in sorted((rate.by_test or {}).items())) or "none"
+                print(
+                    f"  {docs:4d} documents  {label:45s} false FAIL {rate}; failed tests: {tests}; the runs' PIT "
+                    f"p-values against U(0, 1): KS p = {calibration:.2f}"
+                )
+                fails, judged = fails + rate.fails, judged + rate.runs
+                for t, n in (rate.by_test or {}).items():
+                    by_test[t] = by_test.get(t, 0) + n
+                figures[f"{docs} documents, {label}"] = {
+                    "fails": rate.fails,
+                    "runs": rate.runs,
+                    "rate": rate.value,
+                    "ci95": rate.interval(),
+                    "by_test": rate.by_test,
+                    "p_values_ks": calibration,
+                }
+        pooled = Rate(fails, judged)
+        tests = ", ".join(f"{t} {n}" for t, n in sorted(by_test.items())) or "none"
+        print(f"  {docs:4d} documents  ALL: false FAIL {pooled} against alpha {args.alpha}; failed tests: {tests}")
+        figures[f"{docs} documents"] = {
+            "fails": fails,
+            "judgments": judged,
+            "rate": pooled.value,
+            "ci95": pooled.interval(),
+            "by_test": by_test,
+        }
     return figures
 
 
@@ -266,7 +343,8 @@ def _power(args) -> dict:
                 f"  {config:26s} {name:24s} {what} {r['rate']}; {r['positions']} positions, support violations in "
                 f"{r['support_violations_in']} runs, median PIT p {r['median_pit_p']:.2g}, median likelihood z "
                 f"{r['median_likelihood_z']:+.1f}, median within-request p {r['median_within_p']:.2g}, FAILs only "
-                f"the within-request test saw {r['within_only']}"
+                f"the within-request test saw {r['within_only']}, by the direct tests {r['direct']}; from the outputs "
+                f"alone (drafts unknown) FAIL {r['outputs_only']}"
                 + ("  (changes nothing at this configuration: it does not fire)" if idle else "")
             )
             figures[f"{config}, {name}"] = {
@@ -279,6 +357,8 @@ def _power(args) -> dict:
                 "median_within_p": r["median_within_p"],
                 "within_only": r["within_only"],
                 "positions": r["positions"],
+                "direct": r["direct"],
+                "outputs_only": r["outputs_only"].fails,
             }
     return figures
 
@@ -289,7 +369,7 @@ def _smooth(args) -> dict:
     from ..stats.pit import smooth_test
 
     rng = np.random.default_rng(args.seed)
-    levels = (0.05, 0.01, 0.005, 0.01 / 3)
+    levels = (0.05, 0.01, 0.005, args.alpha / 3, args.alpha / 5, args.alpha / 8)  # the Bonferroni shares
     figures = {}
     for n in args.n:
         below = dict.fromkeys(levels, 0)
@@ -337,7 +417,9 @@ def main(argv: list[str] | None = None) -> None:
     modes = parser.add_subparsers(dest="mode", required=True)
     null = modes.add_parser("null", help="false-FAIL rate on seeded clean synthetic runs")
     null.add_argument("--runs", type=int, default=500)
-    null.add_argument("--docs", type=int, default=10)
+    null.add_argument("--first", type=int, default=0, help="number of the first run (split a study over commands)")
+    null.add_argument("--docs", type=int, nargs="+", default=[10], help="run sizes (documents per run)")
+    null.add_argument("--config", choices=list(CONFIGS), default=None, help="only this sampling configuration")
     null.add_argument("--tokens", type=int, default=256)
     null.add_argument("--vocab", type=int, default=512)
     power = modes.add_parser("power", help="FAIL rate per sampled bug class on a bank of real verify steps")

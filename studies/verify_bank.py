@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..evals.lossless.sampled import SampledSample
+from ..stats.rejection_draws import DraftVerdict, residual_placement
 from ..workers.config import EngineConfig, SamplingParams, SpecConfig
 from ..workers.interface import SampledPosition, ScoredOutput
 from ..workers.planted.rejection import RejectionRule, ruled_rejection_verify
@@ -123,21 +124,47 @@ class _Views:
 
 
 def replay(
-    steps: Sequence[BankStep], params: SamplingParams, rule: RejectionRule, seed: int, views: _Views | None = None
+    steps: Sequence[BankStep],
+    params: SamplingParams,
+    rule: RejectionRule,
+    seed: int,
+    views: _Views | None = None,
+    drafts_known: bool = True,
 ) -> list[SampledSample]:
     """One simulated run: every step verified again by the rejection sampler with `rule`, each document with its own
-    stream; the emitted tokens placed exactly in the plain sampling distribution of their rows."""
+    stream; the emitted tokens placed exactly in the plain sampling distribution of their rows, and (`drafts_known`,
+    our engine's view) each verified draft's accept decision and, at a rejection, the emitted token's place in the
+    residual (the drafts are one-hot: accepted with probability p(d), the residual is p without d)."""
     views = views or _Views(steps, params)
     streams: dict[int, torch.Generator] = {}
-    placed: dict[int, tuple[list[int], list[SampledPosition]]] = {}
+    placed: dict[int, tuple[list[int], list[SampledPosition], list[DraftVerdict]]] = {}
     for i, step in enumerate(steps):
         stream = streams.setdefault(step.doc, request_stream(seed * 100_003 + step.doc))
         emitted = ruled_rejection_verify(torch.from_numpy(step.logits), list(step.drafts), params, stream, None, rule)
-        tokens, positions = placed.setdefault(step.doc, ([], []))
+        tokens, positions, verdicts = placed.setdefault(step.doc, ([], [], []))
         for row, token in enumerate(emitted):
             tokens.append(int(step.ids[token]))
             positions.append(views.position(i, row, token))
+        verdicts.extend(draft_verdicts(views.prob[i], step.drafts, emitted))
     return [
-        SampledSample(doc, tokens, params, ScoredOutput([0.0] * len(tokens), [[] for _ in tokens], positions))
-        for doc, (tokens, positions) in sorted(placed.items())
+        SampledSample(
+            doc,
+            tokens,
+            params,
+            ScoredOutput([0.0] * len(tokens), [[] for _ in tokens], positions),
+            drafts=verdicts if drafts_known else None,
+        )
+        for doc, (tokens, positions, verdicts) in sorted(placed.items())
     ]
+
+
+def draft_verdicts(probs: np.ndarray, drafts: Sequence[int], emitted: Sequence[int]) -> list[DraftVerdict]:
+    """What one verify step says about its one-hot drafts: `emitted` is the accepted drafts, then the token at the
+    first rejection (or the bonus token after all were accepted); probs [K+1, V] the plain sampling distributions."""
+    accepted = len(emitted) - 1
+    out = [DraftVerdict(float(probs[row, d]), True) for row, d in enumerate(drafts[:accepted])]
+    if accepted < len(drafts):
+        d = drafts[accepted]
+        placed = residual_placement(probs[accepted], d, emitted[-1])
+        out.append(DraftVerdict(float(probs[accepted, d]), False, placed))
+    return out

@@ -10,7 +10,10 @@ teacher forcing (`InferenceEngine.score_outputs`, one prefill-shaped pass per ou
    i.i.d. U(0, 1) under the null, with Neyman's smooth test, and by the likelihood test (the emitted tokens'
    probabilities against their expectation: the sharper one where a sampler over- or under-draws the likely tokens),
    and within each request (draws each right alone but dependent inside a request: a stream restarted per step),
-   Bonferroni over the tests at `alpha`; and any token outside the sampling support by more than the logit noise (a
+   plain and weighted by the likelihood's scale of each position; where the run knows its drafts (`drafts` of a
+   sample), the rejection sampler's own draws directly (`stats.rejection_draws`: the accept decisions, over the run
+   and within each request, and the tokens emitted at rejections against the residual); Bonferroni over the tests
+   at `alpha`; and any token outside the sampling support by more than the logit noise (a
    top-k / top-p violation) FAILs outright. Exact where the baseline had the whole
    distribution (our engine, in process); conservative where it returned only the top logprobs (an endpoint),
    which the verdict says.
@@ -39,12 +42,14 @@ from ...stats.pit import (
     exact_placement,
     histogram,
     likelihood_test,
+    likelihood_weights,
     randomized_pit,
     smooth_test,
     tail_test,
     topk_placement,
     within_request_test,
 )
+from ...stats.rejection_draws import DraftVerdict, rejection_draws_test
 from ...workers.config import MAX_LOGPROBS, SamplingParams
 from ...workers.engine.teacher_forcing import DEFAULT_SUPPORT_NOISE
 from ...workers.interface import GenerationOutput, InferenceEngine, ScoredOutput, ScoreRequest
@@ -68,6 +73,9 @@ class SampledSample:
     sampling: SamplingParams
     scored: ScoredOutput
     reported: Sequence[Sequence[Any]] | None = None
+    # where the run knows its drafts: each verified draft's accept probability and decision and, at a rejection,
+    # the emitted token's place in the residual (`stats.rejection_draws`); None where unknown
+    drafts: Sequence[DraftVerdict] | None = None
 
 
 def score_requests(outputs: Sequence[GenerationOutput], sampling: Sequence[SamplingParams]) -> list[ScoreRequest]:
@@ -131,6 +139,8 @@ def judge_sampled(
             continue
         placements = place(sample, vocab_size, support_noise)
         fidelity.add(sample.doc_id, sample.token_ids, placements, _doc_rng(seed, sample.doc_id))
+        if sample.drafts is not None:
+            fidelity.drafts.append((sample.doc_id, list(sample.drafts), _doc_rng(seed, sample.doc_id, "drafts")))
         if sample.reported is not None:
             target.add(sample.doc_id, sample.reported, sample.scored.logprobs)
     return _verdict(fidelity, target, errors, alpha, reasons)
@@ -167,11 +177,15 @@ def place(sample: SampledSample, vocab_size: int, support_noise: float) -> list[
     ]
 
 
-def _doc_rng(seed: int, doc_id: Any) -> np.random.Generator:
+def _doc_rng(seed: int, doc_id: Any, use: str = "") -> np.random.Generator:
     """The PIT's own uniforms for one document: seeded by the gate's seed and the document, so a verdict is
-    reproducible and does not depend on the order documents come in."""
+    reproducible and does not depend on the order documents come in (`use`: another stream of the same document,
+    the residual PIT's)."""
     digest = hashlib.blake2b(repr(doc_id).encode(), digest_size=8).digest()
-    return np.random.default_rng([seed, int.from_bytes(digest, "little")])
+    key = [seed, int.from_bytes(digest, "little")]
+    if use:
+        key.append(int.from_bytes(hashlib.blake2b(use.encode(), digest_size=4).digest(), "little"))
+    return np.random.default_rng(key)
 
 
 class _Fidelity:
@@ -179,6 +193,8 @@ class _Fidelity:
 
     def __init__(self) -> None:
         self.u: list[np.ndarray] = []  # per document, in the order they were added
+        self.weights: list[np.ndarray] = []  # each u's weight in the weighted within-request test
+        self.drafts: list[tuple[Any, list[DraftVerdict], np.random.Generator]] = []  # where the drafts are known
         self.doc_ids: list[Any] = []
         self.kinds: dict[str, int] = {"exact": 0, "conditional": 0, "edge": 0, "tail": 0, "out": 0, "unknown": 0}
         self.violations: list[dict[str, Any]] = []
@@ -189,6 +205,7 @@ class _Fidelity:
     def add(self, doc_id: Any, tokens: Sequence[int], placements: list[Placement], rng: np.random.Generator) -> None:
         self.documents += 1
         self.u.append(randomized_pit(placements, rng))
+        self.weights.append(likelihood_weights(placements))
         self.doc_ids.append(doc_id)
         self.placed.extend(placements)
         for position, (token, p) in enumerate(zip(tokens, placements, strict=True)):
@@ -238,7 +255,17 @@ def _verdict(
     uniformity = smooth_test(u)
     likelihood = likelihood_test(fidelity.placed)
     within = within_request_test(fidelity.u)
-    tests = {"pit": uniformity.p_value, "likelihood": likelihood.p_value, "within_requests": within.p_value}
+    weighted = within_request_test(fidelity.u, fidelity.weights)
+    tests = {
+        "pit": uniformity.p_value,
+        "likelihood": likelihood.p_value,
+        "within_requests": within.p_value,
+        "within_requests_weighted": weighted.p_value,
+    }
+    draws = None
+    if fidelity.drafts:
+        draws = rejection_draws_test([d for _, d, _ in fidelity.drafts], [rng for _, _, rng in fidelity.drafts])
+        tests.update(draws.p_values())
     tail = None
     if fidelity.tail_bounds:
         expected = math.fsum(fidelity.tail_bounds)
@@ -274,12 +301,22 @@ def _verdict(
             "positions": likelihood.n,
         },
         "within_requests": _within_numbers(within, fidelity),
+        "within_requests_weighted": {
+            "test": "per-request PIT means, each position weighted by the sd of its token's probability (the "
+            "likelihood's scale: near-sure positions do not count), against independent draws",
+            "statistic": round(weighted.statistic, 4),
+            "p": weighted.p_value,
+            "z": round(weighted.z, 3),
+            "requests": weighted.requests,
+        },
         "pit_histogram": histogram(u, PIT_BINS),
         "num_violations": len(fidelity.violations),
         "violations": fidelity.violations[:SHOWN_VIOLATIONS],
     }
     if tail is not None:
         numbers["tail_test"] = tail
+    if draws is not None:
+        numbers["rejection_draws"] = _draws_numbers(draws)
     if target.tokens:
         numbers["target"] = {
             "tokens": target.tokens,
@@ -298,7 +335,8 @@ def _verdict(
             f"{len(fidelity.violations)} token(s) outside the sampling support (top-k / top-p), the first "
             f"at doc {first['doc_id']} position {first['position']}"
         )
-    if min(p for test, p in tests.items() if test != "within_requests") < level:
+    output_tests = ("pit", "likelihood", "tail")
+    if min(p for test, p in tests.items() if test in output_tests) < level:
         failures.append(
             "the emitted tokens are not draws from the target's sampling distribution" + _direction(likelihood, level)
         )
@@ -309,6 +347,14 @@ def _verdict(
             f"{within.statistic / within.requests:.2f} x as far as independent draws' (most off: doc "
             f"{off['doc_id']}, mean u {off['mean_u']:.3f} over {off['positions']} positions)"
         )
+    if weighted.p_value < level:
+        failures.append(
+            f"the draws within a request are not independent: weighted by how much each position's token "
+            f"probability can vary, the requests' PIT means spread {weighted.statistic / weighted.requests:.2f} x as "
+            f"far as independent draws'"
+        )
+    if draws is not None:
+        failures.extend(_draws_failures(draws, level))
     if target.beyond:
         first = target.beyond[0]
         failures.append(
@@ -316,7 +362,7 @@ def _verdict(
             f"{target.tolerance:g} nats (first: doc {first['doc_id']} position {first['position']}, "
             f"{first['diff']:g})"
         )
-    basis = _basis(u, kinds, uniformity.p_value, likelihood, within, tail, fidelity, target, level, len(tests))
+    basis = _basis(u, kinds, uniformity.p_value, likelihood, (within, weighted), tail, draws, fidelity, target, level)
     reason = f"{basis}: " + "; ".join(failures) if failures else basis
     return GateResult(FAIL if failures else PASS, reason, numbers)
 
@@ -345,6 +391,52 @@ def _direction(likelihood, level: float) -> str:
     return " (the likely tokens under-drawn: a sampler too flat)"
 
 
+def _draws_numbers(draws) -> dict[str, Any]:
+    """The direct tests of the rejection sampler's draws, as the record keeps them."""
+    return {
+        "test": "the drafts' accept decisions against min(1, p/q) (over the run, and each request's own) and the "
+        "tokens emitted at rejections against the residual norm(max(0, p - q)) (randomized PIT, smooth test)",
+        "rejections": draws.rejections,
+        "outside_residual": draws.outside_residual,
+        "residual_p": draws.residual_p,
+        "residual_components": [round(c, 3) for c in draws.residual_components],
+        "accepts": draws.accepts,
+        "accept_z": round(draws.accept_z, 3),
+        "accept_p": draws.accept_p,
+        "accepts_within_statistic": round(draws.within_statistic, 4),
+        "accepts_within_p": draws.within_p,
+        "requests": draws.requests,
+    }
+
+
+def _draws_failures(draws, level: float) -> list[str]:
+    """What the direct tests of the rejection sampler say, one line each where they FAIL."""
+    out = []
+    if draws.outside_residual:
+        out.append(
+            f"{draws.outside_residual} token(s) emitted at a rejection have probability 0 in the residual (the "
+            f"rejected draft emitted again)"
+        )
+    if draws.residual_p < level:
+        side = "likely" if draws.residual_components[0] < 0 else "unlikely"
+        out.append(
+            f"the tokens emitted at rejections are not draws from the residual distribution (p = "
+            f"{_p(draws.residual_p)}, its {side} tokens over-drawn)"
+        )
+    if draws.accept_p < level:
+        out.append(
+            f"the drafts are accepted {'more' if draws.accept_z > 0 else 'less'} often than min(1, p/q) says "
+            f"(z = {draws.accept_z:+.2f})"
+        )
+    if draws.within_p < level:
+        out.append(
+            f"the accept decisions within a request are not independent: the requests' accept rates spread "
+            f"{draws.within_statistic / max(draws.requests, 1):.2f} x as far as independent decisions' (p = "
+            f"{_p(draws.within_p)})"
+        )
+    return out
+
+
 def _within_numbers(within, fidelity: _Fidelity) -> dict[str, Any]:
     """The within-request test's record: its statistic against its null, and the request whose u sit furthest
     from 1/2 (ties broken by document id, so the same one in any document order)."""
@@ -369,8 +461,10 @@ def _within_numbers(within, fidelity: _Fidelity) -> dict[str, Any]:
     return record
 
 
-def _basis(u, kinds, pit_p, likelihood, within, tail, fidelity, target, level, num_tests) -> str:
-    """The verdict's basis in one line: how many positions, on what footing, which tests, what they said."""
+def _basis(u, kinds, pit_p, likelihood, withins, tail, draws, fidelity, target, level) -> str:
+    """The verdict's basis in one line: how many positions, on what footing, which tests, what they said (`withins`:
+    the within-request test and its weighted form; `draws`: the direct tests where the drafts are known)."""
+    within, weighted = withins
     if kinds["conditional"] or kinds["tail"]:
         left_out = kinds["edge"] + kinds["tail"] + kinds["unknown"]
         footing = (
@@ -384,14 +478,18 @@ def _basis(u, kinds, pit_p, likelihood, within, tail, fidelity, target, level, n
     parts = [
         f"sampled: {len(u):,} positions ({footing}), PIT uniformity p = {_p(pit_p)}, likelihood "
         f"z = {likelihood.z:+.2f} (p = {_p(likelihood.p_value)}), within requests "
-        f"p = {_p(within.p_value)}"
+        f"p = {_p(within.p_value)} (weighted p = {_p(weighted.p_value)})"
     ]
+    if draws is not None:
+        parts.append(
+            f"{draws.rejections:,} rejections (residual p = {_p(draws.residual_p)}), {draws.accepts:,} accept "
+            f"decisions (z = {draws.accept_z:+.2f}, within requests p = {_p(draws.within_p)})"
+        )
     if tail is not None:
         parts.append(
             f"tail draws {tail['observed']} of at most {tail['expected_at_most']:.1f} expected (p = {_p(tail['p'])})"
         )
-    if num_tests > 1:
-        parts.append(f"each test at {level:g}")
+    parts.append(f"each test at {level:g}")
     parts.append(f"{len(fidelity.violations)} support violation(s)" if fidelity.violations else "no support violation")
     text = ", ".join(parts)
     if target.tokens:

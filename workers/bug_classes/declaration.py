@@ -15,6 +15,10 @@ CATCHERS = ("accuracy", "lossless", "acceptance", "paired_acceptance", "events")
 # An edit of one engine step's verified tokens: (scheduled items, the step's logits, emitted tokens per item, the
 # fault injector, the engine step) -> emitted tokens. It asks `faults.due(name, step)` before it changes anything.
 AfterVerify = Callable[[Any, Any, "list[list[int]]", Any, int], "list[list[int]]"]
+# A sampled class's own rejection verification of one request, in place of the textbook one: (its rows of logits
+# [K+1, V], its drafts, its SamplingParams, its random stream, q [K, V] or None) -> the emitted tokens. The planted
+# verifier runs it where the class is asked and the request verifies drafts by rejection sampling.
+RejectionVerify = Callable[[Any, "list[int]", Any, Any, Any], "list[int]"]
 
 
 @dataclass(frozen=True)
@@ -26,8 +30,9 @@ class PlantedClass:
     > 0 (its selftest run samples). spec_sampling: the spec sampler it lives in ("coupled", or "rejection": run only
     when asked). recurring: a code bug fires every time its path is reached (False: once, or xCOUNT). in_matrix: a
     row of `selftest --mutants` (False: a class its tests judge elsewhere). after_verify: its code, for a class
-    declared in its own module (`AfterVerify`). planted_at: for a class planted in a peer engine, where in that
-    engine's code."""
+    declared in its own module (`AfterVerify`). rejection_verify: its code, for a class of the rejection sampler
+    declared in its own module (`RejectionVerify`; acts_in then names "rejection_sampler"). planted_at: for a class
+    planted in a peer engine, where in that engine's code."""
 
     name: str
     acts_in: tuple[str, ...]
@@ -38,6 +43,7 @@ class PlantedClass:
     recurring: bool = True
     in_matrix: bool = True
     after_verify: AfterVerify | None = None
+    rejection_verify: RejectionVerify | None = None
     planted_at: str = ""  # a peer engine's class (`vllm`): the code point of that engine it is planted at
 
     def __post_init__(self) -> None:
@@ -46,3 +52,5 @@ class PlantedClass:
             raise ValueError(f"planted class {self.name}: acts_in must be among {', '.join(WHERE)}, not {unknown}")
         if self.catcher not in CATCHERS:
             raise ValueError(f"planted class {self.name}: catcher must be one of {', '.join(CATCHERS)}")
+        if self.rejection_verify is not None and "rejection_sampler" not in self.acts_in:
+            raise ValueError(f"planted class {self.name}: a rejection_verify acts in the rejection_sampler")

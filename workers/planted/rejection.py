@@ -9,6 +9,7 @@ of the textbook one. Each is invisible to any greedy check and caught by the sam
   accept_neighbour_row    the accept test of draft i reads row i + 1's probability of it
   restart_stream          the request's random stream restarts from its seed at every verification step: each draw
                           is distributed right alone while a request's accept decisions become fixed thresholds
+  a class of its own      its module's `rejection_verify` (`bug_classes`), in place of the textbook verification
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from .. import bug_classes
 from ..config import SamplingParams
 from ..sampling.keyed import filter_logits, target_probs
 from ..sampling.rejection import residual, sample_from, uniform
@@ -34,6 +36,7 @@ class RejectionRule:
     swapped_filter_order: bool = False  # spec_filter_order
     accept_row_offset: int = 0  # accept_neighbour_row: 1
     restart_stream: bool = False  # restart_stream
+    own: str | None = None  # a class declared in its own module with a `rejection_verify`: its name
 
 
 CORRECT = RejectionRule()
@@ -48,7 +51,13 @@ def planted_rule(points: Sequence[str]) -> RejectionRule:
         swapped_filter_order="spec_filter_order" in points,
         accept_row_offset=int("accept_neighbour_row" in points),
         restart_stream="restart_stream" in points,
+        own=next((p for p in points if _own_verify(p) is not None), None),
     )
+
+
+def _own_verify(point: str):
+    declared = bug_classes.BY_NAME.get(point)
+    return declared.rejection_verify if declared is not None else None
 
 
 def can_change(point: str, params: SamplingParams) -> bool:
@@ -71,6 +80,8 @@ def ruled_rejection_verify(
 ) -> list[int]:
     """Rejection sampling as the clean sampler does it, with `rule`'s bugs planted (CORRECT: the same tokens as the
     clean sampler from the same stream)."""
+    if rule.own is not None:
+        return _own_verify(rule.own)(logits, drafts, params, stream, draft_probs)
     rows = logits.float().cpu()
     if rule.restart_stream:  # every step then reads the same numbers: each draw right alone, none independent
         stream.manual_seed(stream.initial_seed())

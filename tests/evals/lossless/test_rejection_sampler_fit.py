@@ -21,6 +21,8 @@ CAUGHT_ON = {
     "spec_filter_order": "one-hot, top-k 2 top-p 0.5",
     "accept_neighbour_row": "one-hot, T=1",
     "restart_stream": "one-hot, T=1",
+    "recovered_residual_argmax": "one-hot, T=1",
+    "uniforms_fixed_per_request": "one-hot, T=1",
 }
 
 

@@ -196,7 +196,16 @@ def test_nothing_sampled_is_no_gate_and_scoring_errors_are_named():
     assert result.numbers["score_error_reasons"] == [{"reason": "HTTP 500", "doc_ids": [3]}]
 
 
-ORDER_FREE_NUMBERS = ("pit", "likelihood", "within_requests", "tail_test", "positions", "placements", "pit_histogram")
+ORDER_FREE_NUMBERS = (
+    "pit",
+    "likelihood",
+    "within_requests",
+    "within_requests_weighted",
+    "tail_test",
+    "positions",
+    "placements",
+    "pit_histogram",
+)
 
 
 @pytest.mark.parametrize("scoring", ["exact", "top"])
@@ -295,3 +304,41 @@ def test_the_within_request_test_keeps_its_level_and_is_an_exact_sum():
     forward, backward = within_request_test(requests), within_request_test(requests[::-1])
     assert (forward.statistic, forward.p_value) == (backward.statistic, backward.p_value)
     assert within_request_test([]).p_value == 1.0
+
+
+def _drafts(rng: np.random.Generator, steps: int, greedy_residual: bool) -> list:
+    """One request's verified one-hot drafts on random rows (vocabulary 30): accepted with probability p(d); at a
+    rejection a draw from the residual, or (`greedy_residual`) its argmax."""
+    from specdec_eval.stats.rejection_draws import DraftVerdict, residual_placement
+
+    out = []
+    for _ in range(steps):
+        p = rng.dirichlet(np.full(30, 0.3))
+        d = int(p.argmax())
+        if rng.random() < p[d]:
+            out.append(DraftVerdict(float(p[d]), True))
+            continue
+        rest = p.copy()
+        rest[d] = 0
+        token = int(rest.argmax()) if greedy_residual else int(rng.choice(30, p=rest / rest.sum()))
+        out.append(DraftVerdict(float(p[d]), False, residual_placement(p, d, token)))
+    return out
+
+
+def test_where_the_drafts_are_known_the_gate_fails_draws_after_a_rejection_off_the_residual():
+    """Outputs right (a clean synthetic run) and drafts recorded: the direct tests join the verdict; a greedy draw
+    at every rejection FAILs it by the residual test alone, named; clean draws PASS."""
+    exact, _ = synthetic_run(torch.Generator().manual_seed(3), 6, 128, 300, T07)
+    rng = np.random.default_rng(1)
+    clean = judge_sampled(_samples(exact, drafts=None), 300, seed=1)
+    with_drafts = [
+        SampledSample(s.doc_id, s.token_ids, s.sampling, s.scored, None, _drafts(rng, 60, False)) for s in exact
+    ]
+    result = judge_sampled(with_drafts, 300, seed=1)
+    assert result.verdict == "PASS" and "rejections (residual p = " in result.reason
+    assert result.numbers["level"] < clean.numbers["level"]  # three more tests in the Bonferroni
+    greedy = [SampledSample(s.doc_id, s.token_ids, s.sampling, s.scored, None, _drafts(rng, 60, True)) for s in exact]
+    failed = judge_sampled(greedy, 300, seed=1)
+    assert failed.verdict == "FAIL" and failed.numbers["rejection_draws"]["residual_p"] < failed.numbers["level"]
+    assert "not draws from the residual distribution" in failed.reason
+    assert "not draws from the target's sampling distribution" not in failed.reason

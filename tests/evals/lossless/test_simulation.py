@@ -41,11 +41,25 @@ def bank():
 
 
 def test_every_sampled_class_fails_and_the_unmutated_sampler_passes_on_a_replayed_bank(bank):
-    rates = power_rates(bank, FILTERED, ["unmutated", *REJECTION_POINTS], replicates=4, vocab=64, seed=2)
+    rates = power_rates(bank, FILTERED, ["unmutated", *REJECTION_POINTS], replicates=4, vocab=64, seed=2, blind=False)
     assert rates["unmutated"]["rate"].fails == 0
     for name in REJECTION_POINTS:
         assert rates[name]["rate"].fails == 4, (name, rates[name])
     assert rates["spec_filter_order"]["support_violations_in"] == 4  # caught by the support, not by luck
+
+
+@pytest.mark.slow
+def test_the_direct_tests_see_the_draws_after_a_rejection_and_uniforms_fixed_per_request(bank):
+    """Where the run knows its drafts, the direct tests of the rejection sampler FAIL the two classes they exist for
+    on their own (the residual's argmax after a rejection; the same uniforms at every step of a request), and the
+    unmutated sampler passes them."""
+    classes = ["unmutated", "recovered_residual_argmax", "uniforms_fixed_per_request"]
+    rates = power_rates(bank, FILTERED, classes, replicates=2, vocab=64, seed=3, blind=False)
+    assert rates["unmutated"]["rate"].fails == 0 and rates["unmutated"]["direct"] == 0
+    assert rates["recovered_residual_argmax"]["direct"] == 2
+    assert rates["uniforms_fixed_per_request"]["direct"] == 2
+    samples = replay(bank, FILTERED, CORRECT, seed=0)
+    assert all(s.drafts for s in samples) and replay(bank, FILTERED, CORRECT, 0, drafts_known=False)[0].drafts is None
 
 
 def test_a_replay_places_every_emitted_token_and_the_bank_round_trips(bank, tmp_path):
