@@ -15,10 +15,12 @@ CATCHERS = ("accuracy", "lossless", "acceptance", "paired_acceptance", "events")
 # An edit of one engine step's verified tokens: (scheduled items, the step's logits, emitted tokens per item, the
 # fault injector, the engine step) -> emitted tokens. It asks `faults.due(name, step)` before it changes anything.
 AfterVerify = Callable[[Any, Any, "list[list[int]]", Any, int], "list[list[int]]"]
-# A sampled class's own rejection verification of one request, in place of the textbook one: (its rows of logits
-# [K+1, V], its drafts, its SamplingParams, its random stream, q [K, V] or None) -> the emitted tokens. The planted
-# verifier runs it where the class is asked and the request verifies drafts by rejection sampling.
-RejectionVerify = Callable[[Any, "list[int]", Any, Any, Any], "list[int]"]
+# A sampled class's own rejection verification of one request, in place of the textbook one: (the sampler's functions
+# it may draw with, its rows of logits [K+1, V], its drafts, its SamplingParams, its random stream, q [K, V] or None)
+# -> the emitted tokens. The planted verifier runs it where the class is asked and the request verifies drafts by
+# rejection sampling. The sampler is handed in (`planted.rejection.SAMPLER`), not imported: the engine's config
+# imports this package for the class names, so an import of the sampler from here would close a circle.
+RejectionVerify = Callable[[Any, Any, "list[int]", Any, Any, Any], "list[int]"]
 
 
 @dataclass(frozen=True)

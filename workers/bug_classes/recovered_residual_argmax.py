@@ -17,11 +17,16 @@ from .declaration import PlantedClass
 NAME = "recovered_residual_argmax"
 
 
-def _rejection_verify(logits: Any, drafts: list[int], params: Any, stream: Any, draft_probs: Any) -> list[int]:
+def _rejection_verify(
+    sampler: Any, logits: Any, drafts: list[int], params: Any, stream: Any, draft_probs: Any
+) -> list[int]:
     """The textbook accept tests from the request's stream; at the first rejection, the residual's argmax."""
-    from ..sampling.keyed import target_probs
-    from ..sampling.rejection import residual, sample_from, uniform
-
+    target_probs, residual, sample_from, uniform = (
+        sampler.target_probs,
+        sampler.residual,
+        sampler.sample_from,
+        sampler.uniform,
+    )
     probs = target_probs(logits.float().cpu(), params)
     q = draft_probs.float().cpu() if draft_probs is not None else None
     emitted: list[int] = []

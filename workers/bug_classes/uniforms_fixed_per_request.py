@@ -29,15 +29,15 @@ def fixed_seed(stream_seed: int) -> int:
     return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
-def _rejection_verify(logits: Any, drafts: list[int], params: Any, stream: Any, draft_probs: Any) -> list[int]:
+def _rejection_verify(
+    sampler: Any, logits: Any, drafts: list[int], params: Any, stream: Any, draft_probs: Any
+) -> list[int]:
     """The textbook verification, from a stream seeded by the request's fixed value at every step (the request's
     own stream is left where it was: nothing else reads it)."""
     import torch
 
-    from ..sampling.rejection import rejection_verify
-
     fresh = torch.Generator().manual_seed(fixed_seed(stream.initial_seed()))
-    return rejection_verify(logits, drafts, params, fresh, draft_probs)
+    return sampler.rejection_verify(logits, drafts, params, fresh, draft_probs)
 
 
 CLASS = PlantedClass(

@@ -16,14 +16,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 
 import torch
 
 from .. import bug_classes
 from ..config import SamplingParams
 from ..sampling.keyed import filter_logits, target_probs
-from ..sampling.rejection import residual, sample_from, uniform
+from ..sampling.rejection import rejection_verify, residual, sample_from, uniform
 from ..sampling.verify import greedy_verify
+
+# What a class declared in its own module draws with (handed to its `rejection_verify`; see bug_classes.declaration).
+SAMPLER = SimpleNamespace(
+    target_probs=target_probs,
+    residual=residual,
+    sample_from=sample_from,
+    uniform=uniform,
+    rejection_verify=rejection_verify,
+)
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,7 @@ def ruled_rejection_verify(
     """Rejection sampling as the clean sampler does it, with `rule`'s bugs planted (CORRECT: the same tokens as the
     clean sampler from the same stream)."""
     if rule.own is not None:
-        return _own_verify(rule.own)(logits, drafts, params, stream, draft_probs)
+        return _own_verify(rule.own)(SAMPLER, logits, drafts, params, stream, draft_probs)
     rows = logits.float().cpu()
     if rule.restart_stream:  # every step then reads the same numbers: each draw right alone, none independent
         stream.manual_seed(stream.initial_seed())
