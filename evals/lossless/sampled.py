@@ -53,6 +53,7 @@ from ...stats.rejection_draws import DraftVerdict, rejection_draws_test
 from ...workers.config import MAX_LOGPROBS, SamplingParams
 from ...workers.engine.teacher_forcing import DEFAULT_SUPPORT_NOISE
 from ...workers.interface import GenerationOutput, InferenceEngine, ScoredOutput, ScoreRequest
+from .sampled_text import basis_line, direction, draws_failures, draws_numbers, within_numbers
 
 ALPHA = 0.01
 # Float32: the spec-dec engine's decode-shaped logits and the baseline's prefill-shaped ones differ by ~1e-5 nats
@@ -300,7 +301,7 @@ def _verdict(
             "sd": round(likelihood.sd, 3),
             "positions": likelihood.n,
         },
-        "within_requests": _within_numbers(within, fidelity),
+        "within_requests": within_numbers(within, fidelity),
         "within_requests_weighted": {
             "test": "per-request PIT means, each position weighted by the sd of its token's probability (the "
             "likelihood's scale: near-sure positions do not count), against independent draws",
@@ -316,7 +317,7 @@ def _verdict(
     if tail is not None:
         numbers["tail_test"] = tail
     if draws is not None:
-        numbers["rejection_draws"] = _draws_numbers(draws)
+        numbers["rejection_draws"] = draws_numbers(draws)
     if target.tokens:
         numbers["target"] = {
             "tokens": target.tokens,
@@ -338,7 +339,7 @@ def _verdict(
     output_tests = ("pit", "likelihood", "tail")
     if min(p for test, p in tests.items() if test in output_tests) < level:
         failures.append(
-            "the emitted tokens are not draws from the target's sampling distribution" + _direction(likelihood, level)
+            "the emitted tokens are not draws from the target's sampling distribution" + direction(likelihood, level)
         )
     if within.p_value < level:
         off = numbers["within_requests"]["most_off"]
@@ -354,7 +355,7 @@ def _verdict(
             f"far as independent draws'"
         )
     if draws is not None:
-        failures.extend(_draws_failures(draws, level))
+        failures.extend(draws_failures(draws, level))
     if target.beyond:
         first = target.beyond[0]
         failures.append(
@@ -362,7 +363,9 @@ def _verdict(
             f"{target.tolerance:g} nats (first: doc {first['doc_id']} position {first['position']}, "
             f"{first['diff']:g})"
         )
-    basis = _basis(u, kinds, uniformity.p_value, likelihood, (within, weighted), tail, draws, fidelity, target, level)
+    basis = basis_line(
+        u, kinds, uniformity.p_value, likelihood, (within, weighted), tail, draws, fidelity, target, level
+    )
     reason = f"{basis}: " + "; ".join(failures) if failures else basis
     return GateResult(FAIL if failures else PASS, reason, numbers)
 
@@ -380,127 +383,3 @@ def _reasons(reasons: dict[str, list] | None) -> dict[str, Any]:
     if not reasons:
         return {}
     return {"score_error_reasons": [{"reason": r[:500], "doc_ids": docs} for r, docs in list(reasons.items())[:5]]}
-
-
-def _direction(likelihood, level: float) -> str:
-    """Which way the likelihood test says the sampler is off, when it is the test that failed."""
-    if likelihood.p_value >= level:
-        return ""
-    if likelihood.z > 0:
-        return " (the likely tokens over-drawn: a sampler too sharp)"
-    return " (the likely tokens under-drawn: a sampler too flat)"
-
-
-def _draws_numbers(draws) -> dict[str, Any]:
-    """The direct tests of the rejection sampler's draws, as the record keeps them."""
-    return {
-        "test": "the drafts' accept decisions against min(1, p/q) (over the run, and each request's own) and the "
-        "tokens emitted at rejections against the residual norm(max(0, p - q)) (randomized PIT, smooth test)",
-        "rejections": draws.rejections,
-        "outside_residual": draws.outside_residual,
-        "residual_p": draws.residual_p,
-        "residual_components": [round(c, 3) for c in draws.residual_components],
-        "accepts": draws.accepts,
-        "accept_z": round(draws.accept_z, 3),
-        "accept_p": draws.accept_p,
-        "accepts_within_statistic": round(draws.within_statistic, 4),
-        "accepts_within_p": draws.within_p,
-        "requests": draws.requests,
-    }
-
-
-def _draws_failures(draws, level: float) -> list[str]:
-    """What the direct tests of the rejection sampler say, one line each where they FAIL."""
-    out = []
-    if draws.outside_residual:
-        out.append(
-            f"{draws.outside_residual} token(s) emitted at a rejection have probability 0 in the residual (the "
-            f"rejected draft emitted again)"
-        )
-    if draws.residual_p < level:
-        side = "likely" if draws.residual_components[0] < 0 else "unlikely"
-        out.append(
-            f"the tokens emitted at rejections are not draws from the residual distribution (p = "
-            f"{_p(draws.residual_p)}, its {side} tokens over-drawn)"
-        )
-    if draws.accept_p < level:
-        out.append(
-            f"the drafts are accepted {'more' if draws.accept_z > 0 else 'less'} often than min(1, p/q) says "
-            f"(z = {draws.accept_z:+.2f})"
-        )
-    if draws.within_p < level:
-        out.append(
-            f"the accept decisions within a request are not independent: the requests' accept rates spread "
-            f"{draws.within_statistic / max(draws.requests, 1):.2f} x as far as independent decisions' (p = "
-            f"{_p(draws.within_p)})"
-        )
-    return out
-
-
-def _within_numbers(within, fidelity: _Fidelity) -> dict[str, Any]:
-    """The within-request test's record: its statistic against its null, and the request whose u sit furthest
-    from 1/2 (ties broken by document id, so the same one in any document order)."""
-    record: dict[str, Any] = {
-        "test": "per-request PIT means against independent draws (sum of z_j^2 over requests; z > 0: requests "
-        "spread more than independent draws do)",
-        "statistic": round(within.statistic, 4),
-        "p": within.p_value,
-        "z": round(within.z, 3),
-        "requests": within.requests,
-    }
-    placed = [(doc_id, u) for doc_id, u in zip(fidelity.doc_ids, fidelity.u, strict=True) if len(u)]
-    if placed:
-        i = max(range(len(placed)), key=lambda j: (abs(within.request_z[j]), repr(placed[j][0])))
-        doc_id, u = placed[i]
-        record["most_off"] = {
-            "doc_id": doc_id,
-            "z": round(within.request_z[i], 3),
-            "positions": len(u),
-            "mean_u": round(float(np.mean(u)), 4),
-        }
-    return record
-
-
-def _basis(u, kinds, pit_p, likelihood, withins, tail, draws, fidelity, target, level) -> str:
-    """The verdict's basis in one line: how many positions, on what footing, which tests, what they said (`withins`:
-    the within-request test and its weighted form; `draws`: the direct tests where the drafts are known)."""
-    within, weighted = withins
-    if kinds["conditional"] or kinds["tail"]:
-        left_out = kinds["edge"] + kinds["tail"] + kinds["unknown"]
-        footing = (
-            f"{kinds['exact']:,} exact, {kinds['conditional']:,} conditional on the baseline's top logprobs: "
-            f"conservative; {left_out:,} left out"
-        )
-    else:
-        footing = "exact" + (f"; {kinds['edge']:,} at the support's edge left out" if kinds["edge"] else "")
-    if kinds["unknown"]:
-        footing += f"; {kinds['unknown']:,} whose top logprobs merged tokens that print alike"
-    parts = [
-        f"sampled: {len(u):,} positions ({footing}), PIT uniformity p = {_p(pit_p)}, likelihood "
-        f"z = {likelihood.z:+.2f} (p = {_p(likelihood.p_value)}), within requests "
-        f"p = {_p(within.p_value)} (weighted p = {_p(weighted.p_value)})"
-    ]
-    if draws is not None:
-        parts.append(
-            f"{draws.rejections:,} rejections (residual p = {_p(draws.residual_p)}), {draws.accepts:,} accept "
-            f"decisions (z = {draws.accept_z:+.2f}, within requests p = {_p(draws.within_p)})"
-        )
-    if tail is not None:
-        parts.append(
-            f"tail draws {tail['observed']} of at most {tail['expected_at_most']:.1f} expected (p = {_p(tail['p'])})"
-        )
-    parts.append(f"each test at {level:g}")
-    parts.append(f"{len(fidelity.violations)} support violation(s)" if fidelity.violations else "no support violation")
-    text = ", ".join(parts)
-    if target.tokens:
-        text += (
-            f"; target logprobs at most {target.max_diff:.2g} nats off the baseline's scoring "
-            f"(max over {target.tokens:,} tokens, tolerance {target.tolerance:g})"
-        )
-    else:
-        text += "; target logprobs not checked (the spec-dec run reported none)"
-    return text
-
-
-def _p(p: float) -> str:
-    return f"{p:.2g}" if p < 0.01 else f"{p:.2f}"
