@@ -12,7 +12,7 @@ from specdec_eval.workers.engine.engine import Engine
 from specdec_eval.workers.loading.checkpoint import load_checkpoint
 
 from .budget import Budget
-from .parallel import WORKER, one_thread_per_worker, order_and_group
+from .parallel import WORKER, make_scheduler, one_thread_per_worker, order
 
 # One definition of the session's vLLM servers for every test module (a fixture imported into two modules would be two
 # session fixtures, each starting its own servers).
@@ -29,10 +29,15 @@ def pytest_configure(config):
         config.pluginmanager.register(Budget(), "specdec-time-budget")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups marked here
 def pytest_collection_modifyitems(items):
-    """The order of the tests and, on xdist workers, their groups (tests/parallel.py)."""
-    order_and_group(items, parallel=WORKER is not None)
+    """The order of the tests (tests/parallel.py)."""
+    order(items, parallel=WORKER is not None)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # optional: pytest-xdist may be missing; first: before xdist's
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup`: test files as units of work, the files sharing a session's servers as one unit."""
+    return make_scheduler(config, log)
 
 
 @pytest.fixture(autouse=True)

@@ -2,14 +2,16 @@
 well as it runs alone (`-n 0`, or plain `pytest`).
 
 - Threads: each worker runs one torch/OpenMP thread, so that two workers on two cores do not oversubscribe them
-  (the variables also reach the subprocesses the tests start: CLI runs, llama.cpp). Serially nothing changes.
-- Groups: tests that share something expensive built once per process (the session's vLLM servers, the llama.cpp
-  pair, a module-scoped model, engine or server) run on one worker, so it is built once and the GiBs it holds are
-  held once. Under xdist a session fixture is per worker: without a group, both workers would start their own.
-- Order: the vLLM stretch first, then the other slow and grouped work, then the many fast tests, so that the
-  workers' last minutes are short tests and neither waits long for the other. Serially the vLLM stretch stays last
-  (each server starts once and its GiBs are held only for that stretch; the bug-class matrix last of all, as its
-  last class kills the speculating server)."""
+  (the variables also reach the subprocesses the tests start: CLI runs, servers). Serially nothing changes.
+- Groups (FileGroupScheduling, chosen by `--dist loadgroup`): a test file is one unit of work, run on one worker, so
+  a module-scoped model, engine or server is built once; the files sharing a session's servers (SERVER_FILES: the
+  vLLM servers, the llama.cpp pair) are one unit together, so the servers start once and their GiBs are held once.
+  Under xdist a session fixture is per worker: split over both, each would start its own. (xdist's own
+  `xdist_group` marker does not work with pytest 9: it renames `item._nodeid`, which pytest 9 no longer reads.)
+- Order: the vLLM stretch first, then the files with slow tests, then the rest, so that the workers' last minutes
+  are short tests and neither waits long for the other. Serially the vLLM stretch stays last (each server starts
+  once and its GiBs are held only for that stretch); in both, the bug-class matrix runs last of its stretch, as its
+  last class kills the speculating server."""
 
 from __future__ import annotations
 
@@ -20,8 +22,13 @@ import pytest
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ... in a worker; None when serial or the controller
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
-# Session fixtures that start servers: every test using one runs on the worker holding them.
-SERVER_GROUPS = {"vllm_servers": "vllm", "llama_pair": "llama-pair"}
+# The session fixtures that start servers, and the files whose tests use them (one unit of work per fixture).
+SERVER_FIXTURES = {"vllm_servers": "vllm", "llama_pair": "llama-pair"}
+SERVER_FILES = {
+    "tests/evals/pipeline/test_vllm_peer.py": "vllm",
+    "tests/evals/selftest/test_vllm_mutants.py": "vllm",
+    "tests/evals/pipeline/test_llama_peer.py": "llama-pair",
+}
 
 
 def one_thread_per_worker() -> None:
@@ -35,18 +42,25 @@ def one_thread_per_worker() -> None:
     torch.set_num_threads(1)
 
 
-def group_of(item: pytest.Item) -> str | None:
-    """The xdist group of a test: a server fixture's group, else its module when a module-scoped fixture is used."""
-    names = item.fixturenames
-    for fixture, group in SERVER_GROUPS.items():
-        if fixture in names:
-            return group
-    defs = getattr(item, "_fixtureinfo", None)
-    for name in names:
-        for fixturedef in defs.name2fixturedefs.get(name, ()) if defs else ():
-            if fixturedef.scope == "module":
-                return item.module.__name__ if hasattr(item, "module") else None
-    return None
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its file, or the server group its file shares."""
+    path = nodeid.split("::", 1)[0]
+    return SERVER_FILES.get(path, path)
+
+
+def make_scheduler(config: pytest.Config, log):
+    """`--dist loadgroup`: the scheduler below; other `--dist` modes are xdist's own (None)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroupScheduling(LoadScopeScheduling):
+        """xdist's load-by-scope scheduling, with unit_of as the scope."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return FileGroupScheduling(config, log)
 
 
 def vllm_stretch(item: pytest.Item) -> int:
@@ -54,23 +68,26 @@ def vllm_stretch(item: pytest.Item) -> int:
     return 2 if "vllm_matrix_servers" in names else 1 if "vllm_servers" in names else 0
 
 
-def order_and_group(items: list[pytest.Item], parallel: bool) -> None:
-    """Sort the collection in place (stable) and, when parallel, mark each test's xdist group."""
+def check_server_files(items: list[pytest.Item]) -> None:
+    """A test that uses a server fixture must be in that fixture's unit, or a second worker starts its servers."""
+    for item in items:
+        for fixture, group in SERVER_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()) and unit_of(item.nodeid) != group:
+                path = item.nodeid.split("::", 1)[0]
+                raise pytest.UsageError(f"{path} uses {fixture}: add it to SERVER_FILES in tests/parallel.py")
+
+
+def order(items: list[pytest.Item], parallel: bool) -> None:
+    """Sort the collection in place (stable); under xdist, check the server files first."""
     if not parallel:
         items.sort(key=vllm_stretch)
         return
-    groups = {}
-    for item in items:
-        group = group_of(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-        groups[item.nodeid] = group
+    check_server_files(items)
 
     def rank(item: pytest.Item) -> tuple[int, int]:
         stretch = vllm_stretch(item)
         if stretch:
-            return (0, stretch)  # the vLLM group first, its matrix last within it
-        slow = item.get_closest_marker("slow") is not None or groups[item.nodeid] is not None
-        return (1 if slow else 2, 0)
+            return (0, stretch)  # the vLLM stretch first, its matrix last within it
+        return (1 if item.get_closest_marker("slow") is not None else 2, 0)
 
     items.sort(key=rank)
