@@ -49,8 +49,8 @@ format: setup-tests
 	$(BIN)/ruff check --fix .
 
 # --durations=25: the slowest tests close every run, so the CI budget (40 min from a fresh clone) stays visible.
-# TEST_WORKERS pytest-xdist workers (one torch thread each; tests sharing a server or a module's model on one worker,
-# the slow ones first: tests/parallel.py). `make test TEST_WORKERS=0` runs the suite serially, in one process.
+# TEST_WORKERS pytest-xdist workers (one torch thread each; a test file, or the files sharing a session's servers, on
+# one worker; the slow ones first: tests/parallel.py). `make test TEST_WORKERS=0` runs the suite serially, in one process.
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
