@@ -49,11 +49,16 @@ format: setup-tests
 	$(BIN)/ruff check --fix .
 
 # --durations=25: the slowest tests close every run, so the CI budget (40 min from a fresh clone) stays visible.
+# TEST_WORKERS pytest-xdist workers (one torch thread each; a test file, or the files sharing a session's servers, on
+# one worker; the slow ones first: tests/parallel.py). `make test TEST_WORKERS=0` runs the suite serially, in one process.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
 test: lint docs
-	$(BIN)/python -m pytest -q --durations=25
+	$(PYTEST) -q --durations=25
 
 test-fast: setup-tests
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -q -m "not slow"
 
 # Speed (ours vs HF vs spec-dec, batch 1 and 16, 2 interleaved rounds; it prints its expected duration first: ~10 min
 # here), then time to verdict on 8 GSM8K documents (a few minutes). Each engine's memory is sized from the plan.

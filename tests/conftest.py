@@ -12,6 +12,7 @@ from specdec_eval.workers.engine.engine import Engine
 from specdec_eval.workers.loading.checkpoint import load_checkpoint
 
 from .budget import Budget
+from .parallel import WORKER, make_scheduler, one_thread_per_worker, order
 
 # One definition of the session's vLLM servers for every test module (a fixture imported into two modules would be two
 # session fixtures, each starting its own servers).
@@ -23,19 +24,20 @@ DEFAULT_TEST_MEMORY = 1 * 2**30  # SmolLM2: 0.6 GiB of fp32 weights, ~0.25 GiB o
 
 
 def pytest_configure(config):
-    config.pluginmanager.register(Budget(), "specdec-time-budget")
+    one_thread_per_worker()
+    if not hasattr(config, "workerinput"):  # serial, or xdist's controller (the workers' reports reach it)
+        config.pluginmanager.register(Budget(), "specdec-time-budget")
 
 
 def pytest_collection_modifyitems(items):
-    """Tests on the session's vLLM servers (tests/vllm_server.py) run last and together, so each server starts once
-    and lives (GiBs) only for that stretch; the bug-class matrix runs last of all, as its last class kills the
-    speculating server."""
+    """The order of the tests (tests/parallel.py)."""
+    order(items, parallel=WORKER is not None)
 
-    def stretch(item) -> int:
-        names = getattr(item, "fixturenames", ())
-        return 2 if "vllm_matrix_servers" in names else 1 if "vllm_servers" in names else 0
 
-    items.sort(key=stretch)  # stable: collection order within each stretch
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # optional: pytest-xdist may be missing; first: before xdist's
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup`: test files as units of work, the files sharing a session's servers as one unit."""
+    return make_scheduler(config, log)
 
 
 @pytest.fixture(autouse=True)
