@@ -4,40 +4,40 @@ with its own code is a module of its own beside this one."""
 
 from __future__ import annotations
 
-from .declaration import PlantedClass
+from .declaration import LOSSLESS, PlantedClass
 
 P = PlantedClass
 
 
 def _rejection(name: str, help: str) -> PlantedClass:
     """A bug of the rejection sampler: judged in distribution, so only the sampled lossless gate can catch it."""
-    return P(name, ("verifier", "rejection_sampler"), "lossless", help, sampled=True, spec_sampling="rejection")
+    return P(name, ("verifier", "rejection_sampler"), LOSSLESS, help, sampled=True, spec_sampling="rejection")
 
 
 BUILTIN = (
-    P("emit_rejected_draft", ("verifier",), "lossless", "verification emits a rejected draft once", recurring=False),
+    P("emit_rejected_draft", ("verifier",), LOSSLESS, "verification emits a rejected draft once", recurring=False),
     P(
         "draft_kv_into_target",
         ("proposer",),
-        "lossless",
+        LOSSLESS,
         "the draft layer writes into the target's last KV layer (vLLM #25406)",
     ),
     P(
         "spec_alters_target",
         ("target",),
-        "lossless",
+        LOSSLESS,
         "the capture rounds the target's residual stream while a spec worker is attached",
     ),
-    P("rewind_keeps_rejected", ("verifier", "target"), "lossless", "a rejected draft's KV is kept as committed"),
-    P("accept_off_by_one", ("verifier",), "lossless", "one draft more is accepted than verified"),
+    P("rewind_keeps_rejected", ("verifier", "target"), LOSSLESS, "a rejected draft's KV is kept as committed"),
+    P("accept_off_by_one", ("verifier",), LOSSLESS, "one draft more is accepted than verified"),
     P(
         "sample_key_shift",
         ("verifier",),
-        "lossless",
+        LOSSLESS,
         "at temperature > 0 position p is sampled with p+1's key",
         sampled=True,
     ),
-    P("verify_width_numerics", ("target",), "lossless", "logits depend on the verify width (1 vs K+1)"),
+    P("verify_width_numerics", ("target",), LOSSLESS, "logits depend on the verify width (1 vs K+1)"),
     P("rewind_leaks_blocks", ("kv_cache",), "events", "KV blocks of rejected drafts are never returned to the pool"),
     P(
         "aux_layers_off_by_one",
@@ -48,7 +48,7 @@ BUILTIN = (
     P(
         "draft_reads_neighbour_hidden",
         ("proposer",),
-        "lossless",
+        LOSSLESS,
         "each speculating request's drafts start from its neighbour's hidden state (batch > 1 only)",
         in_matrix=False,  # fires only when two speculating requests share a step: the planted sweep judges it
     ),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .declaration import PlantedClass
+from .declaration import LOSSLESS, PlantedClass
 
 NAME = "correction_reads_next_row"
 
@@ -39,7 +39,7 @@ def _after_verify(items: Any, logits: Any, emitted: list[list[int]], faults: Any
 CLASS = PlantedClass(
     NAME,
     ("verifier",),
-    "lossless",
+    LOSSLESS,
     "a rejected draft's correction token is read from the next logits row (greedy)",
     after_verify=_after_verify,
 )

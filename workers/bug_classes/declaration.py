@@ -6,11 +6,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...gates.acceptance import GATE as ACCEPTANCE_GATE
+from ...gates.accuracy import GATE as ACCURACY_GATE
+from ...gates.lossless import GATE as LOSSLESS_GATE
+
 # Where a class acts: the verifier (the accept decision and the emitted tokens), the target model (its forward, its
 # KV writes), the spec worker (drafting), the KV-cache manager, the rejection sampler (a rule of the verifier's).
 WHERE = ("verifier", "target", "proposer", "kv_cache", "rejection_sampler")
 # The gates that can be asked to catch a class (the selftest matrix's columns).
-CATCHERS = ("accuracy", "lossless", "acceptance", "paired_acceptance", "events")
+# The gates' names come from their declarations; the paired acceptance comparison and the events check are not gates.
+LOSSLESS, ACCEPTANCE = LOSSLESS_GATE.name, ACCEPTANCE_GATE.name
+CATCHERS = (ACCURACY_GATE.name, LOSSLESS, ACCEPTANCE, "paired_acceptance", "events")
 
 # An edit of one engine step's verified tokens: (scheduled items, the step's logits, emitted tokens per item, the
 # fault injector, the engine step) -> emitted tokens. It asks `faults.due(name, step)` before it changes anything.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .declaration import PlantedClass
+from .declaration import LOSSLESS, PlantedClass
 
 NAME = "recovered_residual_argmax"
 
@@ -44,7 +44,7 @@ def _rejection_verify(
 CLASS = PlantedClass(
     NAME,
     ("verifier", "rejection_sampler"),
-    "lossless",
+    LOSSLESS,
     "after a rejection the residual's most likely token is emitted instead of a draw from the residual",
     sampled=True,
     spec_sampling="rejection",

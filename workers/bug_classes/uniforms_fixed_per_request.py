@@ -18,7 +18,7 @@ import hashlib
 import struct
 from typing import Any
 
-from .declaration import PlantedClass
+from .declaration import LOSSLESS, PlantedClass
 
 NAME = "uniforms_fixed_per_request"
 
@@ -43,7 +43,7 @@ def _rejection_verify(
 CLASS = PlantedClass(
     NAME,
     ("verifier", "rejection_sampler"),
-    "lossless",
+    LOSSLESS,
     "the rejection sampler's uniforms are the same at every step of a request (keyed by request and row)",
     sampled=True,
     spec_sampling="rejection",

@@ -5,7 +5,7 @@ that kills vLLM's engine core last. A new vLLM class is one line here and its co
 
 from __future__ import annotations
 
-from .declaration import PlantedClass
+from .declaration import ACCEPTANCE, LOSSLESS, PlantedClass
 
 P = PlantedClass
 
@@ -13,35 +13,35 @@ VLLM_CLASSES = (
     P(
         "emit_rejected_draft",
         ("rejection_sampler",),
-        "lossless",
+        LOSSLESS,
         "greedy: the rejected draft emitted in place of the target's token",
         planted_at="`rejection_sample` (the function that decides a step's tokens)",
     ),
     P(
         "bonus_wrong_row",
         ("rejection_sampler",),
-        "lossless",
+        LOSSLESS,
         "the bonus token sampled from the logits row before its own",
         planted_at="`RejectionSampler.forward`",
     ),
     P(
         "drop_accepted",
         ("rejection_sampler",),
-        "lossless",
+        LOSSLESS,
         "the first accepted draft of a step dropped from its tokens",
         planted_at="`rejection_sample`",
     ),
     P(
         "duplicate_accepted",
         ("rejection_sampler",),
-        "lossless",
+        LOSSLESS,
         "the first accepted draft of a step emitted twice",
         planted_at="`rejection_sample`",
     ),
     P(
         "draft_never_matches",
         ("proposer",),
-        "acceptance",
+        ACCEPTANCE,
         "every draft one token id off: acceptance collapses, outputs unchanged",
         planted_at="the proposers' `propose` (Eagle's and n-gram's)",
     ),
