@@ -8,7 +8,8 @@ well as it runs alone (`-n 0`, or plain `pytest`).
   vLLM servers, the llama.cpp pair) are one unit together, so the servers start once and their GiBs are held once.
   Under xdist a session fixture is per worker: split over both, each would start its own. (xdist's own
   `xdist_group` marker does not work with pytest 9: it renames `item._nodeid`, which pytest 9 no longer reads.)
-- Order: the vLLM stretch first, then the files with slow tests, then the rest, so that the workers' last minutes
+- Order: the vLLM stretch first, then the files with slow tests, then the rest, the multi-rank torchrun files
+  last (RANK_FILES: never beside the vLLM servers' GiBs), so that the workers' last minutes
   are short tests and neither waits long for the other. Serially the vLLM stretch stays last (each server starts
   once and its GiBs are held only for that stretch); in both, the bug-class matrix runs last of its stretch, as its
   last class kills the speculating server."""
@@ -24,6 +25,14 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 
 # The session fixtures that start servers, and the files whose tests use them (one unit of work per fixture).
 SERVER_FIXTURES = {"vllm_servers": "vllm", "llama_pair": "llama-pair"}
+# Files whose tests start torchrun jobs of several CPU ranks (GiBs each): under xdist they run last, after the vLLM
+# stretch has stopped its servers, so the two never hold memory at once (together they met the OOM killer on 24 GiB).
+RANK_FILES = (
+    "tests/launch/test_launch.py",
+    "tests/workers/model/test_tensor_parallel.py",
+    "tests/evals/pipeline/test_run_on_every_backend.py",
+    "tests/serve/test_serve_sharded.py",
+)
 SERVER_FILES = {
     "tests/evals/pipeline/test_vllm_peer.py": "vllm",
     "tests/evals/selftest/test_vllm_mutants.py": "vllm",
@@ -88,6 +97,8 @@ def order(items: list[pytest.Item], parallel: bool) -> None:
         stretch = vllm_stretch(item)
         if stretch:
             return (0, stretch)  # the vLLM stretch first, its matrix last within it
+        if item.nodeid.split("::", 1)[0] in RANK_FILES:
+            return (3, 0)  # the multi-rank jobs last: never beside the vLLM servers
         return (1 if item.get_closest_marker("slow") is not None else 2, 0)
 
     items.sort(key=rank)

@@ -52,7 +52,9 @@ def test_ci_run_reports_its_wall_time_on_failure_too(tmp_path):
 def test_make_test_prints_the_slowest_tests():
     makefile = (ROOT / "Makefile").read_text()
     recipe = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
-    assert "pytest" in recipe and "--durations=25" in recipe
+    pytest_command = makefile.split("\nPYTEST :=", 1)[1].split("\n", 1)[0]
+    recipe = recipe.replace("$(PYTEST)", pytest_command)  # the one pytest command both test targets run
+    assert "pytest" in recipe and "--durations=25" in recipe and "-n $(TEST_WORKERS)" in recipe
 
 
 def test_git_state_outside_a_checkout_prints_nothing(tmp_path, capfd):
